@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine and runs every test (what CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec tests/run "$@"

@@ -1,0 +1,15 @@
+/* cli: the `bucketdb` command. Each subcommand is one cmd_*.c file.
+ * Exit codes (docs/CLI.md): 0 success, 1 runtime failure (cannot open data,
+ * cannot bind, server error), 2 usage or configuration error. */
+#ifndef BDB_CLI_H
+#define BDB_CLI_H
+
+#define BDB_EXIT_OK 0
+#define BDB_EXIT_FAIL 1
+#define BDB_EXIT_USAGE 2
+
+int cmd_serve(int argc, char **argv);
+int cmd_query(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+#endif

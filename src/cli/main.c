@@ -1,0 +1,38 @@
+#include "cli/cli.h"
+
+#include "bucketdb/bdb.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bucketdb <command> [options]\n\n"
+               "commands:\n"
+               "  serve     run the server (embedded storage in a data directory)\n"
+               "  query     read samples or devices from a running server\n"
+               "  version   print the version\n\n"
+               "`bucketdb <command> --help` describes each command. Docs: docs/CLI.md\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return BDB_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "query"))
+        return cmd_query(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return cmd_version(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return BDB_EXIT_OK;
+    }
+    fprintf(stderr, "bucketdb: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return BDB_EXIT_USAGE;
+}

@@ -1,0 +1,227 @@
+#include "common/buf.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bdb_buf_init(bdb_buf *b)
+{
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+void bdb_buf_free(bdb_buf *b)
+{
+    free(b->data);
+    bdb_buf_init(b);
+}
+
+void bdb_buf_reset(bdb_buf *b)
+{
+    b->len = 0;
+}
+
+void bdb_buf_reserve(bdb_buf *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap - b->len < extra)
+        cap *= 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p) {
+        fprintf(stderr, "bucketdb: out of memory growing a buffer to %zu bytes\n", cap);
+        abort();
+    }
+    b->data = p;
+    b->cap = cap;
+}
+
+void bdb_buf_append(bdb_buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    bdb_buf_reserve(b, n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+void bdb_buf_putc(bdb_buf *b, uint8_t c)
+{
+    bdb_buf_reserve(b, 1);
+    b->data[b->len++] = c;
+}
+
+void bdb_buf_puts(bdb_buf *b, const char *s)
+{
+    bdb_buf_append(b, s, strlen(s));
+}
+
+void bdb_buf_printf(bdb_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    bdb_buf_reserve(b, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void bdb_buf_put_u32le(bdb_buf *b, uint32_t v)
+{
+    bdb_buf_reserve(b, 4);
+    bdb_put_u32le(b->data + b->len, v);
+    b->len += 4;
+}
+
+void bdb_buf_put_u64le(bdb_buf *b, uint64_t v)
+{
+    bdb_buf_reserve(b, 8);
+    bdb_put_u64le(b->data + b->len, v);
+    b->len += 8;
+}
+
+void bdb_buf_put_uvarint(bdb_buf *b, uint64_t v)
+{
+    bdb_buf_reserve(b, 10);
+    uint8_t *p = b->data + b->len;
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    b->len = (size_t)(p - b->data);
+}
+
+void bdb_buf_put_varint(bdb_buf *b, int64_t v)
+{
+    bdb_buf_put_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n)
+{
+    bdb_buf_put_uvarint(b, n);
+    bdb_buf_append(b, s, n);
+}
+
+void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    bdb_buf_reserve(b, n + 2);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            bdb_buf_putc(b, '\\');
+            bdb_buf_putc(b, c);
+        } else if (c < 0x20) {
+            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            bdb_buf_append(b, esc, 6);
+        } else {
+            bdb_buf_putc(b, c);
+        }
+    }
+}
+
+void bdb_buf_double(bdb_buf *b, double v)
+{
+    char tmp[32];
+    /* %.17g always round-trips; try shorter first so 0.1 prints as 0.1. */
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    bdb_buf_puts(b, tmp);
+}
+
+void bdb_dec_init(bdb_dec *d, const void *p, size_t n)
+{
+    d->p = p;
+    d->end = d->p + n;
+    d->err = 0;
+}
+
+static int need(bdb_dec *d, size_t n)
+{
+    if (d->err || (size_t)(d->end - d->p) < n) {
+        d->err = 1;
+        return 0;
+    }
+    return 1;
+}
+
+uint8_t bdb_dec_u8(bdb_dec *d)
+{
+    if (!need(d, 1))
+        return 0;
+    return *d->p++;
+}
+
+uint32_t bdb_dec_u32le(bdb_dec *d)
+{
+    if (!need(d, 4))
+        return 0;
+    uint32_t v = bdb_get_u32le(d->p);
+    d->p += 4;
+    return v;
+}
+
+uint64_t bdb_dec_u64le(bdb_dec *d)
+{
+    if (!need(d, 8))
+        return 0;
+    uint64_t v = bdb_get_u64le(d->p);
+    d->p += 8;
+    return v;
+}
+
+uint64_t bdb_dec_uvarint(bdb_dec *d)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (!need(d, 1))
+            return 0;
+        uint8_t c = *d->p++;
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80))
+            return v;
+    }
+    d->err = 1;
+    return 0;
+}
+
+int64_t bdb_dec_varint(bdb_dec *d)
+{
+    uint64_t u = bdb_dec_uvarint(d);
+    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}
+
+const char *bdb_dec_str(bdb_dec *d, size_t *n)
+{
+    uint64_t len = bdb_dec_uvarint(d);
+    if (d->err || len > bdb_dec_left(d)) {
+        d->err = 1;
+        *n = 0;
+        return "";
+    }
+    const char *s = (const char *)d->p;
+    d->p += len;
+    *n = (size_t)len;
+    return s;
+}
+
+const uint8_t *bdb_dec_bytes(bdb_dec *d, size_t n)
+{
+    if (!need(d, n))
+        return NULL;
+    const uint8_t *p = d->p;
+    d->p += n;
+    return p;
+}

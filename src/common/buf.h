@@ -1,0 +1,79 @@
+/* buf: a growable byte buffer with append-style encoders and a sticky-error decoder.
+ *
+ * Encoders append to a caller-owned bdb_buf (Prometheus Encbuf style). Allocation
+ * failure aborts the process: every buffer fed by untrusted input is bounded by the
+ * caller before it gets here, so running out of memory is not a recoverable state. */
+#ifndef BDB_BUF_H
+#define BDB_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} bdb_buf;
+
+void bdb_buf_init(bdb_buf *b);
+void bdb_buf_free(bdb_buf *b);
+void bdb_buf_reset(bdb_buf *b); /* len = 0, keeps capacity */
+void bdb_buf_reserve(bdb_buf *b, size_t extra);
+void bdb_buf_append(bdb_buf *b, const void *p, size_t n);
+void bdb_buf_putc(bdb_buf *b, uint8_t c);
+void bdb_buf_puts(bdb_buf *b, const char *s);
+void bdb_buf_printf(bdb_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bdb_buf_put_u32le(bdb_buf *b, uint32_t v);
+void bdb_buf_put_u64le(bdb_buf *b, uint64_t v);
+void bdb_buf_put_uvarint(bdb_buf *b, uint64_t v);
+void bdb_buf_put_varint(bdb_buf *b, int64_t v); /* zigzag */
+void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n); /* uvarint length + bytes */
+/* Appends s as the inside of a JSON string (escapes ", \ and control bytes). */
+void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n);
+/* Appends a double the way JSON and line protocol want it (shortest round-trip). */
+void bdb_buf_double(bdb_buf *b, double v);
+
+/* Decoder over a byte range. After any failed read `err` is set and every later
+ * read returns zero; check `err` once after a group of reads. */
+typedef struct bdb_dec {
+    const uint8_t *p;
+    const uint8_t *end;
+    int err;
+} bdb_dec;
+
+void bdb_dec_init(bdb_dec *d, const void *p, size_t n);
+uint8_t bdb_dec_u8(bdb_dec *d);
+uint32_t bdb_dec_u32le(bdb_dec *d);
+uint64_t bdb_dec_u64le(bdb_dec *d);
+uint64_t bdb_dec_uvarint(bdb_dec *d);
+int64_t bdb_dec_varint(bdb_dec *d);
+/* Returns a pointer into the decoded range (not copied) and its length. */
+const char *bdb_dec_str(bdb_dec *d, size_t *n);
+const uint8_t *bdb_dec_bytes(bdb_dec *d, size_t n);
+static inline size_t bdb_dec_left(const bdb_dec *d)
+{
+    return (size_t)(d->end - d->p);
+}
+
+static inline void bdb_put_u32le(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+static inline uint32_t bdb_get_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void bdb_put_u64le(uint8_t *p, uint64_t v)
+{
+    bdb_put_u32le(p, (uint32_t)v);
+    bdb_put_u32le(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint64_t bdb_get_u64le(const uint8_t *p)
+{
+    return (uint64_t)bdb_get_u32le(p) | (uint64_t)bdb_get_u32le(p + 4) << 32;
+}
+
+#endif

@@ -1,0 +1,45 @@
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static enum bdb_log_level min_level = BDB_LOG_INFO;
+static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+
+void bdb_log_set_level(enum bdb_log_level lvl)
+{
+    min_level = lvl;
+}
+
+int bdb_log_parse_level(const char *s)
+{
+    static const char *lower[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, lower[i]) == 0)
+            return i;
+    return -1;
+}
+
+void bdb_log(enum bdb_log_level lvl, const char *fmt, ...)
+{
+    if (lvl < min_level)
+        return;
+    char line[2048];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, names[lvl]);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    /* One fwrite per line keeps concurrent log lines from interleaving. */
+    fwrite(line, 1, len, stderr);
+}

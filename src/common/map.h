@@ -1,0 +1,27 @@
+/* map: an open-addressing hash map from byte-string keys to pointers.
+ * Keys are copied into the map; values are owned by the caller. Not thread-safe:
+ * callers hold their own lock. */
+#ifndef BDB_MAP_H
+#define BDB_MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_map bdb_map;
+
+bdb_map *bdb_map_new(void);
+void bdb_map_free(bdb_map *m);
+size_t bdb_map_count(const bdb_map *m);
+uint64_t bdb_hash(const void *p, size_t n);
+/* Returns the value or NULL. */
+void *bdb_map_get(const bdb_map *m, const void *key, size_t klen);
+void *bdb_map_get_h(const bdb_map *m, const void *key, size_t klen, uint64_t hash);
+/* Inserts or replaces; returns the previous value or NULL. */
+void *bdb_map_put(bdb_map *m, const void *key, size_t klen, void *val);
+void *bdb_map_put_h(bdb_map *m, const void *key, size_t klen, uint64_t hash, void *val);
+/* Removes; returns the removed value or NULL. */
+void *bdb_map_del(bdb_map *m, const void *key, size_t klen);
+/* Iteration: pass *pos = 0 first; returns 0 when done. Do not modify during iteration. */
+int bdb_map_next(const bdb_map *m, size_t *pos, const void **key, size_t *klen, void **val);
+
+#endif

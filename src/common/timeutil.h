@@ -1,0 +1,26 @@
+/* timeutil: clocks and time parsing shared by ingestion, queries and the CLI. */
+#ifndef BDB_TIMEUTIL_H
+#define BDB_TIMEUTIL_H
+
+#include <stdint.h>
+
+int64_t bdb_now_ms(void);       /* wall clock, Unix ms */
+int64_t bdb_monotonic_ms(void); /* for intervals */
+/* Parses Unix milliseconds ("1700000000000") or RFC 3339 ("2023-11-14T22:13:20Z",
+ * fractional seconds and +hh:mm offsets allowed) into Unix ms.
+ * Returns BDB_OK or BDB_ERR_INVALID. */
+int bdb_parse_time_ms(const char *s, int64_t *out);
+/* Formats Unix ms as RFC 3339 UTC with milliseconds into out (>= 32 bytes). */
+void bdb_format_time_ms(int64_t ms, char *out, int outlen);
+/* Floor division that is correct for negative times. */
+static inline int64_t bdb_floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t bdb_align_down(int64_t t, int64_t size)
+{
+    return bdb_floor_div(t, size) * size;
+}
+
+#endif

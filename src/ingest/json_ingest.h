@@ -1,0 +1,46 @@
+/* json_ingest: the JSON batch format (POST /api/v1/write/json).
+ *
+ *   {"reports": [ {"device": "d1", "time": 1700000000000 | "2023-11-14T22:13:20Z",
+ *                  "metrics": {"temp": 21.5, "rpm": 900},
+ *                  "tags": {"site": "berlin"}, "state": "on"}, ... ]}
+ *
+ * A bare array of reports, or a single report object, is accepted too. "time" is Unix
+ * ms or RFC 3339; missing time = now_ms. Metric values must be finite numbers
+ * (booleans count as 1/0). Tag values must be strings.
+ *
+ * Bad reports do not stop the others (Influx partial-write semantics): each valid
+ * report is added to the batch, each invalid one is counted and the first error is
+ * described with its index and field, e.g.
+ *   "report 3: field \"metrics.temp\": value must be a finite number". */
+#ifndef BDB_JSON_INGEST_H
+#define BDB_JSON_INGEST_H
+
+#include "model/batch.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_json_limits {
+    size_t max_reports;   /* default 100000 */
+    size_t max_metrics;   /* per report, default 256 */
+    size_t max_tags;      /* per report, default 64 */
+    size_t max_key_len;   /* device, metric, tag key, default 256 */
+    size_t max_value_len; /* tag value and state, default 1024 */
+} bdb_json_limits;
+
+void bdb_json_limits_default(bdb_json_limits *l);
+
+typedef struct bdb_json_result {
+    size_t accepted, rejected;
+    long first_bad_index; /* -1 if none */
+    char first_error[512];
+    int fatal; /* 1 if the body itself is not valid JSON (nothing accepted) */
+} bdb_json_result;
+
+/* Parses body into b. Returns BDB_OK if every report was accepted, BDB_ERR_INVALID if
+ * the body is not JSON of the documented shape or some reports were rejected
+ * (see res), BDB_ERR_LIMIT if more than max_reports. */
+int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json_limits *lim,
+                    bdb_batch *b, bdb_json_result *res);
+
+#endif

@@ -1,0 +1,129 @@
+#include "ingest/lp_ingest.h"
+
+#include "bucketdb/bdb.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int valid_name(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t len,
+                   const char *reason, int is_limit)
+{
+    res->rejected++;
+    if (res->first_bad_line)
+        return;
+    res->first_bad_line = lineno;
+    res->first_is_limit = is_limit;
+    int shown = len > 200 ? 200 : (int)len;
+    snprintf(res->first_error, sizeof res->first_error, "unable to parse '%.*s%s': %s", shown,
+             line, len > 200 ? "..." : "", reason);
+}
+
+int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_precision prec,
+                  int64_t now_ms, const bdb_lp_map *map, bdb_batch *b, bdb_lp_result *res)
+{
+    memset(res, 0, sizeof *res);
+    size_t pos = 0, lineno, linelen;
+    const char *line;
+    size_t dtl = strlen(map->device_tag);
+    char name[1024], reason[512];
+    while (bdb_lp_next_line(body, len, &pos, &line, &linelen, &lineno)) {
+        bdb_lp_point pt;
+        int rc = bdb_lp_parse_line(p, line, linelen, prec, &pt, reason, sizeof reason);
+        if (rc == 0)
+            continue;
+        res->lines++;
+        if (rc < 0) {
+            reject(res, lineno, line, linelen, reason, rc == BDB_ERR_LIMIT);
+            continue;
+        }
+        const bdb_lp_str *dev = NULL;
+        for (size_t i = 0; i < pt.ntags; i++)
+            if (pt.tags[i].key.n == dtl && memcmp(pt.tags[i].key.p, map->device_tag, dtl) == 0)
+                dev = &pt.tags[i].val;
+        if (!dev) {
+            snprintf(reason, sizeof reason, "missing device tag '%s'", map->device_tag);
+            reject(res, lineno, line, linelen, reason, 0);
+            continue;
+        }
+        if (!valid_name(dev->p, dev->n) || dev->n > map->max_name_bytes) {
+            snprintf(reason, sizeof reason,
+                     "device name must be 1..%zu bytes without control characters",
+                     map->max_name_bytes);
+            reject(res, lineno, line, linelen, reason, 0);
+            continue;
+        }
+        int64_t ts = pt.has_time ? pt.time_ms : now_ms;
+        if (map->max_future_ms > 0 && ts > now_ms + map->max_future_ms) {
+            snprintf(reason, sizeof reason,
+                     "timestamp %lld ms is more than max-future %lld ms ahead of the server "
+                     "clock",
+                     (long long)ts, (long long)map->max_future_ms);
+            reject(res, lineno, line, linelen, reason, 0);
+            continue;
+        }
+        bdb_batch_begin(b, dev->p, dev->n, ts, lineno);
+        for (size_t i = 0; i < pt.ntags; i++)
+            if (&pt.tags[i].val != dev)
+                bdb_batch_tag(b, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p,
+                              pt.tags[i].val.n);
+        int bad = 0;
+        for (size_t i = 0; i < pt.nfields && !bad; i++) {
+            const bdb_lp_field *f = &pt.fields[i];
+            if (f->type == BDB_LP_STRING) {
+                if (f->key.n == 5 && memcmp(f->key.p, "state", 5) == 0) {
+                    bdb_batch_state(b, f->str.p, f->str.n);
+                    continue;
+                }
+                snprintf(reason, sizeof reason,
+                         "string field '%.*s' is not supported: only 'state' may be a string",
+                         (int)(f->key.n > 100 ? 100 : f->key.n), f->key.p);
+                bad = 1;
+                break;
+            }
+            size_t n;
+            if (map->field_only) {
+                n = f->key.n;
+                if (n > map->max_name_bytes || n >= sizeof name)
+                    n = SIZE_MAX;
+                else
+                    memcpy(name, f->key.p, n);
+            } else {
+                n = pt.measurement.n + 1 + f->key.n;
+                if (n > 2 * map->max_name_bytes + 1 || n >= sizeof name) {
+                    n = SIZE_MAX;
+                } else {
+                    memcpy(name, pt.measurement.p, pt.measurement.n);
+                    name[pt.measurement.n] = '.';
+                    memcpy(name + pt.measurement.n + 1, f->key.p, f->key.n);
+                }
+            }
+            if (n == SIZE_MAX || !valid_name(name, n)) {
+                snprintf(reason, sizeof reason,
+                         "metric name for field '%.*s' is empty, too long or has control "
+                         "characters",
+                         (int)(f->key.n > 100 ? 100 : f->key.n), f->key.p);
+                bad = 1;
+                break;
+            }
+            bdb_batch_metric(b, name, n, f->num);
+        }
+        if (bad) {
+            bdb_batch_cancel(b);
+            reject(res, lineno, line, linelen, reason, 0);
+            continue;
+        }
+        bdb_batch_end(b);
+        res->accepted++;
+    }
+    return BDB_OK;
+}

@@ -1,0 +1,43 @@
+/* lp_ingest: maps InfluxDB line protocol onto bucketdb's model.
+ *
+ *   sensor,device=d1,site=berlin temp=21.5,rpm=900i,state="on" 1700000000000000000
+ *
+ * - the tag named by device_tag (default "device") is the device; other tags are
+ *   device tags;
+ * - each numeric or boolean field is a metric named "<measurement>.<field>" (or just
+ *   "<field>" with field naming); booleans are 1/0, integers become doubles;
+ * - a string field named "state" is the device state; any other string field makes
+ *   the line invalid (bucketdb stores numbers only);
+ * - a point without a timestamp gets the server's receive time.
+ * Lines are independent: a bad line is counted and reported, the good lines of the
+ * same body are still added to the batch (Influx 1.x semantics). */
+#ifndef BDB_LP_INGEST_H
+#define BDB_LP_INGEST_H
+
+#include "ingest/lineproto.h"
+#include "model/batch.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_lp_map {
+    const char *device_tag;
+    int field_only;        /* 1 = metric is the field name alone */
+    int64_t max_future_ms; /* reject times beyond now + this; 0 = no check */
+    size_t max_name_bytes; /* device and metric names */
+} bdb_lp_map;
+
+typedef struct bdb_lp_result {
+    size_t lines;    /* non-blank, non-comment lines */
+    size_t accepted; /* lines added to the batch */
+    size_t rejected;
+    size_t first_bad_line; /* 1-based, 0 if none */
+    int first_is_limit;    /* the first error was a limit (line length, tags, ...) */
+    char first_error[640]; /* "unable to parse '<line>': <reason>" */
+} bdb_lp_result;
+
+/* Returns BDB_OK (even when some lines were rejected; see res). */
+int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_precision prec,
+                  int64_t now_ms, const bdb_lp_map *map, bdb_batch *b, bdb_lp_result *res);
+
+#endif

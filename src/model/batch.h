@@ -1,0 +1,60 @@
+/* batch: the unit of ingestion every protocol produces and every storage engine
+ * consumes: a list of reports, each one device's readings at one event time.
+ *
+ * A report = (device, event time ms, metrics {name -> double}, device tags
+ * {key -> value}, optional state text). The tenant is per batch. All strings are
+ * copied into the batch's arena, so the parser's buffers may be reused at once;
+ * pointers handed out stay valid until bdb_batch_reset or bdb_batch_free. */
+#ifndef BDB_BATCH_H
+#define BDB_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_kv {
+    const char *key;
+    size_t klen;
+    const char *val;
+    size_t vlen;
+} bdb_kv;
+
+typedef struct bdb_metric_val {
+    const char *name;
+    size_t nlen;
+    double value;
+} bdb_metric_val;
+
+typedef struct bdb_report {
+    const char *device;
+    size_t device_len;
+    int64_t ts_ms;
+    const bdb_kv *tags;
+    uint32_t ntags;
+    uint32_t nmetrics;
+    const bdb_metric_val *metrics;
+    const char *state; /* NULL = no state in this report */
+    size_t state_len;
+    size_t lineno; /* source line or array index, for error messages */
+} bdb_report;
+
+typedef struct bdb_batch bdb_batch;
+
+bdb_batch *bdb_batch_new(void);
+void bdb_batch_free(bdb_batch *b);
+void bdb_batch_reset(bdb_batch *b);
+
+/* Builder: begin, add tags/metrics/state, end. A report with no metric and no state
+ * is dropped by end (returns 0); otherwise end returns 1. */
+void bdb_batch_begin(bdb_batch *b, const char *device, size_t dlen, int64_t ts_ms, size_t lineno);
+void bdb_batch_tag(bdb_batch *b, const char *k, size_t kl, const char *v, size_t vl);
+void bdb_batch_metric(bdb_batch *b, const char *name, size_t nlen, double value);
+void bdb_batch_state(bdb_batch *b, const char *s, size_t n);
+int bdb_batch_end(bdb_batch *b);
+/* Abandons the report being built (e.g. the line turned out to be invalid). */
+void bdb_batch_cancel(bdb_batch *b);
+
+/* The finished reports. Valid until the next begin/reset/free. */
+const bdb_report *bdb_batch_reports(const bdb_batch *b, size_t *n);
+size_t bdb_batch_samples(const bdb_batch *b); /* total metric values */
+
+#endif

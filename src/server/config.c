@@ -1,0 +1,315 @@
+#include "server/config.h"
+
+#include "common/log.h"
+#include "model/bucket.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind { K_STR, K_INT, K_U64, K_SIZE, K_MS };
+
+/* The settings table is data: one row per key drives parsing, printing and help. */
+static const struct key {
+    const char *name;
+    enum kind kind;
+    size_t off, len;
+    const char *help;
+} keys[] = {
+#define S(f, h) {#f, K_STR, offsetof(bdb_config, f), sizeof(((bdb_config *)0)->f), h}
+#define N(f, k, h) {#f, k, offsetof(bdb_config, f), 0, h}
+    S(listen, "address to listen on, host:port (default 127.0.0.1:8086)"),
+    S(data, "data directory (default ./data)"),
+    S(log_level, "debug | info | warn | error (default info)"),
+    S(sync, "WAL sync mode: batch (fsync before ack, default) | periodic"),
+    N(sync_interval_ms, K_INT, "periodic mode: fsync every N ms (default 100)"),
+    N(wal_segment_bytes, K_U64, "WAL segment size (default 67108864)"),
+    N(block_window_ms, K_MS, "time window of a block file, divides a day (default 2h)"),
+    N(flush_interval_ms, K_MS, "flush the in-memory head to blocks at least this often (10m)"),
+    N(head_max_bytes, K_U64, "flush early when the head holds more (default 1073741824)"),
+    N(retention_ms, K_MS, "drop raw data older than this; 0 keeps everything (default 0)"),
+    N(query_workers, K_INT, "partition reads running in parallel, server-wide (default 4)"),
+    N(http_threads_max, K_INT, "max concurrent HTTP connections (default 1024)"),
+    N(max_body_bytes, K_SIZE, "max request body after decompression (default 67108864)"),
+    N(max_line_bytes, K_SIZE, "max line-protocol line (default 65536)"),
+    N(max_tags, K_SIZE, "max tags per point (default 64)"),
+    N(max_fields, K_SIZE, "max fields per point (default 256)"),
+    N(max_key_bytes, K_SIZE, "max measurement/tag/field key, device and metric name (256)"),
+    N(max_tag_value_bytes, K_SIZE, "max tag value and state (default 1024)"),
+    N(max_future_ms, K_MS, "reject timestamps further than this in the future (default 1h)"),
+    N(max_query_samples, K_U64, "max samples one query returns (default 1000000)"),
+    S(device_tag, "line-protocol tag naming the device (default device)"),
+    S(metric_naming, "measurement.field (default) | field"),
+    S(default_tenant, "tenant when a request names none (default default)"),
+    S(auth, "auto (token required off loopback) | on | off (default auto)"),
+#undef S
+#undef N
+};
+
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+void bdb_config_default(bdb_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen, sizeof c->listen, "127.0.0.1:8086");
+    snprintf(c->data, sizeof c->data, "./data");
+    snprintf(c->log_level, sizeof c->log_level, "info");
+    snprintf(c->sync, sizeof c->sync, "batch");
+    c->sync_interval_ms = 100;
+    c->wal_segment_bytes = 64u << 20;
+    c->block_window_ms = 2 * BDB_MS_HOUR;
+    c->flush_interval_ms = 10 * BDB_MS_MIN;
+    c->head_max_bytes = 1ull << 30;
+    c->retention_ms = 0;
+    c->query_workers = 4;
+    c->http_threads_max = 1024;
+    c->max_body_bytes = 64u << 20;
+    c->max_line_bytes = 65536;
+    c->max_tags = 64;
+    c->max_fields = 256;
+    c->max_key_bytes = 256;
+    c->max_tag_value_bytes = 1024;
+    c->max_future_ms = BDB_MS_HOUR;
+    c->max_query_samples = 1000000;
+    snprintf(c->device_tag, sizeof c->device_tag, "device");
+    snprintf(c->metric_naming, sizeof c->metric_naming, "measurement.field");
+    snprintf(c->default_tenant, sizeof c->default_tenant, "default");
+    snprintf(c->auth, sizeof c->auth, "auto");
+}
+
+/* Durations: plain ms, or a number with ms, s, m, h, d. */
+static int parse_ms(const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || n < 0)
+        return -1;
+    int64_t mult = 1;
+    if (!strcmp(end, "") || !strcmp(end, "ms"))
+        mult = 1;
+    else if (!strcmp(end, "s"))
+        mult = 1000;
+    else if (!strcmp(end, "m"))
+        mult = 60000;
+    else if (!strcmp(end, "h"))
+        mult = 3600000;
+    else if (!strcmp(end, "d"))
+        mult = 86400000;
+    else
+        return -1;
+    *out = n * mult;
+    return 0;
+}
+
+static int parse_u64(const char *v, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *v == '-')
+        return -1;
+    uint64_t mult = 1;
+    if (!strcmp(end, "") || !strcmp(end, "B"))
+        mult = 1;
+    else if (!strcmp(end, "KiB") || !strcmp(end, "K"))
+        mult = 1024;
+    else if (!strcmp(end, "MiB") || !strcmp(end, "M"))
+        mult = 1024 * 1024;
+    else if (!strcmp(end, "GiB") || !strcmp(end, "G"))
+        mult = 1024ull * 1024 * 1024;
+    else
+        return -1;
+    *out = n * mult;
+    return 0;
+}
+
+int bdb_config_set(bdb_config *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    char norm[64];
+    size_t i;
+    for (i = 0; key[i] && i < sizeof norm - 1; i++)
+        norm[i] = key[i] == '-' ? '_' : key[i];
+    norm[i] = '\0';
+    for (size_t k = 0; k < NKEYS; k++) {
+        if (strcmp(keys[k].name, norm) != 0)
+            continue;
+        char *field = (char *)c + keys[k].off;
+        switch (keys[k].kind) {
+        case K_STR:
+            if (strlen(value) >= keys[k].len) {
+                snprintf(err, errlen, "%s: value too long (max %zu bytes)", norm, keys[k].len - 1);
+                return -1;
+            }
+            snprintf(field, keys[k].len, "%s", value);
+            return 0;
+        case K_INT: {
+            uint64_t v;
+            if (parse_u64(value, &v) || v > 1000000000) {
+                snprintf(err, errlen, "%s: '%s' is not a valid number", norm, value);
+                return -1;
+            }
+            *(int *)field = (int)v;
+            return 0;
+        }
+        case K_U64:
+        case K_SIZE: {
+            uint64_t v;
+            if (parse_u64(value, &v)) {
+                snprintf(err, errlen, "%s: '%s' is not a valid size (e.g. 1048576, 64MiB)", norm,
+                         value);
+                return -1;
+            }
+            if (keys[k].kind == K_U64)
+                *(uint64_t *)field = v;
+            else
+                *(size_t *)field = (size_t)v;
+            return 0;
+        }
+        case K_MS: {
+            int64_t v;
+            if (parse_ms(value, &v)) {
+                snprintf(err, errlen, "%s: '%s' is not a valid duration (e.g. 500ms, 10m, 2h)",
+                         norm, value);
+                return -1;
+            }
+            *(int64_t *)field = v;
+            return 0;
+        }
+        }
+    }
+    snprintf(err, errlen, "unknown setting '%s'", key);
+    return -1;
+}
+
+int bdb_config_load(bdb_config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line;
+        char *hash = strchr(p, '#');
+        if (hash)
+            *hash = '\0';
+        while (isspace((unsigned char)*p))
+            p++;
+        size_t n = strlen(p);
+        while (n && isspace((unsigned char)p[n - 1]))
+            p[--n] = '\0';
+        if (!*p)
+            continue;
+        char *k = p;
+        while (*p && !isspace((unsigned char)*p) && *p != '=')
+            p++;
+        char *kend = p;
+        while (isspace((unsigned char)*p) || *p == '=')
+            p++;
+        *kend = '\0';
+        char msg[256];
+        if (!*p) {
+            snprintf(err, errlen, "%s:%d: '%s' has no value", path, lineno, k);
+            fclose(f);
+            return -1;
+        }
+        if (bdb_config_set(c, k, p, msg, sizeof msg)) {
+            snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
+            fclose(f);
+            return -1;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
+{
+    if (strcmp(c->sync, "batch") && strcmp(c->sync, "periodic")) {
+        snprintf(err, errlen, "sync: must be batch or periodic, not '%s'", c->sync);
+        return -1;
+    }
+    if (bdb_log_parse_level(c->log_level) < 0) {
+        snprintf(err, errlen, "log_level: must be debug, info, warn or error");
+        return -1;
+    }
+    if (strcmp(c->metric_naming, "measurement.field") && strcmp(c->metric_naming, "field")) {
+        snprintf(err, errlen, "metric_naming: must be measurement.field or field");
+        return -1;
+    }
+    if (strcmp(c->auth, "auto") && strcmp(c->auth, "on") && strcmp(c->auth, "off")) {
+        snprintf(err, errlen, "auth: must be auto, on or off");
+        return -1;
+    }
+    if (c->block_window_ms <= 0 || BDB_MS_DAY % c->block_window_ms != 0 ||
+        c->block_window_ms % BDB_MS_MIN != 0) {
+        snprintf(err, errlen, "block_window_ms: must be whole minutes dividing a day (e.g. 1h, 2h)");
+        return -1;
+    }
+    if (!strchr(c->listen, ':')) {
+        snprintf(err, errlen, "listen: expected host:port, got '%s'", c->listen);
+        return -1;
+    }
+    if (c->query_workers < 1 || c->query_workers > 256) {
+        snprintf(err, errlen, "query_workers: must be 1..256");
+        return -1;
+    }
+    if (c->max_body_bytes < 1024 || c->max_line_bytes < 64 || c->max_fields < 1) {
+        snprintf(err, errlen, "limits: max_body_bytes >= 1024, max_line_bytes >= 64, "
+                              "max_fields >= 1");
+        return -1;
+    }
+    if (!c->device_tag[0] || !c->default_tenant[0]) {
+        snprintf(err, errlen, "device_tag and default_tenant must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+void bdb_config_print(const bdb_config *c, void *file)
+{
+    FILE *f = file;
+    for (size_t k = 0; k < NKEYS; k++) {
+        const char *field = (const char *)c + keys[k].off;
+        switch (keys[k].kind) {
+        case K_STR:
+            fprintf(f, "%s = %s\n", keys[k].name, field);
+            break;
+        case K_INT:
+            fprintf(f, "%s = %d\n", keys[k].name, *(const int *)field);
+            break;
+        case K_U64:
+            fprintf(f, "%s = %llu\n", keys[k].name,
+                    (unsigned long long)*(const uint64_t *)field);
+            break;
+        case K_SIZE:
+            fprintf(f, "%s = %zu\n", keys[k].name, *(const size_t *)field);
+            break;
+        case K_MS:
+            fprintf(f, "%s = %lldms\n", keys[k].name, (long long)*(const int64_t *)field);
+            break;
+        }
+    }
+}
+
+const char *const *bdb_config_keys(void)
+{
+    static const char *names[NKEYS + 1];
+    for (size_t k = 0; k < NKEYS; k++)
+        names[k] = keys[k].name;
+    return names;
+}
+
+const char *bdb_config_help(const char *key)
+{
+    for (size_t k = 0; k < NKEYS; k++)
+        if (!strcmp(keys[k].name, key))
+            return keys[k].help;
+    return NULL;
+}

@@ -1,0 +1,55 @@
+/* config: every server setting, its default, and how it is read.
+ *
+ * Precedence: built-in defaults < config file (`--config FILE`) < command-line flags.
+ * File format: one `key = value` per line (the `=` is optional), `#` starts a comment.
+ * The keys and flags are the same names (flag `--max-body-bytes` = key
+ * `max_body_bytes`); docs/CONFIG.md lists them all. */
+#ifndef BDB_CONFIG_H
+#define BDB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_config {
+    char listen[256]; /* host:port */
+    char data[1024];
+    char log_level[16];
+    char sync[16];        /* batch | periodic */
+    int sync_interval_ms; /* periodic */
+    uint64_t wal_segment_bytes;
+    int64_t block_window_ms;
+    int64_t flush_interval_ms;
+    uint64_t head_max_bytes;
+    int64_t retention_ms;
+    int query_workers;
+    int http_threads_max; /* connection limit (one thread each) */
+    /* ingestion limits */
+    size_t max_body_bytes; /* after decompression */
+    size_t max_line_bytes;
+    size_t max_tags;
+    size_t max_fields;
+    size_t max_key_bytes;
+    size_t max_tag_value_bytes;
+    int64_t max_future_ms;
+    uint64_t max_query_samples;
+    /* line-protocol mapping */
+    char device_tag[64];
+    char metric_naming[32]; /* measurement.field | field */
+    char default_tenant[128];
+    char auth[16]; /* auto | on | off */
+} bdb_config;
+
+void bdb_config_default(bdb_config *c);
+/* Sets one key. Returns 0, or -1 with a message in err (unknown key, bad value). */
+int bdb_config_set(bdb_config *c, const char *key, const char *value, char *err, size_t errlen);
+/* Reads a file. Returns 0, or -1 with "FILE:LINE: message" in err. */
+int bdb_config_load(bdb_config *c, const char *path, char *err, size_t errlen);
+/* Checks cross-field rules after everything is set. */
+int bdb_config_check(const bdb_config *c, char *err, size_t errlen);
+/* Writes the effective configuration in file format (for `serve --print-config`). */
+void bdb_config_print(const bdb_config *c, void *file);
+/* Names of all keys, NULL-terminated (for --help and docs). */
+const char *const *bdb_config_keys(void);
+const char *bdb_config_help(const char *key);
+
+#endif

@@ -1,0 +1,254 @@
+/* h_export: GET /api/v1/export streams stored samples back as line protocol, one
+ * partition at a time, so memory stays bounded by one partition whatever the range.
+ *
+ * A metric "m.f" becomes measurement m, field f (what the default mapping made of
+ * it); a metric without a dot becomes measurement <metric>, field "value". The device
+ * is the device tag; the device's current tags follow; timestamps are nanoseconds, so
+ * the output can be POSTed to /write as it is. */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct exp {
+    bdb_server *s;
+    char *tenant;
+    char **devices;
+    size_t ndev, di;
+    char **filter; /* metric filter, NULL = all */
+    size_t nfilter;
+    int64_t from, to;
+    /* current device */
+    int have_dev;
+    bdb_device_snapshot snap;
+    const char **metrics;
+    size_t nmetrics;
+    int64_t t, t_end;
+    bdb_buf prefix_tags; /* ",device=...,k=v" already escaped */
+    bdb_buf out;
+    size_t out_pos;
+    bdb_samples *samples;
+};
+
+static void esc(bdb_buf *b, const char *s, size_t n, const char *special)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strchr(special, s[i]))
+            bdb_buf_putc(b, '\\');
+        bdb_buf_putc(b, (uint8_t)s[i]);
+    }
+}
+
+struct devlist {
+    struct exp *e;
+};
+
+static int collect_dev(void *ctx, const bdb_device_info *d)
+{
+    struct exp *e = ctx;
+    char **p = realloc(e->devices, (e->ndev + 1) * sizeof *p);
+    if (!p)
+        return 1;
+    e->devices = p;
+    e->devices[e->ndev++] = strdup(d->device);
+    return 0;
+}
+
+static int tags_cb(void *ctx, const bdb_device_info *d)
+{
+    struct exp *e = ctx;
+    bdb_buf_reset(&e->prefix_tags);
+    bdb_buf_putc(&e->prefix_tags, ',');
+    esc(&e->prefix_tags, e->s->cfg.device_tag, strlen(e->s->cfg.device_tag), ",= ");
+    bdb_buf_putc(&e->prefix_tags, '=');
+    esc(&e->prefix_tags, d->device, strlen(d->device), ",= ");
+    for (size_t i = 0; i < d->ntags; i++) {
+        bdb_buf_putc(&e->prefix_tags, ',');
+        esc(&e->prefix_tags, d->tags[i].key, d->tags[i].klen, ",= ");
+        bdb_buf_putc(&e->prefix_tags, '=');
+        esc(&e->prefix_tags, d->tags[i].val, d->tags[i].vlen, ",= ");
+    }
+    return 0;
+}
+
+static void drop_device(struct exp *e)
+{
+    if (!e->have_dev)
+        return;
+    for (size_t m = 0; m < e->nmetrics && e->samples; m++)
+        bdb_samples_free(&e->samples[m]);
+    free(e->samples);
+    e->samples = NULL;
+    free(e->metrics);
+    e->metrics = NULL;
+    bdb_device_snapshot_free(&e->snap);
+    e->have_dev = 0;
+}
+
+static int open_next_device(struct exp *e)
+{
+    while (e->di < e->ndev) {
+        const char *dev = e->devices[e->di++];
+        if (bdb_db_device_snapshot(e->s->db, e->tenant, dev, &e->snap) != BDB_OK)
+            continue;
+        e->have_dev = 1;
+        if (bdb_db_get_device(e->s->db, e->tenant, dev, tags_cb, e) != BDB_OK) {
+            drop_device(e);
+            continue;
+        }
+        e->metrics = calloc(e->snap.nmetrics + 1, sizeof *e->metrics);
+        e->nmetrics = 0;
+        for (size_t i = 0; i < e->snap.nmetrics; i++) {
+            int keep = e->nfilter == 0;
+            for (size_t k = 0; k < e->nfilter && !keep; k++)
+                keep = !strcmp(e->filter[k], e->snap.metrics[i]);
+            if (keep)
+                e->metrics[e->nmetrics++] = e->snap.metrics[i];
+        }
+        e->samples = calloc(e->nmetrics + 1, sizeof *e->samples);
+        e->t = e->from > e->snap.first_ts ? e->from : e->snap.first_ts;
+        e->t_end = e->to < e->snap.last_ts + 1 ? e->to : e->snap.last_ts + 1;
+        if (e->nmetrics == 0 || e->snap.last_ts == INT64_MIN || e->t >= e->t_end) {
+            drop_device(e);
+            continue;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* Produces the lines of the next partition into e->out; returns 0 at the end. */
+static int produce(struct exp *e)
+{
+    bdb_buf_reset(&e->out);
+    e->out_pos = 0;
+    while (e->out.len == 0) {
+        if (!e->have_dev && !open_next_device(e))
+            return 0;
+        if (e->t >= e->t_end) {
+            drop_device(e);
+            continue;
+        }
+        int64_t ps, pe;
+        bdb_bucket_range(&e->snap.hist, e->t, &ps, &pe);
+        int64_t lo = e->t, hi = pe < e->t_end ? pe : e->t_end;
+        e->t = hi;
+        const char *dev = e->devices[e->di - 1];
+        int rc = bdb_db_read(e->s->db, e->tenant, dev, e->metrics, e->nmetrics, lo, hi,
+                             e->samples, NULL);
+        if (rc != BDB_OK) {
+            /* The status line is gone already; end the stream early and say why in
+             * the log. A client sees a short export, never a wrong value. */
+            BDB_ERROR("export %s/%s: read failed: %s; stream ended early", e->tenant, dev,
+                      bdb_strerror(rc));
+            return 0;
+        }
+        for (size_t m = 0; m < e->nmetrics; m++) {
+            const char *name = e->metrics[m];
+            const char *dot = strchr(name, '.');
+            size_t ml = dot ? (size_t)(dot - name) : strlen(name);
+            const char *field = dot ? dot + 1 : "value";
+            for (size_t i = 0; i < e->samples[m].n; i++) {
+                esc(&e->out, name, ml, ", ");
+                bdb_buf_append(&e->out, e->prefix_tags.data, e->prefix_tags.len);
+                bdb_buf_putc(&e->out, ' ');
+                esc(&e->out, field, strlen(field), ",= ");
+                bdb_buf_putc(&e->out, '=');
+                bdb_buf_double(&e->out, e->samples[m].v[i]);
+                bdb_buf_printf(&e->out, " %lld000000\n", (long long)e->samples[m].ts[i]);
+            }
+        }
+    }
+    return 1;
+}
+
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct exp *e = cls;
+    if (e->out_pos >= e->out.len && !produce(e))
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = e->out.len - e->out_pos;
+    if (n > max)
+        n = max;
+    memcpy(buf, e->out.data + e->out_pos, n);
+    e->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void free_exp(void *cls)
+{
+    struct exp *e = cls;
+    drop_device(e);
+    for (size_t i = 0; i < e->ndev; i++)
+        free(e->devices[i]);
+    free(e->devices);
+    for (size_t i = 0; i < e->nfilter; i++)
+        free(e->filter[i]);
+    free(e->filter);
+    free(e->tenant);
+    bdb_buf_free(&e->prefix_tags);
+    bdb_buf_free(&e->out);
+    free(e);
+}
+
+static void add_list(char ***v, size_t *n, const char *csv)
+{
+    char *copy = strdup(csv), *save;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!*t)
+            continue;
+        char **p = realloc(*v, (*n + 1) * sizeof *p);
+        if (!p)
+            break;
+        *v = p;
+        (*v)[(*n)++] = strdup(t);
+    }
+    free(copy);
+}
+
+enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    struct exp *e = calloc(1, sizeof *e);
+    if (!e)
+        return MHD_NO;
+    e->s = s;
+    e->tenant = strdup(tenant);
+    e->from = INT64_MIN / 4;
+    e->to = INT64_MAX / 4;
+    const char *f = arg(c, "from"), *t = arg(c, "to");
+    if ((f && *f && bdb_parse_time_ms(f, &e->from) != BDB_OK) ||
+        (t && *t && bdb_parse_time_ms(t, &e->to) != BDB_OK)) {
+        free_exp(e);
+        return respond_json_error(s, c, 400,
+                                  "invalid 'from' or 'to': use RFC 3339 or Unix milliseconds", 0);
+    }
+    const char *dev = arg(c, "device");
+    if (dev && *dev)
+        add_list(&e->devices, &e->ndev, dev);
+    else
+        bdb_db_list_devices(s->db, tenant, collect_dev, e);
+    const char *m = arg(c, "metric");
+    if (m && *m)
+        add_list(&e->filter, &e->nfilter, m);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, reader,
+                                                                  e, free_exp);
+    if (!resp) {
+        free_exp(e);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
+    res = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[2], 1);
+    return res;
+}

@@ -1,0 +1,319 @@
+/* h_query: range queries and the device registry over HTTP. */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/timeutil.h"
+#include "model/bucket.h"
+#include "query/range.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses a time parameter; returns 0 if absent (leaves *out), 1 if set, -1 if bad. */
+static int time_arg(struct MHD_Connection *c, const char *name, int64_t *out)
+{
+    const char *v = arg(c, name);
+    if (!v || !*v)
+        return 0;
+    return bdb_parse_time_ms(v, out) == BDB_OK ? 1 : -1;
+}
+
+struct qout {
+    bdb_buf *b;
+    int csv;
+    uint64_t n, max;
+    int overflow;
+};
+
+static int row_cb(void *ctx, const char *metric, int64_t ts, double v)
+{
+    struct qout *o = ctx;
+    if (o->n >= o->max) {
+        o->overflow = 1;
+        return 1;
+    }
+    if (o->csv) {
+        bdb_buf_printf(o->b, "%lld,", (long long)ts);
+        /* metric names may contain commas or quotes: quote per RFC 4180 when needed */
+        if (strpbrk(metric, ",\"\n")) {
+            bdb_buf_putc(o->b, '"');
+            for (const char *p = metric; *p; p++) {
+                if (*p == '"')
+                    bdb_buf_putc(o->b, '"');
+                bdb_buf_putc(o->b, (uint8_t)*p);
+            }
+            bdb_buf_putc(o->b, '"');
+        } else {
+            bdb_buf_puts(o->b, metric);
+        }
+        bdb_buf_putc(o->b, ',');
+        bdb_buf_double(o->b, v);
+        bdb_buf_putc(o->b, '\n');
+    } else {
+        bdb_buf_puts(o->b, o->n ? ",[" : "[");
+        bdb_buf_printf(o->b, "%lld,\"", (long long)ts);
+        bdb_buf_json_str(o->b, metric, strlen(metric));
+        bdb_buf_puts(o->b, "\",");
+        bdb_buf_double(o->b, v);
+        bdb_buf_putc(o->b, ']');
+    }
+    o->n++;
+    return 0;
+}
+
+/* Splits a comma-separated list in place. */
+static size_t split_list(char *s, const char **out, size_t max)
+{
+    size_t n = 0;
+    char *save;
+    for (char *t = strtok_r(s, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+        if (*t)
+            out[n++] = t;
+    return n;
+}
+
+enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    uint64_t t0 = now_us();
+    const char *device = arg(c, "device");
+    if (!device || !*device)
+        return respond_json_error(s, c, 400, "missing parameter 'device'", 0);
+    bdb_range_query q = {0};
+    q.tenant = tenant;
+    q.device = device;
+    q.to = bdb_now_ms() + 1;
+    q.from = q.to - BDB_MS_HOUR;
+    int hf = time_arg(c, "from", &q.from), ht = time_arg(c, "to", &q.to);
+    if (hf < 0 || ht < 0)
+        return respond_json_error(s, c, 400,
+                                  "invalid 'from' or 'to': use RFC 3339 "
+                                  "(2024-01-15T14:00:00Z) or Unix milliseconds",
+                                  0);
+    if (hf && !ht)
+        q.to = INT64_MAX / 2;
+    if (q.from >= q.to)
+        return respond_json_error(s, c, 400, "'from' must be before 'to'", 0);
+    const char *lim = arg(c, "limit");
+    if (lim) {
+        char *end;
+        q.limit = strtoull(lim, &end, 10);
+        if (*end || *lim == '-')
+            return respond_json_error(s, c, 400, "invalid 'limit'", 0);
+    }
+    const char *order = arg(c, "order");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        return respond_json_error(s, c, 400, "'order' must be asc or desc", 0);
+    q.desc = order && !strcmp(order, "desc");
+    const char *fmt = arg(c, "format");
+    if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv"))
+        return respond_json_error(s, c, 400, "'format' must be json or csv", 0);
+    int csv = fmt && !strcmp(fmt, "csv");
+    char *mlist = NULL;
+    const char *metrics[256];
+    const char *m = arg(c, "metric");
+    if (m && *m) {
+        mlist = strdup(m);
+        q.nmetrics = split_list(mlist, metrics, 256);
+        q.metrics = metrics;
+    }
+    bdb_buf body;
+    bdb_buf_init(&body);
+    struct qout o = {&body, csv, 0, s->cfg.max_query_samples, 0};
+    if (csv)
+        bdb_buf_puts(&body, "time,metric,value\n");
+    else
+        bdb_buf_puts(&body, "[");
+    bdb_query_stats st;
+    int rc = bdb_query_range(s->db, s->pool, &q, row_cb, &o, &st);
+    free(mlist);
+    atomic_fetch_add(&s->queries, 1);
+    if (rc == BDB_ERR_NOTFOUND) {
+        bdb_buf_free(&body);
+        char msg[400];
+        snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", device, tenant);
+        return respond_json_error(s, c, 404, msg, 0);
+    }
+    if (rc == BDB_ERR_LIMIT) {
+        bdb_buf_free(&body);
+        char msg[200];
+        snprintf(msg, sizeof msg, "range spans more than %d partitions; narrow it",
+                 BDB_QUERY_MAX_PARTITIONS);
+        return respond_json_error(s, c, 400, msg, 0);
+    }
+    if (rc != BDB_OK) {
+        bdb_buf_free(&body);
+        char msg[200];
+        snprintf(msg, sizeof msg, "query failed: %s", bdb_strerror(rc));
+        return respond_json_error(s, c, 500, msg, 0);
+    }
+    if (o.overflow) {
+        bdb_buf_free(&body);
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "query returns more than max-query-samples %llu; add a limit or narrow the "
+                 "range",
+                 (unsigned long long)s->cfg.max_query_samples);
+        return respond_json_error(s, c, 422, msg, 0);
+    }
+    atomic_fetch_add(&s->query_samples, o.n);
+    hist_observe(&s->query_latency, now_us() - t0);
+    if (csv) {
+        res = respond(s, c, 200, "text/csv", body.data, body.len);
+        bdb_buf_free(&body);
+        return res;
+    }
+    /* Wrap the rows with the plan's facts; the rows were built first so that a failed
+     * query never sends a half response. */
+    bdb_buf full;
+    bdb_buf_init(&full);
+    bdb_buf_puts(&full, "{\"tenant\":\"");
+    bdb_buf_json_str(&full, tenant, strlen(tenant));
+    bdb_buf_puts(&full, "\",\"device\":\"");
+    bdb_buf_json_str(&full, device, strlen(device));
+    bdb_buf_printf(&full,
+                   "\",\"tier\":\"raw\",\"from\":%lld,\"to\":%lld,\"order\":\"%s\","
+                   "\"partitions\":%llu,\"chunks\":%llu,\"count\":%llu,"
+                   "\"columns\":[\"time\",\"metric\",\"value\"],\"values\":",
+                   (long long)q.from, (long long)q.to, q.desc ? "desc" : "asc",
+                   (unsigned long long)st.partitions, (unsigned long long)st.chunks,
+                   (unsigned long long)o.n);
+    bdb_buf_append(&full, body.data, body.len);
+    bdb_buf_puts(&full, "]}\n");
+    bdb_buf_free(&body);
+    res = respond(s, c, 200, "application/json", full.data, full.len);
+    bdb_buf_free(&full);
+    return res;
+}
+
+static void device_json(bdb_buf *b, const bdb_device_info *d)
+{
+    bdb_buf_puts(b, "{\"device\":\"");
+    bdb_buf_json_str(b, d->device, strlen(d->device));
+    bdb_buf_puts(b, "\",\"tags\":{");
+    for (size_t i = 0; i < d->ntags; i++) {
+        bdb_buf_puts(b, i ? ",\"" : "\"");
+        bdb_buf_json_str(b, d->tags[i].key, d->tags[i].klen);
+        bdb_buf_puts(b, "\":\"");
+        bdb_buf_json_str(b, d->tags[i].val, d->tags[i].vlen);
+        bdb_buf_putc(b, '"');
+    }
+    bdb_buf_puts(b, "},\"state\":");
+    if (d->state) {
+        bdb_buf_putc(b, '"');
+        bdb_buf_json_str(b, d->state, strlen(d->state));
+        bdb_buf_printf(b, "\",\"state_time\":%lld", (long long)d->state_ts);
+    } else {
+        bdb_buf_puts(b, "null,\"state_time\":null");
+    }
+    if (d->last_ts != INT64_MIN)
+        bdb_buf_printf(b, ",\"first_time\":%lld,\"last_time\":%lld", (long long)d->first_ts,
+                       (long long)d->last_ts);
+    else
+        bdb_buf_puts(b, ",\"first_time\":null,\"last_time\":null");
+    bdb_buf_printf(b,
+                   ",\"samples\":%llu,\"bucket\":\"%s\",\"bucket_ms\":%lld,\"class\":\"%s\","
+                   "\"pinned\":%s,\"bucket_changes\":%zu,\"metrics\":[",
+                   (unsigned long long)d->samples, bdb_bucket_name(d->bucket_ms),
+                   (long long)d->bucket_ms, bdb_freq_name((enum bdb_freq_class)d->freq_class),
+                   d->pinned ? "true" : "false", d->nbucket_changes);
+    for (size_t i = 0; i < d->nmetrics; i++) {
+        bdb_buf_puts(b, i ? ",\"" : "\"");
+        bdb_buf_json_str(b, d->metrics[i], strlen(d->metrics[i]));
+        bdb_buf_putc(b, '"');
+    }
+    bdb_buf_puts(b, "]}");
+}
+
+struct list_ctx {
+    bdb_buf *b;
+    size_t n;
+};
+
+static int list_cb(void *ctx, const bdb_device_info *d)
+{
+    struct list_ctx *l = ctx;
+    if (l->n++)
+        bdb_buf_putc(l->b, ',');
+    device_json(l->b, d);
+    return 0;
+}
+
+static int part_cb(void *ctx, int64_t start, int64_t end)
+{
+    struct list_ctx *l = ctx;
+    if (l->n++)
+        bdb_buf_putc(l->b, ',');
+    bdb_buf_printf(l->b, "{\"start\":%lld,\"end\":%lld,\"bucket\":\"%s\"}", (long long)start,
+                   (long long)end, bdb_bucket_name(end - start));
+    return l->n >= 100000;
+}
+
+enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *rest,
+                          const char *method)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    bdb_buf b;
+    bdb_buf_init(&b);
+    struct list_ctx l = {&b, 0};
+    if (!*rest || !strcmp(rest, "/")) {
+        bdb_buf_puts(&b, "{\"tenant\":\"");
+        bdb_buf_json_str(&b, tenant, strlen(tenant));
+        bdb_buf_puts(&b, "\",\"devices\":[");
+        bdb_db_list_devices(s->db, tenant, list_cb, &l);
+        bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
+        res = respond(s, c, 200, "application/json", b.data, b.len);
+        bdb_buf_free(&b);
+        return res;
+    }
+    /* /<device>[/partitions|/profile]; the device id is URL-decoded by MHD */
+    char dev[1024];
+    snprintf(dev, sizeof dev, "%s", rest + 1);
+    char *sub = strchr(dev, '/');
+    if (sub)
+        *sub++ = '\0';
+    if (sub && !strcmp(sub, "profile")) {
+        if (strcmp(method, "PUT") && strcmp(method, "POST"))
+            return respond_json_error(s, c, 405, "use PUT", 0);
+        const char *bk = arg(c, "bucket");
+        int64_t size = 0;
+        if (bk && strcmp(bk, "auto") && !(size = bdb_bucket_parse(bk)))
+            return respond_json_error(s, c, 400,
+                                      "'bucket' must be auto, 10m, 15m, 1h, 6h or 1d", 0);
+        int rc = bdb_db_set_device_bucket(s->db, tenant, dev, size);
+        if (rc != BDB_OK)
+            return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500,
+                                      bdb_strerror(rc), 0);
+    } else if (sub && strcmp(sub, "partitions")) {
+        return respond_json_error(s, c, 404, "unknown device resource", 0);
+    }
+    if (sub && !strcmp(sub, "partitions")) {
+        int64_t from = INT64_MIN / 4, to = bdb_now_ms() + BDB_MS_DAY;
+        if (time_arg(c, "from", &from) < 0 || time_arg(c, "to", &to) < 0)
+            return respond_json_error(s, c, 400, "invalid 'from' or 'to'", 0);
+        bdb_buf_puts(&b, "{\"partitions\":[");
+        int rc = bdb_db_device_partitions(s->db, tenant, dev, from, to, part_cb, &l);
+        if (rc == BDB_ERR_NOTFOUND) {
+            bdb_buf_free(&b);
+            return respond_json_error(s, c, 404, "device not found", 0);
+        }
+        bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
+    } else {
+        int rc = bdb_db_get_device(s->db, tenant, dev, list_cb, &l);
+        if (rc == BDB_ERR_NOTFOUND) {
+            bdb_buf_free(&b);
+            return respond_json_error(s, c, 404, "device not found", 0);
+        }
+        bdb_buf_putc(&b, '\n');
+    }
+    res = respond(s, c, 200, "application/json", b.data, b.len);
+    bdb_buf_free(&b);
+    return res;
+}

@@ -1,0 +1,255 @@
+/* h_status: /health and /metrics (Prometheus text exposition 0.0.4). */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/timeutil.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
+{
+    bdb_db_stats st;
+    bdb_db_get_stats(s->db, &st);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_printf(&b, "{\"status\":\"%s\",\"version\":\"%s\",\"uptime_seconds\":%lld,",
+                   st.readonly ? "unhealthy" : "ok", BDB_VERSION,
+                   (long long)((bdb_now_ms() - s->start_ms) / 1000));
+    bdb_buf_printf(&b, "\"storage\":{\"engine\":\"embedded\",\"writable\":%s,\"reason\":",
+                   st.readonly ? "false" : "true");
+    if (st.readonly) {
+        bdb_buf_putc(&b, '"');
+        bdb_buf_json_str(&b, st.readonly_reason, strlen(st.readonly_reason));
+        bdb_buf_putc(&b, '"');
+    } else {
+        bdb_buf_puts(&b, "null");
+    }
+    bdb_buf_printf(&b,
+                   ",\"devices\":%llu,\"series\":%llu,\"head_samples\":%llu,\"blocks\":%llu,"
+                   "\"wal_segments\":%llu,\"wal_corruptions\":%llu,\"quarantined_blocks\":%llu}}\n",
+                   (unsigned long long)st.devices, (unsigned long long)st.series,
+                   (unsigned long long)st.head_samples, (unsigned long long)st.blocks,
+                   (unsigned long long)st.wal.segments_on_disk,
+                   (unsigned long long)st.wal_corruptions, (unsigned long long)st.quarantined);
+    enum MHD_Result r = respond(s, c, st.readonly ? 503 : 200, "application/json", b.data, b.len);
+    bdb_buf_free(&b);
+    return r;
+}
+
+static void family(bdb_buf *b, const char *name, const char *type, const char *help)
+{
+    bdb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void metric_u(bdb_buf *b, const char *name, const char *type, const char *help,
+                     unsigned long long v)
+{
+    family(b, name, type, help);
+    bdb_buf_printf(b, "%s %llu\n", name, v);
+}
+
+static void histogram(bdb_buf *b, const char *name, const char *help, hist *h, double scale)
+{
+    family(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < HIST_NB; i++) {
+        cum += atomic_load(&h->b[i]);
+        bdb_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds[i] * scale,
+                       (unsigned long long)cum);
+    }
+    cum += atomic_load(&h->b[HIST_NB]);
+    bdb_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    bdb_buf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name,
+                   (double)atomic_load(&h->sum_us) / 1e6 * scale, name,
+                   (unsigned long long)atomic_load(&h->count));
+}
+
+/* Partition sizes in power-of-4 buckets from 64 KiB to 4 GiB (seed 002's guidance:
+ * 10-100 MB is the target, over 100 MB is risky). */
+#define PS_NB 9
+static const double ps_bounds[PS_NB] = {65536.0,     262144.0,     1048576.0,
+                                        4194304.0,   16777216.0,   67108864.0,
+                                        268435456.0, 1073741824.0, 4294967296.0};
+struct psizes {
+    uint64_t b[PS_NB + 1], count, large;
+    double sum;
+};
+
+static int ps_cb(void *ctx, const char *t, const char *d, int64_t bs, uint64_t rows,
+                 uint64_t bytes)
+{
+    (void)t;
+    (void)d;
+    (void)bs;
+    (void)rows;
+    struct psizes *p = ctx;
+    int i = 0;
+    while (i < PS_NB && (double)bytes > ps_bounds[i])
+        i++;
+    p->b[i]++;
+    p->count++;
+    p->sum += (double)bytes;
+    if (bytes > 100u * 1000 * 1000)
+        p->large++;
+    return 0;
+}
+
+static long count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 0;
+    long n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the directory stream itself */
+}
+
+enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
+{
+    bdb_db_stats st;
+    bdb_db_get_stats(s->db, &st);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    family(&b, "bucketdb_build_info", "gauge", "Build information.");
+    bdb_buf_printf(&b, "bucketdb_build_info{version=\"%s\"} 1\n", BDB_VERSION);
+    family(&b, "bucketdb_samples_ingested_total", "counter",
+           "Samples durably written, by protocol.");
+    bdb_buf_printf(&b, "bucketdb_samples_ingested_total{protocol=\"line\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->lp_samples));
+    bdb_buf_printf(&b, "bucketdb_samples_ingested_total{protocol=\"json\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->json_samples));
+    family(&b, "bucketdb_lines_total", "counter", "Line-protocol lines by result.");
+    bdb_buf_printf(&b, "bucketdb_lines_total{result=\"accepted\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->lp_lines_accepted));
+    bdb_buf_printf(&b, "bucketdb_lines_total{result=\"rejected\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->lp_lines_rejected));
+    family(&b, "bucketdb_json_reports_total", "counter", "JSON reports by result.");
+    bdb_buf_printf(&b, "bucketdb_json_reports_total{result=\"accepted\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->json_reports_accepted));
+    bdb_buf_printf(&b, "bucketdb_json_reports_total{result=\"rejected\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->json_reports_rejected));
+    family(&b, "bucketdb_http_responses_total", "counter", "HTTP responses by status class.");
+    for (int i = 1; i <= 5; i++)
+        bdb_buf_printf(&b, "bucketdb_http_responses_total{code=\"%dxx\"} %llu\n", i,
+                       (unsigned long long)atomic_load(&s->http_requests[i]));
+    metric_u(&b, "bucketdb_http_request_bytes_total", "counter", "Request body bytes received.",
+             atomic_load(&s->bytes_received));
+    metric_u(&b, "bucketdb_body_too_large_total", "counter", "Requests refused with 413.",
+             atomic_load(&s->body_too_large));
+    metric_u(&b, "bucketdb_auth_failures_total", "counter", "Requests refused with 401.",
+             atomic_load(&s->auth_failures));
+    metric_u(&b, "bucketdb_write_failures_total", "counter",
+             "Writes refused because storage failed (5xx).", atomic_load(&s->write_failures));
+    histogram(&b, "bucketdb_write_duration_seconds",
+              "Write request latency, receive to durable acknowledgement.", &s->write_latency, 1);
+    family(&b, "bucketdb_write_batch_samples", "histogram", "Samples per write batch.");
+    {
+        /* batch sizes reuse the latency buckets scaled to counts */
+        uint64_t cum = 0;
+        for (int i = 0; i < HIST_NB; i++) {
+            cum += atomic_load(&s->batch_size.b[i]);
+            bdb_buf_printf(&b, "bucketdb_write_batch_samples_bucket{le=\"%g\"} %llu\n",
+                           hist_bounds[i] * 1e6, (unsigned long long)cum);
+        }
+        cum += atomic_load(&s->batch_size.b[HIST_NB]);
+        bdb_buf_printf(&b, "bucketdb_write_batch_samples_bucket{le=\"+Inf\"} %llu\n",
+                       (unsigned long long)cum);
+        bdb_buf_printf(&b, "bucketdb_write_batch_samples_sum %llu\n",
+                       (unsigned long long)atomic_load(&s->batch_size.sum_us));
+        bdb_buf_printf(&b, "bucketdb_write_batch_samples_count %llu\n",
+                       (unsigned long long)atomic_load(&s->batch_size.count));
+    }
+    metric_u(&b, "bucketdb_queries_total", "counter", "Range queries answered.",
+             atomic_load(&s->queries));
+    histogram(&b, "bucketdb_query_duration_seconds", "Range query latency.", &s->query_latency,
+              1);
+    metric_u(&b, "bucketdb_devices", "gauge", "Devices known.", st.devices);
+    metric_u(&b, "bucketdb_series", "gauge", "Series (device x metric) known.", st.series);
+    metric_u(&b, "bucketdb_tenants", "gauge", "Tenants known.", st.tenants);
+    metric_u(&b, "bucketdb_head_samples", "gauge", "Samples in the in-memory head.",
+             st.head_samples);
+    metric_u(&b, "bucketdb_head_bytes", "gauge", "Bytes held by the in-memory head.",
+             st.head_bytes);
+    metric_u(&b, "bucketdb_out_of_order_samples_total", "counter",
+             "Samples that arrived older than their series' newest.", st.ooo_samples);
+    metric_u(&b, "bucketdb_blocks", "gauge", "Block files.", st.blocks);
+    metric_u(&b, "bucketdb_block_bytes", "gauge", "Bytes in block files.", st.block_bytes);
+    metric_u(&b, "bucketdb_block_samples", "gauge", "Samples in block files.", st.block_samples);
+    metric_u(&b, "bucketdb_flushes_total", "counter", "Head flushes to blocks.", st.flushes);
+    metric_u(&b, "bucketdb_compactions_total", "counter", "Window compactions.", st.compactions);
+    metric_u(&b, "bucketdb_pending_compactions", "gauge",
+             "Blocks waiting to be merged into their window's block.", st.pending_compactions);
+    metric_u(&b, "bucketdb_retention_dropped_blocks_total", "counter",
+             "Blocks dropped by retention.", st.retention_drops);
+    metric_u(&b, "bucketdb_quarantined_blocks_total", "counter",
+             "Damaged block files moved aside at start.", st.quarantined);
+    metric_u(&b, "bucketdb_bucket_changes_total", "counter",
+             "Device bucket-size changes learned from rates.", st.bucket_changes);
+    metric_u(&b, "bucketdb_wal_corruptions_total", "counter",
+             "Damaged WAL places found and cut at recovery.", st.wal_corruptions);
+    metric_u(&b, "bucketdb_wal_replayed_records_total", "counter", "WAL records replayed at start.",
+             st.wal_replayed_records);
+    metric_u(&b, "bucketdb_wal_fsyncs_total", "counter", "WAL fsync calls.", st.wal.fsyncs);
+    family(&b, "bucketdb_wal_fsync_seconds_total", "counter", "Time spent in WAL fsync.");
+    bdb_buf_printf(&b, "bucketdb_wal_fsync_seconds_total %.6f\n",
+                   (double)st.wal.fsync_ns_total / 1e9);
+    metric_u(&b, "bucketdb_wal_bytes_total", "counter", "Bytes appended to the WAL.",
+             st.wal.bytes);
+    metric_u(&b, "bucketdb_wal_segments", "gauge", "WAL segment files.",
+             st.wal.segments_on_disk);
+    metric_u(&b, "bucketdb_storage_readonly", "gauge",
+             "1 when storage refuses writes after a failed fsync.", (unsigned long long)st.readonly);
+
+    struct psizes ps;
+    memset(&ps, 0, sizeof ps);
+    bdb_db_partition_sizes(s->db, ps_cb, &ps);
+    family(&b, "bucketdb_partition_size_bytes", "histogram",
+           "Partition sizes in block files (per block; target 10-100 MB).");
+    uint64_t cum = 0;
+    for (int i = 0; i < PS_NB; i++) {
+        cum += ps.b[i];
+        bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"%.0f\"} %llu\n",
+                       ps_bounds[i], (unsigned long long)cum);
+    }
+    cum += ps.b[PS_NB];
+    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"+Inf\"} %llu\n",
+                   (unsigned long long)cum);
+    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_sum %.0f\n", ps.sum);
+    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_count %llu\n",
+                   (unsigned long long)ps.count);
+    metric_u(&b, "bucketdb_large_partitions", "gauge", "Partitions over 100 MB (seed 002 limit).",
+             ps.large);
+
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    family(&b, "process_cpu_seconds_total", "counter", "CPU time.");
+    bdb_buf_printf(&b, "process_cpu_seconds_total %.3f\n",
+                   (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+                       ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6);
+    long rss_pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        long size;
+        if (fscanf(f, "%ld %ld", &size, &rss_pages) != 2)
+            rss_pages = 0;
+        fclose(f);
+    }
+    metric_u(&b, "process_resident_memory_bytes", "gauge", "Resident memory.",
+             (unsigned long long)rss_pages * (unsigned long long)sysconf(_SC_PAGESIZE));
+    metric_u(&b, "process_open_fds", "gauge", "Open file descriptors.",
+             (unsigned long long)count_fds());
+    family(&b, "process_start_time_seconds", "gauge", "Start time, Unix seconds.");
+    bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
+
+    enum MHD_Result r = respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data,
+                                b.len);
+    bdb_buf_free(&b);
+    return r;
+}

@@ -1,0 +1,253 @@
+/* h_write: ingestion endpoints. Every path ends in bdb_db_write, which returns only
+ * when the batch is durable under the sync mode; the response is sent after that. */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "ingest/json_ingest.h"
+#include "ingest/lp_ingest.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+/* Inflates a gzip (or zlib) body, refusing to produce more than max bytes so a small
+ * compressed body cannot expand past the limit. Returns 0, 1 (too large), -1 (bad). */
+static int gunzip(const bdb_buf *in, size_t max, bdb_buf *out)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK)
+        return -1;
+    z.next_in = in->data;
+    z.avail_in = (uInt)in->len;
+    int rc;
+    do {
+        bdb_buf_reserve(out, 65536);
+        size_t room = out->cap - out->len;
+        if (out->len + room > max + 1)
+            room = max + 1 - out->len;
+        z.next_out = out->data + out->len;
+        z.avail_out = (uInt)room;
+        rc = inflate(&z, Z_NO_FLUSH);
+        out->len += room - z.avail_out;
+        if (out->len > max) {
+            inflateEnd(&z);
+            return 1;
+        }
+        if (rc == Z_BUF_ERROR && z.avail_in == 0)
+            break; /* truncated stream */
+    } while (rc == Z_OK);
+    inflateEnd(&z);
+    return rc == Z_STREAM_END ? 0 : -1;
+}
+
+/* Returns the body to parse (decompressed if needed) or NULL with a response queued. */
+static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req *r,
+                                   bdb_buf *tmp, enum MHD_Result *res)
+{
+    const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+    if (!enc || !strcasecmp(enc, "identity"))
+        return &r->body;
+    if (strcasecmp(enc, "gzip") && strcasecmp(enc, "deflate")) {
+        *res = respond_json_error(s, c, 415, "unsupported Content-Encoding (use gzip)", 1);
+        return NULL;
+    }
+    int g = gunzip(&r->body, s->cfg.max_body_bytes, tmp);
+    if (g == 1) {
+        atomic_fetch_add(&s->body_too_large, 1);
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "request entity too large: decompressed body exceeds max-body-bytes %zu",
+                 s->cfg.max_body_bytes);
+        *res = respond_json_error(s, c, 413, msg, 1);
+        return NULL;
+    }
+    if (g < 0) {
+        *res = respond_json_error(s, c, 400, "unable to parse body: invalid gzip data", 1);
+        return NULL;
+    }
+    return tmp;
+}
+
+/* Maps a storage failure to HTTP: read-only and I/O errors are the server's fault and
+ * retryable elsewhere (503/500); a full disk is 507. Nothing of the batch counts as
+ * written. */
+static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, int rc)
+{
+    atomic_fetch_add(&s->write_failures, 1);
+    char msg[400];
+    bdb_db_stats st;
+    switch (rc) {
+    case BDB_ERR_READONLY:
+        bdb_db_get_stats(s->db, &st);
+        snprintf(msg, sizeof msg, "storage is read-only, write not accepted: %s",
+                 st.readonly_reason);
+        return respond_json_error(s, c, 503, msg, 1);
+    case BDB_ERR_NOSPACE:
+        return respond_json_error(s, c, 507, "insufficient storage: disk full, write not accepted",
+                                  1);
+    default:
+        snprintf(msg, sizeof msg, "write failed: %s", bdb_strerror(rc));
+        return respond_json_error(s, c, 500, msg, 1);
+    }
+}
+
+enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    const char *ps = arg(c, "precision");
+    int prec = bdb_lp_parse_precision(ps);
+    if (prec < 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "invalid precision '%.20s' (use ns, u, ms, s, m or h)", ps);
+        return respond_json_error(s, c, 400, msg, 1);
+    }
+    bdb_buf tmp;
+    bdb_buf_init(&tmp);
+    const bdb_buf *body = request_body(s, c, r, &tmp, &res);
+    if (!body) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    bdb_lp_limits lim;
+    bdb_lp_limits_default(&lim);
+    lim.max_line_len = s->cfg.max_line_bytes;
+    lim.max_tags = s->cfg.max_tags;
+    lim.max_fields = s->cfg.max_fields;
+    lim.max_key_len = s->cfg.max_key_bytes;
+    lim.max_tag_value_len = s->cfg.max_tag_value_bytes;
+    bdb_lp_parser *p = bdb_lp_parser_new(&lim);
+    bdb_batch *b = bdb_batch_new();
+    bdb_lp_map map = {s->cfg.device_tag, !strcmp(s->cfg.metric_naming, "field"),
+                      s->cfg.max_future_ms, s->cfg.max_key_bytes};
+    bdb_lp_result lr;
+    bdb_lp_ingest(p, (const char *)body->data, body->len, (enum bdb_lp_precision)prec,
+                  bdb_now_ms(), &map, b, &lr);
+    bdb_lp_parser_free(p);
+    bdb_buf_free(&tmp);
+    int rc = BDB_OK;
+    if (lr.accepted) {
+        rc = bdb_db_write(s->db, tenant, b);
+        if (rc != BDB_OK) {
+            bdb_batch_free(b);
+            return storage_error(s, c, rc);
+        }
+        atomic_fetch_add(&s->lp_samples, bdb_batch_samples(b));
+        hist_observe(&s->batch_size, bdb_batch_samples(b));
+    }
+    bdb_batch_free(b);
+    atomic_fetch_add(&s->lp_lines_accepted, lr.accepted);
+    atomic_fetch_add(&s->lp_lines_rejected, lr.rejected);
+    hist_observe(&s->write_latency, now_us() - r->start_us);
+    if (lr.rejected == 0)
+        return respond(s, c, 204, NULL, "", 0);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    char msg[800];
+    snprintf(msg, sizeof msg, "%s%s (line %zu; %zu line(s) accepted, %zu rejected)",
+             lr.accepted ? "partial write: " : "", lr.first_error, lr.first_bad_line, lr.accepted,
+             lr.rejected);
+    bdb_buf_puts(&out, "{\"error\":\"");
+    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_printf(&out, "\",\"line\":%zu,\"accepted\":%zu,\"rejected\":%zu}\n", lr.first_bad_line,
+                   lr.accepted, lr.rejected);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_COPY);
+    bdb_buf_free(&out);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    for (char *q = msg; *q; q++)
+        if (*q == '\n' || *q == '\r')
+            *q = ' ';
+    MHD_add_response_header(resp, "X-Influxdb-Error", msg);
+    res = MHD_queue_response(c, 400, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[4], 1);
+    return res;
+}
+
+enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    bdb_buf tmp;
+    bdb_buf_init(&tmp);
+    const bdb_buf *body = request_body(s, c, r, &tmp, &res);
+    if (!body) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    bdb_json_limits lim;
+    bdb_json_limits_default(&lim);
+    lim.max_key_len = s->cfg.max_key_bytes;
+    lim.max_value_len = s->cfg.max_tag_value_bytes;
+    lim.max_tags = s->cfg.max_tags;
+    lim.max_metrics = s->cfg.max_fields;
+    bdb_batch *b = bdb_batch_new();
+    bdb_json_result jr;
+    int prc = bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr);
+    bdb_buf_free(&tmp);
+    if (prc == BDB_ERR_LIMIT || jr.fatal) {
+        bdb_batch_free(b);
+        char msg[700];
+        snprintf(msg, sizeof msg, "unable to parse JSON body: %s", jr.first_error);
+        return respond_json_error(s, c, prc == BDB_ERR_LIMIT ? 413 : 400, msg, 0);
+    }
+    if (jr.accepted) {
+        int rc = bdb_db_write(s->db, tenant, b);
+        if (rc != BDB_OK) {
+            bdb_batch_free(b);
+            return storage_error(s, c, rc);
+        }
+        atomic_fetch_add(&s->json_samples, bdb_batch_samples(b));
+    }
+    bdb_batch_free(b);
+    atomic_fetch_add(&s->json_reports_accepted, jr.accepted);
+    atomic_fetch_add(&s->json_reports_rejected, jr.rejected);
+    hist_observe(&s->write_latency, now_us() - r->start_us);
+    if (jr.rejected == 0)
+        return respond(s, c, 204, NULL, "", 0);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    char msg[800];
+    snprintf(msg, sizeof msg, "%s%s (%zu report(s) accepted, %zu rejected)",
+             jr.accepted ? "partial write: " : "", jr.first_error, jr.accepted, jr.rejected);
+    bdb_buf_puts(&out, "{\"error\":\"");
+    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_printf(&out, "\",\"index\":%ld,\"accepted\":%zu,\"rejected\":%zu}\n",
+                   jr.first_bad_index, jr.accepted, jr.rejected);
+    res = respond(s, c, 400, "application/json", out.data, out.len);
+    bdb_buf_free(&out);
+    return res;
+}
+
+/* Influx 1.x /query: only what write-only clients need. Telegraf sends
+ * CREATE DATABASE at start; tenants need no creation, so it simply succeeds. */
+enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    enum MHD_Result res;
+    if (!req_tenant(s, c, &res))
+        return res;
+    const char *q = arg(c, "q");
+    if (!q && r->body.len) {
+        /* form-encoded POST: MHD does not parse it for us without a post processor */
+        bdb_buf_putc(&r->body, 0);
+        const char *b = (const char *)r->body.data;
+        q = strncmp(b, "q=", 2) == 0 ? b + 2 : NULL;
+    }
+    if (q && (!strncasecmp(q, "CREATE DATABASE", 15) || !strncasecmp(q, "CREATE+DATABASE", 15))) {
+        const char body[] = "{\"results\":[{\"statement_id\":0}]}\n";
+        return respond(s, c, 200, "application/json", body, sizeof body - 1);
+    }
+    return respond_json_error(s, c, 400,
+                              "error parsing query: bucketdb answers only CREATE DATABASE on "
+                              "/query; read data with GET /api/v1/query (docs/API.md)",
+                              1);
+}

@@ -1,0 +1,445 @@
+/* server: lifecycle, routing, authentication and the response helpers. */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const double hist_bounds[HIST_NB] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+
+void hist_observe(hist *h, uint64_t us)
+{
+    double s = (double)us / 1e6;
+    int i = 0;
+    while (i < HIST_NB && s > hist_bounds[i])
+        i++;
+    atomic_fetch_add(&h->b[i], 1);
+    atomic_fetch_add(&h->count, 1);
+    atomic_fetch_add(&h->sum_us, us);
+}
+
+uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                        const char *ctype, const void *body, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    if (ctype)
+        MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    if (status == 503 || status == 429)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    if (status >= 100 && status < 600)
+        atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
+enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, int influx)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_puts(&b, "\"}\n");
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
+    bdb_buf_free(&b);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    if (influx) {
+        /* Influx clients read the reason from this header too; keep it one line. */
+        char hdr[512];
+        snprintf(hdr, sizeof hdr, "%s", msg);
+        for (char *p = hdr; *p; p++)
+            if (*p == '\n' || *p == '\r')
+                *p = ' ';
+        MHD_add_response_header(resp, "X-Influxdb-Error", hdr);
+    }
+    if (status == 503 || status == 429)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
+const char *arg(struct MHD_Connection *c, const char *name)
+{
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+static int valid_tenant(const char *t)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = t[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-' || ch == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Token from "Authorization: Token X", "Bearer X", Basic auth's password, or the
+ * Influx 1.x `p` parameter. */
+static const char *req_token(struct MHD_Connection *c, char *buf, size_t buflen)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h) {
+        if (!strncasecmp(h, "Token ", 6))
+            return h + 6;
+        if (!strncasecmp(h, "Bearer ", 7))
+            return h + 7;
+    }
+    char *user = NULL;
+    char *pass = MHD_basic_auth_get_username_password(c, &user);
+    if (pass) {
+        snprintf(buf, buflen, "%s", pass);
+        MHD_free(pass);
+        if (user)
+            MHD_free(user);
+        return buf;
+    }
+    if (user)
+        MHD_free(user);
+    return arg(c, "p");
+}
+
+const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
+{
+    if (s->auth_required) {
+        char buf[256];
+        const char *tok = req_token(c, buf, sizeof buf);
+        if (!tok || strcmp(tok, s->token) != 0) {
+            atomic_fetch_add(&s->auth_failures, 1);
+            *r = respond_json_error(s, c, 401, "authorization failed: missing or wrong token", 1);
+            return NULL;
+        }
+    }
+    const char *t = arg(c, "tenant");
+    if (!t || !*t)
+        t = arg(c, "db");
+    if (!t || !*t)
+        t = s->cfg.default_tenant;
+    if (!valid_tenant(t)) {
+        *r = respond_json_error(s, c, 400,
+                                "invalid tenant: use 1..128 characters of A-Z a-z 0-9 _ - .", 1);
+        return NULL;
+    }
+    return t;
+}
+
+static enum MHD_Result h_ping(bdb_server *s, struct MHD_Connection *c)
+{
+    const char *v = arg(c, "verbose");
+    if (v && (!strcmp(v, "true") || !strcmp(v, "1"))) {
+        const char body[] = "{\"version\":\"1.8.10\",\"bucketdb\":\"" BDB_VERSION "\"}\n";
+        return respond(s, c, 200, "application/json", body, sizeof body - 1);
+    }
+    return respond(s, c, 204, NULL, "", 0);
+}
+
+static enum MHD_Result h_flush(bdb_server *s, struct MHD_Connection *c)
+{
+    enum MHD_Result r;
+    if (!req_tenant(s, c, &r))
+        return r;
+    int rc = bdb_db_flush(s->db);
+    if (rc == BDB_OK)
+        rc = bdb_db_maintain(s->db);
+    if (rc != BDB_OK)
+        return respond_json_error(s, c, 500, bdb_strerror(rc), 0);
+    return respond(s, c, 204, NULL, "", 0);
+}
+
+static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const char *url,
+                                const char *method, req *r)
+{
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int post = !strcmp(method, "POST");
+    if (r->too_large) {
+        atomic_fetch_add(&s->body_too_large, 1);
+        char msg[160];
+        snprintf(msg, sizeof msg, "request entity too large: body exceeds max-body-bytes %zu",
+                 s->cfg.max_body_bytes);
+        return respond_json_error(s, c, 413, msg, 1);
+    }
+    if (!strcmp(url, "/write") || !strcmp(url, "/api/v2/write")) {
+        if (!post)
+            return respond_json_error(s, c, 405, "use POST", 1);
+        return h_write_lp(s, c, r);
+    }
+    if (!strcmp(url, "/api/v1/write/json")) {
+        if (!post)
+            return respond_json_error(s, c, 405, "use POST", 0);
+        return h_write_json(s, c, r);
+    }
+    if (!strcmp(url, "/ping"))
+        return h_ping(s, c);
+    if (!strcmp(url, "/query"))
+        return h_influx_query(s, c, r);
+    if (!strcmp(url, "/api/v1/query")) {
+        if (!get)
+            return respond_json_error(s, c, 405, "use GET", 0);
+        return h_query(s, c);
+    }
+    if (!strcmp(url, "/api/v1/devices") || !strncmp(url, "/api/v1/devices/", 16))
+        return h_devices(s, c, url + 15, method);
+    if (!strcmp(url, "/api/v1/export")) {
+        if (!get)
+            return respond_json_error(s, c, 405, "use GET", 0);
+        return h_export(s, c);
+    }
+    if (!strcmp(url, "/health"))
+        return h_health(s, c);
+    if (!strcmp(url, "/metrics"))
+        return h_metrics(s, c);
+    if (!strcmp(url, "/internal/flush")) {
+        if (!post)
+            return respond_json_error(s, c, 405, "use POST", 0);
+        return h_flush(s, c);
+    }
+    char msg[300];
+    snprintf(msg, sizeof msg, "no such endpoint: %s %.200s", method, url);
+    return respond_json_error(s, c, 404, msg, 0);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    bdb_server *s = cls;
+    req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return MHD_NO;
+        r->start_us = now_us();
+        /* Refuse early what we would refuse anyway (the body is still drained). */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes)
+            r->too_large = 1;
+        *con_cls = r;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        atomic_fetch_add(&s->bytes_received, *upload_size);
+        if (!r->too_large) {
+            if (r->body.len + *upload_size > s->cfg.max_body_bytes) {
+                r->too_large = 1;
+                bdb_buf_free(&r->body);
+            } else {
+                bdb_buf_append(&r->body, upload_data, *upload_size);
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(s, c, url, method, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    req *r = *con_cls;
+    if (r) {
+        bdb_buf_free(&r->body);
+        free(r);
+        *con_cls = NULL;
+    }
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    BDB_DEBUG("http: %s", msg);
+}
+
+/* The server token is made once per data directory and kept in <data>/token (0600). */
+static int load_token(bdb_server *s)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/token", s->cfg.data);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        int ok = fscanf(f, "%64s", s->token) == 1;
+        fclose(f);
+        if (ok && strlen(s->token) >= 16)
+            return 0;
+    }
+    unsigned char rnd[24];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
+    int tfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (tfd < 0)
+        return -1;
+    int ok = write(tfd, s->token, strlen(s->token)) == (ssize_t)strlen(s->token) &&
+             write(tfd, "\n", 1) == 1 && fsync(tfd) == 0;
+    close(tfd);
+    return ok ? 0 : -1;
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t *len,
+                        int *loopback)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon)
+        return -1;
+    size_t hl = (size_t)(colon - listen);
+    if (hl >= sizeof host)
+        return -1;
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai;
+    if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0)
+        return -1;
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+    if (ai->ai_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
+        *loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (ai->ai_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ai->ai_addr;
+        *loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    } else {
+        *loopback = 0;
+    }
+    freeaddrinfo(ai);
+    return 0;
+}
+
+int bdb_server_start(const bdb_config *cfg, bdb_server **out)
+{
+    bdb_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return BDB_ERR_NOMEM;
+    s->cfg = *cfg;
+    s->start_ms = bdb_now_ms();
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int loopback;
+    if (parse_listen(cfg->listen, &ss, &sslen, &loopback) != 0) {
+        BDB_ERROR("listen: cannot resolve '%s' (expected host:port)", cfg->listen);
+        free(s);
+        return BDB_ERR_INVALID;
+    }
+    s->auth_required = !strcmp(cfg->auth, "on") || (!strcmp(cfg->auth, "auto") && !loopback);
+    bdb_db_opts o;
+    bdb_db_opts_default(&o);
+    o.data_dir = cfg->data;
+    o.sync_mode = !strcmp(cfg->sync, "periodic") ? BDB_WAL_SYNC_PERIODIC : BDB_WAL_SYNC_BATCH;
+    o.periodic_ms = cfg->sync_interval_ms;
+    o.wal_segment_bytes = cfg->wal_segment_bytes;
+    o.block_window_ms = cfg->block_window_ms;
+    o.flush_interval_ms = cfg->flush_interval_ms;
+    o.head_max_bytes = cfg->head_max_bytes;
+    o.retention_ms = cfg->retention_ms;
+    int rc = bdb_db_open(&o, &s->db);
+    if (rc != BDB_OK) {
+        BDB_ERROR("cannot open data directory %s: %s", cfg->data, bdb_strerror(rc));
+        free(s);
+        return rc;
+    }
+    if (load_token(s) != 0) {
+        BDB_ERROR("cannot create the token file in %s: %s", cfg->data, strerror(errno));
+        bdb_db_close(s->db);
+        free(s);
+        return BDB_ERR_IO;
+    }
+    s->pool = bdb_pool_new(cfg->query_workers);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_threads_max,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    if (!s->mhd) {
+        BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
+        bdb_pool_free(s->pool);
+        bdb_db_close(s->db);
+        free(s);
+        return BDB_ERR_IO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : 0;
+    *out = s;
+    return BDB_OK;
+}
+
+int bdb_server_port(const bdb_server *s)
+{
+    return s->port;
+}
+
+const char *bdb_server_token(const bdb_server *s)
+{
+    return s->token;
+}
+
+int bdb_server_stop(bdb_server *s)
+{
+    if (!s)
+        return BDB_OK;
+    /* Stop accepting first, let in-flight requests finish, then close storage. */
+    MHD_stop_daemon(s->mhd);
+    bdb_pool_free(s->pool);
+    int rc = bdb_db_close(s->db);
+    free(s);
+    return rc;
+}

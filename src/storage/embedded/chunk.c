@@ -1,0 +1,574 @@
+/* chunk: Gorilla-style XOR chunks and exact-decimal chunks.
+ *
+ * Layout (all bit streams are MSB-first):
+ *   XOR:     u8 enc, u16le count, bits: samples
+ *   DECIMAL: u8 enc, u16le count, u8 exp, uvarint ts_bytes, ts_bytes of timestamp bits,
+ *            then one zigzag varint per sample for the mantissa
+ * Timestamps (both kinds): sample 0 as a zigzag varint written in 8-bit groups,
+ * sample 1 as an unsigned varint delta, later samples as a delta-of-delta in one of
+ * six buckets (prefix 0, 10, 110, 1110, 11110, 11111 with 0, 7, 12, 20, 32, 64 bits).
+ * XOR values: sample 0 raw 64 bits, then '0' (same value), '10' + bits inside the
+ * previous window, or '11' + 5-bit leading zeros + 6-bit width (0 means 64) + bits.
+ * DECIMAL values: mantissa m0, then m1 - m0, then deltas of deltas. */
+#include "storage/embedded/chunk.h"
+
+#include "bucketdb/bdb.h"
+#include "common/buf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HDR_XOR 3
+#define HDR_DEC 4
+/* The bit writer and reader touch 8 bytes from the current byte on. */
+#define SLACK 8
+/* Worst case bits per sample: 80 (varint) + 77 (new XOR window with 64 bits). */
+#define MAX_SAMPLE_BITS 160
+/* Worst case bits of one timestamp after the first two. */
+#define MAX_DOD_BITS 69
+/* No valid chunk comes near this; it keeps bit positions inside uint32_t. */
+#define MAX_STREAM_BYTES (1u << 24)
+#define NO_WINDOW 0xff
+#define MANT_LIMIT (1ull << 53)
+
+static const double pow10_tab[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void store_be64(uint8_t *p, uint64_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+static inline uint64_t dbl_bits(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    return b;
+}
+
+static inline double bits_dbl(uint64_t b)
+{
+    double v;
+    memcpy(&v, &b, 8);
+    return v;
+}
+
+static inline uint64_t zigzag(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+static inline uint64_t unzigzag(uint64_t u)
+{
+    return (u >> 1) ^ (0 - (u & 1));
+}
+
+/* ---- bit writer: OR-ing into zeroed memory lets one unaligned store place any run of
+ * up to 57 bits, which is what makes appends cheap. ---- */
+
+static inline void put_bits(uint8_t *s, uint32_t *pos, uint64_t v, unsigned n)
+{
+    uint8_t *p = s + (*pos >> 3);
+    store_be64(p, load_be64(p) | v << (64 - (*pos & 7) - n));
+    *pos += n;
+}
+
+static inline void put_bits64(uint8_t *s, uint32_t *pos, uint64_t v, unsigned n)
+{
+    if (n > 57) {
+        put_bits(s, pos, v >> 32, n - 32);
+        put_bits(s, pos, v & 0xffffffffu, 32);
+    } else {
+        put_bits(s, pos, v, n);
+    }
+}
+
+static void put_bit_uvarint(uint8_t *s, uint32_t *pos, uint64_t v)
+{
+    while (v >= 0x80) {
+        put_bits(s, pos, (v & 0x7f) | 0x80, 8);
+        v >>= 7;
+    }
+    put_bits(s, pos, v, 8);
+}
+
+/* Timestamp i of a stream. Deltas are unsigned so that any two int64 timestamps fit;
+ * the delta-of-delta is modular and the buckets test it as a signed number. */
+static inline void put_ts(uint8_t *s, uint32_t *pos, uint32_t i, int64_t *t_last, uint64_t *t_delta,
+                          int64_t ts)
+{
+    if (i == 0) {
+        put_bit_uvarint(s, pos, zigzag(ts));
+    } else {
+        uint64_t delta = (uint64_t)ts - (uint64_t)*t_last;
+        if (i == 1) {
+            put_bit_uvarint(s, pos, delta);
+        } else {
+            uint64_t dod = delta - *t_delta;
+            if (dod == 0)
+                put_bits(s, pos, 0, 1);
+            else if (dod + 64 < 128)
+                put_bits(s, pos, 2u << 7 | (dod & 0x7f), 9);
+            else if (dod + 2048 < 4096)
+                put_bits(s, pos, 6u << 12 | (dod & 0xfff), 15);
+            else if (dod + (1u << 19) < (1u << 20))
+                put_bits(s, pos, 14u << 20 | (dod & 0xfffff), 24);
+            else if (dod + (1ull << 31) < (1ull << 32))
+                put_bits(s, pos, 30ull << 32 | (dod & 0xffffffffu), 37);
+            else {
+                put_bits(s, pos, 31, 5);
+                put_bits64(s, pos, dod, 64);
+            }
+        }
+        *t_delta = delta;
+    }
+    *t_last = ts;
+}
+
+static inline void put_value(bdb_chunk_app *a, uint8_t *s, uint64_t bits)
+{
+    uint64_t x = bits ^ a->v_last;
+    a->v_last = bits;
+    if (x == 0) {
+        put_bits(s, &a->nbits, 0, 1);
+        return;
+    }
+    unsigned lead = (unsigned)__builtin_clzll(x), trail = (unsigned)__builtin_ctzll(x);
+    if (lead > 31) lead = 31;
+    unsigned sig = 64 - lead - trail;
+    if (a->lead != NO_WINDOW && lead >= a->lead && trail >= a->trail) {
+        unsigned wsig = 64u - a->lead - a->trail;
+        /* A much narrower new window pays for its 11 header bits right away. */
+        if (wsig <= sig + 11) {
+            if (wsig + 2 <= 57) {
+                put_bits(s, &a->nbits, 2ull << wsig | x >> a->trail, wsig + 2);
+            } else {
+                put_bits(s, &a->nbits, 2, 2);
+                put_bits64(s, &a->nbits, x >> a->trail, wsig);
+            }
+            return;
+        }
+    }
+    a->lead = (uint8_t)lead;
+    a->trail = (uint8_t)trail;
+    uint64_t head = 3u << 11 | lead << 6 | (sig & 63);
+    if (sig + 13 <= 57) {
+        put_bits(s, &a->nbits, head << sig | x >> trail, sig + 13);
+    } else {
+        put_bits(s, &a->nbits, head, 13);
+        put_bits64(s, &a->nbits, x >> trail, sig);
+    }
+}
+
+/* One XOR sample; the caller has checked order and capacity. */
+static inline void xor_put(bdb_chunk_app *a, uint8_t *s, int64_t ts, uint64_t bits)
+{
+    put_ts(s, &a->nbits, a->count, &a->t_last, &a->t_delta, ts);
+    if (a->count == 0) {
+        put_bits64(s, &a->nbits, bits, 64);
+        a->v_last = bits;
+    } else {
+        put_value(a, s, bits);
+    }
+    a->count++;
+}
+
+static void write_hdr(uint8_t *p, uint8_t enc, uint16_t count)
+{
+    p[0] = enc;
+    p[1] = (uint8_t)count;
+    p[2] = (uint8_t)(count >> 8);
+}
+
+/* ---- appender ---- */
+
+void bdb_chunk_app_init(bdb_chunk_app *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->lead = NO_WINDOW;
+}
+
+void bdb_chunk_app_free(bdb_chunk_app *a)
+{
+    free(a->buf);
+    bdb_chunk_app_init(a);
+}
+
+static void app_grow(bdb_chunk_app *a, size_t need)
+{
+    size_t cap = a->cap ? a->cap : 32;
+    while (cap < need)
+        cap *= 2;
+    uint8_t *p = realloc(a->buf, cap);
+    if (!p) {
+        /* Same policy as bdb_buf: the head bounds its memory before it gets here. */
+        fprintf(stderr, "bucketdb: out of memory growing a chunk to %zu bytes\n", cap);
+        abort();
+    }
+    memset(p + a->cap, 0, cap - a->cap);
+    a->buf = p;
+    a->cap = (uint32_t)cap;
+}
+
+int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
+{
+    if (a->count == BDB_CHUNK_MAX_SAMPLES) return BDB_ERR_LIMIT;
+    if (a->count > 0 && ts <= a->t_last) return BDB_ERR_INVALID;
+    size_t need = HDR_XOR + ((a->nbits + MAX_SAMPLE_BITS) >> 3) + SLACK;
+    if (need > a->cap) app_grow(a, need);
+    xor_put(a, a->buf + HDR_XOR, ts, dbl_bits(v));
+    write_hdr(a->buf, BDB_CHUNK_XOR, a->count);
+    return BDB_OK;
+}
+
+const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len)
+{
+    static const uint8_t empty[HDR_XOR] = {BDB_CHUNK_XOR, 0, 0};
+    if (!a->buf) {
+        *len = sizeof(empty);
+        return empty;
+    }
+    *len = HDR_XOR + ((a->nbits + 7) >> 3);
+    return a->buf;
+}
+
+/* ---- batch encoder ---- */
+
+/* Rounds to nearest without a libm call: adding 2^52 leaves no fraction bits, and a
+ * double of magnitude >= 2^52 is already an integer. */
+static inline double round_near(double x)
+{
+    if (fabs(x) >= 0x1p52) return x;
+    const double magic = x < 0 ? -0x1p52 : 0x1p52;
+    return (x + magic) - magic;
+}
+
+/* Mantissa of v at exponent e if (double)m / 10^e reproduces v bit for bit, which is
+ * exactly what the iterator computes. This rejects -0.0, NaN, infinities, subnormals
+ * and anything too large or too fine. */
+static inline int decimal_at(double v, unsigned e, int64_t *m)
+{
+    double x = v * pow10_tab[e];
+    if (!(fabs(x) < 0x1p53)) return 0;
+    int64_t mi = (int64_t)round_near(x);
+    if (mi >= (int64_t)MANT_LIMIT || mi <= -(int64_t)MANT_LIMIT) return 0;
+    if (dbl_bits((double)mi / pow10_tab[e]) != dbl_bits(v)) return 0;
+    *m = mi;
+    return 1;
+}
+
+/* The smallest exponent at which every value is an exact decimal, or -1. A value exact
+ * at e stays exact at a larger exponent unless its mantissa outgrows 2^53, which the
+ * writing pass re-checks. */
+static int decimal_exponent(const double *vals, size_t n)
+{
+    unsigned e = 0;
+    int64_t m;
+    for (size_t i = 0; i < n; i++) {
+        if (decimal_at(vals[i], e, &m)) continue;
+        do {
+            if (++e > 15) return -1;
+        } while (!decimal_at(vals[i], e, &m));
+    }
+    return (int)e;
+}
+
+/* Appends a DECIMAL chunk; gives up (out unchanged, returns 0) if a value does not fit
+ * the exponent or the chunk would not be smaller than limit bytes. */
+static int encode_decimal(const int64_t *ts, const double *vals, size_t n, unsigned e, bdb_buf *out,
+                          size_t limit)
+{
+    size_t base = out->len;
+    size_t ts_max = (2 * MAX_SAMPLE_BITS + n * MAX_DOD_BITS + 7) / 8 + SLACK;
+    /* Timestamps go 8 bytes in (room for the length varint), then slide down. */
+    bdb_buf_reserve(out, HDR_DEC + 8 + ts_max);
+    uint8_t *s = out->data + base + HDR_DEC + 8;
+    memset(s, 0, ts_max);
+    uint32_t pos = 0;
+    int64_t t_last = 0;
+    uint64_t t_delta = 0;
+    for (size_t i = 0; i < n; i++)
+        put_ts(s, &pos, (uint32_t)i, &t_last, &t_delta, ts[i]);
+    size_t ts_bytes = (pos + 7) >> 3;
+    uint8_t *p = out->data + base;
+    write_hdr(p, BDB_CHUNK_DECIMAL, (uint16_t)n);
+    p[3] = (uint8_t)e;
+    out->len = base + HDR_DEC;
+    bdb_buf_put_uvarint(out, ts_bytes);
+    s = out->data + base + HDR_DEC + 8; /* in case the buffer moved */
+    memmove(out->data + out->len, s, ts_bytes);
+    out->len += ts_bytes;
+
+    int64_t m_last = 0, d_last = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t m;
+        if (!decimal_at(vals[i], e, &m) || out->len - base >= limit) {
+            out->len = base;
+            return 0;
+        }
+        /* |m| < 2^53, so deltas and deltas of deltas cannot overflow. */
+        int64_t d = m - m_last;
+        bdb_buf_put_varint(out, i == 0 ? m : i == 1 ? d : d - d_last);
+        m_last = m;
+        d_last = d;
+    }
+    if (out->len - base >= limit) {
+        out->len = base;
+        return 0;
+    }
+    return 1;
+}
+
+int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, bdb_buf *out)
+{
+    if (n == 0 || n > BDB_CHUNK_MAX_SAMPLES) return BDB_ERR_INVALID;
+    for (size_t i = 1; i < n; i++)
+        if (ts[i] <= ts[i - 1]) return BDB_ERR_INVALID;
+
+    /* XOR straight into out through an appender that borrows its memory. */
+    size_t base = out->len;
+    size_t xor_max = HDR_XOR + (n * MAX_SAMPLE_BITS + 7) / 8 + SLACK;
+    bdb_buf_reserve(out, xor_max);
+    memset(out->data + base, 0, xor_max);
+    bdb_chunk_app a;
+    bdb_chunk_app_init(&a);
+    uint8_t *s = out->data + base + HDR_XOR;
+    for (size_t i = 0; i < n; i++)
+        xor_put(&a, s, ts[i], dbl_bits(vals[i]));
+    write_hdr(out->data + base, BDB_CHUNK_XOR, a.count);
+    size_t xor_len = HDR_XOR + ((a.nbits + 7) >> 3);
+    out->len = base + xor_len;
+
+    int e = decimal_exponent(vals, n);
+    if (e >= 0 && encode_decimal(ts, vals, n, (unsigned)e, out, xor_len)) {
+        size_t dec_len = out->len - base - xor_len;
+        memmove(out->data + base, out->data + base + xor_len, dec_len);
+        out->len = base + dec_len;
+    }
+    return BDB_OK;
+}
+
+/* ---- iterator ---- */
+
+/* 64 bits from bit pos on, MSB-aligned; at least 57 are meaningful. Past the end of
+ * the stream it reads zeros, and the caller compares pos with the length afterwards. */
+static inline uint64_t peek(const bdb_chunk_iter *it)
+{
+    size_t i = it->pos >> 3;
+    uint64_t w = 0;
+    if (i + 8 <= it->nbytes) {
+        w = load_be64(it->bits + i);
+    } else {
+        for (unsigned k = 0; k < 8 && i + k < it->nbytes; k++)
+            w |= (uint64_t)it->bits[i + k] << (56 - 8 * k);
+    }
+    return w << (it->pos & 7);
+}
+
+/* 1 <= n <= 64 bits. */
+static inline uint64_t get_bits(bdb_chunk_iter *it, unsigned n)
+{
+    if (n > 57) {
+        uint64_t hi = peek(it) >> (64 - (n - 32));
+        it->pos += n - 32;
+        uint64_t lo = peek(it) >> 32;
+        it->pos += 32;
+        return hi << 32 | lo;
+    }
+    uint64_t v = peek(it) >> (64 - n);
+    it->pos += n;
+    return v;
+}
+
+static int get_bit_uvarint(bdb_chunk_iter *it, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        uint64_t b = get_bits(it, 8);
+        v |= (b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int get_ts(bdb_chunk_iter *it)
+{
+    static const uint8_t width[6] = {0, 7, 12, 20, 32, 64};
+    uint64_t delta;
+    if (it->i == 0) {
+        uint64_t z;
+        if (get_bit_uvarint(it, &z) < 0) return -1;
+        it->t = (int64_t)unzigzag(z);
+        return 0;
+    }
+    if (it->i == 1) {
+        if (get_bit_uvarint(it, &delta) < 0) return -1;
+    } else {
+        uint64_t w = peek(it);
+        unsigned ones = (unsigned)__builtin_clzll(~w | 1ull << 58);
+        unsigned n = width[ones];
+        uint64_t dod = 0;
+        if (n == 0) {
+            it->pos += 1;
+        } else if (n <= 32) {
+            unsigned prefix = ones + 1;
+            dod = w << prefix >> (64 - n);
+            it->pos += prefix + n;
+        } else {
+            it->pos += 5;
+            dod = get_bits(it, 64);
+        }
+        if (n) {
+            uint64_t sign = 1ull << (n - 1);
+            dod = (dod ^ sign) - sign;
+        }
+        delta = it->t_delta + dod;
+    }
+    /* Timestamps strictly increase and stay inside int64. */
+    if (delta == 0 || delta > (uint64_t)INT64_MAX - (uint64_t)it->t) return -1;
+    it->t_delta = delta;
+    it->t = (int64_t)((uint64_t)it->t + delta);
+    return 0;
+}
+
+static int get_xor_value(bdb_chunk_iter *it)
+{
+    if (it->i == 0) {
+        it->v = get_bits(it, 64);
+        return 0;
+    }
+    uint64_t w = peek(it);
+    if (!(w >> 63)) {
+        it->pos += 1;
+        return 0;
+    }
+    unsigned sig;
+    if (!(w >> 62 & 1)) {
+        if (it->lead == NO_WINDOW) return -1;
+        sig = 64u - it->lead - it->trail;
+        it->pos += 2;
+    } else {
+        unsigned lead = (unsigned)(w >> 57) & 31;
+        sig = (unsigned)(w >> 51) & 63;
+        if (sig == 0) sig = 64;
+        if (lead + sig > 64) return -1;
+        it->lead = (uint8_t)lead;
+        it->trail = (uint8_t)(64 - lead - sig);
+        it->pos += 13;
+    }
+    it->v ^= get_bits(it, sig) << it->trail;
+    return 0;
+}
+
+static int get_varint(bdb_chunk_iter *it, uint64_t *out)
+{
+    const uint8_t *p = it->vp;
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64 && p < it->vend; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            it->vp = p;
+            *out = unzigzag(v);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int get_decimal_value(bdb_chunk_iter *it)
+{
+    uint64_t d;
+    if (it->vp < it->vend && *it->vp < 0x80) {
+        d = unzigzag(*it->vp++);
+    } else if (get_varint(it, &d) < 0) {
+        return -1;
+    }
+    /* Unsigned arithmetic: corrupt input may overflow, the range check catches it. */
+    if (it->i == 0) {
+        it->v = d;
+    } else {
+        it->m_delta = it->i == 1 ? d : it->m_delta + d;
+        it->v += it->m_delta;
+    }
+    if (it->v + (MANT_LIMIT - 1) >= 2 * MANT_LIMIT - 1) return -1;
+    return 0;
+}
+
+int bdb_chunk_iter_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
+{
+    memset(it, 0, sizeof(*it));
+    it->lead = NO_WINDOW;
+    it->err = BDB_ERR_CORRUPT;
+    if (len < HDR_XOR || (p[0] != BDB_CHUNK_XOR && p[0] != BDB_CHUNK_DECIMAL))
+        return BDB_ERR_CORRUPT;
+    it->enc = p[0];
+    it->count = (uint16_t)(p[1] | p[2] << 8);
+    if (len > MAX_STREAM_BYTES) len = MAX_STREAM_BYTES;
+    if (it->enc == BDB_CHUNK_XOR) {
+        it->bits = p + HDR_XOR;
+        it->nbytes = (uint32_t)(len - HDR_XOR);
+    } else {
+        if (len < HDR_DEC || p[3] > 15) return BDB_ERR_CORRUPT;
+        it->exp = p[3];
+        it->vp = p + HDR_DEC;
+        it->vend = p + len;
+        uint64_t ts_bytes = 0;
+        for (unsigned shift = 0;; shift += 7) {
+            if (shift > 21 || it->vp == it->vend) return BDB_ERR_CORRUPT;
+            uint8_t b = *it->vp++;
+            ts_bytes |= (uint64_t)(b & 0x7f) << shift;
+            if (!(b & 0x80)) break;
+        }
+        if (ts_bytes > (size_t)(it->vend - it->vp)) return BDB_ERR_CORRUPT;
+        it->bits = it->vp;
+        it->nbytes = (uint32_t)ts_bytes;
+        it->vp += ts_bytes;
+    }
+    it->err = 0;
+    return BDB_OK;
+}
+
+int bdb_chunk_iter_next(bdb_chunk_iter *it, int64_t *ts, double *v)
+{
+    if (it->err) return it->err;
+    if (it->i == it->count) return 0;
+    int rc = get_ts(it);
+    if (rc == 0) rc = it->enc == BDB_CHUNK_XOR ? get_xor_value(it) : get_decimal_value(it);
+    if (rc < 0 || it->pos > (uint64_t)it->nbytes * 8) {
+        it->err = BDB_ERR_CORRUPT;
+        return it->err;
+    }
+    *ts = it->t;
+    if (it->enc == BDB_CHUNK_XOR)
+        *v = bits_dbl(it->v);
+    else
+        *v = (double)(int64_t)it->v / pow10_tab[it->exp];
+    it->i++;
+    return 1;
+}
+
+uint16_t bdb_chunk_count(const uint8_t *p, size_t len)
+{
+    if (len < HDR_XOR || (p[0] != BDB_CHUNK_XOR && p[0] != BDB_CHUNK_DECIMAL)) return 0;
+    if (p[0] == BDB_CHUNK_DECIMAL && (len < HDR_DEC || p[3] > 15)) return 0;
+    return (uint16_t)(p[1] | p[2] << 8);
+}

@@ -1,0 +1,630 @@
+/* db: open/recover/close, the write path, and partition reads of the embedded engine.
+ *
+ * WAL records written by this file (formats versioned by their type byte):
+ *   type 1, batch:  u8 1 | str tenant | uvarint nnames (str metric)* |
+ *                   uvarint ntagsets (uvarint n (str k, str v)*)* | uvarint nreports |
+ *                   report* where report = str device | varint ts | uvarint tagset+1
+ *                   (0 = none) | u8 has_state [str state] | uvarint nmetrics
+ *                   (uvarint name index | u64le value bits)*
+ *   type 2, bucket history of one device (replaces it on replay):
+ *                   u8 2 | str tenant | str device | varint pinned | uvarint n
+ *                   (varint from | varint size)*
+ * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
+#include "storage/embedded/db_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+void bdb_db_opts_default(bdb_db_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->sync_mode = BDB_WAL_SYNC_BATCH;
+    o->periodic_ms = 100;
+    o->wal_segment_bytes = 64u << 20;
+    o->block_window_ms = 2 * BDB_MS_HOUR;
+    o->flush_interval_ms = 10 * BDB_MS_MIN;
+    o->head_max_bytes = 1ull << 30;
+    o->retention_ms = 0;
+    o->chunk_max_samples = 2048;
+    o->background = 1;
+}
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = malloc(n);
+    if (!p)
+        abort();
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+void db_set_readonly(bdb_db *db, int rc, const char *what)
+{
+    if (atomic_exchange(&db->readonly, 1))
+        return;
+    snprintf(db->readonly_reason, sizeof db->readonly_reason, "%s failed: %s (%s)", what,
+             bdb_strerror(rc), strerror(errno));
+    BDB_ERROR("storage is now read-only: %s; no further write will be acknowledged",
+              db->readonly_reason);
+}
+
+/* ---------------------------------------------------------------- encode */
+
+struct enc_state {
+    bdb_map *names, *tagsets;
+    bdb_buf names_buf, tags_buf, reports_buf, key;
+    uint64_t nnames, ntagsets;
+};
+
+static void enc_init(struct enc_state *e)
+{
+    memset(e, 0, sizeof *e);
+    e->names = bdb_map_new();
+    e->tagsets = bdb_map_new();
+}
+
+static void enc_free(struct enc_state *e)
+{
+    bdb_map_free(e->names);
+    bdb_map_free(e->tagsets);
+    bdb_buf_free(&e->names_buf);
+    bdb_buf_free(&e->tags_buf);
+    bdb_buf_free(&e->reports_buf);
+    bdb_buf_free(&e->key);
+}
+
+static void encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
+{
+    struct enc_state e;
+    enc_init(&e);
+    size_t n;
+    const bdb_report *r = bdb_batch_reports(b, &n);
+    for (size_t i = 0; i < n; i++) {
+        bdb_buf *rb = &e.reports_buf;
+        bdb_buf_put_str(rb, r[i].device, r[i].device_len);
+        bdb_buf_put_varint(rb, r[i].ts_ms);
+        uint64_t tsi = 0;
+        if (r[i].ntags) {
+            bdb_buf_reset(&e.key);
+            bdb_buf_put_uvarint(&e.key, r[i].ntags);
+            for (uint32_t k = 0; k < r[i].ntags; k++) {
+                bdb_buf_put_str(&e.key, r[i].tags[k].key, r[i].tags[k].klen);
+                bdb_buf_put_str(&e.key, r[i].tags[k].val, r[i].tags[k].vlen);
+            }
+            uintptr_t idx = (uintptr_t)bdb_map_get(e.tagsets, e.key.data, e.key.len);
+            if (!idx) {
+                idx = (uintptr_t)++e.ntagsets;
+                bdb_map_put(e.tagsets, e.key.data, e.key.len, (void *)idx);
+                bdb_buf_append(&e.tags_buf, e.key.data, e.key.len);
+            }
+            tsi = idx;
+        }
+        bdb_buf_put_uvarint(rb, tsi);
+        bdb_buf_putc(rb, r[i].state != NULL);
+        if (r[i].state)
+            bdb_buf_put_str(rb, r[i].state, r[i].state_len);
+        bdb_buf_put_uvarint(rb, r[i].nmetrics);
+        for (uint32_t k = 0; k < r[i].nmetrics; k++) {
+            const bdb_metric_val *m = &r[i].metrics[k];
+            uintptr_t idx = (uintptr_t)bdb_map_get(e.names, m->name, m->nlen);
+            if (!idx) {
+                idx = (uintptr_t)++e.nnames;
+                bdb_map_put(e.names, m->name, m->nlen, (void *)idx);
+                bdb_buf_put_str(&e.names_buf, m->name, m->nlen);
+            }
+            bdb_buf_put_uvarint(rb, idx - 1);
+            uint64_t bits;
+            memcpy(&bits, &m->value, 8);
+            bdb_buf_put_u64le(rb, bits);
+        }
+    }
+    bdb_buf_reset(out);
+    bdb_buf_putc(out, 1);
+    bdb_buf_put_str(out, tname, strlen(tname));
+    bdb_buf_put_uvarint(out, e.nnames);
+    bdb_buf_append(out, e.names_buf.data, e.names_buf.len);
+    bdb_buf_put_uvarint(out, e.ntagsets);
+    bdb_buf_append(out, e.tags_buf.data, e.tags_buf.len);
+    bdb_buf_put_uvarint(out, n);
+    bdb_buf_append(out, e.reports_buf.data, e.reports_buf.len);
+    enc_free(&e);
+}
+
+static void encode_history(const device *d, bdb_buf *out)
+{
+    bdb_buf_putc(out, 2);
+    bdb_buf_put_str(out, d->tenant->name, strlen(d->tenant->name));
+    bdb_buf_put_str(out, d->name, d->nlen);
+    bdb_buf_put_varint(out, d->pinned);
+    bdb_buf_put_uvarint(out, d->hist.n);
+    for (uint32_t i = 0; i < d->hist.n; i++) {
+        bdb_buf_put_varint(out, d->hist.e[i].from_ms);
+        bdb_buf_put_varint(out, d->hist.e[i].size_ms);
+    }
+}
+
+/* ---------------------------------------------------------------- apply */
+
+static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl)
+{
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *t = cat_tenant(db, tn, tl, 0);
+    device *d = t ? cat_device(db, t, dn, dl, 0) : NULL;
+    pthread_rwlock_unlock(&db->cat_lock);
+    if (d)
+        return d;
+    pthread_rwlock_wrlock(&db->cat_lock);
+    t = cat_tenant(db, tn, tl, 1);
+    d = cat_device(db, t, dn, dl, 1);
+    pthread_rwlock_unlock(&db->cat_lock);
+    return d;
+}
+
+/* Applies one report to the head. Caller holds flush_lock shared (or is replaying).
+ * If the device's bucket size changed, its new history is appended to hist_out. */
+static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl,
+                        int64_t ts, const bdb_kv *tags, uint32_t ntags, const char *state,
+                        size_t slen, const char *const *names, const size_t *nlens,
+                        const double *vals, uint32_t nm, bdb_buf *hist_out)
+{
+    device *d = get_device(db, tn, tl, dn, dl);
+    pthread_mutex_lock(dev_lock(db, d));
+    if (ntags && !cat_tags_equal(d, tags, ntags))
+        cat_set_tags(d, tags, ntags);
+    if (state)
+        cat_set_state(d, state, slen, ts);
+    if (ts < d->first_ts)
+        d->first_ts = ts;
+    if (ts > d->last_ts)
+        d->last_ts = ts;
+    d->samples += nm;
+    if (!db->replaying && !d->pinned && bdb_rate_observe(&d->learner, ts)) {
+        int64_t size = bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
+        if (bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
+            atomic_fetch_add(&db->bucket_changes, 1);
+            BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name,
+                     bdb_freq_name((enum bdb_freq_class)d->learner.cls), bdb_bucket_name(size));
+            if (hist_out)
+                encode_history(d, hist_out);
+        }
+    }
+    int rc = BDB_OK;
+    for (uint32_t i = 0; i < nm && rc == BDB_OK; i++) {
+        series *s = cat_series(db, d, names[i], nlens[i], 1);
+        rc = head_append(db, s, ts, vals[i]);
+    }
+    pthread_mutex_unlock(dev_lock(db, d));
+    return rc;
+}
+
+#define MAX_REPORT_METRICS 4096
+
+static int apply_batch_record(bdb_db *db, bdb_dec *d, bdb_buf *hist_out, uint64_t *nsamples)
+{
+    size_t tl;
+    const char *tn = bdb_dec_str(d, &tl);
+    uint64_t nnames = bdb_dec_uvarint(d);
+    if (d->err || nnames > bdb_dec_left(d))
+        return BDB_ERR_CORRUPT;
+    const char **names = malloc((nnames + 1) * sizeof *names);
+    size_t *nlens = malloc((nnames + 1) * sizeof *nlens);
+    const char **rn = malloc(MAX_REPORT_METRICS * sizeof *rn);
+    size_t *rl = malloc(MAX_REPORT_METRICS * sizeof *rl);
+    double *rv = malloc(MAX_REPORT_METRICS * sizeof *rv);
+    bdb_kv *tagv = NULL;
+    uint64_t *tagset_off = NULL;
+    int rc = BDB_ERR_CORRUPT;
+    if (!names || !nlens || !rn || !rl || !rv)
+        abort();
+    for (uint64_t i = 0; i < nnames; i++)
+        names[i] = bdb_dec_str(d, &nlens[i]);
+    uint64_t ntagsets = bdb_dec_uvarint(d);
+    if (d->err || ntagsets > bdb_dec_left(d))
+        goto out;
+    /* Tag sets: decode all into one array; tagset_off[i]..[i+1] delimit set i. */
+    tagset_off = calloc(ntagsets + 1, sizeof *tagset_off);
+    size_t cap = 0, used = 0;
+    for (uint64_t i = 0; i < ntagsets && !d->err; i++) {
+        uint64_t nt = bdb_dec_uvarint(d);
+        if (nt > bdb_dec_left(d)) {
+            d->err = 1;
+            break;
+        }
+        if (used + nt > cap) {
+            cap = (used + nt) * 2;
+            tagv = realloc(tagv, cap * sizeof *tagv);
+            if (!tagv)
+                abort();
+        }
+        for (uint64_t k = 0; k < nt; k++) {
+            tagv[used].key = bdb_dec_str(d, &tagv[used].klen);
+            tagv[used].val = bdb_dec_str(d, &tagv[used].vlen);
+            used++;
+        }
+        tagset_off[i + 1] = used;
+    }
+    uint64_t nrep = bdb_dec_uvarint(d);
+    if (d->err)
+        goto out;
+    for (uint64_t i = 0; i < nrep; i++) {
+        size_t dl, sl = 0;
+        const char *dn = bdb_dec_str(d, &dl);
+        int64_t ts = bdb_dec_varint(d);
+        uint64_t tsi = bdb_dec_uvarint(d);
+        const char *st = NULL;
+        if (bdb_dec_u8(d))
+            st = bdb_dec_str(d, &sl);
+        uint64_t nm = bdb_dec_uvarint(d);
+        if (d->err || tsi > ntagsets || nm > MAX_REPORT_METRICS)
+            goto out;
+        for (uint64_t k = 0; k < nm; k++) {
+            uint64_t idx = bdb_dec_uvarint(d);
+            uint64_t bits = bdb_dec_u64le(d);
+            if (d->err || idx >= nnames)
+                goto out;
+            rn[k] = names[idx];
+            rl[k] = nlens[idx];
+            memcpy(&rv[k], &bits, 8);
+        }
+        const bdb_kv *tags = tsi ? tagv + tagset_off[tsi - 1] : NULL;
+        uint32_t ntg = tsi ? (uint32_t)(tagset_off[tsi] - tagset_off[tsi - 1]) : 0;
+        int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv,
+                               (uint32_t)nm, hist_out);
+        if (arc != BDB_OK) {
+            rc = arc;
+            goto out;
+        }
+        *nsamples += nm;
+    }
+    rc = BDB_OK;
+out:
+    free(names);
+    free(nlens);
+    free(rn);
+    free(rl);
+    free(rv);
+    free(tagv);
+    free(tagset_off);
+    return rc;
+}
+
+static int apply_history_record(bdb_db *db, bdb_dec *d)
+{
+    size_t tl, dl;
+    const char *tn = bdb_dec_str(d, &tl);
+    const char *dn = bdb_dec_str(d, &dl);
+    int64_t pinned = bdb_dec_varint(d);
+    uint64_t n = bdb_dec_uvarint(d);
+    if (d->err || n == 0 || n > bdb_dec_left(d))
+        return BDB_ERR_CORRUPT;
+    bdb_bucket_history h;
+    h.e = NULL;
+    h.n = h.cap = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t from = bdb_dec_varint(d), size = bdb_dec_varint(d);
+        if (size <= 0)
+            d->err = 1;
+        if (d->err)
+            break;
+        bdb_bucket_history_push(&h, from, size);
+    }
+    if (d->err) {
+        bdb_bucket_history_free(&h);
+        return BDB_ERR_CORRUPT;
+    }
+    device *dv = get_device(db, tn, tl, dn, dl);
+    pthread_mutex_lock(dev_lock(db, dv));
+    bdb_bucket_history_free(&dv->hist);
+    dv->hist = h;
+    dv->pinned = pinned;
+    pthread_mutex_unlock(dev_lock(db, dv));
+    return BDB_OK;
+}
+
+int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len)
+{
+    bdb_dec d;
+    bdb_dec_init(&d, rec, len);
+    uint8_t type = bdb_dec_u8(&d);
+    uint64_t ns = 0;
+    switch (type) {
+    case 1:
+        return apply_batch_record(db, &d, NULL, &ns);
+    case 2:
+        return apply_history_record(db, &d);
+    default:
+        return BDB_ERR_CORRUPT;
+    }
+}
+
+/* ---------------------------------------------------------------- write */
+
+int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
+{
+    if (!tenant_name || !*tenant_name)
+        return BDB_ERR_INVALID;
+    if (atomic_load(&db->readonly))
+        return BDB_ERR_READONLY;
+    size_t nrep;
+    const bdb_report *reps = bdb_batch_reports(batch, &nrep);
+    if (nrep == 0)
+        return BDB_OK;
+    bdb_buf rec, hist;
+    bdb_buf_init(&rec);
+    bdb_buf_init(&hist);
+    encode_batch(tenant_name, batch, &rec);
+
+    uint64_t lsn = 0;
+    size_t tl = strlen(tenant_name);
+    pthread_rwlock_rdlock(&db->flush_lock);
+    int rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
+    if (rc != BDB_OK) {
+        pthread_rwlock_unlock(&db->flush_lock);
+        if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
+            db_set_readonly(db, rc, "WAL write");
+        goto out;
+    }
+    /* Apply straight from the batch: decoding our own record again would cost more. */
+    const char *names[MAX_REPORT_METRICS];
+    size_t nlens[MAX_REPORT_METRICS];
+    double vals[MAX_REPORT_METRICS];
+    uint64_t samples = 0;
+    for (size_t i = 0; i < nrep && rc == BDB_OK; i++) {
+        const bdb_report *r = &reps[i];
+        uint32_t nm = r->nmetrics < MAX_REPORT_METRICS ? r->nmetrics : MAX_REPORT_METRICS;
+        for (uint32_t k = 0; k < nm; k++) {
+            names[k] = r->metrics[k].name;
+            nlens[k] = r->metrics[k].nlen;
+            vals[k] = r->metrics[k].value;
+        }
+        rc = apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags,
+                          r->ntags, r->state, r->state_len, names, nlens, vals, nm, &hist);
+        samples += nm;
+    }
+    if (rc == BDB_OK && hist.len) {
+        /* Several history records may be concatenated in hist; they are appended one
+         * by one so replay sees each as its own record. */
+        bdb_dec d;
+        bdb_dec_init(&d, hist.data, hist.len);
+        while (rc == BDB_OK && bdb_dec_left(&d)) {
+            const uint8_t *start = d.p;
+            bdb_dec_u8(&d);
+            size_t l;
+            bdb_dec_str(&d, &l);
+            bdb_dec_str(&d, &l);
+            bdb_dec_varint(&d);
+            uint64_t n = bdb_dec_uvarint(&d);
+            for (uint64_t k = 0; k < n; k++) {
+                bdb_dec_varint(&d);
+                bdb_dec_varint(&d);
+            }
+            rc = bdb_wal_append(db->wal, start, (size_t)(d.p - start), &lsn);
+        }
+    }
+    pthread_rwlock_unlock(&db->flush_lock);
+    if (rc == BDB_OK)
+        rc = bdb_wal_sync(db->wal, lsn);
+    if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
+        db_set_readonly(db, rc, "WAL fsync");
+    if (rc == BDB_OK) {
+        atomic_fetch_add(&db->samples_written, samples);
+        atomic_fetch_add(&db->reports_written, nrep);
+        atomic_fetch_add(&db->write_batches, 1);
+    }
+out:
+    bdb_buf_free(&rec);
+    bdb_buf_free(&hist);
+    if (rc == BDB_OK && atomic_load(&db->head_bytes) > db->o.head_max_bytes && db->bg_running) {
+        pthread_mutex_lock(&db->bg_mu);
+        pthread_cond_signal(&db->bg_cv);
+        pthread_mutex_unlock(&db->bg_mu);
+    }
+    return rc;
+}
+
+int bdb_db_set_device_bucket(bdb_db *db, const char *tn, const char *dn, int64_t size_ms)
+{
+    if (size_ms != 0 && !strcmp(bdb_bucket_name(size_ms), "?"))
+        return BDB_ERR_INVALID;
+    if (atomic_load(&db->readonly))
+        return BDB_ERR_READONLY;
+    device *d = get_device(db, tn, strlen(tn), dn, strlen(dn));
+    bdb_buf hist;
+    bdb_buf_init(&hist);
+    uint64_t lsn = 0;
+    int rc = BDB_OK;
+    pthread_rwlock_rdlock(&db->flush_lock);
+    pthread_mutex_lock(dev_lock(db, d));
+    d->pinned = size_ms;
+    int64_t want = size_ms ? size_ms : bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
+    int64_t newest = d->last_ts == INT64_MIN ? bdb_now_ms() : d->last_ts;
+    bdb_bucket_change(&d->hist, newest, want, NULL);
+    encode_history(d, &hist);
+    pthread_mutex_unlock(dev_lock(db, d));
+    rc = bdb_wal_append(db->wal, hist.data, hist.len, &lsn);
+    pthread_rwlock_unlock(&db->flush_lock);
+    if (rc == BDB_OK)
+        rc = bdb_wal_sync(db->wal, lsn);
+    bdb_buf_free(&hist);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- open/close */
+
+static int replay_cb(void *ctx, const uint8_t *rec, size_t len, uint64_t segment)
+{
+    bdb_db *db = ctx;
+    int rc = db_apply_record(db, rec, len);
+    if (rc == BDB_ERR_CORRUPT) {
+        /* The frame checksum matched, so this is a record we cannot understand, not
+         * disk damage: skip it loudly rather than refuse to start. */
+        BDB_ERROR("WAL segment %llu: undecodable record of %zu bytes skipped",
+                  (unsigned long long)segment, len);
+        atomic_fetch_add(&db->wal_corruptions, 1);
+        return 0;
+    }
+    if (rc != BDB_OK)
+        return rc;
+    atomic_fetch_add(&db->replayed, 1);
+    return 0;
+}
+
+int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
+{
+    bdb_db *db = calloc(1, sizeof *db);
+    if (!db)
+        return BDB_ERR_NOMEM;
+    db->o = *opts;
+    if (db->o.block_window_ms <= 0 || BDB_MS_DAY % db->o.block_window_ms != 0)
+        db->o.block_window_ms = 2 * BDB_MS_HOUR;
+    if (db->o.chunk_max_samples == 0 || db->o.chunk_max_samples > BDB_CHUNK_MAX_SAMPLES)
+        db->o.chunk_max_samples = 2048;
+    db->vfs = opts->vfs ? opts->vfs : bdb_vfs_posix();
+    db->dir = strdup(opts->data_dir);
+    db->wal_dir = path_join(db->dir, "wal");
+    db->blocks_dir = path_join(db->dir, "blocks");
+    db->quarantine_dir = path_join(db->dir, "quarantine");
+    db->lock_fd = -1;
+    db->tenants = bdb_map_new();
+    db->next_seq = 1;
+    pthread_rwlock_init(&db->cat_lock, NULL);
+    pthread_rwlock_init(&db->flush_lock, NULL);
+    pthread_rwlock_init(&db->blocks_lock, NULL);
+    pthread_mutex_init(&db->flush_mutex, NULL);
+    pthread_mutex_init(&db->bg_mu, NULL);
+    pthread_cond_init(&db->bg_cv, NULL);
+    for (int i = 0; i < DB_STRIPES; i++)
+        pthread_mutex_init(&db->stripes[i], NULL);
+
+    int rc;
+    if ((rc = bdb_vfs_mkdir(db->vfs, db->dir)) != BDB_OK ||
+        (rc = bdb_vfs_mkdir(db->vfs, db->blocks_dir)) != BDB_OK ||
+        (rc = bdb_vfs_mkdir(db->vfs, db->quarantine_dir)) != BDB_OK) {
+        BDB_ERROR("cannot create data directory %s: %s", db->dir, strerror(errno));
+        goto fail;
+    }
+    /* An advisory lock keeps two servers from sharing one directory. */
+    char *lockp = path_join(db->dir, "LOCK");
+    db->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    free(lockp);
+    if (db->lock_fd < 0) {
+        rc = BDB_ERR_IO;
+        goto fail;
+    }
+    if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        BDB_ERROR("data directory %s is in use by another process", db->dir);
+        rc = BDB_ERR_EXISTS;
+        goto fail;
+    }
+    if ((rc = cat_load(db)) != BDB_OK)
+        goto fail;
+    if ((rc = db_blocks_load(db)) != BDB_OK)
+        goto fail;
+    bdb_wal_opts wo = {.dir = db->wal_dir,
+                       .vfs = db->vfs,
+                       .segment_bytes = opts->wal_segment_bytes,
+                       .sync_mode = opts->sync_mode,
+                       .periodic_ms = opts->periodic_ms};
+    if ((rc = bdb_wal_open(&wo, &db->wal)) != BDB_OK) {
+        BDB_ERROR("cannot open WAL in %s: %s", db->wal_dir, bdb_strerror(rc));
+        goto fail;
+    }
+    bdb_wal_replay_stats rs;
+    memset(&rs, 0, sizeof rs);
+    int64_t t0 = bdb_monotonic_ms();
+    db->replaying = 1;
+    rc = bdb_wal_replay(db->wal, db->wal_upto + 1, replay_cb, db, &rs);
+    db->replaying = 0;
+    if (rc != BDB_OK) {
+        BDB_ERROR("WAL replay failed: %s", bdb_strerror(rc));
+        goto fail;
+    }
+    atomic_fetch_add(&db->wal_corruptions, (uint64_t)rs.corruptions);
+    atomic_fetch_add(&db->wal_corrupt_bytes, rs.corrupt_bytes);
+    if (rs.corruptions)
+        BDB_WARN("WAL: %d damaged place(s), %llu bytes cut: %s", rs.corruptions,
+                 (unsigned long long)rs.corrupt_bytes, rs.first_error);
+    BDB_INFO("recovered %llu devices, %llu series, %zu blocks; replayed %llu WAL records "
+             "(%llu bytes, %llu segments) in %lld ms",
+             (unsigned long long)atomic_load(&db->device_count),
+             (unsigned long long)atomic_load(&db->series_count), db->nblocks,
+             (unsigned long long)rs.records, (unsigned long long)rs.bytes,
+             (unsigned long long)rs.segments, (long long)(bdb_monotonic_ms() - t0));
+    db->last_flush_mono = bdb_monotonic_ms();
+    if (opts->background) {
+        if (pthread_create(&db->bg, NULL, db_background, db) != 0) {
+            rc = BDB_ERR_NOMEM;
+            goto fail;
+        }
+        db->bg_running = 1;
+    }
+    *out = db;
+    return BDB_OK;
+fail:
+    db->o.background = 0;
+    bdb_wal_close(db->wal);
+    db->wal = NULL;
+    db_blocks_close(db);
+    cat_free(db);
+    if (db->lock_fd >= 0)
+        close(db->lock_fd);
+    free(db->dir);
+    free(db->wal_dir);
+    free(db->blocks_dir);
+    free(db->quarantine_dir);
+    free(db);
+    return rc;
+}
+
+int bdb_db_close(bdb_db *db)
+{
+    if (!db)
+        return BDB_OK;
+    if (db->bg_running) {
+        pthread_mutex_lock(&db->bg_mu);
+        db->stopping = 1;
+        pthread_cond_signal(&db->bg_cv);
+        pthread_mutex_unlock(&db->bg_mu);
+        pthread_join(db->bg, NULL);
+        db->bg_running = 0;
+    }
+    int rc = BDB_OK;
+    if (!atomic_load(&db->readonly))
+        rc = db_flush(db);
+    bdb_wal_close(db->wal);
+    db_blocks_close(db);
+    cat_free(db);
+    if (db->lock_fd >= 0)
+        close(db->lock_fd);
+    free(db->dir);
+    free(db->wal_dir);
+    free(db->blocks_dir);
+    free(db->quarantine_dir);
+    for (int i = 0; i < DB_STRIPES; i++)
+        pthread_mutex_destroy(&db->stripes[i]);
+    pthread_rwlock_destroy(&db->cat_lock);
+    pthread_rwlock_destroy(&db->flush_lock);
+    pthread_rwlock_destroy(&db->blocks_lock);
+    free(db);
+    return rc;
+}
+
+int bdb_db_flush(bdb_db *db)
+{
+    return db_flush(db);
+}
+
+int bdb_db_maintain(bdb_db *db)
+{
+    return db_maintain(db);
+}

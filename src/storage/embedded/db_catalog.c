@@ -1,0 +1,369 @@
+/* db_catalog: tenants, devices and series in memory, and the catalog file that
+ * persists them at every flush.
+ *
+ * Catalog file (written with bdb_vfs_write_atomic, so it is either the old or the new
+ * one after a crash):
+ *   "BDBCAT01" | u32 version=1 | u64 wal_upto | u64 next_seq | uvarint ndevices |
+ *   ndevices x device | u32 crc32 of all preceding bytes
+ *   device = str tenant | str name | varint first_ts | varint last_ts | uvarint samples |
+ *            u8 has_state [str state | varint state_ts] | uvarint ntags (str k, str v)* |
+ *            varint pinned_bucket | uvarint nhist (varint from, varint size)* |
+ *            uvarint nmetrics (str metric)*
+ * (str = uvarint length + bytes; varint = zigzag LEB128.) */
+#include "storage/embedded/db_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#define CAT_MAGIC "BDBCAT01"
+#define CAT_VERSION 1
+
+static void *xalloc(size_t n)
+{
+    void *p = calloc(1, n);
+    if (!p) {
+        fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return p;
+}
+
+static char *xstrndup(const char *s, size_t n)
+{
+    char *p = xalloc(n + 1);
+    memcpy(p, s, n);
+    return p;
+}
+
+/* Caller holds cat_lock exclusively when create is set. */
+tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
+{
+    tenant *t = bdb_map_get(db->tenants, name, len);
+    if (t || !create)
+        return t;
+    t = xalloc(sizeof *t);
+    t->name = xstrndup(name, len);
+    t->devices = bdb_map_new();
+    bdb_map_put(db->tenants, name, len, t);
+    atomic_fetch_add(&db->tenant_count, 1);
+    return t;
+}
+
+device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int create)
+{
+    uint64_t h = bdb_hash(name, len);
+    device *d = bdb_map_get_h(t->devices, name, len, h);
+    if (d || !create)
+        return d;
+    d = xalloc(sizeof *d);
+    d->tenant = t;
+    d->name = xstrndup(name, len);
+    d->nlen = len;
+    d->stripe = (uint32_t)(bdb_hash(t->name, strlen(t->name)) ^ h) % DB_STRIPES;
+    d->first_ts = INT64_MAX;
+    d->last_ts = INT64_MIN;
+    d->state_ts = INT64_MIN;
+    bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN));
+    bdb_map_put_h(t->devices, name, len, h, d);
+    atomic_fetch_add(&db->device_count, 1);
+    return d;
+}
+
+/* Caller holds the device's stripe lock. Devices report a handful of metrics, so a
+ * linear scan beats hashing. */
+series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create)
+{
+    for (uint32_t i = 0; i < d->nseries; i++) {
+        series *s = d->series[i];
+        if (s->mlen == mlen && memcmp(s->metric, metric, mlen) == 0)
+            return s;
+    }
+    if (!create)
+        return NULL;
+    if (d->nseries == d->cap_series) {
+        d->cap_series = d->cap_series ? d->cap_series * 2 : 4;
+        series **n = realloc(d->series, d->cap_series * sizeof *n);
+        if (!n)
+            abort();
+        d->series = n;
+    }
+    series *s = xalloc(sizeof *s);
+    s->dev = d;
+    s->metric = xstrndup(metric, mlen);
+    s->mlen = mlen;
+    /* Keep the array sorted by name so listings and flushes see metric order. */
+    uint32_t i = d->nseries;
+    while (i > 0) {
+        series *p = d->series[i - 1];
+        size_t m = p->mlen < mlen ? p->mlen : mlen;
+        int c = memcmp(p->metric, metric, m);
+        if (c < 0 || (c == 0 && p->mlen < mlen))
+            break;
+        d->series[i] = p;
+        i--;
+    }
+    d->series[i] = s;
+    d->nseries++;
+    atomic_fetch_add(&db->series_count, 1);
+    return s;
+}
+
+int cat_tags_equal(const device *d, const bdb_kv *tags, uint32_t n)
+{
+    if (d->ntags != n)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const bdb_kv *a = &d->tags[i], *b = &tags[i];
+        if (a->klen != b->klen || a->vlen != b->vlen || memcmp(a->key, b->key, a->klen) ||
+            memcmp(a->val, b->val, a->vlen))
+            return 0;
+    }
+    return 1;
+}
+
+static void free_tags(device *d)
+{
+    for (uint32_t i = 0; i < d->ntags; i++) {
+        free((char *)d->tags[i].key);
+        free((char *)d->tags[i].val);
+    }
+    free(d->tags);
+    d->tags = NULL;
+    d->ntags = 0;
+}
+
+void cat_set_tags(device *d, const bdb_kv *tags, uint32_t n)
+{
+    free_tags(d);
+    if (!n)
+        return;
+    d->tags = xalloc(n * sizeof *d->tags);
+    for (uint32_t i = 0; i < n; i++)
+        d->tags[i] = (bdb_kv){xstrndup(tags[i].key, tags[i].klen), tags[i].klen,
+                              xstrndup(tags[i].val, tags[i].vlen), tags[i].vlen};
+    d->ntags = n;
+}
+
+void cat_set_state(device *d, const char *s, size_t n, int64_t ts)
+{
+    /* Never let an older event overwrite the current state. */
+    if (ts < d->state_ts)
+        return;
+    free(d->state);
+    d->state = xstrndup(s, n);
+    d->state_ts = ts;
+}
+
+struct each_ctx {
+    void (*cb)(void *, device *);
+    void *ctx;
+};
+
+void cat_each_device(bdb_db *db, void (*cb)(void *ctx, device *d), void *ctx)
+{
+    size_t tp = 0, tk;
+    const void *key;
+    void *tv;
+    while (bdb_map_next(db->tenants, &tp, &key, &tk, &tv)) {
+        tenant *t = tv;
+        size_t dp = 0, dk;
+        void *dv;
+        while (bdb_map_next(t->devices, &dp, &key, &dk, &dv))
+            cb(ctx, dv);
+    }
+}
+
+static void enc_device(void *ctx, device *d)
+{
+    bdb_buf *b = ctx;
+    bdb_buf_put_str(b, d->tenant->name, strlen(d->tenant->name));
+    bdb_buf_put_str(b, d->name, d->nlen);
+    bdb_buf_put_varint(b, d->first_ts);
+    bdb_buf_put_varint(b, d->last_ts);
+    bdb_buf_put_uvarint(b, d->samples);
+    bdb_buf_putc(b, d->state != NULL);
+    if (d->state) {
+        bdb_buf_put_str(b, d->state, strlen(d->state));
+        bdb_buf_put_varint(b, d->state_ts);
+    }
+    bdb_buf_put_uvarint(b, d->ntags);
+    for (uint32_t i = 0; i < d->ntags; i++) {
+        bdb_buf_put_str(b, d->tags[i].key, d->tags[i].klen);
+        bdb_buf_put_str(b, d->tags[i].val, d->tags[i].vlen);
+    }
+    bdb_buf_put_varint(b, d->pinned);
+    bdb_buf_put_uvarint(b, d->hist.n);
+    for (uint32_t i = 0; i < d->hist.n; i++) {
+        bdb_buf_put_varint(b, d->hist.e[i].from_ms);
+        bdb_buf_put_varint(b, d->hist.e[i].size_ms);
+    }
+    bdb_buf_put_uvarint(b, d->nseries);
+    for (uint32_t i = 0; i < d->nseries; i++)
+        bdb_buf_put_str(b, d->series[i]->metric, d->series[i]->mlen);
+}
+
+struct enc_ctx {
+    bdb_db *db;
+    bdb_buf *b;
+};
+
+static void enc_device_locked(void *ctx, device *d)
+{
+    struct enc_ctx *e = ctx;
+    pthread_mutex_lock(dev_lock(e->db, d));
+    enc_device(e->b, d);
+    pthread_mutex_unlock(dev_lock(e->db, d));
+}
+
+/* Caller holds flush_lock exclusively (so the snapshot matches the WAL cut) and
+ * cat_lock shared. */
+void cat_encode(bdb_db *db, bdb_buf *out)
+{
+    bdb_buf_reset(out);
+    bdb_buf_append(out, CAT_MAGIC, 8);
+    bdb_buf_put_u32le(out, CAT_VERSION);
+    bdb_buf_put_u64le(out, db->wal_upto);
+    bdb_buf_put_u64le(out, db->next_seq);
+    bdb_buf_put_uvarint(out, atomic_load(&db->device_count));
+    struct enc_ctx e = {db, out};
+    cat_each_device(db, enc_device_locked, &e);
+    bdb_buf_put_u32le(out, (uint32_t)crc32(0, out->data, (uInt)out->len));
+}
+
+int cat_save(bdb_db *db, const bdb_buf *enc)
+{
+    return bdb_vfs_write_atomic(db->vfs, db->dir, "catalog", enc->data, enc->len);
+}
+
+int cat_load(bdb_db *db)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/catalog", db->dir);
+    if (!bdb_vfs_exists(db->vfs, path))
+        return BDB_OK;
+    void *data;
+    size_t len;
+    int rc = bdb_vfs_read_all(db->vfs, path, &data, &len);
+    if (rc != BDB_OK)
+        return rc;
+    rc = BDB_ERR_CORRUPT;
+    if (len < 8 + 4 + 8 + 8 + 1 + 4 || memcmp(data, CAT_MAGIC, 8) != 0) {
+        BDB_ERROR("catalog %s: bad magic or too short (%zu bytes)", path, len);
+        goto out;
+    }
+    uint32_t want = bdb_get_u32le((const uint8_t *)data + len - 4);
+    if ((uint32_t)crc32(0, data, (uInt)(len - 4)) != want) {
+        BDB_ERROR("catalog %s: checksum mismatch", path);
+        goto out;
+    }
+    bdb_dec d;
+    bdb_dec_init(&d, data, len - 4);
+    bdb_dec_bytes(&d, 8);
+    uint32_t ver = bdb_dec_u32le(&d);
+    if (ver != CAT_VERSION) {
+        BDB_ERROR("catalog %s: unsupported version %u", path, ver);
+        goto out;
+    }
+    db->wal_upto = bdb_dec_u64le(&d);
+    db->next_seq = bdb_dec_u64le(&d);
+    uint64_t n = bdb_dec_uvarint(&d);
+    for (uint64_t i = 0; i < n && !d.err; i++) {
+        size_t tl, nl;
+        const char *tn = bdb_dec_str(&d, &tl);
+        const char *dn = bdb_dec_str(&d, &nl);
+        if (d.err)
+            break;
+        tenant *t = cat_tenant(db, tn, tl, 1);
+        device *dv = cat_device(db, t, dn, nl, 1);
+        dv->first_ts = bdb_dec_varint(&d);
+        dv->last_ts = bdb_dec_varint(&d);
+        dv->samples = bdb_dec_uvarint(&d);
+        if (bdb_dec_u8(&d)) {
+            size_t sl;
+            const char *s = bdb_dec_str(&d, &sl);
+            int64_t sts = bdb_dec_varint(&d);
+            if (!d.err)
+                cat_set_state(dv, s, sl, sts);
+        }
+        uint64_t nt = bdb_dec_uvarint(&d);
+        if (nt > 1u << 16) {
+            d.err = 1;
+            break;
+        }
+        bdb_kv *tags = nt ? xalloc(nt * sizeof *tags) : NULL;
+        for (uint64_t k = 0; k < nt && !d.err; k++) {
+            tags[k].key = bdb_dec_str(&d, &tags[k].klen);
+            tags[k].val = bdb_dec_str(&d, &tags[k].vlen);
+        }
+        if (!d.err)
+            cat_set_tags(dv, tags, (uint32_t)nt);
+        free(tags);
+        dv->pinned = bdb_dec_varint(&d);
+        uint64_t nh = bdb_dec_uvarint(&d);
+        if (nh == 0 || nh > 1u << 20) {
+            d.err = 1;
+            break;
+        }
+        dv->hist.n = 0;
+        for (uint64_t k = 0; k < nh && !d.err; k++) {
+            int64_t from = bdb_dec_varint(&d), size = bdb_dec_varint(&d);
+            if (size <= 0) {
+                d.err = 1;
+                break;
+            }
+            bdb_bucket_history_push(&dv->hist, from, size);
+        }
+        uint64_t nm = bdb_dec_uvarint(&d);
+        for (uint64_t k = 0; k < nm && !d.err; k++) {
+            size_t ml;
+            const char *m = bdb_dec_str(&d, &ml);
+            if (!d.err)
+                cat_series(db, dv, m, ml, 1);
+        }
+    }
+    if (d.err) {
+        BDB_ERROR("catalog %s: truncated or malformed content", path);
+        goto out;
+    }
+    rc = BDB_OK;
+out:
+    free(data);
+    return rc;
+}
+
+void cat_free(bdb_db *db)
+{
+    size_t tp = 0, tk;
+    const void *key;
+    void *tv;
+    while (bdb_map_next(db->tenants, &tp, &key, &tk, &tv)) {
+        tenant *t = tv;
+        size_t dp = 0, dk;
+        void *dv;
+        while (bdb_map_next(t->devices, &dp, &key, &dk, &dv)) {
+            device *d = dv;
+            for (uint32_t i = 0; i < d->nseries; i++) {
+                head_free_chunks(db, d->series[i]->active);
+                head_free_chunks(db, d->series[i]->frozen);
+                free(d->series[i]->metric);
+                free(d->series[i]);
+            }
+            free(d->series);
+            free_tags(d);
+            free(d->state);
+            bdb_bucket_history_free(&d->hist);
+            free(d->name);
+            free(d);
+        }
+        bdb_map_free(t->devices);
+        free(t->name);
+        free(t);
+    }
+    bdb_map_free(db->tenants);
+    db->tenants = NULL;
+}

@@ -1,0 +1,154 @@
+/* Private to the embedded engine (db*.c, head.c): the in-memory catalog and head.
+ *
+ * Locking order (never take an earlier lock while holding a later one):
+ *   flush_mutex -> flush_lock -> cat_lock -> device stripe -> blocks_lock
+ * - cat_lock (rwlock) guards the tenant and device maps (creation of tenants/devices).
+ * - A device's stripe mutex guards everything inside the device: tags, state, bucket
+ *   history, its series array and every head chunk of its series.
+ * - flush_lock (rwlock): writers hold it shared while they append to the WAL and the
+ *   head; a flush holds it exclusively for the instant it cuts the WAL and freezes the
+ *   head, so the frozen head and the sealed segments cover exactly the same writes.
+ * - blocks_lock (rwlock) guards the block list; readers hold it shared while they read
+ *   blocks, so maintenance can unmap a block only after swapping it out. */
+#ifndef BDB_DB_INT_H
+#define BDB_DB_INT_H
+
+#include "common/buf.h"
+#include "common/map.h"
+#include "model/bucket.h"
+#include "storage/embedded/block.h"
+#include "storage/embedded/chunk.h"
+#include "storage/embedded/db.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* One head chunk: samples of one series inside [lo, hi), which lies inside one
+ * partition and one block window. In-order samples go to the XOR appender; samples
+ * older than the newest (out of order, or rewriting a time) go to a small side list
+ * merged at read time, where the later write of a time wins. */
+typedef struct hchunk {
+    struct hchunk *next; /* newer chunks first */
+    int64_t lo, hi;
+    int64_t bucket_start;
+    bdb_chunk_app app;
+    struct ooo_sample {
+        int64_t ts;
+        double v;
+    } *ooo;
+    uint32_t nooo, cap_ooo;
+} hchunk;
+
+typedef struct series {
+    struct device *dev;
+    char *metric;
+    size_t mlen;
+    hchunk *active;
+    hchunk *frozen; /* being flushed; read-only until the flush frees it */
+} series;
+
+typedef struct device {
+    struct tenant *tenant;
+    char *name;
+    size_t nlen;
+    uint32_t stripe;
+    bdb_kv *tags; /* owned strings */
+    uint32_t ntags;
+    char *state;
+    int64_t state_ts;
+    int64_t first_ts, last_ts;
+    uint64_t samples;
+    bdb_bucket_history hist;
+    bdb_rate_learner learner;
+    int64_t pinned; /* 0 = learn */
+    series **series;
+    uint32_t nseries, cap_series;
+} device;
+
+typedef struct tenant {
+    char *name;
+    bdb_map *devices;
+} tenant;
+
+typedef struct blockent {
+    bdb_block *b;
+    char *path;
+} blockent;
+
+#define DB_STRIPES 256
+
+struct bdb_db {
+    bdb_db_opts o;
+    char *dir, *wal_dir, *blocks_dir, *quarantine_dir;
+    bdb_vfs *vfs;
+    int lock_fd;
+    bdb_wal *wal;
+
+    pthread_rwlock_t cat_lock;
+    bdb_map *tenants;
+    pthread_mutex_t stripes[DB_STRIPES];
+
+    pthread_mutex_t flush_mutex;
+    pthread_rwlock_t flush_lock;
+    uint64_t wal_upto; /* segments <= this are covered by blocks + catalog */
+
+    pthread_rwlock_t blocks_lock;
+    blockent *blocks; /* sorted by (window_start, seq) */
+    size_t nblocks, cap_blocks;
+    uint64_t next_seq;
+
+    pthread_t bg;
+    int bg_running;
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_cv;
+    int stopping;
+    int64_t last_flush_mono;
+
+    atomic_int readonly;
+    char readonly_reason[256];
+    int replaying;
+
+    _Atomic uint64_t samples_written, reports_written, write_batches, series_count,
+        device_count, tenant_count, head_bytes, head_samples, flushes, compactions,
+        retention_drops, quarantined, replayed, wal_corruptions, wal_corrupt_bytes,
+        bucket_changes, ooo_samples;
+};
+
+/* head.c */
+int head_append(bdb_db *db, series *s, int64_t ts, double v);
+void head_free_chunks(bdb_db *db, hchunk *c);
+/* Decodes the samples of chunk c inside [lo, hi) (ooo merged, later write wins),
+ * appending ts/v pairs in time order. */
+void head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v,
+                        size_t *n, size_t *cap);
+
+/* db_catalog.c */
+tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create);
+device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int create);
+series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create);
+void cat_set_tags(device *d, const bdb_kv *tags, uint32_t n);
+int cat_tags_equal(const device *d, const bdb_kv *tags, uint32_t n);
+void cat_set_state(device *d, const char *s, size_t n, int64_t ts);
+void cat_encode(bdb_db *db, bdb_buf *out);
+int cat_load(bdb_db *db);
+int cat_save(bdb_db *db, const bdb_buf *enc);
+void cat_free(bdb_db *db);
+/* Calls cb for every device (cat_lock must be held by the caller, shared). */
+void cat_each_device(bdb_db *db, void (*cb)(void *ctx, device *d), void *ctx);
+static inline pthread_mutex_t *dev_lock(bdb_db *db, const device *d)
+{
+    return &db->stripes[d->stripe];
+}
+
+/* db_flush.c */
+int db_flush(bdb_db *db);
+int db_maintain(bdb_db *db);
+int db_blocks_load(bdb_db *db);
+void db_blocks_close(bdb_db *db);
+void *db_background(void *arg);
+
+/* db.c */
+void db_set_readonly(bdb_db *db, int rc, const char *what);
+int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len);
+
+#endif

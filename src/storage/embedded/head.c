@@ -1,0 +1,201 @@
+/* head: the in-memory part of the engine. Each series keeps a short list of chunks,
+ * one per (partition x block window) range it has samples in, newest first. A chunk
+ * is cut when it reaches chunk_max_samples, so long partitions of hot devices become
+ * several chunks. */
+#include "storage/embedded/db_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/timeutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *xalloc(size_t n)
+{
+    void *p = calloc(1, n);
+    if (!p) {
+        fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return p;
+}
+
+static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_start)
+{
+    hchunk *c = xalloc(sizeof *c);
+    c->lo = lo;
+    c->hi = hi;
+    c->bucket_start = bucket_start;
+    bdb_chunk_app_init(&c->app);
+    atomic_fetch_add(&db->head_bytes, sizeof *c);
+    return c;
+}
+
+void head_free_chunks(bdb_db *db, hchunk *c)
+{
+    while (c) {
+        hchunk *n = c->next;
+        atomic_fetch_sub(&db->head_bytes, sizeof *c + c->app.cap + c->cap_ooo * sizeof *c->ooo);
+        atomic_fetch_sub(&db->head_samples, (uint64_t)c->app.count + c->nooo);
+        bdb_chunk_app_free(&c->app);
+        free(c->ooo);
+        free(c);
+        c = n;
+    }
+}
+
+static void ooo_add(bdb_db *db, hchunk *c, int64_t ts, double v)
+{
+    if (c->nooo == c->cap_ooo) {
+        uint32_t cap = c->cap_ooo ? c->cap_ooo * 2 : 4;
+        void *p = realloc(c->ooo, cap * sizeof *c->ooo);
+        if (!p) {
+            fprintf(stderr, "bucketdb: out of memory\n");
+            abort();
+        }
+        atomic_fetch_add(&db->head_bytes, (cap - c->cap_ooo) * sizeof *c->ooo);
+        c->ooo = p;
+        c->cap_ooo = cap;
+    }
+    c->ooo[c->nooo++] = (struct ooo_sample){ts, v};
+    atomic_fetch_add(&db->ooo_samples, 1);
+}
+
+/* Caller holds the device's stripe lock. */
+int head_append(bdb_db *db, series *s, int64_t ts, double v)
+{
+    device *d = s->dev;
+    int64_t bstart, bend;
+    bdb_bucket_range(&d->hist, ts, &bstart, &bend);
+    int64_t w = db->o.block_window_ms;
+    int64_t wstart = bdb_align_down(ts, w);
+    int64_t lo = bstart > wstart ? bstart : wstart;
+    int64_t hi = bend < wstart + w ? bend : wstart + w;
+
+    /* The newest chunk of the range takes in-order appends; older full chunks of the
+     * same range only receive out-of-order samples. */
+    hchunk *c = s->active, *prev = NULL;
+    while (c && c->lo > lo) {
+        prev = c;
+        c = c->next;
+    }
+    if (!c || c->lo != lo) {
+        hchunk *n = chunk_new(db, lo, hi, bstart);
+        n->next = c;
+        if (prev)
+            prev->next = n;
+        else
+            s->active = n;
+        c = n;
+    }
+    uint32_t before = c->app.cap;
+    if (c->app.count == 0 || ts > c->app.t_last) {
+        if (c->app.count >= db->o.chunk_max_samples) {
+            /* Full: start a continuation chunk for the same range in front of it. */
+            hchunk *n = chunk_new(db, lo, hi, bstart);
+            n->next = c;
+            if (prev)
+                prev->next = n;
+            else
+                s->active = n;
+            c = n;
+            before = c->app.cap;
+        }
+        int rc = bdb_chunk_app_append(&c->app, ts, v);
+        if (rc != BDB_OK)
+            return rc;
+    } else {
+        ooo_add(db, c, ts, v);
+    }
+    if (c->app.cap != before)
+        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    atomic_fetch_add(&db->head_samples, 1);
+    return BDB_OK;
+}
+
+static void push(int64_t **ts, double **v, size_t *n, size_t *cap, int64_t t, double x)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        int64_t *nt = realloc(*ts, nc * sizeof **ts);
+        double *nv = realloc(*v, nc * sizeof **v);
+        if (!nt || !nv) {
+            fprintf(stderr, "bucketdb: out of memory\n");
+            abort();
+        }
+        *ts = nt;
+        *v = nv;
+        *cap = nc;
+    }
+    (*ts)[*n] = t;
+    (*v)[*n] = x;
+    (*n)++;
+}
+
+struct ts_pair {
+    int64_t ts;
+    uint32_t i;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+    const struct ts_pair *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+void head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v,
+                        size_t *n, size_t *cap)
+{
+    size_t len;
+    const uint8_t *bytes = bdb_chunk_app_bytes(&c->app, &len);
+    /* Sort a copy of the side list stably by time; among equal times the later write
+     * (higher index) must win, so tag with the index before sorting. */
+    struct ooo_sample *o = NULL;
+    uint32_t no = 0;
+    if (c->nooo) {
+        struct ts_pair *pr = malloc(c->nooo * sizeof *pr);
+        o = malloc(c->nooo * sizeof *o);
+        if (!o || !pr) {
+            fprintf(stderr, "bucketdb: out of memory\n");
+            abort();
+        }
+        for (uint32_t i = 0; i < c->nooo; i++)
+            pr[i] = (struct ts_pair){c->ooo[i].ts, i};
+        qsort(pr, c->nooo, sizeof *pr, pair_cmp);
+        for (uint32_t i = 0; i < c->nooo; i++) {
+            /* keep only the last write of each time */
+            if (i + 1 < c->nooo && pr[i + 1].ts == pr[i].ts)
+                continue;
+            o[no++] = c->ooo[pr[i].i];
+        }
+        free(pr);
+    }
+    bdb_chunk_iter it;
+    int64_t t = 0;
+    double x = 0;
+    int have = 0;
+    if (len && bdb_chunk_iter_init(&it, bytes, len) == BDB_OK)
+        have = bdb_chunk_iter_next(&it, &t, &x) == 1;
+    uint32_t oi = 0;
+    while (have || oi < no) {
+        int64_t ot;
+        double ov;
+        if (have && (oi >= no || t < o[oi].ts)) {
+            ot = t;
+            ov = x;
+            have = bdb_chunk_iter_next(&it, &t, &x) == 1;
+        } else {
+            ot = o[oi].ts;
+            ov = o[oi].v;
+            if (have && t == ot) /* the side list holds the later write */
+                have = bdb_chunk_iter_next(&it, &t, &x) == 1;
+            oi++;
+        }
+        if (ot >= lo && ot < hi)
+            push(ts, v, n, cap, ot, ov);
+    }
+    free(o);
+}

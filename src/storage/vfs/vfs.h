@@ -1,0 +1,127 @@
+/* vfs: the one file-system interface every byte of the storage engine goes through.
+ *
+ * Production uses bdb_vfs_posix(). Tests use a fault-injecting VFS (vfs_fault.h) that
+ * can fail the Nth call with a chosen errno and simulate power loss. Keeping all I/O
+ * here is what makes crash and fault tests cheap (the SQLite VFS lesson).
+ *
+ * All functions return BDB_OK or a negative bdb_status; on BDB_ERR_IO / BDB_ERR_NOSPACE
+ * errno holds the system error (ENOSPC maps to BDB_ERR_NOSPACE). */
+#ifndef BDB_VFS_H
+#define BDB_VFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bdb_vfs bdb_vfs;
+typedef struct bdb_file bdb_file;
+
+enum {
+    BDB_O_RDONLY = 0,
+    BDB_O_RDWR = 1,
+    BDB_O_CREAT = 2,
+    BDB_O_EXCL = 4,
+    BDB_O_TRUNC = 8,
+};
+
+/* Operations table; implementations fill it. Callers use the wrappers below. */
+struct bdb_vfs_ops {
+    int (*open)(bdb_vfs *v, const char *path, int flags, bdb_file **out);
+    int (*close)(bdb_file *f);
+    int (*pread)(bdb_file *f, void *buf, size_t n, uint64_t off, size_t *nread);
+    int (*pwrite)(bdb_file *f, const void *buf, size_t n, uint64_t off);
+    int (*sync)(bdb_file *f);
+    int (*size)(bdb_file *f, uint64_t *out);
+    int (*truncate)(bdb_file *f, uint64_t size);
+    /* Read-only mapping of the whole file; *p is NULL for an empty file. */
+    int (*map)(bdb_file *f, const void **p, size_t *len);
+    int (*unmap)(bdb_file *f, const void *p, size_t len);
+    int (*rename)(bdb_vfs *v, const char *from, const char *to);
+    int (*unlink)(bdb_vfs *v, const char *path);
+    int (*mkdir)(bdb_vfs *v, const char *path); /* BDB_OK if it already exists */
+    int (*sync_dir)(bdb_vfs *v, const char *path);
+    /* Calls cb for each entry name (not "." or ".."); cb returning non-zero stops. */
+    int (*list)(bdb_vfs *v, const char *dir, int (*cb)(void *ctx, const char *name), void *ctx);
+    int (*exists)(bdb_vfs *v, const char *path); /* 1 yes, 0 no */
+};
+
+struct bdb_vfs {
+    const struct bdb_vfs_ops *ops;
+};
+
+/* Base of every file object; implementations embed it first. */
+struct bdb_file {
+    bdb_vfs *vfs;
+};
+
+bdb_vfs *bdb_vfs_posix(void); /* process-wide singleton */
+
+static inline int bdb_vfs_open(bdb_vfs *v, const char *path, int flags, bdb_file **out)
+{
+    return v->ops->open(v, path, flags, out);
+}
+static inline int bdb_file_close(bdb_file *f)
+{
+    return f->vfs->ops->close(f);
+}
+static inline int bdb_file_pread(bdb_file *f, void *buf, size_t n, uint64_t off, size_t *nread)
+{
+    return f->vfs->ops->pread(f, buf, n, off, nread);
+}
+static inline int bdb_file_pwrite(bdb_file *f, const void *buf, size_t n, uint64_t off)
+{
+    return f->vfs->ops->pwrite(f, buf, n, off);
+}
+static inline int bdb_file_sync(bdb_file *f)
+{
+    return f->vfs->ops->sync(f);
+}
+static inline int bdb_file_size(bdb_file *f, uint64_t *out)
+{
+    return f->vfs->ops->size(f, out);
+}
+static inline int bdb_file_truncate(bdb_file *f, uint64_t size)
+{
+    return f->vfs->ops->truncate(f, size);
+}
+static inline int bdb_file_map(bdb_file *f, const void **p, size_t *len)
+{
+    return f->vfs->ops->map(f, p, len);
+}
+static inline int bdb_file_unmap(bdb_file *f, const void *p, size_t len)
+{
+    return f->vfs->ops->unmap(f, p, len);
+}
+static inline int bdb_vfs_rename(bdb_vfs *v, const char *from, const char *to)
+{
+    return v->ops->rename(v, from, to);
+}
+static inline int bdb_vfs_unlink(bdb_vfs *v, const char *path)
+{
+    return v->ops->unlink(v, path);
+}
+static inline int bdb_vfs_mkdir(bdb_vfs *v, const char *path)
+{
+    return v->ops->mkdir(v, path);
+}
+static inline int bdb_vfs_sync_dir(bdb_vfs *v, const char *path)
+{
+    return v->ops->sync_dir(v, path);
+}
+static inline int bdb_vfs_list(bdb_vfs *v, const char *dir, int (*cb)(void *, const char *),
+                               void *ctx)
+{
+    return v->ops->list(v, dir, cb, ctx);
+}
+static inline int bdb_vfs_exists(bdb_vfs *v, const char *path)
+{
+    return v->ops->exists(v, path);
+}
+
+/* Writes a whole file atomically: `path.tmp`, write, fsync, rename to path, fsync the
+ * directory. Either the old or the new content survives a crash, never a mix. */
+int bdb_vfs_write_atomic(bdb_vfs *v, const char *dir, const char *name, const void *data,
+                         size_t len);
+/* Reads a whole file into a malloc'd buffer (caller frees). */
+int bdb_vfs_read_all(bdb_vfs *v, const char *path, void **data, size_t *len);
+
+#endif
