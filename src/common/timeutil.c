@@ -3,6 +3,7 @@
 #include "bucketdb/bdb.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,11 @@ int bdb_parse_time_ms(const char *s, int64_t *out)
     if (*p == '-' || isdigit((unsigned char)*p)) {
         /* All digits (optionally signed): Unix milliseconds. */
         char *end;
+        errno = 0;
         long long v = strtoll(s, &end, 10);
         if (*end == '\0') {
+            if (errno == ERANGE) /* out of int64 range: not a time we can store */
+                return BDB_ERR_INVALID;
             *out = v;
             return BDB_OK;
         }
@@ -68,8 +72,11 @@ int bdb_parse_time_ms(const char *s, int64_t *out)
     if (!digits(&p, 2, &h) || *p++ != ':' || !digits(&p, 2, &mi) || *p++ != ':' ||
         !digits(&p, 2, &sec))
         return BDB_ERR_INVALID;
-    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || mi > 59 || sec > 60)
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || h > 23 || mi > 59 || sec > 60)
         return BDB_ERR_INVALID;
+    if (M == 2 && D == 29 && !(Y % 4 == 0 && (Y % 100 != 0 || Y % 400 == 0)))
+        return BDB_ERR_INVALID; /* Feb 29 of a common year */
     int64_t ms = 0;
     if (*p == '.') {
         p++;
@@ -92,7 +99,7 @@ int bdb_parse_time_ms(const char *s, int64_t *out)
         p++;
     } else if (*p == '+' || *p == '-') {
         int sign = *p++ == '-' ? -1 : 1, oh, om;
-        if (!digits(&p, 2, &oh) || *p++ != ':' || !digits(&p, 2, &om))
+        if (!digits(&p, 2, &oh) || *p++ != ':' || !digits(&p, 2, &om) || oh > 23 || om > 59)
             return BDB_ERR_INVALID;
         off = sign * (oh * 3600 + om * 60);
     } else {

@@ -22,6 +22,7 @@ void bdb_json_limits_default(bdb_json_limits *l)
     l->max_tags = 64;
     l->max_key_len = 256;
     l->max_value_len = 1024;
+    l->max_future_ms = 0;
 }
 
 /* One report's problem, formatted as "field \"...\": ..." into err. */
@@ -98,6 +99,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
         return bad(err, errlen, "field \"device\": length %zu exceeds max-key-length %zu", dn,
                    lim->max_key_len);
     if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0) return -1;
+    if (lim->max_future_ms > 0 && *ts > now_ms + lim->max_future_ms)
+        return bad(err, errlen,
+                   "field \"time\": %lld ms is more than max-future %lld ms ahead of the "
+                   "server clock",
+                   (long long)*ts, (long long)lim->max_future_ms);
 
     json_t *mets = json_object_get(r, "metrics");
     size_t nmets = 0;

@@ -21,11 +21,12 @@
 #include <stdint.h>
 
 typedef struct bdb_json_limits {
-    size_t max_reports;   /* default 100000 */
-    size_t max_metrics;   /* per report, default 256 */
-    size_t max_tags;      /* per report, default 64 */
-    size_t max_key_len;   /* device, metric, tag key, default 256 */
-    size_t max_value_len; /* tag value and state, default 1024 */
+    size_t max_reports;    /* default 100000 */
+    size_t max_metrics;    /* per report, default 256 */
+    size_t max_tags;       /* per report, default 64 */
+    size_t max_key_len;    /* device, metric, tag key, default 256 */
+    size_t max_value_len;  /* tag value and state, default 1024 */
+    int64_t max_future_ms; /* refuse times further ahead of now_ms; 0 = no check (default) */
 } bdb_json_limits;
 
 void bdb_json_limits_default(bdb_json_limits *l);

@@ -98,7 +98,9 @@ void bdb_bucket_history_copy(bdb_bucket_history *dst, const bdb_bucket_history *
 void bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms)
 {
     reserve(h, h->n + 1);
-    h->e[h->n++] = (bdb_bucket_entry){h->n == 0 ? INT64_MIN : from_ms, size_ms};
+    /* Read n before incrementing it: the first entry always starts at INT64_MIN. */
+    int64_t from = h->n == 0 ? INT64_MIN : from_ms;
+    h->e[h->n++] = (bdb_bucket_entry){from, size_ms};
 }
 
 /* Index of the entry in force at ts: the last with from_ms <= ts (entry 0 covers all

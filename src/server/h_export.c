@@ -150,7 +150,11 @@ static int produce(struct exp *e)
         }
         for (size_t m = 0; m < e->nmetrics; m++) {
             const char *name = e->metrics[m];
-            const char *dot = strchr(name, '.');
+            /* Split at the first dot that leaves both sides non-empty, so the line
+             * parses and imports as the same metric; else measurement <metric>. */
+            const char *dot = name[0] ? strchr(name + 1, '.') : NULL;
+            if (dot && !dot[1])
+                dot = NULL;
             size_t ml = dot ? (size_t)(dot - name) : strlen(name);
             const char *field = dot ? dot + 1 : "value";
             for (size_t i = 0; i < e->samples[m].n; i++) {

@@ -73,6 +73,26 @@ static size_t split_list(char *s, const char **out, size_t max)
     return n;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sorts a metric list and drops repeats: rows with equal times come out in metric
+ * name order whatever order the caller listed them in, and "a,a" does not return
+ * every sample of a twice. */
+static size_t sort_unique(const char **v, size_t n)
+{
+    if (n < 2)
+        return n;
+    qsort(v, n, sizeof *v, cmp_str);
+    size_t k = 1;
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(v[i], v[k - 1]) != 0)
+            v[k++] = v[i];
+    return k;
+}
+
 enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
 {
     enum MHD_Result res;
@@ -96,6 +116,8 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
                                   0);
     if (hf && !ht)
         q.to = INT64_MAX / 2;
+    if (ht && !hf) /* "the hour before to", not "the last hour", which may end before to */
+        q.from = q.to - BDB_MS_HOUR;
     if (q.from >= q.to)
         return respond_json_error(s, c, 400, "'from' must be before 'to'", 0);
     const char *lim = arg(c, "limit");
@@ -118,7 +140,7 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     const char *m = arg(c, "metric");
     if (m && *m) {
         mlist = strdup(m);
-        q.nmetrics = split_list(mlist, metrics, 256);
+        q.nmetrics = sort_unique(metrics, split_list(mlist, metrics, 256));
         q.metrics = metrics;
     }
     bdb_buf body;
@@ -273,12 +295,16 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         bdb_buf_free(&b);
         return res;
     }
-    /* /<device>[/partitions|/profile]; the device id is URL-decoded by MHD */
+    /* /<device>[/partitions|/profile]; the device id is URL-decoded by MHD, so an id
+     * may contain '/' (MQTT-style "site/line/unit"): only a final /partitions or
+     * /profile names a sub-resource. */
     char dev[1024];
     snprintf(dev, sizeof dev, "%s", rest + 1);
-    char *sub = strchr(dev, '/');
-    if (sub)
+    char *sub = strrchr(dev, '/');
+    if (sub && (!strcmp(sub + 1, "partitions") || !strcmp(sub + 1, "profile")))
         *sub++ = '\0';
+    else
+        sub = NULL;
     if (sub && !strcmp(sub, "profile")) {
         if (strcmp(method, "PUT") && strcmp(method, "POST"))
             return respond_json_error(s, c, 405, "use PUT", 0);

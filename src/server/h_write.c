@@ -190,6 +190,7 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     lim.max_value_len = s->cfg.max_tag_value_bytes;
     lim.max_tags = s->cfg.max_tags;
     lim.max_metrics = s->cfg.max_fields;
+    lim.max_future_ms = s->cfg.max_future_ms;
     bdb_batch *b = bdb_batch_new();
     bdb_json_result jr;
     int prc = bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr);

@@ -121,8 +121,9 @@ static const char *req_token(struct MHD_Connection *c, char *buf, size_t buflen)
         if (!strncasecmp(h, "Bearer ", 7))
             return h + 7;
     }
-    char *user = NULL;
-    char *pass = MHD_basic_auth_get_username_password(c, &user);
+    /* MHD returns the user name and hands the password back through the pointer. */
+    char *pass = NULL;
+    char *user = MHD_basic_auth_get_username_password(c, &pass);
     if (pass) {
         snprintf(buf, buflen, "%s", pass);
         MHD_free(pass);

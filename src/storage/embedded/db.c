@@ -171,11 +171,14 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
 }
 
 /* Applies one report to the head. Caller holds flush_lock shared (or is replaying).
- * If the device's bucket size changed, its new history is appended to hist_out. */
+ * If the learner changed the device's class, the device is marked and *relearn set:
+ * the bucket change is made after the whole batch (apply_relearn), because replay
+ * applies the batch record before the history record and must place every sample of
+ * the batch in the same partition the live write did. */
 static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl,
                         int64_t ts, const bdb_kv *tags, uint32_t ntags, const char *state,
                         size_t slen, const char *const *names, const size_t *nlens,
-                        const double *vals, uint32_t nm, bdb_buf *hist_out)
+                        const double *vals, uint32_t nm, int *relearn)
 {
     device *d = get_device(db, tn, tl, dn, dl);
     pthread_mutex_lock(dev_lock(db, d));
@@ -188,15 +191,9 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
     if (ts > d->last_ts)
         d->last_ts = ts;
     d->samples += nm;
-    if (!db->replaying && !d->pinned && bdb_rate_observe(&d->learner, ts)) {
-        int64_t size = bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
-        if (bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
-            atomic_fetch_add(&db->bucket_changes, 1);
-            BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name,
-                     bdb_freq_name((enum bdb_freq_class)d->learner.cls), bdb_bucket_name(size));
-            if (hist_out)
-                encode_history(d, hist_out);
-        }
+    if (!db->replaying && !d->pinned && bdb_rate_observe(&d->learner, ts) && relearn) {
+        d->relearn = 1;
+        *relearn = 1;
     }
     int rc = BDB_OK;
     for (uint32_t i = 0; i < nm && rc == BDB_OK; i++) {
@@ -207,9 +204,32 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
     return rc;
 }
 
+/* After a batch: makes the bucket change of every device whose class changed in it,
+ * from its newest event (the batch included), appending each new history to hist_out. */
+static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps,
+                          size_t nrep, bdb_buf *hist_out)
+{
+    for (size_t i = 0; i < nrep; i++) {
+        device *d = get_device(db, tn, tl, reps[i].device, reps[i].device_len);
+        pthread_mutex_lock(dev_lock(db, d));
+        if (d->relearn) {
+            d->relearn = 0;
+            int64_t size = bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
+            if (!d->pinned && bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
+                atomic_fetch_add(&db->bucket_changes, 1);
+                BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name,
+                         d->name, bdb_freq_name((enum bdb_freq_class)d->learner.cls),
+                         bdb_bucket_name(size));
+                encode_history(d, hist_out);
+            }
+        }
+        pthread_mutex_unlock(dev_lock(db, d));
+    }
+}
+
 #define MAX_REPORT_METRICS 4096
 
-static int apply_batch_record(bdb_db *db, bdb_dec *d, bdb_buf *hist_out, uint64_t *nsamples)
+static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *nsamples)
 {
     size_t tl;
     const char *tn = bdb_dec_str(d, &tl);
@@ -279,7 +299,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, bdb_buf *hist_out, uint64_
         const bdb_kv *tags = tsi ? tagv + tagset_off[tsi - 1] : NULL;
         uint32_t ntg = tsi ? (uint32_t)(tagset_off[tsi] - tagset_off[tsi - 1]) : 0;
         int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv,
-                               (uint32_t)nm, hist_out);
+                               (uint32_t)nm, relearn);
         if (arc != BDB_OK) {
             rc = arc;
             goto out;
@@ -379,6 +399,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     size_t nlens[MAX_REPORT_METRICS];
     double vals[MAX_REPORT_METRICS];
     uint64_t samples = 0;
+    int relearn = 0;
     for (size_t i = 0; i < nrep && rc == BDB_OK; i++) {
         const bdb_report *r = &reps[i];
         uint32_t nm = r->nmetrics < MAX_REPORT_METRICS ? r->nmetrics : MAX_REPORT_METRICS;
@@ -388,9 +409,11 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
             vals[k] = r->metrics[k].value;
         }
         rc = apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags,
-                          r->ntags, r->state, r->state_len, names, nlens, vals, nm, &hist);
+                          r->ntags, r->state, r->state_len, names, nlens, vals, nm, &relearn);
         samples += nm;
     }
+    if (relearn && rc == BDB_OK)
+        apply_relearn(db, tenant_name, tl, reps, nrep, &hist);
     if (rc == BDB_OK && hist.len) {
         /* Several history records may be concatenated in hist; they are appended one
          * by one so replay sees each as its own record. */

@@ -77,7 +77,8 @@ static int tagged_cmp(const void *a, const void *b)
 static int merger_emit(struct merger *m, bdb_block_writer *w, const bdb_series_key *key,
                        uint32_t max)
 {
-    qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
+    if (m->n > 1)
+        qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
     size_t k = 0;
     for (size_t i = 0; i < m->n; i++) {
         if (i > 0 && m->t[i].ts == m->t[i - 1].ts)
@@ -426,7 +427,8 @@ int db_flush(bdb_db *db)
     pthread_rwlock_unlock(&db->cat_lock);
     pthread_rwlock_unlock(&db->flush_lock);
 
-    qsort(f.v, f.n, sizeof *f.v, series_cmp);
+    if (f.n > 1) /* f.v is NULL when nothing was frozen: qsort(NULL) is UB */
+        qsort(f.v, f.n, sizeof *f.v, series_cmp);
     struct writers ws = {NULL, 0};
     struct merger m;
     memset(&m, 0, sizeof m);
@@ -484,6 +486,7 @@ static int compact_window(bdb_db *db, size_t a, size_t b)
         abort();
     memcpy(in, db->blocks + a, nb * sizeof *in);
     const bdb_block_meta *m0 = bdb_block_get_meta(in[0].b);
+    const int64_t wstart = m0->window_start; /* m0 dies with in[0].b below */
     uint64_t seq = db->next_seq++;
     char name[64];
     snprintf(name, sizeof name, "%016" PRIu64 ".blk", seq);
@@ -597,7 +600,7 @@ static int compact_window(bdb_db *db, size_t a, size_t b)
     bdb_vfs_sync_dir(db->vfs, db->blocks_dir);
     atomic_fetch_add(&db->compactions, 1);
     BDB_INFO("compaction: %zu blocks of window %lld merged into %s (%llu samples)", nb,
-             (long long)m0->window_start, name, (unsigned long long)meta.nsamples);
+             (long long)wstart, name, (unsigned long long)meta.nsamples);
     free(in);
     return BDB_OK;
 }

@@ -61,6 +61,7 @@ typedef struct device {
     bdb_bucket_history hist;
     bdb_rate_learner learner;
     int64_t pinned; /* 0 = learn */
+    int relearn;    /* the learner changed class during the current write (db.c) */
     series **series;
     uint32_t nseries, cap_series;
 } device;

@@ -94,7 +94,8 @@ static int tagged_cmp(const void *a, const void *b)
 
 static void finish(struct gather *g, bdb_samples *out)
 {
-    qsort(g->t, g->n, sizeof *g->t, tagged_cmp);
+    if (g->n > 1) /* g->t is NULL while nothing was gathered: qsort(NULL) is UB */
+        qsort(g->t, g->n, sizeof *g->t, tagged_cmp);
     out->n = 0;
     for (size_t i = 0; i < g->n; i++) {
         if (i > 0 && g->t[i].ts == g->t[i - 1].ts)
@@ -310,7 +311,8 @@ int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *, const bdb_
     }
     pthread_rwlock_unlock(&db->cat_lock);
     /* Devices are never freed while the db is open, so the pointers stay valid. */
-    qsort(c.v, c.n, sizeof *c.v, dev_cmp);
+    if (c.n > 1) /* qsort's base must not be NULL, even for zero elements */
+        qsort(c.v, c.n, sizeof *c.v, dev_cmp);
     for (size_t i = 0; i < c.n; i++)
         if (call_with_device(db, c.v[i], cb, ctx))
             break;

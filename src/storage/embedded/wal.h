@@ -4,7 +4,7 @@
  * Files: <dir>/<20-digit segment number>, e.g. 00000000000000000001. Segment numbers
  * only grow. Format (see docs/STORAGE.md): 32 KiB pages; each record is split into
  * fragments typed FULL/FIRST/MIDDLE/LAST with a 7-byte header
- * (type u8, length u16le, CRC32C-or-crc32 u32le of the payload) as in LevelDB and the
+ * (type u8, length u16le, crc32 u32le of the type byte and the payload) as in LevelDB and the
  * Prometheus WAL, so a torn tail, bad header, bad fragment sequence, bad type flag,
  * bad checksum, bad length or bad content are each detected.
  *

@@ -112,8 +112,7 @@ static int fail_with(int err)
 static int count_call(fault_vfs *fv)
 {
     fv->calls++;
-    if (fv->fail_at &&
-        (fv->calls == fv->fail_at || (fv->fail_sticky && fv->calls > fv->fail_at)))
+    if (fv->fail_at && (fv->calls == fv->fail_at || (fv->fail_sticky && fv->calls > fv->fail_at)))
         return fail_with(fv->fail_err);
     return BDB_OK;
 }

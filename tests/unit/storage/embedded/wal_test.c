@@ -201,10 +201,10 @@ static bdb_wal *reopen_replay(got *g, bdb_wal_replay_stats *st)
 static void test_round_trip(void **state)
 {
     (void)state;
-    static const size_t edges[] = {0,         1,           PAGE - HDR,     PAGE - 2 * HDR,
-                                   PAGE,      PAGE - 10,   PAGE - 14,      2 * (PAGE - HDR),
-                                   PAGE - 8,  PAGE - 6,    3 * PAGE - 100, 100000,
-                                   600000,    PAGE - HDR,  PAGE - HDR + 1, PAGE - HDR - 1};
+    static const size_t edges[] = {0,        1,          PAGE - HDR,     PAGE - 2 * HDR,
+                                   PAGE,     PAGE - 10,  PAGE - 14,      2 * (PAGE - HDR),
+                                   PAGE - 8, PAGE - 6,   3 * PAGE - 100, 100000,
+                                   600000,   PAGE - HDR, PAGE - HDR + 1, PAGE - HDR - 1};
     bdb_wal *w = open_wal(NULL, 0);
     recs want = {0};
     rng_seed(42);
@@ -257,11 +257,11 @@ static void test_layout(void **state)
     (void)state;
     bdb_wal *w = open_wal(NULL, 0);
     recs want = {0};
-    append_rec(w, &want, 1, PAGE - HDR);      /* fills page 0 exactly */
-    append_rec(w, &want, 2, PAGE - 10);       /* leaves 3 bytes of page 1 */
-    append_rec(w, &want, 3, 5);               /* padding, then page 2 */
-    append_rec(w, &want, 4, PAGE - 12 - 14);  /* leaves exactly 7 bytes of page 2 */
-    append_rec(w, &want, 5, 10);              /* empty FIRST, LAST on page 3 */
+    append_rec(w, &want, 1, PAGE - HDR);     /* fills page 0 exactly */
+    append_rec(w, &want, 2, PAGE - 10);      /* leaves 3 bytes of page 1 */
+    append_rec(w, &want, 3, 5);              /* padding, then page 2 */
+    append_rec(w, &want, 4, PAGE - 12 - 14); /* leaves exactly 7 bytes of page 2 */
+    append_rec(w, &want, 5, 10);             /* empty FIRST, LAST on page 3 */
     bdb_wal_close(w);
 
     void *data;
@@ -856,8 +856,8 @@ static void power_loss(enum bdb_fault_crash_mode mode, uint64_t seed, int *lost)
     rng_seed(seed);
     int n = 60 + (int)(rng() % 40);
     for (int i = 0; i < n; i++) {
-        uint64_t lsn = append_rec(w, &want, (uint64_t)i, (size_t)(rng() % 3 ? rng() % 2000
-                                                                            : rng() % 40000));
+        uint64_t lsn =
+            append_rec(w, &want, (uint64_t)i, (size_t)(rng() % 3 ? rng() % 2000 : rng() % 40000));
         if (rng() % 4 == 0) {
             assert_int_equal(bdb_wal_sync(w, lsn), BDB_OK);
             acked = want.n;

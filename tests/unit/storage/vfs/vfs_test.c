@@ -218,7 +218,7 @@ static void test_fault_fail_at(void **state)
     bdb_file *f;
     assert_int_equal(bdb_vfs_fault_calls(fv), 0);
     assert_int_equal(bdb_vfs_open(fv, path, BDB_O_RDWR | BDB_O_CREAT, &f), BDB_OK); /* 1 */
-    assert_int_equal(bdb_file_pwrite(f, "abc", 3, 0), BDB_OK);                    /* 2 */
+    assert_int_equal(bdb_file_pwrite(f, "abc", 3, 0), BDB_OK);                      /* 2 */
     bdb_vfs_fault_fail_at(fv, 3, ENOSPC, 0);
     errno = 0;
     assert_int_equal(bdb_file_pwrite(f, "XYZ", 3, 0), BDB_ERR_NOSPACE); /* 3 */
@@ -243,9 +243,9 @@ static void test_fault_fail_at(void **state)
     errno = 0;
     assert_int_equal(bdb_file_truncate(f, 1), BDB_ERR_IO); /* 6 */
     assert_int_equal(errno, EIO);
-    assert_int_equal(bdb_vfs_rename(fv, path, P(1, "g")), BDB_ERR_IO);  /* 7, sticky */
-    assert_int_equal(bdb_vfs_unlink(fv, path), BDB_ERR_IO);             /* 8 */
-    assert_int_equal(bdb_file_pwrite(f, "q", 1, 0), BDB_ERR_IO);        /* 9 */
+    assert_int_equal(bdb_vfs_rename(fv, path, P(1, "g")), BDB_ERR_IO); /* 7, sticky */
+    assert_int_equal(bdb_vfs_unlink(fv, path), BDB_ERR_IO);            /* 8 */
+    assert_int_equal(bdb_file_pwrite(f, "q", 1, 0), BDB_ERR_IO);       /* 9 */
     assert_int_equal(bdb_vfs_open(fv, P(1, "g"), BDB_O_RDWR | BDB_O_CREAT, &g), BDB_ERR_IO);
     assert_int_equal(bdb_vfs_fault_calls(fv), 10);
     assert_int_equal(bdb_vfs_exists(fv, path), 1);
