@@ -57,7 +57,7 @@ static int check_key(const char *what, const char *k, size_t max, char *err, siz
     size_t n = strlen(k);
     if (n == 0) return bad(err, errlen, "field \"%s\": name must not be empty", what);
     if (n > max)
-        return bad(err, errlen, "field \"%s%s\": name length %zu exceeds max-key-length %zu", what,
+        return bad(err, errlen, "field \"%s%s\": name length %zu exceeds max-key-bytes %zu", what,
                    printable(name, k), n, max);
     return 0;
 }
@@ -96,12 +96,12 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     size_t dn = json_string_length(dev);
     if (dn == 0) return bad(err, errlen, "field \"device\": must not be empty");
     if (dn > lim->max_key_len)
-        return bad(err, errlen, "field \"device\": length %zu exceeds max-key-length %zu", dn,
+        return bad(err, errlen, "field \"device\": length %zu exceeds max-key-bytes %zu", dn,
                    lim->max_key_len);
     if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0) return -1;
     if (lim->max_future_ms > 0 && *ts > now_ms + lim->max_future_ms)
         return bad(err, errlen,
-                   "field \"time\": %lld ms is more than max-future %lld ms ahead of the "
+                   "field \"time\": %lld ms is more than max-future-ms %lld ahead of the "
                    "server clock",
                    (long long)*ts, (long long)lim->max_future_ms);
 
@@ -111,7 +111,7 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
         if (!json_is_object(mets)) return bad(err, errlen, "field \"metrics\": must be an object");
         nmets = json_object_size(mets);
         if (nmets > lim->max_metrics)
-            return bad(err, errlen, "field \"metrics\": %zu metrics exceed max-metrics %zu", nmets,
+            return bad(err, errlen, "field \"metrics\": %zu metrics exceed max-fields %zu", nmets,
                        lim->max_metrics);
         const char *k;
         json_t *v;
@@ -143,7 +143,7 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
                            printable(name, k));
             if (json_string_length(v) > lim->max_value_len)
                 return bad(err, errlen,
-                           "field \"tags.%s\": length %zu exceeds max-value-length %zu",
+                           "field \"tags.%s\": length %zu exceeds max-tag-value-bytes %zu",
                            printable(name, k), json_string_length(v), lim->max_value_len);
         }
     }
@@ -153,7 +153,7 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     if (state && !json_is_null(state)) {
         if (!json_is_string(state)) return bad(err, errlen, "field \"state\": must be a string");
         if (json_string_length(state) > lim->max_value_len)
-            return bad(err, errlen, "field \"state\": length %zu exceeds max-value-length %zu",
+            return bad(err, errlen, "field \"state\": length %zu exceeds max-tag-value-bytes %zu",
                        json_string_length(state), lim->max_value_len);
         has_state = 1;
     }

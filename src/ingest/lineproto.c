@@ -439,7 +439,7 @@ static int parse_value(bdb_lp_parser *p, const char **sp, const char *end, bdb_l
         size_t n = (size_t)(q - s - 1) - nesc;
         if (n > p->lim.max_string_len)
             return fail(err, errlen, BDB_ERR_LIMIT,
-                        "string length %zu exceeds max-string-length %zu (field \"%s\")", n,
+                        "string length %zu exceeds max-string-bytes %zu (field \"%s\")", n,
                         p->lim.max_string_len, printable(name, f->key));
         if (q + 1 < end && !is_value_end(q[1]))
             return fail(err, errlen, BDB_ERR_INVALID, "invalid field format (field \"%s\")",
@@ -577,7 +577,7 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
                         printable(name, key));
         if (key.n > lim->max_key_len)
             return fail(err, errlen, BDB_ERR_LIMIT,
-                        "tag key length %zu exceeds max-key-length %zu (tag \"%s\")", key.n,
+                        "tag key length %zu exceeds max-key-bytes %zu (tag \"%s\")", key.n,
                         lim->max_key_len, printable(name, key));
         s = e + 1;
         esc = 0;
@@ -592,7 +592,7 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
         bdb_lp_str val = take_key(p, s, e, 0, esc);
         if (val.n > lim->max_tag_value_len)
             return fail(err, errlen, BDB_ERR_LIMIT,
-                        "tag value length %zu exceeds max-tag-value-length %zu (tag \"%s\")", val.n,
+                        "tag value length %zu exceeds max-tag-value-bytes %zu (tag \"%s\")", val.n,
                         lim->max_tag_value_len, printable(name, key));
         if (*ntags == lim->max_tags)
             return fail(err, errlen, BDB_ERR_LIMIT, "tag count exceeds max-tags %zu",
@@ -629,7 +629,7 @@ static int parse_fields(bdb_lp_parser *p, const char **sp, const char *end, size
                         printable(name, f.key));
         if (f.key.n > lim->max_key_len)
             return fail(err, errlen, BDB_ERR_LIMIT,
-                        "field key length %zu exceeds max-key-length %zu (field \"%s\")", f.key.n,
+                        "field key length %zu exceeds max-key-bytes %zu (field \"%s\")", f.key.n,
                         lim->max_key_len, printable(name, f.key));
         /* Counted before duplicates are folded: the limit bounds the work per line. */
         if (++seen > lim->max_fields)
@@ -662,7 +662,7 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     const bdb_lp_limits *lim = &p->lim;
     if (err && errlen) err[0] = '\0';
     if (len > lim->max_line_len)
-        return fail(err, errlen, BDB_ERR_LIMIT, "line length %zu exceeds max-line-length %zu", len,
+        return fail(err, errlen, BDB_ERR_LIMIT, "line length %zu exceeds max-line-bytes %zu", len,
                     lim->max_line_len);
     const char *end = line + len;
     const char *s = skip_ws(line, end);
@@ -680,7 +680,7 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     if (e == s) return fail(err, errlen, BDB_ERR_INVALID, "missing measurement");
     out->measurement = take_key(p, s, e, 1, esc);
     if (out->measurement.n > lim->max_key_len)
-        return fail(err, errlen, BDB_ERR_LIMIT, "measurement length %zu exceeds max-key-length %zu",
+        return fail(err, errlen, BDB_ERR_LIMIT, "measurement length %zu exceeds max-key-bytes %zu",
                     out->measurement.n, lim->max_key_len);
     s = e;
     size_t ntags = 0, nfields = 0;

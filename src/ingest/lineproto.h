@@ -79,7 +79,7 @@ int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **lin
  *                    as "invalid field format", "missing fields", "invalid number",
  *                    "NaN or infinity is not a valid field value", naming the field
  *   BDB_ERR_LIMIT    a limit was exceeded; err names the limit and its value,
- *                    e.g. "line length 70000 exceeds max-line-length 65536" */
+ *                    e.g. "line length 70000 exceeds max-line-bytes 65536" */
 int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len,
                       enum bdb_lp_precision prec, bdb_lp_point *out, char *err, size_t errlen);
 

@@ -65,7 +65,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
         int64_t ts = pt.has_time ? pt.time_ms : now_ms;
         if (map->max_future_ms > 0 && ts > now_ms + map->max_future_ms) {
             snprintf(reason, sizeof reason,
-                     "timestamp %lld ms is more than max-future %lld ms ahead of the server "
+                     "timestamp %lld ms is more than max-future-ms %lld ahead of the server "
                      "clock",
                      (long long)ts, (long long)map->max_future_ms);
             reject(res, lineno, line, linelen, reason, 0);

@@ -68,7 +68,7 @@ static int emit(struct plan *p, struct part *pt, uint64_t *emitted,
     int stop = 0;
     for (;;) {
         /* k-way merge over metrics (they are few): smallest (or largest) time wins,
-         * ties go to the metric earlier in name order. */
+         * ties go to the metric earlier in name order, whatever the request order. */
         ssize_t best = -1;
         int64_t bt = 0;
         for (size_t m = 0; m < nm; m++) {
@@ -76,7 +76,8 @@ static int emit(struct plan *p, struct part *pt, uint64_t *emitted,
             if (p->desc ? pos[m] == 0 : pos[m] >= s->n)
                 continue;
             int64_t t = p->desc ? s->ts[pos[m] - 1] : s->ts[pos[m]];
-            if (best < 0 || (p->desc ? t > bt : t < bt)) {
+            if (best < 0 || (p->desc ? t > bt : t < bt) ||
+                (t == bt && strcmp(p->metrics[m], p->metrics[best]) < 0)) {
                 best = (ssize_t)m;
                 bt = t;
             }

@@ -100,6 +100,8 @@ static int parse_ms(const char *v, int64_t *out)
         mult = 86400000;
     else
         return -1;
+    if (n > INT64_MAX / mult) /* would overflow: refuse rather than wrap */
+        return -1;
     *out = n * mult;
     return 0;
 }
@@ -121,6 +123,8 @@ static int parse_u64(const char *v, uint64_t *out)
     else if (!strcmp(end, "GiB") || !strcmp(end, "G"))
         mult = 1024ull * 1024 * 1024;
     else
+        return -1;
+    if (n > UINT64_MAX / mult) /* would overflow: refuse rather than wrap */
         return -1;
     *out = n * mult;
     return 0;

@@ -299,17 +299,17 @@ static void test_limits(void **state)
         const char *body, *want;
     } cases[] = {
         {"[{\"device\":\"abcd\",\"metrics\":{\"x\":1}}]", "field \"device\": length 4"},
-        {"[{\"device\":\"d\",\"metrics\":{\"x\":1,\"y\":2,\"z\":3}}]", "exceed max-metrics 2"},
+        {"[{\"device\":\"d\",\"metrics\":{\"x\":1,\"y\":2,\"z\":3}}]", "exceed max-fields 2"},
         {"[{\"device\":\"d\",\"metrics\":{\"wxyz\":1}}]",
-         "field \"metrics.wxyz\": name length 4 exceeds max-key-length 3"},
+         "field \"metrics.wxyz\": name length 4 exceeds max-key-bytes 3"},
         {"[{\"device\":\"d\",\"metrics\":{\"x\":1},\"tags\":{\"a\":\"1\",\"b\":\"2\"}}]",
          "exceed max-tags 1"},
         {"[{\"device\":\"d\",\"metrics\":{\"x\":1},\"tags\":{\"long\":\"1\"}}]",
          "field \"tags.long\": name length 4"},
         {"[{\"device\":\"d\",\"metrics\":{\"x\":1},\"tags\":{\"k\":\"12345\"}}]",
-         "field \"tags.k\": length 5 exceeds max-value-length 4"},
+         "field \"tags.k\": length 5 exceeds max-tag-value-bytes 4"},
         {"[{\"device\":\"d\",\"state\":\"12345\"}]",
-         "field \"state\": length 5 exceeds max-value-length 4"},
+         "field \"state\": length 5 exceeds max-tag-value-bytes 4"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         assert_int_equal(ingest_lim(cases[i].body, &l), BDB_ERR_INVALID);
@@ -353,7 +353,7 @@ static void test_names_in_errors_are_bounded(void **state)
 {
     (void)state;
     char body[1024];
-    char name[201]; /* within max-key-length, far beyond what a message shows */
+    char name[201]; /* within max-key-bytes, far beyond what a message shows */
     memset(name, 'n', 200);
     name[200] = '\0';
     snprintf(body, sizeof body, "[{\"device\":\"d\",\"metrics\":{\"%s\":\"x\"}}]", name);

@@ -198,7 +198,7 @@ static void test_error_buffer_optional(void **state)
     strcpy(line + 300, "=x");
     char full[404] = "m ";
     strcat(full, line);
-    expect_error(full, BDB_ERR_LIMIT, "max-key-length 256", "...");
+    expect_error(full, BDB_ERR_LIMIT, "max-key-bytes 256", "...");
     assert_true(strlen(ERR) < 200);
 }
 
@@ -515,13 +515,13 @@ static void test_limits(void **state)
     (void)state;
     bdb_lp_parser *sp = small_parser();
     expect_small(sp, "mmmm,kkkk=vvvvv,k2=v ffff=\"ssssss\",f2=1,f3=2 1", 1, NULL);
-    expect_small(sp, "mmmmm f=1", BDB_ERR_LIMIT, "measurement length 5 exceeds max-key-length 4");
-    expect_small(sp, "m,kkkkk=v f=1", BDB_ERR_LIMIT, "tag key length 5 exceeds max-key-length 4");
+    expect_small(sp, "mmmmm f=1", BDB_ERR_LIMIT, "measurement length 5 exceeds max-key-bytes 4");
+    expect_small(sp, "m,kkkkk=v f=1", BDB_ERR_LIMIT, "tag key length 5 exceeds max-key-bytes 4");
     expect_small(sp, "m,k=vvvvvv f=1", BDB_ERR_LIMIT,
-                 "tag value length 6 exceeds max-tag-value-length 5");
-    expect_small(sp, "m fffff=1", BDB_ERR_LIMIT, "field key length 5 exceeds max-key-length 4");
+                 "tag value length 6 exceeds max-tag-value-bytes 5");
+    expect_small(sp, "m fffff=1", BDB_ERR_LIMIT, "field key length 5 exceeds max-key-bytes 4");
     expect_small(sp, "m f=\"sssssss\"", BDB_ERR_LIMIT,
-                 "string length 7 exceeds max-string-length 6");
+                 "string length 7 exceeds max-string-bytes 6");
     /* the limit applies to the unescaped length */
     expect_small(sp, "m f=\"\\\"\\\"\\\"\\\"\\\"\\\"\"", 1, NULL);
     expect_small(sp, "m\\ \\ \\  f=1", 1, NULL);
@@ -540,7 +540,7 @@ static void test_limits(void **state)
     expect_small(sp, line, BDB_ERR_INVALID, "bad timestamp");
     line[100] = '1';
     line[101] = '\0';
-    expect_small(sp, line, BDB_ERR_LIMIT, "line length 101 exceeds max-line-length 100");
+    expect_small(sp, line, BDB_ERR_LIMIT, "line length 101 exceeds max-line-bytes 100");
     bdb_lp_parser_free(sp);
 
     /* zero limits mean defaults */
