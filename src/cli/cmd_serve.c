@@ -125,7 +125,12 @@ int cmd_serve(int argc, char **argv)
     bdb_server *srv;
     int rc = bdb_server_start(&cfg, &srv);
     if (rc != BDB_OK) {
-        fprintf(stderr, "bucketdb serve: cannot start: %s\n", bdb_strerror(rc));
+        if (rc == BDB_ERR_EXISTS)
+            fprintf(stderr, "bucketdb serve: cannot start: data directory %s is in use by "
+                            "another bucketdb process\n",
+                    cfg.data);
+        else
+            fprintf(stderr, "bucketdb serve: cannot start: %s\n", bdb_strerror(rc));
         return rc == BDB_ERR_INVALID ? BDB_EXIT_USAGE : BDB_EXIT_FAIL;
     }
     char host[256];

@@ -81,6 +81,13 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             const bdb_lp_field *f = &pt.fields[i];
             if (f->type == BDB_LP_STRING) {
                 if (f->key.n == 5 && memcmp(f->key.p, "state", 5) == 0) {
+                    if (map->max_state_bytes && f->str.n > map->max_state_bytes) {
+                        snprintf(reason, sizeof reason,
+                                 "state length %zu exceeds max-tag-value-bytes %zu", f->str.n,
+                                 map->max_state_bytes);
+                        bad = 1;
+                        break;
+                    }
                     bdb_batch_state(b, f->str.p, f->str.n);
                     continue;
                 }

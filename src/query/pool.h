@@ -1,6 +1,7 @@
 /* pool: a fixed set of worker threads that run query tasks, so a query over many
- * partitions reads them in parallel while the whole server never runs more than
- * `workers` partition reads at once. */
+ * partitions reads them in parallel while all multi-partition queries together never
+ * run more than `workers` partition reads at once (a single-partition read runs on
+ * the caller's thread). */
 #ifndef BDB_POOL_H
 #define BDB_POOL_H
 

@@ -24,7 +24,7 @@ static const struct key {
     S(data, "data directory (default ./data)"),
     S(log_level, "debug | info | warn | error (default info)"),
     S(sync, "WAL sync mode: batch (fsync before ack, default) | periodic"),
-    N(sync_interval_ms, K_INT, "periodic mode: fsync every N ms (default 100)"),
+    N(sync_interval_ms, K_MS, "periodic mode: fsync every interval (default 100ms)"),
     N(wal_segment_bytes, K_U64, "WAL segment size (default 67108864)"),
     N(block_window_ms, K_MS, "time window of a block file, divides a day (default 2h)"),
     N(flush_interval_ms, K_MS, "flush the in-memory head to blocks at least this often (10m)"),
@@ -150,8 +150,10 @@ int bdb_config_set(bdb_config *c, const char *key, const char *value, char *err,
             snprintf(field, keys[k].len, "%s", value);
             return 0;
         case K_INT: {
-            uint64_t v;
-            if (parse_u64(value, &v) || v > 1000000000) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(value, &end, 10);
+            if (errno || end == value || *end || *value == '-' || v > 1000000000) {
                 snprintf(err, errlen, "%s: '%s' is not a valid number", norm, value);
                 return -1;
             }
@@ -260,8 +262,16 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "listen: expected host:port, got '%s'", c->listen);
         return -1;
     }
+    if (c->sync_interval_ms < 1 || c->sync_interval_ms > 60000) {
+        snprintf(err, errlen, "sync_interval_ms: must be 1ms..60s");
+        return -1;
+    }
     if (c->query_workers < 1 || c->query_workers > 256) {
         snprintf(err, errlen, "query_workers: must be 1..256");
+        return -1;
+    }
+    if (c->max_fields > 4096) { /* BDB_MAX_REPORT_METRICS: one report's metrics in the engine */
+        snprintf(err, errlen, "max_fields: at most 4096");
         return -1;
     }
     if (c->max_body_bytes < 1024 || c->max_line_bytes < 64 || c->max_fields < 1) {

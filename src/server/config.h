@@ -15,7 +15,7 @@ typedef struct bdb_config {
     char data[1024];
     char log_level[16];
     char sync[16];        /* batch | periodic */
-    int sync_interval_ms; /* periodic */
+    int64_t sync_interval_ms; /* periodic */
     uint64_t wal_segment_bytes;
     int64_t block_window_ms;
     int64_t flush_interval_ms;

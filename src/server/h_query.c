@@ -321,7 +321,7 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         return respond_json_error(s, c, 404, "unknown device resource", 0);
     }
     if (sub && !strcmp(sub, "partitions")) {
-        int64_t from = INT64_MIN / 4, to = bdb_now_ms() + BDB_MS_DAY;
+        int64_t from = INT64_MIN, to = INT64_MAX; /* default: the device's data span */
         if (time_arg(c, "from", &from) < 0 || time_arg(c, "to", &to) < 0)
             return respond_json_error(s, c, 400, "invalid 'from' or 'to'", 0);
         bdb_buf_puts(&b, "{\"partitions\":[");

@@ -85,6 +85,10 @@ static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, in
         snprintf(msg, sizeof msg, "storage is read-only, write not accepted: %s",
                  st.readonly_reason);
         return respond_json_error(s, c, 503, msg, 1);
+    case BDB_ERR_LIMIT:
+        snprintf(msg, sizeof msg, "a report carries more than %d metrics; nothing written",
+                 BDB_MAX_REPORT_METRICS);
+        return respond_json_error(s, c, 400, msg, 1);
     case BDB_ERR_NOSPACE:
         return respond_json_error(s, c, 507, "insufficient storage: disk full, write not accepted",
                                   1);
@@ -124,7 +128,7 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
     bdb_lp_parser *p = bdb_lp_parser_new(&lim);
     bdb_batch *b = bdb_batch_new();
     bdb_lp_map map = {s->cfg.device_tag, !strcmp(s->cfg.metric_naming, "field"),
-                      s->cfg.max_future_ms, s->cfg.max_key_bytes};
+                      s->cfg.max_future_ms, s->cfg.max_key_bytes, s->cfg.max_tag_value_bytes};
     bdb_lp_result lr;
     bdb_lp_ingest(p, (const char *)body->data, body->len, (enum bdb_lp_precision)prec,
                   bdb_now_ms(), &map, b, &lr);
@@ -161,6 +165,8 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
     bdb_buf_free(&out);
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
     for (char *q = msg; *q; q++)
         if (*q == '\n' || *q == '\r')
             *q = ' ';

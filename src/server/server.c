@@ -73,6 +73,7 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
         return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
     MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
     if (influx) {
         /* Influx clients read the reason from this header too; keep it one line. */
@@ -382,7 +383,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     bdb_db_opts_default(&o);
     o.data_dir = cfg->data;
     o.sync_mode = !strcmp(cfg->sync, "periodic") ? BDB_WAL_SYNC_PERIODIC : BDB_WAL_SYNC_BATCH;
-    o.periodic_ms = cfg->sync_interval_ms;
+    o.periodic_ms = (int)cfg->sync_interval_ms;
     o.wal_segment_bytes = cfg->wal_segment_bytes;
     o.block_window_ms = cfg->block_window_ms;
     o.flush_interval_ms = cfg->flush_interval_ms;

@@ -14,7 +14,8 @@ typedef struct bdb_server bdb_server;
 
 /* Opens the data directory (recovering it) and starts listening.
  * Errors: BDB_ERR_IO (cannot bind or open), BDB_ERR_EXISTS (directory locked),
- * BDB_ERR_INVALID (bad listen address, or non-loopback without auth). */
+ * BDB_ERR_INVALID (bad listen address). With auth=auto a non-loopback address
+ * requires the token on every request. */
 int bdb_server_start(const bdb_config *cfg, bdb_server **out);
 /* The bound port (useful with port 0). */
 int bdb_server_port(const bdb_server *s);

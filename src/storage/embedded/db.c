@@ -227,7 +227,7 @@ static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_repor
     }
 }
 
-#define MAX_REPORT_METRICS 4096
+#define MAX_REPORT_METRICS BDB_MAX_REPORT_METRICS
 
 static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *nsamples)
 {
@@ -379,6 +379,11 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     const bdb_report *reps = bdb_batch_reports(batch, &nrep);
     if (nrep == 0)
         return BDB_OK;
+    /* Refuse the whole batch rather than store part of a report: the WAL record and
+     * the head must hold exactly what was acknowledged. */
+    for (size_t i = 0; i < nrep; i++)
+        if (reps[i].nmetrics > MAX_REPORT_METRICS)
+            return BDB_ERR_LIMIT;
     bdb_buf rec, hist;
     bdb_buf_init(&rec);
     bdb_buf_init(&hist);
@@ -402,7 +407,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     int relearn = 0;
     for (size_t i = 0; i < nrep && rc == BDB_OK; i++) {
         const bdb_report *r = &reps[i];
-        uint32_t nm = r->nmetrics < MAX_REPORT_METRICS ? r->nmetrics : MAX_REPORT_METRICS;
+        uint32_t nm = r->nmetrics;
         for (uint32_t k = 0; k < nm; k++) {
             names[k] = r->metrics[k].name;
             nlens[k] = r->metrics[k].nlen;

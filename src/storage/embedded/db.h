@@ -12,9 +12,10 @@
  * limit, then deletes the WAL segments the blocks cover; it also merges the blocks of
  * one window into one (compaction) and drops windows past retention.
  *
- * Read path: queries enumerate the device's partitions through its bucket history and
- * read each partition from the head and the blocks in parallel on a bounded worker
- * pool; duplicates (same series and time) resolve to the newest write.
+ * Read path: bdb_db_read returns one device's samples in a time range from the head
+ * and the blocks; duplicates (same series and time) resolve to the newest write. The
+ * query layer (src/query/range.c) enumerates partitions through the device's bucket
+ * history and calls it per partition on a bounded worker pool.
  *
  * Thread-safety: every function may be called from any thread. */
 #ifndef BDB_DB_H
@@ -37,7 +38,7 @@ typedef struct bdb_db_opts {
     int64_t block_window_ms;     /* default 2 h; must divide a day */
     int64_t flush_interval_ms;   /* head -> blocks at least this often; default 10 min */
     uint64_t head_max_bytes;     /* flush early past this; default 1 GiB */
-    int64_t retention_ms;        /* raw data older than this is dropped; 0 = keep; default 30 d */
+    int64_t retention_ms;        /* raw data older than this is dropped; 0 = keep (default) */
     uint32_t chunk_max_samples;  /* default 2048 */
     int background;              /* 1 = run the flush/compaction thread (default 1) */
 } bdb_db_opts;
@@ -57,9 +58,13 @@ int bdb_db_close(bdb_db *db);
 /* Per-device settings an operator may set (profile). size 0 = learn from rate. */
 int bdb_db_set_device_bucket(bdb_db *db, const char *tenant, const char *device, int64_t size_ms);
 
+/* Most metrics one report may carry (the config's max_fields may not exceed it). */
+#define BDB_MAX_REPORT_METRICS 4096
+
 /* Writes a batch for one tenant. Returns when durable under the sync mode.
  * Errors: BDB_ERR_READONLY (a previous fsync failed: nothing more is accepted),
- * BDB_ERR_IO, BDB_ERR_NOSPACE, BDB_ERR_INVALID (empty tenant). */
+ * BDB_ERR_IO, BDB_ERR_NOSPACE, BDB_ERR_INVALID (empty tenant), BDB_ERR_LIMIT (a report
+ * with more than BDB_MAX_REPORT_METRICS metrics; nothing is written). */
 int bdb_db_write(bdb_db *db, const char *tenant, const bdb_batch *batch);
 
 typedef struct bdb_device_info {
@@ -84,7 +89,8 @@ int bdb_db_list_devices(bdb_db *db, const char *tenant,
                         int (*cb)(void *ctx, const bdb_device_info *d), void *ctx);
 int bdb_db_get_device(bdb_db *db, const char *tenant, const char *device,
                       int (*cb)(void *ctx, const bdb_device_info *d), void *ctx);
-/* Partitions of a device intersecting [from, to): start, end, size. */
+/* Partitions of a device intersecting [from, to): start, end. from = INT64_MIN or
+ * to = INT64_MAX mean the device's first or last event. */
 int bdb_db_device_partitions(bdb_db *db, const char *tenant, const char *device, int64_t from,
                              int64_t to, int (*cb)(void *ctx, int64_t start, int64_t end),
                              void *ctx);

@@ -133,6 +133,9 @@ static int block_cmp(const void *a, const void *b)
     const bdb_block_meta *y = bdb_block_get_meta(((const blockent *)b)->b);
     if (x->window_start != y->window_start)
         return x->window_start < y->window_start ? -1 : 1;
+    /* Blocks written under another block_window_ms sit apart from this window's. */
+    if (x->window_end != y->window_end)
+        return x->window_end < y->window_end ? -1 : 1;
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
@@ -641,19 +644,29 @@ int db_maintain(bdb_db *db)
     }
     /* Compaction: every window with more than one block. Only this thread (under
      * flush_mutex) changes the list, so indexes stay valid without blocks_lock. */
-    for (size_t a = 0; a < db->nblocks && rc == BDB_OK;) {
-        int64_t ws = bdb_block_get_meta(db->blocks[a].b)->window_start;
+    for (size_t a = 0; a < db->nblocks;) {
+        const bdb_block_meta *ma = bdb_block_get_meta(db->blocks[a].b);
+        int64_t ws = ma->window_start, we = ma->window_end;
         size_t b = a + 1;
-        while (b < db->nblocks && bdb_block_get_meta(db->blocks[b].b)->window_start == ws)
+        while (b < db->nblocks && bdb_block_get_meta(db->blocks[b].b)->window_start == ws &&
+               bdb_block_get_meta(db->blocks[b].b)->window_end == we)
             b++;
         if (b - a > 1) {
-            rc = compact_window(db, a, b);
-            if (rc != BDB_OK)
+            int crc = compact_window(db, a, b);
+            if (crc != BDB_OK) {
+                /* Keep going: one bad window must not stop the others' compaction. */
                 BDB_ERROR("compaction of window %lld failed: %s", (long long)ws,
-                          bdb_strerror(rc));
-            /* the list changed: restart the scan after this window */
+                          bdb_strerror(crc));
+                rc = crc;
+                a = b;
+                continue;
+            }
+            /* the list changed: resume after this window */
             a = 0;
-            while (a < db->nblocks && bdb_block_get_meta(db->blocks[a].b)->window_start <= ws)
+            while (a < db->nblocks &&
+                   (bdb_block_get_meta(db->blocks[a].b)->window_start < ws ||
+                    (bdb_block_get_meta(db->blocks[a].b)->window_start == ws &&
+                     bdb_block_get_meta(db->blocks[a].b)->window_end <= we)))
                 a++;
             continue;
         }

@@ -327,6 +327,12 @@ int bdb_db_device_partitions(bdb_db *db, const char *tn, const char *dn, int64_t
     int rc = bdb_db_device_snapshot(db, tn, dn, &s);
     if (rc != BDB_OK)
         return rc;
+    /* An open end (INT64_MIN / INT64_MAX) means "as far as the device has data", so
+     * a listing without bounds does not enumerate millennia of empty buckets. */
+    if (from == INT64_MIN)
+        from = s.first_ts;
+    if (to == INT64_MAX)
+        to = s.last_ts == INT64_MIN ? INT64_MIN : s.last_ts + 1;
     bdb_bucket_enumerate(&s.hist, from, to, cb, ctx);
     bdb_device_snapshot_free(&s);
     return BDB_OK;

@@ -158,10 +158,20 @@ static void test_varints(void **state)
     uint64_t uv[2000];
     int64_t sv[2000];
     size_t n = 0;
-    uint64_t fixed_u[] = {0, 1, 127, 128, 16383, 16384, UINT32_MAX, (uint64_t)UINT32_MAX + 1,
-                          INT64_MAX, (uint64_t)INT64_MAX + 1, UINT64_MAX - 1, UINT64_MAX};
-    int64_t fixed_s[] = {0, -1, 1, 63, -64, 64, -65, INT32_MIN, INT32_MAX, INT64_MIN,
-                         INT64_MAX, INT64_MIN + 1};
+    uint64_t fixed_u[] = {0,
+                          1,
+                          127,
+                          128,
+                          16383,
+                          16384,
+                          UINT32_MAX,
+                          (uint64_t)UINT32_MAX + 1,
+                          INT64_MAX,
+                          (uint64_t)INT64_MAX + 1,
+                          UINT64_MAX - 1,
+                          UINT64_MAX};
+    int64_t fixed_s[] = {0,   -1,        1,         63,        -64,       64,
+                         -65, INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX, INT64_MIN + 1};
     for (size_t i = 0; i < sizeof fixed_u / sizeof fixed_u[0]; i++) {
         uv[n] = fixed_u[i];
         sv[n] = fixed_s[i];
@@ -345,10 +355,19 @@ static void test_double_format(void **state)
         double v;
         const char *s;
     } cases[] = {
-        {0.0, "0"},      {1.0, "1"},         {-1.5, "-1.5"},      {0.1, "0.1"},
-        {21.5, "21.5"},  {100.0, "100"},     {1e21, "1e+21"},     {1e-7, "1e-07"},
-        {-0.0, "-0"},    {0.3, "0.3"},       {123456789.0, "123456789"},
-        {1.0 / 3.0, "0.3333333333333333"},   {0.1 + 0.2, "0.30000000000000004"},
+        {0.0, "0"},
+        {1.0, "1"},
+        {-1.5, "-1.5"},
+        {0.1, "0.1"},
+        {21.5, "21.5"},
+        {100.0, "100"},
+        {1e21, "1e+21"},
+        {1e-7, "1e-07"},
+        {-0.0, "-0"},
+        {0.3, "0.3"},
+        {123456789.0, "123456789"},
+        {1.0 / 3.0, "0.3333333333333333"},
+        {0.1 + 0.2, "0.30000000000000004"},
         {1700000000000.0, "1700000000000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -389,13 +408,13 @@ static void test_status_strings(void **state)
 {
     (void)state;
     assert_string_equal(bdb_strerror(BDB_OK), "ok");
-    assert_string_equal(bdb_strerror(BDB_ERR_READONLY), "storage is read-only after a failed fsync");
+    assert_string_equal(bdb_strerror(BDB_ERR_READONLY),
+                        "storage is read-only after a failed fsync");
     assert_string_equal(bdb_strerror(BDB_ERR_NOTFOUND), "not found");
     assert_string_equal(bdb_strerror(12345), "unknown status");
     assert_string_equal(bdb_strerror(-1), "unknown status");
-    int codes[] = {BDB_ERR_NOMEM,  BDB_ERR_IO,     BDB_ERR_CORRUPT, BDB_ERR_INVALID,
-                   BDB_ERR_LIMIT,  BDB_ERR_NOSPACE, BDB_ERR_EXISTS, BDB_ERR_AGAIN,
-                   BDB_ERR_SHUTDOWN};
+    int codes[] = {BDB_ERR_NOMEM,   BDB_ERR_IO,     BDB_ERR_CORRUPT, BDB_ERR_INVALID, BDB_ERR_LIMIT,
+                   BDB_ERR_NOSPACE, BDB_ERR_EXISTS, BDB_ERR_AGAIN,   BDB_ERR_SHUTDOWN};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         assert_true(codes[i] < -1000);
         assert_string_not_equal(bdb_strerror(codes[i]), "unknown status");
@@ -475,7 +494,7 @@ static void test_map_basic(void **state)
 static void test_map_churn_vs_reference(void **state)
 {
     (void)state;
-    static uintptr_t ref[NKEYS]; /* 0 = absent */
+    static uintptr_t ref[NKEYS];          /* 0 = absent */
     static uint16_t owner[40 * 5000 + 2]; /* value -> key index */
     static char keys[NKEYS][64];
     static int klen[NKEYS];
@@ -562,8 +581,17 @@ static void test_parse_unix_ms(void **state)
     assert_int_equal(t, INT64_MAX);
 
     t = 77;
-    const char *bad[] = {"", "-", "12ab", "1.5", " 12", "12 ", "+12", "0x10", "1e3",
-                         "99999999999999999999", "-99999999999999999999"};
+    const char *bad[] = {"",
+                         "-",
+                         "12ab",
+                         "1.5",
+                         " 12",
+                         "12 ",
+                         "+12",
+                         "0x10",
+                         "1e3",
+                         "99999999999999999999",
+                         "-99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = bdb_parse_time_ms(bad[i], &t);
         if (rc != BDB_ERR_INVALID)
@@ -613,26 +641,26 @@ static void test_parse_rfc3339(void **state)
                      (long long)ok[i].want);
     }
     static const char *bad[] = {
-        "2023-11-14T22:13:20",         /* no zone */
-        "2023-11-14",                  /* date only */
-        "2023-11-14T22:13Z",           /* no seconds */
-        "2023-11-14T22:13:20.Z",       /* empty fraction */
-        "2023-11-14T22:13:20ZZ",       /* trailing junk */
-        "2023-11-14T22:13:20Z ",       /* trailing space */
-        "2023-11-14T22:13:20+01",      /* short offset */
-        "2023-11-14T22:13:20+0100",    /* offset without colon */
-        "2023-11-14T22:13:20+24:00",   /* offset hour out of range */
-        "2023-11-14T22:13:20+01:60",   /* offset minute out of range */
-        "2023-13-14T22:13:20Z",        /* month 13 */
-        "2023-00-14T22:13:20Z",        /* month 0 */
-        "2023-11-00T22:13:20Z",        /* day 0 */
-        "2023-11-31T22:13:20Z",        /* November has 30 days */
-        "2023-02-29T00:00:00Z",        /* not a leap year */
-        "1900-02-29T00:00:00Z",        /* century, not a leap year */
-        "2023-04-31T00:00:00Z",        /* April has 30 days */
-        "2023-11-14T24:00:00Z",        /* hour 24 */
-        "2023-11-14T22:60:00Z",        /* minute 60 */
-        "2023-11-14T22:13:61Z",        /* second 61 */
+        "2023-11-14T22:13:20",       /* no zone */
+        "2023-11-14",                /* date only */
+        "2023-11-14T22:13Z",         /* no seconds */
+        "2023-11-14T22:13:20.Z",     /* empty fraction */
+        "2023-11-14T22:13:20ZZ",     /* trailing junk */
+        "2023-11-14T22:13:20Z ",     /* trailing space */
+        "2023-11-14T22:13:20+01",    /* short offset */
+        "2023-11-14T22:13:20+0100",  /* offset without colon */
+        "2023-11-14T22:13:20+24:00", /* offset hour out of range */
+        "2023-11-14T22:13:20+01:60", /* offset minute out of range */
+        "2023-13-14T22:13:20Z",      /* month 13 */
+        "2023-00-14T22:13:20Z",      /* month 0 */
+        "2023-11-00T22:13:20Z",      /* day 0 */
+        "2023-11-31T22:13:20Z",      /* November has 30 days */
+        "2023-02-29T00:00:00Z",      /* not a leap year */
+        "1900-02-29T00:00:00Z",      /* century, not a leap year */
+        "2023-04-31T00:00:00Z",      /* April has 30 days */
+        "2023-11-14T24:00:00Z",      /* hour 24 */
+        "2023-11-14T22:60:00Z",      /* minute 60 */
+        "2023-11-14T22:13:61Z",      /* second 61 */
         "2023/11/14T22:13:20Z",
         "23-11-14T22:13:20Z",
         "2023-1-14T22:13:20Z",
@@ -709,20 +737,13 @@ static void test_floor_div_align(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_buf_basics),
-        cmocka_unit_test(test_fixed_width),
-        cmocka_unit_test(test_varints),
-        cmocka_unit_test(test_strings_and_bytes),
-        cmocka_unit_test(test_dec_sticky_errors),
-        cmocka_unit_test(test_json_escaping),
-        cmocka_unit_test(test_double_format),
-        cmocka_unit_test(test_status_strings),
-        cmocka_unit_test(test_map_basic),
-        cmocka_unit_test(test_map_churn_vs_reference),
-        cmocka_unit_test(test_parse_unix_ms),
-        cmocka_unit_test(test_parse_rfc3339),
-        cmocka_unit_test(test_format_time),
-        cmocka_unit_test(test_floor_div_align),
+        cmocka_unit_test(test_buf_basics),        cmocka_unit_test(test_fixed_width),
+        cmocka_unit_test(test_varints),           cmocka_unit_test(test_strings_and_bytes),
+        cmocka_unit_test(test_dec_sticky_errors), cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_double_format),     cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_map_basic),         cmocka_unit_test(test_map_churn_vs_reference),
+        cmocka_unit_test(test_parse_unix_ms),     cmocka_unit_test(test_parse_rfc3339),
+        cmocka_unit_test(test_format_time),       cmocka_unit_test(test_floor_div_align),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,8 +23,8 @@
 
 static bdb_lp_map default_map(void)
 {
-    bdb_lp_map m = {.device_tag = "device", .field_only = 0, .max_future_ms = 3600000,
-                    .max_name_bytes = 256};
+    bdb_lp_map m = {
+        .device_tag = "device", .field_only = 0, .max_future_ms = 3600000, .max_name_bytes = 256};
     return m;
 }
 
@@ -59,7 +59,8 @@ static void done(struct run *x)
 static const bdb_metric_val *metric(const bdb_report *r, const char *name)
 {
     for (uint32_t i = 0; i < r->nmetrics; i++)
-        if (r->metrics[i].nlen == strlen(name) && !memcmp(r->metrics[i].name, name, r->metrics[i].nlen))
+        if (r->metrics[i].nlen == strlen(name) &&
+            !memcmp(r->metrics[i].name, name, r->metrics[i].nlen))
             return &r->metrics[i];
     return NULL;
 }
@@ -253,15 +254,15 @@ static void test_counts_and_first_error(void **state)
     (void)state;
     struct run x = {0};
     bdb_lp_map m = default_map();
-    const char *body = "# a comment\n"                 /* 1: not a line */
-                       "\n"                            /* 2: blank */
-                       "s,device=a v=1 1\r\n"          /* 3: ok (CRLF) */
-                       "s,device=b v=\n"               /* 4: syntax error */
-                       "   \n"                         /* 5: blank */
-                       "s v=1\n"                       /* 6: no device */
-                       "s,device=c v=2 2\n"            /* 7: ok */
-                       "s,device=d note=\"x\"\n"       /* 8: string field */
-                       "s,device=e v=3 3";             /* 9: ok, no final newline */
+    const char *body = "# a comment\n"           /* 1: not a line */
+                       "\n"                      /* 2: blank */
+                       "s,device=a v=1 1\r\n"    /* 3: ok (CRLF) */
+                       "s,device=b v=\n"         /* 4: syntax error */
+                       "   \n"                   /* 5: blank */
+                       "s v=1\n"                 /* 6: no device */
+                       "s,device=c v=2 2\n"      /* 7: ok */
+                       "s,device=d note=\"x\"\n" /* 8: string field */
+                       "s,device=e v=3 3";       /* 9: ok, no final newline */
     ingest(&x, body, BDB_LP_MS, &m);
     assert_int_equal(x.res.lines, 6);
     assert_int_equal(x.res.accepted, 3);

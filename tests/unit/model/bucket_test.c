@@ -111,8 +111,8 @@ static void test_range_each_size_negative(void **state)
         int64_t sz = all_sizes[k];
         bdb_bucket_history h;
         bdb_bucket_history_init(&h, sz);
-        int64_t probes[] = {-sz - 1, -sz, -sz + 1, -1, 0, 1, sz - 1, sz, sz + 1,
-                            -7 * DAY - 3,    T0 + 7};
+        int64_t probes[] = {-sz - 1, -sz, -sz + 1, -1,           0,     1,
+                            sz - 1,  sz,  sz + 1,  -7 * DAY - 3, T0 + 7};
         for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
             int64_t s, e, t = probes[i];
             bdb_bucket_range(&h, t, &s, &e);
@@ -440,9 +440,8 @@ static void test_enumerate_across_changes(void **state)
 
     static struct collect c;
     memset(&c, 0, sizeof c);
-    assert_int_equal(bdb_bucket_enumerate(&h, T0 + 90 * MIN, T0 + 12 * HOUR + 25 * MIN,
-                                          collect_cb, &c),
-                     0);
+    assert_int_equal(
+        bdb_bucket_enumerate(&h, T0 + 90 * MIN, T0 + 12 * HOUR + 25 * MIN, collect_cb, &c), 0);
     /* [01:00,02:00) + 16 quarters [02:00,06:00) + [06:00,12:00) + 3 x 10m */
     assert_int_equal(c.n, 1 + 16 + 1 + 3);
     assert_int_equal(c.s[0], T0 + HOUR);
@@ -652,7 +651,7 @@ static void test_learner_two_windows_to_change(void **state)
     /* the second fast window closes with this window's first event: HIGH */
     assert_int_equal(bdb_rate_observe(&l, w), 1);
     assert_int_equal(l.cls, BDB_FREQ_HIGH);
-    assert_int_equal(feed_window(&l, w, 1800) , 0);
+    assert_int_equal(feed_window(&l, w, 1800), 0);
     w += BDB_RATE_WINDOW_MS;
 
     /* One slow window between fast ones resets the candidate. */
@@ -748,8 +747,8 @@ static void test_learner_late_events_and_epoch(void **state)
     int64_t starts[] = {0, 5, -BDB_RATE_WINDOW_MS, -7 * DAY + 3};
     for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
         memset(&l, 0, sizeof l);
-        int64_t base = starts[s] - ((starts[s] % BDB_RATE_WINDOW_MS) + BDB_RATE_WINDOW_MS) %
-                                       BDB_RATE_WINDOW_MS;
+        int64_t base = starts[s] -
+                       ((starts[s] % BDB_RATE_WINDOW_MS) + BDB_RATE_WINDOW_MS) % BDB_RATE_WINDOW_MS;
         int changes = 0;
         for (int k = 0; k < 3; k++)
             changes += feed_window(&l, base + k * BDB_RATE_WINDOW_MS, 1800);

@@ -267,8 +267,8 @@ static void test_full_range_asc_desc(void **state)
     (void)state;
     bdb_pool *pool = bdb_pool_new(3);
     assert_int_equal(bdb_pool_workers(pool), 3);
-    bdb_range_query q = {.tenant = "t", .device = "d", .from = T0 - 10 * HOUR,
-                         .to = T0 + 1000 * HOUR};
+    bdb_range_query q = {
+        .tenant = "t", .device = "d", .from = T0 - 10 * HOUR, .to = T0 + 1000 * HOUR};
     bdb_query_stats a, b;
     for (int desc = 0; desc < 2; desc++) {
         q.desc = desc;
@@ -293,15 +293,15 @@ static void test_sub_ranges(void **state)
         {T0 + 90 * MIN, T0 + 5 * HOUR + 5 * MIN},
         {T0 + HOUR, T0 + 2 * HOUR},
         {T0 + HOUR, T0 + HOUR + 1},
-        {T0 + HOUR + 1, T0 + HOUR + 10 * MIN},  /* no sample inside */
-        {T0 + 59 * HOUR, T0 + 61 * HOUR + 1},   /* across the block/head split */
+        {T0 + HOUR + 1, T0 + HOUR + 10 * MIN}, /* no sample inside */
+        {T0 + 59 * HOUR, T0 + 61 * HOUR + 1},  /* across the block/head split */
         {T0 + (HOURS - 1) * HOUR, T0 + HOURS * HOUR},
         {T0 - 100 * HOUR, T0 + 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int desc = 0; desc < 2; desc++) {
-            bdb_range_query q = {.tenant = "t", .device = "d", .from = cases[c][0],
-                                 .to = cases[c][1], .desc = desc};
+            bdb_range_query q = {
+                .tenant = "t", .device = "d", .from = cases[c][0], .to = cases[c][1], .desc = desc};
             check_query(pool, &q, &a, &b);
             assert_int_equal(a.partitions, b.partitions);
         }
@@ -322,8 +322,12 @@ static void test_limit_stops_early(void **state)
     uint64_t limits[] = {1, 5, 11, 12, 30, 100};
     for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
         for (int desc = 0; desc < 2; desc++) {
-            bdb_range_query q = {.tenant = "t", .device = "d", .from = T0 - HOUR,
-                                 .to = T0 + 1000 * HOUR, .limit = limits[l], .desc = desc};
+            bdb_range_query q = {.tenant = "t",
+                                 .device = "d",
+                                 .from = T0 - HOUR,
+                                 .to = T0 + 1000 * HOUR,
+                                 .limit = limits[l],
+                                 .desc = desc};
             check_query(pool, &q, &a, &b);
             assert_int_equal(a.samples, limits[l]);
             /* without a pool: exactly the partitions that hold the answer */
@@ -336,8 +340,8 @@ static void test_limit_stops_early(void **state)
         }
     }
     /* desc with limit reads the newest partitions: the last samples, newest first */
-    bdb_range_query q = {.tenant = "t", .device = "d", .from = T0, .to = T0 + 1000 * HOUR,
-                         .limit = 3, .desc = 1};
+    bdb_range_query q = {
+        .tenant = "t", .device = "d", .from = T0, .to = T0 + 1000 * HOUR, .limit = 3, .desc = 1};
     struct got g;
     assert_int_equal(run(NULL, &q, &g, &a), BDB_OK);
     assert_int_equal(g.n, 3);
@@ -358,22 +362,26 @@ static void test_metric_subsets_and_ties(void **state)
     bdb_pool *pool = bdb_pool_new(3);
     bdb_query_stats a, b;
     const char *sets[][3] = {
-        {"a", NULL, NULL}, {"b", "c", NULL}, {"c", "a", NULL}, {"c", "b", "a"},
-        {"a", "zz", NULL}, /* a metric the device never had */
+        {"a", NULL, NULL}, {"b", "c", NULL},  {"c", "a", NULL},
+        {"c", "b", "a"},   {"a", "zz", NULL}, /* a metric the device never had */
     };
     size_t sizes[] = {1, 2, 2, 3, 2};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         for (int desc = 0; desc < 2; desc++) {
-            bdb_range_query q = {.tenant = "t", .device = "d", .metrics = sets[s],
-                                 .nmetrics = sizes[s], .from = T0 + 7 * HOUR,
-                                 .to = T0 + 70 * HOUR, .desc = desc};
+            bdb_range_query q = {.tenant = "t",
+                                 .device = "d",
+                                 .metrics = sets[s],
+                                 .nmetrics = sizes[s],
+                                 .from = T0 + 7 * HOUR,
+                                 .to = T0 + 70 * HOUR,
+                                 .desc = desc};
             check_query(pool, &q, &a, &b);
         }
     }
     /* explicitly: at T0 all three share the time; name order whatever the request order */
     const char *rev[] = {"c", "b", "a"};
-    bdb_range_query q = {.tenant = "t", .device = "d", .metrics = rev, .nmetrics = 3,
-                         .from = T0, .to = T0 + 1};
+    bdb_range_query q = {
+        .tenant = "t", .device = "d", .metrics = rev, .nmetrics = 3, .from = T0, .to = T0 + 1};
     struct got g;
     assert_int_equal(run(pool, &q, &g, &a), BDB_OK);
     assert_int_equal(g.n, 3);
@@ -499,8 +507,11 @@ static void test_across_bucket_change(void **state)
             assert_int_equal(bdb_db_flush(db), BDB_OK);
         for (int p = 0; p < 2; p++) {
             for (int desc = 0; desc < 2; desc++) {
-                bdb_range_query q = {.tenant = "t", .device = "chg", .from = T0 - HOUR,
-                                     .to = T0 + 10 * HOUR, .desc = desc};
+                bdb_range_query q = {.tenant = "t",
+                                     .device = "chg",
+                                     .from = T0 - HOUR,
+                                     .to = T0 + 10 * HOUR,
+                                     .desc = desc};
                 struct got g;
                 bdb_query_stats st;
                 assert_int_equal(run(p ? pool : NULL, &q, &g, &st), BDB_OK);

@@ -234,8 +234,8 @@ static int parts_cb(void *ctx, int64_t s, int64_t e)
 
 /* Reads one metric partition by partition through the device's bucket history and
  * concatenates; must equal the single read. */
-static void read_by_partitions(bdb_db *db, const char *tenant, const char *dev,
-                               const char *metric, int64_t lo, int64_t hi, bdb_samples *all)
+static void read_by_partitions(bdb_db *db, const char *tenant, const char *dev, const char *metric,
+                               int64_t lo, int64_t hi, bdb_samples *all)
 {
     static struct parts p;
     p.n = 0;
@@ -299,8 +299,8 @@ static int info_cb(void *ctx, const bdb_device_info *d)
     i->tags[0] = '\0';
     for (size_t k = 0; k < d->ntags; k++) {
         size_t l = strlen(i->tags);
-        snprintf(i->tags + l, sizeof i->tags - l, "%s%.*s=%.*s", k ? "," : "",
-                 (int)d->tags[k].klen, d->tags[k].key, (int)d->tags[k].vlen, d->tags[k].val);
+        snprintf(i->tags + l, sizeof i->tags - l, "%s%.*s=%.*s", k ? "," : "", (int)d->tags[k].klen,
+                 d->tags[k].key, (int)d->tags[k].vlen, d->tags[k].val);
     }
     i->has_state = d->state != NULL;
     snprintf(i->state, sizeof i->state, "%s", d->state ? d->state : "");
@@ -419,10 +419,8 @@ static void test_write_read_basic(void **state)
 
     expect_run(db, "other", "d1", "temp", T0, 1, 1, 999.0);
     bdb_samples s;
-    assert_int_equal(read1(db, "acme", "nobody", "temp", T0, T0 + DAY, &s, NULL),
-                     BDB_ERR_NOTFOUND);
-    assert_int_equal(read1(db, "nobody", "d1", "temp", T0, T0 + DAY, &s, NULL),
-                     BDB_ERR_NOTFOUND);
+    assert_int_equal(read1(db, "acme", "nobody", "temp", T0, T0 + DAY, &s, NULL), BDB_ERR_NOTFOUND);
+    assert_int_equal(read1(db, "nobody", "d1", "temp", T0, T0 + DAY, &s, NULL), BDB_ERR_NOTFOUND);
 
     /* partition by partition equals the single read */
     bdb_samples whole, byp;
@@ -1080,14 +1078,12 @@ static void check_model(bdb_db *db, int step)
                     fail_msg("step %d dev %d metric %d: slot %d missing", step, d, m, i);
                 int64_t ts = T0 + (int64_t)i * MIN;
                 if (out[m].ts[k] != ts || out[m].v[k] != pref[d][m][i])
-                    fail_msg("step %d dev %d metric %d: got (%lld, %g) want (%lld, %g)", step,
-                             d, m, (long long)out[m].ts[k], out[m].v[k], (long long)ts,
-                             pref[d][m][i]);
+                    fail_msg("step %d dev %d metric %d: got (%lld, %g) want (%lld, %g)", step, d, m,
+                             (long long)out[m].ts[k], out[m].v[k], (long long)ts, pref[d][m][i]);
                 k++;
             }
             if (k != out[m].n)
-                fail_msg("step %d dev %d metric %d: %zu extra samples", step, d, m,
-                         out[m].n - k);
+                fail_msg("step %d dev %d metric %d: %zu extra samples", step, d, m, out[m].n - k);
             bdb_samples_free(&out[m]);
         }
         /* partition by partition gives the same */
@@ -1158,8 +1154,7 @@ static void test_property_random_history(void **state)
             /* pin or unpin a bucket size: a history record in the WAL */
             static const int64_t sizes[] = {0, 10 * MIN, 15 * MIN, HOUR, 6 * HOUR, DAY};
             int d = (int)(rng() % PDEV);
-            assert_int_equal(bdb_db_set_device_bucket(db, "prop", dn[d], sizes[rng() % 6]),
-                             BDB_OK);
+            assert_int_equal(bdb_db_set_device_bucket(db, "prop", dn[d], sizes[rng() % 6]), BDB_OK);
         }
         check_model(db, step);
     }
@@ -1207,8 +1202,7 @@ static void test_bucket_change_inside_batch_then_crash(void **state)
             db = open_dir(crash);
         }
         bdb_samples s;
-        assert_int_equal(read1(db, "t", "d", "m", T0 + 7 * HOUR, T0 + 8 * HOUR, &s, NULL),
-                         BDB_OK);
+        assert_int_equal(read1(db, "t", "d", "m", T0 + 7 * HOUR, T0 + 8 * HOUR, &s, NULL), BDB_OK);
         assert_int_equal(s.n, 1);
         if (s.v[0] != 999.0)
             fail_msg("pass %d: the rewrite lost to the replayed older value %g", pass, s.v[0]);
