@@ -110,8 +110,8 @@ typedef struct {
     int fd;
     char host[64];
     int port;
-    buf in;      /* bytes read but not consumed */
-    double tmo;  /* socket timeout, seconds */
+    buf in;     /* bytes read but not consumed */
+    double tmo; /* socket timeout, seconds */
 } conn;
 
 static int conn_open(conn *c)
@@ -487,7 +487,8 @@ static int cmd_write(int argc, char **argv)
     double *val = xmalloc(sizeof(double) * (size_t)devices * (size_t)metrics);
     for (size_t i = 0; i < (size_t)devices * (size_t)metrics; i++)
         val[i] = floor(rng_unit(&rs) * 10000.0) / 100.0; /* 0.00 .. 99.99 */
-    size_t nreqs = (size_t)((total_lines + (unsigned long long)lines - 1) / (unsigned long long)lines);
+    size_t nreqs =
+        (size_t)((total_lines + (unsigned long long)lines - 1) / (unsigned long long)lines);
     request *reqs = calloc(nreqs, sizeof *reqs);
     if (!reqs)
         die("out of memory");
@@ -677,8 +678,8 @@ static int cmd_query(int argc, char **argv)
                 /* all metrics of the device, named explicitly */
                 size_t o = 0;
                 for (int k = 0; k < metrics && o + 64 < sizeof sel; k++)
-                    o += (size_t)snprintf(sel + o, sizeof sel - o, "%s%s.f%d", k ? "," : "",
-                                          meas, k);
+                    o += (size_t)snprintf(sel + o, sizeof sel - o, "%s%s.f%d", k ? "," : "", meas,
+                                          k);
                 urlenc(sel, enc, sizeof enc);
                 snprintf(target, sizeof target,
                          "/api/v1/query?device=dev%07ld&metric=%s&from=%lld&to=%lld", d, enc, f, t);
