@@ -196,10 +196,12 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         *relearn = 1;
     }
     int rc = BDB_OK;
-    for (uint32_t i = 0; i < nm && rc == BDB_OK; i++) {
+    uint32_t i;
+    for (i = 0; i < nm && rc == BDB_OK; i++) {
         series *s = cat_series(db, d, names[i], nlens[i], 1);
         rc = head_append(db, s, ts, vals[i]);
     }
+    atomic_fetch_add(&db->head_samples, rc == BDB_OK ? i : i - 1);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }

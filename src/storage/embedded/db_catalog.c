@@ -9,7 +9,15 @@
  *            u8 has_state [str state | varint state_ts] | uvarint ntags (str k, str v)* |
  *            varint pinned_bucket | uvarint nhist (varint from, varint size)* |
  *            uvarint nmetrics (str metric)*
- * (str = uvarint length + bytes; varint = zigzag LEB128.) */
+ * (str = uvarint length + bytes; varint = zigzag LEB128.)
+ *
+ * On disk that image is wrapped and compressed (version 2):
+ *   "BDBCAT02" | u32 version=2 | u64 image length | zstd frame of the image |
+ *   u32 crc32 of all preceding bytes
+ * Device names, tags and metric names repeat across a fleet, so zstd shrinks the
+ * catalog several times over. The image is built under the flush lock and compressed
+ * outside it, so writers never wait for compression. Version 1 files (the bare image)
+ * are still read. */
 #include "storage/embedded/db_int.h"
 
 #include "bucketdb/bdb.h"
@@ -19,9 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #define CAT_MAGIC "BDBCAT01"
 #define CAT_VERSION 1
+#define CAT2_MAGIC "BDBCAT02"
+#define CAT2_VERSION 2
+#define CAT_MAX_IMAGE (UINT64_C(8) << 30) /* refuse absurd lengths from a damaged header */
 
 static void *xalloc(size_t n)
 {
@@ -237,7 +249,61 @@ void cat_encode(bdb_db *db, bdb_buf *out)
 
 int cat_save(bdb_db *db, const bdb_buf *enc)
 {
-    return bdb_vfs_write_atomic(db->vfs, db->dir, "catalog", enc->data, enc->len);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    size_t bound = ZSTD_compressBound(enc->len);
+    bdb_buf_reserve(&out, 8 + 4 + 8 + bound + 4);
+    bdb_buf_append(&out, CAT2_MAGIC, 8);
+    bdb_buf_put_u32le(&out, CAT2_VERSION);
+    bdb_buf_put_u64le(&out, enc->len);
+    size_t z = ZSTD_compress(out.data + out.len, bound, enc->data, enc->len, 3);
+    if (ZSTD_isError(z)) {
+        BDB_ERROR("catalog compression failed: %s", ZSTD_getErrorName(z));
+        bdb_buf_free(&out);
+        return BDB_ERR_IO;
+    }
+    out.len += z;
+    bdb_buf_put_u32le(&out, (uint32_t)crc32(0, out.data, (uInt)out.len));
+    int rc = bdb_vfs_write_atomic(db->vfs, db->dir, "catalog", out.data, out.len);
+    bdb_buf_free(&out);
+    return rc;
+}
+
+/* Unwraps a version 2 file into its image (malloc'd, replaces *data). */
+static int cat_unwrap(const char *path, void **data, size_t *len)
+{
+    const uint8_t *p = *data;
+    if (*len < 8 + 4 + 8 + 4)
+        return BDB_ERR_CORRUPT;
+    uint32_t want = bdb_get_u32le(p + *len - 4);
+    if ((uint32_t)crc32(0, p, (uInt)(*len - 4)) != want) {
+        BDB_ERROR("catalog %s: checksum mismatch", path);
+        return BDB_ERR_CORRUPT;
+    }
+    if (bdb_get_u32le(p + 8) != CAT2_VERSION) {
+        BDB_ERROR("catalog %s: unsupported version %u", path, bdb_get_u32le(p + 8));
+        return BDB_ERR_CORRUPT;
+    }
+    uint64_t raw = bdb_get_u64le(p + 12);
+    size_t zlen = *len - 8 - 4 - 8 - 4;
+    unsigned long long fcs = ZSTD_getFrameContentSize(p + 20, zlen);
+    if (raw > CAT_MAX_IMAGE || fcs != raw) {
+        BDB_ERROR("catalog %s: bad image length", path);
+        return BDB_ERR_CORRUPT;
+    }
+    void *img = malloc(raw ? raw : 1);
+    if (!img)
+        return BDB_ERR_NOMEM;
+    size_t got = ZSTD_decompress(img, raw, p + 20, zlen);
+    if (ZSTD_isError(got) || got != raw) {
+        BDB_ERROR("catalog %s: cannot decompress", path);
+        free(img);
+        return BDB_ERR_CORRUPT;
+    }
+    free(*data);
+    *data = img;
+    *len = raw;
+    return BDB_OK;
 }
 
 int cat_load(bdb_db *db)
@@ -251,6 +317,9 @@ int cat_load(bdb_db *db)
     int rc = bdb_vfs_read_all(db->vfs, path, &data, &len);
     if (rc != BDB_OK)
         return rc;
+    if (len >= 8 && memcmp(data, CAT2_MAGIC, 8) == 0 &&
+        (rc = cat_unwrap(path, &data, &len)) != BDB_OK)
+        goto out;
     rc = BDB_ERR_CORRUPT;
     if (len < 8 + 4 + 8 + 8 + 1 + 4 || memcmp(data, CAT_MAGIC, 8) != 0) {
         BDB_ERROR("catalog %s: bad magic or too short (%zu bytes)", path, len);

@@ -62,7 +62,8 @@ static void ooo_add(bdb_db *db, hchunk *c, int64_t ts, double v)
     atomic_fetch_add(&db->ooo_samples, 1);
 }
 
-/* Caller holds the device's stripe lock. */
+/* Caller holds the device's stripe lock and counts the sample in db->head_samples
+ * (once per report: a shared counter bumped per sample costs more than the append). */
 int head_append(bdb_db *db, series *s, int64_t ts, double v)
 {
     device *d = s->dev;
@@ -110,7 +111,6 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v)
     }
     if (c->app.cap != before)
         atomic_fetch_add(&db->head_bytes, c->app.cap - before);
-    atomic_fetch_add(&db->head_samples, 1);
     return BDB_OK;
 }
 

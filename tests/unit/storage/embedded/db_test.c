@@ -1211,10 +1211,60 @@ static void test_bucket_change_inside_batch_then_crash(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* The catalog is written compressed (version 2); a damaged catalog stops the open
+ * with BDB_ERR_CORRUPT instead of starting with a wrong device registry, and a
+ * report over the metric limit is refused whole. */
+static void test_catalog_compressed_and_checked(void **state)
+{
+    (void)state;
+    bdb_db *db = open_dir(datadir);
+    for (int d = 0; d < 200; d++) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "sensor-%04d", d);
+        assert_int_equal(write1(db, "acme", dev, T0 + d, "temperature", d), BDB_OK);
+    }
+    bdb_batch *b = bdb_batch_new();
+    bdb_batch_begin(b, "wide", 4, T0, 1);
+    for (int i = 0; i <= BDB_MAX_REPORT_METRICS; i++) {
+        char m[16];
+        snprintf(m, sizeof m, "m%d", i);
+        bdb_batch_metric(b, m, strlen(m), i);
+    }
+    bdb_batch_end(b);
+    assert_int_equal(bdb_db_write(db, "acme", b), BDB_ERR_LIMIT);
+    bdb_batch_free(b);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+
+    char cat[256];
+    snprintf(cat, sizeof cat, "%s/catalog", datadir);
+    FILE *f = fopen(cat, "rb");
+    assert_non_null(f);
+    char magic[8];
+    assert_int_equal(fread(magic, 1, 8, f), 8);
+    fclose(f);
+    assert_memory_equal(magic, "BDBCAT02", 8);
+    /* 200 devices x ~40 bytes of names compress well below their raw size */
+    assert_true(file_size(cat) < 200 * 40);
+
+    db = open_dir(datadir);
+    assert_int_equal(get_info(db, "acme", "sensor-0199").called, 1);
+    struct devinfo none;
+    memset(&none, 0, sizeof none);
+    assert_int_equal(bdb_db_get_device(db, "acme", "wide", info_cb, &none), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+
+    flip_bytes(cat, file_size(cat) / 2, 1);
+    bdb_db_opts o = base_opts(datadir);
+    bdb_db *bad = NULL;
+    assert_int_equal(bdb_db_open(&o, &bad), BDB_ERR_CORRUPT);
+    assert_null(bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write_read_basic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_catalog_compressed_and_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_devices_and_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ooo_and_duplicates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunk_max_samples, setup, teardown),
