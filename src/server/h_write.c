@@ -98,6 +98,54 @@ static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, in
     }
 }
 
+/* What parsing made of a request: how many lines (or reports) were accepted and
+ * rejected, the first problem, and where it was. */
+struct outcome {
+    size_t accepted, rejected;
+    const char *first_error;
+    const char *where; /* "line" (1-based) or "index" (0-based) */
+    long pos;
+    _Atomic uint64_t *samples, *acc, *rej; /* the protocol's counters */
+};
+
+/* Writes the accepted part and answers: 204 when nothing was rejected, else 400 with
+ * the Influx phrases ("partial write:" when some of the body was stored) and the
+ * counts, so a client knows exactly what happened to its request. */
+static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c, req *r,
+                                         const char *tenant, bdb_batch *b,
+                                         const struct outcome *o)
+{
+    if (o->accepted) {
+        int rc = bdb_db_write(s->db, tenant, b);
+        if (rc != BDB_OK)
+            return storage_error(s, c, rc);
+        atomic_fetch_add(o->samples, bdb_batch_samples(b));
+        hist_observe(&s->batch_size, bdb_batch_samples(b));
+    }
+    atomic_fetch_add(o->acc, o->accepted);
+    atomic_fetch_add(o->rej, o->rejected);
+    hist_observe(&s->write_latency, now_us() - r->start_us);
+    if (o->rejected == 0)
+        return respond(s, c, 204, NULL, "", 0);
+    int lines = !strcmp(o->where, "line");
+    char where[48] = "";
+    if (lines)
+        snprintf(where, sizeof where, "line %ld; ", o->pos);
+    char msg[800];
+    snprintf(msg, sizeof msg, "%s%s (%s%zu %s(s) accepted, %zu rejected)",
+             o->accepted ? "partial write: " : "", o->first_error, where, o->accepted,
+             lines ? "line" : "report", o->rejected);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    bdb_buf_puts(&out, "{\"error\":\"");
+    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_printf(&out, "\",\"%s\":%ld,\"accepted\":%zu,\"rejected\":%zu}\n", o->where, o->pos,
+                   o->accepted, o->rejected);
+    enum MHD_Result res = respond_body_error(s, c, 400, msg, out.data, out.len);
+    bdb_buf_free(&out);
+    return res;
+}
+
 enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
 {
     enum MHD_Result res;
@@ -134,46 +182,10 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
                   bdb_now_ms(), &map, b, &lr);
     bdb_lp_parser_free(p);
     bdb_buf_free(&tmp);
-    int rc = BDB_OK;
-    if (lr.accepted) {
-        rc = bdb_db_write(s->db, tenant, b);
-        if (rc != BDB_OK) {
-            bdb_batch_free(b);
-            return storage_error(s, c, rc);
-        }
-        atomic_fetch_add(&s->lp_samples, bdb_batch_samples(b));
-        hist_observe(&s->batch_size, bdb_batch_samples(b));
-    }
+    struct outcome o = {lr.accepted, lr.rejected, lr.first_error, "line", (long)lr.first_bad_line,
+                        &s->lp_samples, &s->lp_lines_accepted, &s->lp_lines_rejected};
+    res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
-    atomic_fetch_add(&s->lp_lines_accepted, lr.accepted);
-    atomic_fetch_add(&s->lp_lines_rejected, lr.rejected);
-    hist_observe(&s->write_latency, now_us() - r->start_us);
-    if (lr.rejected == 0)
-        return respond(s, c, 204, NULL, "", 0);
-    bdb_buf out;
-    bdb_buf_init(&out);
-    char msg[800];
-    snprintf(msg, sizeof msg, "%s%s (line %zu; %zu line(s) accepted, %zu rejected)",
-             lr.accepted ? "partial write: " : "", lr.first_error, lr.first_bad_line, lr.accepted,
-             lr.rejected);
-    bdb_buf_puts(&out, "{\"error\":\"");
-    bdb_buf_json_str(&out, msg, strlen(msg));
-    bdb_buf_printf(&out, "\",\"line\":%zu,\"accepted\":%zu,\"rejected\":%zu}\n", lr.first_bad_line,
-                   lr.accepted, lr.rejected);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(out.len, out.data, MHD_RESPMEM_MUST_COPY);
-    bdb_buf_free(&out);
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
-    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
-    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
-    for (char *q = msg; *q; q++)
-        if (*q == '\n' || *q == '\r')
-            *q = ' ';
-    MHD_add_response_header(resp, "X-Influxdb-Error", msg);
-    res = MHD_queue_response(c, 400, resp);
-    MHD_destroy_response(resp);
-    atomic_fetch_add(&s->http_requests[4], 1);
     return res;
 }
 
@@ -207,31 +219,10 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
         snprintf(msg, sizeof msg, "unable to parse JSON body: %s", jr.first_error);
         return respond_json_error(s, c, prc == BDB_ERR_LIMIT ? 413 : 400, msg, 0);
     }
-    if (jr.accepted) {
-        int rc = bdb_db_write(s->db, tenant, b);
-        if (rc != BDB_OK) {
-            bdb_batch_free(b);
-            return storage_error(s, c, rc);
-        }
-        atomic_fetch_add(&s->json_samples, bdb_batch_samples(b));
-    }
+    struct outcome o = {jr.accepted, jr.rejected, jr.first_error, "index", jr.first_bad_index,
+                        &s->json_samples, &s->json_reports_accepted, &s->json_reports_rejected};
+    res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
-    atomic_fetch_add(&s->json_reports_accepted, jr.accepted);
-    atomic_fetch_add(&s->json_reports_rejected, jr.rejected);
-    hist_observe(&s->write_latency, now_us() - r->start_us);
-    if (jr.rejected == 0)
-        return respond(s, c, 204, NULL, "", 0);
-    bdb_buf out;
-    bdb_buf_init(&out);
-    char msg[800];
-    snprintf(msg, sizeof msg, "%s%s (%zu report(s) accepted, %zu rejected)",
-             jr.accepted ? "partial write: " : "", jr.first_error, jr.accepted, jr.rejected);
-    bdb_buf_puts(&out, "{\"error\":\"");
-    bdb_buf_json_str(&out, msg, strlen(msg));
-    bdb_buf_printf(&out, "\",\"index\":%ld,\"accepted\":%zu,\"rejected\":%zu}\n",
-                   jr.first_bad_index, jr.accepted, jr.rejected);
-    res = respond(s, c, 400, "application/json", out.data, out.len);
-    bdb_buf_free(&out);
     return res;
 }
 

@@ -58,24 +58,18 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
     return r;
 }
 
-enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
-                                   const char *msg, int influx)
+enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, const void *body, size_t len)
 {
-    bdb_buf b;
-    bdb_buf_init(&b);
-    bdb_buf_puts(&b, "{\"error\":\"");
-    bdb_buf_json_str(&b, msg, strlen(msg));
-    bdb_buf_puts(&b, "\"}\n");
     struct MHD_Response *resp =
-        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
-    bdb_buf_free(&b);
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
     MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
     MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
-    if (influx) {
+    if (msg) {
         /* Influx clients read the reason from this header too; keep it one line. */
         char hdr[512];
         snprintf(hdr, sizeof hdr, "%s", msg);
@@ -89,6 +83,19 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
     enum MHD_Result r = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
+enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, int influx)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_puts(&b, "\"}\n");
+    enum MHD_Result r = respond_body_error(s, c, status, influx ? msg : NULL, b.data, b.len);
+    bdb_buf_free(&b);
     return r;
 }
 

@@ -53,6 +53,9 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
                         const char *ctype, const void *body, size_t len);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
+/* An error with a prepared JSON body; msg (if not NULL) also goes to X-Influxdb-Error. */
+enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, const void *body, size_t len);
 const char *arg(struct MHD_Connection *c, const char *name);
 /* Tenant of the request after authentication; NULL if a response was queued. */
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);

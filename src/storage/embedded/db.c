@@ -509,6 +509,30 @@ static int replay_cb(void *ctx, const uint8_t *rec, size_t len, uint64_t segment
     return 0;
 }
 
+/* Releases everything open() set up; the background thread must be stopped. The
+ * WAL is closed first so its final fsync happens before the directory lock goes. */
+static void db_free(bdb_db *db)
+{
+    bdb_wal_close(db->wal);
+    db_blocks_close(db);
+    cat_free(db);
+    if (db->lock_fd >= 0)
+        close(db->lock_fd);
+    free(db->dir);
+    free(db->wal_dir);
+    free(db->blocks_dir);
+    free(db->quarantine_dir);
+    for (int i = 0; i < DB_STRIPES; i++)
+        pthread_mutex_destroy(&db->stripes[i]);
+    pthread_rwlock_destroy(&db->cat_lock);
+    pthread_rwlock_destroy(&db->flush_lock);
+    pthread_rwlock_destroy(&db->blocks_lock);
+    pthread_mutex_destroy(&db->flush_mutex);
+    pthread_mutex_destroy(&db->bg_mu);
+    pthread_cond_destroy(&db->bg_cv);
+    free(db);
+}
+
 int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
 {
     bdb_db *db = calloc(1, sizeof *db);
@@ -601,18 +625,7 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
     *out = db;
     return BDB_OK;
 fail:
-    db->o.background = 0;
-    bdb_wal_close(db->wal);
-    db->wal = NULL;
-    db_blocks_close(db);
-    cat_free(db);
-    if (db->lock_fd >= 0)
-        close(db->lock_fd);
-    free(db->dir);
-    free(db->wal_dir);
-    free(db->blocks_dir);
-    free(db->quarantine_dir);
-    free(db);
+    db_free(db);
     return rc;
 }
 
@@ -631,21 +644,7 @@ int bdb_db_close(bdb_db *db)
     int rc = BDB_OK;
     if (!atomic_load(&db->readonly))
         rc = db_flush(db);
-    bdb_wal_close(db->wal);
-    db_blocks_close(db);
-    cat_free(db);
-    if (db->lock_fd >= 0)
-        close(db->lock_fd);
-    free(db->dir);
-    free(db->wal_dir);
-    free(db->blocks_dir);
-    free(db->quarantine_dir);
-    for (int i = 0; i < DB_STRIPES; i++)
-        pthread_mutex_destroy(&db->stripes[i]);
-    pthread_rwlock_destroy(&db->cat_lock);
-    pthread_rwlock_destroy(&db->flush_lock);
-    pthread_rwlock_destroy(&db->blocks_lock);
-    free(db);
+    db_free(db);
     return rc;
 }
 

@@ -32,6 +32,19 @@ static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_star
     return c;
 }
 
+/* A new chunk for [lo, hi) linked in front of `next` (after `prev`, or at the head). */
+static hchunk *chunk_insert(bdb_db *db, series *s, hchunk *prev, hchunk *next, int64_t lo,
+                            int64_t hi, int64_t bucket_start)
+{
+    hchunk *n = chunk_new(db, lo, hi, bucket_start);
+    n->next = next;
+    if (prev)
+        prev->next = n;
+    else
+        s->active = n;
+    return n;
+}
+
 void head_free_chunks(bdb_db *db, hchunk *c)
 {
     while (c) {
@@ -81,26 +94,13 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v)
         prev = c;
         c = c->next;
     }
-    if (!c || c->lo != lo) {
-        hchunk *n = chunk_new(db, lo, hi, bstart);
-        n->next = c;
-        if (prev)
-            prev->next = n;
-        else
-            s->active = n;
-        c = n;
-    }
+    if (!c || c->lo != lo)
+        c = chunk_insert(db, s, prev, c, lo, hi, bstart);
     uint32_t before = c->app.cap;
     if (c->app.count == 0 || ts > c->app.t_last) {
         if (c->app.count >= db->o.chunk_max_samples) {
             /* Full: start a continuation chunk for the same range in front of it. */
-            hchunk *n = chunk_new(db, lo, hi, bstart);
-            n->next = c;
-            if (prev)
-                prev->next = n;
-            else
-                s->active = n;
-            c = n;
+            c = chunk_insert(db, s, prev, c, lo, hi, bstart);
             before = c->app.cap;
         }
         int rc = bdb_chunk_app_append(&c->app, ts, v);
