@@ -2,14 +2,24 @@
  *
  * Layout (all bit streams are MSB-first):
  *   XOR:     u8 enc, u16le count, bits: samples
+ *   PACKED:  u8 enc | flags, uvarint count, zigzag varint t0, zigzag varint m0; with two
+ *            samples or more also uvarint tbase, zigzag varint vbase, zigzag varint
+ *            d1 (deltas of deltas only), then bits: 6-bit tw, 6-bit vw, and for each
+ *            sample i >= 1 a timestamp code and (deltas: i >= 1, deltas of deltas:
+ *            i >= 2) a value code
  *   DECIMAL: u8 enc, u16le count, u8 exp, uvarint ts_bytes, ts_bytes of timestamp bits,
- *            then one zigzag varint per sample for the mantissa
- * Timestamps (both kinds): sample 0 as a zigzag varint written in 8-bit groups,
+ *            then one zigzag varint per sample for the mantissa (read only)
+ * XOR and DECIMAL timestamps: sample 0 as a zigzag varint written in 8-bit groups,
  * sample 1 as an unsigned varint delta, later samples as a delta-of-delta in one of
  * six buckets (prefix 0, 10, 110, 1110, 11110, 11111 with 0, 7, 12, 20, 32, 64 bits).
  * XOR values: sample 0 raw 64 bits, then '0' (same value), '10' + bits inside the
  * previous window, or '11' + 5-bit leading zeros + 6-bit width (0 means 64) + bits.
- * DECIMAL values: mantissa m0, then m1 - m0, then deltas of deltas. */
+ * DECIMAL values: mantissa m0, then m1 - m0, then deltas of deltas.
+ * PACKED flags: bits 0-3 exponent e, bit 4 deltas of deltas, bits 5-6 timestamp unit
+ * (10^0..10^3 ms; timestamps, t0 and tbase are in that unit). A code of width w > 0
+ * stands for x = base + unzigzag(c) (mod 2^64), where x is the timestamp delta, the
+ * mantissa delta, or the delta of mantissa deltas; the all-ones code escapes to a
+ * 6-bit L - 1 and an L-bit c. A width of 0 writes no codes: every x is the base. */
 #include "storage/embedded/chunk.h"
 
 #include "bucketdb/bdb.h"
@@ -149,7 +159,8 @@ static inline void put_value(bdb_chunk_app *a, uint8_t *s, uint64_t bits)
         return;
     }
     unsigned lead = (unsigned)__builtin_clzll(x), trail = (unsigned)__builtin_ctzll(x);
-    if (lead > 31) lead = 31;
+    if (lead > 31)
+        lead = 31;
     unsigned sig = 64 - lead - trail;
     if (a->lead != NO_WINDOW && lead >= a->lead && trail >= a->trail) {
         unsigned wsig = 64u - a->lead - a->trail;
@@ -227,10 +238,13 @@ static void app_grow(bdb_chunk_app *a, size_t need)
 
 int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
 {
-    if (a->count == BDB_CHUNK_MAX_SAMPLES) return BDB_ERR_LIMIT;
-    if (a->count > 0 && ts <= a->t_last) return BDB_ERR_INVALID;
+    if (a->count == BDB_CHUNK_MAX_SAMPLES)
+        return BDB_ERR_LIMIT;
+    if (a->count > 0 && ts <= a->t_last)
+        return BDB_ERR_INVALID;
     size_t need = HDR_XOR + ((a->nbits + MAX_SAMPLE_BITS) >> 3) + SLACK;
-    if (need > a->cap) app_grow(a, need);
+    if (need > a->cap)
+        app_grow(a, need);
     xor_put(a, a->buf + HDR_XOR, ts, dbl_bits(v));
     write_hdr(a->buf, BDB_CHUNK_XOR, a->count);
     return BDB_OK;
@@ -253,7 +267,8 @@ const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len)
  * double of magnitude >= 2^52 is already an integer. */
 static inline double round_near(double x)
 {
-    if (fabs(x) >= 0x1p52) return x;
+    if (fabs(x) >= 0x1p52)
+        return x;
     const double magic = x < 0 ? -0x1p52 : 0x1p52;
     return (x + magic) - magic;
 }
@@ -264,10 +279,13 @@ static inline double round_near(double x)
 static inline int decimal_at(double v, unsigned e, int64_t *m)
 {
     double x = v * pow10_tab[e];
-    if (!(fabs(x) < 0x1p53)) return 0;
+    if (!(fabs(x) < 0x1p53))
+        return 0;
     int64_t mi = (int64_t)round_near(x);
-    if (mi >= (int64_t)MANT_LIMIT || mi <= -(int64_t)MANT_LIMIT) return 0;
-    if (dbl_bits((double)mi / pow10_tab[e]) != dbl_bits(v)) return 0;
+    if (mi >= (int64_t)MANT_LIMIT || mi <= -(int64_t)MANT_LIMIT)
+        return 0;
+    if (dbl_bits((double)mi / pow10_tab[e]) != dbl_bits(v))
+        return 0;
     *m = mi;
     return 1;
 }
@@ -280,9 +298,11 @@ static int decimal_exponent(const double *vals, size_t n)
     unsigned e = 0;
     int64_t m;
     for (size_t i = 0; i < n; i++) {
-        if (decimal_at(vals[i], e, &m)) continue;
+        if (decimal_at(vals[i], e, &m))
+            continue;
         do {
-            if (++e > 15) return -1;
+            if (++e > 15)
+                return -1;
         } while (!decimal_at(vals[i], e, &m));
     }
     return (int)e;
@@ -334,13 +354,296 @@ static int encode_decimal(const int64_t *ts, const double *vals, size_t n, unsig
     return 1;
 }
 
-int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, bdb_buf *out)
-{
-    if (n == 0 || n > BDB_CHUNK_MAX_SAMPLES) return BDB_ERR_INVALID;
-    for (size_t i = 1; i < n; i++)
-        if (ts[i] <= ts[i - 1]) return BDB_ERR_INVALID;
+/* ---- PACKED ---- */
 
-    /* XOR straight into out through an appender that borrows its memory. */
+#define PK_WIDTH_BITS 6 /* each of tw and vw */
+#define PK_MAX_WIDTH 63
+#define PK_LEN_BITS 6 /* escape: L - 1 */
+#define PK_SAMPLE 15  /* values looked at to guess a median */
+#define PK_STACK 128  /* samples whose scratch fits on the stack */
+
+static const int64_t unit_tab[4] = {1, 10, 100, 1000};
+
+static inline unsigned bit_len(uint64_t u)
+{
+    return u ? 64u - (unsigned)__builtin_clzll(u) : 0;
+}
+
+static inline unsigned uvarint_len(uint64_t v)
+{
+    unsigned n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* zigzag of a modular difference read as signed */
+static inline uint64_t zz(uint64_t d)
+{
+    return (d << 1) ^ (0 - (d >> 63));
+}
+
+/* How one stream of x (mod 2^64) is coded: zigzag(x - base) in w bits, all ones
+ * escaping; bits is the stream's total size. */
+typedef struct pk_plan {
+    uint64_t base, bits;
+    unsigned w;
+} pk_plan;
+
+/* The best width for this base, kept in *best if it beats it. An escaped code costs
+ * w + 6 + L bits, so the width trades n * w against the outliers it leaves out. */
+static void plan_base(const uint64_t *x, size_t n, uint64_t base, pk_plan *best, size_t *below,
+                      size_t *above)
+{
+    /* h[2k] counts codes of bit length k, h[2k + 1] those of them that are all ones
+     * (the escape code of width k): one increment per value. */
+    uint32_t h[130] = {0};
+    uint64_t all = 0;
+    size_t odd = 0; /* an odd code is an x below the base */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = zz(x[i] - base);
+        all |= u;
+        odd += u & 1;
+        h[2 * bit_len(u) + ((u & (u + 1)) == 0)]++;
+    }
+    *below = odd;
+    *above = n - odd - h[1];
+    if (all == 0) { /* every code is 0 */
+        best->base = base;
+        best->bits = 0;
+        best->w = 0;
+        return;
+    }
+    unsigned top = bit_len(all);
+    unsigned wmax = top + 1 > PK_MAX_WIDTH ? PK_MAX_WIDTH : top + 1;
+    uint64_t esc = 0; /* bits of the escapes above the current width */
+    for (unsigned k = wmax + 1; k <= top; k++)
+        esc += (uint64_t)(h[2 * k] + h[2 * k + 1]) * (PK_LEN_BITS + k);
+    for (unsigned w = wmax; w >= 1; w--) {
+        uint64_t c = (uint64_t)n * w + esc + (uint64_t)h[2 * w + 1] * (PK_LEN_BITS + w);
+        if (c < best->bits) {
+            best->base = base;
+            best->bits = c;
+            best->w = w;
+        }
+        esc += (uint64_t)(h[2 * w] + h[2 * w + 1]) * (PK_LEN_BITS + w);
+    }
+}
+
+/* Two candidate bases: the middle of the range, best for evenly spread values (the
+ * width then leaves out outliers on both sides), and, if most values lie on one side
+ * of it, a median guessed from up to 15 evenly spaced values, which lopsided outliers
+ * (a gap in regular timestamps, a spike to one side) do not move. */
+static void plan_stream(const uint64_t *x, size_t n, pk_plan *p)
+{
+    p->base = 0;
+    p->bits = 0;
+    p->w = 0;
+    if (n == 0)
+        return;
+    int64_t lo = (int64_t)x[0], hi = lo;
+    for (size_t i = 1; i < n; i++) {
+        int64_t v = (int64_t)x[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    uint64_t mid = (uint64_t)lo + (((uint64_t)hi - (uint64_t)lo) >> 1);
+    size_t below, above;
+    p->bits = UINT64_MAX;
+    plan_base(x, n, mid, p, &below, &above);
+    if (p->w == 0 || (below <= 3 * (n - below) && above <= 3 * (n - above)))
+        return;
+    int64_t s[PK_SAMPLE];
+    size_t k = n < PK_SAMPLE ? n : PK_SAMPLE, step = n / k, at = 0;
+    for (size_t j = 0; j < k; j++, at += step) {
+        int64_t v = (int64_t)x[at];
+        size_t i = j;
+        for (; i > 0 && s[i - 1] > v; i--)
+            s[i] = s[i - 1];
+        s[i] = v;
+    }
+    uint64_t med = (uint64_t)s[k / 2];
+    if (med != mid)
+        plan_base(x, n, med, p, &below, &above);
+}
+
+static inline void put_code(uint8_t *s, uint32_t *pos, uint64_t x, const pk_plan *p)
+{
+    if (!p->w)
+        return;
+    uint64_t u = zz(x - p->base), esc = ~0ull >> (64 - p->w);
+    if (u < esc) {
+        put_bits64(s, pos, u, p->w);
+        return;
+    }
+    unsigned len = bit_len(u);
+    put_bits64(s, pos, esc, p->w);
+    put_bits(s, pos, len - 1, PK_LEN_BITS);
+    put_bits64(s, pos, u, len);
+}
+
+/* Everything a PACKED chunk needs, worked out before a byte is written. */
+typedef struct pk_chunk {
+    size_t n;
+    unsigned e, unit, dod;
+    int64_t t0; /* in the unit */
+    int64_t m0, d1;
+    const uint64_t *dt, *xv; /* timestamp deltas (n - 1); value deltas or their deltas */
+    pk_plan tp, vp;
+    size_t len;
+} pk_chunk;
+
+static size_t pk_size(pk_chunk *c)
+{
+    size_t hdr = 1 + uvarint_len(c->n) + uvarint_len(zigzag(c->t0)) + uvarint_len(zigzag(c->m0));
+    if (c->n < 2)
+        return hdr;
+    hdr += uvarint_len(c->tp.base) + uvarint_len(zz(c->vp.base));
+    if (c->dod)
+        hdr += uvarint_len(zigzag(c->d1));
+    return hdr + (2 * PK_WIDTH_BITS + c->tp.bits + c->vp.bits + 7) / 8;
+}
+
+static void pk_write(const pk_chunk *c, bdb_buf *out)
+{
+    bdb_buf_putc(out, (uint8_t)(BDB_CHUNK_PACKED | c->unit << 5 | c->dod << 4 | c->e));
+    bdb_buf_put_uvarint(out, c->n);
+    bdb_buf_put_uvarint(out, zigzag(c->t0));
+    bdb_buf_put_uvarint(out, zigzag(c->m0));
+    if (c->n < 2)
+        return;
+    bdb_buf_put_uvarint(out, c->tp.base);
+    bdb_buf_put_uvarint(out, zz(c->vp.base));
+    if (c->dod)
+        bdb_buf_put_uvarint(out, zigzag(c->d1));
+    uint64_t bits = 2 * PK_WIDTH_BITS + c->tp.bits + c->vp.bits;
+    size_t nbytes = (size_t)((bits + 7) / 8);
+    bdb_buf_reserve(out, nbytes + SLACK);
+    uint8_t *s = out->data + out->len;
+    memset(s, 0, nbytes + SLACK);
+    uint32_t pos = 0;
+    put_bits(s, &pos, c->tp.w, PK_WIDTH_BITS);
+    put_bits(s, &pos, c->vp.w, PK_WIDTH_BITS);
+    size_t nv = c->dod ? c->n - 2 : c->n - 1, first_v = c->n - 1 - nv;
+    for (size_t i = 0; i + 1 < c->n; i++) {
+        put_code(s, &pos, c->dt[i], &c->tp);
+        if (i >= first_v)
+            put_code(s, &pos, c->xv[i - first_v], &c->vp);
+    }
+    out->len += nbytes;
+}
+
+/* Mantissas of all values at exponent e; 0 if one does not fit it. */
+static int mantissas(const double *vals, size_t n, unsigned e, int64_t *m)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!decimal_at(vals[i], e, &m[i]))
+            return 0;
+    return 1;
+}
+
+/* Constant divisors, so that no division instruction is needed. */
+static inline int64_t ts_in_unit(int64_t t, unsigned unit)
+{
+    switch (unit) {
+    case 3:
+        return t / 1000;
+    case 2:
+        return t / 100;
+    case 1:
+        return t / 10;
+    default:
+        return t;
+    }
+}
+
+/* The coarsest unit (index into unit_tab) that divides every timestamp. */
+static unsigned ts_unit(const int64_t *ts, size_t n)
+{
+    unsigned u = 3;
+    for (size_t i = 0; i < n && u > 0; i++) {
+        int64_t t = ts[i];
+        while (u > 0 && ts_in_unit(t, u) * unit_tab[u] != t)
+            u--;
+    }
+    return u;
+}
+
+/* Scratch for one encode: mantissas and the three delta streams. */
+typedef struct pk_scratch {
+    int64_t *m;
+    uint64_t *dt, *dv, *ddv;
+    uint64_t stack[4 * PK_STACK];
+    uint64_t *heap;
+} pk_scratch;
+
+static void scratch_init(pk_scratch *sc, size_t n)
+{
+    uint64_t *p = sc->stack;
+    sc->heap = NULL;
+    if (n > PK_STACK) {
+        p = sc->heap = malloc(4 * n * sizeof(*p));
+        if (!p) {
+            fprintf(stderr, "bucketdb: out of memory encoding a chunk of %zu samples\n", n);
+            abort();
+        }
+    }
+    sc->m = (int64_t *)p;
+    sc->dt = p + n;
+    sc->dv = p + 2 * n;
+    sc->ddv = p + 3 * n;
+}
+
+/* Plans a PACKED chunk in the given mode (0 deltas, 1 deltas of deltas, -1 the smaller)
+ * into *c. Returns 0 if the values are not exact decimals. */
+static int pk_plan_chunk(const int64_t *ts, const double *vals, size_t n, int mode, pk_scratch *sc,
+                         pk_chunk *c)
+{
+    int e = decimal_exponent(vals, n);
+    if (e < 0 || !mantissas(vals, n, (unsigned)e, sc->m))
+        return 0;
+    const int64_t *m = sc->m;
+    memset(c, 0, sizeof(*c));
+    c->n = n;
+    c->e = (unsigned)e;
+    c->unit = ts_unit(ts, n);
+    c->t0 = ts_in_unit(ts[0], c->unit);
+    c->m0 = m[0];
+    uint64_t t_prev = (uint64_t)c->t0;
+    for (size_t i = 1; i < n; i++) {
+        uint64_t t = (uint64_t)ts_in_unit(ts[i], c->unit);
+        sc->dt[i - 1] = t - t_prev;
+        t_prev = t;
+        /* |m| < 2^53: deltas and deltas of deltas cannot overflow. */
+        sc->dv[i - 1] = (uint64_t)(m[i] - m[i - 1]);
+        if (i >= 2)
+            sc->ddv[i - 2] = sc->dv[i - 1] - sc->dv[i - 2];
+    }
+    c->dt = sc->dt;
+    c->xv = sc->dv;
+    c->d1 = n >= 2 ? (int64_t)sc->dv[0] : 0;
+    plan_stream(sc->dt, n - 1, &c->tp);
+    pk_chunk dod = *c;
+    if (mode != 1) {
+        plan_stream(sc->dv, n - 1, &c->vp);
+        c->len = pk_size(c);
+    }
+    if (mode != 0) {
+        dod.dod = 1;
+        dod.xv = sc->ddv;
+        plan_stream(sc->ddv, n >= 2 ? n - 2 : 0, &dod.vp);
+        dod.len = pk_size(&dod);
+        if (mode == 1 || dod.len < c->len)
+            *c = dod;
+    }
+    return 1;
+}
+
+/* Appends the appender's XOR chunk; returns its length. */
+static size_t encode_xor(const int64_t *ts, const double *vals, size_t n, bdb_buf *out)
+{
     size_t base = out->len;
     size_t xor_max = HDR_XOR + (n * MAX_SAMPLE_BITS + 7) / 8 + SLACK;
     bdb_buf_reserve(out, xor_max);
@@ -351,16 +654,93 @@ int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, bdb_buf *o
     for (size_t i = 0; i < n; i++)
         xor_put(&a, s, ts[i], dbl_bits(vals[i]));
     write_hdr(out->data + base, BDB_CHUNK_XOR, a.count);
-    size_t xor_len = HDR_XOR + ((a.nbits + 7) >> 3);
-    out->len = base + xor_len;
+    size_t len = HDR_XOR + ((a.nbits + 7) >> 3);
+    out->len = base + len;
+    return len;
+}
 
-    int e = decimal_exponent(vals, n);
-    if (e >= 0 && encode_decimal(ts, vals, n, (unsigned)e, out, xor_len)) {
-        size_t dec_len = out->len - base - xor_len;
-        memmove(out->data + base, out->data + base + xor_len, dec_len);
-        out->len = base + dec_len;
+/* A lower bound of the XOR chunk's length: each timestamp after the second costs at
+ * least a bit, and each value a bit if unchanged, else 2 bits plus its significant ones.
+ * Stops early once it reaches enough. */
+static size_t xor_min_len(const int64_t *ts, const double *vals, size_t n, size_t enough)
+{
+    uint64_t bits = 8 * uvarint_len(zigzag(ts[0])) + 64;
+    if (n >= 2)
+        bits += 8 * uvarint_len((uint64_t)ts[1] - (uint64_t)ts[0]) + (n - 2);
+    /* Often a bit per value already says enough. */
+    size_t len = HDR_XOR + (size_t)((bits + (n - 1) + 7) / 8);
+    if (len >= enough)
+        return len;
+    uint64_t prev = dbl_bits(vals[0]);
+    for (size_t i = 1; i < n; i++) {
+        uint64_t b = dbl_bits(vals[i]), x = b ^ prev;
+        prev = b;
+        if (x == 0) {
+            bits += 1;
+        } else {
+            unsigned lead = (unsigned)__builtin_clzll(x), trail = (unsigned)__builtin_ctzll(x);
+            if (lead > 31)
+                lead = 31;
+            bits += 2 + 64 - lead - trail;
+        }
     }
+    return HDR_XOR + (size_t)((bits + 7) / 8);
+}
+
+static int check_input(const int64_t *ts, size_t n)
+{
+    if (n == 0 || n > BDB_CHUNK_MAX_SAMPLES)
+        return BDB_ERR_INVALID;
+    for (size_t i = 1; i < n; i++)
+        if (ts[i] <= ts[i - 1])
+            return BDB_ERR_INVALID;
     return BDB_OK;
+}
+
+int bdb_chunk_encode_as(const int64_t *ts, const double *vals, size_t n, int form, bdb_buf *out)
+{
+    int rc = check_input(ts, n);
+    if (rc != BDB_OK)
+        return rc;
+    if (form == BDB_CHUNK_FORM_XOR) {
+        encode_xor(ts, vals, n, out);
+        return BDB_OK;
+    }
+    if (form == BDB_CHUNK_FORM_DECIMAL) {
+        int e = decimal_exponent(vals, n);
+        if (e < 0 || !encode_decimal(ts, vals, n, (unsigned)e, out, SIZE_MAX))
+            return BDB_ERR_INVALID;
+        return BDB_OK;
+    }
+    if (form != BDB_CHUNK_FORM_AUTO && form != BDB_CHUNK_FORM_DELTA && form != BDB_CHUNK_FORM_DOD)
+        return BDB_ERR_INVALID;
+
+    pk_scratch sc;
+    scratch_init(&sc, n);
+    pk_chunk c;
+    int mode = form == BDB_CHUNK_FORM_DELTA ? 0 : form == BDB_CHUNK_FORM_DOD ? 1 : -1;
+    int ok = pk_plan_chunk(ts, vals, n, mode, &sc, &c);
+    if (!ok && form != BDB_CHUNK_FORM_AUTO) {
+        rc = BDB_ERR_INVALID;
+    } else if (!ok) {
+        encode_xor(ts, vals, n, out);
+    } else if (form != BDB_CHUNK_FORM_AUTO || c.len <= xor_min_len(ts, vals, n, c.len)) {
+        pk_write(&c, out);
+    } else {
+        /* XOR may win (values that happen to be decimals with many digits): try it. */
+        size_t base = out->len;
+        if (c.len <= encode_xor(ts, vals, n, out)) {
+            out->len = base;
+            pk_write(&c, out);
+        }
+    }
+    free(sc.heap);
+    return rc;
+}
+
+int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, bdb_buf *out)
+{
+    return bdb_chunk_encode_as(ts, vals, n, BDB_CHUNK_FORM_AUTO, out);
 }
 
 /* ---- iterator ---- */
@@ -415,12 +795,14 @@ static int get_ts(bdb_chunk_iter *it)
     uint64_t delta;
     if (it->i == 0) {
         uint64_t z;
-        if (get_bit_uvarint(it, &z) < 0) return -1;
+        if (get_bit_uvarint(it, &z) < 0)
+            return -1;
         it->t = (int64_t)unzigzag(z);
         return 0;
     }
     if (it->i == 1) {
-        if (get_bit_uvarint(it, &delta) < 0) return -1;
+        if (get_bit_uvarint(it, &delta) < 0)
+            return -1;
     } else {
         uint64_t w = peek(it);
         unsigned ones = (unsigned)__builtin_clzll(~w | 1ull << 58);
@@ -443,7 +825,8 @@ static int get_ts(bdb_chunk_iter *it)
         delta = it->t_delta + dod;
     }
     /* Timestamps strictly increase and stay inside int64. */
-    if (delta == 0 || delta > (uint64_t)INT64_MAX - (uint64_t)it->t) return -1;
+    if (delta == 0 || delta > (uint64_t)INT64_MAX - (uint64_t)it->t)
+        return -1;
     it->t_delta = delta;
     it->t = (int64_t)((uint64_t)it->t + delta);
     return 0;
@@ -462,14 +845,17 @@ static int get_xor_value(bdb_chunk_iter *it)
     }
     unsigned sig;
     if (!(w >> 62 & 1)) {
-        if (it->lead == NO_WINDOW) return -1;
+        if (it->lead == NO_WINDOW)
+            return -1;
         sig = 64u - it->lead - it->trail;
         it->pos += 2;
     } else {
         unsigned lead = (unsigned)(w >> 57) & 31;
         sig = (unsigned)(w >> 51) & 63;
-        if (sig == 0) sig = 64;
-        if (lead + sig > 64) return -1;
+        if (sig == 0)
+            sig = 64;
+        if (lead + sig > 64)
+            return -1;
         it->lead = (uint8_t)lead;
         it->trail = (uint8_t)(64 - lead - sig);
         it->pos += 13;
@@ -509,7 +895,106 @@ static int get_decimal_value(bdb_chunk_iter *it)
         it->m_delta = it->i == 1 ? d : it->m_delta + d;
         it->v += it->m_delta;
     }
-    if (it->v + (MANT_LIMIT - 1) >= 2 * MANT_LIMIT - 1) return -1;
+    if (it->v + (MANT_LIMIT - 1) >= 2 * MANT_LIMIT - 1)
+        return -1;
+    return 0;
+}
+
+/* An unsigned varint inside [*pp, end). */
+static int get_uvarint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64 && p < end; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One code of width w >= 1, escape resolved. */
+static inline uint64_t get_code(bdb_chunk_iter *it, unsigned w)
+{
+    uint64_t u = get_bits(it, w);
+    if (u == ~0ull >> (64 - w))
+        u = get_bits(it, (unsigned)get_bits(it, PK_LEN_BITS) + 1);
+    return u;
+}
+
+static int packed_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
+{
+    const uint8_t *q = p + 1, *end = p + len;
+    uint64_t count, z;
+    if (get_uvarint(&q, end, &count) < 0 || count == 0 || count > BDB_CHUNK_MAX_SAMPLES)
+        return -1;
+    it->count = (uint16_t)count;
+    it->exp = p[0] & 15;
+    it->dod = p[0] >> 4 & 1;
+    it->t_unit = unit_tab[p[0] >> 5 & 3];
+    it->t_max = INT64_MAX / it->t_unit;
+    if (get_uvarint(&q, end, &z) < 0)
+        return -1;
+    it->t = (int64_t)unzigzag(z);
+    if (it->t > it->t_max || it->t < INT64_MIN / it->t_unit)
+        return -1;
+    if (get_uvarint(&q, end, &z) < 0)
+        return -1;
+    it->v = unzigzag(z);
+    if (it->v + (MANT_LIMIT - 1) >= 2 * MANT_LIMIT - 1)
+        return -1;
+    if (count == 1)
+        return 0;
+    if (get_uvarint(&q, end, &it->t_delta) < 0 || get_uvarint(&q, end, &z) < 0)
+        return -1;
+    it->v_base = unzigzag(z);
+    if (it->dod) {
+        if (get_uvarint(&q, end, &z) < 0)
+            return -1;
+        it->m_delta = unzigzag(z);
+    }
+    it->bits = q;
+    it->nbytes = (uint32_t)(end - q);
+    if (it->nbytes < 2)
+        return -1;
+    uint64_t w = peek(it) >> (64 - 2 * PK_WIDTH_BITS);
+    it->tw = (uint8_t)(w >> PK_WIDTH_BITS);
+    it->vw = (uint8_t)(w & ((1u << PK_WIDTH_BITS) - 1));
+    it->pos = 2 * PK_WIDTH_BITS;
+    return 0;
+}
+
+/* Sample i >= 1 of a PACKED chunk. */
+static inline int packed_next(bdb_chunk_iter *it)
+{
+    uint64_t dt = it->t_delta;
+    if (it->tw)
+        dt += unzigzag(get_code(it, it->tw));
+    /* Timestamps strictly increase and stay inside int64 once scaled. */
+    if (dt == 0 || dt > (uint64_t)it->t_max - (uint64_t)it->t)
+        return -1;
+    it->t = (int64_t)((uint64_t)it->t + dt);
+    /* Unsigned arithmetic: corrupt input may overflow, the range check catches it. */
+    if (!it->dod) {
+        uint64_t d = it->v_base;
+        if (it->vw)
+            d += unzigzag(get_code(it, it->vw));
+        it->v += d;
+    } else {
+        if (it->i >= 2) {
+            uint64_t dd = it->v_base;
+            if (it->vw)
+                dd += unzigzag(get_code(it, it->vw));
+            it->m_delta += dd;
+        }
+        it->v += it->m_delta;
+    }
+    if (it->v + (MANT_LIMIT - 1) >= 2 * MANT_LIMIT - 1)
+        return -1;
     return 0;
 }
 
@@ -518,27 +1003,39 @@ int bdb_chunk_iter_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
     memset(it, 0, sizeof(*it));
     it->lead = NO_WINDOW;
     it->err = BDB_ERR_CORRUPT;
-    if (len < HDR_XOR || (p[0] != BDB_CHUNK_XOR && p[0] != BDB_CHUNK_DECIMAL))
+    if (len < HDR_XOR)
         return BDB_ERR_CORRUPT;
-    it->enc = p[0];
-    it->count = (uint16_t)(p[1] | p[2] << 8);
-    if (len > MAX_STREAM_BYTES) len = MAX_STREAM_BYTES;
-    if (it->enc == BDB_CHUNK_XOR) {
+    int kind = bdb_chunk_kind(p[0]);
+    if (kind != BDB_CHUNK_XOR && kind != BDB_CHUNK_DECIMAL && kind != BDB_CHUNK_PACKED)
+        return BDB_ERR_CORRUPT;
+    it->enc = (uint8_t)kind;
+    if (len > MAX_STREAM_BYTES)
+        len = MAX_STREAM_BYTES;
+    if (kind == BDB_CHUNK_PACKED) {
+        if (packed_init(it, p, len) < 0)
+            return BDB_ERR_CORRUPT;
+    } else if (kind == BDB_CHUNK_XOR) {
+        it->count = (uint16_t)(p[1] | p[2] << 8);
         it->bits = p + HDR_XOR;
         it->nbytes = (uint32_t)(len - HDR_XOR);
     } else {
-        if (len < HDR_DEC || p[3] > 15) return BDB_ERR_CORRUPT;
+        it->count = (uint16_t)(p[1] | p[2] << 8);
+        if (len < HDR_DEC || p[3] > 15)
+            return BDB_ERR_CORRUPT;
         it->exp = p[3];
         it->vp = p + HDR_DEC;
         it->vend = p + len;
         uint64_t ts_bytes = 0;
         for (unsigned shift = 0;; shift += 7) {
-            if (shift > 21 || it->vp == it->vend) return BDB_ERR_CORRUPT;
+            if (shift > 21 || it->vp == it->vend)
+                return BDB_ERR_CORRUPT;
             uint8_t b = *it->vp++;
             ts_bytes |= (uint64_t)(b & 0x7f) << shift;
-            if (!(b & 0x80)) break;
+            if (!(b & 0x80))
+                break;
         }
-        if (ts_bytes > (size_t)(it->vend - it->vp)) return BDB_ERR_CORRUPT;
+        if (ts_bytes > (size_t)(it->vend - it->vp))
+            return BDB_ERR_CORRUPT;
         it->bits = it->vp;
         it->nbytes = (uint32_t)ts_bytes;
         it->vp += ts_bytes;
@@ -549,26 +1046,56 @@ int bdb_chunk_iter_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
 
 int bdb_chunk_iter_next(bdb_chunk_iter *it, int64_t *ts, double *v)
 {
-    if (it->err) return it->err;
-    if (it->i == it->count) return 0;
-    int rc = get_ts(it);
-    if (rc == 0) rc = it->enc == BDB_CHUNK_XOR ? get_xor_value(it) : get_decimal_value(it);
+    if (it->err)
+        return it->err;
+    if (it->i == it->count)
+        return 0;
+    int rc;
+    if (it->enc == BDB_CHUNK_PACKED) {
+        rc = it->i ? packed_next(it) : 0;
+    } else {
+        rc = get_ts(it);
+        if (rc == 0)
+            rc = it->enc == BDB_CHUNK_XOR ? get_xor_value(it) : get_decimal_value(it);
+    }
     if (rc < 0 || it->pos > (uint64_t)it->nbytes * 8) {
         it->err = BDB_ERR_CORRUPT;
         return it->err;
     }
-    *ts = it->t;
-    if (it->enc == BDB_CHUNK_XOR)
-        *v = bits_dbl(it->v);
-    else
+    if (it->enc == BDB_CHUNK_PACKED) {
+        *ts = it->t * it->t_unit;
         *v = (double)(int64_t)it->v / pow10_tab[it->exp];
+    } else {
+        *ts = it->t;
+        if (it->enc == BDB_CHUNK_XOR)
+            *v = bits_dbl(it->v);
+        else
+            *v = (double)(int64_t)it->v / pow10_tab[it->exp];
+    }
     it->i++;
     return 1;
 }
 
 uint16_t bdb_chunk_count(const uint8_t *p, size_t len)
 {
-    if (len < HDR_XOR || (p[0] != BDB_CHUNK_XOR && p[0] != BDB_CHUNK_DECIMAL)) return 0;
-    if (p[0] == BDB_CHUNK_DECIMAL && (len < HDR_DEC || p[3] > 15)) return 0;
+    if (len < HDR_XOR)
+        return 0;
+    switch (bdb_chunk_kind(p[0])) {
+    case BDB_CHUNK_XOR:
+        break;
+    case BDB_CHUNK_DECIMAL:
+        if (len < HDR_DEC || p[3] > 15)
+            return 0;
+        break;
+    case BDB_CHUNK_PACKED: {
+        const uint8_t *q = p + 1;
+        uint64_t count;
+        if (get_uvarint(&q, p + len, &count) < 0 || count > BDB_CHUNK_MAX_SAMPLES)
+            return 0;
+        return (uint16_t)count;
+    }
+    default:
+        return 0;
+    }
     return (uint16_t)(p[1] | p[2] << 8);
 }

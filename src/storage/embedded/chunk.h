@@ -1,14 +1,19 @@
 /* chunk: compressed (timestamp, value) sequences for one series.
  *
- * Two encodings, told apart by the chunk's first byte:
+ * Three encodings, told apart by the chunk's first byte:
  *  - XOR (Gorilla, Pelkonen et al. 2015): delta-of-delta timestamps in variable-width
  *    bit buckets, values XORed with the previous value with leading/trailing-zero
  *    windows. The head appends to it sample by sample.
- *  - DECIMAL: when every value of a chunk is an exact decimal m * 10^-e (|m| < 2^53,
- *    0 <= e <= 15), values are stored as zigzag delta-of-delta varints of m with one
- *    exponent per chunk (timestamps as in XOR, in a section of their own); chosen by
- *    bdb_chunk_encode when it is smaller. Typical sensor readings (23.7, 1013.25)
- *    shrink far below what XOR achieves.
+ *  - PACKED (first byte 0x80..0xff, which also carries the chunk's parameters): when
+ *    every value of a chunk is an exact decimal m * 10^-e (|m| < 2^53, 0 <= e <= 15),
+ *    the mantissas are stored as deltas (or deltas of deltas, whichever is smaller) and
+ *    the timestamps as deltas, each stream bit-packed at one width per chunk around a
+ *    per-chunk base, with an escape for outliers. A regular interval costs no bits per
+ *    sample, a random walk of +-50 steps 7 bits. Chosen by bdb_chunk_encode when it is
+ *    smaller than XOR, which it is for typical sensor readings (23.7, 1013.25) and
+ *    counters.
+ *  - DECIMAL: the earlier exact-decimal layout (zigzag delta-of-delta varints of m).
+ *    No longer written by bdb_chunk_encode, still read: block files may hold it.
  * Timestamps are Unix milliseconds, strictly increasing inside a chunk. Every chunk is
  * self-describing (encoding byte, sample count) so an iterator needs only its bytes. */
 #ifndef BDB_CHUNK_H
@@ -17,7 +22,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum bdb_chunk_encoding { BDB_CHUNK_XOR = 1, BDB_CHUNK_DECIMAL = 2 };
+/* Values of a chunk's first byte. A PACKED chunk's byte is BDB_CHUNK_PACKED | flags:
+ * bits 0-3 the decimal exponent, bit 4 BDB_CHUNK_PACKED_DOD, bits 5-6 the timestamp
+ * unit (1, 10, 100 or 1000 ms). */
+enum bdb_chunk_encoding { BDB_CHUNK_XOR = 1, BDB_CHUNK_DECIMAL = 2, BDB_CHUNK_PACKED = 0x80 };
+#define BDB_CHUNK_PACKED_DOD 0x10
+
+/* The encoding of a chunk from its first byte (flags of PACKED stripped). */
+static inline int bdb_chunk_kind(uint8_t first)
+{
+    return first & BDB_CHUNK_PACKED ? BDB_CHUNK_PACKED : first;
+}
 
 /* Appender for an XOR chunk, kept small because the head holds one per live series.
  * Fields are private. */
@@ -43,23 +58,41 @@ int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v);
 const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len);
 
 /* Encodes n samples (ts strictly increasing) into out (appended), choosing the
- * smaller of XOR and DECIMAL. Returns BDB_OK or BDB_ERR_INVALID. */
+ * smallest of XOR, PACKED with mantissa deltas and PACKED with deltas of deltas.
+ * Returns BDB_OK or BDB_ERR_INVALID. */
 struct bdb_buf;
 int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, struct bdb_buf *out);
 
-/* Iterator over an encoded chunk of either kind. */
+/* One form, for tests and tools: what bdb_chunk_encode chooses from, plus the old
+ * DECIMAL layout. */
+enum bdb_chunk_form {
+    BDB_CHUNK_FORM_AUTO,    /* same as bdb_chunk_encode */
+    BDB_CHUNK_FORM_XOR,     /* the appender's bytes */
+    BDB_CHUNK_FORM_DECIMAL, /* the old DECIMAL layout */
+    BDB_CHUNK_FORM_DELTA,   /* PACKED, mantissa deltas */
+    BDB_CHUNK_FORM_DOD      /* PACKED, mantissa deltas of deltas */
+};
+/* Like bdb_chunk_encode but in the given form. Returns BDB_ERR_INVALID (out unchanged)
+ * also when a decimal form cannot hold the values exactly. */
+int bdb_chunk_encode_as(const int64_t *ts, const double *vals, size_t n, int form,
+                        struct bdb_buf *out);
+
+/* Iterator over an encoded chunk of any kind. Fields are private. */
 typedef struct bdb_chunk_iter {
-    const uint8_t *bits;      /* bit stream: XOR samples, or DECIMAL timestamps */
+    const uint8_t *bits;      /* bit stream: XOR samples, DECIMAL timestamps, PACKED codes */
     const uint8_t *vp, *vend; /* DECIMAL value varints */
     uint32_t nbytes;          /* length of the bit stream */
     uint32_t pos;             /* bits consumed */
     uint16_t count, i;
     uint8_t enc, lead, trail, exp;
+    uint8_t tw, vw, dod; /* PACKED: code widths of timestamps and values; deltas of deltas */
     int err;
-    int64_t t;
-    uint64_t t_delta;
-    uint64_t v;       /* XOR: bits of the last value; DECIMAL: last mantissa */
-    uint64_t m_delta; /* DECIMAL: last mantissa delta */
+    int64_t t;             /* PACKED: in units of t_unit */
+    uint64_t t_delta;      /* PACKED: base of the timestamp deltas */
+    uint64_t v;            /* XOR: bits of the last value; DECIMAL, PACKED: last mantissa */
+    uint64_t m_delta;      /* DECIMAL, PACKED: last mantissa delta */
+    uint64_t v_base;       /* PACKED: base of the value codes */
+    int64_t t_unit, t_max; /* PACKED: ms per timestamp unit, largest timestamp in units */
 } bdb_chunk_iter;
 
 /* Returns BDB_OK or BDB_ERR_CORRUPT (unknown encoding or short header). */

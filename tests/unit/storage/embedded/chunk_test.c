@@ -1,5 +1,8 @@
-/* chunk: round trips through both encodings, the encoder's choice, limits, and
- * damaged input. Values are compared bit for bit: -0.0 must not come back as 0.0. */
+/* chunk: round trips through every encoding and form, the encoder's choice (always the
+ * smallest form), the PACKED parameters (delta or delta of delta, timestamp unit,
+ * widths, escapes), sizes on telemetry-like data, the on-disk bytes of each encoding,
+ * limits, and damaged input. Values are compared bit for bit: -0.0 must not come back
+ * as 0.0. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +15,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,8 +68,45 @@ static void check_decodes(const uint8_t *p, size_t len, const int64_t *ts, const
     assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), 0);
 }
 
-/* Round trip through the appender and through bdb_chunk_encode; returns the encoding
- * the encoder chose and, if asked, the two sizes. */
+static int kind_of(const uint8_t *p)
+{
+    return bdb_chunk_kind(p[0]);
+}
+
+/* Encodes in one form; returns its length, or 0 if the form cannot hold the samples
+ * (then nothing was appended). Whatever it writes must decode exactly. */
+static size_t form_len(const int64_t *ts, const double *vals, size_t n, int form, bdb_buf *out)
+{
+    bdb_buf_reset(out);
+    int rc = bdb_chunk_encode_as(ts, vals, n, form, out);
+    if (rc != BDB_OK) {
+        assert_int_equal(rc, BDB_ERR_INVALID);
+        assert_int_equal(out->len, 0);
+        return 0;
+    }
+    check_decodes(out->data, out->len, ts, vals, n);
+    switch (form) {
+    case BDB_CHUNK_FORM_XOR:
+        assert_int_equal(out->data[0], BDB_CHUNK_XOR);
+        break;
+    case BDB_CHUNK_FORM_DECIMAL:
+        assert_int_equal(out->data[0], BDB_CHUNK_DECIMAL);
+        break;
+    case BDB_CHUNK_FORM_DELTA:
+        assert_int_equal(out->data[0] & (BDB_CHUNK_PACKED | BDB_CHUNK_PACKED_DOD),
+                         BDB_CHUNK_PACKED);
+        break;
+    case BDB_CHUNK_FORM_DOD:
+        assert_int_equal(out->data[0] & (BDB_CHUNK_PACKED | BDB_CHUNK_PACKED_DOD),
+                         BDB_CHUNK_PACKED | BDB_CHUNK_PACKED_DOD);
+        break;
+    }
+    return out->len;
+}
+
+/* Round trip through the appender, bdb_chunk_encode and every form; checks that the
+ * encoder picked the smallest of XOR, DELTA and DOD. Returns the encoding the encoder
+ * chose (bdb_chunk_kind) and, if asked, the appender's and the encoder's sizes. */
 static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *app_len,
                      size_t *enc_len)
 {
@@ -85,19 +126,69 @@ static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *ap
     assert_int_equal(bdb_chunk_encode(ts, vals, n, &out), BDB_OK);
     assert_memory_equal(out.data, "pre", 3);
     size_t elen = out.len - 3;
-    int enc = out.data[3];
-    check_decodes(out.data + 3, elen, ts, vals, n);
+    const uint8_t *ep = out.data + 3;
+    int enc = kind_of(ep);
+    check_decodes(ep, elen, ts, vals, n);
     /* The encoder never does worse than the appender, and its XOR is the same bytes. */
     assert_true(elen <= alen);
     if (enc == BDB_CHUNK_XOR) {
         assert_int_equal(elen, alen);
-        assert_memory_equal(out.data + 3, ap, alen);
+        assert_memory_equal(ep, ap, alen);
+    } else {
+        assert_int_equal(enc, BDB_CHUNK_PACKED);
     }
-    if (app_len) *app_len = alen;
-    if (enc_len) *enc_len = elen;
+
+    bdb_buf f;
+    bdb_buf_init(&f);
+    assert_int_equal(form_len(ts, vals, n, BDB_CHUNK_FORM_AUTO, &f), elen);
+    assert_memory_equal(f.data, ep, elen);
+    assert_int_equal(form_len(ts, vals, n, BDB_CHUNK_FORM_XOR, &f), alen);
+    assert_memory_equal(f.data, ap, alen);
+    size_t dec = form_len(ts, vals, n, BDB_CHUNK_FORM_DECIMAL, &f);
+    size_t delta = form_len(ts, vals, n, BDB_CHUNK_FORM_DELTA, &f);
+    const int delta_first = f.len ? f.data[0] : 0;
+    size_t dod = form_len(ts, vals, n, BDB_CHUNK_FORM_DOD, &f);
+    /* The decimal forms stand or fall together, and only with non-decimal values. */
+    assert_true((dec == 0) == (delta == 0) && (delta == 0) == (dod == 0));
+    if (delta == 0)
+        assert_int_equal(enc, BDB_CHUNK_XOR);
+    size_t best = alen;
+    if (delta && delta < best)
+        best = delta;
+    if (dod && dod < best)
+        best = dod;
+    assert_int_equal(elen, best);
+    if (enc == BDB_CHUNK_PACKED) {
+        /* It is the form its flag names, byte for byte. */
+        if (ep[0] & BDB_CHUNK_PACKED_DOD) {
+            assert_int_equal(elen, dod);
+            assert_memory_equal(f.data, ep, elen);
+        } else {
+            assert_int_equal(elen, delta);
+            assert_int_equal(ep[0], delta_first);
+        }
+    }
+    if (app_len)
+        *app_len = alen;
+    if (enc_len)
+        *enc_len = elen;
+    bdb_buf_free(&f);
     bdb_buf_free(&out);
     bdb_chunk_app_free(&a);
     return enc;
+}
+
+/* The encoder's chunk: first byte and length. */
+static size_t encoded(const int64_t *ts, const double *vals, size_t n, uint8_t *first)
+{
+    bdb_buf out;
+    bdb_buf_init(&out);
+    assert_int_equal(bdb_chunk_encode(ts, vals, n, &out), BDB_OK);
+    size_t len = out.len;
+    if (first)
+        *first = out.data[0];
+    bdb_buf_free(&out);
+    return len;
 }
 
 static void test_edge_values(void **state)
@@ -162,8 +253,9 @@ static void test_timestamp_buckets(void **state)
         ints[i] = v;
         rnd[i] = from_bits(rng());
     }
-    /* Integers make the encoder pick DECIMAL, whose timestamps share the bucket code. */
-    assert_int_equal(roundtrip(ts, ints, n, NULL, NULL), BDB_CHUNK_DECIMAL);
+    /* Integers make the encoder pick PACKED; roundtrip also runs the old DECIMAL form,
+     * whose timestamps share the bucket code. */
+    assert_int_equal(roundtrip(ts, ints, n, NULL, NULL), BDB_CHUNK_PACKED);
     assert_int_equal(roundtrip(ts, rnd, n, NULL, NULL), BDB_CHUNK_XOR);
 }
 
@@ -254,7 +346,7 @@ static void make_sensor(int64_t *ts, double *vals, size_t n, int decimals, uint6
     }
 }
 
-static void test_decimal_smaller_for_sensors(void **state)
+static void test_packed_smaller_for_sensors(void **state)
 {
     (void)state;
     enum { N = 8640 };
@@ -263,9 +355,10 @@ static void test_decimal_smaller_for_sensors(void **state)
     for (int d = 1; d <= 3; d++) {
         make_sensor(ts, vals, N, d, 100 + (uint64_t)d);
         size_t alen, elen;
-        assert_int_equal(roundtrip(ts, vals, N, &alen, &elen), BDB_CHUNK_DECIMAL);
-        assert_true(elen < alen / 2);
-        assert_true(elen < 3 * (size_t)N); /* ~2 bytes a sample, far below XOR */
+        assert_int_equal(roundtrip(ts, vals, N, &alen, &elen), BDB_CHUNK_PACKED);
+        assert_true(elen < alen / 3);
+        /* 7 bits of timestamp jitter and 3 of value step a sample, far below XOR */
+        assert_true(elen < 3 * (size_t)N / 2);
     }
     /* The plain 10 s, 0.1-step walk of the size report. */
     double v = 200;
@@ -275,8 +368,8 @@ static void test_decimal_smaller_for_sensors(void **state)
         vals[i] = v / 10;
     }
     size_t elen;
-    assert_int_equal(roundtrip(ts, vals, N, NULL, &elen), BDB_CHUNK_DECIMAL);
-    assert_true(elen < 3 * (size_t)N / 2);
+    assert_int_equal(roundtrip(ts, vals, N, NULL, &elen), BDB_CHUNK_PACKED);
+    assert_true(elen < (size_t)N / 3); /* 2 bits a sample: the interval costs none */
 }
 
 /* A walk of mantissas at exponent e, plus one value that may spoil it. */
@@ -293,7 +386,8 @@ static int encode_with(int e, int64_t m0, double spoiler)
         m += (int64_t)(rng() % 21) - 10;
         vals[i] = (double)m / p10;
     }
-    if (!isnan(spoiler)) vals[N / 2] = spoiler;
+    if (!isnan(spoiler))
+        vals[N / 2] = spoiler;
     return roundtrip(ts, vals, N, NULL, NULL);
 }
 
@@ -301,7 +395,7 @@ static void test_decimal_detection_exact(void **state)
 {
     (void)state;
     for (int e = 0; e <= 15; e++)
-        assert_int_equal(encode_with(e, 1000000, NAN), BDB_CHUNK_DECIMAL);
+        assert_int_equal(encode_with(e, 1000000, NAN), BDB_CHUNK_PACKED);
     /* Each of these has no exact m * 10^-e with |m| < 2^53 and e <= 15 (or breaks the
      * chunk's exponent), so the chunk must fall back to XOR and still round trip. */
     const double spoilers[] = {-0.0,     1e300,        -1e300,
@@ -313,9 +407,10 @@ static void test_decimal_detection_exact(void **state)
     /* Fine on its own, but at the chunk's exponent 3 its mantissa exceeds 2^53. */
     assert_int_equal(encode_with(3, 500, 1e13 + 1), BDB_CHUNK_XOR);
     /* Largest mantissa and smallest step still qualify. */
-    assert_int_equal(encode_with(0, 500, 9007199254740991.0), BDB_CHUNK_DECIMAL);
-    assert_int_equal(encode_with(15, 500, 1e-15), BDB_CHUNK_DECIMAL);
-    assert_int_equal(encode_with(2, -500000, -123.45), BDB_CHUNK_DECIMAL);
+    assert_int_equal(encode_with(0, 500, 9007199254740991.0), BDB_CHUNK_PACKED);
+    assert_int_equal(encode_with(0, 500, -9007199254740991.0), BDB_CHUNK_PACKED);
+    assert_int_equal(encode_with(15, 500, 1e-15), BDB_CHUNK_PACKED);
+    assert_int_equal(encode_with(2, -500000, -123.45), BDB_CHUNK_PACKED);
 }
 
 static void test_single_sample(void **state)
@@ -352,7 +447,7 @@ static void test_max_samples(void **state)
         ts[i] = (int64_t)i * 1000 + (int64_t)(rng() % 10);
         vals[i] = (double)(int64_t)(rng() % 2000) / 100;
     }
-    assert_int_equal(roundtrip(ts, vals, BDB_CHUNK_MAX_SAMPLES, NULL, NULL), BDB_CHUNK_DECIMAL);
+    assert_int_equal(roundtrip(ts, vals, BDB_CHUNK_MAX_SAMPLES, NULL, NULL), BDB_CHUNK_PACKED);
 
     bdb_chunk_app a;
     bdb_chunk_app_init(&a);
@@ -437,7 +532,7 @@ static void test_bad_headers(void **state)
     assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), BDB_ERR_CORRUPT);
     assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), BDB_ERR_CORRUPT);
 
-    const uint8_t unknown[][4] = {{0, 1, 0, 0}, {3, 1, 0, 0}, {0xff, 1, 0, 0}};
+    const uint8_t unknown[][4] = {{0, 1, 0, 0}, {3, 1, 0, 0}, {0x7f, 1, 0, 0}};
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(bdb_chunk_iter_init(&it, unknown[i], 4), BDB_ERR_CORRUPT);
         assert_int_equal(bdb_chunk_count(unknown[i], 4), 0);
@@ -467,6 +562,418 @@ static void test_bad_headers(void **state)
     bdb_buf_free(&b);
 }
 
+/* Builds a PACKED chunk by hand: header varints, then the bit stream from a string
+ * of '0' and '1' (other characters are skipped). */
+static void packed_chunk(bdb_buf *b, uint8_t first, uint64_t count, int64_t t0, int64_t m0,
+                         int with_deltas, uint64_t tbase, int64_t vbase, int64_t d1,
+                         const char *bits)
+{
+    bdb_buf_reset(b);
+    bdb_buf_putc(b, first);
+    bdb_buf_put_uvarint(b, count);
+    bdb_buf_put_varint(b, t0);
+    bdb_buf_put_varint(b, m0);
+    if (!with_deltas)
+        return;
+    bdb_buf_put_uvarint(b, tbase);
+    bdb_buf_put_varint(b, vbase);
+    if (first & BDB_CHUNK_PACKED_DOD)
+        bdb_buf_put_varint(b, d1);
+    uint8_t byte = 0;
+    unsigned nb = 0;
+    for (const char *c = bits; *c; c++) {
+        if (*c != '0' && *c != '1')
+            continue;
+        byte = (uint8_t)(byte << 1 | (*c == '1'));
+        if (++nb == 8) {
+            bdb_buf_putc(b, byte);
+            byte = 0;
+            nb = 0;
+        }
+    }
+    if (nb)
+        bdb_buf_putc(b, (uint8_t)(byte << (8 - nb)));
+}
+
+/* Decodes all of p; returns the number of samples or the error. */
+static int decode_all(const uint8_t *p, size_t len, int64_t *ts, double *vals, size_t max)
+{
+    bdb_chunk_iter it;
+    int rc = bdb_chunk_iter_init(&it, p, len);
+    if (rc != BDB_OK)
+        return rc;
+    size_t n = 0;
+    int64_t t;
+    double v;
+    while ((rc = bdb_chunk_iter_next(&it, &t, &v)) == 1) {
+        if (n < max) {
+            ts[n] = t;
+            vals[n] = v;
+        }
+        n++;
+    }
+    return rc < 0 ? rc : (int)n;
+}
+
+static void test_bad_packed(void **state)
+{
+    (void)state;
+    bdb_chunk_iter it;
+    bdb_buf b;
+    bdb_buf_init(&b);
+    int64_t ts[4];
+    double vals[4];
+
+    /* Header: count 0, over the limit, unterminated; t0 or m0 missing. */
+    const uint8_t count0[] = {BDB_CHUNK_PACKED, 0, 0, 0};
+    assert_int_equal(bdb_chunk_iter_init(&it, count0, sizeof(count0)), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_count(count0, sizeof(count0)), 0);
+    const uint8_t count_big[] = {BDB_CHUNK_PACKED, 0x80, 0x80, 0x04, 0, 0};
+    assert_int_equal(bdb_chunk_iter_init(&it, count_big, sizeof(count_big)), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_count(count_big, sizeof(count_big)), 0);
+    const uint8_t count_max[] = {BDB_CHUNK_PACKED, 0xff, 0xff, 0x03, 0};
+    assert_int_equal(bdb_chunk_count(count_max, sizeof(count_max)), 65535);
+    const uint8_t count_open[] = {BDB_CHUNK_PACKED, 0x81, 0x80, 0x80};
+    assert_int_equal(bdb_chunk_iter_init(&it, count_open, sizeof(count_open)), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_count(count_open, sizeof(count_open)), 0);
+    const uint8_t no_m0[] = {BDB_CHUNK_PACKED, 1, 0};
+    assert_int_equal(bdb_chunk_iter_init(&it, no_m0, sizeof(no_m0)), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_count(no_m0, sizeof(no_m0)), 1);
+
+    /* One sample needs no stream; the unit and exponent apply to it. */
+    packed_chunk(&b, BDB_CHUNK_PACKED | 3 << 5 | 1, 1, -5, 7, 0, 0, 0, 0, "");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 1);
+    assert_true(ts[0] == -5000 && vals[0] == 0.7);
+    /* t0 must stay inside int64 once scaled; m0 below 2^53. */
+    packed_chunk(&b, BDB_CHUNK_PACKED | 3 << 5, 1, INT64_MAX / 1000, 1, 0, 0, 0, 0, "");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 1);
+    assert_true(ts[0] == INT64_MAX / 1000 * 1000);
+    packed_chunk(&b, BDB_CHUNK_PACKED | 3 << 5, 1, INT64_MAX / 1000 + 1, 1, 0, 0, 0, 0, "");
+    assert_int_equal(bdb_chunk_iter_init(&it, b.data, b.len), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED | 1 << 5, 1, INT64_MIN / 10, 1, 0, 0, 0, 0, "");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 1);
+    assert_true(ts[0] == INT64_MIN / 10 * 10);
+    packed_chunk(&b, BDB_CHUNK_PACKED | 1 << 5, 1, INT64_MIN / 10 - 1, 1, 0, 0, 0, 0, "");
+    assert_int_equal(bdb_chunk_iter_init(&it, b.data, b.len), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 1, 0, (int64_t)1 << 53, 0, 0, 0, 0, "");
+    assert_int_equal(bdb_chunk_iter_init(&it, b.data, b.len), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 1, 0, -((int64_t)1 << 53) + 1, 0, 0, 0, 0, "");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 1);
+    assert_true(vals[0] == -9007199254740991.0);
+
+    /* Two samples or more need the 12 width bits. */
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, 0, 1, 10, 1, 0, "");
+    assert_int_equal(bdb_chunk_iter_init(&it, b.data, b.len), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, 0, 1, 10, 1, 0, "000000 00");
+    assert_int_equal(bdb_chunk_iter_init(&it, b.data, b.len), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 3, 100, 5, 1, 10, -2, 0, "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 3);
+    assert_true(ts[2] == 120 && vals[2] == 1.0);
+    /* Timestamps must increase and stay inside int64. */
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 100, 5, 1, 0, 0, 0, "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 3, INT64_MAX - 1, 5, 1, 1, 0, 0, "000000 000000");
+    assert_int_equal(bdb_chunk_iter_init(&it, b.data, b.len), BDB_OK);
+    int64_t t;
+    double v;
+    assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), 1);
+    assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), 1);
+    assert_true(t == INT64_MAX);
+    assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED | 3 << 5, 2, INT64_MAX / 1000 - 1, 5, 1, 2, 0, 0,
+                 "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, 5, 1, UINT64_MAX, 0, 0, "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    /* A mantissa walking past 2^53, directly or through deltas of deltas. */
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, ((int64_t)1 << 53) - 1, 1, 1, 1, 0, "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    packed_chunk(&b, BDB_CHUNK_PACKED | BDB_CHUNK_PACKED_DOD, 4, 0, 0, 1, 1, INT64_MAX, 1,
+                 "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    /* Deltas of deltas: d1 for sample 1, then the base as the delta's change. */
+    packed_chunk(&b, BDB_CHUNK_PACKED | BDB_CHUNK_PACKED_DOD, 4, 0, 10, 1, 1, 2, 3,
+                 "000000 000000");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 4);
+    assert_true(vals[0] == 10 && vals[1] == 13 && vals[2] == 18 && vals[3] == 25);
+
+    /* Codes: width 2 for timestamps, 3 for values; all ones escapes. */
+    packed_chunk(&b, BDB_CHUNK_PACKED, 3, 0, 0, 1, 10, 0, 0,
+                 "000010 000011  01 010  11 000000 1 111 000101 101011");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 3);
+    assert_true(ts[1] == 9 && vals[1] == 1.0);    /* zigzag 1 = -1, zigzag 2 = +1 */
+    assert_true(ts[2] == 18 && vals[2] == -21.0); /* escaped 1 = -1, escaped 43 = -22 */
+    /* An escape whose bits are missing; one with L = 64. */
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, 0, 1, 10, 0, 0, "000001 000000 1 111111");
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    char bits[200];
+    snprintf(bits, sizeof bits, "000001 000000 1 111111 %s",
+             "0000000000000000000000000000000000000000000000000000000000000100");
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, 0, 1, 10, 0, 0, bits);
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 2);
+    assert_true(ts[1] == 12);
+    /* The widest codes (63 bits) read across word boundaries. */
+    snprintf(bits, sizeof bits, "111111 111111 %063d %062d1", 0, 0);
+    packed_chunk(&b, BDB_CHUNK_PACKED, 2, 0, 0, 1, 10, 5, 0, bits);
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), 2);
+    assert_true(ts[1] == 10 && vals[1] == 4.0);
+    b.len--;
+    assert_int_equal(decode_all(b.data, b.len, ts, vals, 4), BDB_ERR_CORRUPT);
+    bdb_buf_free(&b);
+}
+
+/* Reads the two code widths of a PACKED chunk of two samples or more. */
+static void packed_widths(const uint8_t *p, size_t len, unsigned *tw, unsigned *vw)
+{
+    bdb_dec d;
+    bdb_dec_init(&d, p + 1, len - 1);
+    for (int i = 0; i < 5 + ((p[0] & BDB_CHUNK_PACKED_DOD) != 0); i++)
+        bdb_dec_uvarint(&d);
+    assert_int_equal(d.err, 0);
+    assert_true(bdb_dec_left(&d) >= 2);
+    unsigned w = (unsigned)d.p[0] << 8 | d.p[1];
+    *tw = w >> 10;
+    *vw = w >> 4 & 63;
+}
+
+static size_t encode_widths(const int64_t *ts, const double *vals, size_t n, uint8_t *first,
+                            unsigned *tw, unsigned *vw)
+{
+    bdb_buf out;
+    bdb_buf_init(&out);
+    assert_int_equal(bdb_chunk_encode(ts, vals, n, &out), BDB_OK);
+    assert_int_equal(kind_of(out.data), BDB_CHUNK_PACKED);
+    packed_widths(out.data, out.len, tw, vw);
+    *first = out.data[0];
+    size_t len = out.len;
+    bdb_buf_free(&out);
+    return len;
+}
+
+static void test_packed_choices(void **state)
+{
+    (void)state;
+    enum { N = 720 };
+    static int64_t ts[N];
+    static double vals[N], walk[N];
+    uint8_t first;
+    unsigned tw, vw;
+    size_t len;
+
+    /* The unit is the coarsest power of ten up to 1000 dividing every timestamp. */
+    static const int64_t p10[] = {1, 10, 100, 1000};
+    for (int neg = 0; neg < 2; neg++)
+        for (unsigned k = 0; k < 4; k++) {
+            for (size_t i = 0; i < 100; i++) {
+                ts[i] = p10[k] * ((neg ? -1700000000123 : 1700000000123) + 7919 * (int64_t)i);
+                vals[i] = (double)(i % 7);
+            }
+            assert_int_equal(roundtrip(ts, vals, 100, NULL, NULL), BDB_CHUNK_PACKED);
+            encoded(ts, vals, 100, &first);
+            assert_int_equal(first >> 5 & 3, k);
+        }
+    const int64_t far[] = {INT64_MIN / 1000 * 1000, -1000, 0, INT64_MAX / 1000 * 1000};
+    const double fv[] = {1, 2, 3, 4};
+    for (size_t k = 1; k <= 4; k++)
+        assert_int_equal(roundtrip(far + 4 - k, fv, k, NULL, NULL), BDB_CHUNK_PACKED);
+    encoded(far, fv, 4, &first);
+    assert_int_equal(first >> 5 & 3, 3);
+
+    /* A random walk: deltas, 7 bits for steps of -50..50, no bits for the interval. */
+    rng_seed(31);
+    int64_t m = 5000;
+    for (size_t i = 0; i < N; i++) {
+        ts[i] = 1700000000321 + 10000 * (int64_t)i;
+        m += (int64_t)(rng() % 101) - 50;
+        walk[i] = (double)m / 100;
+    }
+    assert_int_equal(roundtrip(ts, walk, N, NULL, NULL), BDB_CHUNK_PACKED);
+    encode_widths(ts, walk, N, &first, &tw, &vw);
+    assert_int_equal(first & 0x1f, 2);
+    assert_true(tw == 0 && vw == 7);
+    /* A smooth curve: deltas of deltas, here 2 but for noise of -2..2. */
+    for (size_t i = 0; i < N; i++)
+        vals[i] = (double)(int64_t)(i * i + rng() % 2) / 10;
+    assert_int_equal(roundtrip(ts, vals, N, NULL, NULL), BDB_CHUNK_PACKED);
+    encode_widths(ts, vals, N, &first, &tw, &vw);
+    assert_int_equal(first & 0x1f, BDB_CHUNK_PACKED_DOD | 1);
+    assert_true(vw <= 3);
+    /* A counter at a constant rate: deltas, all equal, cost nothing. */
+    for (size_t i = 0; i < N; i++)
+        vals[i] = (double)(1000000 + 17 * (int64_t)i);
+    assert_int_equal(roundtrip(ts, vals, N, NULL, &len), BDB_CHUNK_PACKED);
+    encode_widths(ts, vals, N, &first, &tw, &vw);
+    assert_int_equal(first & 0x1f, 0);
+    assert_true(tw == 0 && vw == 0 && len <= 17); /* 15 bytes of header, 12 bits of widths */
+    /* Constant values at a regular interval: the header is all. */
+    for (size_t i = 0; i < N; i++)
+        vals[i] = 42.125;
+    assert_int_equal(roundtrip(ts, vals, N, NULL, &len), BDB_CHUNK_PACKED);
+    assert_true(len <= 17);
+
+    /* Outliers escape instead of widening every code: spikes in the walk ... */
+    size_t plain = encode_widths(ts, walk, N, &first, &tw, &vw);
+    memcpy(vals, walk, sizeof(walk));
+    vals[100] = 1e6;
+    vals[500] = -1e6;
+    vals[501] = 1e6;
+    assert_int_equal(roundtrip(ts, vals, N, NULL, NULL), BDB_CHUNK_PACKED);
+    size_t spiky = encode_widths(ts, vals, N, &first, &tw, &vw);
+    assert_int_equal(vw, 7);
+    assert_true(spiky <= plain + 4 * 9);
+    /* ... and gaps in regular timestamps, on one side of the median only. */
+    for (size_t i = 0; i < N; i++)
+        ts[i] =
+            1700000000321 + 10000 * (int64_t)i + (i >= 300 ? 10000 : 0) + (i >= 600 ? 3600000 : 0);
+    assert_int_equal(roundtrip(ts, walk, N, NULL, NULL), BDB_CHUNK_PACKED);
+    size_t gappy = encode_widths(ts, walk, N, &first, &tw, &vw);
+    assert_true(tw == 1 && vw == 7);
+    assert_true(gappy <= plain + N / 8 + 2 * 9);
+    /* With few samples too (the median is then exact). */
+    for (size_t n = 3; n <= 40; n++) {
+        assert_int_equal(roundtrip(ts + 290, walk, n, NULL, NULL), BDB_CHUNK_PACKED);
+        encode_widths(ts + 290, walk, n, &first, &tw, &vw);
+        assert_true(tw <= 1);
+    }
+
+    /* Codes wider than 57 bits: random gaps near 2^59 and mantissas of 53 bits. */
+    rng_seed(8);
+    for (size_t i = 0; i < 12; i++) {
+        ts[i] = (i ? ts[i - 1] : INT64_MIN) + 1 + (int64_t)(rng() >> 5);
+        vals[i] = (double)((int64_t)(rng() >> 11) - ((int64_t)1 << 52)) * (i % 2 ? 1 : -1);
+    }
+    assert_int_equal(roundtrip(ts, vals, 12, NULL, NULL), BDB_CHUNK_PACKED);
+    for (size_t n = 2; n <= 12; n++)
+        roundtrip(ts, vals, n, NULL, NULL);
+    encode_widths(ts, vals, 12, &first, &tw, &vw);
+    assert_true(tw > 57 && vw > 50);
+    /* The largest gap of all: a delta of 2^64 - 1 escapes with L = 64. */
+    const int64_t span[] = {INT64_MIN, INT64_MIN + 1, INT64_MIN + 2, INT64_MAX};
+    const double sv[] = {1, 2, 3, 4};
+    assert_int_equal(roundtrip(span, sv, 4, NULL, NULL), BDB_CHUNK_PACKED);
+}
+
+/* Series like the benchmark's (bench/loadgen.c): readings with two decimals walking in
+ * steps of -0.50..0.50, one every 10 s exactly, each series at its own phase. */
+static void make_bench_series(int64_t *ts, double *vals, size_t n, int64_t phase)
+{
+    double x = floor((double)(rng() >> 11) / 9007199254740992.0 * 10000.0) / 100.0;
+    for (size_t i = 0; i < n; i++) {
+        ts[i] = 1795319400000 + phase + 10000 * (int64_t)i;
+        double step = floor((double)(rng() >> 11) / 9007199254740992.0 * 101.0 - 50.0) / 100.0;
+        x = round((x + step) * 100.0) / 100.0;
+        vals[i] = x;
+    }
+}
+
+static void test_telemetry_sizes(void **state)
+{
+    (void)state;
+    enum { N = 720, SERIES = 100 };
+    static int64_t ts[N];
+    static double vals[N];
+    rng_seed(2718);
+    size_t total30 = 0, total720 = 0;
+    for (int s = 0; s < SERIES; s++) {
+        make_bench_series(ts, vals, N, (s * 7919) % 10000);
+        assert_int_equal(roundtrip(ts, vals, 30, NULL, NULL), BDB_CHUNK_PACKED);
+        total30 += encoded(ts, vals, 30, NULL);
+        total720 += encoded(ts, vals, N, NULL);
+    }
+    /* Measured 1.34 and 0.90 bytes a sample (the old DECIMAL chunks: 1.73 and 1.28). */
+    assert_true(total30 <= SERIES * 30 * 140 / 100);
+    assert_true(total720 <= SERIES * N * 93 / 100);
+
+    /* A counter: increments of 0..199 every 10 s, 8 bits each. */
+    double c = 123456;
+    for (size_t i = 0; i < N; i++) {
+        ts[i] = 1795319400000 + 10000 * (int64_t)i;
+        c += (double)(rng() % 200);
+        vals[i] = c;
+    }
+    assert_true(encoded(ts, vals, N, NULL) <= N * 105 / 100);
+}
+
+/* Chunks written by earlier versions keep decoding to the same samples, and the PACKED
+ * layout stays what the format comment in chunk.c says. */
+static void test_format_bytes(void **state)
+{
+    (void)state;
+    const int64_t ts[] = {1700000000000, 1700000010000, 1700000020005, 1700000029990,
+                          1700000040000};
+    const double dec_vals[] = {23.7, 23.8, -1.25, 1013.25, 0.01};
+    const uint8_t old_decimal[] = {0x02, 0x05, 0x00, 0x02, 0x0c, 0x80, 0xa0, 0xab, 0xfe, 0xf9,
+                                   0x62, 0x90, 0x4e, 0x82, 0xdb, 0x23, 0x20, 0x84, 0x25, 0x14,
+                                   0xa5, 0x27, 0xa6, 0xd8, 0x0c, 0xab, 0xe0, 0x18};
+    check_decodes(old_decimal, sizeof(old_decimal), ts, dec_vals, 5);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    assert_int_equal(bdb_chunk_encode_as(ts, dec_vals, 5, BDB_CHUNK_FORM_DECIMAL, &b), BDB_OK);
+    assert_int_equal(b.len, sizeof(old_decimal));
+    assert_memory_equal(b.data, old_decimal, sizeof(old_decimal));
+
+    const double xor_vals[] = {23.7, 23.7, -1.0 / 3, 1e300, 0.1};
+    const uint8_t old_xor[] = {0x01, 0x05, 0x00, 0x80, 0xa0, 0xab, 0xfe, 0xf9, 0x62, 0x40,
+                               0x37, 0xb3, 0x33, 0x33, 0x33, 0x33, 0x33, 0x90, 0x4e, 0x41,
+                               0x70, 0x7f, 0xff, 0xc5, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xce,
+                               0xd9, 0x80, 0x0c, 0x1e, 0x2b, 0x16, 0x9d, 0xd5, 0x52, 0x0c,
+                               0x98, 0xcc, 0x83, 0x1c, 0xfb, 0x4a, 0x23, 0x33, 0xd8, 0x0c};
+    check_decodes(old_xor, sizeof(old_xor), ts, xor_vals, 5);
+    bdb_buf_reset(&b);
+    assert_int_equal(bdb_chunk_encode(ts, xor_vals, 5, &b), BDB_OK);
+    assert_int_equal(b.len, sizeof(old_xor));
+    assert_memory_equal(b.data, old_xor, sizeof(old_xor));
+
+    /* Unit 1000 ms, exponent 1; count 4, t0 1700000000 s, m0 237, tbase 10 s, vbase 0;
+     * widths 0 and 3, then the codes of +1, -2, +3 (zigzag 2, 3, 6). */
+    const int64_t pts[] = {1700000000000, 1700000010000, 1700000020000, 1700000030000};
+    const double pvals[] = {23.7, 23.8, 23.6, 23.9};
+    const uint8_t packed[] = {0xe1, 0x04, 0x80, 0xc4, 0x9f, 0xd5, 0x0c,
+                              0xda, 0x03, 0x0a, 0x00, 0x00, 0x34, 0xf0};
+    bdb_buf_reset(&b);
+    assert_int_equal(bdb_chunk_encode(pts, pvals, 4, &b), BDB_OK);
+    assert_int_equal(b.len, sizeof(packed));
+    assert_memory_equal(b.data, packed, sizeof(packed));
+    check_decodes(packed, sizeof(packed), pts, pvals, 4);
+    bdb_buf_free(&b);
+}
+
+static void test_encode_as(void **state)
+{
+    (void)state;
+    const int64_t ts[] = {1000, 2000, 3000};
+    const double dec[] = {1.5, 2.5, 3.5}, odd[] = {1.5, 1.0 / 3, 3.5}, negz[] = {1, -0.0, 2};
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_append(&b, "x", 1);
+    static const int forms[] = {BDB_CHUNK_FORM_DECIMAL, BDB_CHUNK_FORM_DELTA, BDB_CHUNK_FORM_DOD};
+    for (size_t f = 0; f < 3; f++) {
+        assert_int_equal(bdb_chunk_encode_as(ts, odd, 3, forms[f], &b), BDB_ERR_INVALID);
+        assert_int_equal(bdb_chunk_encode_as(ts, negz, 3, forms[f], &b), BDB_ERR_INVALID);
+        assert_int_equal(bdb_chunk_encode_as(ts, dec, 0, forms[f], &b), BDB_ERR_INVALID);
+        assert_int_equal(b.len, 1);
+    }
+    assert_int_equal(bdb_chunk_encode_as(ts, dec, 3, 99, &b), BDB_ERR_INVALID);
+    assert_int_equal(bdb_chunk_encode_as(ts, dec, 3, -1, &b), BDB_ERR_INVALID);
+    assert_int_equal(b.len, 1);
+    for (size_t f = 0; f < 3; f++) {
+        b.len = 1;
+        assert_int_equal(bdb_chunk_encode_as(ts, dec, 3, forms[f], &b), BDB_OK);
+        check_decodes(b.data + 1, b.len - 1, ts, dec, 3);
+    }
+    /* Deltas of deltas with one or two samples. */
+    for (size_t n = 1; n <= 2; n++) {
+        bdb_buf_reset(&b);
+        assert_int_equal(bdb_chunk_encode_as(ts, dec, n, BDB_CHUNK_FORM_DOD, &b), BDB_OK);
+        assert_true(b.data[0] & BDB_CHUNK_PACKED_DOD);
+        check_decodes(b.data, b.len, ts, dec, n);
+    }
+    roundtrip(ts, odd, 3, NULL, NULL);
+    roundtrip(ts, negz, 3, NULL, NULL);
+    bdb_buf_free(&b);
+}
+
 /* Decodes damaged bytes from an exactly sized heap copy (so ASan sees any overread).
  * Returns the final status; samples must come out strictly increasing. */
 static int decode_damaged(const uint8_t *src, size_t len)
@@ -488,7 +995,8 @@ static int decode_damaged(const uint8_t *src, size_t len)
             assert_true(got <= count);
         }
         assert_true(rc == 0 || rc == BDB_ERR_CORRUPT);
-        if (rc == 0) assert_int_equal(got, count);
+        if (rc == 0)
+            assert_int_equal(got, count);
     } else {
         assert_int_equal(rc, BDB_ERR_CORRUPT);
     }
@@ -499,43 +1007,68 @@ static int decode_damaged(const uint8_t *src, size_t len)
 static void test_corrupt_input(void **state)
 {
     (void)state;
-    enum { N = 300 };
+    enum { N = 300, CHUNKS = 9 };
     int64_t ts[N];
     double vals[N];
-    bdb_buf chunks[4];
-    for (int c = 0; c < 4; c++)
+    bdb_buf chunks[CHUNKS];
+    for (int c = 0; c < CHUNKS; c++)
         bdb_buf_init(&chunks[c]);
+    /* PACKED deltas with jittered timestamps, and the same in the old DECIMAL form. */
     make_sensor(ts, vals, N, 2, 42);
     assert_int_equal(bdb_chunk_encode(ts, vals, N, &chunks[0]), BDB_OK);
-    assert_int_equal(chunks[0].data[0], BDB_CHUNK_DECIMAL);
+    assert_int_equal(chunks[0].data[0] & 0xf0, BDB_CHUNK_PACKED);
+    assert_int_equal(bdb_chunk_encode_as(ts, vals, N, BDB_CHUNK_FORM_DECIMAL, &chunks[1]), BDB_OK);
     bdb_chunk_app a;
     bdb_chunk_app_init(&a);
     for (size_t i = 0; i < N; i++)
         assert_int_equal(bdb_chunk_app_append(&a, ts[i], vals[i]), BDB_OK);
     size_t len;
     const uint8_t *p = bdb_chunk_app_bytes(&a, &len);
-    bdb_buf_append(&chunks[1], p, len);
+    bdb_buf_append(&chunks[2], p, len);
     bdb_chunk_app_free(&a);
+    /* PACKED deltas of deltas in seconds, with a gap and spikes (escapes). */
+    for (size_t i = 0; i < N; i++) {
+        ts[i] = 1700000000000 + 60000 * (int64_t)i + (i > 200 ? 3600000 : 0);
+        vals[i] = (double)(int64_t)(3 * i * i + rng() % 3 + (i % 97 == 5 ? 100000 : 0)) / 1000;
+    }
+    assert_int_equal(bdb_chunk_encode(ts, vals, N, &chunks[3]), BDB_OK);
+    assert_int_equal(chunks[3].data[0] & 0xf0, BDB_CHUNK_PACKED | BDB_CHUNK_PACKED_DOD | 0x60);
+    /* PACKED with one and with two samples. */
+    assert_int_equal(bdb_chunk_encode(ts, vals, 1, &chunks[4]), BDB_OK);
+    assert_int_equal(bdb_chunk_encode(ts, vals, 2, &chunks[5]), BDB_OK);
+    assert_int_equal(kind_of(chunks[5].data), BDB_CHUNK_PACKED);
+    /* XOR of any bits with wide gaps; PACKED with codes wider than 57 bits. */
     rng_seed(77);
     for (size_t i = 0; i < N; i++) {
         unsigned shift = 10 + (unsigned)(rng() % 54); /* 300 gaps below 2^54 fit int64 */
         ts[i] = (i ? ts[i - 1] : INT64_MIN) + 1 + (int64_t)(rng() >> shift);
         vals[i] = from_bits(rng());
     }
-    assert_int_equal(bdb_chunk_encode(ts, vals, N, &chunks[2]), BDB_OK);
-    assert_int_equal(bdb_chunk_encode(ts, vals, 2, &chunks[3]), BDB_OK);
+    assert_int_equal(bdb_chunk_encode(ts, vals, N, &chunks[6]), BDB_OK);
+    assert_int_equal(bdb_chunk_encode(ts, vals, 2, &chunks[7]), BDB_OK);
+    for (size_t i = 0; i < 12; i++) {
+        ts[i] = (i ? ts[i - 1] : INT64_MIN) + 1 + (int64_t)(rng() >> 5);
+        vals[i] = (double)((int64_t)(rng() >> 11) - ((int64_t)1 << 52));
+    }
+    assert_int_equal(bdb_chunk_encode(ts, vals, 12, &chunks[8]), BDB_OK);
+    assert_int_equal(kind_of(chunks[8].data), BDB_CHUNK_PACKED);
 
     /* Every strict truncation of a valid chunk is reported, never passed off as data. */
-    for (int c = 0; c < 4; c++)
+    size_t biggest = 0;
+    for (int c = 0; c < CHUNKS; c++) {
         for (size_t cut = 0; cut < chunks[c].len; cut++)
             assert_int_equal(decode_damaged(chunks[c].data, cut), BDB_ERR_CORRUPT);
+        assert_int_equal(decode_damaged(chunks[c].data, chunks[c].len), 0);
+        if (chunks[c].len > biggest)
+            biggest = chunks[c].len;
+    }
 
-    uint8_t *tmp = malloc(chunks[2].len);
+    uint8_t *tmp = malloc(biggest);
     assert_non_null(tmp);
-    size_t corrupt = 0;
+    size_t corrupt[CHUNKS] = {0};
     rng_seed(2024);
-    for (int round = 0; round < 20000; round++) {
-        const bdb_buf *src = &chunks[round % 4];
+    for (int round = 0; round < 45000; round++) {
+        const bdb_buf *src = &chunks[round % CHUNKS];
         memcpy(tmp, src->data, src->len);
         size_t n = src->len;
         int flips = 1 + (int)(rng() % 4);
@@ -546,13 +1079,15 @@ static void test_corrupt_input(void **state)
             else
                 tmp[at] = (uint8_t)rng();
         }
-        if (rng() % 4 == 0) n = rng() % n;
-        corrupt += decode_damaged(tmp, n) == BDB_ERR_CORRUPT;
+        if (rng() % 4 == 0)
+            n = rng() % n;
+        corrupt[round % CHUNKS] += decode_damaged(tmp, n) == BDB_ERR_CORRUPT;
     }
     /* Most damage must be noticed; a flip in a value payload is not detectable. */
-    assert_true(corrupt > 2500);
+    for (int c = 0; c < CHUNKS; c++)
+        assert_true(corrupt[c] > 45000 / CHUNKS / 8);
     free(tmp);
-    for (int c = 0; c < 4; c++)
+    for (int c = 0; c < CHUNKS; c++)
         bdb_buf_free(&chunks[c]);
 }
 
@@ -564,7 +1099,7 @@ int main(void)
         cmocka_unit_test(test_huge_gaps),
         cmocka_unit_test(test_equal_values),
         cmocka_unit_test(test_random_doubles),
-        cmocka_unit_test(test_decimal_smaller_for_sensors),
+        cmocka_unit_test(test_packed_smaller_for_sensors),
         cmocka_unit_test(test_decimal_detection_exact),
         cmocka_unit_test(test_single_sample),
         cmocka_unit_test(test_empty_appender),
@@ -573,6 +1108,11 @@ int main(void)
         cmocka_unit_test(test_appender_small),
         cmocka_unit_test(test_bad_headers),
         cmocka_unit_test(test_corrupt_input),
+        cmocka_unit_test(test_bad_packed),
+        cmocka_unit_test(test_packed_choices),
+        cmocka_unit_test(test_telemetry_sizes),
+        cmocka_unit_test(test_format_bytes),
+        cmocka_unit_test(test_encode_as),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
