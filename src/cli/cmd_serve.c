@@ -21,6 +21,7 @@ static void help(void)
            "  --config FILE     read settings from FILE (key = value lines); flags win\n"
            "  --print-config    print the effective configuration and exit\n"
            "  --check-config    validate the configuration and exit (0 = valid)\n"
+           "  --allow-insecure-listen  allow a non-loopback listen with auth off (risky)\n"
            "  --help            this text\n\n"
            "Every setting is also a flag (--max-body-bytes 1MiB = max_body_bytes):\n");
     for (const char *const *k = bdb_config_keys(); *k; k++) {
@@ -74,6 +75,11 @@ int cmd_serve(int argc, char **argv)
         }
         if (!strncmp(a, "--config=", 9))
             continue;
+        if (!strcmp(a, "--allow-insecure-listen") &&
+            (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) {
+            cfg.allow_insecure_listen = 1; /* a bare switch; =true/false also works */
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "bucketdb serve: unexpected argument '%s' (see --help)\n", a);
             return BDB_EXIT_USAGE;
@@ -104,6 +110,11 @@ int cmd_serve(int argc, char **argv)
     if (print) {
         bdb_config_print(&cfg, stdout);
         return BDB_EXIT_OK;
+    }
+    /* Before anything is opened or bound: a non-loopback address without auth. */
+    if (bdb_server_check_listen(&cfg, err, sizeof err) != BDB_OK) {
+        fprintf(stderr, "bucketdb serve: %s\n", err);
+        return BDB_EXIT_USAGE;
     }
     if (check) {
         printf("configuration ok\n");
@@ -139,8 +150,9 @@ int cmd_serve(int argc, char **argv)
     if (colon)
         *colon = '\0';
     printf("bucketdb %s ready\n  listening on http://%s:%d\n  data directory %s\n  token %s\n"
-           "  WAL sync %s\n",
-           BDB_VERSION, host, bdb_server_port(srv), cfg.data, bdb_server_token(srv), cfg.sync);
+           "  auth %s\n  WAL sync %s\n",
+           BDB_VERSION, host, bdb_server_port(srv), cfg.data, bdb_server_token(srv),
+           bdb_server_auth_required(srv) ? "required" : "optional (loopback)", cfg.sync);
     fflush(stdout);
     BDB_INFO("listening on %s:%d", host, bdb_server_port(srv));
     for (;;) {

@@ -11,6 +11,8 @@ static void usage(FILE *f)
                "commands:\n"
                "  serve     run the server (embedded storage in a data directory)\n"
                "  query     read samples or devices from a running server\n"
+               "  tenant    manage tenants, tokens and quotas of a running server\n"
+               "  cql       run CQL statements on a Cassandra node\n"
                "  version   print the version\n\n"
                "`bucketdb <command> --help` describes each command. Docs: docs/CLI.md\n");
 }
@@ -26,6 +28,10 @@ int main(int argc, char **argv)
         return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "query"))
         return cmd_query(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tenant"))
+        return cmd_tenant(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cql"))
+        return cmd_cql(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return cmd_version(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

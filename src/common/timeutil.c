@@ -115,9 +115,14 @@ int bdb_parse_time_ms(const char *s, int64_t *out)
 void bdb_format_time_ms(int64_t ms, char *out, int outlen)
 {
     time_t secs = (time_t)bdb_floor_div(ms, 1000);
-    int rem = (int)(ms - (int64_t)secs * 1000);
+    int rem = (int)(ms % 1000); /* not ms - secs*1000: that overflows near INT64_MIN */
+    if (rem < 0)
+        rem += 1000;
     struct tm tm;
-    gmtime_r(&secs, &tm);
+    if (!gmtime_r(&secs, &tm)) { /* beyond the calendar gmtime can represent */
+        snprintf(out, (size_t)outlen, "%lld", (long long)ms);
+        return;
+    }
     snprintf(out, (size_t)outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, rem);
 }

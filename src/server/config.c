@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_STR, K_INT, K_U64, K_SIZE, K_MS };
+enum kind { K_STR, K_INT, K_U64, K_SIZE, K_MS, K_BOOL };
 
 /* The settings table is data: one row per key drives parsing, printing and help. */
 static const struct key {
@@ -44,6 +44,8 @@ static const struct key {
     S(metric_naming, "measurement.field (default) | field"),
     S(default_tenant, "tenant when a request names none (default default)"),
     S(auth, "auto (token required off loopback) | on | off (default auto)"),
+    N(allow_insecure_listen, K_BOOL,
+      "let a non-loopback listen start with auth=off (default false)"),
 #undef S
 #undef N
 };
@@ -104,6 +106,11 @@ static int parse_ms(const char *v, int64_t *out)
         return -1;
     *out = n * mult;
     return 0;
+}
+
+int bdb_config_parse_duration(const char *v, int64_t *out)
+{
+    return parse_ms(v, out);
 }
 
 static int parse_u64(const char *v, uint64_t *out)
@@ -184,6 +191,18 @@ int bdb_config_set(bdb_config *c, const char *key, const char *value, char *err,
             *(int64_t *)field = v;
             return 0;
         }
+        case K_BOOL:
+            if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes") ||
+                !strcmp(value, "on")) {
+                *(int *)field = 1;
+            } else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no") ||
+                       !strcmp(value, "off")) {
+                *(int *)field = 0;
+            } else {
+                snprintf(err, errlen, "%s: '%s' is not true or false", norm, value);
+                return -1;
+            }
+            return 0;
         }
     }
     snprintf(err, errlen, "unknown setting '%s'", key);
@@ -307,6 +326,9 @@ void bdb_config_print(const bdb_config *c, void *file)
             break;
         case K_MS:
             fprintf(f, "%s = %lldms\n", keys[k].name, (long long)*(const int64_t *)field);
+            break;
+        case K_BOOL:
+            fprintf(f, "%s = %s\n", keys[k].name, *(const int *)field ? "true" : "false");
             break;
         }
     }

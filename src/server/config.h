@@ -37,6 +37,7 @@ typedef struct bdb_config {
     char metric_naming[32]; /* measurement.field | field */
     char default_tenant[128];
     char auth[16]; /* auto | on | off */
+    int allow_insecure_listen; /* 1: a non-loopback listen with auth=off may start */
 } bdb_config;
 
 void bdb_config_default(bdb_config *c);
@@ -48,6 +49,8 @@ int bdb_config_load(bdb_config *c, const char *path, char *err, size_t errlen);
 int bdb_config_check(const bdb_config *c, char *err, size_t errlen);
 /* Writes the effective configuration in file format (for `serve --print-config`). */
 void bdb_config_print(const bdb_config *c, void *file);
+/* Parses a duration (plain ms, or a number with ms, s, m, h, d). 0 or -1. */
+int bdb_config_parse_duration(const char *v, int64_t *out);
 /* Names of all keys, NULL-terminated (for --help and docs). */
 const char *const *bdb_config_keys(void);
 const char *bdb_config_help(const char *key);

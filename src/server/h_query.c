@@ -313,7 +313,20 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         if (bk && strcmp(bk, "auto") && !(size = bdb_bucket_parse(bk)))
             return respond_json_error(s, c, 400,
                                       "'bucket' must be auto, 10m, 15m, 1h, 6h or 1d", 0);
+        /* A profile may create the device: the tenant's device quota applies. */
+        bdb_batch *one = bdb_batch_new();
+        bdb_batch_begin(one, dev, strlen(dev), 0, 0);
+        bdb_batch_state(one, "", 0);
+        bdb_batch_end(one);
+        int locked;
+        if (devq_check(s, c, tenant, one, &locked, &res) != 0) {
+            bdb_batch_free(one);
+            return res;
+        }
+        bdb_batch_free(one);
         int rc = bdb_db_set_device_bucket(s->db, tenant, dev, size);
+        if (locked)
+            devq_unlock(s, tenant);
         if (rc != BDB_OK)
             return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500,
                                       bdb_strerror(rc), 0);

@@ -111,6 +111,16 @@ static long count_fds(void)
     return n - 3; /* ".", ".." and the directory stream itself */
 }
 
+static int quota_cb(void *ctx, const bdb_tenant_info *t)
+{
+    bdb_buf *b = ctx;
+    for (int l = 0; l < BDB_LIMIT_N; l++)
+        bdb_buf_printf(b, "bucketdb_quota_rejections_total{tenant=\"%s\",limit=\"%s\"} %llu\n",
+                       t->name, bdb_quota_limit_name((enum bdb_quota_limit)l),
+                       (unsigned long long)t->rejections[l]);
+    return 0;
+}
+
 enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
 {
     bdb_db_stats st;
@@ -147,6 +157,17 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              atomic_load(&s->auth_failures));
     metric_u(&b, "bucketdb_write_failures_total", "counter",
              "Writes refused because storage failed (5xx).", atomic_load(&s->write_failures));
+    metric_u(&b, "bucketdb_forbidden_total", "counter",
+             "Requests refused with 403 (a tenant token naming another tenant).",
+             atomic_load(&s->forbidden));
+    metric_u(&b, "bucketdb_registered_tenants", "gauge", "Tenants in the tenant registry.",
+             bdb_tenants_count(s->tenants));
+    /* One series per registered tenant and limit: the label set is bounded by the
+     * registry, never by what clients send. */
+    family(&b, "bucketdb_quota_rejections_total", "counter",
+           "Write requests refused by a tenant quota, by tenant and limit (registered "
+           "tenants only).");
+    bdb_tenants_list(s->tenants, quota_cb, &b);
     histogram(&b, "bucketdb_write_duration_seconds",
               "Write request latency, receive to durable acknowledgement.", &s->write_latency, 1);
     family(&b, "bucketdb_write_batch_samples", "histogram", "Samples per write batch.");

@@ -4,10 +4,13 @@
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
+#include "common/map.h"
 #include "common/timeutil.h"
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
+#include "server/quota.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
@@ -98,6 +101,88 @@ static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, in
     }
 }
 
+/* ---- quotas (docs/TENANCY.md). Only registered tenants have quotas. ---- */
+
+static pthread_mutex_t *devq_lock_of(bdb_server *s, const char *tenant)
+{
+    return &s->devq_mu[bdb_hash(tenant, strlen(tenant)) % (sizeof s->devq_mu /
+                                                           sizeof s->devq_mu[0])];
+}
+
+void devq_unlock(bdb_server *s, const char *tenant)
+{
+    pthread_mutex_unlock(devq_lock_of(s, tenant));
+}
+
+int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
+               int *locked, enum MHD_Result *r)
+{
+    *locked = 0;
+    bdb_tenant_info ti;
+    if (bdb_tenants_get(s->tenants, tenant, &ti) != BDB_OK || !ti.quotas.max_devices)
+        return 0;
+    uint64_t max = ti.quotas.max_devices, have = 0, fresh = 0;
+    if (bdb_db_tenant_usage(s->db, tenant, b, &have, &fresh) != BDB_OK || fresh == 0)
+        return 0; /* adds no device: nothing to serialise */
+    /* Check again under the tenant's lock, held until the write is done, so that two
+     * requests cannot both take the last free device. */
+    pthread_mutex_lock(devq_lock_of(s, tenant));
+    if (bdb_db_tenant_usage(s->db, tenant, b, &have, &fresh) == BDB_OK &&
+        !bdb_quota_devices_ok(have, fresh, max)) {
+        devq_unlock(s, tenant);
+        bdb_tenants_count_rejection(s->tenants, tenant, BDB_LIMIT_DEVICES);
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
+                 "this request would add %llu; nothing of it was written",
+                 tenant, (unsigned long long)max, (unsigned long long)have,
+                 (unsigned long long)fresh);
+        bdb_buf out;
+        bdb_buf_init(&out);
+        /* Waiting does not free a device; the Retry-After only paces retries. */
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_DEVICES), max,
+                             BDB_QUOTA_DEVICES_RETRY_S);
+        *r = respond_retry_error(s, c, 429, BDB_QUOTA_DEVICES_RETRY_S, msg, out.data, out.len);
+        bdb_buf_free(&out);
+        return -1;
+    }
+    *locked = 1;
+    return 0;
+}
+
+/* Write-rate admission of a whole request; 0, or -1 with a 429 (or 413) queued. */
+static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                      uint64_t cost, enum MHD_Result *r)
+{
+    int64_t retry = 0;
+    uint64_t value = 0;
+    int v = bdb_tenants_admit(s->tenants, tenant, cost, bdb_monotonic_ms(), &retry, &value);
+    if (v > 0)
+        return 0;
+    char msg[512];
+    bdb_buf out;
+    bdb_buf_init(&out);
+    if (v == 0) {
+        snprintf(msg, sizeof msg,
+                 "quota exceeded: tenant '%s' may write %llu samples per second; this request "
+                 "of %llu samples can be accepted in %lld s; nothing of it was written",
+                 tenant, (unsigned long long)value, (unsigned long long)cost, (long long)retry);
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_RATE), value,
+                             retry);
+        *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "request too large for the quota: tenant '%s' has a burst of %llu samples and "
+                 "this request holds %llu; split it into smaller requests; nothing of it was "
+                 "written",
+                 tenant, (unsigned long long)value, (unsigned long long)cost);
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_BURST), value, -1);
+        *r = respond_retry_error(s, c, 413, 0, msg, out.data, out.len);
+    }
+    bdb_buf_free(&out);
+    return -1;
+}
+
 /* What parsing made of a request: how many lines (or reports) were accepted and
  * rejected, the first problem, and where it was. */
 struct outcome {
@@ -116,9 +201,24 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
                                          const struct outcome *o)
 {
     if (o->accepted) {
+        /* Quotas decide for the whole request before anything is written. */
+        enum MHD_Result qr;
+        int locked;
+        if (devq_check(s, c, tenant, b, &locked, &qr) != 0)
+            return qr;
+        uint64_t cost = bdb_quota_cost(b);
+        if (rate_check(s, c, tenant, cost, &qr) != 0) {
+            if (locked)
+                devq_unlock(s, tenant);
+            return qr;
+        }
         int rc = bdb_db_write(s->db, tenant, b);
-        if (rc != BDB_OK)
+        if (locked)
+            devq_unlock(s, tenant);
+        if (rc != BDB_OK) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
             return storage_error(s, c, rc);
+        }
         atomic_fetch_add(o->samples, bdb_batch_samples(b));
         hist_observe(&s->batch_size, bdb_batch_samples(b));
     }

@@ -58,8 +58,9 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
     return r;
 }
 
-enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
-                                   const char *msg, const void *body, size_t len)
+enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                    int64_t retry_after_s, const char *msg, const void *body,
+                                    size_t len)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -78,12 +79,22 @@ enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsi
                 *p = ' ';
         MHD_add_response_header(resp, "X-Influxdb-Error", hdr);
     }
-    if (status == 503 || status == 429)
-        MHD_add_response_header(resp, "Retry-After", "1");
+    if (retry_after_s > 0) {
+        char ra[24];
+        snprintf(ra, sizeof ra, "%lld", (long long)retry_after_s);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
     enum MHD_Result r = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     atomic_fetch_add(&s->http_requests[status / 100], 1);
     return r;
+}
+
+enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, const void *body, size_t len)
+{
+    return respond_retry_error(s, c, status, status == 503 || status == 429 ? 1 : 0, msg, body,
+                               len);
 }
 
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
@@ -104,22 +115,10 @@ const char *arg(struct MHD_Connection *c, const char *name)
     return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
 }
 
-static int valid_tenant(const char *t)
-{
-    size_t n = strlen(t);
-    if (n == 0 || n > 128)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = t[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '-' || ch == '.'))
-            return 0;
-    }
-    return 1;
-}
-
 /* Token from "Authorization: Token X", "Bearer X", Basic auth's password, or the
- * Influx 1.x `p` parameter. */
+ * Influx 1.x `p` parameter. The user name (Basic, or `u`) is not read: the token alone
+ * says who is asking, so `u` may carry the tenant name or anything else. An empty
+ * token counts as none. */
 static const char *req_token(struct MHD_Connection *c, char *buf, size_t buflen)
 {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -144,25 +143,79 @@ static const char *req_token(struct MHD_Connection *c, char *buf, size_t buflen)
     return arg(c, "p");
 }
 
+int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r)
+{
+    char buf[1024];
+    const char *tok = req_token(c, buf, sizeof buf);
+    memset(id, 0, sizeof *id);
+    if (!tok || !*tok) {
+        if (!s->auth_required) {
+            id->who = WHO_ANON;
+            return 0;
+        }
+        atomic_fetch_add(&s->auth_failures, 1);
+        *r = respond_json_error(s, c, 401,
+                                "authorization failed: missing token (send Authorization: "
+                                "Token <token>)",
+                                1);
+        return -1;
+    }
+    /* Compare hashes, never the secrets themselves, in constant time. */
+    uint8_t h[BDB_HASH_BYTES];
+    bdb_token_hash(tok, strlen(tok), h);
+    if (bdb_hash_equal(h, s->admin_hash)) {
+        id->who = WHO_ADMIN;
+        return 0;
+    }
+    if (bdb_tenants_find_by_hash(s->tenants, h, id->tenant)) {
+        id->who = WHO_TENANT;
+        return 0;
+    }
+    /* A wrong token is refused even where none is required: the client meant to
+     * authenticate, and guessing is not rewarded with anonymous access. */
+    atomic_fetch_add(&s->auth_failures, 1);
+    *r = respond_json_error(s, c, 401, "authorization failed: wrong token", 1);
+    return -1;
+}
+
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
 {
-    if (s->auth_required) {
-        char buf[256];
-        const char *tok = req_token(c, buf, sizeof buf);
-        if (!tok || strcmp(tok, s->token) != 0) {
-            atomic_fetch_add(&s->auth_failures, 1);
-            *r = respond_json_error(s, c, 401, "authorization failed: missing or wrong token", 1);
-            return NULL;
-        }
-    }
+    static _Thread_local char tenant_buf[BDB_TENANT_NAME_MAX + 1];
+    req_ident id;
+    if (req_auth(s, c, &id, r) != 0)
+        return NULL;
     const char *t = arg(c, "tenant");
     if (!t || !*t)
         t = arg(c, "db");
+    if (id.who == WHO_TENANT) {
+        /* The token decides the tenant; naming another one is refused, not ignored. */
+        if (t && *t && strcmp(t, id.tenant) != 0) {
+            atomic_fetch_add(&s->forbidden, 1);
+            char msg[400];
+            snprintf(msg, sizeof msg,
+                     "forbidden: the token belongs to tenant '%s' and may not access tenant "
+                     "'%.128s'",
+                     id.tenant, t);
+            *r = respond_json_error(s, c, 403, msg, 1);
+            return NULL;
+        }
+        snprintf(tenant_buf, sizeof tenant_buf, "%s", id.tenant);
+        return tenant_buf;
+    }
     if (!t || !*t)
         t = s->cfg.default_tenant;
-    if (!valid_tenant(t)) {
+    if (!bdb_tenant_name_valid(t)) {
         *r = respond_json_error(s, c, 400,
                                 "invalid tenant: use 1..128 characters of A-Z a-z 0-9 _ - .", 1);
+        return NULL;
+    }
+    if (id.who == WHO_ANON && bdb_tenants_get(s->tenants, t, &(bdb_tenant_info){0}) == BDB_OK) {
+        /* A registered tenant is protected by its token even where auth is optional. */
+        atomic_fetch_add(&s->auth_failures, 1);
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "authorization failed: tenant '%s' is registered; send its token", t);
+        *r = respond_json_error(s, c, 401, msg, 1);
         return NULL;
     }
     return t;
@@ -181,8 +234,14 @@ static enum MHD_Result h_ping(bdb_server *s, struct MHD_Connection *c)
 static enum MHD_Result h_flush(bdb_server *s, struct MHD_Connection *c)
 {
     enum MHD_Result r;
-    if (!req_tenant(s, c, &r))
+    req_ident id;
+    if (req_auth(s, c, &id, &r) != 0)
         return r;
+    if (id.who == WHO_TENANT) { /* it acts on every tenant: an operator's operation */
+        atomic_fetch_add(&s->forbidden, 1);
+        return respond_json_error(s, c, 403, "forbidden: /internal/flush needs the admin token",
+                                  0);
+    }
     int rc = bdb_db_flush(s->db);
     if (rc == BDB_OK)
         rc = bdb_db_maintain(s->db);
@@ -229,6 +288,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
             return respond_json_error(s, c, 405, "use GET", 0);
         return h_export(s, c);
     }
+    if (!strcmp(url, "/api/v1/admin") || !strncmp(url, "/api/v1/admin/", 14))
+        return h_admin(s, c, url + 13, method, r);
     if (!strcmp(url, "/health"))
         return h_health(s, c);
     if (!strcmp(url, "/metrics"))
@@ -370,8 +431,34 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen
     return 0;
 }
 
+int bdb_server_check_listen(const bdb_config *cfg, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int loopback;
+    if (parse_listen(cfg->listen, &ss, &sslen, &loopback) != 0) {
+        snprintf(err, errlen, "listen: cannot resolve '%s' (expected host:port)", cfg->listen);
+        return BDB_ERR_INVALID;
+    }
+    if (!loopback && !strcmp(cfg->auth, "off") && !cfg->allow_insecure_listen) {
+        snprintf(err, errlen,
+                 "refusing to listen on %s, which is not a loopback address, with auth = off: "
+                 "anyone who can reach it could read and write every tenant. Use auth = auto "
+                 "or on, or accept the risk with --allow-insecure-listen "
+                 "(allow_insecure_listen = true)",
+                 cfg->listen);
+        return BDB_ERR_INVALID;
+    }
+    return BDB_OK;
+}
+
 int bdb_server_start(const bdb_config *cfg, bdb_server **out)
 {
+    char lerr[512];
+    if (bdb_server_check_listen(cfg, lerr, sizeof lerr) != BDB_OK) {
+        BDB_ERROR("%s", lerr);
+        return BDB_ERR_INVALID;
+    }
     bdb_server *s = calloc(1, sizeof *s);
     if (!s)
         return BDB_ERR_NOMEM;
@@ -408,6 +495,22 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         free(s);
         return BDB_ERR_IO;
     }
+    bdb_token_hash(s->token, strlen(s->token), s->admin_hash);
+    char terr[600];
+    rc = bdb_tenants_open(cfg->data, &s->tenants, terr, sizeof terr);
+    if (rc != BDB_OK) {
+        if (rc == BDB_ERR_CORRUPT)
+            BDB_ERROR("tenant registry: %s. Restore the file from a backup, or move it aside "
+                      "and create the tenants again (their tokens change)",
+                      terr);
+        else
+            BDB_ERROR("tenant registry: %s", terr[0] ? terr : bdb_strerror(rc));
+        bdb_db_close(s->db);
+        free(s);
+        return rc;
+    }
+    for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
+        pthread_mutex_init(&s->devq_mu[i], NULL);
     s->pool = bdb_pool_new(cfg->query_workers);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
@@ -421,6 +524,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     if (!s->mhd) {
         BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
         bdb_pool_free(s->pool);
+        bdb_tenants_close(s->tenants);
         bdb_db_close(s->db);
         free(s);
         return BDB_ERR_IO;
@@ -441,6 +545,11 @@ const char *bdb_server_token(const bdb_server *s)
     return s->token;
 }
 
+int bdb_server_auth_required(const bdb_server *s)
+{
+    return s->auth_required;
+}
+
 int bdb_server_stop(bdb_server *s)
 {
     if (!s)
@@ -449,6 +558,9 @@ int bdb_server_stop(bdb_server *s)
     MHD_stop_daemon(s->mhd);
     bdb_pool_free(s->pool);
     int rc = bdb_db_close(s->db);
+    bdb_tenants_close(s->tenants);
+    for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
+        pthread_mutex_destroy(&s->devq_mu[i]);
     free(s);
     return rc;
 }

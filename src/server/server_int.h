@@ -6,9 +6,11 @@
 #include "query/pool.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "server/tenants.h"
 #include "storage/embedded/db.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -29,13 +31,19 @@ struct bdb_server {
     struct MHD_Daemon *mhd;
     int port;
     int auth_required;
-    char token[65];
+    char token[65]; /* the admin token (<data>/token) */
+    uint8_t admin_hash[BDB_HASH_BYTES];
+    bdb_tenants *tenants; /* registry, <data>/tenants */
+    /* Writes that would add devices to a tenant with a device quota are serialised
+     * per stripe of tenants, so two requests cannot both pass the check. */
+    pthread_mutex_t devq_mu[16];
     int64_t start_ms;
     /* counters for /metrics */
     _Atomic uint64_t http_requests[6];  /* by status class 1xx..5xx, [0] unused */
     _Atomic uint64_t lp_lines_accepted, lp_lines_rejected, lp_samples;
     _Atomic uint64_t json_reports_accepted, json_reports_rejected, json_samples;
     _Atomic uint64_t body_too_large, auth_failures, bytes_received;
+    _Atomic uint64_t forbidden; /* 403: a tenant token naming another tenant */
     _Atomic uint64_t queries, query_samples;
     _Atomic uint64_t write_failures;
     hist write_latency, query_latency, batch_size;
@@ -57,8 +65,35 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
 enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, const void *body, size_t len);
 const char *arg(struct MHD_Connection *c, const char *name);
-/* Tenant of the request after authentication; NULL if a response was queued. */
+/* A 429 (or other) error with a prepared JSON body and an explicit Retry-After. */
+enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                    int64_t retry_after_s, const char *msg, const void *body,
+                                    size_t len);
+
+/* Who made a request (docs/TENANCY.md). */
+enum req_who {
+    WHO_ANON,   /* no token, and none required */
+    WHO_ADMIN,  /* the admin token (<data>/token) */
+    WHO_TENANT, /* a registered tenant's token */
+};
+typedef struct req_ident {
+    enum req_who who;
+    char tenant[BDB_TENANT_NAME_MAX + 1]; /* WHO_TENANT: the token's tenant */
+} req_ident;
+/* Authenticates: 0 with *id filled, or -1 with a 401 queued (wrong token, or none
+ * when one is required). */
+int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r);
+/* Tenant of the request after authentication and the isolation check (a tenant token
+ * naming another tenant gets 403); NULL if a response was queued. The pointer stays
+ * valid until the next call on the same thread (handlers run on their connection's
+ * thread). */
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
+/* Device quota for a request that may create devices (writes, device profiles):
+ * returns 0 when the tenant may add the batch's devices (with *locked set when the
+ * caller must call devq_unlock after writing), or -1 with a 429 queued. */
+int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
+               int *locked, enum MHD_Result *r);
+void devq_unlock(bdb_server *s, const char *tenant);
 uint64_t now_us(void);
 
 /* handlers */
@@ -71,5 +106,7 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r);
+enum MHD_Result h_admin(bdb_server *s, struct MHD_Connection *c, const char *rest,
+                        const char *method, req *r);
 
 #endif

@@ -95,6 +95,11 @@ int bdb_db_device_partitions(bdb_db *db, const char *tenant, const char *device,
                              int64_t to, int (*cb)(void *ctx, int64_t start, int64_t end),
                              void *ctx);
 
+/* Devices the tenant has, and how many distinct devices of batch b (may be NULL) it
+ * does not have yet (db_usage.c; for the device quota). */
+int bdb_db_tenant_usage(bdb_db *db, const char *tenant, const bdb_batch *b, uint64_t *devices,
+                        uint64_t *new_devices);
+
 /* Forces a head flush (tests, shutdown, `POST /internal/flush`). */
 int bdb_db_flush(bdb_db *db);
 /* Runs compaction and retention once (tests). */

@@ -500,14 +500,22 @@ static int compact_window(bdb_db *db, size_t a, size_t b)
         free(in);
         return rc;
     }
-    size_t *pos = calloc(nb, sizeof *pos);
+    bdb_block_iter *its = calloc(nb, sizeof *its);
     int *have = calloc(nb, sizeof *have);
     bdb_series_key *keys = calloc(nb, sizeof *keys);
-    size_t *first = calloc(nb, sizeof *first), *cnt = calloc(nb, sizeof *cnt);
+    bdb_block_cursor *curs = calloc(nb, sizeof *curs);
+    if (!its || !have || !keys || !curs)
+        abort();
     struct merger m;
     memset(&m, 0, sizeof m);
-    for (size_t i = 0; i < nb; i++)
-        have[i] = bdb_block_series_next(in[i].b, &pos[i], &keys[i], &first[i], &cnt[i]);
+    for (size_t i = 0; i < nb; i++) {
+        bdb_block_iter_init(in[i].b, &its[i]);
+        have[i] = bdb_block_iter_next(&its[i], &keys[i], &curs[i]);
+        if (have[i] < 0) {
+            rc = have[i];
+            have[i] = 0;
+        }
+    }
     /* k-way merge over the blocks' sorted series tables */
     while (rc == BDB_OK) {
         ssize_t lo = -1;
@@ -521,11 +529,13 @@ static int compact_window(bdb_db *db, size_t a, size_t b)
             if (!have[i] || bdb_series_key_cmp(&keys[i], &key) != 0)
                 continue;
             uint64_t prio = bdb_block_get_meta(in[i].b)->seq;
-            for (size_t c = first[i]; c < first[i] + cnt[i] && rc == BDB_OK; c++) {
-                bdb_chunk_ref ref;
-                rc = bdb_block_chunk(in[i].b, c, &ref);
-                if (rc != BDB_OK)
+            bdb_chunk_ref ref;
+            int more;
+            while (rc == BDB_OK && (more = bdb_block_cursor_next(&curs[i], &ref)) != 0) {
+                if (more < 0) {
+                    rc = more;
                     break;
+                }
                 bdb_chunk_iter it;
                 rc = bdb_chunk_iter_init(&it, ref.data, ref.len);
                 int64_t t;
@@ -556,16 +566,22 @@ static int compact_window(bdb_db *db, size_t a, size_t b)
         if (rc == BDB_OK)
             rc = merger_emit(&m, w, &key, db->o.chunk_max_samples);
         /* Advance after emitting: key points into a block mapping that stays valid. */
-        for (size_t i = 0; i < nb; i++)
-            if (have[i] && bdb_series_key_cmp(&keys[i], &key) == 0)
-                have[i] = bdb_block_series_next(in[i].b, &pos[i], &keys[i], &first[i], &cnt[i]);
+        for (size_t i = 0; i < nb; i++) {
+            if (!have[i] || bdb_series_key_cmp(&keys[i], &key) != 0)
+                continue;
+            have[i] = bdb_block_iter_next(&its[i], &keys[i], &curs[i]);
+            if (have[i] < 0) {
+                if (rc == BDB_OK)
+                    rc = have[i];
+                have[i] = 0;
+            }
+        }
     }
     merger_free(&m);
-    free(pos);
+    free(its);
     free(have);
     free(keys);
-    free(first);
-    free(cnt);
+    free(curs);
     if (rc != BDB_OK) {
         bdb_block_writer_abort(w);
         free(in);

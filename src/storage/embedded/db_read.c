@@ -186,20 +186,22 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             continue;
         for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
             bdb_series_key key = {tn, strlen(tn), dn, strlen(dn), metrics[m], strlen(metrics[m])};
-            size_t first, n;
-            if (bdb_block_find(db->blocks[bi].b, &key, &first, &n) != BDB_OK)
+            bdb_block_cursor cur;
+            int r = bdb_block_find(db->blocks[bi].b, &key, &cur);
+            if (r == BDB_ERR_NOTFOUND)
                 continue;
-            for (size_t i = first; i < first + n; i++) {
-                bdb_chunk_ref c;
-                if ((rc = bdb_block_chunk(db->blocks[bi].b, i, &c)) != BDB_OK)
-                    break;
+            bdb_chunk_ref c;
+            while (r == BDB_OK && (r = bdb_block_cursor_next(&cur, &c)) == 1) {
+                r = BDB_OK;
                 if (c.max_ts < lo || c.min_ts >= hi)
                     continue;
-                if ((rc = decode_chunk(&c, lo, hi, &g[m])) != BDB_OK)
+                if ((r = decode_chunk(&c, lo, hi, &g[m])) != BDB_OK)
                     break;
                 add_run(&g[m], bm->seq);
                 nchunks++;
             }
+            if (r < 0)
+                rc = r;
         }
     }
     pthread_rwlock_unlock(&db->blocks_lock);
@@ -383,9 +385,10 @@ int bdb_db_partition_sizes(bdb_db *db,
     char tn[512], dn[512];
     pthread_rwlock_rdlock(&db->blocks_lock);
     for (size_t i = 0; i < db->nblocks; i++) {
-        size_t pos = 0;
+        bdb_block_part_iter pit;
         bdb_partition_stat ps;
-        while (bdb_block_partition_next(db->blocks[i].b, &pos, &ps) == 1) {
+        bdb_block_part_iter_init(db->blocks[i].b, &pit);
+        while (bdb_block_partition_next(&pit, &ps) == 1) {
             snprintf(tn, sizeof tn, "%.*s", (int)ps.key.tenant_len, ps.key.tenant);
             snprintf(dn, sizeof dn, "%.*s", (int)ps.key.device_len, ps.key.device);
             if (cb(ctx, tn, dn, ps.bucket_start, ps.rows, ps.bytes))

@@ -707,6 +707,13 @@ static void test_format_time(void **state)
         assert_int_equal(bdb_parse_time_ms(out, &back), BDB_OK);
         assert_int_equal(back, ms);
     }
+    /* the extremes neither overflow nor print garbage (found by the CQL fuzzer) */
+    bdb_format_time_ms(INT64_MIN, out, sizeof out);
+    assert_true(strlen(out) > 0);
+    bdb_format_time_ms(INT64_MAX, out, sizeof out);
+    assert_true(strlen(out) > 0);
+    bdb_format_time_ms(-1, out, sizeof out);
+    assert_string_equal(out, "1969-12-31T23:59:59.999Z");
     /* a short output buffer is truncated, never overrun */
     char small[8];
     memset(small, 'X', sizeof small);

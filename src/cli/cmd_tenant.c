@@ -1,0 +1,269 @@
+/* tenant: manages the tenant registry of a running server through the admin API
+ * (docs/TENANCY.md), with the admin token (--admin-token or $BUCKETDB_ADMIN_TOKEN;
+ * the server keeps it in <data>/token). */
+#include "cli/cli.h"
+
+#include "common/buf.h"
+#include "server/tenants.h"
+
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void help(void)
+{
+    printf("usage: bucketdb tenant create NAME [quota options]\n"
+           "       bucketdb tenant list\n"
+           "       bucketdb tenant show NAME\n"
+           "       bucketdb tenant update NAME [quota options]\n"
+           "       bucketdb tenant delete NAME\n"
+           "       bucketdb tenant rotate-token NAME\n\n"
+           "Manages the tenants of a running server through its admin API.\n"
+           "create and rotate-token print the tenant's token: it is shown only once.\n\n"
+           "  --server URL              server address (default http://127.0.0.1:8086)\n"
+           "  --admin-token TOKEN       the admin token (default $BUCKETDB_ADMIN_TOKEN; the\n"
+           "                            server keeps it in <data>/token)\n\n"
+           "quota options (0 = no limit):\n"
+           "  --writes-per-second N     samples per second (token bucket)\n"
+           "  --burst N                 samples the bucket holds (default 10 x the rate)\n"
+           "  --max-devices N           devices the tenant may have\n"
+           "  --storage-bytes N         stored, not enforced yet\n"
+           "  --retention DURATION      raw-data TTL, e.g. 30d; stored, not enforced yet\n\n"
+           "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
+}
+
+/* Sends one request and writes the response body to stdout (or stderr for an error
+ * status). HTTP/1.0, so the server closes the connection after the answer. */
+static int http_do(const char *server, const char *method, const char *path, const char *token,
+                   const char *body)
+{
+    char host[256] = "127.0.0.1", port[16] = "8086";
+    const char *p = server;
+    if (!strncmp(p, "http://", 7))
+        p += 7;
+    const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
+    size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
+    if (hl && hl < sizeof host) {
+        memcpy(host, p, hl);
+        host[hl] = '\0';
+    }
+    if (colon)
+        snprintf(port, sizeof port, "%.*s", (int)strcspn(colon + 1, "/"), colon + 1);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+    if (getaddrinfo(host, port, &hints, &ai) != 0) {
+        fprintf(stderr, "bucketdb tenant: cannot resolve %s:%s\n", host, port);
+        return BDB_EXIT_FAIL;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        fprintf(stderr, "bucketdb tenant: cannot connect to %s:%s\n", host, port);
+        freeaddrinfo(ai);
+        if (fd >= 0)
+            close(fd);
+        return BDB_EXIT_FAIL;
+    }
+    freeaddrinfo(ai);
+    bdb_buf req;
+    bdb_buf_init(&req);
+    bdb_buf_printf(&req, "%s %s HTTP/1.0\r\nHost: %s:%s\r\nAuthorization: Token %s\r\n", method,
+                   path, host, port, token);
+    if (body)
+        bdb_buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n",
+                       strlen(body));
+    bdb_buf_puts(&req, "\r\n");
+    if (body)
+        bdb_buf_puts(&req, body);
+    size_t off = 0;
+    while (off < req.len) {
+        ssize_t n = write(fd, req.data + off, req.len - off);
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+    bdb_buf_free(&req);
+    bdb_buf resp;
+    bdb_buf_init(&resp);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 && resp.len < (64u << 20))
+        bdb_buf_append(&resp, buf, (size_t)n);
+    close(fd);
+    bdb_buf_putc(&resp, 0);
+    resp.len--;
+    int status = 0;
+    char *text = (char *)resp.data;
+    char *end = text ? strstr(text, "\r\n\r\n") : NULL;
+    if (!end || sscanf(text, "HTTP/%*s %d", &status) != 1) {
+        fprintf(stderr, "bucketdb tenant: no HTTP response\n");
+        bdb_buf_free(&resp);
+        return BDB_EXIT_FAIL;
+    }
+    const char *b = end + 4;
+    FILE *out = status >= 400 ? stderr : stdout;
+    fputs(b, out);
+    if (*b && b[strlen(b) - 1] != '\n')
+        fputc('\n', out);
+    fflush(stdout);
+    bdb_buf_free(&resp);
+    return status >= 400 ? BDB_EXIT_FAIL : BDB_EXIT_OK;
+}
+
+static int all_digits(const char *v)
+{
+    if (!*v)
+        return 0;
+    for (; *v; v++)
+        if (*v < '0' || *v > '9')
+            return 0;
+    return 1;
+}
+
+int cmd_tenant(int argc, char **argv)
+{
+    const char *server = "http://127.0.0.1:8086", *token = NULL;
+    const char *quota_names[4] = {"writes_per_second", "burst", "max_devices", "storage_bytes"};
+    const char *quota_flags[4] = {"--writes-per-second", "--burst", "--max-devices",
+                                  "--storage-bytes"};
+    const char *quota_vals[4] = {NULL, NULL, NULL, NULL};
+    const char *retention = NULL;
+    const char *pos[3] = {NULL, NULL, NULL};
+    size_t npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            help();
+            return BDB_EXIT_OK;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (npos == 2) {
+                fprintf(stderr, "bucketdb tenant: unexpected argument '%s' (see --help)\n", a);
+                return BDB_EXIT_USAGE;
+            }
+            pos[npos++] = a;
+            continue;
+        }
+        const char **dst = NULL;
+        if (!strcmp(a, "--server"))
+            dst = &server;
+        else if (!strcmp(a, "--admin-token"))
+            dst = &token;
+        else if (!strcmp(a, "--retention"))
+            dst = &retention;
+        for (int q = 0; q < 4 && !dst; q++)
+            if (!strcmp(a, quota_flags[q]))
+                dst = &quota_vals[q];
+        if (!dst) {
+            fprintf(stderr, "bucketdb tenant: unknown option '%s' (see --help)\n", a);
+            return BDB_EXIT_USAGE;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bucketdb tenant: %s needs a value\n", a);
+            return BDB_EXIT_USAGE;
+        }
+        *dst = argv[++i];
+    }
+    const char *verb = pos[0], *name = pos[1];
+    if (!verb) {
+        fprintf(stderr, "bucketdb tenant: missing subcommand (create, list, show, update, "
+                        "delete, rotate-token; see --help)\n");
+        return BDB_EXIT_USAGE;
+    }
+    int is_create = !strcmp(verb, "create"), is_update = !strcmp(verb, "update");
+    int is_list = !strcmp(verb, "list");
+    if (!is_create && !is_update && !is_list && strcmp(verb, "show") && strcmp(verb, "delete") &&
+        strcmp(verb, "rotate-token")) {
+        fprintf(stderr, "bucketdb tenant: unknown subcommand '%s' (see --help)\n", verb);
+        return BDB_EXIT_USAGE;
+    }
+    if (is_list ? name != NULL : name == NULL) {
+        fprintf(stderr, "bucketdb tenant %s: %s\n", verb,
+                is_list ? "takes no tenant name" : "needs a tenant name");
+        return BDB_EXIT_USAGE;
+    }
+    if (name && !bdb_tenant_name_valid(name)) {
+        fprintf(stderr,
+                "bucketdb tenant: invalid tenant name '%s': use 1..128 characters of "
+                "A-Z a-z 0-9 _ - .\n",
+                name);
+        return BDB_EXIT_USAGE;
+    }
+    int has_settings = retention != NULL;
+    for (int q = 0; q < 4; q++) {
+        if (!quota_vals[q])
+            continue;
+        has_settings = 1;
+        if (!all_digits(quota_vals[q])) {
+            fprintf(stderr, "bucketdb tenant: %s must be a non-negative integer\n", quota_flags[q]);
+            return BDB_EXIT_USAGE;
+        }
+    }
+    if (has_settings && !is_create && !is_update) {
+        fprintf(stderr, "bucketdb tenant %s: quota options apply to create and update only\n",
+                verb);
+        return BDB_EXIT_USAGE;
+    }
+    if (is_update && !has_settings) {
+        fprintf(stderr, "bucketdb tenant update: nothing to change (give a quota option)\n");
+        return BDB_EXIT_USAGE;
+    }
+    if (!token || !*token)
+        token = getenv("BUCKETDB_ADMIN_TOKEN");
+    if (!token || !*token) {
+        fprintf(stderr, "bucketdb tenant: needs the admin token: --admin-token TOKEN or "
+                        "BUCKETDB_ADMIN_TOKEN (the server keeps it in <data>/token)\n");
+        return BDB_EXIT_USAGE;
+    }
+    if (strpbrk(token, "\r\n")) {
+        fprintf(stderr, "bucketdb tenant: the admin token must be one line\n");
+        return BDB_EXIT_USAGE;
+    }
+    bdb_buf path, body;
+    bdb_buf_init(&path);
+    bdb_buf_init(&body);
+    bdb_buf_puts(&path, "/api/v1/admin/tenants");
+    if (name)
+        bdb_buf_printf(&path, "/%s", name);
+    const char *method = "GET";
+    if (is_create || is_update) {
+        method = is_create ? "POST" : "PATCH";
+        bdb_buf_putc(&body, '{');
+        if (is_create)
+            bdb_buf_printf(&body, "\"name\":\"%s\",", name); /* validated: no escaping */
+        bdb_buf_puts(&body, "\"quotas\":{");
+        int first = 1;
+        for (int q = 0; q < 4; q++) {
+            if (!quota_vals[q])
+                continue;
+            bdb_buf_printf(&body, "%s\"%s\":%s", first ? "" : ",", quota_names[q], quota_vals[q]);
+            first = 0;
+        }
+        bdb_buf_putc(&body, '}');
+        if (retention) {
+            bdb_buf_puts(&body, ",\"retention_ms\":\"");
+            bdb_buf_json_str(&body, retention, strlen(retention));
+            bdb_buf_putc(&body, '"');
+        }
+        bdb_buf_putc(&body, '}');
+        bdb_buf_putc(&body, 0);
+        if (is_create)
+            bdb_buf_reset(&path), bdb_buf_puts(&path, "/api/v1/admin/tenants");
+    } else if (!strcmp(verb, "delete")) {
+        method = "DELETE";
+    } else if (!strcmp(verb, "rotate-token")) {
+        method = "POST";
+        bdb_buf_puts(&path, "/token");
+    }
+    bdb_buf_putc(&path, 0);
+    int rc = http_do(server, method, (const char *)path.data, token,
+                     body.len ? (const char *)body.data : NULL);
+    if (rc == BDB_EXIT_OK && (is_create || !strcmp(verb, "rotate-token")))
+        fprintf(stderr, "bucketdb tenant: the token above is shown only once; store it now\n");
+    if (rc == BDB_EXIT_OK && !strcmp(verb, "delete"))
+        printf("tenant '%s' deleted (its data stays; its token no longer works)\n", name);
+    bdb_buf_free(&path);
+    bdb_buf_free(&body);
+    return rc;
+}

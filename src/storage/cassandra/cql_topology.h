@@ -1,0 +1,56 @@
+/* cql_topology: the nodes of a cluster and their tokens, read through one connection
+ * from system.local (the node itself) and system.peers (the others), and the token
+ * ring built from them for token-aware routing.
+ *
+ * A node's address for clients is its rpc_address; a peer that reports 0.0.0.0 (bound
+ * to every interface) is reached at its peer (listen) address, and the local node at
+ * the address the connection used. */
+#ifndef BDB_CQL_TOPOLOGY_H
+#define BDB_CQL_TOPOLOGY_H
+
+#include "storage/cassandra/cql_conn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cql_node {
+    char addr[64]; /* where clients connect */
+    char dc[64];
+    char rack[64];
+    char host_id[37];
+    char release[32];
+    int is_local;    /* the node the discovery connection talked to */
+    int64_t *tokens; /* sorted */
+    size_t ntokens;
+} cql_node;
+
+typedef struct cql_ring_entry {
+    int64_t token;
+    uint32_t node; /* index into nodes */
+} cql_ring_entry;
+
+typedef struct cql_topology {
+    char cluster[128];
+    char partitioner[128];
+    cql_node *nodes;
+    size_t nnodes;
+    cql_ring_entry *ring; /* every token of every node, sorted by token */
+    size_t nring;
+} cql_topology;
+
+/* Reads system.local and system.peers through c. `host` is the address c connected
+ * to (used for the local node when its rpc_address is a wildcard). On a server error
+ * returns its status and writes the message to err. */
+int cql_topology_discover(cql_conn *c, const char *host, cql_topology **out, char *err,
+                          size_t errlen);
+void cql_topology_free(cql_topology *t);
+/* Builds the sorted ring from the nodes' tokens (discover does it; tests use it). */
+int cql_topology_build_ring(cql_topology *t);
+/* The node owning token: the first ring entry whose token is >= token, wrapping
+ * around to the first entry. -1 on an empty ring. */
+int cql_topology_owner(const cql_topology *t, int64_t token);
+/* The owner and the next distinct nodes clockwise, up to n (SimpleStrategy's replica
+ * placement): writes node indexes to out and returns how many. */
+size_t cql_topology_replicas(const cql_topology *t, int64_t token, size_t n, uint32_t *out);
+
+#endif
