@@ -2,7 +2,7 @@
 # Installs every Debian package bucketdb needs to build, test and benchmark.
 # Idempotent; works as root or through sudo.
 set -euo pipefail
-PKGS=(build-essential pkg-config clang libclang-rt-14-dev
+PKGS=(build-essential pkg-config clang clang-format libclang-rt-14-dev
       libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libcmocka-dev
       libssl-dev
       python3 curl ca-certificates openjdk-17-jre-headless)

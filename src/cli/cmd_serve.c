@@ -137,8 +137,9 @@ int cmd_serve(int argc, char **argv)
     int rc = bdb_server_start(&cfg, &srv);
     if (rc != BDB_OK) {
         if (rc == BDB_ERR_EXISTS)
-            fprintf(stderr, "bucketdb serve: cannot start: data directory %s is in use by "
-                            "another bucketdb process\n",
+            fprintf(stderr,
+                    "bucketdb serve: cannot start: data directory %s is in use by "
+                    "another bucketdb process\n",
                     cfg.data);
         else
             fprintf(stderr, "bucketdb serve: cannot start: %s\n", bdb_strerror(rc));

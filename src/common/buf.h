@@ -26,7 +26,7 @@ void bdb_buf_printf(bdb_buf *b, const char *fmt, ...) __attribute__((format(prin
 void bdb_buf_put_u32le(bdb_buf *b, uint32_t v);
 void bdb_buf_put_u64le(bdb_buf *b, uint64_t v);
 void bdb_buf_put_uvarint(bdb_buf *b, uint64_t v);
-void bdb_buf_put_varint(bdb_buf *b, int64_t v); /* zigzag */
+void bdb_buf_put_varint(bdb_buf *b, int64_t v);            /* zigzag */
 void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n); /* uvarint length + bytes */
 /* Appends s as the inside of a JSON string (escapes ", \ and control bytes). */
 void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n);

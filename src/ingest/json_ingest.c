@@ -55,7 +55,8 @@ static int check_key(const char *what, const char *k, size_t max, char *err, siz
 {
     char name[80];
     size_t n = strlen(k);
-    if (n == 0) return bad(err, errlen, "field \"%s\": name must not be empty", what);
+    if (n == 0)
+        return bad(err, errlen, "field \"%s\": name must not be empty", what);
     if (n > max)
         return bad(err, errlen, "field \"%s%s\": name length %zu exceeds max-key-bytes %zu", what,
                    printable(name, k), n, max);
@@ -90,11 +91,14 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
                     size_t errlen)
 {
     char name[80];
-    if (!json_is_object(r)) return bad(err, errlen, "must be an object");
+    if (!json_is_object(r))
+        return bad(err, errlen, "must be an object");
     json_t *dev = json_object_get(r, "device");
-    if (!json_is_string(dev)) return bad(err, errlen, "field \"device\": required string");
+    if (!json_is_string(dev))
+        return bad(err, errlen, "field \"device\": required string");
     size_t dn = json_string_length(dev);
-    if (dn == 0) return bad(err, errlen, "field \"device\": must not be empty");
+    if (dn == 0)
+        return bad(err, errlen, "field \"device\": must not be empty");
     if (dn > lim->max_key_len)
         return bad(err, errlen, "field \"device\": length %zu exceeds max-key-bytes %zu", dn,
                    lim->max_key_len);
@@ -105,7 +109,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
             if (dp[i] < 0x20 || dp[i] == 0x7f)
                 return bad(err, errlen, "field \"device\": control characters not allowed");
     }
-    if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0) return -1;
+    if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0)
+        return -1;
     if (lim->max_future_ms > 0 && *ts > now_ms + lim->max_future_ms)
         return bad(err, errlen,
                    "field \"time\": %lld ms is more than max-future-ms %lld ahead of the "
@@ -115,7 +120,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     json_t *mets = json_object_get(r, "metrics");
     size_t nmets = 0;
     if (mets && !json_is_null(mets)) {
-        if (!json_is_object(mets)) return bad(err, errlen, "field \"metrics\": must be an object");
+        if (!json_is_object(mets))
+            return bad(err, errlen, "field \"metrics\": must be an object");
         nmets = json_object_size(mets);
         if (nmets > lim->max_metrics)
             return bad(err, errlen, "field \"metrics\": %zu metrics exceed max-fields %zu", nmets,
@@ -124,7 +130,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
         json_t *v;
         json_object_foreach(mets, k, v)
         {
-            if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0) return -1;
+            if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0)
+                return -1;
             /* jansson never yields NaN or infinity from text; the check keeps that
              * guarantee local instead of relying on the decoder. */
             if (!(json_is_boolean(v) || (json_is_number(v) && isfinite(json_number_value(v)))))
@@ -135,7 +142,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
 
     json_t *tags = json_object_get(r, "tags");
     if (tags && !json_is_null(tags)) {
-        if (!json_is_object(tags)) return bad(err, errlen, "field \"tags\": must be an object");
+        if (!json_is_object(tags))
+            return bad(err, errlen, "field \"tags\": must be an object");
         size_t n = json_object_size(tags);
         if (n > lim->max_tags)
             return bad(err, errlen, "field \"tags\": %zu tags exceed max-tags %zu", n,
@@ -144,7 +152,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
         json_t *v;
         json_object_foreach(tags, k, v)
         {
-            if (check_key("tags.", k, lim->max_key_len, err, errlen) < 0) return -1;
+            if (check_key("tags.", k, lim->max_key_len, err, errlen) < 0)
+                return -1;
             if (!json_is_string(v))
                 return bad(err, errlen, "field \"tags.%s\": value must be a string",
                            printable(name, k));
@@ -158,7 +167,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     json_t *state = json_object_get(r, "state");
     int has_state = 0;
     if (state && !json_is_null(state)) {
-        if (!json_is_string(state)) return bad(err, errlen, "field \"state\": must be a string");
+        if (!json_is_string(state))
+            return bad(err, errlen, "field \"state\": must be a string");
         if (json_string_length(state) > lim->max_value_len)
             return bad(err, errlen, "field \"state\": length %zu exceeds max-tag-value-bytes %zu",
                        json_string_length(state), lim->max_value_len);

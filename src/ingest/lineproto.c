@@ -60,13 +60,18 @@ void bdb_lp_limits_default(bdb_lp_limits *l)
 
 int bdb_lp_parse_precision(const char *s)
 {
-    if (!s || !*s || !strcmp(s, "ns") || !strcmp(s, "n")) return BDB_LP_NS;
+    if (!s || !*s || !strcmp(s, "ns") || !strcmp(s, "n"))
+        return BDB_LP_NS;
     if (!strcmp(s, "u") || !strcmp(s, "us") || !strcmp(s, "\xc2\xb5") || !strcmp(s, "\xc2\xb5s"))
         return BDB_LP_US;
-    if (!strcmp(s, "ms")) return BDB_LP_MS;
-    if (!strcmp(s, "s")) return BDB_LP_S;
-    if (!strcmp(s, "m")) return BDB_LP_M;
-    if (!strcmp(s, "h")) return BDB_LP_H;
+    if (!strcmp(s, "ms"))
+        return BDB_LP_MS;
+    if (!strcmp(s, "s"))
+        return BDB_LP_S;
+    if (!strcmp(s, "m"))
+        return BDB_LP_M;
+    if (!strcmp(s, "h"))
+        return BDB_LP_H;
     return -1;
 }
 
@@ -79,19 +84,26 @@ bdb_lp_parser *bdb_lp_parser_new(const bdb_lp_limits *limits)
         /* A zero limit means "default" so that a partly filled config works. */
         bdb_lp_limits d = p->lim;
         p->lim = *limits;
-        if (!p->lim.max_line_len) p->lim.max_line_len = d.max_line_len;
-        if (!p->lim.max_tags) p->lim.max_tags = d.max_tags;
-        if (!p->lim.max_fields) p->lim.max_fields = d.max_fields;
-        if (!p->lim.max_key_len) p->lim.max_key_len = d.max_key_len;
-        if (!p->lim.max_tag_value_len) p->lim.max_tag_value_len = d.max_tag_value_len;
-        if (!p->lim.max_string_len) p->lim.max_string_len = d.max_string_len;
+        if (!p->lim.max_line_len)
+            p->lim.max_line_len = d.max_line_len;
+        if (!p->lim.max_tags)
+            p->lim.max_tags = d.max_tags;
+        if (!p->lim.max_fields)
+            p->lim.max_fields = d.max_fields;
+        if (!p->lim.max_key_len)
+            p->lim.max_key_len = d.max_key_len;
+        if (!p->lim.max_tag_value_len)
+            p->lim.max_tag_value_len = d.max_tag_value_len;
+        if (!p->lim.max_string_len)
+            p->lim.max_string_len = d.max_string_len;
     }
     return p;
 }
 
 void bdb_lp_parser_free(bdb_lp_parser *p)
 {
-    if (!p) return;
+    if (!p)
+        return;
     free(p->tags);
     free(p->tag_hash);
     free(p->fields);
@@ -104,14 +116,17 @@ void bdb_lp_parser_free(bdb_lp_parser *p)
 int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **line, size_t *linelen,
                      size_t *lineno)
 {
-    if (*pos == 0) *lineno = 0;
-    if (*pos >= len) return 0;
+    if (*pos == 0)
+        *lineno = 0;
+    if (*pos >= len)
+        return 0;
     const char *s = body + *pos;
     size_t left = len - *pos;
     const char *nl = memchr(s, '\n', left);
     size_t n = nl ? (size_t)(nl - s) : left;
     *pos += n + (nl != NULL);
-    if (n > 0 && s[n - 1] == '\r') n--;
+    if (n > 0 && s[n - 1] == '\r')
+        n--;
     *line = s;
     *linelen = n;
     (*lineno)++;
@@ -190,7 +205,8 @@ static const char *scan_key(const char *s, const char *end, int meas, int *esc)
             }
             continue;
         }
-        if (c == ',' || c == ' ' || (c == '=' && !meas)) break;
+        if (c == ',' || c == ' ' || (c == '=' && !meas))
+            break;
         s++;
     }
     return s;
@@ -200,10 +216,12 @@ static const char *scan_key(const char *s, const char *end, int meas, int *esc)
  * which bdb_lp_parse_line has sized for the whole line. */
 static bdb_lp_str take_key(bdb_lp_parser *p, const char *s, const char *e, int meas, int esc)
 {
-    if (!esc) return (bdb_lp_str){s, (size_t)(e - s)};
+    if (!esc)
+        return (bdb_lp_str){s, (size_t)(e - s)};
     char *out = p->scratch + p->scratch_len, *o = out;
     while (s < e) {
-        if (*s == '\\' && s + 1 < e && escapable(s[1], meas)) s++;
+        if (*s == '\\' && s + 1 < e && escapable(s[1], meas))
+            s++;
         *o++ = *s++;
     }
     p->scratch_len += (size_t)(o - out);
@@ -226,7 +244,8 @@ static inline int str_eq(bdb_lp_str a, bdb_lp_str b)
 static void grow_tags(bdb_lp_parser *p)
 {
     size_t cap = p->tag_cap ? p->tag_cap * 2 : 16;
-    if (cap > p->lim.max_tags) cap = p->lim.max_tags;
+    if (cap > p->lim.max_tags)
+        cap = p->lim.max_tags;
     p->tags = xrealloc(p->tags, cap * sizeof *p->tags);
     p->tag_hash = xrealloc(p->tag_hash, cap * sizeof *p->tag_hash);
     p->tag_cap = cap;
@@ -235,7 +254,8 @@ static void grow_tags(bdb_lp_parser *p)
 static void grow_fields(bdb_lp_parser *p)
 {
     size_t cap = p->field_cap ? p->field_cap * 2 : 32;
-    if (cap > p->lim.max_fields) cap = p->lim.max_fields;
+    if (cap > p->lim.max_fields)
+        cap = p->lim.max_fields;
     p->fields = xrealloc(p->fields, cap * sizeof *p->fields);
     p->field_hash = xrealloc(p->field_hash, cap * sizeof *p->field_hash);
     p->field_cap = cap;
@@ -271,7 +291,8 @@ static double slow_strtod(bdb_lp_parser *p, const char *s, const char *e)
     memcpy(buf, s, n);
     buf[n] = '\0';
     pthread_once(&c_locale_once, c_locale_init);
-    if (c_locale != (locale_t)0) return strtod_l(buf, NULL, c_locale);
+    if (c_locale != (locale_t)0)
+        return strtod_l(buf, NULL, c_locale);
     return strtod(buf, NULL);
 }
 
@@ -294,7 +315,8 @@ static int parse_float(bdb_lp_parser *p, const char *s, const char *e, double *o
     int sig = 0, dropped = 0, ndigits = 0;
     long exp10 = 0;
     for (; s < e && *s >= '0' && *s <= '9'; s++, ndigits++) {
-        if (m == 0 && *s == '0') continue;
+        if (m == 0 && *s == '0')
+            continue;
         if (sig < 19) {
             m = m * 10 + (uint64_t)(*s - '0');
             sig++;
@@ -316,19 +338,23 @@ static int parse_float(bdb_lp_parser *p, const char *s, const char *e, double *o
             }
         }
     }
-    if (ndigits == 0) return NUM_SYNTAX;
+    if (ndigits == 0)
+        return NUM_SYNTAX;
     if (s < e && (*s == 'e' || *s == 'E')) {
         s++;
         int eneg = 0;
-        if (s < e && (*s == '+' || *s == '-')) eneg = *s++ == '-';
-        if (s == e || *s < '0' || *s > '9') return NUM_SYNTAX;
+        if (s < e && (*s == '+' || *s == '-'))
+            eneg = *s++ == '-';
+        if (s == e || *s < '0' || *s > '9')
+            return NUM_SYNTAX;
         long ev = 0;
         for (; s < e && *s >= '0' && *s <= '9'; s++)
             if (ev < 1000000) /* far beyond any double; stops overflow */
                 ev = ev * 10 + (*s - '0');
         exp10 += eneg ? -ev : ev;
     }
-    if (s != e) return NUM_SYNTAX;
+    if (s != e)
+        return NUM_SYNTAX;
     if (m == 0 && !dropped) {
         *out = neg ? -0.0 : 0.0;
         return 0;
@@ -342,7 +368,8 @@ static int parse_float(bdb_lp_parser *p, const char *s, const char *e, double *o
     }
 #endif
     double d = slow_strtod(p, start, e);
-    if (isinf(d)) return NUM_RANGE;
+    if (isinf(d))
+        return NUM_RANGE;
     *out = d;
     return 0;
 }
@@ -355,13 +382,16 @@ static int parse_integer(const char *s, const char *e, int is_unsigned, double *
         neg = 1;
         s++;
     }
-    if (s == e) return NUM_SYNTAX;
+    if (s == e)
+        return NUM_SYNTAX;
     uint64_t max = is_unsigned ? UINT64_MAX : (neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX);
     uint64_t v = 0;
     for (; s < e; s++) {
-        if (*s < '0' || *s > '9') return NUM_SYNTAX;
+        if (*s < '0' || *s > '9')
+            return NUM_SYNTAX;
         uint64_t d = (uint64_t)(*s - '0');
-        if (v > (max - d) / 10) return NUM_RANGE;
+        if (v > (max - d) / 10)
+            return NUM_RANGE;
         v = v * 10 + d;
     }
     if (neg)
@@ -374,11 +404,14 @@ static int parse_integer(const char *s, const char *e, int is_unsigned, double *
 static int eq_nocase(const char *s, size_t n, const char *lit)
 {
     size_t ln = strlen(lit);
-    if (n != ln) return 0;
+    if (n != ln)
+        return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
-        if (c != lit[i]) return 0;
+        if (c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        if (c != lit[i])
+            return 0;
     }
     return 1;
 }
@@ -451,7 +484,8 @@ static int parse_value(bdb_lp_parser *p, const char **sp, const char *end, bdb_l
             char *o = p->scratch + p->scratch_len;
             f->str = (bdb_lp_str){o, n};
             for (const char *c = s + 1; c < q; c++) {
-                if (*c == '\\' && (c[1] == '"' || c[1] == '\\')) c++;
+                if (*c == '\\' && (c[1] == '"' || c[1] == '\\'))
+                    c++;
                 *o++ = *c;
             }
             p->scratch_len += n;
@@ -522,7 +556,8 @@ static int convert_time(int64_t t, enum bdb_lp_precision prec, int64_t *ms)
     default:
         return -1;
     }
-    if (t > INT64_MAX / mul || t < INT64_MIN / mul) return -1;
+    if (t > INT64_MAX / mul || t < INT64_MIN / mul)
+        return -1;
     *ms = t * mul;
     return 0;
 }
@@ -532,7 +567,8 @@ static int parse_time(const char *s, const char *end, enum bdb_lp_precision prec
 {
     out->has_time = 0;
     out->time_ms = 0;
-    if (s == end) return 0;
+    if (s == end)
+        return 0;
     const char *t = s;
     int neg = 0;
     if (*t == '-') {
@@ -542,7 +578,8 @@ static int parse_time(const char *s, const char *end, enum bdb_lp_precision prec
     uint64_t max = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v = 0;
     const char *digits = t;
     for (; t < end && !is_ws(*t); t++) {
-        if (*t < '0' || *t > '9') return fail(err, errlen, BDB_ERR_INVALID, "bad timestamp");
+        if (*t < '0' || *t > '9')
+            return fail(err, errlen, BDB_ERR_INVALID, "bad timestamp");
         uint64_t d = (uint64_t)(*t - '0');
         if (v > (max - d) / 10)
             return fail(err, errlen, BDB_ERR_INVALID, "bad timestamp: out of range");
@@ -570,7 +607,8 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
         s++;
         int esc = 0;
         const char *e = scan_key(s, end, 0, &esc);
-        if (e == s) return fail(err, errlen, BDB_ERR_INVALID, "missing tag key");
+        if (e == s)
+            return fail(err, errlen, BDB_ERR_INVALID, "missing tag key");
         bdb_lp_str key = take_key(p, s, e, 0, esc);
         if (e == end || *e != '=')
             return fail(err, errlen, BDB_ERR_INVALID, "missing tag value (tag \"%s\")",
@@ -585,7 +623,8 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
         if (e == s)
             return fail(err, errlen, BDB_ERR_INVALID, "missing tag value (tag \"%s\")",
                         printable(name, key));
-        if (e == end) return fail(err, errlen, BDB_ERR_INVALID, "missing fields");
+        if (e == end)
+            return fail(err, errlen, BDB_ERR_INVALID, "missing fields");
         if (*e == '=')
             return fail(err, errlen, BDB_ERR_INVALID, "invalid tag format (tag \"%s\")",
                         printable(name, key));
@@ -602,7 +641,8 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
             if (p->tag_hash[i] == h && str_eq(p->tags[i].key, key))
                 return fail(err, errlen, BDB_ERR_INVALID, "duplicate tags (tag \"%s\")",
                             printable(name, key));
-        if (*ntags == p->tag_cap) grow_tags(p);
+        if (*ntags == p->tag_cap)
+            grow_tags(p);
         p->tags[*ntags] = (bdb_lp_tag){key, val};
         p->tag_hash[(*ntags)++] = h;
         s = e;
@@ -621,7 +661,8 @@ static int parse_fields(bdb_lp_parser *p, const char **sp, const char *end, size
     for (;;) {
         int esc = 0;
         const char *e = scan_key(s, end, 0, &esc);
-        if (e == s) return fail(err, errlen, BDB_ERR_INVALID, "missing field key");
+        if (e == s)
+            return fail(err, errlen, BDB_ERR_INVALID, "missing field key");
         bdb_lp_field f;
         f.key = take_key(p, s, e, 0, esc);
         if (e == end || *e != '=')
@@ -637,18 +678,21 @@ static int parse_fields(bdb_lp_parser *p, const char **sp, const char *end, size
                         lim->max_fields);
         s = e + 1;
         int rc = parse_value(p, &s, end, &f, err, errlen);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
         /* Influx accepts a repeated field key; the last value wins. */
         uint32_t h = key_hash(f.key);
         size_t i = 0;
         while (i < n && !(p->field_hash[i] == h && str_eq(p->fields[i].key, f.key)))
             i++;
         if (i == n) {
-            if (n == p->field_cap) grow_fields(p);
+            if (n == p->field_cap)
+                grow_fields(p);
             p->field_hash[n++] = h;
         }
         p->fields[i] = f;
-        if (s == end || *s != ',') break;
+        if (s == end || *s != ',')
+            break;
         s++;
     }
     *sp = s;
@@ -660,13 +704,15 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
                       bdb_lp_point *out, char *err, size_t errlen)
 {
     const bdb_lp_limits *lim = &p->lim;
-    if (err && errlen) err[0] = '\0';
+    if (err && errlen)
+        err[0] = '\0';
     if (len > lim->max_line_len)
         return fail(err, errlen, BDB_ERR_LIMIT, "line length %zu exceeds max-line-bytes %zu", len,
                     lim->max_line_len);
     const char *end = line + len;
     const char *s = skip_ws(line, end);
-    if (s == end || *s == '#') return 0;
+    if (s == end || *s == '#')
+        return 0;
     /* Unescaped text is never longer than the line, so sizing scratch once here means
      * it never moves under pointers already handed out for this line. */
     p->scratch_len = 0;
@@ -677,7 +723,8 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
 
     int esc = 0;
     const char *e = scan_key(s, end, 1, &esc);
-    if (e == s) return fail(err, errlen, BDB_ERR_INVALID, "missing measurement");
+    if (e == s)
+        return fail(err, errlen, BDB_ERR_INVALID, "missing measurement");
     out->measurement = take_key(p, s, e, 1, esc);
     if (out->measurement.n > lim->max_key_len)
         return fail(err, errlen, BDB_ERR_LIMIT, "measurement length %zu exceeds max-key-bytes %zu",
@@ -685,13 +732,17 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     s = e;
     size_t ntags = 0, nfields = 0;
     int rc = parse_tags(p, &s, end, &ntags, err, errlen);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     s = skip_ws(s, end);
-    if (s == end) return fail(err, errlen, BDB_ERR_INVALID, "missing fields");
+    if (s == end)
+        return fail(err, errlen, BDB_ERR_INVALID, "missing fields");
     rc = parse_fields(p, &s, end, &nfields, err, errlen);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     rc = parse_time(skip_ws(s, end), end, prec, out, err, errlen);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     out->tags = p->tags;
     out->ntags = ntags;
     out->fields = p->fields;

@@ -18,16 +18,17 @@
 
 enum bdb_lp_precision { BDB_LP_NS, BDB_LP_US, BDB_LP_MS, BDB_LP_S, BDB_LP_M, BDB_LP_H };
 
-/* Parses "ns", "n", "u", "us", "µ", "ms", "s", "m", "h" (empty/NULL = ns). Returns -1 if unknown. */
+/* Parses "ns", "n", "u", "us", "µ", "ms", "s", "m", "h" (empty/NULL = ns). Returns -1 if unknown.
+ */
 int bdb_lp_parse_precision(const char *s);
 
 typedef struct bdb_lp_limits {
-    size_t max_line_len;        /* bytes in one line, default 65536 */
-    size_t max_tags;            /* per point, default 64 */
-    size_t max_fields;          /* per point, default 256 */
-    size_t max_key_len;         /* measurement, tag key, field key, default 256 */
-    size_t max_tag_value_len;   /* default 1024 */
-    size_t max_string_len;      /* string field value, default 65536 */
+    size_t max_line_len;      /* bytes in one line, default 65536 */
+    size_t max_tags;          /* per point, default 64 */
+    size_t max_fields;        /* per point, default 256 */
+    size_t max_key_len;       /* measurement, tag key, field key, default 256 */
+    size_t max_tag_value_len; /* default 1024 */
+    size_t max_string_len;    /* string field value, default 65536 */
 } bdb_lp_limits;
 
 void bdb_lp_limits_default(bdb_lp_limits *l);
@@ -46,8 +47,8 @@ typedef struct bdb_lp_tag {
 typedef struct bdb_lp_field {
     bdb_lp_str key;
     enum bdb_lp_ftype type;
-    double num;      /* value as a double for FLOAT, INT, UINT, BOOL (1/0) */
-    bdb_lp_str str;  /* STRING value (unescaped) */
+    double num;     /* value as a double for FLOAT, INT, UINT, BOOL (1/0) */
+    bdb_lp_str str; /* STRING value (unescaped) */
 } bdb_lp_field;
 
 typedef struct bdb_lp_point {
@@ -69,8 +70,8 @@ void bdb_lp_parser_free(bdb_lp_parser *p);
  * (without '\n' or a trailing '\r') and its 1-based number in *lineno, 0 at the end.
  * Blank lines and comment lines are returned too (the parser skips them) so that
  * line numbers in errors match the client's view. */
-int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **line,
-                     size_t *linelen, size_t *lineno);
+int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **line, size_t *linelen,
+                     size_t *lineno);
 
 /* Parses one line. Returns:
  *   1  a point was parsed into *out
@@ -80,7 +81,7 @@ int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **lin
  *                    "NaN or infinity is not a valid field value", naming the field
  *   BDB_ERR_LIMIT    a limit was exceeded; err names the limit and its value,
  *                    e.g. "line length 70000 exceeds max-line-bytes 65536" */
-int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len,
-                      enum bdb_lp_precision prec, bdb_lp_point *out, char *err, size_t errlen);
+int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_lp_precision prec,
+                      bdb_lp_point *out, char *err, size_t errlen);
 
 #endif

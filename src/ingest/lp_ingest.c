@@ -24,8 +24,8 @@ static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t l
     res->first_bad_line = lineno;
     res->first_is_limit = is_limit;
     int shown = len > 200 ? 200 : (int)len;
-    snprintf(res->first_error, sizeof res->first_error, "unable to parse '%.*s%s': %s", shown,
-             line, len > 200 ? "..." : "", reason);
+    snprintf(res->first_error, sizeof res->first_error, "unable to parse '%.*s%s': %s", shown, line,
+             len > 200 ? "..." : "", reason);
 }
 
 int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_precision prec,

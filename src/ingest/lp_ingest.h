@@ -22,9 +22,9 @@
 
 typedef struct bdb_lp_map {
     const char *device_tag;
-    int field_only;        /* 1 = metric is the field name alone */
-    int64_t max_future_ms; /* reject times beyond now + this; 0 = no check */
-    size_t max_name_bytes; /* device and metric names */
+    int field_only;         /* 1 = metric is the field name alone */
+    int64_t max_future_ms;  /* reject times beyond now + this; 0 = no check */
+    size_t max_name_bytes;  /* device and metric names */
     size_t max_state_bytes; /* the state string; 0 = no extra limit */
 } bdb_lp_map;
 

@@ -147,8 +147,7 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
-int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size,
-                      int64_t *from_ms)
+int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size, int64_t *from_ms)
 {
     bdb_bucket_entry *last = &h->e[h->n - 1];
     /* A pending change that has not taken effect yet (no event at or after its start)

@@ -49,8 +49,7 @@ int64_t bdb_bucket_size_at(const bdb_bucket_history *h, int64_t ts);
 void bdb_bucket_range(const bdb_bucket_history *h, int64_t ts, int64_t *start, int64_t *end);
 /* Requests a change to new_size given the device's newest event time. Returns 1 and
  * fills *from_ms with the effective time if the history changed, 0 if nothing to do. */
-int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size,
-                      int64_t *from_ms);
+int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size, int64_t *from_ms);
 /* Appends an entry as recorded (replay / catalog load); entries must be in order. */
 void bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms);
 /* Calls cb for every partition intersecting [from, to) in time order; stops early if

@@ -50,8 +50,8 @@ static void read_part(void *arg, size_t i)
         pt->rc = BDB_ERR_NOMEM;
         return;
     }
-    pt->rc = bdb_db_read(p->db, p->q->tenant, p->q->device, p->metrics, p->nmetrics, pt->lo,
-                         pt->hi, pt->out, &pt->chunks);
+    pt->rc = bdb_db_read(p->db, p->q->tenant, p->q->device, p->metrics, p->nmetrics, pt->lo, pt->hi,
+                         pt->out, &pt->chunks);
 }
 
 /* Emits one partition's samples in order; returns 1 when the caller should stop. */

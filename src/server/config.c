@@ -18,8 +18,14 @@ static const struct key {
     size_t off, len;
     const char *help;
 } keys[] = {
-#define S(f, h) {#f, K_STR, offsetof(bdb_config, f), sizeof(((bdb_config *)0)->f), h}
-#define N(f, k, h) {#f, k, offsetof(bdb_config, f), 0, h}
+#define S(f, h)                                                                                    \
+    {                                                                                              \
+#f, K_STR, offsetof(bdb_config, f), sizeof(((bdb_config *)0)->f), h                        \
+    }
+#define N(f, k, h)                                                                                 \
+    {                                                                                              \
+#f, k, offsetof(bdb_config, f), 0, h                                                       \
+    }
     S(listen, "address to listen on, host:port (default 127.0.0.1:8086)"),
     S(data, "data directory (default ./data)"),
     S(log_level, "debug | info | warn | error (default info)"),
@@ -274,7 +280,8 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
     }
     if (c->block_window_ms <= 0 || BDB_MS_DAY % c->block_window_ms != 0 ||
         c->block_window_ms % BDB_MS_MIN != 0) {
-        snprintf(err, errlen, "block_window_ms: must be whole minutes dividing a day (e.g. 1h, 2h)");
+        snprintf(err, errlen,
+                 "block_window_ms: must be whole minutes dividing a day (e.g. 1h, 2h)");
         return -1;
     }
     if (!strchr(c->listen, ':')) {
@@ -294,8 +301,9 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         return -1;
     }
     if (c->max_body_bytes < 1024 || c->max_line_bytes < 64 || c->max_fields < 1) {
-        snprintf(err, errlen, "limits: max_body_bytes >= 1024, max_line_bytes >= 64, "
-                              "max_fields >= 1");
+        snprintf(err, errlen,
+                 "limits: max_body_bytes >= 1024, max_line_bytes >= 64, "
+                 "max_fields >= 1");
         return -1;
     }
     if (!c->device_tag[0] || !c->default_tenant[0]) {
@@ -318,8 +326,7 @@ void bdb_config_print(const bdb_config *c, void *file)
             fprintf(f, "%s = %d\n", keys[k].name, *(const int *)field);
             break;
         case K_U64:
-            fprintf(f, "%s = %llu\n", keys[k].name,
-                    (unsigned long long)*(const uint64_t *)field);
+            fprintf(f, "%s = %llu\n", keys[k].name, (unsigned long long)*(const uint64_t *)field);
             break;
         case K_SIZE:
             fprintf(f, "%s = %zu\n", keys[k].name, *(const size_t *)field);

@@ -14,7 +14,7 @@ typedef struct bdb_config {
     char listen[256]; /* host:port */
     char data[1024];
     char log_level[16];
-    char sync[16];        /* batch | periodic */
+    char sync[16];            /* batch | periodic */
     int64_t sync_interval_ms; /* periodic */
     uint64_t wal_segment_bytes;
     int64_t block_window_ms;
@@ -36,7 +36,7 @@ typedef struct bdb_config {
     char device_tag[64];
     char metric_naming[32]; /* measurement.field | field */
     char default_tenant[128];
-    char auth[16]; /* auto | on | off */
+    char auth[16];             /* auto | on | off */
     int allow_insecure_listen; /* 1: a non-loopback listen with auth=off may start */
 } bdb_config;
 

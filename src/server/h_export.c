@@ -139,8 +139,8 @@ static int produce(struct exp *e)
         int64_t lo = e->t, hi = pe < e->t_end ? pe : e->t_end;
         e->t = hi;
         const char *dev = e->devices[e->di - 1];
-        int rc = bdb_db_read(e->s->db, e->tenant, dev, e->metrics, e->nmetrics, lo, hi,
-                             e->samples, NULL);
+        int rc = bdb_db_read(e->s->db, e->tenant, dev, e->metrics, e->nmetrics, lo, hi, e->samples,
+                             NULL);
         if (rc != BDB_OK) {
             /* The status line is gone already; end the stream early and say why in
              * the log. A client sees a short export, never a wrong value. */
@@ -244,8 +244,8 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c)
     const char *m = arg(c, "metric");
     if (m && *m)
         add_list(&e->filter, &e->nfilter, m);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, reader,
-                                                                  e, free_exp);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, reader, e, free_exp);
     if (!resp) {
         free_exp(e);
         return MHD_NO;

@@ -311,8 +311,8 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         const char *bk = arg(c, "bucket");
         int64_t size = 0;
         if (bk && strcmp(bk, "auto") && !(size = bdb_bucket_parse(bk)))
-            return respond_json_error(s, c, 400,
-                                      "'bucket' must be auto, 10m, 15m, 1h, 6h or 1d", 0);
+            return respond_json_error(s, c, 400, "'bucket' must be auto, 10m, 15m, 1h, 6h or 1d",
+                                      0);
         /* A profile may create the device: the tenant's device quota applies. */
         bdb_batch *one = bdb_batch_new();
         bdb_batch_begin(one, dev, strlen(dev), 0, 0);
@@ -328,8 +328,8 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         if (locked)
             devq_unlock(s, tenant);
         if (rc != BDB_OK)
-            return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500,
-                                      bdb_strerror(rc), 0);
+            return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500, bdb_strerror(rc),
+                                      0);
     } else if (sub && strcmp(sub, "partitions")) {
         return respond_json_error(s, c, 404, "unknown device resource", 0);
     }

@@ -80,8 +80,7 @@ struct psizes {
     double sum;
 };
 
-static int ps_cb(void *ctx, const char *t, const char *d, int64_t bs, uint64_t rows,
-                 uint64_t bytes)
+static int ps_cb(void *ctx, const char *t, const char *d, int64_t bs, uint64_t rows, uint64_t bytes)
 {
     (void)t;
     (void)d;
@@ -189,8 +188,7 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     }
     metric_u(&b, "bucketdb_queries_total", "counter", "Range queries answered.",
              atomic_load(&s->queries));
-    histogram(&b, "bucketdb_query_duration_seconds", "Range query latency.", &s->query_latency,
-              1);
+    histogram(&b, "bucketdb_query_duration_seconds", "Range query latency.", &s->query_latency, 1);
     metric_u(&b, "bucketdb_devices", "gauge", "Devices known.", st.devices);
     metric_u(&b, "bucketdb_series", "gauge", "Series (device x metric) known.", st.series);
     metric_u(&b, "bucketdb_tenants", "gauge", "Tenants known.", st.tenants);
@@ -221,12 +219,11 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     family(&b, "bucketdb_wal_fsync_seconds_total", "counter", "Time spent in WAL fsync.");
     bdb_buf_printf(&b, "bucketdb_wal_fsync_seconds_total %.6f\n",
                    (double)st.wal.fsync_ns_total / 1e9);
-    metric_u(&b, "bucketdb_wal_bytes_total", "counter", "Bytes appended to the WAL.",
-             st.wal.bytes);
-    metric_u(&b, "bucketdb_wal_segments", "gauge", "WAL segment files.",
-             st.wal.segments_on_disk);
+    metric_u(&b, "bucketdb_wal_bytes_total", "counter", "Bytes appended to the WAL.", st.wal.bytes);
+    metric_u(&b, "bucketdb_wal_segments", "gauge", "WAL segment files.", st.wal.segments_on_disk);
     metric_u(&b, "bucketdb_storage_readonly", "gauge",
-             "1 when storage refuses writes after a failed fsync.", (unsigned long long)st.readonly);
+             "1 when storage refuses writes after a failed fsync.",
+             (unsigned long long)st.readonly);
 
     struct psizes ps;
     memset(&ps, 0, sizeof ps);
@@ -236,15 +233,14 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     uint64_t cum = 0;
     for (int i = 0; i < PS_NB; i++) {
         cum += ps.b[i];
-        bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"%.0f\"} %llu\n",
-                       ps_bounds[i], (unsigned long long)cum);
+        bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"%.0f\"} %llu\n", ps_bounds[i],
+                       (unsigned long long)cum);
     }
     cum += ps.b[PS_NB];
     bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"+Inf\"} %llu\n",
                    (unsigned long long)cum);
     bdb_buf_printf(&b, "bucketdb_partition_size_bytes_sum %.0f\n", ps.sum);
-    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_count %llu\n",
-                   (unsigned long long)ps.count);
+    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_count %llu\n", (unsigned long long)ps.count);
     metric_u(&b, "bucketdb_large_partitions", "gauge", "Partitions over 100 MB (seed 002 limit).",
              ps.large);
 
@@ -269,8 +265,8 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     family(&b, "process_start_time_seconds", "gauge", "Start time, Unix seconds.");
     bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
 
-    enum MHD_Result r = respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data,
-                                b.len);
+    enum MHD_Result r =
+        respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     bdb_buf_free(&b);
     return r;
 }

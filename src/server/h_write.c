@@ -47,8 +47,8 @@ static int gunzip(const bdb_buf *in, size_t max, bdb_buf *out)
 }
 
 /* Returns the body to parse (decompressed if needed) or NULL with a response queued. */
-static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req *r,
-                                   bdb_buf *tmp, enum MHD_Result *res)
+static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req *r, bdb_buf *tmp,
+                                   enum MHD_Result *res)
 {
     const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
     if (!enc || !strcasecmp(enc, "identity"))
@@ -105,8 +105,8 @@ static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, in
 
 static pthread_mutex_t *devq_lock_of(bdb_server *s, const char *tenant)
 {
-    return &s->devq_mu[bdb_hash(tenant, strlen(tenant)) % (sizeof s->devq_mu /
-                                                           sizeof s->devq_mu[0])];
+    return &s->devq_mu[bdb_hash(tenant, strlen(tenant)) %
+                       (sizeof s->devq_mu / sizeof s->devq_mu[0])];
 }
 
 void devq_unlock(bdb_server *s, const char *tenant)
@@ -151,8 +151,8 @@ int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, cons
 }
 
 /* Write-rate admission of a whole request; 0, or -1 with a 429 (or 413) queued. */
-static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
-                      uint64_t cost, enum MHD_Result *r)
+static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, uint64_t cost,
+                      enum MHD_Result *r)
 {
     int64_t retry = 0;
     uint64_t value = 0;
@@ -167,8 +167,7 @@ static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenan
                  "quota exceeded: tenant '%s' may write %llu samples per second; this request "
                  "of %llu samples can be accepted in %lld s; nothing of it was written",
                  tenant, (unsigned long long)value, (unsigned long long)cost, (long long)retry);
-        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_RATE), value,
-                             retry);
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_RATE), value, retry);
         *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
     } else {
         snprintf(msg, sizeof msg,
@@ -197,8 +196,7 @@ struct outcome {
  * the Influx phrases ("partial write:" when some of the body was stored) and the
  * counts, so a client knows exactly what happened to its request. */
 static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c, req *r,
-                                         const char *tenant, bdb_batch *b,
-                                         const struct outcome *o)
+                                         const char *tenant, bdb_batch *b, const struct outcome *o)
 {
     if (o->accepted) {
         /* Quotas decide for the whole request before anything is written. */
@@ -278,12 +276,18 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
     bdb_lp_map map = {s->cfg.device_tag, !strcmp(s->cfg.metric_naming, "field"),
                       s->cfg.max_future_ms, s->cfg.max_key_bytes, s->cfg.max_tag_value_bytes};
     bdb_lp_result lr;
-    bdb_lp_ingest(p, (const char *)body->data, body->len, (enum bdb_lp_precision)prec,
-                  bdb_now_ms(), &map, b, &lr);
+    bdb_lp_ingest(p, (const char *)body->data, body->len, (enum bdb_lp_precision)prec, bdb_now_ms(),
+                  &map, b, &lr);
     bdb_lp_parser_free(p);
     bdb_buf_free(&tmp);
-    struct outcome o = {lr.accepted, lr.rejected, lr.first_error, "line", (long)lr.first_bad_line,
-                        &s->lp_samples, &s->lp_lines_accepted, &s->lp_lines_rejected};
+    struct outcome o = {lr.accepted,
+                        lr.rejected,
+                        lr.first_error,
+                        "line",
+                        (long)lr.first_bad_line,
+                        &s->lp_samples,
+                        &s->lp_lines_accepted,
+                        &s->lp_lines_rejected};
     res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
     return res;
@@ -319,8 +323,14 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
         snprintf(msg, sizeof msg, "unable to parse JSON body: %s", jr.first_error);
         return respond_json_error(s, c, prc == BDB_ERR_LIMIT ? 413 : 400, msg, 0);
     }
-    struct outcome o = {jr.accepted, jr.rejected, jr.first_error, "index", jr.first_bad_index,
-                        &s->json_samples, &s->json_reports_accepted, &s->json_reports_rejected};
+    struct outcome o = {jr.accepted,
+                        jr.rejected,
+                        jr.first_error,
+                        "index",
+                        jr.first_bad_index,
+                        &s->json_samples,
+                        &s->json_reports_accepted,
+                        &s->json_reports_rejected};
     res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
     return res;

@@ -37,8 +37,8 @@ uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status,
-                        const char *ctype, const void *body, size_t len)
+enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
+                        const void *body, size_t len)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -213,8 +213,8 @@ const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result 
         /* A registered tenant is protected by its token even where auth is optional. */
         atomic_fetch_add(&s->auth_failures, 1);
         char msg[300];
-        snprintf(msg, sizeof msg,
-                 "authorization failed: tenant '%s' is registered; send its token", t);
+        snprintf(msg, sizeof msg, "authorization failed: tenant '%s' is registered; send its token",
+                 t);
         *r = respond_json_error(s, c, 401, msg, 1);
         return NULL;
     }
@@ -239,8 +239,7 @@ static enum MHD_Result h_flush(bdb_server *s, struct MHD_Connection *c)
         return r;
     if (id.who == WHO_TENANT) { /* it acts on every tenant: an operator's operation */
         atomic_fetch_add(&s->forbidden, 1);
-        return respond_json_error(s, c, 403, "forbidden: /internal/flush needs the admin token",
-                                  0);
+        return respond_json_error(s, c, 403, "forbidden: /internal/flush needs the admin token", 0);
     }
     int rc = bdb_db_flush(s->db);
     if (rc == BDB_OK)
@@ -305,8 +304,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     (void)version;
     bdb_server *s = cls;
@@ -411,7 +410,8 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen
         memmove(host, host + 1, hl - 2);
         host[hl - 2] = '\0';
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai;
     if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0)
@@ -516,11 +516,11 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_threads_max,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    s->mhd =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)cfg->http_threads_max, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->mhd) {
         BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
         bdb_pool_free(s->pool);

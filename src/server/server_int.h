@@ -39,7 +39,7 @@ struct bdb_server {
     pthread_mutex_t devq_mu[16];
     int64_t start_ms;
     /* counters for /metrics */
-    _Atomic uint64_t http_requests[6];  /* by status class 1xx..5xx, [0] unused */
+    _Atomic uint64_t http_requests[6]; /* by status class 1xx..5xx, [0] unused */
     _Atomic uint64_t lp_lines_accepted, lp_lines_rejected, lp_samples;
     _Atomic uint64_t json_reports_accepted, json_reports_rejected, json_samples;
     _Atomic uint64_t body_too_large, auth_failures, bytes_received;
@@ -57,8 +57,8 @@ typedef struct req {
 } req;
 
 /* Response helpers: queue a response and return the MHD result. */
-enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status,
-                        const char *ctype, const void *body, size_t len);
+enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
+                        const void *body, size_t len);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
 /* An error with a prepared JSON body; msg (if not NULL) also goes to X-Influxdb-Error. */

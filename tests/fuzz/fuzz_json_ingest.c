@@ -27,10 +27,12 @@ static void run(const char *body, size_t size, const bdb_json_limits *l, bdb_bat
     CHECK(rc == BDB_OK || rc == BDB_ERR_INVALID || rc == BDB_ERR_LIMIT);
     CHECK(memchr(res.first_error, '\0', sizeof res.first_error) != NULL);
     CHECK(n == res.accepted);
-    if (rc == BDB_OK) CHECK(res.rejected == 0 && !res.fatal && res.first_bad_index == -1);
+    if (rc == BDB_OK)
+        CHECK(res.rejected == 0 && !res.fatal && res.first_bad_index == -1);
     if (res.fatal || rc == BDB_ERR_LIMIT)
         CHECK(res.accepted == 0 && res.rejected == 0 && res.first_error[0]);
-    if (rc == BDB_ERR_INVALID && !res.fatal) CHECK(res.rejected > 0);
+    if (rc == BDB_ERR_INVALID && !res.fatal)
+        CHECK(res.rejected > 0);
     if (res.rejected)
         CHECK(res.first_bad_index >= 0 && res.first_error[0] &&
               (size_t)res.first_bad_index < res.accepted + res.rejected);

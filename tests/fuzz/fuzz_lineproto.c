@@ -33,7 +33,8 @@ static bdb_lp_limits small_limits = {
 static void put_escaped(bdb_buf *b, bdb_lp_str s, const char *special)
 {
     for (size_t i = 0; i < s.n; i++) {
-        if (strchr(special, s.p[i]) && s.p[i] != '\0') bdb_buf_putc(b, '\\');
+        if (strchr(special, s.p[i]) && s.p[i] != '\0')
+            bdb_buf_putc(b, '\\');
         bdb_buf_putc(b, (uint8_t)s.p[i]);
     }
 }
@@ -53,7 +54,8 @@ static int serialize(const bdb_lp_point *pt, bdb_buf *b)
     bdb_buf_putc(b, ' ');
     for (size_t i = 0; i < pt->nfields; i++) {
         const bdb_lp_field *f = &pt->fields[i];
-        if (i) bdb_buf_putc(b, ',');
+        if (i)
+            bdb_buf_putc(b, ',');
         put_escaped(b, f->key, ",= ");
         bdb_buf_putc(b, '=');
         switch (f->type) {
@@ -61,11 +63,13 @@ static int serialize(const bdb_lp_point *pt, bdb_buf *b)
             bdb_buf_printf(b, "%.17g", f->num);
             break;
         case BDB_LP_INT:
-            if (f->num >= 9223372036854775808.0) return 0;
+            if (f->num >= 9223372036854775808.0)
+                return 0;
             bdb_buf_printf(b, "%.0fi", f->num);
             break;
         case BDB_LP_UINT:
-            if (f->num >= 18446744073709551616.0) return 0;
+            if (f->num >= 18446744073709551616.0)
+                return 0;
             bdb_buf_printf(b, "%.0fu", f->num);
             break;
         case BDB_LP_BOOL:
@@ -78,7 +82,8 @@ static int serialize(const bdb_lp_point *pt, bdb_buf *b)
             break;
         }
     }
-    if (pt->has_time) bdb_buf_printf(b, " %lld", (long long)pt->time_ms);
+    if (pt->has_time)
+        bdb_buf_printf(b, " %lld", (long long)pt->time_ms);
     return 1;
 }
 
@@ -104,8 +109,10 @@ static void check_point(const bdb_lp_point *pt, const bdb_lp_limits *l)
         CHECK(f->key.n > 0 && f->key.n <= l->max_key_len);
         CHECK(f->type <= BDB_LP_STRING);
         CHECK(isfinite(f->num));
-        if (f->type == BDB_LP_STRING) CHECK(f->str.n <= l->max_string_len);
-        if (f->type == BDB_LP_BOOL) CHECK(f->num == 0 || f->num == 1);
+        if (f->type == BDB_LP_STRING)
+            CHECK(f->str.n <= l->max_string_len);
+        if (f->type == BDB_LP_BOOL)
+            CHECK(f->num == 0 || f->num == 1);
         for (size_t j = 0; j < i; j++)
             CHECK(!same(f->key, pt->fields[j].key));
     }
@@ -113,7 +120,8 @@ static void check_point(const bdb_lp_point *pt, const bdb_lp_limits *l)
 
 static void check_round_trip(const bdb_lp_point *pt, bdb_lp_parser *rp, bdb_buf *b)
 {
-    if (!serialize(pt, b)) return;
+    if (!serialize(pt, b))
+        return;
     bdb_lp_point q;
     char err[256];
     int rc = bdb_lp_parse_line(rp, (const char *)b->data, b->len, BDB_LP_MS, &q, err, sizeof err);
@@ -182,7 +190,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             } else {
                 CHECK(rc == BDB_ERR_INVALID || rc == BDB_ERR_LIMIT);
                 CHECK(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0');
-                if (n > l->max_line_len) CHECK(rc == BDB_ERR_LIMIT);
+                if (n > l->max_line_len)
+                    CHECK(rc == BDB_ERR_LIMIT);
             }
         }
         CHECK(pos == size);

@@ -219,9 +219,8 @@ static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_repor
             int64_t size = bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
             if (!d->pinned && bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
                 atomic_fetch_add(&db->bucket_changes, 1);
-                BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name,
-                         d->name, bdb_freq_name((enum bdb_freq_class)d->learner.cls),
-                         bdb_bucket_name(size));
+                BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name,
+                         bdb_freq_name((enum bdb_freq_class)d->learner.cls), bdb_bucket_name(size));
                 encode_history(d, hist_out);
             }
         }
@@ -300,8 +299,8 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         }
         const bdb_kv *tags = tsi ? tagv + tagset_off[tsi - 1] : NULL;
         uint32_t ntg = tsi ? (uint32_t)(tagset_off[tsi] - tagset_off[tsi - 1]) : 0;
-        int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv,
-                               (uint32_t)nm, relearn);
+        int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv, (uint32_t)nm,
+                               relearn);
         if (arc != BDB_OK) {
             rc = arc;
             goto out;

@@ -33,14 +33,14 @@ typedef struct bdb_db_opts {
     const char *data_dir;
     bdb_vfs *vfs; /* NULL = POSIX */
     enum bdb_wal_sync_mode sync_mode;
-    int periodic_ms;             /* PERIODIC sync interval, default 100 */
-    uint64_t wal_segment_bytes;  /* default 64 MiB */
-    int64_t block_window_ms;     /* default 2 h; must divide a day */
-    int64_t flush_interval_ms;   /* head -> blocks at least this often; default 10 min */
-    uint64_t head_max_bytes;     /* flush early past this; default 1 GiB */
-    int64_t retention_ms;        /* raw data older than this is dropped; 0 = keep (default) */
-    uint32_t chunk_max_samples;  /* default 2048 */
-    int background;              /* 1 = run the flush/compaction thread (default 1) */
+    int periodic_ms;            /* PERIODIC sync interval, default 100 */
+    uint64_t wal_segment_bytes; /* default 64 MiB */
+    int64_t block_window_ms;    /* default 2 h; must divide a day */
+    int64_t flush_interval_ms;  /* head -> blocks at least this often; default 10 min */
+    uint64_t head_max_bytes;    /* flush early past this; default 1 GiB */
+    int64_t retention_ms;       /* raw data older than this is dropped; 0 = keep (default) */
+    uint32_t chunk_max_samples; /* default 2048 */
+    int background;             /* 1 = run the flush/compaction thread (default 1) */
 } bdb_db_opts;
 
 void bdb_db_opts_default(bdb_db_opts *o);
@@ -74,10 +74,10 @@ typedef struct bdb_device_info {
     const char *state; /* NULL if never set */
     int64_t state_ts;
     int64_t first_ts, last_ts;
-    uint64_t samples; /* written since the catalog began */
-    int64_t bucket_ms;  /* size in force for new events */
-    int freq_class;     /* enum bdb_freq_class */
-    int pinned;         /* bucket set by profile */
+    uint64_t samples;  /* written since the catalog began */
+    int64_t bucket_ms; /* size in force for new events */
+    int freq_class;    /* enum bdb_freq_class */
+    int pinned;        /* bucket set by profile */
     const char *const *metrics;
     size_t nmetrics;
     size_t nbucket_changes;
@@ -124,11 +124,10 @@ typedef struct bdb_db_stats {
 void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st);
 
 /* Partition sizes (bytes) of every partition in blocks, for histograms. */
-int bdb_db_partition_sizes(bdb_db *db, int (*cb)(void *ctx, const char *tenant,
-                                                 const char *device, int64_t bucket_start,
-                                                 uint64_t rows, uint64_t bytes),
+int bdb_db_partition_sizes(bdb_db *db,
+                           int (*cb)(void *ctx, const char *tenant, const char *device,
+                                     int64_t bucket_start, uint64_t rows, uint64_t bytes),
                            void *ctx);
-
 
 /* ---- partition reads, for the query layer (src/query) ---- */
 

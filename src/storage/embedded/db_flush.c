@@ -494,8 +494,8 @@ static int compact_window(bdb_db *db, size_t a, size_t b)
     char name[64];
     snprintf(name, sizeof name, "%016" PRIu64 ".blk", seq);
     bdb_block_writer *w;
-    int rc = bdb_block_writer_open(db->vfs, db->blocks_dir, name, m0->window_start,
-                                   m0->window_end, seq, &w);
+    int rc = bdb_block_writer_open(db->vfs, db->blocks_dir, name, m0->window_start, m0->window_end,
+                                   seq, &w);
     if (rc != BDB_OK) {
         free(in);
         return rc;
@@ -671,18 +671,16 @@ int db_maintain(bdb_db *db)
             int crc = compact_window(db, a, b);
             if (crc != BDB_OK) {
                 /* Keep going: one bad window must not stop the others' compaction. */
-                BDB_ERROR("compaction of window %lld failed: %s", (long long)ws,
-                          bdb_strerror(crc));
+                BDB_ERROR("compaction of window %lld failed: %s", (long long)ws, bdb_strerror(crc));
                 rc = crc;
                 a = b;
                 continue;
             }
             /* the list changed: resume after this window */
             a = 0;
-            while (a < db->nblocks &&
-                   (bdb_block_get_meta(db->blocks[a].b)->window_start < ws ||
-                    (bdb_block_get_meta(db->blocks[a].b)->window_start == ws &&
-                     bdb_block_get_meta(db->blocks[a].b)->window_end <= we)))
+            while (a < db->nblocks && (bdb_block_get_meta(db->blocks[a].b)->window_start < ws ||
+                                       (bdb_block_get_meta(db->blocks[a].b)->window_start == ws &&
+                                        bdb_block_get_meta(db->blocks[a].b)->window_end <= we)))
                 a++;
             continue;
         }
@@ -706,9 +704,8 @@ void *db_background(void *arg)
             break;
         pthread_mutex_unlock(&db->bg_mu);
         int64_t now = bdb_monotonic_ms();
-        if (!atomic_load(&db->readonly) &&
-            (now - db->last_flush_mono >= db->o.flush_interval_ms ||
-             atomic_load(&db->head_bytes) > db->o.head_max_bytes))
+        if (!atomic_load(&db->readonly) && (now - db->last_flush_mono >= db->o.flush_interval_ms ||
+                                            atomic_load(&db->head_bytes) > db->o.head_max_bytes))
             db_flush(db);
         if (!atomic_load(&db->readonly) && now - last_maint >= 30000) {
             db_maintain(db);

@@ -35,7 +35,7 @@ typedef struct hchunk {
     struct ooo_sample {
         int64_t ts;
         double v;
-    } *ooo;
+    } * ooo;
     uint32_t nooo, cap_ooo;
 } hchunk;
 
@@ -109,10 +109,9 @@ struct bdb_db {
     char readonly_reason[256];
     int replaying;
 
-    _Atomic uint64_t samples_written, reports_written, write_batches, series_count,
-        device_count, tenant_count, head_bytes, head_samples, flushes, compactions,
-        retention_drops, quarantined, replayed, wal_corruptions, wal_corrupt_bytes,
-        bucket_changes, ooo_samples;
+    _Atomic uint64_t samples_written, reports_written, write_batches, series_count, device_count,
+        tenant_count, head_bytes, head_samples, flushes, compactions, retention_drops, quarantined,
+        replayed, wal_corruptions, wal_corrupt_bytes, bucket_changes, ooo_samples;
 };
 
 /* head.c */

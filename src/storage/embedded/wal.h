@@ -34,7 +34,7 @@ typedef struct bdb_wal_opts {
     bdb_vfs *vfs;           /* NULL = POSIX */
     uint64_t segment_bytes; /* roll to a new segment past this size; default 64 MiB */
     enum bdb_wal_sync_mode sync_mode;
-    int periodic_ms;        /* PERIODIC interval; default 100 */
+    int periodic_ms; /* PERIODIC interval; default 100 */
 } bdb_wal_opts;
 
 typedef struct bdb_wal bdb_wal;

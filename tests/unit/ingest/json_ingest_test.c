@@ -56,7 +56,8 @@ static int has(const char *p, size_t n, const char *want)
 static double metric(const bdb_report *r, const char *name)
 {
     for (uint32_t i = 0; i < r->nmetrics; i++)
-        if (has(r->metrics[i].name, r->metrics[i].nlen, name)) return r->metrics[i].value;
+        if (has(r->metrics[i].name, r->metrics[i].nlen, name))
+            return r->metrics[i].value;
     fail_msg("metric '%s' not found", name);
     return 0;
 }
@@ -64,7 +65,8 @@ static double metric(const bdb_report *r, const char *name)
 static const char *tag(const bdb_report *r, const char *key)
 {
     for (uint32_t i = 0; i < r->ntags; i++)
-        if (has(r->tags[i].key, r->tags[i].klen, key)) return r->tags[i].val;
+        if (has(r->tags[i].key, r->tags[i].klen, key))
+            return r->tags[i].val;
     return NULL;
 }
 
@@ -72,7 +74,8 @@ static const char *tag(const bdb_report *r, const char *key)
 static void expect_rejected(const char *body, const char *want)
 {
     int rc = ingest(body);
-    if (rc != BDB_ERR_INVALID) fail_msg("body %s: rc %d, want BDB_ERR_INVALID", body, rc);
+    if (rc != BDB_ERR_INVALID)
+        fail_msg("body %s: rc %d, want BDB_ERR_INVALID", body, rc);
     assert_int_equal(R.fatal, 0);
     assert_true(R.rejected >= 1);
     if (!strstr(R.first_error, want))

@@ -50,7 +50,8 @@ static int str_is(bdb_lp_str s, const char *want)
 
 #define assert_str(s, want)                                                                        \
     do {                                                                                           \
-        if (!str_is((s), (want))) fail_msg("got '%.*s', want '%s'", (int)(s).n, (s).p, (want));    \
+        if (!str_is((s), (want)))                                                                  \
+            fail_msg("got '%.*s', want '%s'", (int)(s).n, (s).p, (want));                          \
     } while (0)
 
 /* Asserts that line fails with code and that the reason contains every given text. */
@@ -58,15 +59,19 @@ static void expect_error(const char *line, int code, const char *want1, const ch
 {
     bdb_lp_point pt;
     int rc = parse(line, &pt);
-    if (rc != code) fail_msg("line '%s': rc %d, want %d (err '%s')", line, rc, code, ERR);
-    if (want1 && !strstr(ERR, want1)) fail_msg("line '%s': err '%s' lacks '%s'", line, ERR, want1);
-    if (want2 && !strstr(ERR, want2)) fail_msg("line '%s': err '%s' lacks '%s'", line, ERR, want2);
+    if (rc != code)
+        fail_msg("line '%s': rc %d, want %d (err '%s')", line, rc, code, ERR);
+    if (want1 && !strstr(ERR, want1))
+        fail_msg("line '%s': err '%s' lacks '%s'", line, ERR, want1);
+    if (want2 && !strstr(ERR, want2))
+        fail_msg("line '%s': err '%s' lacks '%s'", line, ERR, want2);
 }
 
 static const bdb_lp_field *field(const bdb_lp_point *pt, const char *key)
 {
     for (size_t i = 0; i < pt->nfields; i++)
-        if (str_is(pt->fields[i].key, key)) return &pt->fields[i];
+        if (str_is(pt->fields[i].key, key))
+            return &pt->fields[i];
     fail_msg("field '%s' not found", key);
     return NULL;
 }
@@ -352,7 +357,8 @@ static void test_integer_values(void **state)
         snprintf(line, sizeof line, "m a=%s", bad[i]);
         bdb_lp_point p2;
         int rc = parse(line, &p2);
-        if (rc != BDB_ERR_INVALID) fail_msg("'%s' accepted (rc %d)", line, rc);
+        if (rc != BDB_ERR_INVALID)
+            fail_msg("'%s' accepted (rc %d)", line, rc);
     }
 }
 
@@ -437,7 +443,8 @@ static void expect_time(const char *ts, enum bdb_lp_precision prec, int64_t want
     bdb_lp_point pt;
     snprintf(line, sizeof line, "m f=1 %s", ts);
     int rc = parse_prec(line, prec, &pt);
-    if (rc != 1) fail_msg("'%s' prec %d: rc %d err %s", line, (int)prec, rc, ERR);
+    if (rc != 1)
+        fail_msg("'%s' prec %d: rc %d err %s", line, (int)prec, rc, ERR);
     assert_int_equal(pt.has_time, 1);
     if (pt.time_ms != want)
         fail_msg("'%s' prec %d: %lld ms, want %lld", ts, (int)prec, (long long)pt.time_ms,
@@ -506,8 +513,10 @@ static void expect_small(bdb_lp_parser *sp, const char *line, int want, const ch
     bdb_lp_point pt;
     char err[256] = "";
     int rc = bdb_lp_parse_line(sp, line, strlen(line), BDB_LP_NS, &pt, err, sizeof err);
-    if (rc != want) fail_msg("'%s': rc %d want %d (%s)", line, rc, want, err);
-    if (text && !strstr(err, text)) fail_msg("'%s': err '%s' lacks '%s'", line, err, text);
+    if (rc != want)
+        fail_msg("'%s': rc %d want %d (%s)", line, rc, want, err);
+    if (text && !strstr(err, text))
+        fail_msg("'%s': err '%s' lacks '%s'", line, err, text);
 }
 
 static void test_limits(void **state)
@@ -702,9 +711,11 @@ static void test_numbers_match_strtod(void **state)
     bdb_lp_point pt;
     for (int iter = 0; iter < 20000; iter++) {
         size_t n = 0;
-        if (rnd_below(2)) text[n++] = '-';
+        if (rnd_below(2))
+            text[n++] = '-';
         size_t intd = rnd_below(12), fracd = rnd_below(rnd_below(4) ? 8 : 24);
-        if (intd == 0 && fracd == 0) intd = 1;
+        if (intd == 0 && fracd == 0)
+            intd = 1;
         for (size_t i = 0; i < intd; i++)
             text[n++] = (char)('0' + rnd_below(10));
         if (fracd || rnd_below(4) == 0) {
@@ -726,7 +737,8 @@ static void test_numbers_match_strtod(void **state)
         uint64_t bits = rnd();
         double d;
         memcpy(&d, &bits, sizeof d);
-        if (!isfinite(d)) continue;
+        if (!isfinite(d))
+            continue;
         snprintf(text, sizeof text, iter % 2 ? "%.17g" : "%.15g", d);
         snprintf(line, sizeof line, "m f=%s", text);
         assert_int_equal(parse(line, &pt), 1);
@@ -746,13 +758,15 @@ static void rnd_text(char *out, size_t *n, size_t maxn)
         out[i] = rnd_below(4) ? ALPHA[rnd_below(sizeof ALPHA - 1)] : (char)('a' + rnd_below(26));
     /* A key ending in a backslash cannot be written unambiguously (the escape would
      * swallow the following separator); Influx has the same restriction. */
-    if (out[*n - 1] == '\\') out[*n - 1] = 'k';
+    if (out[*n - 1] == '\\')
+        out[*n - 1] = 'k';
 }
 
 static void put_escaped(char *line, size_t *pos, const char *s, size_t n, const char *special)
 {
     for (size_t i = 0; i < n; i++) {
-        if (strchr(special, s[i])) line[(*pos)++] = '\\';
+        if (strchr(special, s[i]))
+            line[(*pos)++] = '\\';
         line[(*pos)++] = s[i];
     }
 }
@@ -775,7 +789,8 @@ struct gen_point {
 static int key_taken(char keys[][12], const size_t *lens, size_t n, const char *k, size_t kn)
 {
     for (size_t i = 0; i < n; i++)
-        if (lens[i] == kn && !memcmp(keys[i], k, kn)) return 1;
+        if (lens[i] == kn && !memcmp(keys[i], k, kn))
+            return 1;
     return 0;
 }
 
@@ -789,14 +804,16 @@ static void gen(struct gen_point *g)
         size_t i = g->ntags;
         rnd_text(g->tk[i], &g->tkn[i], sizeof g->tk[i] - 1);
         rnd_text(g->tv[i], &g->tvn[i], sizeof g->tv[i] - 1);
-        if (!key_taken(g->tk, g->tkn, i, g->tk[i], g->tkn[i])) g->ntags++;
+        if (!key_taken(g->tk, g->tkn, i, g->tk[i], g->tkn[i]))
+            g->ntags++;
     }
     g->nfields = 0;
     for (size_t want = 1 + rnd_below(6); g->nfields < want;) {
         size_t i = g->nfields;
         rnd_text(g->fk[i], &g->fkn[i], sizeof g->fk[i] - 1);
         /* whitespace before the field set is skipped, as in Influx */
-        if (g->fk[i][0] == '\t' || key_taken(g->fk, g->fkn, i, g->fk[i], g->fkn[i])) continue;
+        if (g->fk[i][0] == '\t' || key_taken(g->fk, g->fkn, i, g->fk[i], g->fkn[i]))
+            continue;
         g->ft[i] = (enum bdb_lp_ftype)rnd_below(5);
         switch (g->ft[i]) {
         case BDB_LP_FLOAT: {
@@ -821,7 +838,8 @@ static void gen(struct gen_point *g)
                 g->fs[i][j] = rnd_below(3) ? ALPHA[rnd_below(sizeof ALPHA - 1)]
                                            : (char)(1 + rnd_below(255)); /* no '\n' below */
             for (size_t j = 0; j < g->fsn[i]; j++)
-                if (g->fs[i][j] == '\n') g->fs[i][j] = 'n';
+                if (g->fs[i][j] == '\n')
+                    g->fs[i][j] = 'n';
             break;
         }
         g->nfields++;
@@ -842,7 +860,8 @@ static size_t serialize(const struct gen_point *g, char *line)
     }
     line[n++] = ' ';
     for (size_t i = 0; i < g->nfields; i++) {
-        if (i) line[n++] = ',';
+        if (i)
+            line[n++] = ',';
         put_escaped(line, &n, g->fk[i], g->fkn[i], ",= ");
         line[n++] = '=';
         switch (g->ft[i]) {
@@ -865,7 +884,8 @@ static size_t serialize(const struct gen_point *g, char *line)
             break;
         }
     }
-    if (g->has_time) n += (size_t)sprintf(line + n, " %lld", (long long)g->ts);
+    if (g->has_time)
+        n += (size_t)sprintf(line + n, " %lld", (long long)g->ts);
     return n;
 }
 
@@ -886,7 +906,8 @@ static void test_random_round_trips(void **state)
         enum bdb_lp_precision prec = (enum bdb_lp_precision)rnd_below(3); /* ns, us, ms */
         bdb_lp_point pt;
         int rc = bdb_lp_parse_line(P, line, n, prec, &pt, ERR, sizeof ERR);
-        if (rc != 1) fail_msg("iter %d: rc %d (%s) for '%.*s'", iter, rc, ERR, (int)n, line);
+        if (rc != 1)
+            fail_msg("iter %d: rc %d (%s) for '%.*s'", iter, rc, ERR, (int)n, line);
         assert_true(same(pt.measurement, g.meas, g.meas_n));
         assert_int_equal(pt.ntags, g.ntags);
         for (size_t i = 0; i < g.ntags; i++) {
