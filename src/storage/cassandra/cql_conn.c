@@ -6,7 +6,12 @@
  *
  * A request that times out keeps its stream id reserved ("orphaned") until its late
  * answer arrives, so that a late answer is never taken for the answer to a newer
- * request that reused the id. */
+ * request that reused the id.
+ *
+ * A request's completion may come (from the reader thread) while the sending thread
+ * is still inside send() on its frame: the slot is then marked `writing` and the
+ * completion is parked for the sender to deliver, so a frame is never freed under a
+ * write in progress. */
 #include "storage/cassandra/cql_conn.h"
 
 #include "bucketdb/bdb.h"
@@ -29,11 +34,18 @@
 
 enum slot_state { SLOT_FREE, SLOT_BUSY, SLOT_ORPHANED };
 
+/* While `writing`, the sending thread may still be reading the request frame (which
+ * the request's owner frees when it completes), so a completion that arrives then is
+ * parked in `early` and delivered by the sender once its write has returned. */
 typedef struct slot {
     cql_done_fn done;
     void *ud;
     int64_t deadline;
     uint8_t state;
+    uint8_t writing;
+    uint8_t has_early;
+    int early_status;
+    cql_response *early;
 } slot;
 
 struct cql_prepared {
@@ -256,6 +268,9 @@ static void free_slot_locked(cql_conn *c, int id)
         c->busy--;
     c->slots[id].state = SLOT_FREE;
     c->slots[id].done = NULL;
+    c->slots[id].writing = 0;
+    c->slots[id].has_early = 0;
+    c->slots[id].early = NULL;
     c->free_ids[c->nfree++] = (int16_t)id;
     pthread_cond_broadcast(&c->cv);
 }
@@ -268,9 +283,16 @@ static void fail_all(cql_conn *c, int32_t code, const char *msg)
         void *ud = NULL;
         pthread_mutex_lock(&c->mu);
         for (int i = 0; i < c->nslots; i++) {
-            if (c->slots[i].state == SLOT_ORPHANED) {
+            slot *sl = &c->slots[i];
+            if (sl->state == SLOT_ORPHANED) {
                 free_slot_locked(c, i);
-            } else if (c->slots[i].state == SLOT_BUSY) {
+            } else if (sl->state == SLOT_BUSY && sl->writing) {
+                if (!sl->has_early) { /* the sender delivers it */
+                    sl->has_early = 1;
+                    sl->early = client_error(code, msg);
+                    sl->early_status = response_status(sl->early);
+                }
+            } else if (sl->state == SLOT_BUSY) {
                 done = c->slots[i].done;
                 ud = c->slots[i].ud;
                 free_slot_locked(c, i);
@@ -304,7 +326,8 @@ static void check_timeouts(cql_conn *c, int64_t now)
         pthread_mutex_lock(&c->mu);
         for (int i = 0; i < c->nslots; i++) {
             slot *s = &c->slots[i];
-            if (s->state == SLOT_BUSY && s->deadline <= now) {
+            /* A slot still being written is bounded by the write's own deadline. */
+            if (s->state == SLOT_BUSY && !s->writing && s->deadline <= now) {
                 done = s->done;
                 ud = s->ud;
                 s->state = SLOT_ORPHANED;
@@ -335,6 +358,18 @@ static void dispatch(cql_conn *c, cql_response *r)
     cql_done_fn done = NULL;
     void *ud = NULL;
     pthread_mutex_lock(&c->mu);
+    if (id < c->nslots && c->slots[id].state == SLOT_BUSY && c->slots[id].writing) {
+        slot *sl = &c->slots[id];
+        if (!sl->has_early) { /* parked: the sender delivers it after its write */
+            sl->has_early = 1;
+            sl->early = r;
+            sl->early_status = response_status(r);
+            r = NULL;
+        }
+        pthread_mutex_unlock(&c->mu);
+        cql_response_free(r);
+        return;
+    }
     if (id < c->nslots && c->slots[id].state != SLOT_FREE) {
         if (c->slots[id].state == SLOT_BUSY) {
             done = c->slots[id].done;
@@ -746,7 +781,8 @@ static int send_frame(cql_conn *c, bdb_buf *frame, cql_done_fn done, void *ud, i
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
     int id = c->free_ids[--c->nfree];
-    c->slots[id] = (slot){.done = done, .ud = ud, .deadline = deadline, .state = SLOT_BUSY};
+    c->slots[id] =
+        (slot){.done = done, .ud = ud, .deadline = deadline, .state = SLOT_BUSY, .writing = 1};
     c->busy++;
     pthread_mutex_unlock(&c->mu);
 
@@ -761,6 +797,24 @@ static int send_frame(cql_conn *c, bdb_buf *frame, cql_done_fn done, void *ud, i
         BDB_WARN("cql: write failed (%s): closing the connection", bdb_strerror(rc));
         mark_broken(c);
     }
+    /* The frame is no longer read: deliver a completion that came meanwhile. */
+    pthread_mutex_lock(&c->mu);
+    slot *sl = &c->slots[id];
+    sl->writing = 0;
+    cql_done_fn edone = NULL;
+    void *eud = NULL;
+    cql_response *early = NULL;
+    int estatus = BDB_OK;
+    if (sl->has_early) {
+        edone = sl->done;
+        eud = sl->ud;
+        early = sl->early;
+        estatus = sl->early_status;
+        free_slot_locked(c, id);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (edone)
+        edone(eud, estatus, early);
     return BDB_OK;
 }
 

@@ -10,8 +10,11 @@
  * the connection reads every response, matches it to its request by stream id and
  * calls the request's completion callback, enforces the per-request timeout and, when
  * the connection breaks, completes everything pending. Callbacks run on the reader
- * thread: they must be short and must not call the synchronous functions below (they
- * may call the *_async ones).
+ * thread, or on the sending thread just before its send call returns when the answer
+ * (or the connection's failure) came while that thread was still writing the
+ * request (the request frame is never freed under a write in progress). Callbacks
+ * must be short, must not call the synchronous functions below (they may call the
+ * *_async ones) and must not take a lock the sender holds while it sends.
  *
  * Completion contract: an async call that returns BDB_OK calls its callback exactly
  * once; one that returns an error never calls it (BDB_ERR_AGAIN: every stream id is

@@ -658,6 +658,35 @@ static void test_reprepare_execute_and_batch(void **state)
     }
 }
 
+/* EXECUTE and BATCH own their request frame (kept to re-send after UNPREPARED) and
+ * free it when they complete, which can happen while the sender is still returning
+ * from send(): under ASan this loop catches a frame freed under a write. */
+static void test_many_executes_and_batches(void **state)
+{
+    (void)state;
+    fake *f = fake_start(V4_ACCEPT, 0);
+    cql_conn *c = open_ok(f, 3);
+    cql_prepared *p;
+    assert_int_equal(cql_prepare(c, "INSERT INTO t (v) VALUES (?)", &p, NULL), BDB_OK);
+    uint8_t four[4] = {0, 0, 0, 1};
+    cql_bytes vals[1] = {{four, 4}};
+    cql_query_params qp = {.consistency = CQL_ONE, .values = vals, .nvalues = 1};
+    cql_batch_item items[20];
+    for (int i = 0; i < 20; i++)
+        items[i] = (cql_batch_item){.stmt = p, .values = vals, .nvalues = 1};
+    for (int i = 0; i < 1000; i++) {
+        cql_response *r = NULL;
+        assert_int_equal(cql_execute(c, p, &qp, &r), BDB_OK);
+        cql_response_free(r);
+        assert_int_equal(cql_batch(c, CQL_BATCH_UNLOGGED, items, 20, CQL_ONE, &r), BDB_OK);
+        cql_response_free(r);
+    }
+    assert_int_equal(f->executes, 1000);
+    assert_int_equal(f->batches, 1000);
+    cql_conn_close(c);
+    fake_stop(f);
+}
+
 /* Many threads, many requests in flight, answers out of order: every answer must
  * reach the request it belongs to. */
 typedef struct worker {
@@ -853,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_paging),
         cmocka_unit_test(test_server_error),
         cmocka_unit_test(test_reprepare_execute_and_batch),
+        cmocka_unit_test(test_many_executes_and_batches),
         cmocka_unit_test(test_concurrent_out_of_order),
         cmocka_unit_test(test_async),
         cmocka_unit_test(test_timeout_then_usable),
