@@ -12,6 +12,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_cql(int argc, char **argv);
+int cmd_schema(int argc, char **argv);
 int cmd_tenant(int argc, char **argv);
 
 #endif

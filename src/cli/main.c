@@ -13,6 +13,7 @@ static void usage(FILE *f)
                "  query     read samples or devices from a running server\n"
                "  tenant    manage tenants, tokens and quotas of a running server\n"
                "  cql       run CQL statements on a Cassandra node\n"
+               "  schema    print the CQL schema (DDL) for a Cassandra keyspace\n"
                "  version   print the version\n\n"
                "`bucketdb <command> --help` describes each command. Docs: docs/CLI.md\n");
 }
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
         return cmd_tenant(argc - 1, argv + 1);
     if (!strcmp(cmd, "cql"))
         return cmd_cql(argc - 1, argv + 1);
+    if (!strcmp(cmd, "schema"))
+        return cmd_schema(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return cmd_version(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
