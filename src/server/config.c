@@ -38,6 +38,11 @@ static const struct key {
     N(retention_ms, K_MS, "drop raw data older than this; 0 keeps everything (default 0)"),
     N(query_workers, K_INT, "partition reads running in parallel, server-wide (default 4)"),
     N(http_threads_max, K_INT, "max concurrent HTTP connections (default 1024)"),
+    N(max_inflight_bytes, K_U64,
+      "request bytes (bodies, parsed batches) held at once, server-wide (default 268435456)"),
+    N(max_inflight_writes, K_INT, "write requests in flight at once, server-wide (default 256)"),
+    N(tenant_inflight_share, K_INT,
+      "percent of each in-flight budget one tenant may hold, 1..100 (default 50)"),
     N(max_body_bytes, K_SIZE, "max request body after decompression (default 67108864)"),
     N(max_line_bytes, K_SIZE, "max line-protocol line (default 65536)"),
     N(max_tags, K_SIZE, "max tags per point (default 64)"),
@@ -52,6 +57,11 @@ static const struct key {
     S(auth, "auto (token required off loopback) | on | off (default auto)"),
     N(allow_insecure_listen, K_BOOL,
       "let a non-loopback listen start with auth=off (default false)"),
+    S(mqtt_broker, "MQTT broker to consume from, host:port; empty = no MQTT (default empty)"),
+    S(mqtt_client_id, "MQTT client id of the persistent session (default bucketdb)"),
+    S(mqtt_topics, "comma-separated MQTT topic filters (default bucketdb/+/+/telemetry)"),
+    S(mqtt_username, "MQTT user name (default none)"),
+    S(mqtt_password, "MQTT password (default none)"),
 #undef S
 #undef N
 };
@@ -73,6 +83,9 @@ void bdb_config_default(bdb_config *c)
     c->retention_ms = 0;
     c->query_workers = 4;
     c->http_threads_max = 1024;
+    c->max_inflight_bytes = 256u << 20;
+    c->max_inflight_writes = 256;
+    c->tenant_inflight_share = 50;
     c->max_body_bytes = 64u << 20;
     c->max_line_bytes = 65536;
     c->max_tags = 64;
@@ -85,6 +98,8 @@ void bdb_config_default(bdb_config *c)
     snprintf(c->metric_naming, sizeof c->metric_naming, "measurement.field");
     snprintf(c->default_tenant, sizeof c->default_tenant, "default");
     snprintf(c->auth, sizeof c->auth, "auto");
+    snprintf(c->mqtt_client_id, sizeof c->mqtt_client_id, "bucketdb");
+    snprintf(c->mqtt_topics, sizeof c->mqtt_topics, "bucketdb/+/+/telemetry");
 }
 
 /* Durations: plain ms, or a number with ms, s, m, h, d. */
@@ -306,6 +321,18 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
                  "max_fields >= 1");
         return -1;
     }
+    if (c->max_inflight_writes < 1) {
+        snprintf(err, errlen, "max_inflight_writes: at least 1");
+        return -1;
+    }
+    if (c->tenant_inflight_share < 1 || c->tenant_inflight_share > 100) {
+        snprintf(err, errlen, "tenant_inflight_share: must be 1..100 (percent)");
+        return -1;
+    }
+    if (c->max_inflight_bytes < 65536) {
+        snprintf(err, errlen, "max_inflight_bytes: at least 65536");
+        return -1;
+    }
     if (!c->device_tag[0] || !c->default_tenant[0]) {
         snprintf(err, errlen, "device_tag and default_tenant must not be empty");
         return -1;
@@ -320,7 +347,8 @@ void bdb_config_print(const bdb_config *c, void *file)
         const char *field = (const char *)c + keys[k].off;
         switch (keys[k].kind) {
         case K_STR:
-            fprintf(f, "%s = %s\n", keys[k].name, field);
+            /* an empty value cannot be read back: show it as a comment */
+            fprintf(f, "%s%s = %s\n", *field ? "" : "# ", keys[k].name, field);
             break;
         case K_INT:
             fprintf(f, "%s = %d\n", keys[k].name, *(const int *)field);

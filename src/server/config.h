@@ -23,6 +23,10 @@ typedef struct bdb_config {
     int64_t retention_ms;
     int query_workers;
     int http_threads_max; /* connection limit (one thread each) */
+    /* backpressure (src/server/backpressure.h) */
+    uint64_t max_inflight_bytes; /* request bytes held server-wide */
+    int max_inflight_writes;     /* write requests in flight server-wide */
+    int tenant_inflight_share;   /* percent of each budget one tenant may hold */
     /* ingestion limits */
     size_t max_body_bytes; /* after decompression */
     size_t max_line_bytes;
@@ -38,6 +42,12 @@ typedef struct bdb_config {
     char default_tenant[128];
     char auth[16];             /* auto | on | off */
     int allow_insecure_listen; /* 1: a non-loopback listen with auth=off may start */
+    /* MQTT gateway (docs/MQTT.md); mqtt_broker empty = off */
+    char mqtt_broker[256]; /* host:port */
+    char mqtt_client_id[128];
+    char mqtt_topics[1024]; /* comma-separated subscription filters */
+    char mqtt_username[128];
+    char mqtt_password[256];
 } bdb_config;
 
 void bdb_config_default(bdb_config *c);

@@ -3,6 +3,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
+#include "server/mqtt_gw.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -11,16 +12,84 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Why the server is unhealthy now, as a JSON array of strings appended to b; returns
+ * how many reasons. Read-only storage; the head guard on (flushing behind); a
+ * server-wide backpressure refusal (503) in the last BDB_BP_HEALTH_WINDOW_MS.
+ * Refusals of one tenant over its share (429) do not make the server unhealthy. */
+static int health_reasons(bdb_server *s, const bdb_db_stats *st, const bdb_bp_stats *bs,
+                          int64_t now, bdb_buf *b)
+{
+    int n = 0;
+    char msg[400];
+    bdb_buf_putc(b, '[');
+    if (st->readonly) {
+        snprintf(msg, sizeof msg, "storage is read-only: %s", st->readonly_reason);
+        bdb_buf_putc(b, '"');
+        bdb_buf_json_str(b, msg, strlen(msg));
+        bdb_buf_putc(b, '"');
+        n++;
+    }
+    if (bs->head_shedding) {
+        snprintf(msg, sizeof msg,
+                 "shedding load: the storage head holds %llu bytes, over %d x head_max_bytes "
+                 "%llu (flushing to disk is behind); writes get 503 until it is back under",
+                 (unsigned long long)st->head_bytes, BDB_BP_HEAD_FACTOR,
+                 (unsigned long long)s->cfg.head_max_bytes);
+        bdb_buf_puts(b, n ? ",\"" : "\"");
+        bdb_buf_json_str(b, msg, strlen(msg));
+        bdb_buf_putc(b, '"');
+        n++;
+    }
+    if (bs->last_server_reason != BDB_BP_NONE && bs->last_server_reason != BDB_BP_HEAD_MEMORY &&
+        now - bs->last_server_ms < BDB_BP_HEALTH_WINDOW_MS) {
+        snprintf(msg, sizeof msg,
+                 "shedding load: writes refused with 503 (%s) %lld ms ago; in flight %llu of "
+                 "%llu bytes, %llu of %d write requests",
+                 bdb_bp_reason_name(bs->last_server_reason), (long long)(now - bs->last_server_ms),
+                 (unsigned long long)bs->bytes, (unsigned long long)s->cfg.max_inflight_bytes,
+                 (unsigned long long)bs->writes, s->cfg.max_inflight_writes);
+        bdb_buf_puts(b, n ? ",\"" : "\"");
+        bdb_buf_json_str(b, msg, strlen(msg));
+        bdb_buf_putc(b, '"');
+        n++;
+    }
+    bdb_buf_putc(b, ']');
+    return n;
+}
+
 enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
 {
     bdb_db_stats st;
     bdb_db_get_stats(s->db, &st);
+    int64_t now = bdb_monotonic_ms();
+    /* Looks at the head without counting a refusal, so the state is current even when
+     * no write has arrived since it drained. */
+    bdb_bp_head_check(s->bp, st.head_bytes, s->cfg.head_max_bytes, 0, now);
+    bdb_bp_stats bs;
+    bdb_bp_get_stats(s->bp, &bs);
+    bdb_buf reasons;
+    bdb_buf_init(&reasons);
+    int nr = health_reasons(s, &st, &bs, now, &reasons);
     bdb_buf b;
     bdb_buf_init(&b);
     bdb_buf_printf(&b, "{\"status\":\"%s\",\"version\":\"%s\",\"uptime_seconds\":%lld,",
-                   st.readonly ? "unhealthy" : "ok", BDB_VERSION,
+                   nr ? "unhealthy" : "ok", BDB_VERSION,
                    (long long)((bdb_now_ms() - s->start_ms) / 1000));
-    bdb_buf_printf(&b, "\"storage\":{\"engine\":\"embedded\",\"writable\":%s,\"reason\":",
+    /* "reason": the first reason (null when ok); "reasons": all of them. */
+    bdb_buf_puts(&b, "\"reason\":");
+    if (nr) {
+        const char *first = (const char *)reasons.data + 1; /* after '[' */
+        const char *end = first + 1;
+        while (*end != '"' || end[-1] == '\\')
+            end++;
+        bdb_buf_append(&b, first, (size_t)(end - first) + 1);
+    } else {
+        bdb_buf_puts(&b, "null");
+    }
+    bdb_buf_puts(&b, ",\"reasons\":");
+    bdb_buf_append(&b, reasons.data, reasons.len);
+    bdb_buf_free(&reasons);
+    bdb_buf_printf(&b, ",\"storage\":{\"engine\":\"embedded\",\"writable\":%s,\"reason\":",
                    st.readonly ? "false" : "true");
     if (st.readonly) {
         bdb_buf_putc(&b, '"');
@@ -31,12 +100,39 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     }
     bdb_buf_printf(&b,
                    ",\"devices\":%llu,\"series\":%llu,\"head_samples\":%llu,\"blocks\":%llu,"
-                   "\"wal_segments\":%llu,\"wal_corruptions\":%llu,\"quarantined_blocks\":%llu}}\n",
+                   "\"wal_segments\":%llu,\"wal_corruptions\":%llu,\"quarantined_blocks\":%llu},",
                    (unsigned long long)st.devices, (unsigned long long)st.series,
                    (unsigned long long)st.head_samples, (unsigned long long)st.blocks,
                    (unsigned long long)st.wal.segments_on_disk,
                    (unsigned long long)st.wal_corruptions, (unsigned long long)st.quarantined);
-    enum MHD_Result r = respond(s, c, st.readonly ? 503 : 200, "application/json", b.data, b.len);
+    bdb_buf_printf(&b,
+                   "\"backpressure\":{\"shedding\":%s,\"inflight_bytes\":%llu,"
+                   "\"max_inflight_bytes\":%llu,\"inflight_writes\":%llu,"
+                   "\"max_inflight_writes\":%d,\"tenant_inflight_share\":%d,"
+                   "\"tenants_in_flight\":%llu,\"peak_inflight_bytes\":%llu,"
+                   "\"peak_inflight_writes\":%llu,\"head_bytes\":%llu,\"head_max_bytes\":%llu,"
+                   "\"head_shedding\":%s,\"events\":{",
+                   nr > (st.readonly ? 1 : 0) ? "true" : "false", (unsigned long long)bs.bytes,
+                   (unsigned long long)s->cfg.max_inflight_bytes, (unsigned long long)bs.writes,
+                   s->cfg.max_inflight_writes, s->cfg.tenant_inflight_share,
+                   (unsigned long long)bs.tenants, (unsigned long long)bs.peak_bytes,
+                   (unsigned long long)bs.peak_writes, (unsigned long long)st.head_bytes,
+                   (unsigned long long)s->cfg.head_max_bytes, bs.head_shedding ? "true" : "false");
+    for (int i = 0; i < BDB_BP_REASON_N; i++)
+        bdb_buf_printf(&b, "%s\"%s\":%llu", i ? "," : "", bdb_bp_reason_name((enum bdb_bp_reason)i),
+                       (unsigned long long)bs.events[i]);
+    bdb_buf_puts(&b, "},\"last_tenant_refusal\":");
+    if (bs.last_tenant_reason != BDB_BP_NONE) {
+        bdb_buf_printf(&b, "{\"tenant\":\"");
+        bdb_buf_json_str(&b, bs.last_tenant, strlen(bs.last_tenant));
+        bdb_buf_printf(&b, "\",\"reason\":\"%s\",\"ms_ago\":%lld}",
+                       bdb_bp_reason_name(bs.last_tenant_reason),
+                       (long long)(now - bs.last_tenant_ms));
+    } else {
+        bdb_buf_puts(&b, "null");
+    }
+    bdb_buf_puts(&b, "}}\n");
+    enum MHD_Result r = respond(s, c, nr ? 503 : 200, "application/json", b.data, b.len);
     bdb_buf_free(&b);
     return r;
 }
@@ -120,6 +216,20 @@ static int quota_cb(void *ctx, const bdb_tenant_info *t)
     return 0;
 }
 
+static int ingest_samples_cb(void *ctx, const bdb_tenant_info *t)
+{
+    bdb_buf_printf(ctx, "bucketdb_tenant_samples_ingested_total{tenant=\"%s\"} %llu\n", t->name,
+                   (unsigned long long)t->ingested_samples);
+    return 0;
+}
+
+static int ingest_requests_cb(void *ctx, const bdb_tenant_info *t)
+{
+    bdb_buf_printf(ctx, "bucketdb_tenant_write_requests_total{tenant=\"%s\"} %llu\n", t->name,
+                   (unsigned long long)t->ingested_requests);
+    return 0;
+}
+
 enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
 {
     bdb_db_stats st;
@@ -186,6 +296,40 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
         bdb_buf_printf(&b, "bucketdb_write_batch_samples_count %llu\n",
                        (unsigned long long)atomic_load(&s->batch_size.count));
     }
+    /* Ingestion per tenant: registered tenants plus one "(other)" series for every
+     * unregistered tenant (a name no tenant can have), so cardinality stays bounded. */
+    family(&b, "bucketdb_tenant_samples_ingested_total", "counter",
+           "Samples durably written, by tenant (registered tenants, others as \"(other)\").");
+    bdb_tenants_list(s->tenants, ingest_samples_cb, &b);
+    bdb_buf_printf(&b, "bucketdb_tenant_samples_ingested_total{tenant=\"(other)\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->other_samples));
+    family(&b, "bucketdb_tenant_write_requests_total", "counter",
+           "Write requests that stored samples, by tenant (registered tenants, others as "
+           "\"(other)\").");
+    bdb_tenants_list(s->tenants, ingest_requests_cb, &b);
+    bdb_buf_printf(&b, "bucketdb_tenant_write_requests_total{tenant=\"(other)\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->other_write_requests));
+    /* Backpressure (backpressure.h). */
+    bdb_bp_stats bs;
+    bdb_bp_get_stats(s->bp, &bs);
+    family(&b, "bucketdb_backpressure_events_total", "counter",
+           "Requests refused by backpressure, by reason (429: tenant_*, 503: the others).");
+    for (int i = 0; i < BDB_BP_REASON_N; i++)
+        bdb_buf_printf(&b, "bucketdb_backpressure_events_total{reason=\"%s\"} %llu\n",
+                       bdb_bp_reason_name((enum bdb_bp_reason)i), (unsigned long long)bs.events[i]);
+    metric_u(&b, "bucketdb_inflight_request_bytes", "gauge",
+             "Bytes held now by requests being received or processed (bodies, batches).", bs.bytes);
+    metric_u(&b, "bucketdb_inflight_request_bytes_limit", "gauge",
+             "max_inflight_bytes: the budget of bucketdb_inflight_request_bytes.",
+             s->cfg.max_inflight_bytes);
+    metric_u(&b, "bucketdb_inflight_write_requests", "gauge", "Write requests in flight now.",
+             bs.writes);
+    metric_u(&b, "bucketdb_inflight_write_requests_limit", "gauge",
+             "max_inflight_writes: the budget of bucketdb_inflight_write_requests.",
+             (unsigned long long)s->cfg.max_inflight_writes);
+    metric_u(&b, "bucketdb_head_shedding", "gauge",
+             "1 while writes are refused because the head is over 2 x head_max_bytes.",
+             (unsigned long long)bs.head_shedding);
     metric_u(&b, "bucketdb_queries_total", "counter", "Range queries answered.",
              atomic_load(&s->queries));
     histogram(&b, "bucketdb_query_duration_seconds", "Range query latency.", &s->query_latency, 1);
@@ -196,6 +340,9 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              st.head_samples);
     metric_u(&b, "bucketdb_head_bytes", "gauge", "Bytes held by the in-memory head.",
              st.head_bytes);
+    metric_u(&b, "bucketdb_head_max_bytes", "gauge",
+             "head_max_bytes: a flush is due above it, writes are shed above twice it.",
+             s->cfg.head_max_bytes);
     metric_u(&b, "bucketdb_out_of_order_samples_total", "counter",
              "Samples that arrived older than their series' newest.", st.ooo_samples);
     metric_u(&b, "bucketdb_blocks", "gauge", "Block files.", st.blocks);
@@ -264,6 +411,7 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              (unsigned long long)count_fds());
     family(&b, "process_start_time_seconds", "gauge", "Start time, Unix seconds.");
     bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
+    bdb_mqtt_gw_metrics(s->mqtt, &b);
 
     enum MHD_Result r =
         respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);

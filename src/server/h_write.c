@@ -16,8 +16,10 @@
 #include <zlib.h>
 
 /* Inflates a gzip (or zlib) body, refusing to produce more than max bytes so a small
- * compressed body cannot expand past the limit. Returns 0, 1 (too large), -1 (bad). */
-static int gunzip(const bdb_buf *in, size_t max, bdb_buf *out)
+ * compressed body cannot expand past the limit, and holding the output's buffer in
+ * the request's in-flight reservation. Returns 0, 1 (too large), -1 (bad), 2 (over
+ * the in-flight budget: r->bp_refused says why). */
+static int gunzip(bdb_server *s, req *r, const bdb_buf *in, size_t max, bdb_buf *out)
 {
     z_stream z;
     memset(&z, 0, sizeof z);
@@ -27,6 +29,17 @@ static int gunzip(const bdb_buf *in, size_t max, bdb_buf *out)
     z.avail_in = (uInt)in->len;
     int rc;
     do {
+        size_t cap0 = out->cap;
+        if (out->cap - out->len < 65536) {
+            /* the growth bdb_buf_reserve would make, reserved before it is made */
+            size_t cap = cap0 ? cap0 : 64;
+            while (cap - out->len < 65536)
+                cap *= 2;
+            if (req_bp_grow(s, r, cap - cap0) != 0) {
+                inflateEnd(&z);
+                return 2;
+            }
+        }
         bdb_buf_reserve(out, 65536);
         size_t room = out->cap - out->len;
         if (out->len + room > max + 1)
@@ -57,7 +70,11 @@ static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req 
         *res = respond_json_error(s, c, 415, "unsupported Content-Encoding (use gzip)", 1);
         return NULL;
     }
-    int g = gunzip(&r->body, s->cfg.max_body_bytes, tmp);
+    int g = gunzip(s, r, &r->body, s->cfg.max_body_bytes, tmp);
+    if (g == 2) {
+        *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+        return NULL;
+    }
     if (g == 1) {
         atomic_fetch_add(&s->body_too_large, 1);
         char msg[160];
@@ -192,6 +209,53 @@ struct outcome {
     _Atomic uint64_t *samples, *acc, *rej; /* the protocol's counters */
 };
 
+/* Memory that parsing a body will take, reserved before parsing so that a request
+ * the budget cannot hold is refused before it grows: the reports (one per line or
+ * JSON object, with their array's doubling slack), the tags and metrics (one per '='
+ * or ':'; their arrays and copied names), and the WAL record the engine encodes,
+ * about the body's size. An estimate, on the high side for ordinary bodies. */
+#define EST_PER_REPORT 128
+#define EST_PER_ITEM 32
+static uint64_t parse_estimate(const bdb_buf *body, int json)
+{
+    const uint8_t *p = body->data, *end = body->data + body->len;
+    uint64_t reports = 1, items = 0;
+    uint8_t rep = json ? '{' : '\n', item = json ? ':' : '=';
+    for (; p < end; p++) {
+        reports += *p == rep;
+        items += *p == item;
+    }
+    return reports * EST_PER_REPORT + items * EST_PER_ITEM + body->len;
+}
+
+/* Sets the request's parse reservation to the estimate: gives back what admission
+ * reserved beyond it, or asks for the rest. 0, or -1 with a 503/429 queued (nothing
+ * parsed). */
+static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const bdb_buf *body,
+                         int json, enum MHD_Result *res)
+{
+    uint64_t est = parse_estimate(body, json);
+    if (est <= r->parse_reserved) {
+        bdb_bp_shrink(s->bp, &r->bp, r->parse_reserved - est);
+        r->parse_reserved = est;
+        return 0;
+    }
+    if (req_bp_grow(s, r, est - r->parse_reserved) == 0) {
+        r->parse_reserved = est;
+        return 0;
+    }
+    *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+    return -1;
+}
+
+void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
+{
+    if (!bdb_tenants_count_ingest(s->tenants, tenant, samples)) {
+        atomic_fetch_add(&s->other_samples, samples);
+        atomic_fetch_add(&s->other_write_requests, 1);
+    }
+}
+
 /* Writes the accepted part and answers: 204 when nothing was rejected, else 400 with
  * the Influx phrases ("partial write:" when some of the body was stored) and the
  * counts, so a client knows exactly what happened to its request. */
@@ -199,6 +263,10 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
                                          const char *tenant, bdb_batch *b, const struct outcome *o)
 {
     if (o->accepted) {
+        /* The head may have grown while the body arrived: check again before
+         * writing (and before the quotas take anything). */
+        if (head_guard_wait(s) != 0)
+            return respond_backpressure(s, c, BDB_BP_HEAD_MEMORY, NULL);
         /* Quotas decide for the whole request before anything is written. */
         enum MHD_Result qr;
         int locked;
@@ -219,6 +287,7 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
         }
         atomic_fetch_add(o->samples, bdb_batch_samples(b));
         hist_observe(&s->batch_size, bdb_batch_samples(b));
+        count_ingest(s, tenant, bdb_batch_samples(b));
     }
     atomic_fetch_add(o->acc, o->accepted);
     atomic_fetch_add(o->rej, o->rejected);
@@ -264,6 +333,10 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
         bdb_buf_free(&tmp);
         return res;
     }
+    if (parse_reserve(s, c, r, body, 0, &res) != 0) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
     bdb_lp_limits lim;
     bdb_lp_limits_default(&lim);
     lim.max_line_len = s->cfg.max_line_bytes;
@@ -303,6 +376,10 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     bdb_buf_init(&tmp);
     const bdb_buf *body = request_body(s, c, r, &tmp, &res);
     if (!body) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    if (parse_reserve(s, c, r, body, 1, &res) != 0) {
         bdb_buf_free(&tmp);
         return res;
     }

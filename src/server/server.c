@@ -4,10 +4,14 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "server/mqtt_gw.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +147,9 @@ static const char *req_token(struct MHD_Connection *c, char *buf, size_t buflen)
     return arg(c, "p");
 }
 
-int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r)
+/* Who is asking, without answering: 0 with *id filled, -1 (no token where one is
+ * required) or -2 (wrong token). */
+static int auth_ident(bdb_server *s, struct MHD_Connection *c, req_ident *id)
 {
     char buf[1024];
     const char *tok = req_token(c, buf, sizeof buf);
@@ -153,11 +159,6 @@ int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Re
             id->who = WHO_ANON;
             return 0;
         }
-        atomic_fetch_add(&s->auth_failures, 1);
-        *r = respond_json_error(s, c, 401,
-                                "authorization failed: missing token (send Authorization: "
-                                "Token <token>)",
-                                1);
         return -1;
     }
     /* Compare hashes, never the secrets themselves, in constant time. */
@@ -170,6 +171,22 @@ int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Re
     if (bdb_tenants_find_by_hash(s->tenants, h, id->tenant)) {
         id->who = WHO_TENANT;
         return 0;
+    }
+    return -2;
+}
+
+int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r)
+{
+    int a = auth_ident(s, c, id);
+    if (a == 0)
+        return 0;
+    if (a == -1) {
+        atomic_fetch_add(&s->auth_failures, 1);
+        *r = respond_json_error(s, c, 401,
+                                "authorization failed: missing token (send Authorization: "
+                                "Token <token>)",
+                                1);
+        return -1;
     }
     /* A wrong token is refused even where none is required: the client meant to
      * authenticate, and guessing is not rewarded with anonymous access. */
@@ -221,6 +238,124 @@ const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result 
     return t;
 }
 
+/* The tenant a request will be accounted to, from its headers and parameters as
+ * req_tenant decides it but without answering: 0, or -1 when req_tenant will refuse
+ * the request (it is then accounted to no tenant). */
+static int peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT_NAME_MAX + 1])
+{
+    req_ident id;
+    if (auth_ident(s, c, &id) != 0)
+        return -1;
+    if (id.who == WHO_TENANT) {
+        snprintf(out, BDB_TENANT_NAME_MAX + 1, "%s", id.tenant);
+        return 0;
+    }
+    const char *t = arg(c, "tenant");
+    if (!t || !*t)
+        t = arg(c, "db");
+    if (!t || !*t)
+        t = s->cfg.default_tenant;
+    if (!bdb_tenant_name_valid(t))
+        return -1;
+    snprintf(out, BDB_TENANT_NAME_MAX + 1, "%s", t);
+    return 0;
+}
+
+enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,
+                                     enum bdb_bp_reason why, const char *tenant)
+{
+    bdb_bp_stats st;
+    bdb_bp_get_stats(s->bp, &st);
+    const bdb_config *cf = &s->cfg;
+    unsigned share = (unsigned)cf->tenant_inflight_share;
+    int64_t retry = bdb_bp_retry_after(why);
+    char msg[600];
+    switch (why) {
+    case BDB_BP_TENANT_BYTES:
+        snprintf(msg, sizeof msg,
+                 "too much in flight for tenant '%s': its requests may hold %llu bytes at once "
+                 "(tenant_inflight_share %u%% of max_inflight_bytes %llu); nothing of this "
+                 "request was written; retry after %lld s",
+                 tenant ? tenant : "",
+                 (unsigned long long)bdb_bp_share(cf->max_inflight_bytes, share), share,
+                 (unsigned long long)cf->max_inflight_bytes, (long long)retry);
+        break;
+    case BDB_BP_TENANT_WRITES:
+        snprintf(msg, sizeof msg,
+                 "too much in flight for tenant '%s': it may have %llu write requests in flight "
+                 "(tenant_inflight_share %u%% of max_inflight_writes %d); nothing of this "
+                 "request was written; retry after %lld s",
+                 tenant ? tenant : "",
+                 (unsigned long long)bdb_bp_share((uint64_t)cf->max_inflight_writes, share), share,
+                 cf->max_inflight_writes, (long long)retry);
+        break;
+    case BDB_BP_INFLIGHT_WRITES:
+        snprintf(msg, sizeof msg,
+                 "server overloaded: %llu write requests in flight (max_inflight_writes %d); "
+                 "nothing of this request was written; retry after %lld s",
+                 (unsigned long long)st.writes, cf->max_inflight_writes, (long long)retry);
+        break;
+    case BDB_BP_HEAD_MEMORY:
+        snprintf(msg, sizeof msg,
+                 "server overloaded: the storage head holds %llu bytes, more than %d x "
+                 "head_max_bytes %llu (flushing to disk is behind); nothing of this request was "
+                 "written; retry after %lld s",
+                 (unsigned long long)bdb_db_head_bytes(s->db), BDB_BP_HEAD_FACTOR,
+                 (unsigned long long)cf->head_max_bytes, (long long)retry);
+        break;
+    default:
+        snprintf(msg, sizeof msg,
+                 "server overloaded: requests in flight hold %llu bytes (max_inflight_bytes "
+                 "%llu); nothing of this request was written; retry after %lld s",
+                 (unsigned long long)st.bytes, (unsigned long long)cf->max_inflight_bytes,
+                 (long long)retry);
+        break;
+    }
+    unsigned status = bdb_bp_status(why);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_printf(&b, "\",\"reason\":\"%s\",\"retry_after\":%lld", bdb_bp_reason_name(why),
+                   (long long)retry);
+    if (status == 429 && tenant) {
+        bdb_buf_puts(&b, ",\"tenant\":\"");
+        bdb_buf_json_str(&b, tenant, strlen(tenant));
+        bdb_buf_putc(&b, '"');
+    }
+    bdb_buf_puts(&b, "}\n");
+    enum MHD_Result r = respond_retry_error(s, c, status, retry, msg, b.data, b.len);
+    bdb_buf_free(&b);
+    return r;
+}
+
+int req_bp_grow(bdb_server *s, req *r, uint64_t bytes)
+{
+    enum bdb_bp_reason why = bdb_bp_grow(s->bp, &r->bp, bytes, bdb_monotonic_ms());
+    if (why == BDB_BP_NONE)
+        return 0;
+    r->bp_refused = why;
+    return -1;
+}
+
+int head_guard_wait(bdb_server *s)
+{
+    int64_t t0 = bdb_monotonic_ms();
+    for (;;) {
+        int64_t now = bdb_monotonic_ms();
+        if (!bdb_bp_head_check(s->bp, bdb_db_head_bytes(s->db), s->cfg.head_max_bytes, 0, now))
+            return 0;
+        if (now - t0 >= BDB_BP_HEAD_WAIT_MS) {
+            bdb_bp_count(s->bp, BDB_BP_HEAD_MEMORY, now);
+            return -1;
+        }
+        /* The background thread is flushing (a writer signals it whenever the head is
+         * over its limit); look again shortly. */
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static enum MHD_Result h_ping(bdb_server *s, struct MHD_Connection *c)
 {
     const char *v = arg(c, "verbose");
@@ -254,6 +389,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
 {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int post = !strcmp(method, "POST");
+    if (r->bp_refused != BDB_BP_NONE)
+        return respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
     if (r->too_large) {
         atomic_fetch_add(&s->body_too_large, 1);
         char msg[160];
@@ -303,6 +440,96 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
     return respond_json_error(s, c, 404, msg, 0);
 }
 
+static int is_write_path(const char *url)
+{
+    return !strcmp(url, "/write") || !strcmp(url, "/api/v2/write") ||
+           !strcmp(url, "/api/v1/write/json");
+}
+
+/* First call for a request, headers in, body not read yet: admission against the
+ * in-flight budgets and the head guard (backpressure.h). A refused request's body is
+ * read and dropped, never buffered, and it is answered at the end; a client that
+ * sent "Expect: 100-continue" is answered at once and never sends the body. */
+static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char *url,
+                             const char *method, req *r)
+{
+    r->bp_refused = BDB_BP_NONE;
+    const char *cls = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    unsigned long long cl = cls ? strtoull(cls, NULL, 10) : 0;
+    /* Refuse early what we would refuse anyway (the body is still drained). */
+    if (cl > s->cfg.max_body_bytes) {
+        r->too_large = 1;
+        return MHD_YES;
+    }
+    int write = !strcmp(method, "POST") && is_write_path(url);
+    if (!write && cl == 0 && !te)
+        return MHD_YES; /* no body, no write: nothing to hold */
+    char tenant[BDB_TENANT_NAME_MAX + 1] = "";
+    if (write && peek_tenant(s, c, tenant) != 0)
+        tenant[0] = '\0'; /* refused later (401/400): only the server-wide budgets apply */
+    enum bdb_bp_reason why = BDB_BP_NONE;
+    if (write && head_guard_wait(s) != 0)
+        why = BDB_BP_HEAD_MEMORY;
+    else
+        why = bdb_bp_admit(s->bp, &r->bp, write ? tenant : NULL,
+                           write ? cl * (1 + BDB_BP_PARSE_FACTOR) : cl, write, bdb_monotonic_ms());
+    if (why == BDB_BP_NONE) {
+        r->parse_reserved = write ? cl * BDB_BP_PARSE_FACTOR : 0;
+        if (cl) { /* the body's buffer, exactly as reserved */
+            r->body.data = malloc(cl);
+            if (!r->body.data)
+                abort();
+            r->body.cap = cl;
+        }
+        return MHD_YES;
+    }
+    r->bp_refused = why;
+    snprintf(r->bp.tenant, sizeof r->bp.tenant, "%s", tenant);
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+    if (expect && !strcasecmp(expect, "100-continue")) {
+        r->answered = 1;
+        return respond_backpressure(s, c, why, tenant[0] ? tenant : NULL);
+    }
+    return MHD_YES;
+}
+
+/* Appends a piece of the body, growing the buffer (and the reservation) only when a
+ * body is longer than its Content-Length said or has none (chunked). */
+static void body_append(bdb_server *s, req *r, const char *data, size_t n)
+{
+    if (r->too_large || r->bp_refused != BDB_BP_NONE)
+        return; /* dropped */
+    if (r->body.len + n > s->cfg.max_body_bytes) {
+        r->too_large = 1;
+        bdb_buf_free(&r->body);
+        return;
+    }
+    if (!r->bp.admitted) /* a body nobody announced: account it from here on */
+        bdb_bp_admit(s->bp, &r->bp, NULL, 0, 0, bdb_monotonic_ms());
+    if (r->body.len + n > r->body.cap) {
+        size_t want = r->body.cap < 65536 ? 65536 : r->body.cap * 2;
+        if (want < r->body.len + n)
+            want = r->body.len + n;
+        if (want > s->cfg.max_body_bytes)
+            want = s->cfg.max_body_bytes;
+        if (req_bp_grow(s, r, want - r->body.cap) != 0) {
+            /* over the budget mid-body: drop what we have, answer at the end */
+            bdb_buf_free(&r->body);
+            bdb_bp_release(s->bp, &r->bp);
+            r->parse_reserved = 0;
+            return;
+        }
+        uint8_t *p = realloc(r->body.data, want);
+        if (!p)
+            abort();
+        r->body.data = p;
+        r->body.cap = want;
+    }
+    memcpy(r->body.data + r->body.len, data, n);
+    r->body.len += n;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
@@ -315,37 +542,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!r)
             return MHD_NO;
         r->start_us = now_us();
-        /* Refuse early what we would refuse anyway (the body is still drained). */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes)
-            r->too_large = 1;
         *con_cls = r;
-        return MHD_YES;
+        return admit(s, c, url, method, r);
     }
     if (*upload_size) {
         atomic_fetch_add(&s->bytes_received, *upload_size);
-        if (!r->too_large) {
-            if (r->body.len + *upload_size > s->cfg.max_body_bytes) {
-                r->too_large = 1;
-                bdb_buf_free(&r->body);
-            } else {
-                bdb_buf_append(&r->body, upload_data, *upload_size);
-            }
-        }
+        body_append(s, r, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    if (r->answered)
+        return MHD_YES;
     return dispatch(s, c, url, method, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
+    bdb_server *s = cls;
     (void)c;
     (void)toe;
     req *r = *con_cls;
     if (r) {
+        bdb_bp_release(s->bp, &r->bp);
         bdb_buf_free(&r->body);
         free(r);
         *con_cls = NULL;
@@ -459,6 +678,15 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         BDB_ERROR("%s", lerr);
         return BDB_ERR_INVALID;
     }
+#ifdef __GLIBC__
+    /* Memory freed by a request goes back to the system, so the resident size follows
+     * the in-flight budgets (docs/TENANCY.md#backpressure): buffers from 128 KiB up
+     * (bodies, batches) are always mapped and unmapped, instead of glibc raising that
+     * threshold after the first large free and keeping such buffers in its heaps; and
+     * the connection threads share a few heaps instead of up to 8 per core. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_ARENA_MAX, 4);
+#endif
     bdb_server *s = calloc(1, sizeof *s);
     if (!s)
         return BDB_ERR_NOMEM;
@@ -512,6 +740,11 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
         pthread_mutex_init(&s->devq_mu[i], NULL);
     s->pool = bdb_pool_new(cfg->query_workers);
+    bdb_bp_limits bl = {cfg->max_inflight_bytes, (uint64_t)cfg->max_inflight_writes,
+                        (unsigned)cfg->tenant_inflight_share};
+    s->bp = bdb_bp_new(&bl);
+    if (!s->bp)
+        abort();
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
@@ -524,6 +757,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     if (!s->mhd) {
         BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
         bdb_pool_free(s->pool);
+        bdb_bp_free(s->bp);
         bdb_tenants_close(s->tenants);
         bdb_db_close(s->db);
         free(s);
@@ -531,6 +765,10 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : 0;
+    if (bdb_mqtt_gw_start(s, &s->mqtt) != BDB_OK) {
+        bdb_server_stop(s);
+        return BDB_ERR_INVALID;
+    }
     *out = s;
     return BDB_OK;
 }
@@ -554,9 +792,11 @@ int bdb_server_stop(bdb_server *s)
 {
     if (!s)
         return BDB_OK;
+    bdb_mqtt_gw_stop(s->mqtt); /* between messages: nothing half-written */
     /* Stop accepting first, let in-flight requests finish, then close storage. */
     MHD_stop_daemon(s->mhd);
     bdb_pool_free(s->pool);
+    bdb_bp_free(s->bp);
     int rc = bdb_db_close(s->db);
     bdb_tenants_close(s->tenants);
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)

@@ -4,6 +4,7 @@
 
 #include "common/buf.h"
 #include "query/pool.h"
+#include "server/backpressure.h"
 #include "server/config.h"
 #include "server/server.h"
 #include "server/tenants.h"
@@ -26,6 +27,7 @@ void hist_observe(hist *h, uint64_t us);
 
 struct bdb_server {
     bdb_config cfg;
+    struct bdb_mqtt_gw *mqtt; /* MQTT gateway (mqtt_gw.h); NULL when off */
     bdb_db *db;
     bdb_pool *pool;
     struct MHD_Daemon *mhd;
@@ -47,6 +49,10 @@ struct bdb_server {
     _Atomic uint64_t queries, query_samples;
     _Atomic uint64_t write_failures;
     hist write_latency, query_latency, batch_size;
+    /* in-flight budgets and the head guard (backpressure.h) */
+    bdb_bp *bp;
+    /* ingestion by tenants that are not registered (one "(other)" label) */
+    _Atomic uint64_t other_samples, other_write_requests;
 };
 
 /* One request being received: the body accumulates here up to max_body_bytes. */
@@ -54,7 +60,28 @@ typedef struct req {
     bdb_buf body;
     int too_large;
     uint64_t start_us;
+    bdb_bp_ticket bp;              /* what it holds of the in-flight budgets */
+    uint64_t parse_reserved;       /* of which reserved at admission for parsing */
+    enum bdb_bp_reason bp_refused; /* BDB_BP_NONE, or why it is refused (body dropped) */
+    int answered;                  /* a response was queued at the first call */
 } req;
+
+/* Answers a request refused by backpressure: 503 or 429 with Retry-After and
+ * {"error","reason","retry_after"[,"tenant"]}; nothing of the request was written. */
+enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,
+                                     enum bdb_bp_reason why, const char *tenant);
+/* Adds bytes a request now holds (decompression) to its reservation: 0, or -1 with
+ * r->bp_refused set (answer with respond_backpressure). */
+int req_bp_grow(bdb_server *s, req *r, uint64_t bytes);
+/* Counts a write that stored `samples` for tenant in the per-tenant ingestion
+ * counters: registered tenants have their own, every other tenant shares the
+ * "(other)" one, so /metrics has a bounded number of series. Every ingestion path
+ * calls it after a successful bdb_db_write. */
+void count_ingest(bdb_server *s, const char *tenant, uint64_t samples);
+/* The head guard for a write: 0 when the head is within bounds (at once, or after
+ * waiting up to BDB_BP_HEAD_WAIT_MS for a flush), -1 when the write is to be refused
+ * (counted; answer respond_backpressure(BDB_BP_HEAD_MEMORY)). */
+int head_guard_wait(bdb_server *s);
 
 /* Response helpers: queue a response and return the MHD result. */
 enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,

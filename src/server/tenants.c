@@ -726,3 +726,15 @@ void bdb_tenants_count_rejection(bdb_tenants *r, const char *name, enum bdb_quot
         e->info.rejections[l]++;
     pthread_mutex_unlock(&r->mu);
 }
+
+int bdb_tenants_count_ingest(bdb_tenants *r, const char *name, uint64_t samples)
+{
+    pthread_mutex_lock(&r->mu);
+    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    if (e) {
+        e->info.ingested_samples += samples;
+        e->info.ingested_requests++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e != NULL;
+}

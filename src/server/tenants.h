@@ -47,6 +47,8 @@ typedef struct bdb_tenant_info {
     int64_t retention_ms; /* 0 = the server's retention; stored, NOT enforced yet */
     int64_t created_ms, token_rotated_ms;
     uint64_t rejections[BDB_LIMIT_N]; /* since the server started */
+    uint64_t ingested_samples;        /* durably written since the server started */
+    uint64_t ingested_requests;       /* write requests that stored something */
 } bdb_tenant_info;
 
 /* A partial update: only the fields whose has_* flag is set change. */
@@ -109,6 +111,9 @@ int bdb_tenants_admit(bdb_tenants *r, const char *name, uint64_t cost, int64_t n
                       int64_t *retry_after_s, uint64_t *limit_value);
 /* Gives back an admitted cost when the write failed. */
 void bdb_tenants_refund(bdb_tenants *r, const char *name, uint64_t cost);
+/* Counts a write request that stored `samples`: 1 if the tenant is registered, 0
+ * if not (nothing counted). */
+int bdb_tenants_count_ingest(bdb_tenants *r, const char *name, uint64_t samples);
 /* Counts a refusal decided outside (the device limit). */
 void bdb_tenants_count_rejection(bdb_tenants *r, const char *name, enum bdb_quota_limit l);
 

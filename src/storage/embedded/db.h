@@ -122,6 +122,8 @@ typedef struct bdb_db_stats {
 } bdb_db_stats;
 
 void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st);
+/* Bytes held by the in-memory head now (one atomic load; for admission control). */
+uint64_t bdb_db_head_bytes(bdb_db *db);
 
 /* Partition sizes (bytes) of every partition in blocks, for histograms. */
 int bdb_db_partition_sizes(bdb_db *db,

@@ -31,3 +31,8 @@ int bdb_db_tenant_usage(bdb_db *db, const char *tenant_name, const bdb_batch *b,
         bdb_map_free(fresh);
     return BDB_OK;
 }
+
+uint64_t bdb_db_head_bytes(bdb_db *db)
+{
+    return atomic_load(&db->head_bytes);
+}

@@ -70,6 +70,9 @@ static void test_defaults(void **state)
     assert_int_equal(c.retention_ms, 0);
     assert_int_equal(c.query_workers, 4);
     assert_int_equal(c.http_threads_max, 1024);
+    assert_int_equal(c.max_inflight_bytes, 256u << 20);
+    assert_int_equal(c.max_inflight_writes, 256);
+    assert_int_equal(c.tenant_inflight_share, 50);
     assert_int_equal(c.max_body_bytes, 64u << 20);
     assert_int_equal(c.max_line_bytes, 65536);
     assert_int_equal(c.max_tags, 64);
@@ -223,6 +226,10 @@ static void test_check_rules(void **state)
         {"max_fields", "0", "max_fields"},
         {"device_tag", "", "device_tag"},
         {"default_tenant", "", "default_tenant"},
+        {"max_inflight_writes", "0", "max_inflight_writes"},
+        {"tenant_inflight_share", "0", "tenant_inflight_share"},
+        {"tenant_inflight_share", "101", "tenant_inflight_share"},
+        {"max_inflight_bytes", "65535", "max_inflight_bytes"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         bdb_config c;
@@ -253,6 +260,10 @@ static void test_check_rules(void **state)
         {"max_body_bytes", "1K"},
         {"max_line_bytes", "64"},
         {"listen", "[::1]:8086"},
+        {"tenant_inflight_share", "100"},
+        {"tenant_inflight_share", "1"},
+        {"max_inflight_bytes", "64KiB"},
+        {"max_inflight_writes", "1"},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         bdb_config c;

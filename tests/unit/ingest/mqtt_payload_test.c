@@ -1,0 +1,175 @@
+/* Tests for the MQTT gateway's mapping: topic levels to tenant and device, JSON and
+ * line-protocol payloads, the topic's device as the default, and malformed payloads. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "model/batch.h"
+#include "server/config.h"
+#include "server/mqtt_gw.h"
+
+#include <string.h>
+
+#define NOW 1700000000000LL
+
+static bdb_config C;
+static bdb_batch *B;
+static char WHY[700];
+
+static int setup(void **state)
+{
+    (void)state;
+    bdb_config_default(&C);
+    B = bdb_batch_new();
+    return B ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bdb_batch_free(B);
+    return 0;
+}
+
+static int parse(const char *payload, const char *device)
+{
+    bdb_batch_reset(B);
+    return bdb_mqtt_payload_parse(&C, payload, strlen(payload), device, NOW, B, WHY, sizeof WHY);
+}
+
+static const bdb_report *report(size_t i, const char *device)
+{
+    size_t n;
+    const bdb_report *r = bdb_batch_reports(B, &n);
+    assert_true(i < n);
+    assert_int_equal(r[i].device_len, strlen(device));
+    assert_memory_equal(r[i].device, device, strlen(device));
+    return &r[i];
+}
+
+static size_t nreports(void)
+{
+    size_t n;
+    bdb_batch_reports(B, &n);
+    return n;
+}
+
+static void topic_ids(void **state)
+{
+    (void)state;
+    char t[129], d[257], why[200];
+    const char *ok = "bucketdb/acme/dev-1/telemetry";
+    assert_int_equal(bdb_mqtt_topic_ids(ok, strlen(ok), t, sizeof t, d, sizeof d, why, sizeof why),
+                     0);
+    assert_string_equal(t, "acme");
+    assert_string_equal(d, "dev-1");
+    const char *three = "x/acme/d";
+    assert_int_equal(
+        bdb_mqtt_topic_ids(three, strlen(three), t, sizeof t, d, sizeof d, why, sizeof why), 0);
+    assert_string_equal(d, "d");
+    const char *bad[] = {"bucketdb/acme", "bucketdb//d/telemetry", "bucketdb/acme//telemetry",
+                         "bucketdb/bad tenant/d/telemetry", "bucketdb/a\x01/d/t"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = 0;
+        assert_int_equal(
+            bdb_mqtt_topic_ids(bad[i], strlen(bad[i]), t, sizeof t, d, sizeof d, why, sizeof why),
+            -1);
+        assert_true(why[0] != 0);
+    }
+    char tiny[4];
+    assert_int_equal(
+        bdb_mqtt_topic_ids(ok, strlen(ok), t, sizeof t, tiny, sizeof tiny, why, sizeof why),
+        -1); /* device longer than the buffer */
+}
+
+static void json_single_report_gets_topic_device(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("{\"time\": 1700000000001, \"metrics\": {\"temp\": 21.5}}", "dev1"),
+                     BDB_MQTT_OK);
+    assert_int_equal(nreports(), 1);
+    const bdb_report *r = report(0, "dev1");
+    assert_int_equal(r->ts_ms, 1700000000001LL);
+    assert_int_equal(r->nmetrics, 1);
+    assert_true(r->metrics[0].value == 21.5);
+    /* a report naming its device keeps it */
+    assert_int_equal(parse("{\"device\": \"own\", \"metrics\": {\"t\": 1}}", "dev1"), BDB_MQTT_OK);
+    assert_int_equal(report(0, "own")->ts_ms, NOW); /* no time: the receive time */
+}
+
+static void json_batch_and_array(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("{\"reports\": [{\"metrics\": {\"a\": 1}}, {\"device\": \"x\", "
+                           "\"metrics\": {\"b\": 2}}]}",
+                           "dt"),
+                     BDB_MQTT_OK);
+    assert_int_equal(nreports(), 2);
+    report(0, "dt");
+    report(1, "x");
+    assert_int_equal(parse("  [{\"metrics\": {\"a\": 1}}]", "dt"), BDB_MQTT_OK);
+    report(0, "dt");
+    /* one bad report of two: partial, the good one is kept */
+    assert_int_equal(parse("[{\"metrics\": {\"a\": 1}}, {\"metrics\": {\"a\": \"s\"}}]", "dt"),
+                     BDB_MQTT_PARTIAL);
+    assert_int_equal(nreports(), 1);
+    assert_non_null(strstr(WHY, "1 rejected"));
+}
+
+static void line_protocol(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("env temp=19.5,hum=40i 1700000000000000000\n", "dev2"), BDB_MQTT_OK);
+    const bdb_report *r = report(0, "dev2");
+    assert_int_equal(r->ts_ms, 1700000000000LL);
+    assert_int_equal(r->nmetrics, 2);
+    /* the line's own device tag wins; other tags are kept */
+    assert_int_equal(parse("env,site=b,device=own t=1 1700000000000000000", "dev2"), BDB_MQTT_OK);
+    r = report(0, "own");
+    assert_int_equal(r->ntags, 1);
+    /* a device name needing escapes */
+    assert_int_equal(parse("env t=1", "a b,c=d"), BDB_MQTT_OK);
+    report(0, "a b,c=d");
+    /* comments and blank lines; one good and one bad line: partial */
+    assert_int_equal(parse("# comment\n\nenv t=1 1\nenv t=oops 2\n", "d"), BDB_MQTT_PARTIAL);
+    assert_int_equal(nreports(), 1);
+    assert_non_null(strstr(WHY, "line"));
+}
+
+static void malformed(void **state)
+{
+    (void)state;
+    const char *bad[] = {"",
+                         "   \n",
+                         "{\"time\": 1, \"metrics\": ",
+                         "{\"metrics\": {}}",
+                         "[]",
+                         "not line protocol",
+                         "{\"metrics\": {\"a\": \"str\"}}",
+                         "[1, 2]",
+                         "\"just a string\"",
+                         "env"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        WHY[0] = 0;
+        assert_int_equal(parse(bad[i], "d"), BDB_MQTT_BAD);
+        assert_true(WHY[0] != 0);
+    }
+    /* a NUL inside the payload */
+    bdb_batch_reset(B);
+    assert_int_equal(bdb_mqtt_payload_parse(&C, "env t=1\0x", 9, "d", NOW, B, WHY, sizeof WHY),
+                     BDB_MQTT_BAD);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(topic_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(json_single_report_gets_topic_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(json_batch_and_array, setup, teardown),
+        cmocka_unit_test_setup_teardown(line_protocol, setup, teardown),
+        cmocka_unit_test_setup_teardown(malformed, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
