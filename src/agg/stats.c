@@ -1,0 +1,326 @@
+#include "agg/stats.h"
+
+#include "bucketdb/bdb.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Layout (docs/AGGREGATION.md):
+ *   u8 version, uvarint count; when count > 0:
+ *   u8 flags, f64 min, f64 sum_hi, [f64 sum_lo if FLAG_LO], [f64 max, f64 m2 if FLAG_SPREAD]
+ * f64 is the IEEE 754 bit pattern, little endian; sum_hi and sum_lo are scaled by
+ * 2^-SCALE like in memory. */
+#define FLAG_SPREAD 0x01 /* min < max: max and m2 follow; otherwise max = min, m2 = 0 */
+#define FLAG_LO 0x02     /* sum_lo != 0 follows */
+#define FLAG_ALL (FLAG_SPREAD | FLAG_LO)
+
+/* The sum is kept scaled by 2^-SCALE: 2^53 readings of DBL_MAX still sum to a finite
+ * double, so the sum never overflows (bdb_stats_sum reports +-inf where the true sum is
+ * past DBL_MAX) and the mean is always right. What it costs: readings below 2^-958
+ * (about 1e-289) are summed with an absolute error of up to 2^-1011 each. */
+#define SCALE 64
+
+/* Knuth's TwoSum: s + e == a + b exactly, s = fl(a + b). */
+static void two_sum(double a, double b, double *s, double *e)
+{
+    double x = a + b;
+    double bb = x - a;
+    *e = (a - (x - bb)) + (b - bb);
+    *s = x;
+}
+
+/* (hi, lo) += (bh, bl), renormalized so that fl(hi + lo) == hi. Scaled sums stay below
+ * 2^53 * DBL_MAX * 2^-64 < 2^1013 in magnitude, so this never overflows. */
+static void dd_add(double *hi, double *lo, double bh, double bl)
+{
+    double s, e;
+    two_sum(*hi, bh, &s, &e);
+    e += *lo + bl;
+    two_sum(s, e, hi, lo);
+    *hi += 0.0; /* never a negative zero: the encoding is canonical */
+    *lo += 0.0;
+}
+
+static double clamp(const bdb_stats *s, double v)
+{
+    return v < s->min ? s->min : v > s->max ? s->max : v;
+}
+
+/* The mean (hi + lo) / n as an unevaluated sum q + ql, accurate to about 2^-100
+ * relative: deviations from it are then accurate to an ulp of the deviation, however
+ * large the mean is against the spread. (The sum is scaled; a mean that rounds past
+ * DBL_MAX on scaling back is clamped.) */
+static void mean_dd(const bdb_stats *s, double *q, double *ql)
+{
+    double n = (double)s->count;
+    double q0 = s->sum_hi / n;
+    double r = fma(-q0, n, s->sum_hi) + s->sum_lo; /* the division's remainder */
+    *q = ldexp(q0, SCALE);
+    *ql = ldexp(r / n, SCALE);
+    if (!isfinite(*q)) { /* a mean within an ulp of DBL_MAX rounded up */
+        *q = clamp(s, *q);
+        *ql = 0.0;
+    }
+}
+
+/* The mean rounded to a double, within [min, max] where the true mean lies. */
+static double mean_of(const bdb_stats *s)
+{
+    double q, ql;
+    mean_dd(s, &q, &ql);
+    return clamp(s, q + ql);
+}
+
+void bdb_stats_init(bdb_stats *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+int bdb_stats_add(bdb_stats *s, double v)
+{
+    if (!isfinite(v))
+        return BDB_ERR_INVALID;
+    if (s->count >= BDB_STATS_MAX_COUNT)
+        return BDB_ERR_LIMIT;
+    v += 0.0; /* -0.0 -> 0.0 */
+    if (s->count == 0) {
+        s->count = 1;
+        s->min = s->max = v;
+        s->sum_hi = ldexp(v, -SCALE);
+        s->sum_lo = s->m2 = 0.0;
+        return BDB_OK;
+    }
+    double bq, bql, aq, aql;
+    mean_dd(s, &bq, &bql);
+    s->count++;
+    if (v < s->min)
+        s->min = v;
+    if (v > s->max)
+        s->max = v;
+    dd_add(&s->sum_hi, &s->sum_lo, ldexp(v, -SCALE), 0.0);
+    mean_dd(s, &aq, &aql);
+    /* Welford: (v - mean_before)(v - mean_after) = (n-1)/n (v - mean_before)^2 >= 0 */
+    double d = ((v - bq) - bql) * ((v - aq) - aql);
+    if (isnan(d) || d < 0.0)
+        d = isnan(d) ? INFINITY : 0.0;
+    s->m2 = s->min == s->max ? 0.0 : s->m2 + d;
+    return BDB_OK;
+}
+
+int bdb_stats_merge(bdb_stats *dst, const bdb_stats *src)
+{
+    if (src->count == 0)
+        return BDB_OK;
+    if (dst->count == 0) {
+        *dst = *src;
+        return BDB_OK;
+    }
+    if (src->count > BDB_STATS_MAX_COUNT - dst->count)
+        return BDB_ERR_LIMIT;
+    bdb_stats a = *dst, b = *src; /* src may alias dst */
+    double na = (double)a.count, nb = (double)b.count;
+    double aq, aql, bq, bql;
+    mean_dd(&a, &aq, &aql);
+    mean_dd(&b, &bq, &bql);
+    double delta = (bq - aq) + (bql - aql);
+    /* Chan, Golub, LeVeque: M2 = M2a + M2b + delta^2 na nb / (na + nb) */
+    double m2 = a.m2 + b.m2 + delta * delta * (na / (na + nb)) * nb;
+    if (isnan(m2))
+        m2 = INFINITY;
+    dst->count = a.count + b.count;
+    dst->min = a.min < b.min ? a.min : b.min;
+    dst->max = a.max > b.max ? a.max : b.max;
+    dst->sum_hi = a.sum_hi;
+    dst->sum_lo = a.sum_lo;
+    dd_add(&dst->sum_hi, &dst->sum_lo, b.sum_hi, b.sum_lo);
+    dst->m2 = dst->min == dst->max ? 0.0 : m2 + 0.0;
+    return BDB_OK;
+}
+
+uint64_t bdb_stats_count(const bdb_stats *s)
+{
+    return s->count;
+}
+
+double bdb_stats_sum(const bdb_stats *s)
+{
+    return s->count ? ldexp(s->sum_hi + s->sum_lo, SCALE) : 0.0; /* +-inf past DBL_MAX */
+}
+
+double bdb_stats_min(const bdb_stats *s)
+{
+    return s->count ? s->min : NAN;
+}
+
+double bdb_stats_max(const bdb_stats *s)
+{
+    return s->count ? s->max : NAN;
+}
+
+double bdb_stats_mean(const bdb_stats *s)
+{
+    return s->count ? mean_of(s) : NAN;
+}
+
+static double variance(const bdb_stats *s, uint64_t ddof)
+{
+    if (s->count <= ddof)
+        return NAN;
+    if (s->min == s->max)
+        return 0.0;
+    return s->m2 / (double)(s->count - ddof);
+}
+
+double bdb_stats_var_pop(const bdb_stats *s)
+{
+    return s->count ? variance(s, 0) : NAN;
+}
+
+double bdb_stats_var_sample(const bdb_stats *s)
+{
+    return variance(s, 1);
+}
+
+double bdb_stats_stddev_pop(const bdb_stats *s)
+{
+    return sqrt(bdb_stats_var_pop(s));
+}
+
+double bdb_stats_stddev_sample(const bdb_stats *s)
+{
+    return sqrt(bdb_stats_var_sample(s));
+}
+
+static void put_f64(bdb_buf *b, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    bdb_buf_put_u64le(b, u);
+}
+
+static double get_f64(bdb_dec *d)
+{
+    uint64_t u = bdb_dec_u64le(d);
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static size_t uvarint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* A uvarint in its shortest form only (the encoding is canonical), and no bits past
+ * the 64th (bdb_dec_uvarint drops them from a tenth byte above 1). */
+static uint64_t get_uvarint(bdb_dec *d)
+{
+    const uint8_t *start = d->p;
+    uint64_t v = bdb_dec_uvarint(d);
+    size_t len = (size_t)(d->p - start);
+    if (!d->err && (len != uvarint_len(v) || (len == 10 && start[9] > 1)))
+        d->err = 1;
+    return v;
+}
+
+void bdb_stats_write(const bdb_stats *s, bdb_buf *out)
+{
+    bdb_buf_putc(out, BDB_STATS_VERSION);
+    bdb_buf_put_uvarint(out, s->count);
+    if (s->count == 0)
+        return;
+    uint8_t flags = (s->min < s->max ? FLAG_SPREAD : 0) | (s->sum_lo != 0.0 ? FLAG_LO : 0);
+    bdb_buf_putc(out, flags);
+    put_f64(out, s->min);
+    put_f64(out, s->sum_hi);
+    if (flags & FLAG_LO)
+        put_f64(out, s->sum_lo);
+    if (flags & FLAG_SPREAD) {
+        put_f64(out, s->max);
+        put_f64(out, s->m2);
+    }
+}
+
+static int is_neg_zero(double v)
+{
+    return v == 0.0 && signbit(v);
+}
+
+/* The checks a window built by add and merge always passes. */
+static int plausible(const bdb_stats *s, uint8_t flags)
+{
+    if (!isfinite(s->min) || !isfinite(s->max) || is_neg_zero(s->min) || is_neg_zero(s->max))
+        return 0;
+    if ((flags & FLAG_SPREAD) ? !(s->min < s->max) : s->min != s->max)
+        return 0;
+    if (s->count == 1 && (flags != 0 || s->sum_hi != ldexp(s->min, -SCALE)))
+        return 0;
+    if (isnan(s->m2) || s->m2 < 0.0 || is_neg_zero(s->m2))
+        return 0;
+    if (!isfinite(s->sum_hi) || is_neg_zero(s->sum_hi))
+        return 0;
+    if (flags & FLAG_LO) {
+        if (!isfinite(s->sum_lo) || s->sum_lo == 0.0 || s->sum_hi + s->sum_lo != s->sum_hi)
+            return 0;
+    }
+    /* n min <= sum <= n max, with room for rounding (relative, and absolute where scaled
+     * values went subnormal) */
+    double n = (double)s->count;
+    double lo = n * ldexp(s->min, -SCALE), hi = n * ldexp(s->max, -SCALE);
+    double tiny = n * 0x1p-1074;
+    if (s->sum_hi < lo - fabs(lo) * 1e-9 - tiny || s->sum_hi > hi + fabs(hi) * 1e-9 + tiny)
+        return 0;
+    /* Popoviciu: the variance is at most (max - min)^2 / 4; with room for rounding,
+     * relative, and absolute for subnormal squares (each step and merge can add an
+     * error of 2^-1075 times up to n) */
+    double w = s->max - s->min;
+    if (s->m2 > n * (w * w / 4.0) * (1.0 + 1e-6) + n * 0x1p-1060)
+        return 0;
+    return 1;
+}
+
+int bdb_stats_read(bdb_stats *s, bdb_dec *d)
+{
+    bdb_stats t;
+    bdb_stats_init(&t);
+    uint8_t version = bdb_dec_u8(d);
+    t.count = get_uvarint(d);
+    if (d->err || version != BDB_STATS_VERSION || t.count > BDB_STATS_MAX_COUNT)
+        goto corrupt;
+    if (t.count > 0) {
+        uint8_t flags = bdb_dec_u8(d);
+        if (flags & ~FLAG_ALL)
+            goto corrupt;
+        t.min = t.max = get_f64(d);
+        t.sum_hi = get_f64(d);
+        if (flags & FLAG_LO)
+            t.sum_lo = get_f64(d);
+        if (flags & FLAG_SPREAD) {
+            t.max = get_f64(d);
+            t.m2 = get_f64(d);
+        }
+        if (d->err || !plausible(&t, flags))
+            goto corrupt;
+    }
+    *s = t;
+    return BDB_OK;
+corrupt:
+    d->err = 1;
+    return BDB_ERR_CORRUPT;
+}
+
+int bdb_stats_decode(bdb_stats *s, const void *p, size_t n)
+{
+    bdb_dec d;
+    bdb_dec_init(&d, p, n);
+    bdb_stats t;
+    if (bdb_stats_read(&t, &d) != BDB_OK || bdb_dec_left(&d) != 0)
+        return BDB_ERR_CORRUPT;
+    *s = t;
+    return BDB_OK;
+}
