@@ -189,6 +189,11 @@ uint64_t bdb_dec_uvarint(bdb_dec *d)
         if (!need(d, 1))
             return 0;
         uint8_t c = *d->p++;
+        /* The 10th byte holds only bit 63: more would be silently dropped. */
+        if (shift == 63 && (c & 0x7e)) {
+            d->err = 1;
+            return 0;
+        }
         v |= (uint64_t)(c & 0x7f) << shift;
         if (!(c & 0x80))
             return v;

@@ -128,6 +128,18 @@ static void test_varints(void **state)
         assert_int_equal(uvarint_len(edge), (size_t)k + 1);
     }
     assert_int_equal(uvarint_len(UINT64_MAX), 10);
+    {
+        /* a 10th byte above 1 would overflow 64 bits: an error, not dropped bits */
+        static const uint8_t over[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02};
+        static const uint8_t max[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+        bdb_dec d;
+        bdb_dec_init(&d, over, sizeof over);
+        assert_int_equal(bdb_dec_uvarint(&d), 0);
+        assert_int_equal(d.err, 1);
+        bdb_dec_init(&d, max, sizeof max);
+        assert_true(bdb_dec_uvarint(&d) == UINT64_MAX);
+        assert_int_equal(d.err, 0);
+    }
 
     /* known bytes */
     bdb_buf b;
