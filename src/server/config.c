@@ -36,6 +36,8 @@ static const struct key {
     N(flush_interval_ms, K_MS, "flush the in-memory head to blocks at least this often (10m)"),
     N(head_max_bytes, K_U64, "flush early when the head holds more (default 1073741824)"),
     N(retention_ms, K_MS, "drop raw data older than this; 0 keeps everything (default 0)"),
+    N(device_limiter_idle, K_MS,
+      "expire a device's rate-limiter state after this idle time (default 10m)"),
     N(query_workers, K_INT, "partition reads running in parallel, server-wide (default 4)"),
     N(http_threads_max, K_INT, "max concurrent HTTP connections (default 1024)"),
     N(max_inflight_bytes, K_U64,
@@ -81,6 +83,7 @@ void bdb_config_default(bdb_config *c)
     c->flush_interval_ms = 10 * BDB_MS_MIN;
     c->head_max_bytes = 1ull << 30;
     c->retention_ms = 0;
+    c->device_limiter_idle = 10 * BDB_MS_MIN;
     c->query_workers = 4;
     c->http_threads_max = 1024;
     c->max_inflight_bytes = 256u << 20;

@@ -21,6 +21,7 @@ typedef struct bdb_config {
     int64_t flush_interval_ms;
     uint64_t head_max_bytes;
     int64_t retention_ms;
+    int64_t device_limiter_idle; /* ms: device limiter entries idle longer expire */
     int query_workers;
     int http_threads_max; /* connection limit (one thread each) */
     /* backpressure (src/server/backpressure.h) */

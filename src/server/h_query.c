@@ -5,7 +5,10 @@
 #include "common/timeutil.h"
 #include "model/bucket.h"
 #include "query/range.h"
+#include "server/config.h"
+#include "server/devlimit.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +316,21 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         if (bk && strcmp(bk, "auto") && !(size = bdb_bucket_parse(bk)))
             return respond_json_error(s, c, 400, "'bucket' must be auto, 10m, 15m, 1h, 6h or 1d",
                                       0);
+        /* Device profile: max_rps (reports per second, 0 = no limit) and
+         * expected_interval (a duration, kept for operators). */
+        const char *rps_s = arg(c, "max_rps"), *iv_s = arg(c, "expected_interval");
+        unsigned long long rps = 0;
+        int64_t iv = 0;
+        char *endp = NULL;
+        if (rps_s) {
+            errno = 0;
+            rps = strtoull(rps_s, &endp, 10);
+            if (!*rps_s || *endp || errno || rps > BDB_DEVLIMIT_MAX_RPS || *rps_s == '-')
+                return respond_json_error(s, c, 400, "'max_rps' must be an integer 0..1000000", 0);
+        }
+        if (iv_s && (bdb_config_parse_duration(iv_s, &iv) != 0 || iv < 0))
+            return respond_json_error(
+                s, c, 400, "'expected_interval' must be a duration such as 10s or 5m", 0);
         /* A profile may create the device: the tenant's device quota applies. */
         bdb_batch *one = bdb_batch_new();
         bdb_batch_begin(one, dev, strlen(dev), 0, 0);
@@ -324,12 +342,34 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
             return res;
         }
         bdb_batch_free(one);
-        int rc = bdb_db_set_device_bucket(s->db, tenant, dev, size);
+        /* Without rate parameters a PUT sets the bucket (auto when absent), as before. */
+        int prof = rps_s || iv_s;
+        int rc = bk || !prof ? bdb_db_set_device_bucket(s->db, tenant, dev, size) : BDB_OK;
+        if (rc == BDB_OK && prof) {
+            uint32_t old_rps = 0;
+            int64_t old_iv = 0;
+            bdb_devlimit_get_profile(s->devlimit, tenant, dev, &old_rps, &old_iv);
+            rc = bdb_devlimit_set_profile(s->devlimit, tenant, dev, rps_s ? (uint32_t)rps : old_rps,
+                                          iv_s ? iv : old_iv);
+        }
         if (locked)
             devq_unlock(s, tenant);
         if (rc != BDB_OK)
             return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500, bdb_strerror(rc),
                                       0);
+        if (prof && !bk) {
+            /* a profile alone does not create the device: answer with the profile */
+            uint32_t p_rps = 0;
+            int64_t p_iv = 0;
+            bdb_devlimit_get_profile(s->devlimit, tenant, dev, &p_rps, &p_iv);
+            bdb_buf_puts(&b, "{\"device\":\"");
+            bdb_buf_json_str(&b, dev, strlen(dev));
+            bdb_buf_printf(&b, "\",\"max_rps\":%u,\"expected_interval_ms\":%lld}\n", p_rps,
+                           (long long)p_iv);
+            res = respond(s, c, 200, "application/json", b.data, b.len);
+            bdb_buf_free(&b);
+            return res;
+        }
     } else if (sub && strcmp(sub, "partitions")) {
         return respond_json_error(s, c, 404, "unknown device resource", 0);
     }

@@ -3,6 +3,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
+#include "server/devlimit.h"
 #include "server/mqtt_gw.h"
 
 #include <dirent.h>
@@ -277,6 +278,12 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
            "Write requests refused by a tenant quota, by tenant and limit (registered "
            "tenants only).");
     bdb_tenants_list(s->tenants, quota_cb, &b);
+    metric_u(&b, "bucketdb_device_rate_rejections_total", "counter",
+             "Write requests refused because a device exceeded its profile's max_rps.",
+             atomic_load(&s->device_rate_rejections));
+    metric_u(&b, "bucketdb_device_limiter_entries", "gauge",
+             "Devices with live rate-limiter state (idle ones expire).",
+             bdb_devlimit_entries(s->devlimit));
     histogram(&b, "bucketdb_write_duration_seconds",
               "Write request latency, receive to durable acknowledgement.", &s->write_latency, 1);
     family(&b, "bucketdb_write_batch_samples", "histogram", "Samples per write batch.");

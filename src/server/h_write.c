@@ -8,6 +8,7 @@
 #include "common/timeutil.h"
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
+#include "server/devlimit.h"
 #include "server/quota.h"
 
 #include <pthread.h>
@@ -199,6 +200,43 @@ static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenan
     return -1;
 }
 
+/* Device profiles (docs/TENANCY.md, "Device profiles"): every device of the request
+ * with a max_rps profile must have room for its reports, else the whole request is
+ * refused with 429. 0, or -1 with the answer queued. */
+static int device_rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                             const bdb_batch *b, enum MHD_Result *r)
+{
+    char dev[256];
+    uint32_t limit = 0, value = 0;
+    int64_t retry = 1;
+    int v = bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), dev, sizeof dev, &limit,
+                               &value, &retry);
+    if (v > 0)
+        return 0;
+    atomic_fetch_add(&s->device_rate_rejections, 1);
+    char msg[768];
+    if (v < 0)
+        retry = 1; /* more reports than one second allows: only pacing helps */
+    snprintf(msg, sizeof msg,
+             "device rate limit exceeded: device '%s' of tenant '%s' may send %u reports per "
+             "second; this request holds %u of its reports; nothing of it was written",
+             dev, tenant, limit, value);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    bdb_buf_puts(&out, "{\"error\":\"");
+    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_puts(&out, "\",\"tenant\":\"");
+    bdb_buf_json_str(&out, tenant, strlen(tenant));
+    bdb_buf_puts(&out, "\",\"device\":\"");
+    bdb_buf_json_str(&out, dev, strlen(dev));
+    bdb_buf_printf(&out,
+                   "\",\"limit\":\"max_rps\",\"max_rps\":%u,\"value\":%u,\"retry_after\":%lld}\n",
+                   limit, value, (long long)retry);
+    *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
+    bdb_buf_free(&out);
+    return -1;
+}
+
 /* What parsing made of a request: how many lines (or reports) were accepted and
  * rejected, the first problem, and where it was. */
 struct outcome {
@@ -274,6 +312,12 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
             return qr;
         uint64_t cost = bdb_quota_cost(b);
         if (rate_check(s, c, tenant, cost, &qr) != 0) {
+            if (locked)
+                devq_unlock(s, tenant);
+            return qr;
+        }
+        if (device_rate_check(s, c, tenant, b, &qr) != 0) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
             if (locked)
                 devq_unlock(s, tenant);
             return qr;

@@ -7,6 +7,7 @@
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
 #include "ingest/mqtt/mqtt_codec.h"
+#include "server/devlimit.h"
 #include "server/quota.h"
 #include "server/server_int.h"
 #include "server/tenants.h"
@@ -350,6 +351,22 @@ static int handle_message(bdb_mqtt_gw *g, const bdb_mqtt_publish *p, int too_lar
         BDB_WARN("mqtt: dropped message on '%s': %llu samples exceed tenant '%s''s burst", topic,
                  (unsigned long long)cost, tenant);
         return 0;
+    }
+    {
+        /* device profiles (docs/TENANCY.md): a message over a device's max_rps is
+         * dropped and counted, not retried (a retry would only be over it again) */
+        char dev[256];
+        uint32_t limit = 0, value = 0;
+        int64_t retry = 0;
+        if (bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), dev, sizeof dev, &limit,
+                               &value, &retry) <= 0) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
+            bdb_batch_free(b);
+            atomic_fetch_add(&s->device_rate_rejections, 1);
+            BDB_WARN("mqtt: dropped message on '%s': device '%s' over its max_rps %u", topic, dev,
+                     limit);
+            return 0;
+        }
     }
     int rc = bdb_db_write(s->db, tenant, b);
     if (rc != BDB_OK)

@@ -4,6 +4,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "server/devlimit.h"
 #include "server/mqtt_gw.h"
 
 #include <arpa/inet.h>
@@ -737,6 +738,14 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         free(s);
         return rc;
     }
+    rc = bdb_devlimit_open(cfg->data, cfg->device_limiter_idle, &s->devlimit, terr, sizeof terr);
+    if (rc != BDB_OK) {
+        BDB_ERROR("device profiles: %s", terr[0] ? terr : bdb_strerror(rc));
+        bdb_tenants_close(s->tenants);
+        bdb_db_close(s->db);
+        free(s);
+        return rc;
+    }
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
         pthread_mutex_init(&s->devq_mu[i], NULL);
     s->pool = bdb_pool_new(cfg->query_workers);
@@ -759,6 +768,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         bdb_pool_free(s->pool);
         bdb_bp_free(s->bp);
         bdb_tenants_close(s->tenants);
+        bdb_devlimit_free(s->devlimit);
         bdb_db_close(s->db);
         free(s);
         return BDB_ERR_IO;
@@ -799,6 +809,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_bp_free(s->bp);
     int rc = bdb_db_close(s->db);
     bdb_tenants_close(s->tenants);
+    bdb_devlimit_free(s->devlimit);
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
         pthread_mutex_destroy(&s->devq_mu[i]);
     free(s);

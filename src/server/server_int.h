@@ -35,7 +35,9 @@ struct bdb_server {
     int auth_required;
     char token[65]; /* the admin token (<data>/token) */
     uint8_t admin_hash[BDB_HASH_BYTES];
-    bdb_tenants *tenants; /* registry, <data>/tenants */
+    bdb_tenants *tenants;          /* registry, <data>/tenants */
+    struct bdb_devlimit *devlimit; /* device profiles and limiter (devlimit.h) */
+    _Atomic uint64_t device_rate_rejections;
     /* Writes that would add devices to a tenant with a device quota are serialised
      * per stripe of tenants, so two requests cannot both pass the check. */
     pthread_mutex_t devq_mu[16];
