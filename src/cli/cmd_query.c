@@ -1,14 +1,13 @@
 /* query: reads from a running server over HTTP (the data directory is locked by the
  * server, and going through the API keeps one code path for every reader). */
 #include "cli/cli.h"
+#include "cli/http_client.h"
 
 #include "common/buf.h"
 
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 static void help(void)
@@ -32,22 +31,6 @@ static void help(void)
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 
-static void url_escape(bdb_buf *b, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            strchr("-_.~,:", c))
-            bdb_buf_putc(b, c);
-        else {
-            bdb_buf_putc(b, '%');
-            bdb_buf_putc(b, (uint8_t)hex[c >> 4]);
-            bdb_buf_putc(b, (uint8_t)hex[c & 15]);
-        }
-    }
-}
-
 static void param(bdb_buf *b, const char *k, const char *v)
 {
     if (!v)
@@ -55,82 +38,7 @@ static void param(bdb_buf *b, const char *k, const char *v)
     bdb_buf_putc(b, b->data && memchr(b->data, '?', b->len) ? '&' : '?');
     bdb_buf_puts(b, k);
     bdb_buf_putc(b, '=');
-    url_escape(b, v);
-}
-
-/* HTTP/1.0 GET so the server closes the connection and never uses chunked encoding. */
-static int http_get(const char *server, const char *path, const char *token)
-{
-    char host[256] = "127.0.0.1", port[16] = "8086";
-    const char *p = server;
-    if (!strncmp(p, "http://", 7))
-        p += 7;
-    const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
-    size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
-    if (hl && hl < sizeof host) {
-        memcpy(host, p, hl);
-        host[hl] = '\0';
-    }
-    if (colon)
-        snprintf(port, sizeof port, "%.*s", (int)strcspn(colon + 1, "/"), colon + 1);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(host, port, &hints, &ai) != 0) {
-        fprintf(stderr, "bucketdb query: cannot resolve %s:%s\n", host, port);
-        return BDB_EXIT_FAIL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        fprintf(stderr, "bucketdb query: cannot connect to %s:%s\n", host, port);
-        freeaddrinfo(ai);
-        if (fd >= 0)
-            close(fd);
-        return BDB_EXIT_FAIL;
-    }
-    freeaddrinfo(ai);
-    bdb_buf req;
-    bdb_buf_init(&req);
-    bdb_buf_printf(&req, "GET %s HTTP/1.0\r\nHost: %s:%s\r\n", path, host, port);
-    if (token)
-        bdb_buf_printf(&req, "Authorization: Token %s\r\n", token);
-    bdb_buf_puts(&req, "\r\n");
-    size_t off = 0;
-    while (off < req.len) {
-        ssize_t n = write(fd, req.data + off, req.len - off);
-        if (n <= 0)
-            break;
-        off += (size_t)n;
-    }
-    bdb_buf_free(&req);
-    /* Read the header, then stream the body to stdout. */
-    bdb_buf hdr;
-    bdb_buf_init(&hdr);
-    char buf[65536];
-    int status = 0, in_body = 0;
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) {
-        if (in_body) {
-            fwrite(buf, 1, (size_t)n, stdout);
-            continue;
-        }
-        bdb_buf_append(&hdr, buf, (size_t)n);
-        bdb_buf_putc(&hdr, 0);
-        hdr.len--;
-        char *end = strstr((char *)hdr.data, "\r\n\r\n");
-        if (!end)
-            continue;
-        sscanf((char *)hdr.data, "HTTP/%*s %d", &status);
-        in_body = 1;
-        size_t body_off = (size_t)(end + 4 - (char *)hdr.data);
-        fwrite(hdr.data + body_off, 1, hdr.len - body_off, status >= 400 ? stderr : stdout);
-    }
-    close(fd);
-    bdb_buf_free(&hdr);
-    fflush(stdout);
-    if (status == 0) {
-        fprintf(stderr, "bucketdb query: no HTTP response\n");
-        return BDB_EXIT_FAIL;
-    }
-    return status >= 400 ? BDB_EXIT_FAIL : BDB_EXIT_OK;
+    cli_url_escape(b, v);
 }
 
 int cmd_query(int argc, char **argv)
@@ -208,7 +116,7 @@ int cmd_query(int argc, char **argv)
         param(&path, "to", to);
     }
     bdb_buf_putc(&path, 0);
-    int rc = http_get(server, (const char *)path.data, token);
+    int rc = cli_http("query", server, "GET", (const char *)path.data, token, NULL);
     bdb_buf_free(&path);
     return rc;
 }

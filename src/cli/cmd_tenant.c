@@ -2,15 +2,14 @@
  * (docs/TENANCY.md), with the admin token (--admin-token or $BUCKETDB_ADMIN_TOKEN;
  * the server keeps it in <data>/token). */
 #include "cli/cli.h"
+#include "cli/http_client.h"
 
 #include "common/buf.h"
 #include "server/tenants.h"
 
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 static void help(void)
@@ -33,82 +32,6 @@ static void help(void)
            "  --storage-bytes N         stored, not enforced yet\n"
            "  --retention DURATION      raw-data TTL, e.g. 30d; stored, not enforced yet\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
-}
-
-/* Sends one request and writes the response body to stdout (or stderr for an error
- * status). HTTP/1.0, so the server closes the connection after the answer. */
-static int http_do(const char *server, const char *method, const char *path, const char *token,
-                   const char *body)
-{
-    char host[256] = "127.0.0.1", port[16] = "8086";
-    const char *p = server;
-    if (!strncmp(p, "http://", 7))
-        p += 7;
-    const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
-    size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
-    if (hl && hl < sizeof host) {
-        memcpy(host, p, hl);
-        host[hl] = '\0';
-    }
-    if (colon)
-        snprintf(port, sizeof port, "%.*s", (int)strcspn(colon + 1, "/"), colon + 1);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(host, port, &hints, &ai) != 0) {
-        fprintf(stderr, "bucketdb tenant: cannot resolve %s:%s\n", host, port);
-        return BDB_EXIT_FAIL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        fprintf(stderr, "bucketdb tenant: cannot connect to %s:%s\n", host, port);
-        freeaddrinfo(ai);
-        if (fd >= 0)
-            close(fd);
-        return BDB_EXIT_FAIL;
-    }
-    freeaddrinfo(ai);
-    bdb_buf req;
-    bdb_buf_init(&req);
-    bdb_buf_printf(&req, "%s %s HTTP/1.0\r\nHost: %s:%s\r\nAuthorization: Token %s\r\n", method,
-                   path, host, port, token);
-    if (body)
-        bdb_buf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n",
-                       strlen(body));
-    bdb_buf_puts(&req, "\r\n");
-    if (body)
-        bdb_buf_puts(&req, body);
-    size_t off = 0;
-    while (off < req.len) {
-        ssize_t n = write(fd, req.data + off, req.len - off);
-        if (n <= 0)
-            break;
-        off += (size_t)n;
-    }
-    bdb_buf_free(&req);
-    bdb_buf resp;
-    bdb_buf_init(&resp);
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0 && resp.len < (64u << 20))
-        bdb_buf_append(&resp, buf, (size_t)n);
-    close(fd);
-    bdb_buf_putc(&resp, 0);
-    resp.len--;
-    int status = 0;
-    char *text = (char *)resp.data;
-    char *end = text ? strstr(text, "\r\n\r\n") : NULL;
-    if (!end || sscanf(text, "HTTP/%*s %d", &status) != 1) {
-        fprintf(stderr, "bucketdb tenant: no HTTP response\n");
-        bdb_buf_free(&resp);
-        return BDB_EXIT_FAIL;
-    }
-    const char *b = end + 4;
-    FILE *out = status >= 400 ? stderr : stdout;
-    fputs(b, out);
-    if (*b && b[strlen(b) - 1] != '\n')
-        fputc('\n', out);
-    fflush(stdout);
-    bdb_buf_free(&resp);
-    return status >= 400 ? BDB_EXIT_FAIL : BDB_EXIT_OK;
 }
 
 static int all_digits(const char *v)
@@ -257,8 +180,8 @@ int cmd_tenant(int argc, char **argv)
         bdb_buf_puts(&path, "/token");
     }
     bdb_buf_putc(&path, 0);
-    int rc = http_do(server, method, (const char *)path.data, token,
-                     body.len ? (const char *)body.data : NULL);
+    int rc = cli_http("tenant", server, method, (const char *)path.data, token,
+                      body.len ? (const char *)body.data : NULL);
     if (rc == BDB_EXIT_OK && (is_create || !strcmp(verb, "rotate-token")))
         fprintf(stderr, "bucketdb tenant: the token above is shown only once; store it now\n");
     if (rc == BDB_EXIT_OK && !strcmp(verb, "delete"))
