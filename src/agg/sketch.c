@@ -325,43 +325,6 @@ uint64_t bdb_sketch_accurate_from(const bdb_sketch *s)
 
 /* ------------------------------------------------------------ encoding */
 
-static void put_f64(bdb_buf *b, double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    bdb_buf_put_u64le(b, u);
-}
-
-static double get_f64(bdb_dec *d)
-{
-    uint64_t u = bdb_dec_u64le(d);
-    double v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-
-static size_t uvarint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-/* A uvarint in its shortest form only (the encoding is canonical), and no bits past
- * the 64th (bdb_dec_uvarint drops them from a tenth byte above 1). */
-static uint64_t get_uvarint(bdb_dec *d)
-{
-    const uint8_t *start = d->p;
-    uint64_t v = bdb_dec_uvarint(d);
-    size_t len = (size_t)(d->p - start);
-    if (!d->err && (len != uvarint_len(v) || (len == 10 && start[9] > 1)))
-        d->err = 1;
-    return v;
-}
-
 static int32_t index_of_key(int32_t key)
 {
     return (key > 0 ? key : -key) - KEY_BIAS;
@@ -399,8 +362,8 @@ void bdb_sketch_write(const bdb_sketch *s, bdb_buf *out)
     bdb_buf_put_uvarint(out, s->n - pos);
     if (s->count == 0)
         return;
-    put_f64(out, s->min);
-    put_f64(out, s->max);
+    bdb_buf_put_f64(out, s->min);
+    bdb_buf_put_f64(out, s->max);
     put_store(out, s, (int64_t)neg - 1, neg, -1);
     put_store(out, s, pos, s->n - pos, 1);
 }
@@ -413,22 +376,17 @@ static void get_store(bdb_dec *d, bdb_sketch_bucket *b, int64_t at, uint64_t n, 
     for (uint64_t k = 0; k < n && !d->err; k++) {
         int64_t i;
         if (k == 0) {
-            const uint8_t *start = d->p;
-            int64_t z = bdb_dec_varint(d);
-            /* shortest form: zigzag maps back to the same unsigned length */
-            uint64_t u = ((uint64_t)z << 1) ^ (uint64_t)(z >> 63);
-            if (!d->err && (size_t)(d->p - start) != uvarint_len(u))
-                d->err = 1;
+            int64_t z = bdb_dec_varint_canon(d);
             if (z < idx_lo || z > idx_hi)
                 d->err = 1;
             i = z;
         } else {
-            uint64_t gap = get_uvarint(d);
+            uint64_t gap = bdb_dec_uvarint_canon(d);
             if (gap >= (uint64_t)(idx_hi - prev))
                 d->err = 1;
             i = prev + 1 + (int64_t)(gap & 0xffffffffu);
         }
-        uint64_t c = get_uvarint(d);
+        uint64_t c = bdb_dec_uvarint_canon(d);
         if (c == UINT64_MAX || c + 1 > UINT64_MAX - *total)
             d->err = 1;
         if (d->err)
@@ -458,11 +416,11 @@ int bdb_sketch_read(bdb_sketch *s, bdb_dec *d)
 {
     uint8_t version = bdb_dec_u8(d);
     uint8_t flags = bdb_dec_u8(d);
-    uint64_t ppm = get_uvarint(d);
-    uint64_t maxb = get_uvarint(d);
-    uint64_t n_neg = get_uvarint(d);
-    uint64_t zero = get_uvarint(d);
-    uint64_t n_pos = get_uvarint(d);
+    uint64_t ppm = bdb_dec_uvarint_canon(d);
+    uint64_t maxb = bdb_dec_uvarint_canon(d);
+    uint64_t n_neg = bdb_dec_uvarint_canon(d);
+    uint64_t zero = bdb_dec_uvarint_canon(d);
+    uint64_t n_pos = bdb_dec_uvarint_canon(d);
     if (d->err || version != BDB_SKETCH_VERSION || (flags & ~FLAG_ALL) || ppm > UINT32_MAX ||
         maxb > UINT32_MAX || !params_ok((uint32_t)ppm, (uint32_t)maxb) || n_neg > maxb ||
         n_pos > maxb)
@@ -486,8 +444,8 @@ int bdb_sketch_read(bdb_sketch *s, bdb_dec *d)
      * a short garbage input */
     if (bdb_dec_left(d) < 16 + 2 * (n_neg + n_pos))
         goto corrupt;
-    t.min = get_f64(d);
-    t.max = get_f64(d);
+    t.min = bdb_dec_f64(d);
+    t.max = bdb_dec_f64(d);
     if (!isfinite(t.min) || !isfinite(t.max) || is_neg_zero(t.min) || is_neg_zero(t.max) ||
         t.min > t.max)
         goto corrupt;

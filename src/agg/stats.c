@@ -191,43 +191,6 @@ double bdb_stats_stddev_sample(const bdb_stats *s)
     return sqrt(bdb_stats_var_sample(s));
 }
 
-static void put_f64(bdb_buf *b, double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    bdb_buf_put_u64le(b, u);
-}
-
-static double get_f64(bdb_dec *d)
-{
-    uint64_t u = bdb_dec_u64le(d);
-    double v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-
-static size_t uvarint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-/* A uvarint in its shortest form only (the encoding is canonical), and no bits past
- * the 64th (bdb_dec_uvarint drops them from a tenth byte above 1). */
-static uint64_t get_uvarint(bdb_dec *d)
-{
-    const uint8_t *start = d->p;
-    uint64_t v = bdb_dec_uvarint(d);
-    size_t len = (size_t)(d->p - start);
-    if (!d->err && (len != uvarint_len(v) || (len == 10 && start[9] > 1)))
-        d->err = 1;
-    return v;
-}
-
 void bdb_stats_write(const bdb_stats *s, bdb_buf *out)
 {
     bdb_buf_putc(out, BDB_STATS_VERSION);
@@ -236,13 +199,13 @@ void bdb_stats_write(const bdb_stats *s, bdb_buf *out)
         return;
     uint8_t flags = (s->min < s->max ? FLAG_SPREAD : 0) | (s->sum_lo != 0.0 ? FLAG_LO : 0);
     bdb_buf_putc(out, flags);
-    put_f64(out, s->min);
-    put_f64(out, s->sum_hi);
+    bdb_buf_put_f64(out, s->min);
+    bdb_buf_put_f64(out, s->sum_hi);
     if (flags & FLAG_LO)
-        put_f64(out, s->sum_lo);
+        bdb_buf_put_f64(out, s->sum_lo);
     if (flags & FLAG_SPREAD) {
-        put_f64(out, s->max);
-        put_f64(out, s->m2);
+        bdb_buf_put_f64(out, s->max);
+        bdb_buf_put_f64(out, s->m2);
     }
 }
 
@@ -289,20 +252,20 @@ int bdb_stats_read(bdb_stats *s, bdb_dec *d)
     bdb_stats t;
     bdb_stats_init(&t);
     uint8_t version = bdb_dec_u8(d);
-    t.count = get_uvarint(d);
+    t.count = bdb_dec_uvarint_canon(d);
     if (d->err || version != BDB_STATS_VERSION || t.count > BDB_STATS_MAX_COUNT)
         goto corrupt;
     if (t.count > 0) {
         uint8_t flags = bdb_dec_u8(d);
         if (flags & ~FLAG_ALL)
             goto corrupt;
-        t.min = t.max = get_f64(d);
-        t.sum_hi = get_f64(d);
+        t.min = t.max = bdb_dec_f64(d);
+        t.sum_hi = bdb_dec_f64(d);
         if (flags & FLAG_LO)
-            t.sum_lo = get_f64(d);
+            t.sum_lo = bdb_dec_f64(d);
         if (flags & FLAG_SPREAD) {
-            t.max = get_f64(d);
-            t.m2 = get_f64(d);
+            t.max = bdb_dec_f64(d);
+            t.m2 = bdb_dec_f64(d);
         }
         if (d->err || !plausible(&t, flags))
             goto corrupt;

@@ -105,6 +105,13 @@ void bdb_buf_put_varint(bdb_buf *b, int64_t v)
     bdb_buf_put_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
 }
 
+void bdb_buf_put_f64(bdb_buf *b, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    bdb_buf_put_u64le(b, u);
+}
+
 void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n)
 {
     bdb_buf_put_uvarint(b, n);
@@ -200,6 +207,34 @@ uint64_t bdb_dec_uvarint(bdb_dec *d)
     }
     d->err = 1;
     return 0;
+}
+
+uint64_t bdb_dec_uvarint_canon(bdb_dec *d)
+{
+    const uint8_t *start = d->p;
+    uint64_t v = bdb_dec_uvarint(d);
+    size_t len = (size_t)(d->p - start), want = 1;
+    for (uint64_t x = v; x >= 0x80; x >>= 7)
+        want++;
+    if (!d->err && len != want) {
+        d->err = 1;
+        return 0;
+    }
+    return v;
+}
+
+int64_t bdb_dec_varint_canon(bdb_dec *d)
+{
+    uint64_t u = bdb_dec_uvarint_canon(d);
+    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}
+
+double bdb_dec_f64(bdb_dec *d)
+{
+    uint64_t u = bdb_dec_u64le(d);
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
 }
 
 int64_t bdb_dec_varint(bdb_dec *d)

@@ -27,6 +27,7 @@ void bdb_buf_put_u32le(bdb_buf *b, uint32_t v);
 void bdb_buf_put_u64le(bdb_buf *b, uint64_t v);
 void bdb_buf_put_uvarint(bdb_buf *b, uint64_t v);
 void bdb_buf_put_varint(bdb_buf *b, int64_t v);            /* zigzag */
+void bdb_buf_put_f64(bdb_buf *b, double v);                /* IEEE 754 bits, little-endian */
 void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n); /* uvarint length + bytes */
 /* Appends s as the inside of a JSON string (escapes ", \ and control bytes). */
 void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n);
@@ -47,6 +48,11 @@ uint32_t bdb_dec_u32le(bdb_dec *d);
 uint64_t bdb_dec_u64le(bdb_dec *d);
 uint64_t bdb_dec_uvarint(bdb_dec *d);
 int64_t bdb_dec_varint(bdb_dec *d);
+/* Like bdb_dec_uvarint but also an error unless the varint is in its shortest form,
+ * for formats whose encoding must be canonical (one byte string per value). */
+uint64_t bdb_dec_uvarint_canon(bdb_dec *d);
+int64_t bdb_dec_varint_canon(bdb_dec *d); /* zigzag, shortest form only */
+double bdb_dec_f64(bdb_dec *d);
 /* Returns a pointer into the decoded range (not copied) and its length. */
 const char *bdb_dec_str(bdb_dec *d, size_t *n);
 const uint8_t *bdb_dec_bytes(bdb_dec *d, size_t n);

@@ -123,9 +123,7 @@ static void encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
                 bdb_buf_put_str(&e.names_buf, m->name, m->nlen);
             }
             bdb_buf_put_uvarint(rb, idx - 1);
-            uint64_t bits;
-            memcpy(&bits, &m->value, 8);
-            bdb_buf_put_u64le(rb, bits);
+            bdb_buf_put_f64(rb, m->value);
         }
     }
     bdb_buf_reset(out);
@@ -290,12 +288,12 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
             goto out;
         for (uint64_t k = 0; k < nm; k++) {
             uint64_t idx = bdb_dec_uvarint(d);
-            uint64_t bits = bdb_dec_u64le(d);
+            double v = bdb_dec_f64(d);
             if (d->err || idx >= nnames)
                 goto out;
             rn[k] = names[idx];
             rl[k] = nlens[idx];
-            memcpy(&rv[k], &bits, 8);
+            rv[k] = v;
         }
         const bdb_kv *tags = tsi ? tagv + tagset_off[tsi - 1] : NULL;
         uint32_t ntg = tsi ? (uint32_t)(tagset_off[tsi] - tagset_off[tsi - 1]) : 0;

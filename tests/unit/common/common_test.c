@@ -139,6 +139,18 @@ static void test_varints(void **state)
         bdb_dec_init(&d, max, sizeof max);
         assert_true(bdb_dec_uvarint(&d) == UINT64_MAX);
         assert_int_equal(d.err, 0);
+        /* canonical reads refuse a padded form the plain reader accepts */
+        static const uint8_t padded[] = {0x81, 0x00};
+        bdb_dec_init(&d, padded, sizeof padded);
+        assert_int_equal(bdb_dec_uvarint(&d), 1);
+        assert_int_equal(d.err, 0);
+        bdb_dec_init(&d, padded, sizeof padded);
+        assert_int_equal(bdb_dec_uvarint_canon(&d), 0);
+        assert_int_equal(d.err, 1);
+        static const uint8_t m1[] = {0x01};
+        bdb_dec_init(&d, m1, sizeof m1);
+        assert_int_equal(bdb_dec_varint_canon(&d), -1);
+        assert_int_equal(d.err, 0);
     }
 
     /* known bytes */
