@@ -18,104 +18,23 @@ The last line is "N passed, M failed"; the exit status is non-zero on any failur
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
 
+import cassnode
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BUCKETDB_BIN", os.path.join(ROOT, "build", "bucketdb"))
-SCRIPT = os.path.join(ROOT, "scripts", "cassandra.sh")
-ADDR = "127.0.0.1"
+ADDR = cassnode.ADDR
 USER, PASSWORD = "cassandra", "cassandra"
 
 
-class Node:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="bucketdb-cassandra-")
-        self.port = None
-        self.pid = None
-        self.error = None
-
-    def start(self):
-        self.port = free_port()
-        storage = free_port()
-        t0 = time.monotonic()
-        p = subprocess.run(
-            [SCRIPT, "start", "--dir", self.dir, "--addr", ADDR, "--port", str(self.port),
-             "--storage-port", str(storage), "--cluster", "bucketdb-it", "--heap", "512M",
-             "--auth"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
-        if p.returncode != 0:
-            self.error = ("cannot start Cassandra (scripts/cassandra.sh start exit %d):\n%s"
-                          % (p.returncode, (p.stderr or "")[-3000:]))
-            pidfile = os.path.join(self.dir, "cassandra.pid")
-            if os.path.exists(pidfile):
-                self.pid = int(open(pidfile).read().strip() or 0) or None
-            return False
-        self.pid = int(p.stdout.strip().splitlines()[-1])
-        # With PasswordAuthenticator the default superuser is created just after the
-        # port opens: wait (bounded) until a login works.
-        deadline = time.monotonic() + 60
-        last = None
-        while time.monotonic() < deadline:
-            last = cql("SELECT release_version FROM system.local", check=False)
-            if last.returncode == 0:
-                print("cassandra: started PID %d on %s:%d in %.1fs"
-                      % (self.pid, ADDR, self.port, time.monotonic() - t0), flush=True)
-                return True
-            time.sleep(0.5)
-        self.error = "Cassandra started but no login worked within 60 s: %s" % (
-            last.stderr if last else "")
-        return False
-
-    def stop(self):
-        if self.pid:
-            stop_pid(self.pid)
-            self.pid = None
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def log_tail(self, n=4000):
-        out = []
-        for name in ("logs/system.log", "logs/stdout.log"):
-            path = os.path.join(self.dir, name)
-            if os.path.exists(path):
-                with open(path, errors="replace") as f:
-                    out.append("--- %s\n%s" % (name, f.read()[-n:]))
-        return "\n".join(out)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((ADDR, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def stop_pid(pid):
-    """TERM, then KILL after 30 s; only the PID this test started."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-NODE = Node()
+NODE = cassnode.Node("bucketdb-cassandra-", "bucketdb-it",
+                     lambda n: cql("SELECT release_version FROM system.local", check=False),
+                     auth=True)
 
 
 class Failure(Exception):

@@ -17,17 +17,17 @@ The last line is "N passed, M failed"; the exit status is non-zero on any failur
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
 
+import cassnode
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BUCKETDB_BIN", os.path.join(ROOT, "build", "bucketdb"))
-SCRIPT = os.path.join(ROOT, "scripts", "cassandra.sh")
-ADDR = "127.0.0.1"
+ADDR = cassnode.ADDR
 KS = "bdb_schema_it"
 TABLES = {"telemetry", "telemetry_by_tenant", "agg_1m", "agg_1h", "agg_1d", "fleet_agg_1h",
           "fleet_agg_1d", "late_arrivals", "devices", "latest_by_device", "latest_by_state"}
@@ -42,58 +42,8 @@ def check(cond, msg):
         raise Failure(msg)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind((ADDR, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Node:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="bucketdb-schema-")
-        self.port = None
-        self.started = False
-        self.error = None
-
-    def start(self):
-        self.port = free_port()
-        p = subprocess.run(
-            [SCRIPT, "start", "--dir", self.dir, "--addr", ADDR, "--port", str(self.port),
-             "--storage-port", str(free_port()), "--cluster", "bucketdb-schema-it",
-             "--heap", "512M"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
-        self.started = os.path.exists(os.path.join(self.dir, "cassandra.pid"))
-        if p.returncode != 0:
-            self.error = "scripts/cassandra.sh start exit %d:\n%s" % (
-                p.returncode, (p.stderr or "")[-3000:])
-            return False
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if cql("SELECT release_version FROM system.local", check_rc=False).returncode == 0:
-                print("cassandra: started on %s:%d" % (ADDR, self.port), flush=True)
-                return True
-            time.sleep(0.5)
-        self.error = "Cassandra's port opened but no query worked within 60 s"
-        return False
-
-    def stop(self):
-        if self.started:
-            subprocess.run([SCRIPT, "stop", "--dir", self.dir], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=120)
-            self.started = False
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def log_tail(self, n=3000):
-        path = os.path.join(self.dir, "logs", "system.log")
-        if not os.path.exists(path):
-            return ""
-        with open(path, errors="replace") as f:
-            return "--- system.log\n" + f.read()[-n:]
-
-
-NODE = Node()
+NODE = cassnode.Node("bucketdb-schema-", "bucketdb-schema-it",
+                     lambda n: cql("SELECT release_version FROM system.local", check_rc=False))
 
 
 def run(args, timeout=60):
@@ -281,7 +231,7 @@ def test_refusals():
     p = schema("--state-model", "mv")
     check(p.returncode == 2, "materialized view on 2.1: exit %d" % p.returncode)
     check("materialized views need Cassandra 3.0" in p.stderr, p.stderr)
-    p = run(["schema", "--probe", "%s:%d" % (ADDR, free_port())])
+    p = run(["schema", "--probe", "%s:%d" % (ADDR, cassnode.free_port())])
     check(p.returncode == 1, "probe of a closed port: exit %d" % p.returncode)
     # nothing of the refused runs reached the node: the keyspace still has its tables only
     _, rs = rows(cql("SELECT columnfamily_name FROM system.schema_columnfamilies WHERE "
@@ -321,7 +271,7 @@ def main():
             else:
                 passed += 1
                 print("%-50s ok" % fn.__name__, flush=True)
-        if failed and NODE.started:
+        if failed and NODE.pid:
             print(NODE.log_tail(), flush=True)
     finally:
         NODE.stop()

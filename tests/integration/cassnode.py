@@ -1,0 +1,83 @@
+"""One Apache Cassandra 2.1.0 test node on 127.0.0.1 for the integration tests,
+started and stopped through scripts/cassandra.sh (free ports, 512 MB heap, everything
+under a temporary directory). Shared by test_cassandra.py and test_cassandra_schema.py."""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "cassandra.sh")
+ADDR = "127.0.0.1"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind((ADDR, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Node:
+    """ready(node) runs a query and returns a CompletedProcess: the node counts as up
+    once it exits 0 (with auth on, the default superuser appears just after the port
+    opens, so the port alone is not enough)."""
+
+    def __init__(self, prefix, cluster, ready, auth=False):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.cluster = cluster
+        self.ready = ready
+        self.auth = auth
+        self.port = None
+        self.pid = None
+        self.error = None
+
+    def start(self):
+        self.port = free_port()
+        t0 = time.monotonic()
+        args = [SCRIPT, "start", "--dir", self.dir, "--addr", ADDR, "--port", str(self.port),
+                "--storage-port", str(free_port()), "--cluster", self.cluster, "--heap", "512M"]
+        if self.auth:
+            args.append("--auth")
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=240)
+        pidfile = os.path.join(self.dir, "cassandra.pid")
+        if os.path.exists(pidfile):
+            self.pid = int(open(pidfile).read().strip() or 0) or None
+        if p.returncode != 0:
+            self.error = ("cannot start Cassandra (scripts/cassandra.sh start exit %d):\n%s"
+                          % (p.returncode, (p.stderr or "")[-3000:]))
+            return False
+        deadline = time.monotonic() + 60
+        last = None
+        while time.monotonic() < deadline:
+            last = self.ready(self)
+            if last.returncode == 0:
+                print("cassandra: started PID %s on %s:%d in %.1fs"
+                      % (self.pid, ADDR, self.port, time.monotonic() - t0), flush=True)
+                return True
+            time.sleep(0.5)
+        self.error = "Cassandra started but no query worked within 60 s: %s" % (
+            last.stderr if last else "")
+        return False
+
+    def stop(self):
+        """TERM, then KILL after 30 s (scripts/cassandra.sh), only the node we started."""
+        if self.pid:
+            subprocess.run([SCRIPT, "stop", "--dir", self.dir], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+            self.pid = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log_tail(self, n=4000):
+        out = []
+        for name in ("logs/system.log", "logs/stdout.log"):
+            path = os.path.join(self.dir, name)
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    out.append("--- %s\n%s" % (name, f.read()[-n:]))
+        return "\n".join(out)
