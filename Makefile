@@ -15,7 +15,7 @@ endif
 
 PKGS     = libmicrohttpd jansson zlib libzstd libcrypto
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers \
-           -g -pthread -Iinclude -Isrc $(OPT) $(shell pkg-config --cflags $(PKGS))
+           -g -pthread -Iinclude -Isrc -Itests/unit $(OPT) $(shell pkg-config --cflags $(PKGS))
 LDLIBS  += $(shell pkg-config --libs $(PKGS)) -lxxhash -lpthread -lm
 LDFLAGS += $(LDOPT) -pthread
 

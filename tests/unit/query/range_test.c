@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -36,27 +38,6 @@
 
 static char tmpdir[64];
 static bdb_db *db;
-
-/* ------------------------------------------------------------ fixture */
-
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            char sub[1024];
-            snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 struct sample {
     const char *metric;
@@ -134,7 +115,7 @@ static int teardown(void **state)
     (void)state;
     bdb_db_close(db);
     db = NULL;
-    rm_rf(tmpdir);
+    tu_rm_rf(tmpdir);
     return 0;
 }
 

@@ -8,6 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "model/batch.h"
 #include "server/quota.h"
@@ -205,27 +207,6 @@ static void test_devices_ok(void **state)
     assert_false(bdb_quota_devices_ok(0, UINT64_MAX, 5)); /* no overflow */
 }
 
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void add(bdb_batch *b, const char *dev)
 {
     bdb_batch_begin(b, dev, strlen(dev), 1705327200000, 0);
@@ -276,7 +257,7 @@ static void test_tenant_usage(void **state)
     assert_int_equal(bdb_db_tenant_usage(db, "", b, &have, &fresh), BDB_ERR_INVALID);
     bdb_batch_free(b);
     assert_int_equal(bdb_db_close(db), BDB_OK);
-    rm_rf(dir);
+    tu_rm_rf(dir);
 }
 
 static void test_error_json(void **state)

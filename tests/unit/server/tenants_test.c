@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "server/quota.h"
 #include "server/tenants.h"
@@ -25,27 +27,6 @@
 static char tmpdir[64];
 static char regpath[128];
 
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -59,7 +40,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    rm_rf(tmpdir);
+    tu_rm_rf(tmpdir);
     return 0;
 }
 

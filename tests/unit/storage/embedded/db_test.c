@@ -16,6 +16,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -50,27 +52,6 @@ static uint64_t rng(void)
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
     return rng_state;
-}
-
-/* ------------------------------------------------------------ files */
-
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            char sub[1024];
-            snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 /* Copies a directory tree: taken while a db is open, it is what a crash would leave
@@ -345,7 +326,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    rm_rf(tmpdir);
+    tu_rm_rf(tmpdir);
     return 0;
 }
 
@@ -897,7 +878,7 @@ static void test_damaged_block_quarantined(void **state)
     snprintf(blocks, sizeof blocks, "%s/blocks", datadir);
     snprintf(quar, sizeof quar, "%s/quarantine", datadir);
     for (int where = 0; where < 2; where++) {
-        rm_rf(datadir);
+        tu_rm_rf(datadir);
         two_blocks();
         struct names nb;
         list_dir(blocks, ".blk", &nb);

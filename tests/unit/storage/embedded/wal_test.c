@@ -7,6 +7,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "common/log.h"
@@ -46,25 +48,6 @@ static uint64_t rng(void)
     return rng_state;
 }
 
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                continue;
-            char sub[512];
-            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -78,7 +61,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    rm_rf(tmpdir);
+    tu_rm_rf(tmpdir);
     return 0;
 }
 
@@ -473,7 +456,7 @@ static void run_damage(const damage_case *c)
     bdb_wal_close(w);
     recs_free(&g.r);
     recs_free(&want);
-    rm_rf(waldir);
+    tu_rm_rf(waldir);
 }
 
 static void test_damage_cases(void **state)
@@ -576,7 +559,7 @@ static void test_bit_flips(void **state)
             bits[k] = bit;
             buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
         }
-        rm_rf(waldir);
+        tu_rm_rf(waldir);
         assert_int_equal(mkdir(waldir, 0755), 0);
         FILE *f = fopen(seg_file(1), "wb");
         assert_non_null(f);
@@ -877,7 +860,7 @@ static void power_loss(enum bdb_fault_crash_mode mode, uint64_t seed, int *lost)
     bdb_wal_close(w);
     recs_free(&g.r);
     recs_free(&want);
-    rm_rf(waldir);
+    tu_rm_rf(waldir);
 }
 
 static void test_power_loss_drop(void **state)

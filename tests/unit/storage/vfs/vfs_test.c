@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "storage/vfs/vfs.h"
 #include "storage/vfs/vfs_fault.h"
@@ -27,25 +29,6 @@ static const char *P(int slot, const char *name)
     return pathbuf[slot];
 }
 
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                continue;
-            char sub[512];
-            snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -56,7 +39,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    rm_rf(tmpdir);
+    tu_rm_rf(tmpdir);
     return 0;
 }
 
