@@ -6,6 +6,18 @@
 
 int64_t bdb_now_ms(void);       /* wall clock, Unix ms */
 int64_t bdb_monotonic_ms(void); /* for intervals */
+
+/* An injectable wall clock: modules that act on the age of data (retention, hot
+ * partition minutes) read time through one so tests can move time forward without
+ * sleeping. A zeroed bdb_clock (now_ms NULL) is the real wall clock. */
+typedef struct bdb_clock {
+    int64_t (*now_ms)(void *ctx);
+    void *ctx;
+} bdb_clock;
+static inline int64_t bdb_clock_now(const bdb_clock *c)
+{
+    return c && c->now_ms ? c->now_ms(c->ctx) : bdb_now_ms();
+}
 /* Parses Unix milliseconds ("1700000000000") or RFC 3339 ("2023-11-14T22:13:20Z",
  * fractional seconds and +hh:mm offsets allowed) into Unix ms.
  * Returns BDB_OK or BDB_ERR_INVALID. */

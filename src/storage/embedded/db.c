@@ -474,7 +474,7 @@ int bdb_db_set_device_bucket(bdb_db *db, const char *tn, const char *dn, int64_t
     pthread_mutex_lock(dev_lock(db, d));
     d->pinned = size_ms;
     int64_t want = size_ms ? size_ms : bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
-    int64_t newest = d->last_ts == INT64_MIN ? bdb_now_ms() : d->last_ts;
+    int64_t newest = d->last_ts == INT64_MIN ? bdb_clock_now(&db->o.clock) : d->last_ts;
     bdb_bucket_change(&d->hist, newest, want, NULL);
     encode_history(d, &hist);
     pthread_mutex_unlock(dev_lock(db, d));

@@ -21,6 +21,7 @@
 #ifndef BDB_DB_H
 #define BDB_DB_H
 
+#include "common/timeutil.h"
 #include "model/batch.h"
 #include "model/bucket.h"
 #include "storage/embedded/wal.h"
@@ -41,6 +42,7 @@ typedef struct bdb_db_opts {
     int64_t retention_ms;       /* raw data older than this is dropped; 0 = keep (default) */
     uint32_t chunk_max_samples; /* default 2048 */
     int background;             /* 1 = run the flush/compaction thread (default 1) */
+    bdb_clock clock;            /* wall clock for retention and rates; zero = real time */
 } bdb_db_opts;
 
 void bdb_db_opts_default(bdb_db_opts *o);

@@ -634,7 +634,7 @@ int db_maintain(bdb_db *db)
     }
     /* Retention: whole windows only, never a rewrite. */
     if (db->o.retention_ms > 0) {
-        int64_t cutoff = bdb_now_ms() - db->o.retention_ms;
+        int64_t cutoff = bdb_clock_now(&db->o.clock) - db->o.retention_ms;
         pthread_rwlock_wrlock(&db->blocks_lock);
         size_t k = 0;
         blockent *drop = malloc((db->nblocks + 1) * sizeof *drop);
