@@ -30,7 +30,7 @@ static void help(void)
            "  --burst N                 samples the bucket holds (default 10 x the rate)\n"
            "  --max-devices N           devices the tenant may have\n"
            "  --storage-bytes N         stored, not enforced yet\n"
-           "  --retention DURATION      raw-data TTL, e.g. 30d; stored, not enforced yet\n\n"
+           "  --retention DURATION      raw-data TTL, e.g. 90d; 0 = the server's retention_ms\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 

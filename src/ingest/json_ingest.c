@@ -23,6 +23,7 @@ void bdb_json_limits_default(bdb_json_limits *l)
     l->max_key_len = 256;
     l->max_value_len = 1024;
     l->max_future_ms = 0;
+    l->max_age_ms = 0;
 }
 
 /* One report's problem, formatted as "field \"...\": ..." into err. */
@@ -116,6 +117,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
                    "field \"time\": %lld ms is more than max-future-ms %lld ahead of the "
                    "server clock",
                    (long long)*ts, (long long)lim->max_future_ms);
+    if (lim->max_age_ms > 0 && *ts < now_ms - lim->max_age_ms)
+        return bad(err, errlen,
+                   "field \"time\": point beyond retention policy: %lld ms is older than the "
+                   "tenant's retention of %lld ms",
+                   (long long)*ts, (long long)lim->max_age_ms);
 
     json_t *mets = json_object_get(r, "metrics");
     size_t nmets = 0;

@@ -27,6 +27,8 @@ typedef struct bdb_json_limits {
     size_t max_key_len;    /* device, metric, tag key, default 256 */
     size_t max_value_len;  /* tag value and state, default 1024 */
     int64_t max_future_ms; /* refuse times further ahead of now_ms; 0 = no check (default) */
+    int64_t max_age_ms;    /* refuse times older than now_ms - this (the tenant's retention);
+                              0 = no check (default) */
 } bdb_json_limits;
 
 void bdb_json_limits_default(bdb_json_limits *l);

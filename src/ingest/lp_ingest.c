@@ -22,10 +22,12 @@ static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t l
     if (res->first_bad_line)
         return;
     res->first_bad_line = lineno;
-    res->first_is_limit = is_limit;
     int shown = len > 200 ? 200 : (int)len;
-    snprintf(res->first_error, sizeof res->first_error, "unable to parse '%.*s%s': %s", shown, line,
+    /* is_limit 2: the line parsed but its time is past the tenant's retention. */
+    snprintf(res->first_error, sizeof res->first_error, "%s '%.*s%s': %s",
+             is_limit == 2 ? "point beyond retention policy" : "unable to parse", shown, line,
              len > 200 ? "..." : "", reason);
+    res->first_is_limit = is_limit == 1;
 }
 
 int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_precision prec,
@@ -69,6 +71,14 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                      "clock",
                      (long long)ts, (long long)map->max_future_ms);
             reject(res, lineno, line, linelen, reason, 0);
+            continue;
+        }
+        if (map->max_age_ms > 0 && ts < now_ms - map->max_age_ms) {
+            snprintf(reason, sizeof reason,
+                     "timestamp %lld ms is older than the tenant's retention of %lld ms",
+                     (long long)ts, (long long)map->max_age_ms);
+            res->beyond_retention++;
+            reject(res, lineno, line, linelen, reason, 2);
             continue;
         }
         bdb_batch_begin(b, dev->p, dev->n, ts, lineno);

@@ -26,15 +26,18 @@ typedef struct bdb_lp_map {
     int64_t max_future_ms;  /* reject times beyond now + this; 0 = no check */
     size_t max_name_bytes;  /* device and metric names */
     size_t max_state_bytes; /* the state string; 0 = no extra limit */
+    int64_t max_age_ms;     /* refuse times older than now - this (the tenant's retention:
+                               such a point would never be readable); 0 = no check */
 } bdb_lp_map;
 
 typedef struct bdb_lp_result {
     size_t lines;    /* non-blank, non-comment lines */
     size_t accepted; /* lines added to the batch */
     size_t rejected;
-    size_t first_bad_line; /* 1-based, 0 if none */
-    int first_is_limit;    /* the first error was a limit (line length, tags, ...) */
-    char first_error[640]; /* "unable to parse '<line>': <reason>" */
+    size_t beyond_retention; /* of the rejected: parsed, but older than max_age_ms */
+    size_t first_bad_line;   /* 1-based, 0 if none */
+    int first_is_limit;      /* the first error was a limit (line length, tags, ...) */
+    char first_error[640];   /* "unable to parse '<line>': <reason>" */
 } bdb_lp_result;
 
 /* Returns BDB_OK (even when some lines were rejected; see res). */

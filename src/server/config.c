@@ -35,7 +35,8 @@ static const struct key {
     N(block_window_ms, K_MS, "time window of a block file, divides a day (default 2h)"),
     N(flush_interval_ms, K_MS, "flush the in-memory head to blocks at least this often (10m)"),
     N(head_max_bytes, K_U64, "flush early when the head holds more (default 1073741824)"),
-    N(retention_ms, K_MS, "drop raw data older than this; 0 keeps everything (default 0)"),
+    N(retention_ms, K_MS,
+      "raw-data TTL of tenants without their own; 0 keeps everything (default 30d)"),
     N(device_limiter_idle, K_MS,
       "expire a device's rate-limiter state after this idle time (default 10m)"),
     N(query_workers, K_INT, "partition reads running in parallel, server-wide (default 4)"),
@@ -82,7 +83,7 @@ void bdb_config_default(bdb_config *c)
     c->block_window_ms = 2 * BDB_MS_HOUR;
     c->flush_interval_ms = 10 * BDB_MS_MIN;
     c->head_max_bytes = 1ull << 30;
-    c->retention_ms = 0;
+    c->retention_ms = 30 * INT64_C(86400000); /* issue 3: raw data kept 30 days */
     c->device_limiter_idle = 10 * BDB_MS_MIN;
     c->query_workers = 4;
     c->http_threads_max = 1024;

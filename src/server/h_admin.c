@@ -39,7 +39,7 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
                    "\"token_rotated_ms\":%lld,"
                    "\"quotas\":{\"writes_per_second\":%llu,\"burst\":%llu,"
                    "\"effective_burst\":%llu,\"max_devices\":%llu,\"storage_bytes\":%llu},"
-                   "\"retention_ms\":%lld,\"not_enforced\":[\"storage_bytes\",\"retention_ms\"],"
+                   "\"retention_ms\":%lld,\"not_enforced\":[\"storage_bytes\"],"
                    "\"usage\":{\"devices\":%llu},\"rejections\":{",
                    created, (long long)t->created_ms, rotated, (long long)t->token_rotated_ms,
                    (unsigned long long)q->writes_per_second, (unsigned long long)q->burst,

@@ -392,6 +392,7 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
     bdb_batch *b = bdb_batch_new();
     bdb_lp_map map = {s->cfg.device_tag, !strcmp(s->cfg.metric_naming, "field"),
                       s->cfg.max_future_ms, s->cfg.max_key_bytes, s->cfg.max_tag_value_bytes};
+    map.max_age_ms = bdb_db_retention_ms(s->db, tenant); /* docs/TENANCY.md#retention */
     bdb_lp_result lr;
     bdb_lp_ingest(p, (const char *)body->data, body->len, (enum bdb_lp_precision)prec, bdb_now_ms(),
                   &map, b, &lr);
@@ -434,6 +435,7 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     lim.max_tags = s->cfg.max_tags;
     lim.max_metrics = s->cfg.max_fields;
     lim.max_future_ms = s->cfg.max_future_ms;
+    lim.max_age_ms = bdb_db_retention_ms(s->db, tenant);
     bdb_batch *b = bdb_batch_new();
     bdb_json_result jr;
     int prc = bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr);

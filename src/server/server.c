@@ -672,6 +672,14 @@ int bdb_server_check_listen(const bdb_config *cfg, char *err, size_t errlen)
     return BDB_OK;
 }
 
+/* A tenant's own raw-data TTL for the engine (db.h tenant_retention): 0 when it has
+ * none or is not registered, which means the server's retention_ms. */
+static int64_t tenant_ttl(void *ctx, const char *tenant)
+{
+    bdb_tenant_info ti;
+    return bdb_tenants_get(ctx, tenant, &ti) == BDB_OK ? ti.retention_ms : 0;
+}
+
 int bdb_server_start(const bdb_config *cfg, bdb_server **out)
 {
     char lerr[512];
@@ -711,22 +719,8 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     o.block_window_ms = cfg->block_window_ms;
     o.flush_interval_ms = cfg->flush_interval_ms;
     o.head_max_bytes = cfg->head_max_bytes;
-    o.retention_ms = cfg->retention_ms;
-    int rc = bdb_db_open(&o, &s->db);
-    if (rc != BDB_OK) {
-        BDB_ERROR("cannot open data directory %s: %s", cfg->data, bdb_strerror(rc));
-        free(s);
-        return rc;
-    }
-    if (load_token(s) != 0) {
-        BDB_ERROR("cannot create the token file in %s: %s", cfg->data, strerror(errno));
-        bdb_db_close(s->db);
-        free(s);
-        return BDB_ERR_IO;
-    }
-    bdb_token_hash(s->token, strlen(s->token), s->admin_hash);
     char terr[600];
-    rc = bdb_tenants_open(cfg->data, &s->tenants, terr, sizeof terr);
+    int rc = bdb_tenants_open(cfg->data, &s->tenants, terr, sizeof terr);
     if (rc != BDB_OK) {
         if (rc == BDB_ERR_CORRUPT)
             BDB_ERROR("tenant registry: %s. Restore the file from a backup, or move it aside "
@@ -734,10 +728,29 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
                       terr);
         else
             BDB_ERROR("tenant registry: %s", terr[0] ? terr : bdb_strerror(rc));
-        bdb_db_close(s->db);
         free(s);
         return rc;
     }
+    o.retention_ms = cfg->retention_ms;
+    /* The registry is open before the engine, whose flush and maintenance threads ask
+     * it for each tenant's TTL from the start. */
+    o.tenant_retention = tenant_ttl;
+    o.tenant_retention_ctx = s->tenants;
+    rc = bdb_db_open(&o, &s->db);
+    if (rc != BDB_OK) {
+        BDB_ERROR("cannot open data directory %s: %s", cfg->data, bdb_strerror(rc));
+        bdb_tenants_close(s->tenants);
+        free(s);
+        return rc;
+    }
+    if (load_token(s) != 0) {
+        BDB_ERROR("cannot create the token file in %s: %s", cfg->data, strerror(errno));
+        bdb_db_close(s->db);
+        bdb_tenants_close(s->tenants);
+        free(s);
+        return BDB_ERR_IO;
+    }
+    bdb_token_hash(s->token, strlen(s->token), s->admin_hash);
     rc = bdb_devlimit_open(cfg->data, cfg->device_limiter_idle, &s->devlimit, terr, sizeof terr);
     if (rc != BDB_OK) {
         BDB_ERROR("device profiles: %s", terr[0] ? terr : bdb_strerror(rc));

@@ -151,7 +151,12 @@ class Server:
         self.starts += 1
         self.log_path = os.path.join(self.dir, "stderr.%d.log" % self.starts)
         out_path = os.path.join(self.dir, "stdout.%d.log" % self.starts)
-        cmd = [self.binary, "serve", "--data", self.data, "--listen", "127.0.0.1:0"] + self.args
+        # Tests write fixed historical times (2023-2024), older than the default raw
+        # retention of 30 days: keep everything unless the test sets retention itself.
+        keep = [] if any(a.startswith("--retention-ms") for a in self.args) else \
+            ["--retention-ms", "0"]
+        cmd = [self.binary, "serve", "--data", self.data, "--listen", "127.0.0.1:0"] + keep + \
+            self.args
         with open(self.log_path, "wb") as err, open(out_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                          env=self.env)

@@ -40,6 +40,11 @@ typedef struct bdb_db_opts {
     int64_t flush_interval_ms;  /* head -> blocks at least this often; default 10 min */
     uint64_t head_max_bytes;    /* flush early past this; default 1 GiB */
     int64_t retention_ms;       /* raw data older than this is dropped; 0 = keep (default) */
+    /* Per-tenant raw TTL (ms) for tenants that set one; 0 = use retention_ms. Called
+     * from flush, maintenance and reads (any thread), so it must be thread-safe and
+     * cheap. NULL = every tenant uses retention_ms. */
+    int64_t (*tenant_retention)(void *ctx, const char *tenant);
+    void *tenant_retention_ctx;
     uint32_t chunk_max_samples; /* default 2048 */
     int background;             /* 1 = run the flush/compaction thread (default 1) */
     bdb_clock clock;            /* wall clock for retention and rates; zero = real time */
@@ -101,6 +106,16 @@ int bdb_db_device_partitions(bdb_db *db, const char *tenant, const char *device,
  * does not have yet (db_usage.c; for the device quota). */
 int bdb_db_tenant_usage(bdb_db *db, const char *tenant, const bdb_batch *b, uint64_t *devices,
                         uint64_t *new_devices);
+
+/* Retention (db_compact.c). A sample is readable for its tenant's TTL after its event
+ * time: reads never return older samples, and a block file is deleted once every
+ * tenant in it has expired for the whole of its window. Flush and compaction group
+ * tenants into block files by TTL, so that moment is the same for everything in a
+ * file; after a tenant's TTL changes, maintenance regroups the windows it shares.
+ * bdb_db_retention_ms: the tenant's resolved TTL, 0 = kept forever.
+ * bdb_db_retention_cutoff: the oldest readable time now (INT64_MIN = no limit). */
+int64_t bdb_db_retention_ms(bdb_db *db, const char *tenant);
+int64_t bdb_db_retention_cutoff(bdb_db *db, const char *tenant);
 
 /* Forces a head flush (tests, shutdown, `POST /internal/flush`). */
 int bdb_db_flush(bdb_db *db);

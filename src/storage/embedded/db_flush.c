@@ -1,5 +1,5 @@
-/* db_flush: head -> block files, compaction of a window's blocks, retention, and the
- * background thread that schedules them.
+/* db_flush: head -> block files, the block list, and the background thread that
+ * schedules flushes and maintenance (compaction and retention are in db_compact.c).
  *
  * Flush protocol (crash-safe at every step):
  *  1. Under flush_lock (exclusive): cut the WAL (segments <= S are sealed), move every
@@ -23,23 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct tagged {
-    int64_t ts;
-    uint64_t prio, order;
-    int64_t bucket;
-    double v;
-};
-
-struct merger {
-    struct tagged *t;
-    size_t n, cap;
-    int64_t *ts;
-    double *v;
-    size_t tn, tcap;
-    bdb_buf enc;
-};
-
-static void merger_free(struct merger *m)
+void db_merger_free(db_merger *m)
 {
     free(m->t);
     free(m->ts);
@@ -47,24 +31,24 @@ static void merger_free(struct merger *m)
     bdb_buf_free(&m->enc);
 }
 
-static void merger_add(struct merger *m, uint64_t prio, int64_t bucket)
+void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket)
 {
     if (m->n + m->tn > m->cap) {
         size_t cap = (m->n + m->tn) * 2;
-        struct tagged *p = realloc(m->t, cap * sizeof *p);
+        struct db_tagged *p = realloc(m->t, cap * sizeof *p);
         if (!p)
             abort();
         m->t = p;
         m->cap = cap;
     }
     for (size_t i = 0; i < m->tn; i++)
-        m->t[m->n++] = (struct tagged){m->ts[i], prio, i, bucket, m->v[i]};
+        m->t[m->n++] = (struct db_tagged){m->ts[i], prio, i, bucket, m->v[i]};
     m->tn = 0;
 }
 
 static int tagged_cmp(const void *a, const void *b)
 {
-    const struct tagged *x = a, *y = b;
+    const struct db_tagged *x = a, *y = b;
     if (x->ts != y->ts)
         return x->ts < y->ts ? -1 : 1;
     if (x->prio != y->prio)
@@ -74,8 +58,7 @@ static int tagged_cmp(const void *a, const void *b)
 
 /* Sorts and dedups the gathered samples and writes them as chunks of at most max
  * samples, one partition per chunk. */
-static int merger_emit(struct merger *m, bdb_block_writer *w, const bdb_series_key *key,
-                       uint32_t max)
+int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max)
 {
     if (m->n > 1)
         qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
@@ -140,7 +123,7 @@ static int block_cmp(const void *a, const void *b)
 }
 
 /* Caller holds blocks_lock exclusively (or is single-threaded at open). */
-static void blocks_add(bdb_db *db, bdb_block *b, char *path)
+void db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls)
 {
     if (db->nblocks == db->cap_blocks) {
         db->cap_blocks = db->cap_blocks ? db->cap_blocks * 2 : 16;
@@ -149,7 +132,7 @@ static void blocks_add(bdb_db *db, bdb_block *b, char *path)
             abort();
         db->blocks = p;
     }
-    db->blocks[db->nblocks++] = (blockent){b, path};
+    db->blocks[db->nblocks++] = (blockent){b, path, NULL, 0, cls};
     qsort(db->blocks, db->nblocks, sizeof *db->blocks, block_cmp);
 }
 
@@ -198,7 +181,7 @@ static int load_one(void *ctx, const char *name)
     }
     if (bdb_block_get_meta(b)->seq >= db->next_seq)
         db->next_seq = bdb_block_get_meta(b)->seq + 1;
-    blocks_add(db, b, strdup(path));
+    db_blocks_add(db, b, strdup(path), DB_CLS_UNKNOWN);
     return 0;
 }
 
@@ -211,10 +194,8 @@ int db_blocks_load(bdb_db *db)
 
 void db_blocks_close(bdb_db *db)
 {
-    for (size_t i = 0; i < db->nblocks; i++) {
-        bdb_block_close(db->blocks[i].b);
-        free(db->blocks[i].path);
-    }
+    for (size_t i = 0; i < db->nblocks; i++)
+        db_blockent_free(&db->blocks[i]);
     free(db->blocks);
     db->blocks = NULL;
     db->nblocks = db->cap_blocks = 0;
@@ -222,35 +203,26 @@ void db_blocks_close(bdb_db *db)
 
 /* ---------------------------------------------------------------- writers per window */
 
-struct wwin {
-    int64_t start;
-    bdb_block_writer *w;
-    char name[64];
-    uint64_t seq;
-};
-
-struct writers {
-    struct wwin *v;
-    size_t n;
-};
-
-static int writer_for(bdb_db *db, struct writers *ws, int64_t wstart, bdb_block_writer **out)
+/* One writer per (window, TTL class): tenants with different TTLs never share a file,
+ * so retention can delete whole files (db_compact.c). */
+int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int64_t cls,
+                  bdb_block_writer **out)
 {
     for (size_t i = 0; i < ws->n; i++)
-        if (ws->v[i].start == wstart) {
+        if (ws->v[i].start == wstart && ws->v[i].cls == cls) {
             *out = ws->v[i].w;
             return BDB_OK;
         }
-    struct wwin *p = realloc(ws->v, (ws->n + 1) * sizeof *p);
+    struct db_wwin *p = realloc(ws->v, (ws->n + 1) * sizeof *p);
     if (!p)
         abort();
     ws->v = p;
-    struct wwin *x = &ws->v[ws->n];
+    struct db_wwin *x = &ws->v[ws->n];
     x->start = wstart;
+    x->cls = cls;
     x->seq = db->next_seq++;
     snprintf(x->name, sizeof x->name, "%016" PRIu64 ".blk", x->seq);
-    int rc = bdb_block_writer_open(db->vfs, db->blocks_dir, x->name, wstart,
-                                   wstart + db->o.block_window_ms, x->seq, &x->w);
+    int rc = bdb_block_writer_open(db->vfs, db->blocks_dir, x->name, wstart, wend, x->seq, &x->w);
     if (rc != BDB_OK)
         return rc;
     ws->n++;
@@ -258,11 +230,13 @@ static int writer_for(bdb_db *db, struct writers *ws, int64_t wstart, bdb_block_
     return BDB_OK;
 }
 
-/* Finishes every writer and publishes the blocks; on error aborts the rest. */
-static int writers_finish(bdb_db *db, struct writers *ws, int rc)
+int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone)
 {
     bdb_block **opened = calloc(ws->n + 1, sizeof *opened);
     char **paths = calloc(ws->n + 1, sizeof *paths);
+    int64_t *cls = calloc(ws->n + 1, sizeof *cls);
+    if (!opened || !paths || !cls)
+        abort();
     size_t nopen = 0;
     for (size_t i = 0; i < ws->n; i++) {
         if (rc != BDB_OK) {
@@ -276,13 +250,26 @@ static int writers_finish(bdb_db *db, struct writers *ws, int rc)
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", db->blocks_dir, ws->v[i].name);
         rc = bdb_block_open(db->vfs, path, &opened[nopen]);
-        if (rc == BDB_OK)
+        if (rc == BDB_OK) {
+            cls[nopen] = ws->v[i].cls;
             paths[nopen++] = strdup(path);
+        }
     }
     if (rc == BDB_OK) {
         pthread_rwlock_wrlock(&db->blocks_lock);
+        if (ngone) {
+            size_t k = 0;
+            for (size_t i = 0; i < db->nblocks; i++) {
+                int g = 0;
+                for (size_t j = 0; j < ngone && !g; j++)
+                    g = db->blocks[i].b == gone[j];
+                if (!g)
+                    db->blocks[k++] = db->blocks[i];
+            }
+            db->nblocks = k;
+        }
         for (size_t i = 0; i < nopen; i++)
-            blocks_add(db, opened[i], paths[i]);
+            db_blocks_add(db, opened[i], paths[i], cls[i]);
         pthread_rwlock_unlock(&db->blocks_lock);
     } else {
         for (size_t i = 0; i < nopen; i++) {
@@ -293,6 +280,7 @@ static int writers_finish(bdb_db *db, struct writers *ws, int rc)
     }
     free(opened);
     free(paths);
+    free(cls);
     free(ws->v);
     ws->v = NULL;
     ws->n = 0;
@@ -356,7 +344,7 @@ static int series_cmp(const void *a, const void *b)
 
 /* Writes the frozen chunks of one series: ranges in ascending time, each range's
  * chunks (continuations and side lists) merged with the newest write winning. */
-static int flush_series(bdb_db *db, series *s, struct writers *ws, struct merger *m)
+static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int64_t cls)
 {
     size_t nc = 0;
     for (hchunk *c = s->frozen; c; c = c->next)
@@ -387,13 +375,14 @@ static int flush_series(bdb_db *db, series *s, struct writers *ws, struct merger
         size_t b = a;
         while (b < nc && arr[b]->lo == arr[a]->lo) {
             head_chunk_samples(arr[b], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap);
-            merger_add(m, (uint64_t)b + 1, arr[b]->bucket_start);
+            db_merger_add(m, (uint64_t)b + 1, arr[b]->bucket_start);
             b++;
         }
         bdb_block_writer *w;
-        rc = writer_for(db, ws, bdb_align_down(arr[a]->lo, db->o.block_window_ms), &w);
+        int64_t wstart = bdb_align_down(arr[a]->lo, db->o.block_window_ms);
+        rc = db_writer_for(db, ws, wstart, wstart + db->o.block_window_ms, cls, &w);
         if (rc == BDB_OK)
-            rc = merger_emit(m, w, &key, db->o.chunk_max_samples);
+            rc = db_merger_emit(m, w, &key, db->o.chunk_max_samples);
         a = b;
     }
     free(arr);
@@ -432,15 +421,23 @@ int db_flush(bdb_db *db)
 
     if (f.n > 1) /* f.v is NULL when nothing was frozen: qsort(NULL) is UB */
         qsort(f.v, f.n, sizeof *f.v, series_cmp);
-    struct writers ws = {NULL, 0};
-    struct merger m;
+    db_writers ws = {NULL, 0};
+    db_merger m;
     memset(&m, 0, sizeof m);
     uint64_t nsamples = 0;
-    for (size_t i = 0; i < f.n && rc == BDB_OK; i++)
-        rc = flush_series(db, f.v[i], &ws, &m);
+    const tenant *last = NULL;
+    int64_t cls = 0;
+    for (size_t i = 0; i < f.n && rc == BDB_OK; i++) {
+        /* Series are in key order, so the tenant's TTL is looked up once per tenant. */
+        if (f.v[i]->dev->tenant != last) {
+            last = f.v[i]->dev->tenant;
+            cls = db_tenant_ttl(db, last->name);
+        }
+        rc = flush_series(db, f.v[i], &ws, &m, cls);
+    }
     size_t nblocks = ws.n;
-    rc = writers_finish(db, &ws, rc);
-    merger_free(&m);
+    rc = db_writers_finish(db, &ws, rc, NULL, 0);
+    db_merger_free(&m);
     if (rc != BDB_OK) {
         /* The frozen chunks stay in memory and the WAL keeps them; the next flush
          * retries. Disk full lands here: writes are still acknowledged through the
@@ -473,219 +470,6 @@ out:
     db->last_flush_mono = bdb_monotonic_ms();
     free(f.v);
     bdb_buf_free(&cat);
-    pthread_mutex_unlock(&db->flush_mutex);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- compaction */
-
-/* Merges blocks [a, b) of db->blocks (one window) into one block. Caller holds
- * flush_mutex, so the block list changes only here while this runs. */
-static int compact_window(bdb_db *db, size_t a, size_t b)
-{
-    size_t nb = b - a;
-    blockent *in = malloc(nb * sizeof *in);
-    if (!in)
-        abort();
-    memcpy(in, db->blocks + a, nb * sizeof *in);
-    const bdb_block_meta *m0 = bdb_block_get_meta(in[0].b);
-    const int64_t wstart = m0->window_start; /* m0 dies with in[0].b below */
-    uint64_t seq = db->next_seq++;
-    char name[64];
-    snprintf(name, sizeof name, "%016" PRIu64 ".blk", seq);
-    bdb_block_writer *w;
-    int rc = bdb_block_writer_open(db->vfs, db->blocks_dir, name, m0->window_start, m0->window_end,
-                                   seq, &w);
-    if (rc != BDB_OK) {
-        free(in);
-        return rc;
-    }
-    bdb_block_iter *its = calloc(nb, sizeof *its);
-    int *have = calloc(nb, sizeof *have);
-    bdb_series_key *keys = calloc(nb, sizeof *keys);
-    bdb_block_cursor *curs = calloc(nb, sizeof *curs);
-    if (!its || !have || !keys || !curs)
-        abort();
-    struct merger m;
-    memset(&m, 0, sizeof m);
-    for (size_t i = 0; i < nb; i++) {
-        bdb_block_iter_init(in[i].b, &its[i]);
-        have[i] = bdb_block_iter_next(&its[i], &keys[i], &curs[i]);
-        if (have[i] < 0) {
-            rc = have[i];
-            have[i] = 0;
-        }
-    }
-    /* k-way merge over the blocks' sorted series tables */
-    while (rc == BDB_OK) {
-        ssize_t lo = -1;
-        for (size_t i = 0; i < nb; i++)
-            if (have[i] && (lo < 0 || bdb_series_key_cmp(&keys[i], &keys[lo]) < 0))
-                lo = (ssize_t)i;
-        if (lo < 0)
-            break;
-        bdb_series_key key = keys[lo];
-        for (size_t i = 0; i < nb && rc == BDB_OK; i++) {
-            if (!have[i] || bdb_series_key_cmp(&keys[i], &key) != 0)
-                continue;
-            uint64_t prio = bdb_block_get_meta(in[i].b)->seq;
-            bdb_chunk_ref ref;
-            int more;
-            while (rc == BDB_OK && (more = bdb_block_cursor_next(&curs[i], &ref)) != 0) {
-                if (more < 0) {
-                    rc = more;
-                    break;
-                }
-                bdb_chunk_iter it;
-                rc = bdb_chunk_iter_init(&it, ref.data, ref.len);
-                int64_t t;
-                double v;
-                int r;
-                while (rc == BDB_OK && (r = bdb_chunk_iter_next(&it, &t, &v)) != 0) {
-                    if (r < 0) {
-                        rc = BDB_ERR_CORRUPT;
-                        break;
-                    }
-                    if (m.tn == m.tcap) {
-                        size_t cap = m.tcap ? m.tcap * 2 : 256;
-                        int64_t *nt = realloc(m.ts, cap * sizeof *nt);
-                        double *nv = realloc(m.v, cap * sizeof *nv);
-                        if (!nt || !nv)
-                            abort();
-                        m.ts = nt;
-                        m.v = nv;
-                        m.tcap = cap;
-                    }
-                    m.ts[m.tn] = t;
-                    m.v[m.tn] = v;
-                    m.tn++;
-                }
-                merger_add(&m, prio, ref.bucket_start);
-            }
-        }
-        if (rc == BDB_OK)
-            rc = merger_emit(&m, w, &key, db->o.chunk_max_samples);
-        /* Advance after emitting: key points into a block mapping that stays valid. */
-        for (size_t i = 0; i < nb; i++) {
-            if (!have[i] || bdb_series_key_cmp(&keys[i], &key) != 0)
-                continue;
-            have[i] = bdb_block_iter_next(&its[i], &keys[i], &curs[i]);
-            if (have[i] < 0) {
-                if (rc == BDB_OK)
-                    rc = have[i];
-                have[i] = 0;
-            }
-        }
-    }
-    merger_free(&m);
-    free(its);
-    free(have);
-    free(keys);
-    free(curs);
-    if (rc != BDB_OK) {
-        bdb_block_writer_abort(w);
-        free(in);
-        return rc;
-    }
-    bdb_block_meta meta;
-    rc = bdb_block_writer_finish(w, &meta);
-    bdb_block *nbk = NULL;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", db->blocks_dir, name);
-    if (rc == BDB_OK)
-        rc = bdb_block_open(db->vfs, path, &nbk);
-    if (rc != BDB_OK) {
-        free(in);
-        return rc;
-    }
-    pthread_rwlock_wrlock(&db->blocks_lock);
-    size_t k = 0;
-    for (size_t i = 0; i < db->nblocks; i++) {
-        int gone = 0;
-        for (size_t j = 0; j < nb; j++)
-            if (db->blocks[i].b == in[j].b)
-                gone = 1;
-        if (!gone)
-            db->blocks[k++] = db->blocks[i];
-    }
-    db->nblocks = k;
-    blocks_add(db, nbk, strdup(path));
-    pthread_rwlock_unlock(&db->blocks_lock);
-    for (size_t j = 0; j < nb; j++) {
-        bdb_block_close(in[j].b);
-        bdb_vfs_unlink(db->vfs, in[j].path);
-        free(in[j].path);
-    }
-    bdb_vfs_sync_dir(db->vfs, db->blocks_dir);
-    atomic_fetch_add(&db->compactions, 1);
-    BDB_INFO("compaction: %zu blocks of window %lld merged into %s (%llu samples)", nb,
-             (long long)wstart, name, (unsigned long long)meta.nsamples);
-    free(in);
-    return BDB_OK;
-}
-
-int db_maintain(bdb_db *db)
-{
-    pthread_mutex_lock(&db->flush_mutex);
-    int rc = BDB_OK;
-    if (atomic_load(&db->readonly)) {
-        pthread_mutex_unlock(&db->flush_mutex);
-        return BDB_ERR_READONLY;
-    }
-    /* Retention: whole windows only, never a rewrite. */
-    if (db->o.retention_ms > 0) {
-        int64_t cutoff = bdb_clock_now(&db->o.clock) - db->o.retention_ms;
-        pthread_rwlock_wrlock(&db->blocks_lock);
-        size_t k = 0;
-        blockent *drop = malloc((db->nblocks + 1) * sizeof *drop);
-        size_t nd = 0;
-        for (size_t i = 0; i < db->nblocks; i++) {
-            if (bdb_block_get_meta(db->blocks[i].b)->window_end <= cutoff)
-                drop[nd++] = db->blocks[i];
-            else
-                db->blocks[k++] = db->blocks[i];
-        }
-        db->nblocks = k;
-        pthread_rwlock_unlock(&db->blocks_lock);
-        for (size_t i = 0; i < nd; i++) {
-            BDB_INFO("retention: dropping %s", drop[i].path);
-            bdb_block_close(drop[i].b);
-            bdb_vfs_unlink(db->vfs, drop[i].path);
-            free(drop[i].path);
-            atomic_fetch_add(&db->retention_drops, 1);
-        }
-        if (nd)
-            bdb_vfs_sync_dir(db->vfs, db->blocks_dir);
-        free(drop);
-    }
-    /* Compaction: every window with more than one block. Only this thread (under
-     * flush_mutex) changes the list, so indexes stay valid without blocks_lock. */
-    for (size_t a = 0; a < db->nblocks;) {
-        const bdb_block_meta *ma = bdb_block_get_meta(db->blocks[a].b);
-        int64_t ws = ma->window_start, we = ma->window_end;
-        size_t b = a + 1;
-        while (b < db->nblocks && bdb_block_get_meta(db->blocks[b].b)->window_start == ws &&
-               bdb_block_get_meta(db->blocks[b].b)->window_end == we)
-            b++;
-        if (b - a > 1) {
-            int crc = compact_window(db, a, b);
-            if (crc != BDB_OK) {
-                /* Keep going: one bad window must not stop the others' compaction. */
-                BDB_ERROR("compaction of window %lld failed: %s", (long long)ws, bdb_strerror(crc));
-                rc = crc;
-                a = b;
-                continue;
-            }
-            /* the list changed: resume after this window */
-            a = 0;
-            while (a < db->nblocks && (bdb_block_get_meta(db->blocks[a].b)->window_start < ws ||
-                                       (bdb_block_get_meta(db->blocks[a].b)->window_start == ws &&
-                                        bdb_block_get_meta(db->blocks[a].b)->window_end <= we)))
-                a++;
-            continue;
-        }
-        a = b;
-    }
     pthread_mutex_unlock(&db->flush_mutex);
     return rc;
 }

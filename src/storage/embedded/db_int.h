@@ -71,9 +71,18 @@ typedef struct tenant {
     bdb_map *devices;
 } tenant;
 
+/* A published block. cls is its TTL class: the resolved TTL (ms, 0 = forever) shared
+ * by every tenant in it, DB_CLS_MIXED when its tenants' TTLs differ (after a TTL
+ * change; maintenance regroups it), DB_CLS_UNKNOWN until maintenance looks. tenants
+ * caches the tenant names the block holds (immutable file: computed once). */
+#define DB_CLS_MIXED INT64_C(-1)
+#define DB_CLS_UNKNOWN INT64_C(-2)
 typedef struct blockent {
     bdb_block *b;
     char *path;
+    char **tenants;
+    size_t ntenants;
+    int64_t cls;
 } blockent;
 
 #define DB_STRIPES 256
@@ -140,12 +149,58 @@ static inline pthread_mutex_t *dev_lock(bdb_db *db, const device *d)
     return &db->stripes[d->stripe];
 }
 
-/* db_flush.c */
+/* db_flush.c: the sample merger (newest write wins per time), shared by flush and
+ * compaction. */
+struct db_tagged {
+    int64_t ts;
+    uint64_t prio, order;
+    int64_t bucket;
+    double v;
+};
+typedef struct db_merger {
+    struct db_tagged *t;
+    size_t n, cap;
+    int64_t *ts; /* staging: samples of one source, moved in by db_merger_add */
+    double *v;
+    size_t tn, tcap;
+    bdb_buf enc;
+} db_merger;
+void db_merger_free(db_merger *m);
+/* Moves the staged samples (ts/v/tn) in as one source of priority prio. */
+void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket);
+/* Sorts, dedups (highest priority wins) and writes chunks of at most max samples. */
+int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max);
+
+/* Block writers of one flush or compaction, one per (window, TTL class). */
+struct db_wwin {
+    int64_t start, cls;
+    bdb_block_writer *w;
+    char name[64];
+    uint64_t seq;
+};
+typedef struct db_writers {
+    struct db_wwin *v;
+    size_t n;
+} db_writers;
+int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int64_t cls,
+                  bdb_block_writer **out);
+/* Finishes every writer and publishes the new blocks, removing the blocks in gone from
+ * the list in the same step (the caller closes and unlinks them); on error aborts the
+ * rest and publishes nothing. */
+int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone);
+/* Caller holds blocks_lock exclusively (or is single-threaded at open). */
+void db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
+
 int db_flush(bdb_db *db);
-int db_maintain(bdb_db *db);
 int db_blocks_load(bdb_db *db);
 void db_blocks_close(bdb_db *db);
 void *db_background(void *arg);
+
+/* db_compact.c */
+int db_maintain(bdb_db *db);
+/* The tenant's resolved raw TTL in ms (0 = forever). */
+int64_t db_tenant_ttl(bdb_db *db, const char *tn);
+void db_blockent_free(blockent *e);
 
 /* db.c */
 void db_set_readonly(bdb_db *db, int rc, const char *what);

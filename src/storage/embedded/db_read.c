@@ -151,6 +151,15 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
     device *d = find_device(db, tn, dn);
     if (!d)
         return BDB_ERR_NOTFOUND;
+    /* Expired samples are never returned, even before maintenance deletes their file. */
+    int64_t cutoff = bdb_db_retention_cutoff(db, tn);
+    if (lo < cutoff)
+        lo = cutoff;
+    if (lo >= hi) {
+        for (size_t m = 0; m < nmetrics; m++)
+            out[m].n = 0;
+        return BDB_OK;
+    }
     struct gather *g = calloc(nmetrics ? nmetrics : 1, sizeof *g);
     if (!g)
         return BDB_ERR_NOMEM;
@@ -369,7 +378,10 @@ void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st)
         const bdb_block_meta *m = bdb_block_get_meta(db->blocks[i].b);
         st->block_bytes += m->file_bytes;
         st->block_samples += m->nsamples;
-        if (i > 0 && bdb_block_get_meta(db->blocks[i - 1].b)->window_start == m->window_start)
+        /* Maintenance will merge a window's blocks of one TTL class and split mixed ones. */
+        if (db->blocks[i].cls == DB_CLS_MIXED ||
+            (i > 0 && bdb_block_get_meta(db->blocks[i - 1].b)->window_start == m->window_start &&
+             db->blocks[i - 1].cls == db->blocks[i].cls))
             st->pending_compactions++;
     }
     pthread_rwlock_unlock(&db->blocks_lock);

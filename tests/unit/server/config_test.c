@@ -67,7 +67,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.block_window_ms, 2 * 3600000);
     assert_int_equal(c.flush_interval_ms, 10 * 60000);
     assert_int_equal(c.head_max_bytes, 1ull << 30);
-    assert_int_equal(c.retention_ms, 0);
+    assert_int_equal(c.retention_ms, 30 * INT64_C(86400000));
     assert_int_equal(c.query_workers, 4);
     assert_int_equal(c.http_threads_max, 1024);
     assert_int_equal(c.max_inflight_bytes, 256u << 20);

@@ -9,7 +9,7 @@
  * through bdb_db_set_device_bucket with data readable across the change; read-only
  * after a failed fsync; ENOSPC on a WAL write loses nothing acknowledged; damaged
  * blocks quarantined at reopen; a torn WAL tail cut at reopen; retention dropping whole
- * old windows only; the directory lock. */
+ * old windows only (per-tenant TTLs: retention_test.c); the directory lock. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -984,12 +984,18 @@ static void test_torn_wal_tail(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+static int64_t fixed_clock(void *ctx)
+{
+    return *(const int64_t *)ctx;
+}
+
 static void test_retention_drops_whole_windows(void **state)
 {
     (void)state;
     int64_t now = bdb_now_ms();
     int64_t w0 = bdb_align_down(now, 2 * HOUR) - 10 * DAY; /* a window start */
     bdb_db_opts o = base_opts(datadir);
+    o.clock = (bdb_clock){fixed_clock, &now};
     o.retention_ms = now - (w0 + HOUR); /* the cutoff falls in the middle of window w0 */
     bdb_db *db = open_opts(&o);
     int64_t old = w0 - DAY;
@@ -998,10 +1004,11 @@ static void test_retention_drops_whole_windows(void **state)
     assert_int_equal(write1(db, "t", "d", w0 + 10 * MIN, "m", 3.0), BDB_OK);  /* < cutoff */
     assert_int_equal(write1(db, "t", "d", w0 + 100 * MIN, "m", 4.0), BDB_OK); /* > cutoff */
     assert_int_equal(write1(db, "t", "d", now - HOUR, "m", 5.0), BDB_OK);
-    /* retention applies to blocks: nothing is dropped from the head */
+    /* Reads stop at the cutoff at once, before any file is deleted (head included). */
     assert_int_equal(bdb_db_maintain(db), BDB_OK);
     int rc;
-    assert_int_equal(count_in(db, old - DAY, now + HOUR, &rc), 5);
+    assert_int_equal(count_in(db, old - DAY, now + HOUR, &rc), 2);
+    assert_int_equal(bdb_db_retention_cutoff(db, "t"), w0 + HOUR);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     bdb_db_stats st;
     bdb_db_get_stats(db, &st);
@@ -1010,6 +1017,7 @@ static void test_retention_drops_whole_windows(void **state)
     bdb_db_get_stats(db, &st);
     assert_int_equal(st.retention_drops, 2);
     assert_int_equal(st.blocks, 2);
+    assert_int_equal(st.compactions, 0); /* one tenant, one class: nothing rewritten */
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
             assert_int_equal(bdb_db_close(db), BDB_OK);
@@ -1017,11 +1025,12 @@ static void test_retention_drops_whole_windows(void **state)
         }
         assert_int_equal(count_in(db, old - DAY, w0, &rc), 0);
         assert_int_equal(rc, BDB_OK);
-        /* the window holding the cutoff is kept whole, even its older sample */
+        /* the file of the window holding the cutoff is kept whole, but its sample
+         * before the cutoff is no longer returned */
         bdb_samples s;
         assert_int_equal(read1(db, "t", "d", "m", w0, w0 + 2 * HOUR, &s, NULL), BDB_OK);
-        assert_int_equal(s.n, 2);
-        assert_true(s.v[0] == 3.0 && s.v[1] == 4.0);
+        assert_int_equal(s.n, 1);
+        assert_true(s.v[0] == 4.0);
         bdb_samples_free(&s);
         assert_int_equal(count_in(db, now - 2 * HOUR, now, &rc), 1);
     }
