@@ -13,7 +13,7 @@ OPT      = -O2
 LDOPT    =
 endif
 
-PKGS     = libmicrohttpd jansson zlib libzstd libcrypto
+PKGS     = libmicrohttpd jansson zlib libzstd libssl libcrypto
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-missing-field-initializers \
            -g -pthread -Iinclude -Isrc -Itests/unit $(OPT) $(shell pkg-config --cflags $(PKGS))
 LDLIBS  += $(shell pkg-config --libs $(PKGS)) -lxxhash -lpthread -lm

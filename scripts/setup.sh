@@ -10,7 +10,7 @@ set -euo pipefail
 BUILD_PKGS=(build-essential pkg-config
             libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libssl-dev)
 TEST_PKGS=(libcmocka-dev clang clang-format libclang-rt-14-dev python3 curl ca-certificates
-           openjdk-17-jre-headless mosquitto mosquitto-clients)
+           openjdk-17-jre-headless mosquitto mosquitto-clients openssl)
 WANT=("${BUILD_PKGS[@]}")
 TEST=0
 if [ "${1:-}" = "--test" ]; then

@@ -1,5 +1,6 @@
 /* query: reads from a running server over HTTP (the data directory is locked by the
- * server, and going through the API keeps one code path for every reader). */
+ * server, and going through the API keeps one code path for every reader): samples,
+ * devices, an export, and the current state (/api/v1/state/...). */
 #include "cli/cli.h"
 #include "cli/http_client.h"
 
@@ -14,7 +15,10 @@ static void help(void)
 {
     printf("usage: bucketdb query --device ID [options]\n"
            "       bucketdb query --devices [options]\n"
-           "       bucketdb query --export [options]\n\n"
+           "       bucketdb query --export [options]\n"
+           "       bucketdb query --latest --device ID [options]\n"
+           "       bucketdb query --state STATE [--limit N] [--cursor C] [options]\n"
+           "       bucketdb query --state-counts [options]\n\n"
            "Reads from a running server.\n\n"
            "  --server URL      server address (default http://127.0.0.1:8086)\n"
            "  --tenant NAME     tenant (default: the server's default tenant)\n"
@@ -26,8 +30,14 @@ static void help(void)
            "  --limit N         at most N samples\n"
            "  --order asc|desc  time order (default asc)\n"
            "  --format json|csv output format (default json)\n"
+           "  --resolution R    raw | 1m | 1h | 1d | auto: aggregated windows from a rollup\n"
+           "                    tier (auto picks one by the range; default raw)\n"
            "  --devices         list the tenant's devices instead\n"
-           "  --export          stream samples as line protocol instead\n\n"
+           "  --export          stream samples as line protocol instead\n"
+           "  --latest          the device's latest event and newest value per metric\n"
+           "  --state STATE     devices in STATE now, in name order (--limit: page size,\n"
+           "                    default 1000; --cursor: next_cursor of the previous page)\n"
+           "  --state-counts    how many devices are in each state now\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 
@@ -45,8 +55,9 @@ int cmd_query(int argc, char **argv)
 {
     const char *server = "http://127.0.0.1:8086", *tenant = NULL, *token = NULL, *device = NULL,
                *metric = NULL, *from = NULL, *to = NULL, *limit = NULL, *order = NULL,
-               *format = NULL;
-    int devices = 0, export = 0;
+               *format = NULL, *state = NULL, *cursor = NULL;
+    const char *resolution = NULL; /* rollup */
+    int devices = 0, export = 0, latest = 0, counts = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
@@ -59,7 +70,17 @@ int cmd_query(int argc, char **argv)
         } else if (!strcmp(a, "--export")) {
             export = 1;
             continue;
-        } else if (!strcmp(a, "--server"))
+        } else if (!strcmp(a, "--latest")) {
+            latest = 1;
+            continue;
+        } else if (!strcmp(a, "--state-counts")) {
+            counts = 1;
+            continue;
+        } else if (!strcmp(a, "--state"))
+            dst = &state;
+        else if (!strcmp(a, "--cursor"))
+            dst = &cursor;
+        else if (!strcmp(a, "--server"))
             dst = &server;
         else if (!strcmp(a, "--tenant"))
             dst = &tenant;
@@ -79,6 +100,8 @@ int cmd_query(int argc, char **argv)
             dst = &order;
         else if (!strcmp(a, "--format"))
             dst = &format;
+        else if (!strcmp(a, "--resolution")) /* rollup */
+            dst = &resolution;
         if (!dst) {
             fprintf(stderr, "bucketdb query: unknown option '%s' (see --help)\n", a);
             return BDB_EXIT_USAGE;
@@ -91,9 +114,30 @@ int cmd_query(int argc, char **argv)
     }
     if (!token)
         token = getenv("BUCKETDB_TOKEN");
+    if (devices + export + latest + counts + (state != NULL) > 1) {
+        fprintf(stderr, "bucketdb query: use only one of --devices, --export, --latest, "
+                        "--state, --state-counts\n");
+        return BDB_EXIT_USAGE;
+    }
     bdb_buf path;
     bdb_buf_init(&path);
-    if (devices) {
+    int current = latest || counts || state;
+    if (latest) {
+        if (!device) {
+            fprintf(stderr, "bucketdb query: --latest needs --device\n");
+            bdb_buf_free(&path);
+            return BDB_EXIT_USAGE;
+        }
+        bdb_buf_puts(&path, "/api/v1/state/latest");
+        param(&path, "device", device);
+    } else if (state) {
+        bdb_buf_puts(&path, "/api/v1/state/devices");
+        param(&path, "state", state);
+        param(&path, "limit", limit);
+        param(&path, "cursor", cursor);
+    } else if (counts) {
+        bdb_buf_puts(&path, "/api/v1/state/counts");
+    } else if (devices) {
         bdb_buf_puts(&path, "/api/v1/devices");
     } else if (export) {
         bdb_buf_puts(&path, "/api/v1/export");
@@ -108,9 +152,10 @@ int cmd_query(int argc, char **argv)
         param(&path, "limit", limit);
         param(&path, "order", order);
         param(&path, "format", format);
+        param(&path, "resolution", resolution); /* rollup */
     }
     param(&path, "tenant", tenant);
-    if (!devices) {
+    if (!devices && !current) {
         param(&path, "metric", metric);
         param(&path, "from", from);
         param(&path, "to", to);

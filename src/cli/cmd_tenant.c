@@ -21,7 +21,8 @@ static void help(void)
            "       bucketdb tenant delete NAME\n"
            "       bucketdb tenant rotate-token NAME\n\n"
            "Manages the tenants of a running server through its admin API.\n"
-           "create and rotate-token print the tenant's token: it is shown only once.\n\n"
+           "create and rotate-token print the tenant's token: it is shown only once.\n"
+           "show prints the quotas and the usage beside them (devices, storage bytes).\n\n"
            "  --server URL              server address (default http://127.0.0.1:8086)\n"
            "  --admin-token TOKEN       the admin token (default $BUCKETDB_ADMIN_TOKEN; the\n"
            "                            server keeps it in <data>/token)\n\n"
@@ -29,8 +30,14 @@ static void help(void)
            "  --writes-per-second N     samples per second (token bucket)\n"
            "  --burst N                 samples the bucket holds (default 10 x the rate)\n"
            "  --max-devices N           devices the tenant may have\n"
-           "  --storage-bytes N         stored, not enforced yet\n"
-           "  --retention DURATION      raw-data TTL, e.g. 90d; 0 = the server's retention_ms\n\n"
+           "  --storage-bytes N         bytes the tenant may store (block files + unflushed)\n"
+           "  --retention DURATION      raw-data TTL, e.g. 90d; 0 = the server's retention_ms\n"
+           "  --hot-threshold N         reports per partition per minute above which it is\n"
+           "                            hot (0 = the server's hot_threshold)\n"
+           "  --hot-policy NAME         none, subbucket, ratelimit, sample or default\n"
+           "  --hot-subbuckets N        subbucket: sub-buckets of a hot device, 2..64\n"
+           "  --hot-rate-limit N        ratelimit: reports kept per minute while hot\n"
+           "  --hot-sample F            sample: fraction kept while hot, e.g. 0.1\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 
@@ -52,6 +59,11 @@ int cmd_tenant(int argc, char **argv)
                                   "--storage-bytes"};
     const char *quota_vals[4] = {NULL, NULL, NULL, NULL};
     const char *retention = NULL;
+    /* hot partition settings (docs/TENANCY.md#hot-partitions) */
+    const char *hot_names[5] = {"threshold", "policy", "subbuckets", "rate_limit", "sample"};
+    const char *hot_flags[5] = {"--hot-threshold", "--hot-policy", "--hot-subbuckets",
+                                "--hot-rate-limit", "--hot-sample"};
+    const char *hot_vals[5] = {NULL, NULL, NULL, NULL, NULL};
     const char *pos[3] = {NULL, NULL, NULL};
     size_t npos = 0;
     for (int i = 1; i < argc; i++) {
@@ -78,6 +90,9 @@ int cmd_tenant(int argc, char **argv)
         for (int q = 0; q < 4 && !dst; q++)
             if (!strcmp(a, quota_flags[q]))
                 dst = &quota_vals[q];
+        for (int k = 0; k < 5 && !dst; k++)
+            if (!strcmp(a, hot_flags[k]))
+                dst = &hot_vals[k];
         if (!dst) {
             fprintf(stderr, "bucketdb tenant: unknown option '%s' (see --help)\n", a);
             return BDB_EXIT_USAGE;
@@ -123,13 +138,27 @@ int cmd_tenant(int argc, char **argv)
             return BDB_EXIT_USAGE;
         }
     }
+    int has_hot = 0;
+    for (int k = 0; k < 5; k++) {
+        if (!hot_vals[k])
+            continue;
+        has_settings = has_hot = 1;
+        /* the server checks ranges; here only what keeps the JSON body well-formed */
+        const char *ok = k == 1   ? "abcdefghijklmnopqrstuvwxyz"
+                         : k == 4 ? "0123456789."
+                                  : "0123456789";
+        if (!*hot_vals[k] || strspn(hot_vals[k], ok) != strlen(hot_vals[k])) {
+            fprintf(stderr, "bucketdb tenant: %s: invalid value '%s'\n", hot_flags[k], hot_vals[k]);
+            return BDB_EXIT_USAGE;
+        }
+    }
     if (has_settings && !is_create && !is_update) {
         fprintf(stderr, "bucketdb tenant %s: quota options apply to create and update only\n",
                 verb);
         return BDB_EXIT_USAGE;
     }
     if (is_update && !has_settings) {
-        fprintf(stderr, "bucketdb tenant update: nothing to change (give a quota option)\n");
+        fprintf(stderr, "bucketdb tenant update: nothing to change (give a quota or hot option)\n");
         return BDB_EXIT_USAGE;
     }
     if (!token || !*token)
@@ -164,6 +193,16 @@ int cmd_tenant(int argc, char **argv)
             first = 0;
         }
         bdb_buf_putc(&body, '}');
+        if (has_hot) {
+            bdb_buf_puts(&body, ",\"hot\":{");
+            for (int k = 0, n = 0; k < 5; k++) {
+                if (!hot_vals[k])
+                    continue;
+                bdb_buf_printf(&body, k == 1 ? "%s\"%s\":\"%s\"" : "%s\"%s\":%s", n++ ? "," : "",
+                               hot_names[k], hot_vals[k]);
+            }
+            bdb_buf_putc(&body, '}');
+        }
         if (retention) {
             bdb_buf_puts(&body, ",\"retention_ms\":\"");
             bdb_buf_json_str(&body, retention, strlen(retention));

@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "model/bucket.h"
+#include "server/hotpart.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -35,6 +36,8 @@ static const struct key {
     N(block_window_ms, K_MS, "time window of a block file, divides a day (default 2h)"),
     N(flush_interval_ms, K_MS, "flush the in-memory head to blocks at least this often (10m)"),
     N(head_max_bytes, K_U64, "flush early when the head holds more (default 1073741824)"),
+    N(partition_warn_bytes, K_U64,
+      "warn once per partition larger than this in block files; 0 = never (100000000)"),
     N(retention_ms, K_MS,
       "raw-data TTL of tenants without their own; 0 keeps everything (default 30d)"),
     N(device_limiter_idle, K_MS,
@@ -65,6 +68,31 @@ static const struct key {
     S(mqtt_topics, "comma-separated MQTT topic filters (default bucketdb/+/+/telemetry)"),
     S(mqtt_username, "MQTT user name (default none)"),
     S(mqtt_password, "MQTT password (default none)"),
+    S(mqtt_version, "MQTT protocol: 5 (default) | 3.1.1"),
+    N(mqtt_session_expiry, K_MS,
+      "MQTT 5 session expiry interval; 0 = the session never expires (default 0)"),
+    N(mqtt_receive_max, K_INT, "MQTT 5 receive maximum: messages in flight to us (default 32)"),
+    S(mqtt_topic_scheme,
+      "topic levels of tenant and device, e.g. +/{tenant}/{device}/# (the default)"),
+    S(mqtt_formats, "payload format per topic filter: filter=json|lp|auto,... (default auto)"),
+    S(mqtt_dead_letter_topic, "publish malformed MQTT messages here (default none: drop)"),
+    S(mqtt_ca_file, "mqtts:// brokers: CA certificates file (default system CAs)"),
+    S(mqtt_cert_file, "mqtts:// brokers: client certificate file (default none)"),
+    S(mqtt_key_file, "mqtts:// brokers: client key file (default none)"),
+    N(agg_allowed_lateness, K_MS,
+      "rollup windows are final once the device's newest event is this far past (5m)"),
+    N(tier_retention_1m, K_MS, "keep 1-minute rollups this long; 0 = forever (default 90d)"),
+    N(tier_retention_1h, K_MS, "keep 1-hour rollups this long; 0 = forever (default 365d)"),
+    N(tier_retention_1d, K_MS, "keep 1-day rollups this long; 0 = forever (default 0)"),
+    N(hot_threshold, K_U64,
+      "reports per partition per minute above which it is hot; 0 = off (default 3000)"),
+    S(hot_policy, "hot partition mitigation: none | subbucket (default) | ratelimit | sample"),
+    N(hot_subbuckets, K_INT, "subbucket policy: sub-buckets of a hot device, 2..64 (default 8)"),
+    N(hot_rate_limit, K_U64, "ratelimit policy: reports kept per minute while hot (3000)"),
+    S(hot_sample, "sample policy: fraction of reports kept while hot, (0, 1] (default 0.1)"),
+    N(bucket_target_bytes, K_U64,
+      "move a device to a smaller bucket past this partition size; 0 = off (100000000)"),
+    N(test_clock, K_BOOL, "tests only: admin POST /internal/clock sets the clock (false)"),
 #undef S
 #undef N
 };
@@ -83,6 +111,8 @@ void bdb_config_default(bdb_config *c)
     c->block_window_ms = 2 * BDB_MS_HOUR;
     c->flush_interval_ms = 10 * BDB_MS_MIN;
     c->head_max_bytes = 1ull << 30;
+    /* the 100 MB partition target (seed 002) */
+    c->partition_warn_bytes = 100000000;
     c->retention_ms = 30 * INT64_C(86400000); /* issue 3: raw data kept 30 days */
     c->device_limiter_idle = 10 * BDB_MS_MIN;
     c->query_workers = 4;
@@ -104,6 +134,19 @@ void bdb_config_default(bdb_config *c)
     snprintf(c->auth, sizeof c->auth, "auto");
     snprintf(c->mqtt_client_id, sizeof c->mqtt_client_id, "bucketdb");
     snprintf(c->mqtt_topics, sizeof c->mqtt_topics, "bucketdb/+/+/telemetry");
+    snprintf(c->mqtt_version, sizeof c->mqtt_version, "5");
+    c->mqtt_receive_max = 32;
+    snprintf(c->mqtt_topic_scheme, sizeof c->mqtt_topic_scheme, "+/{tenant}/{device}/#");
+    c->agg_allowed_lateness = 5 * BDB_MS_MIN; /* rollup */
+    c->tier_retention_1m = 90 * BDB_MS_DAY;
+    c->tier_retention_1h = 365 * BDB_MS_DAY;
+    c->tier_retention_1d = 0;
+    c->hot_threshold = 3000; /* 50 reports/s: far above seed 000's 1 per 10 s devices */
+    snprintf(c->hot_policy, sizeof c->hot_policy, "subbucket");
+    c->hot_subbuckets = 8;
+    c->hot_rate_limit = 3000;
+    snprintf(c->hot_sample, sizeof c->hot_sample, "0.1");
+    c->bucket_target_bytes = 100000000; /* seed 002: partitions under 100 MB */
 }
 
 /* Durations: plain ms, or a number with ms, s, m, h, d. */
@@ -246,9 +289,13 @@ int bdb_config_load(bdb_config *c, const char *path, char *err, size_t errlen)
     while (fgets(line, sizeof line, f)) {
         lineno++;
         char *p = line;
-        char *hash = strchr(p, '#');
-        if (hash)
-            *hash = '\0';
+        /* '#' starts a comment at the start of a line or after a blank, so MQTT topic
+         * filters such as a/# keep their wildcard */
+        for (char *h = p; *h; h++)
+            if (*h == '#' && (h == p || isspace((unsigned char)h[-1]))) {
+                *h = '\0';
+                break;
+            }
         while (isspace((unsigned char)*p))
             p++;
         size_t n = strlen(p);
@@ -337,6 +384,16 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "max_inflight_bytes: at least 65536");
         return -1;
     }
+    if (strcmp(c->mqtt_version, "5") && strcmp(c->mqtt_version, "3.1.1")) {
+        snprintf(err, errlen, "mqtt_version: must be 5 or 3.1.1, not '%s'", c->mqtt_version);
+        return -1;
+    }
+    if (c->mqtt_receive_max < 1 || c->mqtt_receive_max > 65535) {
+        snprintf(err, errlen, "mqtt_receive_max: must be 1..65535");
+        return -1;
+    }
+    if (bdb_config_hot_policy(c, NULL, err, errlen) != 0)
+        return -1;
     if (!c->device_tag[0] || !c->default_tenant[0]) {
         snprintf(err, errlen, "device_tag and default_tenant must not be empty");
         return -1;
@@ -387,4 +444,22 @@ const char *bdb_config_help(const char *key)
         if (!strcmp(keys[k].name, key))
             return keys[k].help;
     return NULL;
+}
+
+int bdb_config_hot_policy(const bdb_config *c, bdb_hot_policy *out, char *err, size_t errlen)
+{
+    bdb_hot_policy p = {c->hot_threshold, bdb_hot_kind_parse(c->hot_policy),
+                        (uint32_t)c->hot_subbuckets, c->hot_rate_limit, 0};
+    char *end;
+    errno = 0;
+    p.sample = strtod(c->hot_sample, &end);
+    if (errno || end == c->hot_sample || *end) {
+        snprintf(err, errlen, "hot_sample: '%s' is not a number", c->hot_sample);
+        return -1;
+    }
+    if (c->hot_subbuckets > 64 || bdb_hot_policy_check(&p, err, errlen) != 0)
+        return -1;
+    if (out)
+        *out = p;
+    return 0;
 }

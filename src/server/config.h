@@ -20,6 +20,7 @@ typedef struct bdb_config {
     int64_t block_window_ms;
     int64_t flush_interval_ms;
     uint64_t head_max_bytes;
+    uint64_t partition_warn_bytes; /* warn once per partition above it; 0 = never (quota) */
     int64_t retention_ms;
     int64_t device_limiter_idle; /* ms: device limiter entries idle longer expire */
     int query_workers;
@@ -44,11 +45,32 @@ typedef struct bdb_config {
     char auth[16];             /* auto | on | off */
     int allow_insecure_listen; /* 1: a non-loopback listen with auth=off may start */
     /* MQTT gateway (docs/MQTT.md); mqtt_broker empty = off */
-    char mqtt_broker[256]; /* host:port */
+    char mqtt_broker[1024]; /* comma-separated host:port or mqtts://host:port */
     char mqtt_client_id[128];
     char mqtt_topics[1024]; /* comma-separated subscription filters */
     char mqtt_username[128];
     char mqtt_password[256];
+    char mqtt_version[16];            /* 3.1.1 | 5 */
+    int64_t mqtt_session_expiry;      /* ms (sent in s); 0 = never expires */
+    int mqtt_receive_max;             /* MQTT 5 receive maximum, 1..65535 */
+    char mqtt_topic_scheme[256];      /* which levels are tenant and device */
+    char mqtt_formats[1024];          /* filter=json|lp|auto,... */
+    char mqtt_dead_letter_topic[256]; /* empty = malformed messages are dropped */
+    char mqtt_ca_file[1024];          /* mqtts://: CA bundle (empty = system default) */
+    char mqtt_cert_file[1024];        /* mqtts://: optional client certificate */
+    char mqtt_key_file[1024];         /* and its key */
+    /* rollup tiers (docs/AGGREGATION.md): a window is final once the device's newest
+     * event is this much past its end; tier retention in ms, 0 = forever */
+    int64_t agg_allowed_lateness;
+    int64_t tier_retention_1m, tier_retention_1h, tier_retention_1d;
+    /* hot partitions (src/server/hotpart.h; tenants may override), promotion */
+    uint64_t hot_threshold;       /* reports per partition per minute; 0 = detection off */
+    char hot_policy[16];          /* none | subbucket | ratelimit | sample */
+    int hot_subbuckets;           /* subbucket: N, 2..64 */
+    uint64_t hot_rate_limit;      /* ratelimit: reports kept per minute while hot */
+    char hot_sample[24];          /* sample: fraction kept while hot, (0, 1] */
+    uint64_t bucket_target_bytes; /* promote a device past this partition size; 0 = off */
+    int test_clock;               /* tests only: POST /internal/clock moves the wall clock */
 } bdb_config;
 
 void bdb_config_default(bdb_config *c);
@@ -65,5 +87,9 @@ int bdb_config_parse_duration(const char *v, int64_t *out);
 /* Names of all keys, NULL-terminated (for --help and docs). */
 const char *const *bdb_config_keys(void);
 const char *bdb_config_help(const char *key);
+/* The server-wide hot partition policy (hot_* keys); 0, or -1 with a message. */
+struct bdb_hot_policy;
+int bdb_config_hot_policy(const bdb_config *c, struct bdb_hot_policy *out, char *err,
+                          size_t errlen);
 
 #endif

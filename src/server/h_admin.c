@@ -14,6 +14,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "server/hotpart.h"
 #include "server/quota.h"
 
 #include <jansson.h>
@@ -25,6 +26,10 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
 {
     uint64_t devices = 0, fresh = 0;
     bdb_db_tenant_usage(s->db, t->name, NULL, &devices, &fresh);
+    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
+    bdb_db_usage_start(s->db, &uo);
+    bdb_storage_usage su;
+    bdb_db_tenant_storage(s->db, t->name, &su);
     char created[40], rotated[40];
     bdb_format_time_ms(t->created_ms, created, sizeof created);
     bdb_format_time_ms(t->token_rotated_ms, rotated, sizeof rotated);
@@ -39,8 +44,8 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
                    "\"token_rotated_ms\":%lld,"
                    "\"quotas\":{\"writes_per_second\":%llu,\"burst\":%llu,"
                    "\"effective_burst\":%llu,\"max_devices\":%llu,\"storage_bytes\":%llu},"
-                   "\"retention_ms\":%lld,\"not_enforced\":[\"storage_bytes\"],"
-                   "\"usage\":{\"devices\":%llu},\"rejections\":{",
+                   "\"retention_ms\":%lld,\"not_enforced\":[],"
+                   "\"usage\":{\"devices\":%llu,",
                    created, (long long)t->created_ms, rotated, (long long)t->token_rotated_ms,
                    (unsigned long long)q->writes_per_second, (unsigned long long)q->burst,
                    (unsigned long long)(q->writes_per_second
@@ -48,11 +53,26 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
                                             : 0),
                    (unsigned long long)q->max_devices, (unsigned long long)q->storage_bytes,
                    (long long)t->retention_ms, (unsigned long long)devices);
+    /* storage: what the storage_bytes quota is checked against (docs/TENANCY.md) */
+    bdb_buf_printf(b,
+                   "\"storage_bytes\":%llu,\"storage_block_bytes\":%llu,"
+                   "\"storage_unflushed_samples\":%llu},\"rejections\":{",
+                   (unsigned long long)su.bytes, (unsigned long long)su.block_bytes,
+                   (unsigned long long)su.unflushed_samples);
     for (int l = 0; l < BDB_LIMIT_N; l++)
         bdb_buf_printf(b, "%s\"%s\":%llu", l ? "," : "",
                        bdb_quota_limit_name((enum bdb_quota_limit)l),
                        (unsigned long long)t->rejections[l]);
-    bdb_buf_puts(b, "}}");
+    bdb_buf_putc(b, '}');
+    /* hot partition settings: the tenant's own (0 / "default" = the server's) */
+    const bdb_tenant_hot *h = &t->hot;
+    bdb_buf_printf(b,
+                   ",\"hot\":{\"threshold\":%llu,\"policy\":\"%s\",\"subbuckets\":%u,"
+                   "\"rate_limit\":%llu,\"sample\":%.6g}",
+                   (unsigned long long)h->threshold,
+                   h->policy ? bdb_hot_kind_name(h->policy - 1) : "default", h->subbuckets,
+                   (unsigned long long)h->rate_limit, h->sample);
+    bdb_buf_putc(b, '}');
 }
 
 static enum MHD_Result send_tenant(bdb_server *s, struct MHD_Connection *c, unsigned status,
@@ -110,6 +130,65 @@ static int get_duration(json_t *v, int64_t *out)
     if (json_is_string(v))
         return bdb_config_parse_duration(json_string_value(v), out);
     return -1;
+}
+
+/* The "hot" object: {"threshold","policy","subbuckets","rate_limit","sample"}, each
+ * optional; 0 (or "default" for policy) goes back to the server's setting. */
+static int parse_hot(json_t *val, bdb_tenant_patch *p, char *err, size_t errlen)
+{
+    if (!json_is_object(val)) {
+        snprintf(err, errlen, "'hot' must be an object");
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(val, k, v)
+    {
+        uint64_t u = 0;
+        if (!strcmp(k, "policy")) {
+            const char *name = json_is_string(v) ? json_string_value(v) : "";
+            int kind = !strcmp(name, "default") ? -1 : bdb_hot_kind_parse(name);
+            if (kind < 0 && strcmp(name, "default")) {
+                snprintf(err, errlen,
+                         "hot.policy must be none, subbucket, ratelimit, sample or default");
+                return -1;
+            }
+            p->hot.policy = kind + 1;
+            p->has_hot_policy = 1;
+        } else if (!strcmp(k, "sample")) {
+            double f = json_is_number(v) ? json_number_value(v) : -1;
+            if (f < 0 || f > 1 || (f > 0 && f < 0.000001)) {
+                snprintf(err, errlen, "hot.sample must be a fraction in (0, 1], or 0 (default)");
+                return -1;
+            }
+            p->hot.sample = f;
+            p->has_hot_sample = 1;
+        } else if (!strcmp(k, "threshold") || !strcmp(k, "rate_limit")) {
+            if (get_u64(v, &u) || u > UINT32_MAX) {
+                snprintf(err, errlen, "hot.%s must be an integer from 0 (default) to %u", k,
+                         UINT32_MAX);
+                return -1;
+            }
+            if (k[0] == 't')
+                p->hot.threshold = u, p->has_hot_threshold = 1;
+            else
+                p->hot.rate_limit = u, p->has_hot_rate_limit = 1;
+        } else if (!strcmp(k, "subbuckets")) {
+            if (get_u64(v, &u) || u == 1 || u > 64) {
+                snprintf(err, errlen, "hot.subbuckets must be 2..64, or 0 (default)");
+                return -1;
+            }
+            p->hot.subbuckets = (uint32_t)u;
+            p->has_hot_subbuckets = 1;
+        } else {
+            snprintf(err, errlen,
+                     "unknown hot setting '%.100s' (known: threshold, policy, subbuckets, "
+                     "rate_limit, sample)",
+                     k);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Reads the settings of a create or update body into p. 0, or -1 with err set. */
@@ -170,8 +249,11 @@ static int parse_settings(json_t *root, int create, bdb_tenant_patch *p, const c
                 }
                 *has = 1;
             }
+        } else if (!strcmp(key, "hot")) {
+            if (parse_hot(val, p, err, errlen) != 0)
+                return -1;
         } else {
-            snprintf(err, errlen, "unknown field '%.100s' (known: name, quotas, retention_ms)",
+            snprintf(err, errlen, "unknown field '%.100s' (known: name, quotas, retention_ms, hot)",
                      key);
             return -1;
         }
@@ -227,6 +309,21 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
     int rc = bdb_tenants_create(s->tenants, nm, &p.quotas, p.retention_ms, bdb_now_ms(), token);
     if (rc != BDB_OK)
         return registry_error(s, c, rc, nm);
+    if (p.has_hot_threshold || p.has_hot_policy || p.has_hot_subbuckets || p.has_hot_rate_limit ||
+        p.has_hot_sample) {
+        bdb_tenant_patch hp = {0};
+        hp.has_hot_threshold = p.has_hot_threshold;
+        hp.has_hot_policy = p.has_hot_policy;
+        hp.has_hot_subbuckets = p.has_hot_subbuckets;
+        hp.has_hot_rate_limit = p.has_hot_rate_limit;
+        hp.has_hot_sample = p.has_hot_sample;
+        hp.hot = p.hot;
+        if ((rc = bdb_tenants_update(s->tenants, nm, &hp, NULL)) != BDB_OK) {
+            bdb_tenants_delete(s->tenants, nm); /* all or nothing */
+            OPENSSL_cleanse(token, sizeof token);
+            return registry_error(s, c, rc, nm);
+        }
+    }
     BDB_INFO("tenant '%s' created", nm);
     bdb_tenant_info t;
     if (bdb_tenants_get(s->tenants, nm, &t) != BDB_OK) { /* deleted meanwhile */

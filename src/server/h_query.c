@@ -5,6 +5,7 @@
 #include "common/timeutil.h"
 #include "model/bucket.h"
 #include "query/range.h"
+#include "query/windows.h"
 #include "server/config.h"
 #include "server/devlimit.h"
 
@@ -96,6 +97,140 @@ static size_t sort_unique(const char **v, size_t n)
     return k;
 }
 
+/* ---- aggregated windows (resolution=1m|1h|1d|auto) ---- */
+
+struct wout {
+    bdb_buf *b;
+    int csv;
+    const char *tier;
+    uint64_t n, max;
+    int overflow;
+};
+
+static void csv_field(bdb_buf *b, const char *v)
+{
+    if (!strpbrk(v, ",\"\n")) {
+        bdb_buf_puts(b, v);
+        return;
+    }
+    bdb_buf_putc(b, '"');
+    for (const char *p = v; *p; p++) {
+        if (*p == '"')
+            bdb_buf_putc(b, '"');
+        bdb_buf_putc(b, (uint8_t)*p);
+    }
+    bdb_buf_putc(b, '"');
+}
+
+static int window_cb(void *ctx, const bdb_window_row *r)
+{
+    struct wout *o = ctx;
+    if (o->n >= o->max) {
+        o->overflow = 1;
+        return 1;
+    }
+    const double v[] = {r->sum, r->min, r->max, r->mean, r->stddev, r->p50, r->p95, r->p99};
+    if (o->csv) {
+        bdb_buf_printf(o->b, "%lld,", (long long)r->start);
+        csv_field(o->b, r->metric);
+        bdb_buf_printf(o->b, ",%s,%llu", o->tier, (unsigned long long)r->count);
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            bdb_buf_putc(o->b, ',');
+            bdb_buf_double(o->b, v[i]);
+        }
+        bdb_buf_puts(o->b, r->final ? ",true\n" : ",false\n");
+    } else {
+        bdb_buf_puts(o->b, o->n ? ",[" : "[");
+        bdb_buf_printf(o->b, "%lld,\"", (long long)r->start);
+        bdb_buf_json_str(o->b, r->metric, strlen(r->metric));
+        bdb_buf_printf(o->b, "\",%llu", (unsigned long long)r->count);
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            bdb_buf_putc(o->b, ',');
+            bdb_buf_double(o->b, v[i]);
+        }
+        bdb_buf_puts(o->b, r->final ? ",true]" : ",false]");
+    }
+    o->n++;
+    return 0;
+}
+
+/* Answers a query from a rollup tier; q is the parsed raw query. */
+static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const bdb_range_query *q,
+                                  enum bdb_res res, const char *asked, int csv, uint64_t t0)
+{
+    bdb_window_query wq = {.tenant = q->tenant,
+                           .device = q->device,
+                           .metrics = q->metrics,
+                           .nmetrics = q->nmetrics,
+                           .from = q->from,
+                           .to = q->to,
+                           .res = res,
+                           .lateness_ms = s->cfg.agg_allowed_lateness,
+                           .limit = q->limit,
+                           .desc = q->desc};
+    bdb_buf body;
+    bdb_buf_init(&body);
+    struct wout o = {&body, csv, bdb_res_name(res), 0, s->cfg.max_query_samples, 0};
+    if (csv)
+        bdb_buf_puts(&body, "time,metric,tier,count,sum,min,max,mean,stddev,p50,p95,p99,final\n");
+    int64_t wm = INT64_MIN;
+    int rc = bdb_query_windows(s->db, &wq, window_cb, &o, &wm);
+    atomic_fetch_add(&s->queries, 1);
+    if (rc != BDB_OK) {
+        bdb_buf_free(&body);
+        char msg[400];
+        if (rc == BDB_ERR_NOTFOUND) {
+            snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", q->device,
+                     q->tenant);
+            return respond_json_error(s, c, 404, msg, 0);
+        }
+        snprintf(msg, sizeof msg, "query failed: %s", bdb_strerror(rc));
+        return respond_json_error(s, c, 500, msg, 0);
+    }
+    if (o.overflow) {
+        bdb_buf_free(&body);
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "query returns more than max-query-samples %llu windows; add a limit, narrow "
+                 "the range or use a coarser resolution",
+                 (unsigned long long)s->cfg.max_query_samples);
+        return respond_json_error(s, c, 422, msg, 0);
+    }
+    hist_observe(&s->query_latency, now_us() - t0);
+    enum MHD_Result res_;
+    if (csv) {
+        res_ = respond(s, c, 200, "text/csv", body.data, body.len);
+        bdb_buf_free(&body);
+        return res_;
+    }
+    bdb_buf full;
+    bdb_buf_init(&full);
+    bdb_buf_puts(&full, "{\"tenant\":\"");
+    bdb_buf_json_str(&full, q->tenant, strlen(q->tenant));
+    bdb_buf_puts(&full, "\",\"device\":\"");
+    bdb_buf_json_str(&full, q->device, strlen(q->device));
+    bdb_buf_printf(&full,
+                   "\",\"tier\":\"%s\",\"resolution\":\"%s\",\"width_ms\":%lld,\"from\":%lld,"
+                   "\"to\":%lld,\"order\":\"%s\",\"watermark\":",
+                   bdb_res_name(res), asked, (long long)bdb_res_width(res), (long long)q->from,
+                   (long long)q->to, q->desc ? "desc" : "asc");
+    if (wm == INT64_MIN)
+        bdb_buf_puts(&full, "null");
+    else
+        bdb_buf_printf(&full, "%lld", (long long)wm);
+    bdb_buf_printf(&full,
+                   ",\"relative_error\":%g,\"count\":%llu,\"columns\":[\"time\",\"metric\","
+                   "\"count\",\"sum\",\"min\",\"max\",\"mean\",\"stddev\",\"p50\",\"p95\","
+                   "\"p99\",\"final\"],\"values\":[",
+                   BDB_SKETCH_ALPHA, (unsigned long long)o.n);
+    bdb_buf_append(&full, body.data, body.len);
+    bdb_buf_puts(&full, "]}\n");
+    bdb_buf_free(&body);
+    res_ = respond(s, c, 200, "application/json", full.data, full.len);
+    bdb_buf_free(&full);
+    return res_;
+}
+
 enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
 {
     enum MHD_Result res;
@@ -138,6 +273,16 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     if (fmt && strcmp(fmt, "json") && strcmp(fmt, "csv"))
         return respond_json_error(s, c, 400, "'format' must be json or csv", 0);
     int csv = fmt && !strcmp(fmt, "csv");
+    /* rollup: resolution=raw|1m|1h|1d|auto (docs/API.md) */
+    const char *rs = arg(c, "resolution");
+    int tier = BDB_RES_RAW;
+    if (rs && strcmp(rs, "auto") && (tier = bdb_res_parse(rs)) < 0)
+        return respond_json_error(s, c, 400, "'resolution' must be raw, 1m, 1h, 1d or auto", 0);
+    if (rs && !strcmp(rs, "auto")) {
+        /* an open end counts up to now: "from last month" is a month, not forever */
+        int64_t end = q.to < bdb_now_ms() + 1 ? q.to : bdb_now_ms() + 1;
+        tier = bdb_rollup_route(end > q.from ? end - q.from : 0);
+    }
     char *mlist = NULL;
     const char *metrics[256];
     const char *m = arg(c, "metric");
@@ -145,6 +290,11 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
         mlist = strdup(m);
         q.nmetrics = sort_unique(metrics, split_list(mlist, metrics, 256));
         q.metrics = metrics;
+    }
+    if (tier != BDB_RES_RAW) {
+        enum MHD_Result r = query_tier(s, c, &q, (enum bdb_res)tier, rs, csv, t0);
+        free(mlist);
+        return r;
     }
     bdb_buf body;
     bdb_buf_init(&body);
@@ -200,13 +350,13 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     bdb_buf_json_str(&full, tenant, strlen(tenant));
     bdb_buf_puts(&full, "\",\"device\":\"");
     bdb_buf_json_str(&full, device, strlen(device));
-    bdb_buf_printf(&full,
-                   "\",\"tier\":\"raw\",\"from\":%lld,\"to\":%lld,\"order\":\"%s\","
-                   "\"partitions\":%llu,\"chunks\":%llu,\"count\":%llu,"
-                   "\"columns\":[\"time\",\"metric\",\"value\"],\"values\":",
-                   (long long)q.from, (long long)q.to, q.desc ? "desc" : "asc",
-                   (unsigned long long)st.partitions, (unsigned long long)st.chunks,
-                   (unsigned long long)o.n);
+    bdb_buf_printf(
+        &full,
+        "\",\"tier\":\"raw\",\"resolution\":\"%s\",\"from\":%lld,\"to\":%lld,\"order\":\"%s\","
+        "\"partitions\":%llu,\"chunks\":%llu,\"count\":%llu,"
+        "\"columns\":[\"time\",\"metric\",\"value\"],\"values\":",
+        rs ? rs : "raw", (long long)q.from, (long long)q.to, q.desc ? "desc" : "asc",
+        (unsigned long long)st.partitions, (unsigned long long)st.chunks, (unsigned long long)o.n);
     bdb_buf_append(&full, body.data, body.len);
     bdb_buf_puts(&full, "]}\n");
     bdb_buf_free(&body);

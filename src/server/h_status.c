@@ -166,32 +166,73 @@ static void histogram(bdb_buf *b, const char *name, const char *help, hist *h, d
                    (unsigned long long)atomic_load(&h->count));
 }
 
-/* Partition sizes in power-of-4 buckets from 64 KiB to 4 GiB (seed 002's guidance:
- * 10-100 MB is the target, over 100 MB is risky). */
-#define PS_NB 9
-static const double ps_bounds[PS_NB] = {65536.0,     262144.0,     1048576.0,
-                                        4194304.0,   16777216.0,   67108864.0,
-                                        268435456.0, 1073741824.0, 4294967296.0};
-struct psizes {
-    uint64_t b[PS_NB + 1], count, large;
-    double sum;
+/* Partition sizes: whole partitions (every block's piece summed), measured by the
+ * engine's usage tracker when the block files change (db_usage.c), so a scrape only
+ * copies figures and never walks the blocks. The buckets are power-of-4 bounds from 64
+ * KiB to 4 GiB (seed 002's guidance: 10-100 MB is the target). */
+static void partition_metrics(bdb_server *s, bdb_buf *b)
+{
+    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
+    bdb_db_usage_start(s->db, &uo);
+    bdb_partition_summary ps;
+    bdb_db_partition_summary(s->db, &ps);
+    family(b, "bucketdb_partition_size_bytes", "histogram",
+           "Sizes of whole partitions in block files (pieces in several block windows summed; "
+           "the head is not counted). Target 10-100 MB.");
+    uint64_t cum = 0;
+    for (int i = 0; i < BDB_PSIZE_NB; i++) {
+        cum += ps.buckets[i];
+        bdb_buf_printf(b, "bucketdb_partition_size_bytes_bucket{le=\"%llu\"} %llu\n",
+                       (unsigned long long)bdb_psize_bounds[i], (unsigned long long)cum);
+    }
+    cum += ps.buckets[BDB_PSIZE_NB];
+    bdb_buf_printf(b, "bucketdb_partition_size_bytes_bucket{le=\"+Inf\"} %llu\n",
+                   (unsigned long long)cum);
+    bdb_buf_printf(b, "bucketdb_partition_size_bytes_sum %llu\n", (unsigned long long)ps.sum);
+    bdb_buf_printf(b, "bucketdb_partition_size_bytes_count %llu\n", (unsigned long long)ps.count);
+    /* A summary: the quantile label is how Prometheus expects quantiles; they describe
+     * the partitions that exist now (a snapshot), like the histogram above. */
+    family(b, "bucketdb_partition_size_quantile_bytes", "summary",
+           "Quantiles of whole-partition sizes in block files, within 1 %; 0 without "
+           "partitions.");
+    bdb_buf_printf(b, "bucketdb_partition_size_quantile_bytes{quantile=\"0.5\"} %llu\n",
+                   (unsigned long long)ps.p50);
+    bdb_buf_printf(b, "bucketdb_partition_size_quantile_bytes{quantile=\"0.95\"} %llu\n",
+                   (unsigned long long)ps.p95);
+    bdb_buf_printf(b, "bucketdb_partition_size_quantile_bytes{quantile=\"0.99\"} %llu\n",
+                   (unsigned long long)ps.p99);
+    bdb_buf_printf(b, "bucketdb_partition_size_quantile_bytes_sum %llu\n",
+                   (unsigned long long)ps.sum);
+    bdb_buf_printf(b, "bucketdb_partition_size_quantile_bytes_count %llu\n",
+                   (unsigned long long)ps.count);
+    metric_u(b, "bucketdb_partition_size_max_bytes", "gauge",
+             "Largest whole partition in block files (exact).", ps.max);
+    metric_u(b, "bucketdb_large_partitions", "gauge",
+             "Partitions larger than partition_warn_bytes (each logged once per run).", ps.large);
+    metric_u(b, "bucketdb_partition_warn_bytes", "gauge",
+             "partition_warn_bytes: the large-partition threshold (0 = off).",
+             s->cfg.partition_warn_bytes);
+    family(b, "bucketdb_storage_usage_age_seconds", "gauge",
+           "Seconds since the usage tracker last measured partitions and tenant storage.");
+    bdb_buf_printf(b, "bucketdb_storage_usage_age_seconds %.3f\n",
+                   ps.measured ? (double)(bdb_monotonic_ms() - ps.measured_ms) / 1e3 : 0.0);
+    family(b, "bucketdb_storage_usage_scan_seconds", "gauge",
+           "Duration of the usage tracker's last measurement.");
+    bdb_buf_printf(b, "bucketdb_storage_usage_scan_seconds %.3f\n", (double)ps.scan_ms / 1e3);
+}
+
+struct storage_ctx {
+    bdb_server *s;
+    bdb_buf *b;
 };
 
-static int ps_cb(void *ctx, const char *t, const char *d, int64_t bs, uint64_t rows, uint64_t bytes)
+static int storage_cb(void *ctx, const bdb_tenant_info *t)
 {
-    (void)t;
-    (void)d;
-    (void)bs;
-    (void)rows;
-    struct psizes *p = ctx;
-    int i = 0;
-    while (i < PS_NB && (double)bytes > ps_bounds[i])
-        i++;
-    p->b[i]++;
-    p->count++;
-    p->sum += (double)bytes;
-    if (bytes > 100u * 1000 * 1000)
-        p->large++;
+    struct storage_ctx *sc = ctx;
+    bdb_storage_usage su;
+    bdb_db_tenant_storage(sc->s->db, t->name, &su);
+    bdb_buf_printf(sc->b, "bucketdb_tenant_storage_bytes{tenant=\"%s\"} %llu\n", t->name,
+                   (unsigned long long)su.bytes);
     return 0;
 }
 
@@ -379,24 +420,14 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              "1 when storage refuses writes after a failed fsync.",
              (unsigned long long)st.readonly);
 
-    struct psizes ps;
-    memset(&ps, 0, sizeof ps);
-    bdb_db_partition_sizes(s->db, ps_cb, &ps);
-    family(&b, "bucketdb_partition_size_bytes", "histogram",
-           "Partition sizes in block files (per block; target 10-100 MB).");
-    uint64_t cum = 0;
-    for (int i = 0; i < PS_NB; i++) {
-        cum += ps.b[i];
-        bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"%.0f\"} %llu\n", ps_bounds[i],
-                       (unsigned long long)cum);
-    }
-    cum += ps.b[PS_NB];
-    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_bucket{le=\"+Inf\"} %llu\n",
-                   (unsigned long long)cum);
-    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_sum %.0f\n", ps.sum);
-    bdb_buf_printf(&b, "bucketdb_partition_size_bytes_count %llu\n", (unsigned long long)ps.count);
-    metric_u(&b, "bucketdb_large_partitions", "gauge", "Partitions over 100 MB (seed 002 limit).",
-             ps.large);
+    partition_metrics(s, &b);
+    hot_metrics(s, &b); /* hot partitions, promotions (h_partitions.c) */
+    /* Registered tenants only, like the quota series: bounded by the registry. */
+    family(&b, "bucketdb_tenant_storage_bytes", "gauge",
+           "Bytes a registered tenant stores: its share of block files plus 16 bytes per "
+           "unflushed sample (what its storage_bytes quota is checked against).");
+    struct storage_ctx sc = {s, &b};
+    bdb_tenants_list(s->tenants, storage_cb, &sc);
 
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -200,6 +200,24 @@ static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenan
     return -1;
 }
 
+/* Storage quota (docs/TENANCY.md#storage-quota): a tenant at or over storage_bytes is
+ * refused whole with 429. 0, or -1 with the answer queued. */
+static int storage_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                         enum MHD_Result *r)
+{
+    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
+    uint64_t limit = 0, usage = 0;
+    if (bdb_quota_storage_admit(s->tenants, s->db, &uo, tenant, &limit, &usage))
+        return 0;
+    char msg[512];
+    bdb_buf out;
+    bdb_buf_init(&out);
+    bdb_quota_storage_error(&out, msg, sizeof msg, tenant, limit, usage);
+    *r = respond_retry_error(s, c, 429, BDB_QUOTA_STORAGE_RETRY_S, msg, out.data, out.len);
+    bdb_buf_free(&out);
+    return -1;
+}
+
 /* Device profiles (docs/TENANCY.md, "Device profiles"): every device of the request
  * with a max_rps profile must have room for its reports, else the whole request is
  * refused with 429. 0, or -1 with the answer queued. */
@@ -288,6 +306,7 @@ static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const 
 
 void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
 {
+    bdb_quota_storage_note(s->db, tenant, samples); /* storage quota: usage until measured */
     if (!bdb_tenants_count_ingest(s->tenants, tenant, samples)) {
         atomic_fetch_add(&s->other_samples, samples);
         atomic_fetch_add(&s->other_write_requests, 1);
@@ -308,6 +327,8 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
         /* Quotas decide for the whole request before anything is written. */
         enum MHD_Result qr;
         int locked;
+        if (storage_check(s, c, tenant, &qr) != 0)
+            return qr;
         if (devq_check(s, c, tenant, b, &locked, &qr) != 0)
             return qr;
         uint64_t cost = bdb_quota_cost(b);
@@ -322,16 +343,29 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
                 devq_unlock(s, tenant);
             return qr;
         }
-        int rc = bdb_db_write(s->db, tenant, b);
+        /* Hot partitions (h_partitions.c): with the sample policy only the kept reports
+         * are written (the request is still acknowledged); a rate-limited hot device
+         * over its minute refuses the whole request, as a device over max_rps does. */
+        bdb_batch *kept = NULL;
+        if (hot_admit(s, c, tenant, b, &kept, &qr) != 0) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
+            if (locked)
+                devq_unlock(s, tenant);
+            return qr;
+        }
+        const bdb_batch *wb = kept ? kept : b;
+        int rc = bdb_db_write(s->db, tenant, wb);
         if (locked)
             devq_unlock(s, tenant);
+        uint64_t written = bdb_batch_samples(wb);
+        bdb_batch_free(kept);
         if (rc != BDB_OK) {
             bdb_tenants_refund(s->tenants, tenant, cost);
             return storage_error(s, c, rc);
         }
-        atomic_fetch_add(o->samples, bdb_batch_samples(b));
-        hist_observe(&s->batch_size, bdb_batch_samples(b));
-        count_ingest(s, tenant, bdb_batch_samples(b));
+        atomic_fetch_add(o->samples, written);
+        hist_observe(&s->batch_size, written);
+        count_ingest(s, tenant, written);
     }
     atomic_fetch_add(o->acc, o->accepted);
     atomic_fetch_add(o->rej, o->rejected);

@@ -1,17 +1,25 @@
 /* mqtt_gw: the MQTT device gateway (docs/MQTT.md).
  *
- * One thread per server consumes the configured topic filters from one broker with
- * our own MQTT 3.1.1 client (src/ingest/mqtt/mqtt_codec.h): persistent session
- * (clean session 0), subscription at QoS 1, and a PUBACK sent only after the
- * message's samples are durable (bdb_db_write returned BDB_OK), so a crash at any
- * instant loses nothing the broker holds: it re-sends what was not acknowledged.
- * A payload that cannot be stored is counted, logged with topic and reason, and
- * acknowledged (dropped); a storage failure is never acknowledged: the gateway
- * disconnects and retries later. */
+ * One thread per configured broker consumes the configured topic filters with our
+ * own MQTT 5 or 3.1.1 client (src/ingest/mqtt/mqtt_codec.h): persistent session
+ * (clean start 0; MQTT 5 with a session expiry interval), subscription at QoS 1
+ * (shared subscriptions `$share/<group>/<filter>` with MQTT 5), and a PUBACK sent
+ * only after the message's samples are durable (bdb_db_write returned BDB_OK), so a
+ * crash at any instant loses nothing the broker holds: it re-sends what was not
+ * acknowledged. A payload that cannot be stored is counted, logged with topic and
+ * reason, optionally published to a dead-letter topic, and acknowledged (dropped);
+ * a storage failure is never acknowledged: the gateway disconnects and retries
+ * later. When the server is saturated (in-flight budgets, head guard, a tenant's
+ * write rate) the gateway stops reading and the broker holds the messages.
+ *
+ * Files: mqtt_gw.c (lifecycle, session loop, metrics), mqtt_msg.c (one message:
+ * admission, storage, dead letters), mqtt_net.c (TCP and TLS), mqtt_payload.c
+ * (topic and payload mapping); mqtt_gw_int.h is their shared state. */
 #ifndef BDB_MQTT_GW_H
 #define BDB_MQTT_GW_H
 
 #include "common/buf.h"
+#include "ingest/mqtt/mqtt_topic.h"
 #include "model/batch.h"
 #include "server/config.h"
 
@@ -21,10 +29,11 @@ typedef struct bdb_server bdb_server;
 typedef struct bdb_mqtt_gw bdb_mqtt_gw;
 
 /* Starts the gateway when s->cfg.mqtt_broker is set (*out = NULL otherwise).
- * Returns BDB_OK, or BDB_ERR_INVALID with a logged reason (bad broker address or
- * topic filter). Connecting happens in the background, with bounded backoff. */
+ * Returns BDB_OK, or BDB_ERR_INVALID with a logged reason (bad broker address, topic
+ * filter, scheme, formats, TLS files, dead-letter topic). Connecting happens in the
+ * background, with bounded backoff. */
 int bdb_mqtt_gw_start(bdb_server *s, bdb_mqtt_gw **out);
-/* Stops the thread (between messages) and frees. NULL is fine. */
+/* Stops the threads (between messages) and frees. NULL is fine. */
 void bdb_mqtt_gw_stop(bdb_mqtt_gw *g);
 /* Appends the gateway's Prometheus families (nothing when g is NULL). */
 void bdb_mqtt_gw_metrics(bdb_mqtt_gw *g, bdb_buf *b);
@@ -32,15 +41,19 @@ void bdb_mqtt_gw_metrics(bdb_mqtt_gw *g, bdb_buf *b);
 /* What a message's topic and payload make (exposed for unit tests). */
 enum bdb_mqtt_result { BDB_MQTT_OK, BDB_MQTT_PARTIAL, BDB_MQTT_BAD, BDB_MQTT_WRITE_FAILED };
 
-/* Splits topic into tenant (level 2) and device (level 3): 0, or -1 with a reason. */
-int bdb_mqtt_topic_ids(const char *topic, size_t len, char *tenant, size_t tcap, char *device,
-                       size_t dcap, char *why, size_t whylen);
-/* Parses a payload (JSON when it starts with '{' or '[' after blanks, else line
- * protocol) into b, giving reports without a device the topic's device. Returns
- * BDB_MQTT_OK, BDB_MQTT_PARTIAL (some reports rejected, *why says the first) or
- * BDB_MQTT_BAD (nothing usable, *why says why). */
-int bdb_mqtt_payload_parse(const bdb_config *cfg, const char *payload, size_t len,
-                           const char *device, int64_t now_ms, bdb_batch *b, char *why,
-                           size_t whylen);
+/* Tenant and device of a topic under the scheme (the default tenant when the scheme
+ * has no {tenant}): 0, or -1 with a reason (the topic does not fit the scheme, an
+ * invalid tenant name, an empty or too long device, control characters). */
+int bdb_mqtt_topic_names(const bdb_mqtt_scheme *sc, const char *default_tenant, const char *topic,
+                         size_t len, char *tenant, size_t tcap, char *device, size_t dcap,
+                         char *why, size_t whylen);
+/* Parses a payload in `format` (BDB_MQTT_FMT_AUTO: JSON when it starts with '{' or
+ * '[' after blanks, else line protocol) into b, giving reports without a device the
+ * topic's device; max_age_ms (0 = none) refuses times older than the tenant's
+ * retention, as HTTP writes do. Returns BDB_MQTT_OK, BDB_MQTT_PARTIAL (some reports rejected, *why
+ * says the first) or BDB_MQTT_BAD (nothing usable, *why says why). */
+int bdb_mqtt_payload_parse(const bdb_config *cfg, int format, int64_t max_age_ms,
+                           const char *payload, size_t len, const char *device, int64_t now_ms,
+                           bdb_batch *b, char *why, size_t whylen);
 
 #endif

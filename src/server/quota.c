@@ -1,6 +1,9 @@
 /* quota: token bucket, request cost, device limit and the refusal body. */
 #include "server/quota.h"
 
+#include "bucketdb/bdb.h"
+
+#include <stdio.h>
 #include <string.h>
 
 uint64_t bdb_quota_burst(uint64_t rate, uint64_t burst)
@@ -103,4 +106,44 @@ void bdb_quota_error_json(bdb_buf *b, const char *msg, const char *tenant, const
     if (retry_after_s >= 0)
         bdb_buf_printf(b, ",\"retry_after\":%lld", (long long)retry_after_s);
     bdb_buf_puts(b, "}\n");
+}
+
+int bdb_quota_storage_admit(bdb_tenants *reg, bdb_db *db, const bdb_usage_opts *uo,
+                            const char *tenant, uint64_t *limit, uint64_t *usage)
+{
+    bdb_db_usage_start(db, uo);
+    bdb_tenant_info ti;
+    if (bdb_tenants_get(reg, tenant, &ti) != BDB_OK || !ti.quotas.storage_bytes)
+        return 1;
+    bdb_storage_usage su;
+    if (bdb_db_tenant_storage(db, tenant, &su) != BDB_OK || !su.measured)
+        return 1; /* only until the first measurement, moments after the start */
+    if (su.bytes < ti.quotas.storage_bytes)
+        return 1;
+    *limit = ti.quotas.storage_bytes;
+    *usage = su.bytes;
+    bdb_tenants_count_rejection(reg, tenant, BDB_LIMIT_STORAGE);
+    return 0;
+}
+
+void bdb_quota_storage_error(bdb_buf *b, char *msg, size_t msglen, const char *tenant,
+                             uint64_t limit, uint64_t usage)
+{
+    snprintf(msg, msglen,
+             "storage quota exceeded: tenant '%s' may store %llu bytes (storage_bytes) and "
+             "stores %llu; nothing of this request was written; space frees when retention "
+             "drops old data or the quota is raised",
+             tenant, (unsigned long long)limit, (unsigned long long)usage);
+    bdb_quota_error_json(b, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_STORAGE), limit,
+                         BDB_QUOTA_STORAGE_RETRY_S);
+    /* one more field: what the tenant stores now */
+    if (b->len >= 2 && b->data[b->len - 2] == '}') {
+        b->len -= 2;
+        bdb_buf_printf(b, ",\"usage\":%llu}\n", (unsigned long long)usage);
+    }
+}
+
+void bdb_quota_storage_note(bdb_db *db, const char *tenant, uint64_t samples)
+{
+    bdb_db_usage_note(db, tenant, samples);
 }

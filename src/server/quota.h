@@ -1,5 +1,6 @@
 /* quota: the arithmetic of tenant quotas, free of I/O and clocks so that it can be
- * tested with an injected time.
+ * tested with an injected time, and the storage-quota decision every ingestion path
+ * makes (it reads the registry and the engine's usage tracker, both in memory).
  *
  * Unit of the write rate: samples. A report's numeric metric values are one sample
  * each; a report that carries only a state (no metric) costs one. A request costs the
@@ -14,6 +15,8 @@
 
 #include "common/buf.h"
 #include "model/batch.h"
+#include "server/tenants.h"
+#include "storage/embedded/db.h"
 
 #include <stdint.h>
 
@@ -25,6 +28,12 @@
 /* Retry-After of a device-quota refusal: waiting frees no device (an operator must
  * raise the quota), so it only paces clients that retry every 429. */
 #define BDB_QUOTA_DEVICES_RETRY_S 60
+/* Retry-After of a storage-quota refusal. Space comes back only when retention deletes
+ * a block file holding the tenant's data or an operator raises storage_bytes (the
+ * usage is measured again within a second of either); no client can wait for that
+ * precisely, so the value only paces automatic retries: 5 minutes, a fraction of the
+ * 2 h block window by which retention frees space. */
+#define BDB_QUOTA_STORAGE_RETRY_S 300
 
 typedef struct bdb_tbucket {
     int64_t level_ms; /* milli-samples available */
@@ -59,5 +68,23 @@ int bdb_quota_devices_ok(uint64_t current, uint64_t new_devices, uint64_t max);
  * (retry_after_s < 0 leaves it out). */
 void bdb_quota_error_json(bdb_buf *b, const char *msg, const char *tenant, const char *limit,
                           uint64_t value, int64_t retry_after_s);
+
+/* Storage quota (docs/TENANCY.md#storage-quota), for every ingestion path, before
+ * anything of the request is written. Returns 1 (may write: not registered, no
+ * storage_bytes, below it, or usage not measured yet since the start) or 0 (its
+ * storage is at or over storage_bytes: *limit and *usage set, the refusal counted
+ * under BDB_LIMIT_STORAGE). The request's own size is not known before it is
+ * written, so nothing is reserved: a tenant ends at most the requests admitted while
+ * it was below over its limit. uo: the usage tracker's options (NULL = leave them);
+ * the tracker is started if it is not running. */
+int bdb_quota_storage_admit(bdb_tenants *reg, bdb_db *db, const bdb_usage_opts *uo,
+                            const char *tenant, uint64_t *limit, uint64_t *usage);
+/* The refusal: msg (for X-Influxdb-Error) and the JSON body of bdb_quota_error_json
+ * with "usage" added; Retry-After is BDB_QUOTA_STORAGE_RETRY_S. */
+void bdb_quota_storage_error(bdb_buf *b, char *msg, size_t msglen, const char *tenant,
+                             uint64_t limit, uint64_t usage);
+/* After a successful bdb_db_write of `samples` samples: counts them in the tenant's
+ * storage until the next measurement. */
+void bdb_quota_storage_note(bdb_db *db, const char *tenant, uint64_t samples);
 
 #endif

@@ -420,6 +420,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
     }
     if (!strcmp(url, "/api/v1/devices") || !strncmp(url, "/api/v1/devices/", 16))
         return h_devices(s, c, url + 15, method);
+    if (!strncmp(url, "/api/v1/state/", 14)) /* state: current state (h_state.c) */
+        return h_state(s, c, url + 14, method);
     if (!strcmp(url, "/api/v1/export")) {
         if (!get)
             return respond_json_error(s, c, 405, "use GET", 0);
@@ -431,6 +433,21 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
         return h_health(s, c);
     if (!strcmp(url, "/metrics"))
         return h_metrics(s, c);
+    if (!strcmp(url, "/api/v1/partitions/hot")) { /* hot partitions (h_partitions.c) */
+        if (!get)
+            return respond_json_error(s, c, 405, "use GET", 0);
+        return h_partitions_hot(s, c);
+    }
+    if (!strcmp(url, "/api/v1/telemetry_by_tenant")) {
+        if (!get)
+            return respond_json_error(s, c, 405, "use GET", 0);
+        return h_telemetry_by_tenant(s, c);
+    }
+    if (!strcmp(url, "/internal/clock") && s->cfg.test_clock) { /* tests only */
+        if (!post)
+            return respond_json_error(s, c, 405, "use POST", 0);
+        return h_clock(s, c);
+    }
     if (!strcmp(url, "/internal/flush")) {
         if (!post)
             return respond_json_error(s, c, 405, "use POST", 0);
@@ -719,6 +736,11 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     o.block_window_ms = cfg->block_window_ms;
     o.flush_interval_ms = cfg->flush_interval_ms;
     o.head_max_bytes = cfg->head_max_bytes;
+    /* config: 0 = keep forever; the engine's 0 means its default, < 0 forever */
+    const int64_t tiers[3] = {cfg->tier_retention_1m, cfg->tier_retention_1h,
+                              cfg->tier_retention_1d};
+    for (int i = 0; i < 3; i++)
+        o.tier_retention_ms[i] = tiers[i] > 0 ? tiers[i] : -1;
     char terr[600];
     int rc = bdb_tenants_open(cfg->data, &s->tenants, terr, sizeof terr);
     if (rc != BDB_OK) {
@@ -732,6 +754,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         return rc;
     }
     o.retention_ms = cfg->retention_ms;
+    o.clock = server_clock(s); /* hot partitions: test_clock makes it settable */
     /* The registry is open before the engine, whose flush and maintenance threads ask
      * it for each tenant's TTL from the start. */
     o.tenant_retention = tenant_ttl;
@@ -761,6 +784,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     }
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
         pthread_mutex_init(&s->devq_mu[i], NULL);
+    hot_start(s); /* hot partitions (h_partitions.c) */
     s->pool = bdb_pool_new(cfg->query_workers);
     bdb_bp_limits bl = {cfg->max_inflight_bytes, (uint64_t)cfg->max_inflight_writes,
                         (unsigned)cfg->tenant_inflight_share};
@@ -782,6 +806,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         bdb_bp_free(s->bp);
         bdb_tenants_close(s->tenants);
         bdb_devlimit_free(s->devlimit);
+        hot_stop(s);
         bdb_db_close(s->db);
         free(s);
         return BDB_ERR_IO;
@@ -820,6 +845,7 @@ int bdb_server_stop(bdb_server *s)
     MHD_stop_daemon(s->mhd);
     bdb_pool_free(s->pool);
     bdb_bp_free(s->bp);
+    hot_stop(s);
     int rc = bdb_db_close(s->db);
     bdb_tenants_close(s->tenants);
     bdb_devlimit_free(s->devlimit);

@@ -55,6 +55,9 @@ struct bdb_server {
     bdb_bp *bp;
     /* ingestion by tenants that are not registered (one "(other)" label) */
     _Atomic uint64_t other_samples, other_write_requests;
+    /* hot partitions (hotpart.h, h_partitions.c) */
+    struct bdb_hotpart *hot;
+    _Atomic int64_t test_now_ms; /* test_clock: the wall clock while non-zero */
 };
 
 /* One request being received: the body accumulates here up to max_body_bytes. */
@@ -137,5 +140,33 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r);
 enum MHD_Result h_admin(bdb_server *s, struct MHD_Connection *c, const char *rest,
                         const char *method, req *r);
+/* state: /api/v1/state/{latest,devices,counts} (h_state.c); rest is what follows
+ * "/api/v1/state/". */
+enum MHD_Result h_state(bdb_server *s, struct MHD_Connection *c, const char *rest,
+                        const char *method);
+/* hot partitions and telemetry_by_tenant (h_partitions.c) */
+enum MHD_Result h_partitions_hot(bdb_server *s, struct MHD_Connection *c);
+enum MHD_Result h_telemetry_by_tenant(bdb_server *s, struct MHD_Connection *c);
+/* test_clock only: POST /internal/clock?now_ms=<ms> or advance_ms=<ms>, admin token. */
+enum MHD_Result h_clock(bdb_server *s, struct MHD_Connection *c);
+/* Hot partition admission of a write (policy of the tenant, sampling, rate limit): 0
+ * with *out = NULL (write b) or a batch to write instead (free it), or -1 with a 429
+ * queued (nothing written). */
+int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
+              bdb_batch **out, enum MHD_Result *r);
+/* The same decision for any ingestion path (the MQTT gateway): the tenant's policy
+ * applied to batch b. 1: write *out if set (the kept reports; free it), else b; 0:
+ * refuse all of b (ratelimit; v names the device and the wait). Every report counts
+ * toward detection either way. */
+struct bdb_hot_verdict;
+int hot_decide_batch(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_batch **out,
+                     struct bdb_hot_verdict *v);
+/* The wall clock the server acts on (test_clock aware). */
+bdb_clock server_clock(bdb_server *s);
+/* Sets up s->hot (after s->db and s->tenants); frees it. */
+void hot_start(bdb_server *s);
+/* The hot partition families of /metrics. */
+void hot_metrics(bdb_server *s, bdb_buf *b);
+void hot_stop(bdb_server *s);
 
 #endif

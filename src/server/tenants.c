@@ -5,6 +5,7 @@
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "common/map.h"
+#include "server/hotpart.h"
 #include "server/quota.h"
 
 #include <errno.h>
@@ -39,7 +40,8 @@ struct bdb_tenants {
     bdb_map *by_hash;        /* hash bytes -> tentry */
 };
 
-static const char *const limit_names[BDB_LIMIT_N] = {"writes_per_second", "burst", "max_devices"};
+static const char *const limit_names[BDB_LIMIT_N] = {"writes_per_second", "burst", "max_devices",
+                                                     "storage_bytes"};
 
 const char *bdb_quota_limit_name(enum bdb_quota_limit l)
 {
@@ -146,6 +148,33 @@ static tentry **sorted_entries(bdb_tenants *r, size_t *n)
     return v;
 }
 
+/* The optional hot_* keys of a tenant line: only those set, replacing its newline. */
+static void hot_encode(bdb_buf *b, const bdb_tenant_hot *h)
+{
+    if (!h->threshold && !h->policy && !h->subbuckets && !h->rate_limit && h->sample == 0)
+        return;
+    b->len--; /* the line's '\n' */
+    if (h->threshold)
+        bdb_buf_printf(b, " hot_threshold=%llu", (unsigned long long)h->threshold);
+    if (h->policy)
+        bdb_buf_printf(b, " hot_policy=%s", bdb_hot_kind_name(h->policy - 1));
+    if (h->subbuckets)
+        bdb_buf_printf(b, " hot_subbuckets=%u", h->subbuckets);
+    if (h->rate_limit)
+        bdb_buf_printf(b, " hot_rate_limit=%llu", (unsigned long long)h->rate_limit);
+    if (h->sample != 0)
+        bdb_buf_printf(b, " hot_sample=%.6f", h->sample);
+    bdb_buf_putc(b, '\n');
+}
+
+int bdb_tenant_hot_valid(const bdb_tenant_hot *h)
+{
+    return h->threshold <= UINT32_MAX && h->policy >= 0 && h->policy <= BDB_HOT_SAMPLE + 1 &&
+           (h->subbuckets == 0 || (h->subbuckets >= 2 && h->subbuckets <= 64)) &&
+           h->rate_limit <= UINT32_MAX && h->sample >= 0 && h->sample <= 1.0 &&
+           (h->sample == 0 || h->sample >= 0.000001);
+}
+
 /* Encodes the registry; caller holds mu. */
 static int encode(bdb_tenants *r, bdb_buf *b)
 {
@@ -166,6 +195,7 @@ static int encode(bdb_tenants *r, bdb_buf *b)
                        (unsigned long long)t->quotas.burst,
                        (unsigned long long)t->quotas.max_devices,
                        (unsigned long long)t->quotas.storage_bytes, (long long)t->retention_ms);
+        hot_encode(b, &t->hot);
     }
     free(v);
     bdb_buf_printf(b, "count %zu\n", n);
@@ -268,6 +298,40 @@ static void drop_entry(bdb_tenants *r, tentry *e)
     bdb_map_del(r->by_hash, e->hash, BDB_HASH_BYTES);
 }
 
+/* One optional hot_<k>=v key of a tenant line; -1 if bad or repeated. */
+static int hot_parse(const char *k, const char *v, bdb_tenant_hot *h, unsigned *seen)
+{
+    static const char *const names[] = {"threshold", "policy", "subbuckets", "rate_limit",
+                                        "sample"};
+    unsigned i = 0;
+    while (i < 5 && strcmp(k, names[i]))
+        i++;
+    if (i == 5 || (*seen & (256u << i)))
+        return -1;
+    *seen |= 256u << i;
+    uint64_t u = 0;
+    char *end;
+    switch (i) {
+    case 0:
+        return parse_u64(v, &h->threshold);
+    case 1: {
+        int kind = bdb_hot_kind_parse(v);
+        h->policy = kind + 1;
+        return kind < 0 ? -1 : 0;
+    }
+    case 2:
+        if (parse_u64(v, &u) || u > 64)
+            return -1;
+        h->subbuckets = (uint32_t)u;
+        return 0;
+    case 3:
+        return parse_u64(v, &h->rate_limit);
+    default:
+        h->sample = strtod(v, &end);
+        return end == v || *end ? -1 : 0;
+    }
+}
+
 /* One "tenant ..." line (without "tenant "), split in place. */
 static int parse_tenant_line(char *line, tentry *e)
 {
@@ -302,6 +366,8 @@ static int parse_tenant_line(char *line, tentry *e)
             bit = 64, bad = parse_u64(v, &e->info.quotas.storage_bytes);
         } else if (!strcmp(k, "retention_ms")) {
             bit = 128, bad = parse_i64(v, &e->info.retention_ms);
+        } else if (!strncmp(k, "hot_", 4)) {
+            bit = 0, bad = hot_parse(k + 4, v, &e->info.hot, &seen);
         } else {
             return -1; /* a key this version does not know: not ours to guess */
         }
@@ -309,7 +375,10 @@ static int parse_tenant_line(char *line, tentry *e)
             return -1;
         seen |= bit;
     }
-    return seen == 255 && quotas_valid(&e->info.quotas) && e->info.retention_ms >= 0 ? 0 : -1;
+    return (seen & 255) == 255 && quotas_valid(&e->info.quotas) && e->info.retention_ms >= 0 &&
+                   bdb_tenant_hot_valid(&e->info.hot)
+               ? 0
+               : -1;
 }
 
 static int load(bdb_tenants *r, char *err, size_t errlen)
@@ -548,7 +617,17 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         nw.quotas.storage_bytes = p->quotas.storage_bytes;
     if (p->has_retention)
         nw.retention_ms = p->retention_ms;
-    if (!quotas_valid(&nw.quotas) || nw.retention_ms < 0) {
+    if (p->has_hot_threshold)
+        nw.hot.threshold = p->hot.threshold;
+    if (p->has_hot_policy)
+        nw.hot.policy = p->hot.policy;
+    if (p->has_hot_subbuckets)
+        nw.hot.subbuckets = p->hot.subbuckets;
+    if (p->has_hot_rate_limit)
+        nw.hot.rate_limit = p->hot.rate_limit;
+    if (p->has_hot_sample)
+        nw.hot.sample = p->hot.sample;
+    if (!quotas_valid(&nw.quotas) || nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot)) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_INVALID;
@@ -561,6 +640,7 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         /* keep the counters that moved meanwhile, restore the settings */
         e->info.quotas = old.quotas;
         e->info.retention_ms = old.retention_ms;
+        e->info.hot = old.hot;
     } else if (out) {
         *out = e->info;
     }

@@ -8,7 +8,10 @@
  *
  *   bucketdb-tenants 1
  *   tenant <name> sha256=<64 hex> created=<ms> rotated=<ms> writes_per_second=<n>
- *          burst=<n> max_devices=<n> storage_bytes=<n> retention_ms=<n>      (one line)
+ *          burst=<n> max_devices=<n> storage_bytes=<n> retention_ms=<n>
+ *          [hot_threshold=<n>] [hot_policy=<name>] [hot_subbuckets=<n>]
+ *          [hot_rate_limit=<n>] [hot_sample=<fraction>]                       (one line)
+ *   (the hot_* keys are written only when set, so a file without them reads as before)
  *   ...
  *   count <number of tenant lines>
  *   crc32 <8 hex: CRC-32 of every byte before this line>
@@ -34,18 +37,38 @@ typedef struct bdb_quotas {
     uint64_t writes_per_second; /* samples per second; 0 = unlimited */
     uint64_t burst;             /* samples; 0 = 10 x writes_per_second */
     uint64_t max_devices;       /* 0 = unlimited */
-    uint64_t storage_bytes;     /* 0 = unlimited; stored, NOT enforced yet */
+    uint64_t storage_bytes;     /* 0 = unlimited; block files + unflushed head (quota.h) */
 } bdb_quotas;
 
 /* The limits a write can be refused for (labels of bucketdb_quota_rejections_total). */
-enum bdb_quota_limit { BDB_LIMIT_RATE, BDB_LIMIT_BURST, BDB_LIMIT_DEVICES, BDB_LIMIT_N };
+enum bdb_quota_limit {
+    BDB_LIMIT_RATE,
+    BDB_LIMIT_BURST,
+    BDB_LIMIT_DEVICES,
+    BDB_LIMIT_STORAGE, /* "storage_bytes" (quota.h); run-time counters only, not in the file */
+    BDB_LIMIT_N
+};
 const char *bdb_quota_limit_name(enum bdb_quota_limit l);
+
+/* A tenant's hot partition settings (server/hotpart.h); each 0 = the server's. */
+typedef struct bdb_tenant_hot {
+    uint64_t threshold;  /* reports per partition per minute */
+    int policy;          /* enum bdb_hot_kind + 1 */
+    uint32_t subbuckets; /* 2..64 */
+    uint64_t rate_limit; /* reports kept per minute while hot */
+    double sample;       /* fraction kept while hot, (0, 1] */
+} bdb_tenant_hot;
+
+/* 1 if every set field is in range (threshold and rate_limit <= 2^32-1, subbuckets
+ * 2..64, sample in [0.000001, 1]). */
+int bdb_tenant_hot_valid(const bdb_tenant_hot *h);
 
 typedef struct bdb_tenant_info {
     char name[BDB_TENANT_NAME_MAX + 1];
     bdb_quotas quotas;
     int64_t retention_ms; /* 0 = the server's retention; stored, NOT enforced yet */
     int64_t created_ms, token_rotated_ms;
+    bdb_tenant_hot hot;               /* optional keys hot_* of the file line */
     uint64_t rejections[BDB_LIMIT_N]; /* since the server started */
     uint64_t ingested_samples;        /* durably written since the server started */
     uint64_t ingested_requests;       /* write requests that stored something */
@@ -56,6 +79,9 @@ typedef struct bdb_tenant_patch {
     int has_writes_per_second, has_burst, has_max_devices, has_storage_bytes, has_retention;
     bdb_quotas quotas;
     int64_t retention_ms;
+    /* hot partition settings: a set flag replaces that field (0 = back to the server's) */
+    int has_hot_threshold, has_hot_policy, has_hot_subbuckets, has_hot_rate_limit, has_hot_sample;
+    bdb_tenant_hot hot;
 } bdb_tenant_patch;
 
 typedef struct bdb_tenants bdb_tenants;

@@ -46,7 +46,7 @@ def free_port():
 class Broker:
     """mosquitto on 127.0.0.1 with persistence in a temp directory."""
 
-    def __init__(self):
+    def __init__(self, extra=""):
         for tool in ("mosquitto", "mosquitto_pub"):
             if not shutil.which(tool) and not os.path.exists("/usr/sbin/" + tool):
                 raise TestFailure("%s is not installed: the MQTT tests need Debian's mosquitto "
@@ -66,6 +66,7 @@ class Broker:
             f.write("max_inflight_messages 20\n")
             f.write("log_dest stderr\n")
             f.write("user %s\n" % getpass.getuser())
+            f.write(extra)  # e.g. a TLS listener; its settings follow its listener line
         self.proc = None
 
     def start(self):
@@ -117,9 +118,10 @@ class Broker:
         return False
 
 
-def mqtt_server(broker, client_id, data=None):
+def mqtt_server(broker, client_id, data=None, args=()):
+    """A server consuming from broker (MQTT 5 unless args say otherwise)."""
     return Server(data=data, args=["--mqtt-broker", "127.0.0.1:%d" % broker.port,
-                                   "--mqtt-client-id", client_id])
+                                   "--mqtt-client-id", client_id] + list(args))
 
 
 def metric(s, name):
@@ -213,7 +215,8 @@ def malformed_payloads_are_counted_and_do_not_block():
             eq(metric(s, 'bucketdb_mqtt_messages_total{result="malformed"}'), len(bad))
             log = s.log()
             contains(log, "bucketdb/acme/m1/telemetry", "the log names the topic")
-            contains(log, "dropped malformed message", "the log says what happened")
+            contains(log, "dropped message on", "the log says what happened")
+            contains(log, "malformed json payload", "and why")
             # the bad messages were acknowledged, not answered by a disconnect
             eq(metric(s, "bucketdb_mqtt_connected"), 1)
             eq(metric(s, "bucketdb_mqtt_connects_total"), 1)
@@ -406,7 +409,7 @@ def puback_only_after_durable_with_a_scripted_broker():
     lsock.settimeout(WAIT)
     port = lsock.getsockname()[1]
     s = Server(args=["--mqtt-broker", "127.0.0.1:%d" % port, "--mqtt-client-id", "scripted",
-                     "--max-body-bytes", "4096"])
+                     "--max-body-bytes", "4096", "--mqtt-version", "3.1.1"])
     try:
         s.start()
         conn = accept_session(lsock, "scripted")

@@ -96,8 +96,8 @@ def admin_crud_and_token_shown_once():
         check("token" not in doc, "the token is shown only once: %r" % doc)
         eq(doc["quotas"], {"writes_per_second": 500, "burst": 2000, "effective_burst": 2000,
                            "max_devices": 10, "storage_bytes": 0})
-        eq(doc["usage"], {"devices": 0})
-        eq(sorted(doc["not_enforced"]), ["storage_bytes"])
+        eq((doc["usage"]["devices"], doc["usage"]["storage_bytes"]), (0, 0))
+        eq(doc["not_enforced"], [])  # storage_bytes: test_storage_quota.py
         lst = admin(s, "GET", "/tenants").json()
         eq((lst["count"], [t["name"] for t in lst["tenants"]]), (1, ["acme"]))
         check(token not in admin(s, "GET", "/tenants").text, "token in the list")
@@ -342,7 +342,7 @@ def write_rate_quota_429_with_retry_after_and_nothing_written():
         eq(quota_metric(m, "rq", "max_devices"), 0)
         eq(quota_metric(m, "default", "writes_per_second"), None, "unregistered: no labels")
         rej = admin(s, "GET", "/tenants/rq").json()["rejections"]
-        eq(rej, {"writes_per_second": 4, "burst": 1, "max_devices": 0})
+        eq(rej, {"writes_per_second": 4, "burst": 1, "max_devices": 0, "storage_bytes": 0})
         # Raising the quota takes effect for the next request.
         eq(admin(s, "PATCH", "/tenants/rq", {"quotas": {"writes_per_second": 0}}).status, 200)
         write(s, lines, tq)
@@ -371,7 +371,7 @@ def device_quota_refuses_whole_requests():
         eq(r.status, 429)
         eq(r.json()["limit"], "max_devices")
         eq(get(s, "/api/v1/devices", td).json()["count"], 3)
-        eq(admin(s, "GET", "/tenants/dq").json()["usage"], {"devices": 3})
+        eq(admin(s, "GET", "/tenants/dq").json()["usage"]["devices"], 3)
         eq(quota_metric(s.metrics_text(), "dq", "max_devices"), 3)
         # Raising the limit lets the next device in.
         eq(admin(s, "PATCH", "/tenants/dq", {"quotas": {"max_devices": 4}}).status, 200)

@@ -1,6 +1,11 @@
-/* mqtt_codec: the MQTT 3.1.1 packets a QoS 1 subscriber needs, encoded and decoded
- * with strict bounds (docs/MQTT.md). No I/O here: the gateway (src/server/mqtt_gw.c)
- * owns the socket.
+/* mqtt_codec: the MQTT 3.1.1 and MQTT 5 packets a QoS 1 subscriber needs (plus the
+ * QoS 1 PUBLISH it sends to a dead-letter topic), encoded and decoded with strict
+ * bounds (docs/MQTT.md). No I/O here: the gateway (src/server/mqtt_gw.c) owns the
+ * socket.
+ *
+ * Functions with a `version` argument speak BDB_MQTT_V311 (protocol level 4) or
+ * BDB_MQTT_V5 (level 5: properties after the variable header, reason codes); the
+ * older functions without one are the 3.1.1 forms.
  *
  * Decoding never reads past the bytes it is given: a fixed header is "complete",
  * "needs more bytes", "malformed" (remaining length longer than 4 bytes) or "too
@@ -24,7 +29,12 @@ enum bdb_mqtt_type {
     BDB_MQTT_PINGREQ = 12,
     BDB_MQTT_PINGRESP = 13,
     BDB_MQTT_DISCONNECT = 14,
+    BDB_MQTT_AUTH = 15, /* MQTT 5 only; the gateway never asks for extended auth */
 };
+
+/* Protocol levels of the CONNECT packet. */
+#define BDB_MQTT_V311 4
+#define BDB_MQTT_V5 5
 
 /* Largest remaining length the protocol can express (4 length bytes). */
 #define BDB_MQTT_MAX_REMLEN 268435455u
@@ -91,5 +101,114 @@ int bdb_mqtt_topic_match(const char *filter, const char *topic, size_t topic_len
 
 /* Human name of a CONNACK return code. */
 const char *bdb_mqtt_connack_str(int rc);
+
+/* ------------------------------------------------------------ MQTT 5 */
+
+/* MQTT 5 reason codes the gateway sends or acts on (spec 2.4). */
+#define BDB_MQTT_RC_SUCCESS 0x00
+#define BDB_MQTT_RC_UNSPECIFIED 0x80
+#define BDB_MQTT_RC_NOT_AUTHORIZED 0x87
+#define BDB_MQTT_RC_TOPIC_INVALID 0x90
+#define BDB_MQTT_RC_QUOTA_EXCEEDED 0x97
+#define BDB_MQTT_RC_PAYLOAD_INVALID 0x99
+
+/* Human name of an MQTT 5 reason code ("unknown reason code" otherwise). */
+const char *bdb_mqtt_reason_str(int rc);
+
+/* The properties the gateway reads; a property it does not keep is still checked
+ * (known identifier, its type's length within the block, no forbidden repeat). */
+typedef struct bdb_mqtt_props {
+    uint32_t present;         /* bit (1 << n) for each BDB_MQTT_P_* seen */
+    uint32_t session_expiry;  /* 0x11 */
+    uint16_t receive_max;     /* 0x21 */
+    uint16_t topic_alias_max; /* 0x22 */
+    uint16_t topic_alias;     /* 0x23 */
+    uint16_t server_keepalive;
+    uint8_t max_qos, payload_format;
+    uint32_t max_packet; /* 0x27 */
+    const char *reason;  /* 0x1f, not NUL-terminated; points into the packet */
+    size_t reason_len;
+    const char *content_type; /* 0x03 */
+    size_t content_type_len;
+    const char *assigned_id; /* 0x12 */
+    size_t assigned_id_len;
+    size_t user_props; /* how many 0x26 pairs */
+} bdb_mqtt_props;
+
+enum {
+    BDB_MQTT_P_SESSION_EXPIRY,
+    BDB_MQTT_P_RECEIVE_MAX,
+    BDB_MQTT_P_TOPIC_ALIAS_MAX,
+    BDB_MQTT_P_TOPIC_ALIAS,
+    BDB_MQTT_P_MAX_PACKET,
+    BDB_MQTT_P_MAX_QOS,
+    BDB_MQTT_P_REASON,
+    BDB_MQTT_P_SERVER_KEEPALIVE,
+    BDB_MQTT_P_ASSIGNED_ID,
+    BDB_MQTT_P_CONTENT_TYPE,
+    BDB_MQTT_P_PAYLOAD_FORMAT,
+};
+#define BDB_MQTT_HAS(props, p) (((props)->present >> (p)) & 1u)
+
+/* Decodes a property block (variable byte integer length, then properties) at
+ * buf[0..len): 0 with *used = bytes consumed, or -1 if malformed. props may be NULL
+ * (validate only). */
+int bdb_mqtt_parse_props(const uint8_t *buf, size_t len, size_t *used, bdb_mqtt_props *props);
+
+typedef struct bdb_mqtt_connect_opts {
+    int version; /* BDB_MQTT_V311 or BDB_MQTT_V5 */
+    const char *client_id, *user, *pass;
+    uint16_t keepalive_s;
+    int clean_start;
+    /* MQTT 5 only */
+    uint32_t session_expiry_s; /* 0xffffffff: never expires */
+    uint16_t receive_max;      /* 0: not sent (the protocol's 65535) */
+    uint32_t max_packet;       /* 0: not sent (no limit) */
+} bdb_mqtt_connect_opts;
+int bdb_mqtt_encode_connect_opts(bdb_buf *out, const bdb_mqtt_connect_opts *o);
+
+/* SUBSCRIBE at one QoS for every filter; MQTT 5 adds an empty property block and
+ * subscription options = the QoS (no local 0, which shared subscriptions require). */
+int bdb_mqtt_encode_subscribe_v(bdb_buf *out, int version, uint16_t packet_id,
+                                const char *const *filters, size_t n, uint8_t qos);
+/* PUBACK; with MQTT 5 a reason code other than success is sent (3.1.1 has none). */
+void bdb_mqtt_encode_puback_v(bdb_buf *out, int version, uint16_t packet_id, uint8_t reason);
+/* DISCONNECT; MQTT 5 with reason "normal disconnection" (remaining length 0). */
+void bdb_mqtt_encode_disconnect_v(bdb_buf *out, int version);
+
+typedef struct bdb_mqtt_user_prop {
+    const char *key, *value; /* NUL-terminated UTF-8 */
+} bdb_mqtt_user_prop;
+/* PUBLISH (qos 0 or 1). With MQTT 5 the user properties are sent (ignored for
+ * 3.1.1). Returns -1 (out unchanged) for an empty or too long topic, a string over
+ * 65535 bytes, or a packet past BDB_MQTT_MAX_REMLEN. */
+int bdb_mqtt_encode_publish_v(bdb_buf *out, int version, const char *topic, const void *payload,
+                              size_t len, uint8_t qos, int dup, uint16_t packet_id,
+                              const bdb_mqtt_user_prop *props, size_t nprops);
+
+/* PUBLISH body of either version. For MQTT 5 the properties are checked and kept in
+ * p->props (a Topic Alias is refused: the gateway announces a Topic Alias Maximum of
+ * 0, so the topic is always there). */
+int bdb_mqtt_parse_publish_v(int version, uint8_t flags, const uint8_t *body, size_t len,
+                             bdb_mqtt_publish *p, bdb_mqtt_props *props);
+/* CONNACK of either version: *return_code is the 3.1.1 return code or the MQTT 5
+ * reason code; props (MQTT 5, may be NULL) gets the broker's limits. */
+int bdb_mqtt_parse_connack_v(int version, const uint8_t *body, size_t len, int *session_present,
+                             int *return_code, bdb_mqtt_props *props);
+/* SUBACK of either version; MQTT 5 codes are 0..2 granted or a failure >= 0x80. */
+int bdb_mqtt_parse_suback_v(int version, const uint8_t *body, size_t len, uint16_t *packet_id,
+                            uint8_t *codes, size_t max, size_t *n, bdb_mqtt_props *props);
+/* PUBACK of either version (the broker's answer to our dead-letter PUBLISH):
+ * *reason is 0 for 3.1.1 and for an MQTT 5 PUBACK without a reason code. */
+int bdb_mqtt_parse_puback(int version, const uint8_t *body, size_t len, uint16_t *packet_id,
+                          int *reason, bdb_mqtt_props *props);
+/* DISCONNECT sent by an MQTT 5 broker: reason code (0 when absent) and properties. */
+int bdb_mqtt_parse_disconnect(const uint8_t *body, size_t len, int *reason, bdb_mqtt_props *props);
+
+/* Shared subscription `$share/<group>/<filter>` (MQTT 5, spec 4.8.2): returns 1 and
+ * sets *inner to the filter part when f is one with a valid group name (non-empty,
+ * no '+', '#' or '/') and a valid filter; 0 when f does not start with "$share/";
+ * -1 when it does but is invalid. */
+int bdb_mqtt_filter_shared(const char *f, const char **inner);
 
 #endif

@@ -9,8 +9,11 @@
  *   type 2, bucket history of one device (replaces it on replay):
  *                   u8 2 | str tenant | str device | varint pinned | uvarint n
  *                   (varint from | varint size)*
+ *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_hot.h"
+#include "storage/embedded/db_latest.h" /* state: current-state index */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -168,6 +171,11 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
     return d;
 }
 
+device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl)
+{
+    return get_device(db, tn, tl, dn, dl);
+}
+
 /* Applies one report to the head. Caller holds flush_lock shared (or is replaying).
  * If the learner changed the device's class, the device is marked and *relearn set:
  * the bucket change is made after the whole batch (apply_relearn), because replay
@@ -200,6 +208,10 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         rc = head_append(db, s, ts, vals[i]);
     }
     atomic_fetch_add(&db->head_samples, rc == BDB_OK ? i : i - 1);
+    if (rc == BDB_OK)
+        db_hot_count(db, d, ts, nm, relearn); /* telemetry_by_tenant, promotion */
+    if (rc == BDB_OK) /* state: latest event and state index (db_latest.c) */
+        db_latest_apply(db, d, ts, state, slen, names, nlens, vals, nm);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }
@@ -212,15 +224,20 @@ static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_repor
     for (size_t i = 0; i < nrep; i++) {
         device *d = get_device(db, tn, tl, reps[i].device, reps[i].device_len);
         pthread_mutex_lock(dev_lock(db, d));
-        if (d->relearn) {
-            d->relearn = 0;
-            int64_t size = bdb_bucket_for_class((enum bdb_freq_class)d->learner.cls);
-            if (!d->pinned && bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
+        if (d->relearn || d->hs.promote) {
+            /* db_hot_next_size: the learner's size, or a promotion, capped by an
+             * earlier promotion so the learner does not undo it. */
+            int promote = d->hs.promote;
+            int64_t cap = d->hs.promo_cap;
+            int64_t size = db_hot_next_size(db, d);
+            if (size && !d->pinned && bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
                 atomic_fetch_add(&db->bucket_changes, 1);
                 BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name,
                          bdb_freq_name((enum bdb_freq_class)d->learner.cls), bdb_bucket_name(size));
                 encode_history(d, hist_out);
             }
+            if (promote && d->hs.promo_cap != cap)
+                db_hot_encode_record(d, hist_out);
         }
         pthread_mutex_unlock(dev_lock(db, d));
     }
@@ -361,6 +378,8 @@ int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len)
         return apply_batch_record(db, &d, NULL, &ns);
     case 2:
         return apply_history_record(db, &d);
+    case 3:
+        return db_hot_apply_record(db, &d);
     default:
         return BDB_ERR_CORRUPT;
     }
@@ -425,7 +444,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         bdb_dec_init(&d, hist.data, hist.len);
         while (rc == BDB_OK && bdb_dec_left(&d)) {
             const uint8_t *start = d.p;
-            bdb_dec_u8(&d);
+            uint8_t type = bdb_dec_u8(&d); /* 2 history, 3 hot settings: same shape */
             size_t l;
             bdb_dec_str(&d, &l);
             bdb_dec_str(&d, &l);
@@ -433,7 +452,10 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
             uint64_t n = bdb_dec_uvarint(&d);
             for (uint64_t k = 0; k < n; k++) {
                 bdb_dec_varint(&d);
-                bdb_dec_varint(&d);
+                if (type == 3)
+                    bdb_dec_uvarint(&d);
+                else
+                    bdb_dec_varint(&d);
             }
             rc = bdb_wal_append(db->wal, start, (size_t)(d.p - start), &lsn);
         }
@@ -511,7 +533,9 @@ static int replay_cb(void *ctx, const uint8_t *rec, size_t len, uint64_t segment
 static void db_free(bdb_db *db)
 {
     bdb_wal_close(db->wal);
+    db_tier_close(db); /* rollup: tier state (db_tier.c) */
     db_blocks_close(db);
+    db_latest_free(db); /* state */
     cat_free(db);
     if (db->lock_fd >= 0)
         close(db->lock_fd);
@@ -578,6 +602,8 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
         goto fail;
     }
     if ((rc = cat_load(db)) != BDB_OK)
+        goto fail;
+    if ((rc = db_latest_open(db)) != BDB_OK) /* state: after the catalog, before replay */
         goto fail;
     if ((rc = db_blocks_load(db)) != BDB_OK)
         goto fail;

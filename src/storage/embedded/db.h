@@ -4,6 +4,7 @@
  *   <data>/wal/            write-ahead log segments (wal.h)
  *   <data>/blocks/         immutable time-window block files (block.h)
  *   <data>/catalog         devices, tags, state, bucket histories, metric names
+ *   <data>/latest          current-state index (db_latest.c)
  *
  * Write path: bdb_db_write encodes the batch as one WAL record, applies it to the
  * in-memory head (per series XOR chunks cut at partition and window boundaries) and
@@ -48,6 +49,9 @@ typedef struct bdb_db_opts {
     uint32_t chunk_max_samples; /* default 2048 */
     int background;             /* 1 = run the flush/compaction thread (default 1) */
     bdb_clock clock;            /* wall clock for retention and rates; zero = real time */
+    /* rollup tiers (db_tier.h): retention of 1m, 1h, 1d in ms; 0 = the default (90 d,
+     * 365 d, forever), < 0 = forever */
+    int64_t tier_retention_ms[3];
 } bdb_db_opts;
 
 void bdb_db_opts_default(bdb_db_opts *o);
@@ -107,6 +111,52 @@ int bdb_db_device_partitions(bdb_db *db, const char *tenant, const char *device,
 int bdb_db_tenant_usage(bdb_db *db, const char *tenant, const bdb_batch *b, uint64_t *devices,
                         uint64_t *new_devices);
 
+/* ---- storage per tenant and partition sizes (db_usage.c; docs/TENANCY.md) ----
+ * A tracker measures, per tenant, the bytes of the block files it has data in (each
+ * file split among its tenants by their chunk bytes) and the samples in the head; a
+ * thread re-measures when the set of block files changes and every 10 s, and writers
+ * add what they write in between (bdb_db_usage_note). Reading is a map lookup. */
+#define BDB_USAGE_SAMPLE_BYTES 16 /* an unflushed sample: an 8-byte time, an 8-byte value */
+#define BDB_PARTITION_WARN_BYTES UINT64_C(100000000) /* the 100 MB partition target */
+typedef struct bdb_usage_opts {
+    uint64_t partition_warn_bytes; /* warn once per partition above it; 0 = never */
+    int manual;                    /* 1: no thread; only bdb_db_usage_refresh measures (tests) */
+} bdb_usage_opts;
+/* Starts the tracker (first call: measures at once on its thread) or updates its
+ * options; cheap, so every user calls it. o = NULL starts it without options: no
+ * partition warning is logged until options arrive. */
+void bdb_db_usage_start(bdb_db *db, const bdb_usage_opts *o);
+/* Measures now on the calling thread. BDB_OK, BDB_ERR_NOTFOUND (not started). */
+int bdb_db_usage_refresh(bdb_db *db);
+/* A durable write of `samples` samples for tenant (every ingestion path, after
+ * bdb_db_write succeeded). */
+void bdb_db_usage_note(bdb_db *db, const char *tenant, uint64_t samples);
+typedef struct bdb_storage_usage {
+    uint64_t bytes;             /* block_bytes + unflushed_bytes */
+    uint64_t block_bytes;       /* share of block files */
+    uint64_t unflushed_samples; /* in the head, or written since the last measurement */
+    uint64_t unflushed_bytes;   /* BDB_USAGE_SAMPLE_BYTES each */
+    int measured;               /* 0 before the first measurement: all zero */
+} bdb_storage_usage;
+/* BDB_OK, BDB_ERR_NOTFOUND (tracker not started; *out zeroed). */
+int bdb_db_tenant_storage(bdb_db *db, const char *tenant, bdb_storage_usage *out);
+/* Sizes of whole partitions (every block's piece summed; head not counted). */
+#define BDB_PSIZE_NB 9
+extern const uint64_t bdb_psize_bounds[BDB_PSIZE_NB]; /* 64 KiB x 4^i, to 4 GiB */
+typedef struct bdb_partition_summary {
+    int measured;                       /* 0 before the first measurement */
+    uint64_t count, sum, max;           /* partitions in block files, bytes */
+    uint64_t buckets[BDB_PSIZE_NB + 1]; /* per bound (<=), last: above all; not cumulative */
+    uint64_t p50, p95, p99;             /* within 1 % (DDSketch); 0 without partitions */
+    uint64_t large, warn_bytes;         /* partitions above warn_bytes */
+    int64_t measured_ms;                /* monotonic time of the last measurement */
+    uint64_t scan_ms, scans;            /* its duration; measurements so far */
+} bdb_partition_summary;
+/* The last measurement's figures (no scan: /metrics). BDB_OK, BDB_ERR_NOTFOUND. */
+int bdb_db_partition_summary(bdb_db *db, bdb_partition_summary *out);
+/* Stops and frees the tracker (db_blocks_close calls it when the db closes). */
+void bdb_db_usage_release(bdb_db *db);
+
 /* Retention (db_compact.c). A sample is readable for its tenant's TTL after its event
  * time: reads never return older samples, and a block file is deleted once every
  * tenant in it has expired for the whole of its window. Flush and compaction group
@@ -148,6 +198,49 @@ int bdb_db_partition_sizes(bdb_db *db,
                                      int64_t bucket_start, uint64_t rows, uint64_t bytes),
                            void *ctx);
 
+/* ---- current state (db_latest.c; docs/STORAGE.md#current-state) ----
+ * Per device the latest event and per metric the latest value, never replaced by an
+ * older event; per tenant an index from state to the devices in it, with counts.
+ * A device is in the state of its newest report that carried one (reports without a
+ * state leave it where it is); a device that never reported one is in no state. */
+typedef struct bdb_latest_metric {
+    const char *name;
+    int64_t ts;   /* time of the newest report that carried this metric */
+    double value; /* its value there */
+    int in_event; /* 1 if ts is the device's latest event time */
+} bdb_latest_metric;
+
+typedef struct bdb_latest {
+    const char *tenant, *device;
+    int64_t event_ts;                 /* newest report time */
+    const char *state;                /* NULL if no report carried one */
+    int64_t state_ts;                 /* time of the newest report that carried a state */
+    const bdb_latest_metric *metrics; /* every metric the device reported, name order */
+    size_t nmetrics;
+} bdb_latest;
+
+/* Most devices one bdb_db_state_devices call returns. */
+#define BDB_STATE_PAGE_MAX 10000
+
+/* The device's latest event; the pointers are valid during the callback only.
+ * Errors: BDB_ERR_NOTFOUND (unknown device, or one that never sent a report). */
+int bdb_db_latest(bdb_db *db, const char *tenant, const char *device,
+                  int (*cb)(void *ctx, const bdb_latest *l), void *ctx);
+/* Devices of the tenant in state now, in name order, after the name `after` (NULL =
+ * from the start), at most limit (1..BDB_STATE_PAGE_MAX); *more is set when there are
+ * further devices, *total to the number of devices in the state. cb gets each device
+ * and the time of its newest state report. Errors: BDB_ERR_INVALID (limit). */
+int bdb_db_state_devices(bdb_db *db, const char *tenant, const char *state, const char *after,
+                         size_t limit, int (*cb)(void *ctx, const char *device, int64_t state_ts),
+                         void *ctx, int *more, uint64_t *total);
+/* Devices per state of the tenant, in state name order; *no_state gets the devices
+ * with reports but no state. Kept incrementally: no scan over devices. */
+int bdb_db_state_counts(bdb_db *db, const char *tenant,
+                        int (*cb)(void *ctx, const char *state, uint64_t devices), void *ctx,
+                        uint64_t *no_state);
+/* Bytes the current-state index holds (entries, metric values, tables, state sets). */
+uint64_t bdb_db_state_bytes(bdb_db *db);
+
 /* ---- partition reads, for the query layer (src/query) ---- */
 
 /* What a query needs to plan: the bucket history and the metric names. */
@@ -177,5 +270,12 @@ void bdb_samples_free(bdb_samples *s);
  * nothing is returned rather than wrong values). */
 int bdb_db_read(bdb_db *db, const char *tenant, const char *device, const char *const *metrics,
                 size_t nmetrics, int64_t lo, int64_t hi, bdb_samples *out, uint64_t *chunks);
+
+/* ---- rollup tier hooks (db_tier.c): engine-internal, called by db_flush.c and db.c;
+ * the public tier API is in storage/embedded/db_tier.h ---- */
+struct series;
+int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
+int db_tier_maintain(bdb_db *db);
+void db_tier_close(bdb_db *db);
 
 #endif

@@ -3,13 +3,16 @@
  *
  * Catalog file (written with bdb_vfs_write_atomic, so it is either the old or the new
  * one after a crash):
- *   "BDBCAT01" | u32 version=1 | u64 wal_upto | u64 next_seq | uvarint ndevices |
+ *   "BDBCAT01" | u32 version=2 | u64 wal_upto | u64 next_seq | uvarint ndevices |
  *   ndevices x device | u32 crc32 of all preceding bytes
  *   device = str tenant | str name | varint first_ts | varint last_ts | uvarint samples |
  *            u8 has_state [str state | varint state_ts] | uvarint ntags (str k, str v)* |
  *            varint pinned_bucket | uvarint nhist (varint from, varint size)* |
  *            uvarint nmetrics (str metric)*
  * (str = uvarint length + bytes; varint = zigzag LEB128.)
+ * Image version 2 (written now) appends to each device its hot-partition part
+ * (db_hot.c: promotion cap, sub-bucket history, events per partition); version 1
+ * images are still read, with no sub-buckets and no counts.
  *
  * On disk that image is wrapped and compressed (version 2):
  *   "BDBCAT02" | u32 version=2 | u64 image length | zstd frame of the image |
@@ -30,7 +33,7 @@
 #include <zstd.h>
 
 #define CAT_MAGIC "BDBCAT01"
-#define CAT_VERSION 1
+#define CAT_VERSION 2 /* image version written; 1 is still read */
 #define CAT2_MAGIC "BDBCAT02"
 #define CAT2_VERSION 2
 #define CAT_MAX_IMAGE (UINT64_C(8) << 30) /* refuse absurd lengths from a damaged header */
@@ -217,6 +220,7 @@ static void enc_device(void *ctx, device *d)
     bdb_buf_put_uvarint(b, d->nseries);
     for (uint32_t i = 0; i < d->nseries; i++)
         bdb_buf_put_str(b, d->series[i]->metric, d->series[i]->mlen);
+    db_hot_encode(d, b);
 }
 
 struct enc_ctx {
@@ -334,7 +338,7 @@ int cat_load(bdb_db *db)
     bdb_dec_init(&d, data, len - 4);
     bdb_dec_bytes(&d, 8);
     uint32_t ver = bdb_dec_u32le(&d);
-    if (ver != CAT_VERSION) {
+    if (ver != CAT_VERSION && ver != 1) {
         BDB_ERROR("catalog %s: unsupported version %u", path, ver);
         goto out;
     }
@@ -394,6 +398,8 @@ int cat_load(bdb_db *db)
             if (!d.err)
                 cat_series(db, dv, m, ml, 1);
         }
+        if (ver >= 2 && !d.err && db_hot_decode(dv, &d) != BDB_OK)
+            d.err = 1;
     }
     if (d.err) {
         BDB_ERROR("catalog %s: truncated or malformed content", path);
@@ -426,6 +432,7 @@ void cat_free(bdb_db *db)
             free_tags(d);
             free(d->state);
             bdb_bucket_history_free(&d->hist);
+            db_hot_free(d);
             free(d->name);
             free(d);
         }

@@ -329,6 +329,28 @@ static int maintain_window(bdb_db *db, size_t a, size_t b, int64_t now)
     return rc;
 }
 
+/* telemetry_by_tenant counts of partitions past their tenant's retention go with the
+ * data (db_hot.c keeps them per device). */
+struct forget {
+    bdb_db *db;
+    int64_t now, cutoff;
+    const tenant *last;
+};
+
+static void forget_expired(void *ctx, device *d)
+{
+    struct forget *f = ctx;
+    if (d->tenant != f->last) {
+        f->last = d->tenant;
+        f->cutoff = cutoff_for(f->now, db_tenant_ttl(f->db, d->tenant->name));
+    }
+    if (f->cutoff == INT64_MIN)
+        return;
+    pthread_mutex_lock(dev_lock(f->db, d));
+    db_hot_forget_before(d, f->cutoff);
+    pthread_mutex_unlock(dev_lock(f->db, d));
+}
+
 int db_maintain(bdb_db *db)
 {
     pthread_mutex_lock(&db->flush_mutex);
@@ -358,6 +380,11 @@ int db_maintain(bdb_db *db)
                                     bdb_block_get_meta(db->blocks[a].b)->window_end <= we)))
             a++;
     }
+    struct forget fg = {db, now, INT64_MIN, NULL};
+    pthread_rwlock_rdlock(&db->cat_lock);
+    cat_each_device(db, forget_expired, &fg);
+    pthread_rwlock_unlock(&db->cat_lock);
+    int trc = db_tier_maintain(db); /* rollup: tier retention, compaction (db_tier.c) */
     pthread_mutex_unlock(&db->flush_mutex);
-    return rc;
+    return rc != BDB_OK ? rc : trc;
 }

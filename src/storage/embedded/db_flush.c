@@ -12,6 +12,7 @@
  * samples that are also in the new blocks; reads resolve such duplicates (same series
  * and time) to one sample, so nothing is lost or doubled. */
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_latest.h" /* state: db_latest_save */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -194,6 +195,7 @@ int db_blocks_load(bdb_db *db)
 
 void db_blocks_close(bdb_db *db)
 {
+    bdb_db_usage_release(db); /* quota: stop the storage tracker first (db_usage.c) */
     for (size_t i = 0; i < db->nblocks; i++)
         db_blockent_free(&db->blocks[i]);
     free(db->blocks);
@@ -437,6 +439,7 @@ int db_flush(bdb_db *db)
     }
     size_t nblocks = ws.n;
     rc = db_writers_finish(db, &ws, rc, NULL, 0);
+    rc = db_tier_flush(db, f.v, f.n, sealed, rc); /* rollup: tier files (db_tier.c) */
     db_merger_free(&m);
     if (rc != BDB_OK) {
         /* The frozen chunks stay in memory and the WAL keeps them; the next flush
@@ -449,6 +452,8 @@ int db_flush(bdb_db *db)
     if (rc != BDB_OK) {
         BDB_ERROR("catalog save failed: %s; WAL segments kept", bdb_strerror(rc));
     }
+    if (rc == BDB_OK) /* state: the index file, before the WAL segments it covers go */
+        rc = db_latest_save(db, sealed);
     for (size_t i = 0; i < f.n; i++) {
         series *s = f.v[i];
         pthread_mutex_lock(dev_lock(db, s->dev));

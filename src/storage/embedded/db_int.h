@@ -47,6 +47,27 @@ typedef struct series {
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
 } series;
 
+/* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
+ * sub-bucket history and dynamic bucket promotion. Guarded by the device stripe. */
+struct db_pcount {
+    int32_t minute; /* partition (bucket) start / 1 min: bucket starts are minute-aligned */
+    uint32_t events;
+};
+struct db_subent {
+    int64_t from_ms; /* applies from this event time until the next entry */
+    uint32_t n;      /* sub-buckets, 1 = none */
+};
+typedef struct dev_hot {
+    struct db_pcount *pc; /* sorted by minute */
+    uint32_t npc, cap_pc;
+    uint32_t nsubs; /* 0 = one sub-bucket everywhere */
+    struct db_subent *subs;
+    int64_t promo_cap;    /* 0, or the largest bucket the learner may pick */
+    int64_t cur_start;    /* partition of the newest event, for promotion */
+    uint64_t cur_samples; /* samples written into it */
+    int promote;          /* promotion decided during the current write */
+} dev_hot;
+
 typedef struct device {
     struct tenant *tenant;
     char *name;
@@ -64,6 +85,7 @@ typedef struct device {
     int relearn;    /* the learner changed class during the current write (db.c) */
     series **series;
     uint32_t nseries, cap_series;
+    dev_hot hs; /* db_hot.c */
 } device;
 
 typedef struct tenant {
@@ -121,6 +143,9 @@ struct bdb_db {
     _Atomic uint64_t samples_written, reports_written, write_batches, series_count, device_count,
         tenant_count, head_bytes, head_samples, flushes, compactions, retention_drops, quarantined,
         replayed, wal_corruptions, wal_corrupt_bytes, bucket_changes, ooo_samples;
+    /* db_hot.c: promotion size target (bytes, 0 = off) and counters */
+    _Atomic uint64_t promo_target, bucket_promotions, subbucket_changes;
+    struct db_latest *latest; /* db_latest.c: current-state index */
 };
 
 /* head.c */
@@ -202,7 +227,27 @@ int db_maintain(bdb_db *db);
 int64_t db_tenant_ttl(bdb_db *db, const char *tn);
 void db_blockent_free(blockent *e);
 
+/* db_hot.c (caller holds the device's stripe lock unless said otherwise) */
+/* Partition id of a sample at ts in the bucket starting at bstart: bstart, or
+ * bstart + sub with sub-buckets (sub < 64 < one minute, so ids never collide). */
+int64_t db_partition_id(const device *d, int64_t ts, int64_t bstart);
+/* Counts one report of nm samples at ts (telemetry_by_tenant) and checks the
+ * promotion target; sets *relearn when a promotion is due (made in db_hot_promote). */
+void db_hot_count(bdb_db *db, device *d, int64_t ts, uint32_t nm, int *relearn);
+/* After a batch: the bucket size the device should move to (learner class, promotion,
+ * promotion cap), or 0 for no change. Clears the flags. */
+int64_t db_hot_next_size(bdb_db *db, device *d);
+/* Forgets the event counts of partitions that end at or before cutoff (retention). */
+void db_hot_forget_before(device *d, int64_t cutoff);
+void db_hot_free(device *d);
+/* Catalog part of a device (db_catalog.c) and WAL record type 3. */
+void db_hot_encode(const device *d, bdb_buf *b);
+int db_hot_decode(device *d, bdb_dec *dec);
+void db_hot_encode_record(const device *d, bdb_buf *out);
+int db_hot_apply_record(bdb_db *db, bdb_dec *dec);
+
 /* db.c */
+device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl);
 void db_set_readonly(bdb_db *db, int rc, const char *what);
 int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len);
 

@@ -1,7 +1,8 @@
 /* head: the in-memory part of the engine. Each series keeps a short list of chunks,
  * one per (partition x block window) range it has samples in, newest first. A chunk
  * is cut when it reaches chunk_max_samples, so long partitions of hot devices become
- * several chunks. */
+ * several chunks. With sub-buckets (db_hot.h) one range holds a chunk chain per
+ * partition id, so chunks are keyed by (range, partition id). */
 #include "storage/embedded/db_int.h"
 
 #include "bucketdb/bdb.h"
@@ -87,20 +88,31 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v)
     int64_t lo = bstart > wstart ? bstart : wstart;
     int64_t hi = bend < wstart + w ? bend : wstart + w;
 
-    /* The newest chunk of the range takes in-order appends; older full chunks of the
-     * same range only receive out-of-order samples. */
+    int64_t pid = db_partition_id(d, ts, bstart);
+
+    /* The newest chunk of the range and partition id takes in-order appends; older
+     * full chunks of the same pair only receive out-of-order samples. */
     hchunk *c = s->active, *prev = NULL;
     while (c && c->lo > lo) {
         prev = c;
         c = c->next;
     }
-    if (!c || c->lo != lo)
-        c = chunk_insert(db, s, prev, c, lo, hi, bstart);
+    hchunk *g = c, *gprev = prev;
+    while (g && g->lo == lo && g->bucket_start != pid) {
+        gprev = g;
+        g = g->next;
+    }
+    if (g && g->lo == lo) {
+        c = g;
+        prev = gprev;
+    } else {
+        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
+    }
     uint32_t before = c->app.cap;
     if (c->app.count == 0 || ts > c->app.t_last) {
         if (c->app.count >= db->o.chunk_max_samples) {
             /* Full: start a continuation chunk for the same range in front of it. */
-            c = chunk_insert(db, s, prev, c, lo, hi, bstart);
+            c = chunk_insert(db, s, prev, c, lo, hi, pid);
             before = c->app.cap;
         }
         int rc = bdb_chunk_app_append(&c->app, ts, v);

@@ -1,5 +1,6 @@
-/* Tests for the MQTT gateway's mapping: topic levels to tenant and device, JSON and
- * line-protocol payloads, the topic's device as the default, and malformed payloads. */
+/* Tests for the MQTT gateway's mapping: topic schemes (levels to tenant and device),
+ * per-filter payload formats, JSON and line-protocol payloads, the topic's device as
+ * the default, and malformed payloads. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,6 +9,7 @@
 
 #include "model/batch.h"
 #include "server/config.h"
+#include "ingest/mqtt/mqtt_topic.h"
 #include "server/mqtt_gw.h"
 
 #include <string.h>
@@ -36,7 +38,8 @@ static int teardown(void **state)
 static int parse(const char *payload, const char *device)
 {
     bdb_batch_reset(B);
-    return bdb_mqtt_payload_parse(&C, payload, strlen(payload), device, NOW, B, WHY, sizeof WHY);
+    return bdb_mqtt_payload_parse(&C, BDB_MQTT_FMT_AUTO, 0, payload, strlen(payload), device, NOW,
+                                  B, WHY, sizeof WHY);
 }
 
 static const bdb_report *report(size_t i, const char *device)
@@ -56,32 +59,106 @@ static size_t nreports(void)
     return n;
 }
 
+static bdb_mqtt_scheme SC;
+
+static int ids(const char *scheme, const char *topic, char *t, size_t tc, char *d, size_t dc,
+               char *why, size_t wl)
+{
+    char err[200];
+    assert_int_equal(bdb_mqtt_scheme_parse(scheme, &SC, err, sizeof err), 0);
+    return bdb_mqtt_topic_names(&SC, "deftenant", topic, strlen(topic), t, tc, d, dc, why, wl);
+}
+
 static void topic_ids(void **state)
 {
     (void)state;
     char t[129], d[257], why[200];
-    const char *ok = "bucketdb/acme/dev-1/telemetry";
-    assert_int_equal(bdb_mqtt_topic_ids(ok, strlen(ok), t, sizeof t, d, sizeof d, why, sizeof why),
-                     0);
+    const char *def = "+/{tenant}/{device}/#";
+    assert_int_equal(
+        ids(def, "bucketdb/acme/dev-1/telemetry", t, sizeof t, d, sizeof d, why, sizeof why), 0);
     assert_string_equal(t, "acme");
     assert_string_equal(d, "dev-1");
-    const char *three = "x/acme/d";
-    assert_int_equal(
-        bdb_mqtt_topic_ids(three, strlen(three), t, sizeof t, d, sizeof d, why, sizeof why), 0);
+    assert_int_equal(ids(def, "x/acme/d", t, sizeof t, d, sizeof d, why, sizeof why), 0);
     assert_string_equal(d, "d");
     const char *bad[] = {"bucketdb/acme", "bucketdb//d/telemetry", "bucketdb/acme//telemetry",
                          "bucketdb/bad tenant/d/telemetry", "bucketdb/a\x01/d/t"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         why[0] = 0;
-        assert_int_equal(
-            bdb_mqtt_topic_ids(bad[i], strlen(bad[i]), t, sizeof t, d, sizeof d, why, sizeof why),
-            -1);
+        assert_int_equal(ids(def, bad[i], t, sizeof t, d, sizeof d, why, sizeof why), -1);
         assert_true(why[0] != 0);
     }
     char tiny[4];
     assert_int_equal(
-        bdb_mqtt_topic_ids(ok, strlen(ok), t, sizeof t, tiny, sizeof tiny, why, sizeof why),
+        ids(def, "bucketdb/acme/dev-1/telemetry", t, sizeof t, tiny, sizeof tiny, why, sizeof why),
         -1); /* device longer than the buffer */
+}
+
+static void topic_schemes(void **state)
+{
+    (void)state;
+    char t[129], d[257], why[200], err[200];
+    /* device first, tenant last, a literal level, exactly four levels */
+    const char *s1 = "fleet/{device}/+/{tenant}";
+    assert_int_equal(ids(s1, "fleet/pump-1/x/acme", t, sizeof t, d, sizeof d, why, sizeof why), 0);
+    assert_string_equal(t, "acme");
+    assert_string_equal(d, "pump-1");
+    assert_int_equal(ids(s1, "other/pump-1/x/acme", t, sizeof t, d, sizeof d, why, sizeof why), -1);
+    assert_non_null(strstr(why, "'fleet'"));
+    assert_int_equal(ids(s1, "fleet/pump-1/x/acme/more", t, sizeof t, d, sizeof d, why, sizeof why),
+                     -1);
+    assert_int_equal(ids(s1, "fleet/pump-1/x", t, sizeof t, d, sizeof d, why, sizeof why), -1);
+    /* no {tenant}: the default tenant */
+    assert_int_equal(
+        ids("devices/{device}/#", "devices/d9", t, sizeof t, d, sizeof d, why, sizeof why), 0);
+    assert_string_equal(t, "deftenant");
+    assert_string_equal(d, "d9");
+    assert_int_equal(
+        ids("devices/{device}/#", "devices/d9/a/b", t, sizeof t, d, sizeof d, why, sizeof why), 0);
+    /* invalid schemes name the problem */
+    const char *bad[] = {"+/{tenant}/#/x", "{tenant}/+",  "{device}/{device}",
+                         "a/{dev}/b",      "a+/{device}", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        assert_int_equal(bdb_mqtt_scheme_parse(bad[i], &SC, err, sizeof err), -1);
+        assert_non_null(strstr(err, "mqtt_topic_scheme"));
+    }
+}
+
+static void payload_formats(void **state)
+{
+    (void)state;
+    bdb_mqtt_formats f;
+    char err[200];
+    assert_int_equal(bdb_mqtt_formats_parse(" fleet/+/+/lp = lp , bucketdb/+/+/telemetry=json,"
+                                            "a/#=auto",
+                                            &f, err, sizeof err),
+                     0);
+    assert_int_equal(f.n, 3);
+    const char *t1 = "fleet/acme/d/lp", *t2 = "bucketdb/acme/d/telemetry", *t3 = "x/y";
+    assert_int_equal(bdb_mqtt_format_for(&f, t1, strlen(t1)), BDB_MQTT_FMT_LP);
+    assert_int_equal(bdb_mqtt_format_for(&f, t2, strlen(t2)), BDB_MQTT_FMT_JSON);
+    assert_int_equal(bdb_mqtt_format_for(&f, t3, strlen(t3)), BDB_MQTT_FMT_AUTO);
+    assert_int_equal(bdb_mqtt_formats_parse("", &f, err, sizeof err), 0);
+    assert_int_equal(f.n, 0);
+    assert_int_equal(bdb_mqtt_formats_parse("a/b=xml", &f, err, sizeof err), -1);
+    assert_non_null(strstr(err, "xml"));
+    assert_int_equal(bdb_mqtt_formats_parse("a/b", &f, err, sizeof err), -1);
+    assert_int_equal(bdb_mqtt_formats_parse("a/#/b=json", &f, err, sizeof err), -1);
+    /* a forced format: JSON-looking text as line protocol is malformed, and LP text
+     * forced to JSON too; auto would have taken both */
+    bdb_batch_reset(B);
+    const char *js = "{\"metrics\": {\"a\": 1}}";
+    assert_int_equal(bdb_mqtt_payload_parse(&C, BDB_MQTT_FMT_LP, 0, js, strlen(js), "d", NOW, B,
+                                            WHY, sizeof WHY),
+                     BDB_MQTT_BAD);
+    const char *lp = "env t=1 1700000000000000000";
+    assert_int_equal(bdb_mqtt_payload_parse(&C, BDB_MQTT_FMT_JSON, 0, lp, strlen(lp), "d", NOW, B,
+                                            WHY, sizeof WHY),
+                     BDB_MQTT_BAD);
+    assert_non_null(strstr(WHY, "invalid JSON"));
+    assert_int_equal(bdb_mqtt_payload_parse(&C, BDB_MQTT_FMT_JSON, 0, js, strlen(js), "d", NOW, B,
+                                            WHY, sizeof WHY),
+                     BDB_MQTT_OK);
 }
 
 static void json_single_report_gets_topic_device(void **state)
@@ -158,7 +235,8 @@ static void malformed(void **state)
     }
     /* a NUL inside the payload */
     bdb_batch_reset(B);
-    assert_int_equal(bdb_mqtt_payload_parse(&C, "env t=1\0x", 9, "d", NOW, B, WHY, sizeof WHY),
+    assert_int_equal(bdb_mqtt_payload_parse(&C, BDB_MQTT_FMT_AUTO, 0, "env t=1\0x", 9, "d", NOW, B,
+                                            WHY, sizeof WHY),
                      BDB_MQTT_BAD);
 }
 
@@ -166,6 +244,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(topic_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(topic_schemes, setup, teardown),
+        cmocka_unit_test_setup_teardown(payload_formats, setup, teardown),
         cmocka_unit_test_setup_teardown(json_single_report_gets_topic_device, setup, teardown),
         cmocka_unit_test_setup_teardown(json_batch_and_array, setup, teardown),
         cmocka_unit_test_setup_teardown(line_protocol, setup, teardown),

@@ -13,6 +13,7 @@
 #include "bucketdb/bdb.h"
 #include "model/batch.h"
 #include "server/quota.h"
+#include "server/tenants.h"
 #include "storage/embedded/db.h"
 
 #include <dirent.h>
@@ -278,6 +279,71 @@ static void test_error_json(void **state)
     bdb_buf_free(&b);
 }
 
+/* The storage quota against a real registry and engine: unregistered and unlimited
+ * tenants pass, a tenant passes below its limit and is refused at it (counted), the
+ * refusal body names tenant, limit, value and usage. */
+static void test_storage_admit(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/bdb-quota-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    bdb_db_opts o;
+    bdb_db_opts_default(&o);
+    o.data_dir = dir;
+    o.background = 0;
+    bdb_db *db;
+    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
+    bdb_tenants *reg;
+    char err[256], token[BDB_TOKEN_HEX + 1];
+    assert_int_equal(bdb_tenants_open(dir, &reg, err, sizeof err), BDB_OK);
+    bdb_quotas q = {0, 0, 0, 10 * BDB_USAGE_SAMPLE_BYTES};
+    assert_int_equal(bdb_tenants_create(reg, "acme", &q, 0, 1, token), BDB_OK);
+    bdb_quotas none = {0, 0, 0, 0};
+    assert_int_equal(bdb_tenants_create(reg, "free", &none, 0, 1, token), BDB_OK);
+    bdb_usage_opts uo = {0, 1};
+    uint64_t limit = 0, usage = 0;
+    /* not measured yet: passes */
+    assert_int_equal(bdb_quota_storage_admit(reg, db, &uo, "acme", &limit, &usage), 1);
+    assert_int_equal(bdb_db_usage_refresh(db), BDB_OK);
+    bdb_batch *b = bdb_batch_new();
+    for (int i = 0; i < 9; i++)
+        add(b, "d1");
+    assert_int_equal(bdb_db_write(db, "acme", b), BDB_OK);
+    bdb_quota_storage_note(db, "acme", 9);
+    assert_int_equal(bdb_quota_storage_admit(reg, db, &uo, "acme", &limit, &usage), 1);
+    bdb_batch_reset(b);
+    add(b, "d1");
+    assert_int_equal(bdb_db_write(db, "acme", b), BDB_OK);
+    bdb_quota_storage_note(db, "acme", 1);
+    assert_int_equal(bdb_quota_storage_admit(reg, db, &uo, "acme", &limit, &usage), 0);
+    assert_int_equal(limit, 10 * BDB_USAGE_SAMPLE_BYTES);
+    assert_int_equal(usage, 10 * BDB_USAGE_SAMPLE_BYTES);
+    /* the same after a measurement; other tenants are not affected */
+    assert_int_equal(bdb_db_usage_refresh(db), BDB_OK);
+    assert_int_equal(bdb_quota_storage_admit(reg, db, &uo, "acme", &limit, &usage), 0);
+    assert_int_equal(bdb_db_write(db, "free", b), BDB_OK);
+    bdb_quota_storage_note(db, "free", 1000);
+    assert_int_equal(bdb_quota_storage_admit(reg, db, &uo, "free", &limit, &usage), 1);
+    assert_int_equal(bdb_quota_storage_admit(reg, db, &uo, "unregistered", &limit, &usage), 1);
+    bdb_tenant_info ti;
+    assert_int_equal(bdb_tenants_get(reg, "acme", &ti), BDB_OK);
+    assert_int_equal(ti.rejections[BDB_LIMIT_STORAGE], 2);
+    assert_string_equal(bdb_quota_limit_name(BDB_LIMIT_STORAGE), "storage_bytes");
+    bdb_buf out;
+    bdb_buf_init(&out);
+    char msg[512];
+    bdb_quota_storage_error(&out, msg, sizeof msg, "acme", 160, 170);
+    bdb_buf_putc(&out, 0);
+    assert_non_null(strstr(msg, "tenant 'acme' may store 160 bytes"));
+    assert_non_null(strstr((char *)out.data, "\"tenant\":\"acme\",\"limit\":\"storage_bytes\","
+                                             "\"value\":160,\"retry_after\":300,\"usage\":170}\n"));
+    bdb_buf_free(&out);
+    bdb_batch_free(b);
+    bdb_tenants_close(reg);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    tu_rm_rf(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -287,7 +353,7 @@ int main(void)
         cmocka_unit_test(test_burst_lowered),     cmocka_unit_test(test_large_rates),
         cmocka_unit_test(test_retry_after_exact), cmocka_unit_test(test_cost_of_batch),
         cmocka_unit_test(test_devices_ok),        cmocka_unit_test(test_tenant_usage),
-        cmocka_unit_test(test_error_json),
+        cmocka_unit_test(test_error_json),        cmocka_unit_test(test_storage_admit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

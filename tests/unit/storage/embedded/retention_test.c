@@ -16,6 +16,7 @@
 #include "common/timeutil.h"
 #include "model/batch.h"
 #include "storage/embedded/db.h"
+#include "storage/embedded/db_hot.h"
 #include "storage/vfs/vfs.h"
 #include "storage/vfs/vfs_fault.h"
 
@@ -132,6 +133,21 @@ static struct rows stored(bdb_db *db)
     return r;
 }
 
+/* Events telemetry_by_tenant still lists for the tenant (all time). */
+static int tbt_cb(void *ctx, const bdb_tbt_row *r)
+{
+    *(uint64_t *)ctx += r->events;
+    return 0;
+}
+
+static uint64_t tbt_events(bdb_db *db, const char *tenant)
+{
+    uint64_t n = 0;
+    int rc = bdb_db_telemetry_by_tenant(db, tenant, INT64_MIN, INT64_MAX, tbt_cb, &n);
+    assert_true(rc == BDB_OK || rc == BDB_ERR_NOTFOUND);
+    return n;
+}
+
 static bdb_db_stats stats(bdb_db *db)
 {
     bdb_db_stats st;
@@ -160,7 +176,9 @@ static void test_classes_expire_whole_files(void **state)
     assert_int_equal(st.blocks, 4); /* 2 windows x 2 classes */
     assert_int_equal(bdb_db_maintain(db), BDB_OK);
     st = stats(db);
-    assert_int_equal(st.retention_drops, 1); /* a's old file, unlinked unread */
+    assert_int_equal(st.retention_drops, 1);   /* a's old file, unlinked unread */
+    assert_int_equal(tbt_events(db, "a"), 30); /* its partition counts went with it */
+    assert_int_equal(tbt_events(db, "b"), 90);
     assert_int_equal(st.compactions, 0);
     assert_int_equal(st.blocks, 3);
     struct rows r = stored(db);

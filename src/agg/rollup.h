@@ -1,0 +1,83 @@
+/* rollup: event-time windows of one series and how they merge into coarser tiers.
+ *
+ * A window holds the mergeable statistics of the samples whose time falls in
+ * [start, start + width): bdb_stats (count, sum, min, max, M2) and a bdb_sketch
+ * (p50/p95/p99 within 1% relative). Windows are aligned to multiples of the width on the
+ * Unix epoch (floor division, so negative times work). The pyramid is
+ *
+ *   raw samples -> 1 minute -> 1 hour (merge of its 60 minutes) -> 1 day (merge of 24 hours)
+ *
+ * and because both parts merge exactly (stats: count/min/max bit for bit, sum to about
+ * 2^-106, M2 by Chan-Golub-LeVeque; sketch: byte-identical however the data was split),
+ * a partial window from one flush merges with a partial window of the same interval
+ * from another flush, and a day built from 1,440 minutes equals the day built from raw.
+ *
+ * A bdb_rollup is the sorted set of windows of one series at one width. Non-finite
+ * samples (NaN, +-inf) are not aggregated: they are skipped and counted in `skipped`.
+ *
+ * Routing (which tier answers a query) is also here because it is a pure function of
+ * the requested range: bdb_rollup_route. */
+#ifndef BDB_AGG_ROLLUP_H
+#define BDB_AGG_ROLLUP_H
+
+#include "agg/sketch.h"
+#include "agg/stats.h"
+#include "common/buf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Resolutions, in pyramid order. The tiers are 1M, 1H and 1D; RAW is the samples. */
+enum bdb_res { BDB_RES_RAW = 0, BDB_RES_1M = 1, BDB_RES_1H = 2, BDB_RES_1D = 3 };
+#define BDB_TIERS 3 /* 1M, 1H, 1D */
+
+typedef struct bdb_window {
+    int64_t start;
+    bdb_stats st;
+    bdb_sketch sk;
+} bdb_window;
+
+typedef struct bdb_rollup {
+    int64_t width; /* ms */
+    bdb_window *w; /* sorted by start, unique */
+    size_t n, cap;
+    uint64_t skipped; /* non-finite samples not aggregated */
+} bdb_rollup;
+
+/* Width in ms of a resolution (0 for RAW), its name ("raw", "1m", "1h", "1d"), and
+ * the parse of a name (-1 when unknown). */
+int64_t bdb_res_width(enum bdb_res r);
+const char *bdb_res_name(enum bdb_res r);
+int bdb_res_parse(const char *s);
+
+/* The tier that answers resolution=auto for a range of range_ms (the seed's thresholds):
+ * > 90 days -> 1d; > 7 days -> 1h; > 6 hours -> 1m; else raw. */
+enum bdb_res bdb_rollup_route(int64_t range_ms);
+
+void bdb_rollup_init(bdb_rollup *r, int64_t width);
+void bdb_rollup_free(bdb_rollup *r);
+/* Drops every window, keeping the width. */
+void bdb_rollup_reset(bdb_rollup *r);
+
+/* Adds one sample to the window holding ts. A non-finite v is skipped (BDB_OK).
+ * Errors: BDB_ERR_LIMIT (a window's count past 2^53), BDB_ERR_NOMEM. */
+int bdb_rollup_add(bdb_rollup *r, int64_t ts, double v);
+/* Merges a window of any width that is a divisor of r->width (including r->width)
+ * into the window of r holding w->start: the coarsening step of the pyramid.
+ * Errors: BDB_ERR_INVALID (different sketch accuracy), BDB_ERR_LIMIT, BDB_ERR_NOMEM. */
+int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *w);
+/* Merges every window of src into dst (src->width must divide dst->width). */
+int bdb_rollup_merge(bdb_rollup *dst, const bdb_rollup *src);
+/* The window starting at start, or NULL. */
+const bdb_window *bdb_rollup_find(const bdb_rollup *r, int64_t start);
+
+/* Encoding of a rollup's windows whose start lies in [lo, hi): uvarint n, then per
+ * window its index start / width (the first as a zigzag varint, later ones as
+ * uvarint(index - previous - 1)), the stats and the sketch (docs/formats/tier.md). Reading merges
+ * the decoded windows into r (which must have the encoded width) and keeps only those whose start
+ * lies in [lo, hi). Errors of read: BDB_ERR_CORRUPT (malformed, non-canonical, unsorted,
+ * misaligned). Write returns the number of windows written. */
+size_t bdb_rollup_write(const bdb_rollup *r, int64_t lo, int64_t hi, bdb_buf *out);
+int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi);
+
+#endif

@@ -1,0 +1,51 @@
+/* mqtt_topic: what a message's topic says (docs/MQTT.md#topic-scheme): which levels
+ * name the tenant and the device (the topic scheme), and which payload format a
+ * topic carries (per-filter formats). Pure string work, no allocation: both tables
+ * live in fixed-size structs filled from the configuration at start. */
+#ifndef BDB_MQTT_TOPIC_H
+#define BDB_MQTT_TOPIC_H
+
+#include <stddef.h>
+
+#define BDB_MQTT_SCHEME_MAX_LEVELS 32
+#define BDB_MQTT_FORMATS_MAX 32
+
+/* A scheme such as "+/{tenant}/{device}/#": one entry per level, each a literal
+ * that must match, '+' (any), {tenant} or {device}; a final '#' accepts any further
+ * levels (without it the topic must have exactly as many levels). {device} is
+ * required; without {tenant} every message goes to the default tenant. */
+typedef struct bdb_mqtt_scheme {
+    size_t nlevels;
+    int tenant, device; /* level index; tenant -1 = none */
+    int rest;           /* 1 when the scheme ends in '#' (not counted in nlevels) */
+    const char *lit[BDB_MQTT_SCHEME_MAX_LEVELS]; /* NULL: any value */
+    char text[256];                              /* the levels, NUL-separated */
+} bdb_mqtt_scheme;
+
+/* 0, or -1 with a message naming the problem (unknown placeholder, '#' not last,
+ * {device} missing or twice, too many levels, too long). */
+int bdb_mqtt_scheme_parse(const char *spec, bdb_mqtt_scheme *sc, char *err, size_t errlen);
+/* Tenant and device of a topic: 0 with pointers into topic (*tlen = 0 when the
+ * scheme has no {tenant}), or -1 with why (fewer levels, a literal that differs,
+ * an empty tenant or device level). Names are not validated here. */
+int bdb_mqtt_scheme_ids(const bdb_mqtt_scheme *sc, const char *topic, size_t len,
+                        const char **tenant, size_t *tlen, const char **device, size_t *dlen,
+                        char *why, size_t whylen);
+
+enum bdb_mqtt_format { BDB_MQTT_FMT_AUTO, BDB_MQTT_FMT_JSON, BDB_MQTT_FMT_LP };
+
+/* "filter=format,filter=format": the first filter matching a topic gives its format
+ * (json, lp or lineproto, auto); a topic no filter matches is auto (sniffed from
+ * the first byte). */
+typedef struct bdb_mqtt_formats {
+    size_t n;
+    const char *filter[BDB_MQTT_FORMATS_MAX];
+    int format[BDB_MQTT_FORMATS_MAX];
+    char text[1024];
+} bdb_mqtt_formats;
+
+int bdb_mqtt_formats_parse(const char *spec, bdb_mqtt_formats *f, char *err, size_t errlen);
+int bdb_mqtt_format_for(const bdb_mqtt_formats *f, const char *topic, size_t len);
+const char *bdb_mqtt_format_name(int format);
+
+#endif

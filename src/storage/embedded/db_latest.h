@@ -1,0 +1,53 @@
+/* db_latest: the current-state index of the embedded engine (private to db*.c).
+ *
+ * Per device: the latest event time, the current state and the time of the report
+ * that set it, and per metric the newest (time, value). Per tenant: state -> the set
+ * of devices in it (ordered by device name, for paging) with its size. The public
+ * readers are in db.h (bdb_db_latest, bdb_db_state_devices, bdb_db_state_counts).
+ *
+ * The write path calls db_latest_apply for every applied report, WAL replay included,
+ * so the index after a restart is the saved file plus the replayed WAL. The file
+ * <data>/latest is saved by every flush (db_latest_save) after the catalog and before
+ * the WAL segments it covers are deleted. Format and recovery rules: the header
+ * comment of db_latest.c and docs/STORAGE.md#current-state.
+ *
+ * Locking: db_latest_apply runs under the device's stripe lock, which also guards the
+ * device's entry. Two leaf mutexes follow the stripe in the locking order: the index's
+ * tenant map (taken when a device gets its entry) and each tenant's state sets (taken
+ * when a device changes state). Neither is held while taking a stripe. */
+#ifndef BDB_DB_LATEST_H
+#define BDB_DB_LATEST_H
+
+#include "storage/embedded/db_int.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Creates db->latest and loads <data>/latest. Call after the catalog is loaded and
+ * before WAL replay. When the file is older than the catalog (a flush saved the
+ * catalog but failed to save this file), db->wal_upto is lowered so that replay also
+ * covers the segments in between (a failed save keeps them). A missing file is
+ * rebuilt: states from the catalog, metric values from the whole remaining WAL.
+ * Errors: BDB_ERR_CORRUPT (the file is damaged: refused, see docs/STORAGE.md),
+ * BDB_ERR_IO. */
+int db_latest_open(bdb_db *db);
+/* Safe when db->latest is NULL. */
+void db_latest_free(bdb_db *db);
+
+/* Applies one report of device d at ts. Caller holds d's stripe lock and has created
+ * every metric's series (cat_series). O(nm log metrics of d); allocates only when the
+ * device or a metric is new or the device enters a state no device of its tenant is
+ * in. */
+void db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
+                     const char *const *names, const size_t *nlens, const double *vals,
+                     uint32_t nm);
+
+/* Writes <data>/latest for a flush whose WAL cut sealed segment wal_upto. Call with
+ * writers running, after the cut (every report in segments <= wal_upto is applied by
+ * then) and before those segments are deleted. The snapshot may also hold later
+ * reports; the WAL is cut again after the snapshot so that each of them is durable in
+ * a segment that replay will read. Errors: BDB_ERR_IO, BDB_ERR_NOSPACE,
+ * BDB_ERR_READONLY. */
+int db_latest_save(bdb_db *db, uint64_t wal_upto);
+
+#endif

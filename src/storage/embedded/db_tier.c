@@ -1,0 +1,771 @@
+/* db_tier: tier state, the flush hook, reads merged with the head, retention and
+ * compaction of tier files (see db_tier.h for the consistency argument).
+ *
+ * Locking: tier_lock (rwlock, one per db) guards the file lists and `covered_at`.
+ * Readers hold it shared across the whole read: tier files, then flush_lock (shared),
+ * then cat_lock and the device stripe for the head. The flush hook and maintenance run
+ * under flush_mutex and take tier_lock exclusively only to publish or swap files,
+ * never while holding flush_lock, cat_lock or a stripe. So the order is
+ *   flush_mutex -> tier_lock -> flush_lock -> cat_lock -> device stripe.
+ *
+ * Frozen chunks and tier files: between the moment the flush hook publishes a flush's
+ * tier files and the moment that flush frees its frozen chunks, the same samples are
+ * both in tier files and in the frozen lists. The hook records covered_at = the
+ * engine's flush count at that moment; the flush increments the count only after it
+ * freed the frozen chunks, and the next flush freezes only under flush_lock (held
+ * shared by the reader). A reader therefore skips frozen chunks exactly when
+ * covered_at equals the current count. */
+#include "storage/embedded/db_tier.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "storage/embedded/db_int.h"
+#include "storage/embedded/db_tier_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS_DAY INT64_C(86400000)
+
+int64_t bdb_tier_file_span(enum bdb_res res)
+{
+    switch (res) {
+    case BDB_RES_1M:
+        return MS_DAY;
+    case BDB_RES_1H:
+        return 30 * MS_DAY;
+    case BDB_RES_1D:
+        return 365 * MS_DAY;
+    default:
+        return 0;
+    }
+}
+
+int64_t bdb_tier_default_retention(enum bdb_res res)
+{
+    switch (res) {
+    case BDB_RES_1M:
+        return 90 * MS_DAY;
+    case BDB_RES_1H:
+        return 365 * MS_DAY;
+    default:
+        return 0;
+    }
+}
+
+typedef struct tstate {
+    struct tstate *next;
+    bdb_db *db;
+    char *dir, *sub[BDB_TIERS];
+    pthread_rwlock_t lock;
+    tfile **files; /* sorted by (res, tenant, start, seq) */
+    size_t n, cap;
+    uint64_t next_seq;
+    uint64_t covered_at; /* see the header comment; UINT64_MAX = none */
+    bdb_tier_retention_fn ret_cb;
+    void *ret_ctx;
+    _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
+} tstate;
+
+/* The engine struct is not ours to extend, so states hang off a small registry keyed
+ * by the db pointer; db_tier_close removes the entry before the db is freed. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static tstate *reg_head;
+
+static char *join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = malloc(n);
+    if (!p)
+        abort();
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static int file_cmp(const void *x, const void *y)
+{
+    const tfile *a = *(tfile *const *)x, *b = *(tfile *const *)y;
+    if (a->res != b->res)
+        return a->res < b->res ? -1 : 1;
+    int c = strcmp(a->tenant, b->tenant);
+    if (c)
+        return c;
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+static void files_add(tstate *t, tfile *f)
+{
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 32;
+        tfile **p = realloc(t->files, t->cap * sizeof *p);
+        if (!p)
+            abort();
+        t->files = p;
+    }
+    t->files[t->n++] = f;
+    qsort(t->files, t->n, sizeof *t->files, file_cmp);
+    if (f->seq >= t->next_seq)
+        t->next_seq = f->seq + 1;
+}
+
+/* ---------------------------------------------------------------- load */
+
+struct scan {
+    tstate *t;
+    bdb_db *db;
+    int res;
+    const char *dir;
+    /* pass 1 collects headers: seqs superseded by compactions */
+    uint64_t *dead;
+    size_t ndead, capdead;
+    int pass;
+};
+
+static int is_dead(const struct scan *s, uint64_t seq)
+{
+    for (size_t i = 0; i < s->ndead; i++)
+        if (s->dead[i] == seq)
+            return 1;
+    return 0;
+}
+
+static void quarantine_file(tstate *t, const char *dir, const char *name, const char *why)
+{
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/%s", dir, name);
+    snprintf(dst, sizeof dst, "%s/tier-%s", t->db->quarantine_dir, name);
+    BDB_ERROR("tier file %s is damaged (%s); moved to %s and not read", src, why, dst);
+    if (bdb_vfs_rename(t->db->vfs, src, dst) == BDB_OK)
+        bdb_vfs_sync_dir(t->db->vfs, dir);
+    atomic_fetch_add(&t->quarantined, 1);
+}
+
+static int scan_one(void *ctx, const char *name)
+{
+    struct scan *s = ctx;
+    tstate *t = s->t;
+    bdb_vfs *vfs = t->db->vfs;
+    size_t n = strlen(name);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    if (n > 4 && !strcmp(name + n - 4, ".tmp")) {
+        if (s->pass == 1)
+            bdb_vfs_unlink(vfs, path); /* never published */
+        return 0;
+    }
+    if (n <= 5 || strcmp(name + n - 5, ".tier") != 0)
+        return 0;
+    void *data = NULL;
+    size_t len = 0;
+    int rc = bdb_vfs_read_all(vfs, path, &data, &len);
+    if (rc != BDB_OK) {
+        BDB_ERROR("cannot read tier file %s: %s", path, bdb_strerror(rc));
+        return 0;
+    }
+    tfile hdr;
+    if (s->pass == 1) {
+        if (tf_parse_header(data, len, &hdr) == BDB_OK) {
+            for (size_t i = 0; i < hdr.ninputs; i++) {
+                if (s->ndead == s->capdead) {
+                    s->capdead = s->capdead ? s->capdead * 2 : 64;
+                    s->dead = realloc(s->dead, s->capdead * sizeof *s->dead);
+                    if (!s->dead)
+                        abort();
+                }
+                s->dead[s->ndead++] = hdr.inputs[i];
+            }
+            tf_free(&hdr);
+        }
+        free(data);
+        return 0;
+    }
+    tfile *f = calloc(1, sizeof *f);
+    const char *why = NULL;
+    rc = tf_parse(data, len, f, &why);
+    free(data);
+    if (rc != BDB_OK || f->res != (enum bdb_res)s->res) {
+        if (rc == BDB_OK)
+            tf_free(f);
+        free(f);
+        quarantine_file(t, s->dir, name, why ? why : "tier does not match its directory");
+        return 0;
+    }
+    if (is_dead(s, f->seq) || f->wal_upto > s->db->wal_upto) {
+        /* Replaced by a compacted file, or written by a flush that never committed
+         * (its samples come back from the WAL): either way counting it would count
+         * its samples twice. */
+        BDB_INFO("tier file %s dropped (%s)", path,
+                 is_dead(s, f->seq) ? "superseded by compaction" : "flush did not commit");
+        tf_free(f);
+        free(f);
+        bdb_vfs_unlink(vfs, path);
+        atomic_fetch_add(&t->discarded, 1);
+        return 0;
+    }
+    if ((rc = bdb_vfs_open(vfs, path, BDB_O_RDONLY, &f->f)) != BDB_OK) {
+        BDB_ERROR("cannot open tier file %s: %s", path, bdb_strerror(rc));
+        tf_free(f);
+        free(f);
+        return 0;
+    }
+    f->path = strdup(path);
+    files_add(t, f);
+    return 0;
+}
+
+static tstate *state_new(bdb_db *db)
+{
+    tstate *t = calloc(1, sizeof *t);
+    if (!t)
+        abort();
+    t->db = db;
+    t->next_seq = 1;
+    t->covered_at = UINT64_MAX;
+    pthread_rwlock_init(&t->lock, NULL);
+    t->dir = join(db->dir, "tiers");
+    bdb_vfs_mkdir(db->vfs, t->dir);
+    struct scan s = {.t = t, .db = db};
+    for (int pass = 1; pass <= 2; pass++) {
+        s.pass = pass;
+        for (int r = 0; r < BDB_TIERS; r++) {
+            if (pass == 1) {
+                t->sub[r] = join(t->dir, bdb_res_name((enum bdb_res)(r + 1)));
+                if (bdb_vfs_mkdir(db->vfs, t->sub[r]) != BDB_OK)
+                    BDB_ERROR("cannot create %s: %s", t->sub[r], strerror(errno));
+            }
+            s.res = r + 1;
+            s.dir = t->sub[r];
+            bdb_vfs_list(db->vfs, t->sub[r], scan_one, &s);
+        }
+    }
+    bdb_vfs_sync_dir(db->vfs, t->dir);
+    free(s.dead);
+    return t;
+}
+
+/* The state of db, loaded from disk on first use. The first use is always before the
+ * first tier write of this process (the flush hook calls this first), so db->wal_upto
+ * read here is the catalog's committed value. */
+static tstate *tier_get(bdb_db *db)
+{
+    pthread_mutex_lock(&reg_mu);
+    tstate *t = reg_head;
+    while (t && t->db != db)
+        t = t->next;
+    if (!t) {
+        t = state_new(db);
+        t->next = reg_head;
+        reg_head = t;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return t;
+}
+
+void db_tier_close(bdb_db *db)
+{
+    pthread_mutex_lock(&reg_mu);
+    tstate **pp = &reg_head;
+    while (*pp && (*pp)->db != db)
+        pp = &(*pp)->next;
+    tstate *t = *pp;
+    if (t)
+        *pp = t->next;
+    pthread_mutex_unlock(&reg_mu);
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++) {
+        tf_free(t->files[i]);
+        free(t->files[i]);
+    }
+    free(t->files);
+    for (int r = 0; r < BDB_TIERS; r++)
+        free(t->sub[r]);
+    free(t->dir);
+    pthread_rwlock_destroy(&t->lock);
+    free(t);
+}
+
+void bdb_db_tier_set_retention_hook(bdb_db *db, bdb_tier_retention_fn cb, void *ctx)
+{
+    tstate *t = tier_get(db);
+    pthread_rwlock_wrlock(&t->lock);
+    t->ret_cb = cb;
+    t->ret_ctx = ctx;
+    pthread_rwlock_unlock(&t->lock);
+}
+
+void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st)
+{
+    tstate *t = tier_get(db);
+    memset(st, 0, sizeof *st);
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t i = 0; i < t->n; i++) {
+        st->files[t->files[i]->res - 1]++;
+        st->bytes[t->files[i]->res - 1] += t->files[i]->size;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    st->written = atomic_load(&t->written);
+    st->compacted = atomic_load(&t->compacted);
+    st->dropped = atomic_load(&t->dropped);
+    st->quarantined = atomic_load(&t->quarantined);
+    st->discarded = atomic_load(&t->discarded);
+}
+
+/* ---------------------------------------------------------------- head samples */
+
+struct tsamp {
+    int64_t ts;
+    uint64_t prio, order;
+    double v;
+};
+
+struct gather {
+    struct tsamp *s;
+    size_t n, cap;
+    int64_t *ts;
+    double *v;
+    size_t tn, tcap;
+};
+
+static void gather_free(struct gather *g)
+{
+    free(g->s);
+    free(g->ts);
+    free(g->v);
+}
+
+static int tsamp_cmp(const void *a, const void *b)
+{
+    const struct tsamp *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    if (x->prio != y->prio)
+        return x->prio > y->prio ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+/* Appends the samples of chunk c in [lo, hi) with priority prio (later writes higher). */
+static void gather_chunk(struct gather *g, const hchunk *c, int64_t lo, int64_t hi, uint64_t prio)
+{
+    g->tn = 0;
+    head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap);
+    if (g->n + g->tn > g->cap) {
+        g->cap = (g->n + g->tn) * 2;
+        g->s = realloc(g->s, g->cap * sizeof *g->s);
+        if (!g->s)
+            abort();
+    }
+    for (size_t i = 0; i < g->tn; i++)
+        g->s[g->n++] = (struct tsamp){g->ts[i], prio, i, g->v[i]};
+}
+
+/* Gathers a chunk list (newest first) oldest first, so later writes get higher
+ * priorities; base is the priority below the list's oldest chunk. */
+static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, int64_t hi,
+                            uint64_t base)
+{
+    size_t nc = 0;
+    for (const hchunk *c = list; c; c = c->next)
+        nc++;
+    size_t k = 0;
+    for (const hchunk *c = list; c; c = c->next, k++)
+        if (c->hi > lo && c->lo < hi)
+            gather_chunk(g, c, lo, hi, base + nc - k);
+    return base + nc;
+}
+
+/* Sorts, keeps the newest write of each time (as raw reads do) and adds the samples to
+ * r; empties the gather. */
+static int gather_into(struct gather *g, bdb_rollup *r)
+{
+    if (g->n > 1)
+        qsort(g->s, g->n, sizeof *g->s, tsamp_cmp);
+    int rc = BDB_OK;
+    for (size_t i = 0; i < g->n && rc == BDB_OK; i++)
+        if (i == 0 || g->s[i].ts != g->s[i - 1].ts)
+            rc = bdb_rollup_add(r, g->s[i].ts, g->s[i].v);
+    g->n = 0;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- flush hook */
+
+struct builders {
+    tbuilder *v;
+    uint64_t *seq;
+    size_t n;
+};
+
+static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, const char *tn,
+                             int64_t start, uint64_t sealed)
+{
+    for (size_t i = bs->n; i-- > 0;)
+        if (bs->v[i].res == res && bs->v[i].start == start && !strcmp(bs->v[i].tenant, tn))
+            return &bs->v[i];
+    bs->v = realloc(bs->v, (bs->n + 1) * sizeof *bs->v);
+    bs->seq = realloc(bs->seq, (bs->n + 1) * sizeof *bs->seq);
+    if (!bs->v || !bs->seq)
+        abort();
+    bs->seq[bs->n] = t->next_seq++;
+    tf_begin(&bs->v[bs->n], res, tn, start, start + bdb_tier_file_span(res), bs->seq[bs->n], sealed,
+             NULL, 0);
+    return &bs->v[bs->n++];
+}
+
+/* Adds the windows of r to the builders of the file windows they fall in. */
+static void add_rollup(tstate *t, struct builders *bs, enum bdb_res res, const series *s,
+                       const bdb_rollup *r, uint64_t sealed)
+{
+    int64_t span = bdb_tier_file_span(res);
+    for (size_t i = 0; i < r->n;) {
+        int64_t fs = bdb_align_down(r->w[i].start, span);
+        tbuilder *tb = builder_for(t, bs, res, s->dev->tenant->name, fs, sealed);
+        tf_add(tb, s->dev->name, s->dev->nlen, s->metric, s->mlen, r);
+        while (i < r->n && r->w[i].start < fs + span)
+            i++;
+    }
+}
+
+static char *file_name(uint64_t seq)
+{
+    char *p = malloc(32);
+    if (!p)
+        abort();
+    snprintf(p, 32, "%016" PRIu64 ".tier", seq);
+    return p;
+}
+
+/* Writes every builder durably and opens the results; on error removes what was
+ * written and returns the error with *out empty. */
+static int write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out)
+{
+    tfile **files = calloc(n + 1, sizeof *files);
+    if (!files)
+        abort();
+    int rc = BDB_OK;
+    size_t done = 0;
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
+        tf_finish(&v[i]);
+        const char *dir = t->sub[v[i].res - 1];
+        char *name = file_name(seqs[i]);
+        rc = bdb_vfs_write_atomic(t->db->vfs, dir, name, v[i].b.data, v[i].b.len);
+        char *path = join(dir, name);
+        free(name);
+        if (rc == BDB_OK) {
+            files[done] = calloc(1, sizeof *files[done]);
+            const char *why = NULL;
+            rc = tf_parse(v[i].b.data, v[i].b.len, files[done], &why);
+            if (rc == BDB_OK)
+                rc = bdb_vfs_open(t->db->vfs, path, BDB_O_RDONLY, &files[done]->f);
+            if (rc == BDB_OK) {
+                files[done]->path = path;
+                path = NULL;
+            }
+            done++;
+        }
+        if (path && rc != BDB_OK)
+            bdb_vfs_unlink(t->db->vfs, path);
+        free(path);
+    }
+    if (rc != BDB_OK) {
+        for (size_t i = 0; i < done; i++) {
+            if (files[i]->path)
+                bdb_vfs_unlink(t->db->vfs, files[i]->path);
+            tf_free(files[i]);
+            free(files[i]);
+        }
+        free(files);
+        files = NULL;
+    }
+    *out = files;
+    return rc;
+}
+
+int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
+{
+    tstate *t = tier_get(db);
+    if (rc != BDB_OK)
+        return rc;
+    struct gather g;
+    memset(&g, 0, sizeof g);
+    struct builders bs = {NULL, NULL, 0};
+    bdb_rollup r[BDB_TIERS];
+    for (int i = 0; i < BDB_TIERS; i++)
+        bdb_rollup_init(&r[i], bdb_res_width((enum bdb_res)(i + 1)));
+    uint64_t skipped = 0;
+    /* The frozen chunks are read-only until the flush frees them: no lock needed. */
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
+        for (int k = 0; k < BDB_TIERS; k++)
+            bdb_rollup_reset(&r[k]);
+        gather_list(&g, v[i]->frozen, INT64_MIN, INT64_MAX, 0);
+        rc = gather_into(&g, &r[0]);
+        skipped += r[0].skipped;
+        /* hours from minutes, days from hours: the pyramid, never raw again */
+        if (rc == BDB_OK)
+            rc = bdb_rollup_merge(&r[1], &r[0]);
+        if (rc == BDB_OK)
+            rc = bdb_rollup_merge(&r[2], &r[1]);
+        for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
+            add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed);
+    }
+    for (int i = 0; i < BDB_TIERS; i++)
+        bdb_rollup_free(&r[i]);
+    gather_free(&g);
+    tfile **files = NULL;
+    if (rc == BDB_OK)
+        rc = write_files(t, bs.v, bs.seq, bs.n, &files);
+    if (rc == BDB_OK) {
+        pthread_rwlock_wrlock(&t->lock);
+        for (size_t i = 0; i < bs.n; i++)
+            files_add(t, files[i]);
+        t->covered_at = atomic_load(&db->flushes);
+        pthread_rwlock_unlock(&t->lock);
+        atomic_fetch_add(&t->written, bs.n);
+        if (skipped)
+            BDB_WARN("tiers: %llu non-finite samples not aggregated", (unsigned long long)skipped);
+    } else {
+        BDB_ERROR("tier write failed: %s; the flush will be retried", bdb_strerror(rc));
+    }
+    free(files);
+    for (size_t i = 0; i < bs.n; i++)
+        tf_builder_free(&bs.v[i]);
+    free(bs.v);
+    free(bs.seq);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- read */
+
+int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
+                     size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out)
+{
+    int64_t width = bdb_res_width(res);
+    if (width == 0 || from >= to)
+        return BDB_ERR_INVALID;
+    int64_t lo = bdb_align_down(from, width), hi = to;
+    for (size_t i = 0; i < nmetrics; i++) {
+        if (out[i].width != width)
+            return BDB_ERR_INVALID;
+        bdb_rollup_reset(&out[i]);
+    }
+    tstate *t = tier_get(db);
+    pthread_rwlock_rdlock(&t->lock);
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *te = cat_tenant(db, tn, strlen(tn), 0);
+    device *d = te ? cat_device(db, te, dn, strlen(dn), 0) : NULL;
+    pthread_rwlock_unlock(&db->cat_lock);
+    int rc = d ? BDB_OK : BDB_ERR_NOTFOUND;
+    /* tier files of this tenant and tier overlapping [lo, hi) */
+    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
+        const tfile *f = t->files[i];
+        if (f->res != res || f->end <= lo || f->start >= hi || strcmp(f->tenant, tn) != 0)
+            continue;
+        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+            const trec *rec = tf_find(f, dn, metrics[m]);
+            if (rec)
+                rc = tf_read_rec(f, rec, lo, hi, &out[m]);
+            if (rc == BDB_ERR_CORRUPT)
+                BDB_ERROR("tier file %s: record %s/%s failed its check", f->path, dn, metrics[m]);
+        }
+    }
+    /* the head: samples not yet in tier files */
+    if (rc == BDB_OK) {
+        struct gather g;
+        memset(&g, 0, sizeof g);
+        bdb_rollup tmp;
+        pthread_rwlock_rdlock(&db->flush_lock);
+        int skip_frozen = t->covered_at == atomic_load(&db->flushes);
+        pthread_mutex_lock(dev_lock(db, d));
+        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+            series *s = cat_series(db, d, metrics[m], strlen(metrics[m]), 0);
+            if (!s)
+                continue;
+            uint64_t base = 0;
+            if (!skip_frozen)
+                base = gather_list(&g, s->frozen, lo, hi, 0);
+            gather_list(&g, s->active, lo, hi, base);
+            bdb_rollup_init(&tmp, width);
+            rc = gather_into(&g, &tmp);
+            if (rc == BDB_OK)
+                rc = bdb_rollup_merge(&out[m], &tmp);
+            bdb_rollup_free(&tmp);
+        }
+        pthread_mutex_unlock(dev_lock(db, d));
+        pthread_rwlock_unlock(&db->flush_lock);
+        gather_free(&g);
+    }
+    pthread_rwlock_unlock(&t->lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- maintenance */
+
+static int64_t retention_of(tstate *t, const char *tn, enum bdb_res res)
+{
+    int64_t dflt = bdb_tier_default_retention(res);
+    int64_t conf = t->db->o.tier_retention_ms[res - 1];
+    if (conf > 0)
+        dflt = conf;
+    else if (conf < 0)
+        dflt = 0;
+    return t->ret_cb ? t->ret_cb(t->ret_ctx, tn, res, dflt) : dflt;
+}
+
+static void drop_file(tstate *t, tfile *f, const char *why)
+{
+    BDB_INFO("tier %s: %s %s", bdb_res_name(f->res), why, f->path);
+    bdb_vfs_unlink(t->db->vfs, f->path);
+    tf_free(f);
+    free(f);
+}
+
+static void retention(tstate *t)
+{
+    int64_t now = bdb_clock_now(&t->db->o.clock);
+    tfile **drop = calloc(t->n + 1, sizeof *drop);
+    if (!drop)
+        abort();
+    size_t nd = 0, k = 0;
+    pthread_rwlock_wrlock(&t->lock);
+    for (size_t i = 0; i < t->n; i++) {
+        tfile *f = t->files[i];
+        int64_t keep = retention_of(t, f->tenant, f->res);
+        if (keep > 0 && f->end <= now - keep)
+            drop[nd++] = f;
+        else
+            t->files[k++] = f;
+    }
+    t->n = k;
+    pthread_rwlock_unlock(&t->lock);
+    for (size_t i = 0; i < nd; i++) {
+        int r = drop[i]->res - 1;
+        drop_file(t, drop[i], "retention drops");
+        bdb_vfs_sync_dir(t->db->vfs, t->sub[r]);
+        atomic_fetch_add(&t->dropped, 1);
+    }
+    free(drop);
+}
+
+/* Merges files [a, b) of t->files (one tier, tenant and file window, all committed)
+ * into one. The new file lists the inputs' seqs, so a crash after its rename but
+ * before the inputs are unlinked does not count them twice at the next open. */
+static int compact(tstate *t, size_t a, size_t b)
+{
+    size_t nin = b - a;
+    tfile **in = malloc(nin * sizeof *in);
+    uint64_t *seqs = malloc(nin * sizeof *seqs);
+    size_t *pos = calloc(nin, sizeof *pos);
+    if (!in || !seqs || !pos)
+        abort();
+    uint64_t upto = 0;
+    for (size_t i = 0; i < nin; i++) {
+        in[i] = t->files[a + i];
+        seqs[i] = in[i]->seq;
+        if (in[i]->wal_upto > upto)
+            upto = in[i]->wal_upto;
+    }
+    const tfile *f0 = in[0];
+    uint64_t seq = t->next_seq++;
+    tbuilder tb;
+    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin);
+    bdb_rollup r;
+    bdb_rollup_init(&r, bdb_res_width(f0->res));
+    int rc = BDB_OK;
+    /* k-way merge over the inputs' sorted record tables */
+    for (;;) {
+        const trec *low = NULL;
+        for (size_t i = 0; i < nin; i++) {
+            if (pos[i] >= in[i]->nrec)
+                continue;
+            const trec *x = &in[i]->recs[pos[i]];
+            if (!low || strcmp(x->device, low->device) < 0 ||
+                (!strcmp(x->device, low->device) && strcmp(x->metric, low->metric) < 0))
+                low = x;
+        }
+        if (!low)
+            break;
+        trec key = *low;
+        bdb_rollup_reset(&r);
+        for (size_t i = 0; i < nin; i++) {
+            if (pos[i] >= in[i]->nrec)
+                continue;
+            const trec *x = &in[i]->recs[pos[i]];
+            if (strcmp(x->device, key.device) || strcmp(x->metric, key.metric))
+                continue;
+            if (rc == BDB_OK)
+                rc = tf_read_rec(in[i], x, INT64_MIN, INT64_MAX, &r);
+            pos[i]++;
+        }
+        if (rc != BDB_OK)
+            break;
+        tf_add(&tb, key.device, key.dlen, key.metric, key.mlen, &r);
+    }
+    bdb_rollup_free(&r);
+    free(pos);
+    tfile **out = NULL;
+    if (rc == BDB_OK)
+        rc = write_files(t, &tb, &seq, 1, &out);
+    tf_builder_free(&tb);
+    if (rc != BDB_OK) {
+        BDB_ERROR("tier compaction of %s failed: %s", f0->path, bdb_strerror(rc));
+        free(in);
+        free(seqs);
+        return rc;
+    }
+    pthread_rwlock_wrlock(&t->lock);
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (i < a || i >= b)
+            t->files[k++] = t->files[i];
+    t->n = k;
+    files_add(t, out[0]);
+    pthread_rwlock_unlock(&t->lock);
+    int r0 = in[0]->res - 1;
+    for (size_t i = 0; i < nin; i++)
+        drop_file(t, in[i], "compacted");
+    bdb_vfs_sync_dir(t->db->vfs, t->sub[r0]);
+    atomic_fetch_add(&t->compacted, 1);
+    free(out);
+    free(in);
+    free(seqs);
+    return BDB_OK;
+}
+
+int db_tier_maintain(bdb_db *db)
+{
+    tstate *t = tier_get(db);
+    retention(t);
+    /* Only this thread (under flush_mutex) changes the list, so indexes stay valid
+     * without the lock between compactions. Files past the committed catalog (a
+     * catalog save failed) stay out: merged, they would be dropped with the rest at a
+     * restart. */
+    int rc = BDB_OK;
+    for (size_t a = 0; a < t->n;) {
+        size_t b = a;
+        while (b < t->n && t->files[b]->res == t->files[a]->res &&
+               t->files[b]->start == t->files[a]->start &&
+               !strcmp(t->files[b]->tenant, t->files[a]->tenant) &&
+               t->files[b]->wal_upto <= db->wal_upto)
+            b++;
+        if (b - a > 1) {
+            int crc = compact(t, a, b);
+            if (crc != BDB_OK) {
+                rc = crc;
+                a = b;
+            }
+            /* on success the merged file sorts at the position of the first input's
+             * group; whatever follows moved down by b - a - 1 */
+            else
+                a++;
+            continue;
+        }
+        a = b > a ? b : a + 1;
+    }
+    return rc;
+}

@@ -1,0 +1,327 @@
+/* agg/rollup: the pyramid built through bdb_rollup (1 minute windows from samples,
+ * hours merged from minutes, days from hours) against exact computation on uniform,
+ * skewed (lognormal) and constant data at every tier, including a daily p99 from 1,440
+ * minute windows; partial windows from split inputs merge to the same windows; the
+ * window encoding round-trips and rejects damage; routing thresholds. The statistical
+ * cores themselves are tested in stats_test.c and sketch_test.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "agg/rollup.h"
+#include "bucketdb/bdb.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_MS INT64_C(60000)
+#define HOUR_MS (60 * MIN_MS)
+#define DAY_MS (24 * HOUR_MS)
+#define BOUND (0.01 * (1 + 1e-9))
+/* a day of 1 Hz samples, starting at an arbitrary day boundary (2024-01-15) */
+#define T0 INT64_C(1705276800000)
+#define N 86400
+
+static uint64_t rng_state;
+static uint64_t rng(void)
+{
+    uint64_t z = (rng_state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+static double unif(void)
+{
+    return ((double)(rng() >> 11) + 0.5) / 9007199254740992.0;
+}
+
+enum { UNIFORM, SKEWED, CONSTANT };
+
+static double *make(int kind)
+{
+    rng_state = 42 + (uint64_t)kind;
+    double *v = malloc(N * sizeof *v);
+    for (int i = 0; i < N; i++) {
+        if (kind == UNIFORM)
+            v[i] = 100 * unif();
+        else if (kind == SKEWED) /* lognormal, sigma 1.5 */
+            v[i] = exp(1.5 * sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif()));
+        else
+            v[i] = 42.7;
+    }
+    return v;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Checks window w against the exact statistics of v[0..n). */
+static void check_exact(const bdb_window *w, const double *v, size_t n)
+{
+    assert_int_equal(bdb_stats_count(&w->st), n);
+    long double sum = 0, comp = 0; /* Kahan in long double: the reference must beat 2 ulps */
+    double mn = v[0], mx = v[0];
+    for (size_t i = 0; i < n; i++) {
+        long double y = v[i] - comp, t = sum + y;
+        comp = (t - sum) - y;
+        sum = t;
+        mn = v[i] < mn ? v[i] : mn;
+        mx = v[i] > mx ? v[i] : mx;
+    }
+    long double mean = sum / n, m2 = 0;
+    for (size_t i = 0; i < n; i++)
+        m2 += (v[i] - mean) * (v[i] - mean);
+    assert_true(bdb_stats_min(&w->st) == mn);
+    assert_true(bdb_stats_max(&w->st) == mx);
+    double s = bdb_stats_sum(&w->st);
+    assert_true(fabsl(s - sum) <= 2 * 2.3e-16L * fabsl(sum) + 1e-300L);
+    double sd = bdb_stats_stddev_pop(&w->st), esd = (double)sqrtl(m2 / n);
+    if (esd == 0)
+        assert_true(sd == 0);
+    else
+        assert_true(fabs(sd - esd) <= 1e-12 * esd);
+    double *sorted = malloc(n * sizeof *sorted);
+    memcpy(sorted, v, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_d);
+    const double qs[] = {0.5, 0.95, 0.99};
+    for (int k = 0; k < 3; k++) {
+        double x = sorted[(size_t)floor(qs[k] * (double)(n - 1))];
+        double got = bdb_sketch_quantile(&w->sk, qs[k]);
+        assert_true(fabs(got - x) <= BOUND * fabs(x));
+    }
+    free(sorted);
+}
+
+static void pyramid(int kind)
+{
+    double *v = make(kind);
+    bdb_rollup m, h, d;
+    bdb_rollup_init(&m, MIN_MS);
+    bdb_rollup_init(&h, HOUR_MS);
+    bdb_rollup_init(&d, DAY_MS);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(bdb_rollup_add(&m, T0 + (int64_t)i * 1000, v[i]), BDB_OK);
+    assert_int_equal(m.n, 1440);
+    assert_int_equal(bdb_rollup_merge(&h, &m), BDB_OK);
+    assert_int_equal(h.n, 24);
+    assert_int_equal(bdb_rollup_merge(&d, &h), BDB_OK);
+    assert_int_equal(d.n, 1);
+    for (int i = 0; i < 1440; i++) {
+        assert_int_equal(m.w[i].start, T0 + i * MIN_MS);
+        check_exact(&m.w[i], v + i * 60, 60);
+    }
+    for (int i = 0; i < 24; i++)
+        check_exact(&h.w[i], v + i * 3600, 3600);
+    check_exact(&d.w[0], v, N);
+    /* the daily p99 straight from the 1,440 minute windows (the hour-free path) */
+    bdb_rollup d2;
+    bdb_rollup_init(&d2, DAY_MS);
+    assert_int_equal(bdb_rollup_merge(&d2, &m), BDB_OK);
+    check_exact(&d2.w[0], v, N);
+    /* and the day of raw samples gives the identical sketch */
+    bdb_rollup raw;
+    bdb_rollup_init(&raw, DAY_MS);
+    for (int i = 0; i < N; i++)
+        bdb_rollup_add(&raw, T0 + (int64_t)i * 1000, v[i]);
+    bdb_buf a, b;
+    bdb_buf_init(&a);
+    bdb_buf_init(&b);
+    bdb_sketch_write(&d.w[0].sk, &a);
+    bdb_sketch_write(&raw.w[0].sk, &b);
+    assert_int_equal(a.len, b.len);
+    assert_memory_equal(a.data, b.data, a.len);
+    assert_true(bdb_stats_count(&raw.w[0].st) == bdb_stats_count(&d.w[0].st));
+    bdb_buf_free(&a);
+    bdb_buf_free(&b);
+    bdb_rollup_free(&raw);
+    bdb_rollup_free(&d2);
+    bdb_rollup_free(&m);
+    bdb_rollup_free(&h);
+    bdb_rollup_free(&d);
+    free(v);
+}
+
+static void test_pyramid_uniform(void **st)
+{
+    (void)st;
+    pyramid(UNIFORM);
+}
+static void test_pyramid_skewed(void **st)
+{
+    (void)st;
+    pyramid(SKEWED);
+}
+static void test_pyramid_constant(void **st)
+{
+    (void)st;
+    pyramid(CONSTANT);
+}
+
+/* Partial windows (as several flushes produce them, in any order and with late
+ * samples) merge into the same windows as one pass over everything. */
+static void test_partial_windows_merge(void **st)
+{
+    (void)st;
+    double *v = make(SKEWED);
+    bdb_rollup whole, parts[3], merged;
+    bdb_rollup_init(&whole, MIN_MS);
+    bdb_rollup_init(&merged, HOUR_MS);
+    for (int k = 0; k < 3; k++)
+        bdb_rollup_init(&parts[k], MIN_MS);
+    rng_state = 7;
+    for (int i = 0; i < 7200; i++) {
+        bdb_rollup_add(&whole, T0 + (int64_t)i * 1000, v[i]);
+        bdb_rollup_add(&parts[rng() % 3], T0 + (int64_t)i * 1000, v[i]);
+    }
+    for (int k = 2; k >= 0; k--)
+        assert_int_equal(bdb_rollup_merge(&merged, &parts[k]), BDB_OK);
+    bdb_rollup hw;
+    bdb_rollup_init(&hw, HOUR_MS);
+    bdb_rollup_merge(&hw, &whole);
+    assert_int_equal(merged.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_true(merged.w[i].start == hw.w[i].start);
+        assert_true(merged.w[i].st.count == hw.w[i].st.count);
+        assert_true(merged.w[i].st.min == hw.w[i].st.min);
+        assert_true(merged.w[i].st.max == hw.w[i].st.max);
+        assert_true(fabs(bdb_stats_sum(&merged.w[i].st) - bdb_stats_sum(&hw.w[i].st)) <=
+                    1e-15 * fabs(bdb_stats_sum(&hw.w[i].st)));
+        bdb_buf a, b;
+        bdb_buf_init(&a);
+        bdb_buf_init(&b);
+        bdb_sketch_write(&merged.w[i].sk, &a);
+        bdb_sketch_write(&hw.w[i].sk, &b);
+        assert_int_equal(a.len, b.len);
+        assert_memory_equal(a.data, b.data, a.len);
+        bdb_buf_free(&a);
+        bdb_buf_free(&b);
+    }
+    for (int k = 0; k < 3; k++)
+        bdb_rollup_free(&parts[k]);
+    bdb_rollup_free(&whole);
+    bdb_rollup_free(&merged);
+    bdb_rollup_free(&hw);
+    free(v);
+}
+
+static void test_nonfinite_and_negative_time(void **st)
+{
+    (void)st;
+    bdb_rollup r;
+    bdb_rollup_init(&r, MIN_MS);
+    assert_int_equal(bdb_rollup_add(&r, -1, 1.0), BDB_OK); /* 1969-12-31T23:59:59.999 */
+    assert_int_equal(bdb_rollup_add(&r, 0, 2.0), BDB_OK);
+    assert_int_equal(bdb_rollup_add(&r, 5, NAN), BDB_OK);
+    assert_int_equal(bdb_rollup_add(&r, 5, INFINITY), BDB_OK);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.skipped, 2);
+    assert_true(r.w[0].start == -MIN_MS);
+    assert_true(r.w[1].start == 0);
+    assert_non_null(bdb_rollup_find(&r, 0));
+    assert_null(bdb_rollup_find(&r, MIN_MS));
+    bdb_rollup h;
+    bdb_rollup_init(&h, 7 * 1000); /* 7 s does not divide by 60 s */
+    assert_int_equal(bdb_rollup_merge(&h, &r), BDB_ERR_INVALID);
+    bdb_rollup_free(&h);
+    bdb_rollup_free(&r);
+}
+
+static void test_encoding(void **st)
+{
+    (void)st;
+    double *v = make(UNIFORM);
+    bdb_rollup r;
+    bdb_rollup_init(&r, MIN_MS);
+    for (int i = 0; i < 600; i++) /* minutes 0..9, then a gap, then minute 100 */
+        bdb_rollup_add(&r, T0 + (int64_t)i * 1000, v[i]);
+    bdb_rollup_add(&r, T0 + 100 * MIN_MS, 5.0);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    assert_int_equal(bdb_rollup_write(&r, INT64_MIN, INT64_MAX, &b), 11);
+    bdb_rollup back;
+    bdb_rollup_init(&back, MIN_MS);
+    bdb_dec d;
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_rollup_read(&back, &d, INT64_MIN, INT64_MAX), BDB_OK);
+    assert_int_equal(bdb_dec_left(&d), 0);
+    assert_int_equal(back.n, 11);
+    bdb_buf again;
+    bdb_buf_init(&again);
+    bdb_rollup_write(&back, INT64_MIN, INT64_MAX, &again);
+    assert_int_equal(again.len, b.len);
+    assert_memory_equal(again.data, b.data, b.len);
+    /* a sub-range: only minutes 2..4 */
+    bdb_rollup sub;
+    bdb_rollup_init(&sub, MIN_MS);
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_rollup_read(&sub, &d, T0 + 2 * MIN_MS, T0 + 5 * MIN_MS), BDB_OK);
+    assert_int_equal(sub.n, 3);
+    /* every truncation and every single-byte flip fails cleanly or decodes to sane
+     * windows (never a crash, never a window whose parts disagree) */
+    for (size_t cut = 0; cut < b.len; cut++) {
+        bdb_rollup x;
+        bdb_rollup_init(&x, MIN_MS);
+        bdb_dec_init(&d, b.data, cut);
+        int rc = bdb_rollup_read(&x, &d, INT64_MIN, INT64_MAX);
+        assert_true(rc == BDB_ERR_CORRUPT || bdb_dec_left(&d) == 0);
+        assert_true(cut == 0 ? rc == BDB_ERR_CORRUPT : 1);
+        bdb_rollup_free(&x);
+    }
+    int rejected = 0;
+    for (size_t i = 0; i < b.len; i++) {
+        uint8_t save = b.data[i];
+        b.data[i] ^= 0x5a;
+        bdb_rollup x;
+        bdb_rollup_init(&x, MIN_MS);
+        bdb_dec_init(&d, b.data, b.len);
+        if (bdb_rollup_read(&x, &d, INT64_MIN, INT64_MAX) != BDB_OK)
+            rejected++;
+        for (size_t k = 0; k < x.n; k++)
+            assert_true(x.w[k].st.count == bdb_sketch_count(&x.w[k].sk));
+        bdb_rollup_free(&x);
+        b.data[i] = save;
+    }
+    assert_true(rejected > 0);
+    bdb_buf_free(&b);
+    bdb_buf_free(&again);
+    bdb_rollup_free(&r);
+    bdb_rollup_free(&back);
+    bdb_rollup_free(&sub);
+    free(v);
+}
+
+static void test_route(void **st)
+{
+    (void)st;
+    assert_int_equal(bdb_rollup_route(HOUR_MS), BDB_RES_RAW);
+    assert_int_equal(bdb_rollup_route(6 * HOUR_MS), BDB_RES_RAW);
+    assert_int_equal(bdb_rollup_route(6 * HOUR_MS + 1), BDB_RES_1M);
+    assert_int_equal(bdb_rollup_route(7 * DAY_MS), BDB_RES_1M);
+    assert_int_equal(bdb_rollup_route(7 * DAY_MS + 1), BDB_RES_1H);
+    assert_int_equal(bdb_rollup_route(90 * DAY_MS), BDB_RES_1H);
+    assert_int_equal(bdb_rollup_route(90 * DAY_MS + 1), BDB_RES_1D);
+    assert_int_equal(bdb_res_parse("1h"), BDB_RES_1H);
+    assert_int_equal(bdb_res_parse("raw"), BDB_RES_RAW);
+    assert_int_equal(bdb_res_parse("5m"), -1);
+    assert_true(bdb_res_width(BDB_RES_1D) == DAY_MS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pyramid_uniform),
+        cmocka_unit_test(test_pyramid_skewed),
+        cmocka_unit_test(test_pyramid_constant),
+        cmocka_unit_test(test_partial_windows_merge),
+        cmocka_unit_test(test_nonfinite_and_negative_time),
+        cmocka_unit_test(test_encoding),
+        cmocka_unit_test(test_route),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
