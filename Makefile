@@ -7,6 +7,16 @@ ifeq ($(MODE),asan)
 BUILD   ?= build-asan
 OPT      = -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDOPT    = -fsanitize=address,undefined
+else ifeq ($(MODE),tsan)
+# ThreadSanitizer (docs/TESTING.md#threadsanitizer); run with TSAN_OPTIONS from there
+BUILD   ?= build-tsan
+OPT      = -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDOPT    = -fsanitize=thread
+else ifeq ($(MODE),coverage)
+# gcov instrumentation for `make coverage` (branch counts need -O0 to map to the source)
+BUILD   ?= build-cov
+OPT      = -O0 --coverage
+LDOPT    = --coverage
 else
 BUILD   ?= build
 OPT      = -O2
@@ -52,7 +62,53 @@ format:
 format-check:
 	clang-format --dry-run --Werror $$(find src include tests bench -name '*.[ch]')
 
+# Dashboard (src/server/h_ui.c, docs/DASHBOARD.md): the files of web/ compiled into
+# the library as $(BUILD)/gen/ui_assets.c by web/embed.sh (od and sed only).
+UI_ASSETS := $(sort $(wildcard web/*.html web/*.css web/*.js))
+UI_OBJ    := $(BUILD)/gen/ui_assets.o
+$(LIBA): $(UI_OBJ)
+$(BUILD)/gen/ui_assets.c: $(UI_ASSETS) web/embed.sh
+	@mkdir -p $(dir $@)
+	sh web/embed.sh $(UI_ASSETS) >$@.tmp && mv $@.tmp $@
+$(UI_OBJ): $(BUILD)/gen/ui_assets.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# Install for operators (docs/OPERATIONS.md#installing): binary, man pages, an example
+# configuration generated from this build's settings table, a systemd unit.
+# `make install PREFIX=/usr DESTDIR=/tmp/pkg` stages a package tree. An existing
+# $(SYSCONFDIR)/bucketdb/bucketdb.conf is never overwritten.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/bucketdb
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+.PHONY: install example-config
+example-config: $(BUILD)/bucketdb # regenerated every time: it is two runs of the binary
+	sh packaging/gen-config.sh $(BUILD)/bucketdb >$(BUILD)/bucketdb.conf.example
+install: $(BUILD)/bucketdb
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/bucketdb $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BUILD)/bucketdb $(DESTDIR)$(BINDIR)/bucketdb
+	install -m 0644 man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	sh packaging/gen-config.sh $(BUILD)/bucketdb >$(DESTDIR)$(DOCDIR)/bucketdb.conf.example
+	chmod 0644 $(DESTDIR)$(DOCDIR)/bucketdb.conf.example
+	test -e $(DESTDIR)$(SYSCONFDIR)/bucketdb/bucketdb.conf || \
+	    install -m 0644 $(DESTDIR)$(DOCDIR)/bucketdb.conf.example $(DESTDIR)$(SYSCONFDIR)/bucketdb/bucketdb.conf
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    packaging/bucketdb.service.in >$(DESTDIR)$(UNITDIR)/bucketdb.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/bucketdb.service
+
+# Branch coverage of the storage engine and the parsers (docs/TESTING.md#coverage):
+# builds MODE=coverage, runs the unit tests of those modules (tests/unit mirrors src/)
+# and prints gcovr's per-file table and one figure per module.
+COV_DIRS = src/storage/embedded src/storage/vfs src/ingest
+.PHONY: coverage
+coverage:
+	$(MAKE) MODE=coverage BUILD=build-cov all unit
+	sh tests/coverage.sh build-cov $(COV_DIRS)
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-tsan build-cov
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

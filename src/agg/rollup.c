@@ -160,6 +160,40 @@ int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *src)
     return rc;
 }
 
+int bdb_rollup_set_window(bdb_rollup *r, const bdb_window *src)
+{
+    int64_t start = bdb_align_down(src->start, r->width);
+    if (src->st.count == 0) { /* an empty replacement: the window has no sample left */
+        size_t i = lower_bound(r, start);
+        if (i < r->n && r->w[i].start == start) {
+            bdb_sketch_free(&r->w[i].sk);
+            memmove(&r->w[i], &r->w[i + 1], (r->n - i - 1) * sizeof *r->w);
+            r->n--;
+        }
+        return BDB_OK;
+    }
+    bdb_window *w = slot(r, start);
+    int rc = bdb_sketch_copy(&w->sk, &src->sk);
+    if (rc == BDB_OK)
+        w->st = src->st;
+    return rc;
+}
+
+int bdb_rollup_fold(const bdb_rollup *src, int64_t lo, int64_t hi, bdb_window *out)
+{
+    for (size_t i = lower_bound(src, lo); i < src->n && src->w[i].start < hi; i++) {
+        const bdb_window *w = &src->w[i];
+        bdb_stats st = out->st;
+        int rc = bdb_stats_merge(&st, &w->st);
+        if (rc == BDB_OK)
+            rc = bdb_sketch_merge(&out->sk, &w->sk);
+        if (rc != BDB_OK)
+            return rc;
+        out->st = st;
+    }
+    return BDB_OK;
+}
+
 int bdb_rollup_merge(bdb_rollup *dst, const bdb_rollup *src)
 {
     if (src->width <= 0 || dst->width % src->width != 0)

@@ -66,6 +66,14 @@ int bdb_rollup_add(bdb_rollup *r, int64_t ts, double v);
  * into the window of r holding w->start: the coarsening step of the pyramid.
  * Errors: BDB_ERR_INVALID (different sketch accuracy), BDB_ERR_LIMIT, BDB_ERR_NOMEM. */
 int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *w);
+/* Replaces the window of r at src->start (same width) by a copy of src: a window
+ * recomputed from raw data supersedes the partial windows merged so far. An empty src
+ * removes the window. Errors: BDB_ERR_NOMEM. */
+int bdb_rollup_set_window(bdb_rollup *r, const bdb_window *src);
+/* Merges the windows of src whose start lies in [lo, hi) into out (initialized by the
+ * caller; its start is left alone): one coarser window from finer ones.
+ * Errors: as bdb_rollup_merge_window. */
+int bdb_rollup_fold(const bdb_rollup *src, int64_t lo, int64_t hi, bdb_window *out);
 /* Merges every window of src into dst (src->width must divide dst->width). */
 int bdb_rollup_merge(bdb_rollup *dst, const bdb_rollup *src);
 /* The window starting at start, or NULL. */

@@ -14,5 +14,9 @@ int cmd_version(int argc, char **argv);
 int cmd_cql(int argc, char **argv);
 int cmd_schema(int argc, char **argv);
 int cmd_tenant(int argc, char **argv);
+int cmd_plan(int argc, char **argv); /* operator tools: docs/OPERATIONS.md */
+int cmd_load(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 #endif

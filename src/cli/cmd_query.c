@@ -18,7 +18,8 @@ static void help(void)
            "       bucketdb query --export [options]\n"
            "       bucketdb query --latest --device ID [options]\n"
            "       bucketdb query --state STATE [--limit N] [--cursor C] [options]\n"
-           "       bucketdb query --state-counts [options]\n\n"
+           "       bucketdb query --state-counts [options]\n"
+           "       bucketdb query --fleet --metric M [--tag K:V]... [options]\n\n"
            "Reads from a running server.\n\n"
            "  --server URL      server address (default http://127.0.0.1:8086)\n"
            "  --tenant NAME     tenant (default: the server's default tenant)\n"
@@ -37,7 +38,13 @@ static void help(void)
            "  --latest          the device's latest event and newest value per metric\n"
            "  --state STATE     devices in STATE now, in name order (--limit: page size,\n"
            "                    default 1000; --cursor: next_cursor of the previous page)\n"
-           "  --state-counts    how many devices are in each state now\n\n"
+           "  --state-counts    how many devices are in each state now\n"
+           "  --fleet           fleet aggregates of --metric per window (--resolution 1h\n"
+           "                    or 1d, default 1h): devices, readings, min, max, avg,\n"
+           "                    stddev; pre-computed for the whole tenant, or with --tag\n"
+           "                    computed over the devices with that tag (repeatable,\n"
+           "                    all must match; 1m also allowed)\n"
+           "  --tag K:V         device tag for --fleet\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 
@@ -58,6 +65,9 @@ int cmd_query(int argc, char **argv)
                *format = NULL, *state = NULL, *cursor = NULL;
     const char *resolution = NULL; /* rollup */
     int devices = 0, export = 0, latest = 0, counts = 0;
+    int fleet = 0; /* fleet: --fleet [--tag K:V]... */
+    const char *tags[16];
+    size_t ntags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
@@ -75,6 +85,16 @@ int cmd_query(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--state-counts")) {
             counts = 1;
+            continue;
+        } else if (!strcmp(a, "--fleet")) {
+            fleet = 1;
+            continue;
+        } else if (!strcmp(a, "--tag") && i + 1 < argc) {
+            if (ntags == sizeof tags / sizeof tags[0]) {
+                fprintf(stderr, "bucketdb query: at most 16 --tag options\n");
+                return BDB_EXIT_USAGE;
+            }
+            tags[ntags++] = argv[++i];
             continue;
         } else if (!strcmp(a, "--state"))
             dst = &state;
@@ -114,9 +134,13 @@ int cmd_query(int argc, char **argv)
     }
     if (!token)
         token = getenv("BUCKETDB_TOKEN");
-    if (devices + export + latest + counts + (state != NULL) > 1) {
+    if (devices + export + latest + counts + fleet + (state != NULL) > 1) {
         fprintf(stderr, "bucketdb query: use only one of --devices, --export, --latest, "
-                        "--state, --state-counts\n");
+                        "--state, --state-counts, --fleet\n");
+        return BDB_EXIT_USAGE;
+    }
+    if ((ntags || fleet) && (!fleet || !metric)) {
+        fprintf(stderr, "bucketdb query: --fleet needs --metric; --tag needs --fleet\n");
         return BDB_EXIT_USAGE;
     }
     bdb_buf path;
@@ -137,6 +161,12 @@ int cmd_query(int argc, char **argv)
         param(&path, "cursor", cursor);
     } else if (counts) {
         bdb_buf_puts(&path, "/api/v1/state/counts");
+    } else if (fleet) {
+        bdb_buf_puts(&path, ntags ? "/api/v1/fleet/query" : "/api/v1/fleet");
+        for (size_t k = 0; k < ntags; k++)
+            param(&path, "tag", tags[k]);
+        param(&path, "format", format);
+        param(&path, "resolution", resolution);
     } else if (devices) {
         bdb_buf_puts(&path, "/api/v1/devices");
     } else if (export) {

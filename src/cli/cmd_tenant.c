@@ -37,7 +37,9 @@ static void help(void)
            "  --hot-policy NAME         none, subbucket, ratelimit, sample or default\n"
            "  --hot-subbuckets N        subbucket: sub-buckets of a hot device, 2..64\n"
            "  --hot-rate-limit N        ratelimit: reports kept per minute while hot\n"
-           "  --hot-sample F            sample: fraction kept while hot, e.g. 0.1\n\n"
+           "  --hot-sample F            sample: fraction kept while hot, e.g. 0.1\n"
+           "  --tier-retention-1m D     keep 1-minute rollups D (e.g. 2d); also -1h, -1d;\n"
+           "                            default = the server's, forever = keep\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 
@@ -64,6 +66,11 @@ int cmd_tenant(int argc, char **argv)
     const char *hot_flags[5] = {"--hot-threshold", "--hot-policy", "--hot-subbuckets",
                                 "--hot-rate-limit", "--hot-sample"};
     const char *hot_vals[5] = {NULL, NULL, NULL, NULL, NULL};
+    /* rollup tier TTL (docs/TENANCY.md) */
+    const char *tier_names[3] = {"1m", "1h", "1d"};
+    const char *tier_flags[3] = {"--tier-retention-1m", "--tier-retention-1h",
+                                 "--tier-retention-1d"};
+    const char *tier_vals[3] = {NULL, NULL, NULL};
     const char *pos[3] = {NULL, NULL, NULL};
     size_t npos = 0;
     for (int i = 1; i < argc; i++) {
@@ -93,6 +100,9 @@ int cmd_tenant(int argc, char **argv)
         for (int k = 0; k < 5 && !dst; k++)
             if (!strcmp(a, hot_flags[k]))
                 dst = &hot_vals[k];
+        for (int k = 0; k < 3 && !dst; k++)
+            if (!strcmp(a, tier_flags[k]))
+                dst = &tier_vals[k];
         if (!dst) {
             fprintf(stderr, "bucketdb tenant: unknown option '%s' (see --help)\n", a);
             return BDB_EXIT_USAGE;
@@ -152,6 +162,19 @@ int cmd_tenant(int argc, char **argv)
             return BDB_EXIT_USAGE;
         }
     }
+    int has_tier = 0;
+    for (int k = 0; k < 3; k++) {
+        if (!tier_vals[k])
+            continue;
+        has_settings = has_tier = 1;
+        /* a duration, default or forever: checked by the server; here JSON-safe only */
+        const char *ok = "0123456789abcdefghijklmnopqrstuvwxyz";
+        if (!*tier_vals[k] || strspn(tier_vals[k], ok) != strlen(tier_vals[k])) {
+            fprintf(stderr, "bucketdb tenant: %s: invalid value '%s'\n", tier_flags[k],
+                    tier_vals[k]);
+            return BDB_EXIT_USAGE;
+        }
+    }
     if (has_settings && !is_create && !is_update) {
         fprintf(stderr, "bucketdb tenant %s: quota options apply to create and update only\n",
                 verb);
@@ -201,6 +224,14 @@ int cmd_tenant(int argc, char **argv)
                 bdb_buf_printf(&body, k == 1 ? "%s\"%s\":\"%s\"" : "%s\"%s\":%s", n++ ? "," : "",
                                hot_names[k], hot_vals[k]);
             }
+            bdb_buf_putc(&body, '}');
+        }
+        if (has_tier) {
+            bdb_buf_puts(&body, ",\"tier_retention\":{");
+            for (int k = 0, n = 0; k < 3; k++)
+                if (tier_vals[k])
+                    bdb_buf_printf(&body, "%s\"%s\":\"%s\"", n++ ? "," : "", tier_names[k],
+                                   tier_vals[k]);
             bdb_buf_putc(&body, '}');
         }
         if (retention) {

@@ -1,6 +1,5 @@
-/* http_client: the one HTTP/1.0 client the CLI commands use to talk to a running
- * server (query, tenant). HTTP/1.0 so the server closes the connection after the
- * answer and never uses chunked encoding. */
+/* http_client: one-shot requests of the CLI commands that print an answer (query,
+ * tenant), on top of the keep-alive client in http_conn.h. */
 #ifndef BDB_CLI_HTTP_CLIENT_H
 #define BDB_CLI_HTTP_CLIENT_H
 

@@ -14,6 +14,10 @@ static void usage(FILE *f)
                "  tenant    manage tenants, tokens and quotas of a running server\n"
                "  cql       run CQL statements on a Cassandra node\n"
                "  schema    print the CQL schema (DDL) for a Cassandra keyspace\n"
+               "  plan      capacity plan and bucket advice for a fleet\n"
+               "  load      simulate a device fleet writing to a running server\n"
+               "  export    stream samples out of a running server (line protocol, CSV)\n"
+               "  import    write line protocol or CSV files into a running server\n"
                "  version   print the version\n\n"
                "`bucketdb <command> --help` describes each command. Docs: docs/CLI.md\n");
 }
@@ -35,6 +39,14 @@ int main(int argc, char **argv)
         return cmd_cql(argc - 1, argv + 1);
     if (!strcmp(cmd, "schema"))
         return cmd_schema(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan"))
+        return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "load"))
+        return cmd_load(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import"))
+        return cmd_import(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return cmd_version(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

@@ -29,6 +29,8 @@ static const struct key {
     }
     S(listen, "address to listen on, host:port (default 127.0.0.1:8086)"),
     S(data, "data directory (default ./data)"),
+    S(storage, "embedded | cassandra://HOST[:PORT],.../KEYSPACE?dc=..&consistency=.. "
+               "(docs/CASSANDRA.md; default embedded)"),
     S(log_level, "debug | info | warn | error (default info)"),
     S(sync, "WAL sync mode: batch (fsync before ack, default) | periodic"),
     N(sync_interval_ms, K_MS, "periodic mode: fsync every interval (default 100ms)"),
@@ -84,6 +86,7 @@ static const struct key {
     N(tier_retention_1m, K_MS, "keep 1-minute rollups this long; 0 = forever (default 90d)"),
     N(tier_retention_1h, K_MS, "keep 1-hour rollups this long; 0 = forever (default 365d)"),
     N(tier_retention_1d, K_MS, "keep 1-day rollups this long; 0 = forever (default 0)"),
+    N(late_threshold, K_MS, "events this far behind their device's newest are late (1h)"),
     N(hot_threshold, K_U64,
       "reports per partition per minute above which it is hot; 0 = off (default 3000)"),
     S(hot_policy, "hot partition mitigation: none | subbucket (default) | ratelimit | sample"),
@@ -93,6 +96,7 @@ static const struct key {
     N(bucket_target_bytes, K_U64,
       "move a device to a smaller bucket past this partition size; 0 = off (100000000)"),
     N(test_clock, K_BOOL, "tests only: admin POST /internal/clock sets the clock (false)"),
+    N(test_faults, K_BOOL, "tests only: admin POST /internal/fault fails the storage (false)"),
 #undef S
 #undef N
 };
@@ -104,6 +108,7 @@ void bdb_config_default(bdb_config *c)
     memset(c, 0, sizeof *c);
     snprintf(c->listen, sizeof c->listen, "127.0.0.1:8086");
     snprintf(c->data, sizeof c->data, "./data");
+    snprintf(c->storage, sizeof c->storage, "embedded"); /* storage */
     snprintf(c->log_level, sizeof c->log_level, "info");
     snprintf(c->sync, sizeof c->sync, "batch");
     c->sync_interval_ms = 100;
@@ -141,6 +146,8 @@ void bdb_config_default(bdb_config *c)
     c->tier_retention_1m = 90 * BDB_MS_DAY;
     c->tier_retention_1h = 365 * BDB_MS_DAY;
     c->tier_retention_1d = 0;
+    /* late data (db_tier_late.c) */
+    c->late_threshold = BDB_MS_HOUR;
     c->hot_threshold = 3000; /* 50 reports/s: far above seed 000's 1 per 10 s devices */
     snprintf(c->hot_policy, sizeof c->hot_policy, "subbucket");
     c->hot_subbuckets = 8;
@@ -350,8 +357,17 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
                  "block_window_ms: must be whole minutes dividing a day (e.g. 1h, 2h)");
         return -1;
     }
+    if (c->late_threshold <= 0) { /* late data */
+        snprintf(err, errlen, "late_threshold: must be above 0 (e.g. 1h)");
+        return -1;
+    }
     if (!strchr(c->listen, ':')) {
         snprintf(err, errlen, "listen: expected host:port, got '%s'", c->listen);
+        return -1;
+    }
+    if (strcmp(c->storage, "embedded") != 0 && strncmp(c->storage, "cassandra://", 12) != 0) {
+        snprintf(err, errlen, "storage: expected embedded or cassandra://..., got '%.200s'",
+                 c->storage);
         return -1;
     }
     if (c->sync_interval_ms < 1 || c->sync_interval_ms > 60000) {

@@ -13,6 +13,7 @@
 typedef struct bdb_config {
     char listen[256]; /* host:port */
     char data[1024];
+    char storage[2048]; /* storage: "embedded" or cassandra://... (docs/CASSANDRA.md) */
     char log_level[16];
     char sync[16];            /* batch | periodic */
     int64_t sync_interval_ms; /* periodic */
@@ -63,6 +64,7 @@ typedef struct bdb_config {
      * event is this much past its end; tier retention in ms, 0 = forever */
     int64_t agg_allowed_lateness;
     int64_t tier_retention_1m, tier_retention_1h, tier_retention_1d;
+    int64_t late_threshold; /* late data: ms behind the device's newest event */
     /* hot partitions (src/server/hotpart.h; tenants may override), promotion */
     uint64_t hot_threshold;       /* reports per partition per minute; 0 = detection off */
     char hot_policy[16];          /* none | subbucket | ratelimit | sample */
@@ -71,6 +73,7 @@ typedef struct bdb_config {
     char hot_sample[24];          /* sample: fraction kept while hot, (0, 1] */
     uint64_t bucket_target_bytes; /* promote a device past this partition size; 0 = off */
     int test_clock;               /* tests only: POST /internal/clock moves the wall clock */
+    int test_faults; /* tests only: the engine runs on vfs_fault, POST /internal/fault */
 } bdb_config;
 
 void bdb_config_default(bdb_config *c);

@@ -72,6 +72,10 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
                    (unsigned long long)h->threshold,
                    h->policy ? bdb_hot_kind_name(h->policy - 1) : "default", h->subbuckets,
                    (unsigned long long)h->rate_limit, h->sample);
+    /* rollup tier TTL: the tenant's own (0 = the server's, -1 = forever) */
+    bdb_buf_printf(b, ",\"tier_retention\":{\"1m\":%lld,\"1h\":%lld,\"1d\":%lld}",
+                   (long long)t->tier_retention_ms[0], (long long)t->tier_retention_ms[1],
+                   (long long)t->tier_retention_ms[2]);
     bdb_buf_putc(b, '}');
 }
 
@@ -130,6 +134,46 @@ static int get_duration(json_t *v, int64_t *out)
     if (json_is_string(v))
         return bdb_config_parse_duration(json_string_value(v), out);
     return -1;
+}
+
+/* The "tier_retention" object: {"1m","1h","1d"}, each optional: milliseconds or a
+ * duration ("2d"), 0 or "default" for the server's setting, -1 or "forever". */
+static int parse_tier_retention(json_t *val, bdb_tenant_patch *p, char *err, size_t errlen)
+{
+    static const char *const keys[3] = {"1m", "1h", "1d"};
+    if (!json_is_object(val)) {
+        snprintf(err, errlen, "'tier_retention' must be an object with keys 1m, 1h, 1d");
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(val, k, v)
+    {
+        int t = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(k, keys[i]))
+                t = i;
+        if (t < 0) {
+            snprintf(err, errlen, "tier_retention: unknown tier '%.100s' (known: 1m, 1h, 1d)", k);
+            return -1;
+        }
+        int64_t ms = 0;
+        if ((json_is_integer(v) && json_integer_value(v) == -1) ||
+            (json_is_string(v) && !strcmp(json_string_value(v), "forever")))
+            ms = -1;
+        else if (json_is_string(v) && !strcmp(json_string_value(v), "default"))
+            ms = 0;
+        else if (get_duration(v, &ms)) {
+            snprintf(err, errlen,
+                     "tier_retention.%s must be milliseconds, a duration such as \"2d\", "
+                     "\"default\" or \"forever\"",
+                     k);
+            return -1;
+        }
+        p->tier_retention_ms[t] = ms;
+        p->has_tier_retention[t] = 1;
+    }
+    return 0;
 }
 
 /* The "hot" object: {"threshold","policy","subbuckets","rate_limit","sample"}, each
@@ -252,8 +296,13 @@ static int parse_settings(json_t *root, int create, bdb_tenant_patch *p, const c
         } else if (!strcmp(key, "hot")) {
             if (parse_hot(val, p, err, errlen) != 0)
                 return -1;
+        } else if (!strcmp(key, "tier_retention")) {
+            if (parse_tier_retention(val, p, err, errlen) != 0)
+                return -1;
         } else {
-            snprintf(err, errlen, "unknown field '%.100s' (known: name, quotas, retention_ms, hot)",
+            snprintf(err, errlen,
+                     "unknown field '%.100s' (known: name, quotas, retention_ms, hot, "
+                     "tier_retention)",
                      key);
             return -1;
         }
@@ -310,7 +359,8 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
     if (rc != BDB_OK)
         return registry_error(s, c, rc, nm);
     if (p.has_hot_threshold || p.has_hot_policy || p.has_hot_subbuckets || p.has_hot_rate_limit ||
-        p.has_hot_sample) {
+        p.has_hot_sample || p.has_tier_retention[0] || p.has_tier_retention[1] ||
+        p.has_tier_retention[2]) {
         bdb_tenant_patch hp = {0};
         hp.has_hot_threshold = p.has_hot_threshold;
         hp.has_hot_policy = p.has_hot_policy;
@@ -318,6 +368,8 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
         hp.has_hot_rate_limit = p.has_hot_rate_limit;
         hp.has_hot_sample = p.has_hot_sample;
         hp.hot = p.hot;
+        memcpy(hp.has_tier_retention, p.has_tier_retention, sizeof hp.has_tier_retention);
+        memcpy(hp.tier_retention_ms, p.tier_retention_ms, sizeof hp.tier_retention_ms);
         if ((rc = bdb_tenants_update(s->tenants, nm, &hp, NULL)) != BDB_OK) {
             bdb_tenants_delete(s->tenants, nm); /* all or nothing */
             OPENSSL_cleanse(token, sizeof token);

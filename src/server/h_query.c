@@ -6,6 +6,7 @@
 #include "model/bucket.h"
 #include "query/range.h"
 #include "query/windows.h"
+#include "storage/embedded/db_tier.h"
 #include "server/config.h"
 #include "server/devlimit.h"
 
@@ -284,11 +285,18 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
         tier = bdb_rollup_route(end > q.from ? end - q.from : 0);
     }
     char *mlist = NULL;
-    const char *metrics[256];
+    const char *metrics[257];
     const char *m = arg(c, "metric");
     if (m && *m) {
         mlist = strdup(m);
-        q.nmetrics = sort_unique(metrics, split_list(mlist, metrics, 256));
+        /* one name more than the limit tells a long list from one at the limit:
+         * refuse it rather than silently answer for the first 256 names only */
+        size_t nm = split_list(mlist, metrics, 257);
+        if (nm > 256) {
+            free(mlist);
+            return respond_json_error(s, c, 400, "'metric' lists more than 256 names", 0);
+        }
+        q.nmetrics = sort_unique(metrics, nm);
         q.metrics = metrics;
     }
     if (tier != BDB_RES_RAW) {
@@ -545,4 +553,85 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
     res = respond(s, c, 200, "application/json", b.data, b.len);
     bdb_buf_free(&b);
     return res;
+}
+
+/* ---------------------------------------------------------------- late data */
+
+struct late_ctx {
+    bdb_buf *b;
+    uint64_t n, limit;
+};
+
+static int late_row(void *ctx, const bdb_late_event *e)
+{
+    struct late_ctx *l = ctx;
+    char t[40], nw[40], ar[40];
+    bdb_format_time_ms(e->ts, t, sizeof t);
+    bdb_format_time_ms(e->newest, nw, sizeof nw);
+    bdb_format_time_ms(e->arrived, ar, sizeof ar);
+    bdb_buf_puts(l->b, l->n ? ",{\"device\":\"" : "{\"device\":\"");
+    bdb_buf_json_str(l->b, e->device, strlen(e->device));
+    bdb_buf_printf(l->b,
+                   "\",\"time\":\"%s\",\"time_ms\":%lld,\"device_newest\":\"%s\","
+                   "\"behind_ms\":%lld,\"arrived\":\"%s\"}",
+                   t, (long long)e->ts, nw, (long long)(e->newest - e->ts), ar);
+    return ++l->n >= l->limit;
+}
+
+enum MHD_Result h_late(bdb_server *s, struct MHD_Connection *c)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    const char *device = arg(c, "device");
+    struct late_ctx l = {NULL, 0, 100};
+    const char *lim = arg(c, "limit");
+    if (lim) {
+        char *end;
+        l.limit = strtoull(lim, &end, 10);
+        if (*end || *lim == '-' || l.limit == 0 || l.limit > 256)
+            return respond_json_error(s, c, 400, "'limit' must be 1..256", 0);
+    }
+    bdb_late_stats st;
+    bdb_db_late_get_stats(s->db, &st);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    l.b = &b;
+    bdb_buf_puts(&b, "{\"tenant\":\"");
+    bdb_buf_json_str(&b, tenant, strlen(tenant));
+    bdb_buf_printf(&b,
+                   "\",\"threshold_ms\":%lld,\"late_events_total\":%llu,"
+                   "\"recompute_pending\":%llu,\"events\":[",
+                   (long long)st.threshold_ms, (unsigned long long)st.late_events,
+                   (unsigned long long)st.pending);
+    bdb_db_late_recent(s->db, tenant, device && *device ? device : NULL, late_row, &l);
+    bdb_buf_puts(&b, "]}\n");
+    enum MHD_Result r = respond(s, c, 200, "application/json", b.data, b.len);
+    bdb_buf_free(&b);
+    return r;
+}
+
+void h_late_metrics(bdb_server *s, bdb_buf *b)
+{
+    bdb_late_stats st;
+    bdb_db_late_get_stats(s->db, &st);
+    bdb_buf_puts(b, "# HELP bucketdb_late_events_total Events later than late_threshold behind "
+                    "their device's newest, since start.\n"
+                    "# TYPE bucketdb_late_events_total counter\n");
+    bdb_buf_printf(b, "bucketdb_late_events_total %llu\n", (unsigned long long)st.late_events);
+    bdb_buf_puts(b, "# HELP bucketdb_tier_windows_recomputed_total Rollup windows recomputed "
+                    "from raw data (late data, rewrites), by tier.\n"
+                    "# TYPE bucketdb_tier_windows_recomputed_total counter\n");
+    for (int k = 0; k < BDB_TIERS; k++)
+        bdb_buf_printf(b, "bucketdb_tier_windows_recomputed_total{tier=\"%s\"} %llu\n",
+                       bdb_res_name((enum bdb_res)(k + 1)), (unsigned long long)st.recomputed[k]);
+    bdb_buf_puts(b, "# HELP bucketdb_tier_recompute_pending Dirty minutes waiting for the "
+                    "next flush.\n# TYPE bucketdb_tier_recompute_pending gauge\n");
+    bdb_buf_printf(b, "bucketdb_tier_recompute_pending %llu\n", (unsigned long long)st.pending);
+    bdb_buf_puts(b, "# HELP bucketdb_tier_recompute_fallbacks_total Dirty minutes kept partial "
+                    "because the finer data had expired.\n"
+                    "# TYPE bucketdb_tier_recompute_fallbacks_total counter\n");
+    bdb_buf_printf(b, "bucketdb_tier_recompute_fallbacks_total %llu\n",
+                   (unsigned long long)st.fallbacks);
 }

@@ -450,6 +450,7 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     family(&b, "process_start_time_seconds", "gauge", "Start time, Unix seconds.");
     bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
     bdb_mqtt_gw_metrics(s->mqtt, &b);
+    h_late_metrics(s, &b); /* late data: late events, windows recomputed (h_query.c) */
 
     enum MHD_Result r =
         respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);

@@ -55,6 +55,12 @@ static int gunzip(bdb_server *s, req *r, const bdb_buf *in, size_t max, bdb_buf 
         }
         if (rc == Z_BUF_ERROR && z.avail_in == 0)
             break; /* truncated stream */
+        if (rc == Z_STREAM_END && z.avail_in > 0) {
+            /* Another gzip member follows (gzip(1) and Go's reader, which InfluxDB
+             * uses, read them all): decode it too rather than acknowledge a body we
+             * only partly stored. Bytes that are not a member fail below. */
+            rc = inflateReset(&z) == Z_OK ? Z_OK : Z_STREAM_ERROR;
+        }
     } while (rc == Z_OK);
     inflateEnd(&z);
     return rc == Z_STREAM_END ? 0 : -1;
@@ -132,23 +138,35 @@ void devq_unlock(bdb_server *s, const char *tenant)
     pthread_mutex_unlock(devq_lock_of(s, tenant));
 }
 
-int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
-               int *locked, enum MHD_Result *r)
+int devq_admit(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked, uint64_t *max,
+               uint64_t *have, uint64_t *fresh)
 {
     *locked = 0;
+    *max = *have = *fresh = 0;
     bdb_tenant_info ti;
     if (bdb_tenants_get(s->tenants, tenant, &ti) != BDB_OK || !ti.quotas.max_devices)
         return 0;
-    uint64_t max = ti.quotas.max_devices, have = 0, fresh = 0;
-    if (bdb_db_tenant_usage(s->db, tenant, b, &have, &fresh) != BDB_OK || fresh == 0)
+    *max = ti.quotas.max_devices;
+    if (bdb_db_tenant_usage(s->db, tenant, b, have, fresh) != BDB_OK || *fresh == 0)
         return 0; /* adds no device: nothing to serialise */
     /* Check again under the tenant's lock, held until the write is done, so that two
      * requests cannot both take the last free device. */
     pthread_mutex_lock(devq_lock_of(s, tenant));
-    if (bdb_db_tenant_usage(s->db, tenant, b, &have, &fresh) == BDB_OK &&
-        !bdb_quota_devices_ok(have, fresh, max)) {
+    if (bdb_db_tenant_usage(s->db, tenant, b, have, fresh) == BDB_OK &&
+        !bdb_quota_devices_ok(*have, *fresh, *max)) {
         devq_unlock(s, tenant);
         bdb_tenants_count_rejection(s->tenants, tenant, BDB_LIMIT_DEVICES);
+        return -1;
+    }
+    *locked = 1;
+    return 0;
+}
+
+int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
+               int *locked, enum MHD_Result *r)
+{
+    uint64_t max, have, fresh;
+    if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) != 0) {
         char msg[512];
         snprintf(msg, sizeof msg,
                  "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
@@ -164,8 +182,7 @@ int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, cons
         bdb_buf_free(&out);
         return -1;
     }
-    *locked = 1;
-    return 0;
+    return 0; /* *locked as devq_admit set it */
 }
 
 /* Write-rate admission of a whole request; 0, or -1 with a 429 (or 413) queued. */

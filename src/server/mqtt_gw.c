@@ -102,6 +102,19 @@ static int process(mq_client *c, int *state)
             if (bdb_mqtt_parse_publish(h.flags, c->rbuf.data + h.hdr_len, prefix, &p) != 0 ||
                 p.qos > 1)
                 return -1;
+            if (g->s->cfg.mqtt_dead_letter_topic[0]) {
+                uint16_t pid = p.packet_id;
+                int qos = p.qos, r = mq_dead_letter_large(c, &h, prefix);
+                if (r < 0)
+                    return -1;
+                if (r == 0) { /* consumed and dead-lettered: p is stale */
+                    if (qos == 1)
+                        bdb_mqtt_encode_puback_v(&c->wbuf, v, pid, BDB_MQTT_RC_SUCCESS);
+                    if (mq_flush(c) != 0)
+                        return -1;
+                    continue;
+                }
+            }
             mq_handle_message(c, &p, 1, &reason);
             if (p.qos == 1)
                 bdb_mqtt_encode_puback_v(&c->wbuf, v, p.packet_id, reason);
@@ -425,10 +438,12 @@ static int configure(bdb_mqtt_gw *g)
 
 int bdb_mqtt_gw_start(bdb_server *s, bdb_mqtt_gw **out)
 {
-    *out = NULL;
     const bdb_config *cfg = &s->cfg;
+    /* *out is left alone without a broker: HTTP threads already read it (/metrics)
+     * and a store of the NULL it holds would race them (ThreadSanitizer) */
     if (!cfg->mqtt_broker[0])
         return BDB_OK;
+    *out = NULL;
     bdb_mqtt_gw *g = calloc(1, sizeof *g);
     if (!g)
         return BDB_ERR_NOMEM;

@@ -28,7 +28,8 @@
 typedef struct bdb_server bdb_server;
 typedef struct bdb_mqtt_gw bdb_mqtt_gw;
 
-/* Starts the gateway when s->cfg.mqtt_broker is set (*out = NULL otherwise).
+/* Starts the gateway when s->cfg.mqtt_broker is set (otherwise *out, which must hold
+ * NULL, is not written: HTTP threads may be reading it).
  * Returns BDB_OK, or BDB_ERR_INVALID with a logged reason (bad broker address, topic
  * filter, scheme, formats, TLS files, dead-letter topic). Connecting happens in the
  * background, with bounded backoff. */

@@ -74,6 +74,13 @@ struct bdb_mqtt_gw {
  * dropped) with *reason the MQTT 5 PUBACK reason code, or -1 when it must not be
  * (storage failed, the gateway stops, the connection failed while pausing). */
 int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason);
+/* mqtt_msg.c: a PUBLISH larger than max_body_bytes + 64 KiB (header h; its first
+ * `prefix` body bytes are in rbuf) with a dead-letter topic set: streamed to that
+ * topic as it arrives (bounded memory) and counted malformed. 0: the whole packet was
+ * consumed from rbuf and may be acknowledged; 1: it cannot be dead-lettered (too
+ * large for the broker, properties past the prefix), rbuf untouched, drop it as
+ * without a dead-letter topic; -1: the connection failed (reconnect). */
+int mq_dead_letter_large(mq_client *c, const bdb_mqtt_hdr *h, size_t prefix);
 
 /* mqtt_net.c */
 int mq_tls_init(struct bdb_mqtt_gw *g); /* 0, or -1 logged (bad CA/cert/key file) */

@@ -22,7 +22,6 @@
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
-#include "common/map.h"
 #include "common/timeutil.h"
 #include "server/backpressure.h"
 #include "server/devlimit.h"
@@ -102,19 +101,69 @@ static int await_puback(mq_client *c, size_t from, uint16_t pid, int *reason)
     }
 }
 
+static uint16_t dead_letter_pid(mq_client *c)
+{
+    if (++c->next_pid < 2) /* 1 is the SUBSCRIBE's */
+        c->next_pid = 2;
+    return c->next_pid;
+}
+
+/* The 3.1.1 envelope up to the base64 of the payload; "\"}" closes it. */
+static void envelope_head(bdb_buf *env, const char *topic, const char *why)
+{
+    bdb_buf_puts(env, "{\"topic\":\"");
+    bdb_buf_json_str(env, topic, strlen(topic));
+    bdb_buf_puts(env, "\",\"reason\":\"");
+    bdb_buf_json_str(env, why, strlen(why));
+    bdb_buf_puts(env, "\",\"payload_base64\":\"");
+}
+
+static void put_base64(bdb_buf *b, const uint8_t *p, size_t n)
+{
+    bdb_buf_reserve(b, 4 * ((n + 2) / 3) + 1);
+    b->len += (size_t)EVP_EncodeBlock(b->data + b->len, p, (int)n);
+}
+
+/* A dead letter that does not fit the broker's maximum packet size: counted, logged,
+ * and the original acknowledged anyway (it could never be dead-lettered). */
+static void dead_letter_too_large(mq_client *c, const char *topic)
+{
+    bdb_buf_reset(&c->wbuf);
+    atomic_fetch_add(&c->g->dead_letter_failures, 1);
+    BDB_ERROR("mqtt: message on '%s' too large for the dead-letter topic '%s'; dropped", topic,
+              c->g->s->cfg.mqtt_dead_letter_topic);
+}
+
+/* After the dead letter pid was sent: waits for the broker's PUBACK and counts the
+ * outcome. 0 (the original may be acknowledged), -1 to reconnect. */
+static int dead_letter_outcome(mq_client *c, uint16_t pid, size_t end, const char *topic)
+{
+    bdb_mqtt_gw *g = c->g;
+    int reason = 0;
+    if (await_puback(c, end, pid, &reason) != 0)
+        return -1;
+    if (reason >= 0x80) {
+        atomic_fetch_add(&g->dead_letter_failures, 1);
+        BDB_ERROR("mqtt: broker %s refused the dead-letter message for '%s' on '%s': %s; the "
+                  "message is dropped",
+                  c->name, topic, g->s->cfg.mqtt_dead_letter_topic, bdb_mqtt_reason_str(reason));
+        return 0;
+    }
+    atomic_fetch_add(&g->dead_letters, 1);
+    return 0;
+}
+
 /* Publishes a rejected message to the dead-letter topic and waits for the broker to
- * have it. MQTT 5: the original payload with user properties reason, topic and
- * format; 3.1.1: a JSON envelope {"topic","reason","payload_base64"}. Returns 0 when
- * the original may be acknowledged (also when the broker refused the dead letter:
- * logged and counted, the consumer must not stall), -1 to reconnect. */
+ * have it. MQTT 5: the original payload with user properties reason and topic; 3.1.1:
+ * a JSON envelope {"topic","reason","payload_base64"}. Returns 0 when the original
+ * may be acknowledged (also when the broker refused the dead letter: logged and
+ * counted, the consumer must not stall), -1 to reconnect. */
 static int dead_letter(mq_client *c, const bdb_mqtt_publish *p, const char *topic, const char *why,
                        size_t end)
 {
     bdb_mqtt_gw *g = c->g;
     const char *dl = g->s->cfg.mqtt_dead_letter_topic;
-    if (++c->next_pid < 2) /* 1 is the SUBSCRIBE's */
-        c->next_pid = 2;
-    uint16_t pid = c->next_pid;
+    uint16_t pid = dead_letter_pid(c);
     int rc;
     if (g->version == BDB_MQTT_V5) {
         bdb_mqtt_user_prop props[] = {{"reason", why}, {"topic", topic}};
@@ -123,40 +172,119 @@ static int dead_letter(mq_client *c, const bdb_mqtt_publish *p, const char *topi
     } else {
         bdb_buf env;
         bdb_buf_init(&env);
-        bdb_buf_puts(&env, "{\"topic\":\"");
-        bdb_buf_json_str(&env, topic, strlen(topic));
-        bdb_buf_puts(&env, "\",\"reason\":\"");
-        bdb_buf_json_str(&env, why, strlen(why));
-        bdb_buf_puts(&env, "\",\"payload_base64\":\"");
-        size_t need = 4 * ((p->payload_len + 2) / 3) + 1;
-        bdb_buf_reserve(&env, need);
-        int n = EVP_EncodeBlock(env.data + env.len, p->payload, (int)p->payload_len);
-        env.len += (size_t)n;
+        envelope_head(&env, topic, why);
+        put_base64(&env, p->payload, p->payload_len);
         bdb_buf_puts(&env, "\"}");
         rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, env.data, env.len, 1, 0, pid, NULL,
                                        0);
         bdb_buf_free(&env);
     }
-    if (rc != 0 ||
-        (c->broker_max_pkt && c->wbuf.len > c->broker_max_pkt)) { /* the broker's limit */
-        bdb_buf_reset(&c->wbuf);
-        atomic_fetch_add(&g->dead_letter_failures, 1);
-        BDB_ERROR("mqtt: message on '%s' too large for the dead-letter topic '%s'; dropped", topic,
-                  dl);
+    if (rc != 0 || (c->broker_max_pkt && c->wbuf.len > c->broker_max_pkt)) {
+        dead_letter_too_large(c, topic);
         return 0;
     }
-    int reason = 0;
-    if (mq_flush(c) != 0 || await_puback(c, end, pid, &reason) != 0)
+    if (mq_flush(c) != 0)
         return -1;
-    if (reason >= 0x80) {
-        atomic_fetch_add(&g->dead_letter_failures, 1);
-        BDB_ERROR("mqtt: broker %s refused the dead-letter message for '%s' on '%s': %s; the "
-                  "message is dropped",
-                  c->name, topic, dl, bdb_mqtt_reason_str(reason));
-        return 0;
+    return dead_letter_outcome(c, pid, end, topic);
+}
+
+/* Sends n bytes of an oversized message's payload as part of the dead letter being
+ * streamed: as they are (MQTT 5) or as base64 (3.1.1), keeping up to 2 bytes in
+ * carry for the next call unless last. 0, or -1 (connection failed). */
+static int stream_chunk(mq_client *c, int b64, uint8_t carry[3], size_t *ncarry, const uint8_t *p,
+                        size_t n, int last)
+{
+    if (!b64) {
+        bdb_buf_append(&c->wbuf, p, n);
+        return mq_flush(c);
     }
-    atomic_fetch_add(&g->dead_letters, 1);
-    return 0;
+    while (n && *ncarry && *ncarry < 3) {
+        carry[(*ncarry)++] = *p++;
+        n--;
+    }
+    if (*ncarry == 3 || (last && *ncarry)) {
+        put_base64(&c->wbuf, carry, *ncarry);
+        *ncarry = 0;
+    }
+    size_t whole = last ? n : n - n % 3;
+    put_base64(&c->wbuf, p, whole);
+    memcpy(carry, p + whole, n - whole);
+    *ncarry += n - whole;
+    return mq_flush(c);
+}
+
+int mq_dead_letter_large(mq_client *c, const bdb_mqtt_hdr *h, size_t prefix)
+{
+    bdb_mqtt_gw *g = c->g;
+    const char *dl = g->s->cfg.mqtt_dead_letter_topic;
+    bdb_mqtt_publish p;
+    bdb_mqtt_props props;
+    if (bdb_mqtt_parse_publish_v(g->version, h->flags, c->rbuf.data + h->hdr_len, prefix, &p,
+                                 &props) != 0)
+        return 1; /* e.g. MQTT 5 properties longer than the prefix read */
+    char topic[512], why[200];
+    size_t tl = p.topic_len < sizeof topic - 1 ? p.topic_len : sizeof topic - 1;
+    memcpy(topic, p.topic, tl);
+    topic[tl] = '\0';
+    sanitize(topic);
+    size_t end = h->hdr_len + h->rem_len, off = (size_t)(p.payload - c->rbuf.data);
+    size_t total = end - off;
+    snprintf(why, sizeof why, "too large: %zu bytes, more than max_body_bytes + 64 KiB (%zu)",
+             total, g->max_packet);
+    uint16_t pid = dead_letter_pid(c);
+    int b64 = g->version != BDB_MQTT_V5;
+    int rc;
+    if (!b64) {
+        bdb_mqtt_user_prop up[] = {{"reason", why}, {"topic", topic}};
+        rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, NULL, total, 1, 0, pid, up, 2);
+    } else {
+        bdb_buf env;
+        bdb_buf_init(&env);
+        envelope_head(&env, topic, why);
+        rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, NULL,
+                                       env.len + 4 * ((total + 2) / 3) + 2, 1, 0, pid, NULL, 0);
+        if (rc == 0)
+            bdb_buf_append(&c->wbuf, env.data, env.len);
+        bdb_buf_free(&env);
+    }
+    uint64_t size = c->wbuf.len + (b64 ? 4 * ((total + 2) / 3) + 2 : total);
+    if (rc != 0 || (c->broker_max_pkt && size > c->broker_max_pkt)) {
+        dead_letter_too_large(c, topic);
+        return 1;
+    }
+    atomic_fetch_add(&g->results[MR_BAD], 1);
+    BDB_WARN("mqtt: dead-lettered message on '%s': %s", topic, why);
+    /* The head, what of the payload is here, then the rest as it arrives: memory stays
+     * bounded by a read (64 KiB) whatever the message's size. */
+    uint8_t carry[3];
+    size_t ncarry = 0, have = (c->rbuf.len < end ? c->rbuf.len : end) - off;
+    if (mq_flush(c) != 0 ||
+        stream_chunk(c, b64, carry, &ncarry, c->rbuf.data + off, have, have == total) != 0)
+        return -1;
+    remove_bytes(&c->rbuf, 0, off + have);
+    size_t left = total - have;
+    int64_t deadline = bdb_monotonic_ms() + MQ_DEAD_LETTER_WAIT_MS;
+    while (left) {
+        if (atomic_load(&g->stop) || bdb_monotonic_ms() > deadline)
+            return -1;
+        int r = mq_read(c, 200);
+        if (r < 0)
+            return -1;
+        size_t take = c->rbuf.len < left ? c->rbuf.len : left;
+        if (!take)
+            continue;
+        if (stream_chunk(c, b64, carry, &ncarry, c->rbuf.data, take, take == left) != 0)
+            return -1;
+        remove_bytes(&c->rbuf, 0, take);
+        left -= take;
+        deadline = bdb_monotonic_ms() + MQ_DEAD_LETTER_WAIT_MS; /* progress */
+    }
+    if (b64) {
+        bdb_buf_puts(&c->wbuf, "\"}");
+        if (mq_flush(c) != 0)
+            return -1;
+    }
+    return dead_letter_outcome(c, pid, 0, topic);
 }
 
 /* Counts and logs a rejected message, dead-letters it when configured. */
@@ -226,77 +354,30 @@ static int admit_rate(mq_client *c, const char *tenant, uint64_t cost, const cha
     }
 }
 
-/* Must be the lock devq_check (h_write.c) takes for the tenant: both paths add
- * devices to the same tenants. */
-static pthread_mutex_t *devq_mutex(bdb_server *s, const char *tenant)
-{
-    return &s->devq_mu[bdb_hash(tenant, strlen(tenant)) %
-                       (sizeof s->devq_mu / sizeof s->devq_mu[0])];
-}
-
-/* The tenant's device quota: 0 admitted (*locked: unlock after the write), -1 the
- * message would add devices beyond it (why filled). */
+/* The tenant's device quota, decided by devq_admit (h_write.c) as for HTTP writes
+ * under the same per-tenant lock: 0 admitted (*locked: devq_unlock after the
+ * write), -1 the message would add devices beyond it (why filled). */
 static int devices_check(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked,
                          char *why, size_t whylen)
 {
-    *locked = 0;
-    bdb_tenant_info ti;
-    if (bdb_tenants_get(s->tenants, tenant, &ti) != BDB_OK || !ti.quotas.max_devices)
+    uint64_t max, have, fresh;
+    if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) == 0)
         return 0;
-    uint64_t have = 0, fresh = 0;
-    if (bdb_db_tenant_usage(s->db, tenant, b, &have, &fresh) != BDB_OK || fresh == 0)
-        return 0;
-    pthread_mutex_lock(devq_mutex(s, tenant));
-    if (bdb_db_tenant_usage(s->db, tenant, b, &have, &fresh) == BDB_OK &&
-        !bdb_quota_devices_ok(have, fresh, ti.quotas.max_devices)) {
-        pthread_mutex_unlock(devq_mutex(s, tenant));
-        bdb_tenants_count_rejection(s->tenants, tenant, BDB_LIMIT_DEVICES);
-        snprintf(why, whylen,
-                 "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
-                 "this message would add %llu",
-                 tenant, (unsigned long long)ti.quotas.max_devices, (unsigned long long)have,
-                 (unsigned long long)fresh);
-        return -1;
-    }
-    *locked = 1;
-    return 0;
+    snprintf(why, whylen,
+             "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
+             "this message would add %llu",
+             tenant, (unsigned long long)max, (unsigned long long)have, (unsigned long long)fresh);
+    return -1;
 }
 
-/* The tenant's hot-partition policy: the server's with the tenant's overrides. Must
- * decide as policy_for in h_partitions.c does for HTTP writes. */
-static void hot_policy(bdb_server *s, const char *tenant, bdb_hot_policy *p)
-{
-    char err[200];
-    if (bdb_config_hot_policy(&s->cfg, p, err, sizeof err) != 0)
-        memset(p, 0, sizeof *p); /* checked at start */
-    bdb_tenant_info ti;
-    if (bdb_tenants_get(s->tenants, tenant, &ti) != BDB_OK)
-        return;
-    const bdb_tenant_hot *h = &ti.hot;
-    if (h->threshold)
-        p->threshold = h->threshold;
-    if (h->policy)
-        p->kind = h->policy - 1;
-    if (h->subbuckets)
-        p->subbuckets = h->subbuckets;
-    if (h->rate_limit)
-        p->max_per_minute = h->rate_limit;
-    if (h->sample != 0)
-        p->sample = h->sample;
-}
-
-/* Hot partitions: 0 (write *kept when set, else b), or -1 with why (a rate-limited
- * hot device over its minute). */
+/* Hot partitions, decided by hot_decide_batch (h_partitions.c) as for HTTP writes:
+ * 0 (write *kept when set, else b), or -1 with why (a rate-limited hot device over
+ * its minute). */
 static int hot_check(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_batch **kept,
                      char *why, size_t whylen)
 {
-    *kept = NULL;
-    bdb_hot_policy p;
-    hot_policy(s, tenant, &p);
-    if (!p.threshold || !s->hot)
-        return 0;
     bdb_hot_verdict v;
-    if (bdb_hotpart_admit_batch(s->hot, tenant, &p, b, kept, &v))
+    if (hot_decide_batch(s, tenant, b, kept, &v))
         return 0;
     snprintf(why, whylen,
              "hot partition rate limit: device '%s' is hot and may send %llu reports per minute",
@@ -399,14 +480,14 @@ int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, ui
     if (hot_check(s, tenant, b, &kept, why, sizeof why) != 0) {
         bdb_tenants_refund(s->tenants, tenant, cost);
         if (locked)
-            pthread_mutex_unlock(devq_mutex(s, tenant));
+            devq_unlock(s, tenant);
         ret = reject(c, p, 0, topic, MR_HOT, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
         goto out;
     }
     const bdb_batch *wb = kept ? kept : b; /* hot sample policy: the kept reports */
     int rc = bdb_db_write(s->db, tenant, wb);
     if (locked)
-        pthread_mutex_unlock(devq_mutex(s, tenant));
+        devq_unlock(s, tenant);
     if (rc != BDB_OK)
         bdb_tenants_refund(s->tenants, tenant, cost);
     if (rc == BDB_ERR_LIMIT || rc == BDB_ERR_INVALID) {

@@ -6,6 +6,10 @@
 #include "common/timeutil.h"
 #include "server/devlimit.h"
 #include "server/mqtt_gw.h"
+#include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
+#include "storage/embedded/db_fleet.h"
+#include "storage/embedded/db_tier.h"
+#include "storage/vfs/vfs_fault.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -385,6 +389,39 @@ static enum MHD_Result h_flush(bdb_server *s, struct MHD_Connection *c)
     return respond(s, c, 204, NULL, "", 0);
 }
 
+/* test_faults only (tests/integration/test_mqtt_checks.py): POST /internal/fault
+ * makes every later counted call of the engine's storage (write, sync, rename,
+ * unlink, truncate, create) fail with EIO, as a disk that died: the next write fails
+ * and the engine turns read-only. Only a restart heals it. Admin token. */
+static enum MHD_Result h_fault(bdb_server *s, struct MHD_Connection *c)
+{
+    enum MHD_Result r;
+    req_ident id;
+    if (req_auth(s, c, &id, &r) != 0)
+        return r;
+    if (id.who == WHO_TENANT) {
+        atomic_fetch_add(&s->forbidden, 1);
+        return respond_json_error(s, c, 403, "forbidden: /internal/fault needs the admin token", 0);
+    }
+    uint64_t n = bdb_vfs_fault_calls(s->fault_vfs) + 1;
+    bdb_vfs_fault_fail_at(s->fault_vfs, n, EIO, 1);
+    BDB_WARN("test_faults: storage calls from number %llu on fail with EIO", (unsigned long long)n);
+    char body[64];
+    int len = snprintf(body, sizeof body, "{\"fail_from_call\":%llu}\n", (unsigned long long)n);
+    return respond(s, c, 200, "application/json", body, (size_t)len);
+}
+
+/* test_faults: the engine's VFS goes after the engine (bdb_db_close). */
+static void fault_vfs_free(bdb_server *s)
+{
+    if (s->fault_vfs)
+        bdb_vfs_fault_free(s->fault_vfs);
+    s->fault_vfs = NULL;
+}
+
+/* the dashboard's static files (h_ui.c) */
+enum MHD_Result h_ui(bdb_server *s, struct MHD_Connection *c, const char *url, const char *method);
+
 static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const char *url,
                                 const char *method, req *r)
 {
@@ -418,10 +455,14 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
             return respond_json_error(s, c, 405, "use GET", 0);
         return h_query(s, c);
     }
+    if (!strcmp(url, "/api/v1/late")) /* late data (h_query.c) */
+        return get ? h_late(s, c) : respond_json_error(s, c, 405, "use GET", 0);
     if (!strcmp(url, "/api/v1/devices") || !strncmp(url, "/api/v1/devices/", 16))
         return h_devices(s, c, url + 15, method);
     if (!strncmp(url, "/api/v1/state/", 14)) /* state: current state (h_state.c) */
         return h_state(s, c, url + 14, method);
+    if (!strncmp(url, "/api/v1/fleet", 13) && (!url[13] || url[13] == '/'))
+        return h_fleet(s, c, url + 13, method); /* fleet aggregates (h_fleet.c) */
     if (!strcmp(url, "/api/v1/export")) {
         if (!get)
             return respond_json_error(s, c, 405, "use GET", 0);
@@ -448,11 +489,18 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
             return respond_json_error(s, c, 405, "use POST", 0);
         return h_clock(s, c);
     }
+    if (!strcmp(url, "/internal/fault") && s->fault_vfs) { /* test_faults only */
+        if (!post)
+            return respond_json_error(s, c, 405, "use POST", 0);
+        return h_fault(s, c);
+    }
     if (!strcmp(url, "/internal/flush")) {
         if (!post)
             return respond_json_error(s, c, 405, "use POST", 0);
         return h_flush(s, c);
     }
+    if (!strcmp(url, "/") || !strcmp(url, "/ui") || !strncmp(url, "/ui/", 4)) /* dashboard */
+        return h_ui(s, c, url, method);
     char msg[300];
     snprintf(msg, sizeof msg, "no such endpoint: %s %.200s", method, url);
     return respond_json_error(s, c, 404, msg, 0);
@@ -697,6 +745,12 @@ static int64_t tenant_ttl(void *ctx, const char *tenant)
     return bdb_tenants_get(ctx, tenant, &ti) == BDB_OK ? ti.retention_ms : 0;
 }
 
+/* A tenant's own rollup tier TTL (db_tier.h retention hook), else the server's. */
+static int64_t tenant_tier_ttl(void *ctx, const char *tenant, enum bdb_res res, int64_t dflt)
+{
+    return bdb_tenants_tier_retention(ctx, tenant, (int)res - 1, dflt);
+}
+
 int bdb_server_start(const bdb_config *cfg, bdb_server **out)
 {
     char lerr[512];
@@ -759,17 +813,42 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
      * it for each tenant's TTL from the start. */
     o.tenant_retention = tenant_ttl;
     o.tenant_retention_ctx = s->tenants;
+    /* late data (db_tier_late.c) */
+    o.late_threshold_ms = cfg->late_threshold;
+    if (cfg->test_faults) { /* tests only: POST /internal/fault (h_fault) */
+        s->fault_vfs = bdb_vfs_fault_new(bdb_vfs_posix(), 1);
+        o.vfs = s->fault_vfs;
+        BDB_WARN("test_faults is on: POST /internal/fault can make this server's storage fail; "
+                 "never use it in production");
+    }
+    if (!strncmp(cfg->storage, "cassandra://", 12)) { /* storage: flushed data in Cassandra */
+        rc = cass_sink_open(cfg->storage, &o.sink, terr, sizeof terr);
+        if (rc != BDB_OK) {
+            BDB_ERROR("storage: %s", terr);
+            bdb_tenants_close(s->tenants);
+            fault_vfs_free(s);
+            free(s);
+            return rc;
+        }
+        BDB_INFO("storage: %s", o.sink->ops->describe(o.sink));
+    }
     rc = bdb_db_open(&o, &s->db);
     if (rc != BDB_OK) {
+        if (o.sink) /* storage: a failed open leaves the sink to us */
+            o.sink->ops->close(o.sink);
         BDB_ERROR("cannot open data directory %s: %s", cfg->data, bdb_strerror(rc));
         bdb_tenants_close(s->tenants);
+        fault_vfs_free(s);
         free(s);
         return rc;
     }
+    bdb_db_tier_set_retention_hook(s->db, tenant_tier_ttl, s->tenants); /* tier TTL per tenant */
+    bdb_db_fleet_attach(s->db); /* fleet: late recomputes reach the fleet tables (db_fleet.h) */
     if (load_token(s) != 0) {
         BDB_ERROR("cannot create the token file in %s: %s", cfg->data, strerror(errno));
         bdb_db_close(s->db);
         bdb_tenants_close(s->tenants);
+        fault_vfs_free(s);
         free(s);
         return BDB_ERR_IO;
     }
@@ -779,6 +858,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         BDB_ERROR("device profiles: %s", terr[0] ? terr : bdb_strerror(rc));
         bdb_tenants_close(s->tenants);
         bdb_db_close(s->db);
+        fault_vfs_free(s);
         free(s);
         return rc;
     }
@@ -808,6 +888,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         bdb_devlimit_free(s->devlimit);
         hot_stop(s);
         bdb_db_close(s->db);
+        fault_vfs_free(s);
         free(s);
         return BDB_ERR_IO;
     }
@@ -847,6 +928,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_bp_free(s->bp);
     hot_stop(s);
     int rc = bdb_db_close(s->db);
+    fault_vfs_free(s);
     bdb_tenants_close(s->tenants);
     bdb_devlimit_free(s->devlimit);
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)

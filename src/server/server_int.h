@@ -58,6 +58,7 @@ struct bdb_server {
     /* hot partitions (hotpart.h, h_partitions.c) */
     struct bdb_hotpart *hot;
     _Atomic int64_t test_now_ms; /* test_clock: the wall clock while non-zero */
+    struct bdb_vfs *fault_vfs;   /* test_faults: the engine's VFS (vfs_fault.h); else NULL */
 };
 
 /* One request being received: the body accumulates here up to max_body_bytes. */
@@ -126,12 +127,21 @@ const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result 
 int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
                int *locked, enum MHD_Result *r);
 void devq_unlock(bdb_server *s, const char *tenant);
+/* The same decision for any ingestion path, without an answer (the MQTT gateway): 0
+ * when the tenant may add b's devices (*locked as for devq_check), or -1 when they
+ * would exceed its max_devices (counted as a rejection; *max, *have and *fresh say
+ * by how much). */
+int devq_admit(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked, uint64_t *max,
+               uint64_t *have, uint64_t *fresh);
 uint64_t now_us(void);
 
 /* handlers */
 enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r);
 enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r);
 enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c);
+/* late data (h_query.c): GET /api/v1/late, and its block of /metrics */
+enum MHD_Result h_late(bdb_server *s, struct MHD_Connection *c);
+void h_late_metrics(bdb_server *s, bdb_buf *b);
 enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *rest,
                           const char *method);
 enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c);
@@ -143,6 +153,9 @@ enum MHD_Result h_admin(bdb_server *s, struct MHD_Connection *c, const char *res
 /* state: /api/v1/state/{latest,devices,counts} (h_state.c); rest is what follows
  * "/api/v1/state/". */
 enum MHD_Result h_state(bdb_server *s, struct MHD_Connection *c, const char *rest,
+                        const char *method);
+/* fleet: /api/v1/fleet and /api/v1/fleet/query (h_fleet.c); rest follows "/api/v1/fleet". */
+enum MHD_Result h_fleet(bdb_server *s, struct MHD_Connection *c, const char *rest,
                         const char *method);
 /* hot partitions and telemetry_by_tenant (h_partitions.c) */
 enum MHD_Result h_partitions_hot(bdb_server *s, struct MHD_Connection *c);

@@ -148,6 +148,21 @@ static tentry **sorted_entries(bdb_tenants *r, size_t *n)
     return v;
 }
 
+static const char *const tier_key[3] = {"1m", "1h", "1d"}; /* tier_retention_<key> */
+
+static int tier_index(const char *key)
+{
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(key, tier_key[k]))
+            return k;
+    return -1;
+}
+
+static int tier_retention_valid(const int64_t v[3])
+{
+    return v[0] >= -1 && v[1] >= -1 && v[2] >= -1;
+}
+
 /* The optional hot_* keys of a tenant line: only those set, replacing its newline. */
 static void hot_encode(bdb_buf *b, const bdb_tenant_hot *h)
 {
@@ -196,6 +211,12 @@ static int encode(bdb_tenants *r, bdb_buf *b)
                        (unsigned long long)t->quotas.max_devices,
                        (unsigned long long)t->quotas.storage_bytes, (long long)t->retention_ms);
         hot_encode(b, &t->hot);
+        for (int k = 0; k < 3; k++) /* tier retention: optional keys */
+            if (t->tier_retention_ms[k]) {
+                b->len--;
+                bdb_buf_printf(b, " tier_retention_%s=%lld\n", tier_key[k],
+                               (long long)t->tier_retention_ms[k]);
+            }
     }
     free(v);
     bdb_buf_printf(b, "count %zu\n", n);
@@ -368,6 +389,11 @@ static int parse_tenant_line(char *line, tentry *e)
             bit = 128, bad = parse_i64(v, &e->info.retention_ms);
         } else if (!strncmp(k, "hot_", 4)) {
             bit = 0, bad = hot_parse(k + 4, v, &e->info.hot, &seen);
+        } else if (!strncmp(k, "tier_retention_", 15)) { /* optional, 1m/1h/1d */
+            int t = tier_index(k + 15);
+            bit = t < 0 ? 0 : 256u << t;
+            bad = t < 0 || parse_i64(v, &e->info.tier_retention_ms[t]) ||
+                  e->info.tier_retention_ms[t] == 0;
         } else {
             return -1; /* a key this version does not know: not ours to guess */
         }
@@ -376,7 +402,8 @@ static int parse_tenant_line(char *line, tentry *e)
         seen |= bit;
     }
     return (seen & 255) == 255 && quotas_valid(&e->info.quotas) && e->info.retention_ms >= 0 &&
-                   bdb_tenant_hot_valid(&e->info.hot)
+                   bdb_tenant_hot_valid(&e->info.hot) &&
+                   tier_retention_valid(e->info.tier_retention_ms)
                ? 0
                : -1;
 }
@@ -627,7 +654,11 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         nw.hot.rate_limit = p->hot.rate_limit;
     if (p->has_hot_sample)
         nw.hot.sample = p->hot.sample;
-    if (!quotas_valid(&nw.quotas) || nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot)) {
+    for (int k = 0; k < 3; k++)
+        if (p->has_tier_retention[k])
+            nw.tier_retention_ms[k] = p->tier_retention_ms[k];
+    if (!quotas_valid(&nw.quotas) || nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
+        !tier_retention_valid(nw.tier_retention_ms)) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_INVALID;
@@ -641,6 +672,7 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         e->info.quotas = old.quotas;
         e->info.retention_ms = old.retention_ms;
         e->info.hot = old.hot;
+        memcpy(e->info.tier_retention_ms, old.tier_retention_ms, sizeof old.tier_retention_ms);
     } else if (out) {
         *out = e->info;
     }
@@ -713,6 +745,15 @@ int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
 }
 
 /* ------------------------------------------------------------------ reads */
+
+int64_t bdb_tenants_tier_retention(bdb_tenants *r, const char *name, int tier, int64_t dflt)
+{
+    bdb_tenant_info ti;
+    if (tier < 0 || tier > 2 || bdb_tenants_get(r, name, &ti) != BDB_OK ||
+        !ti.tier_retention_ms[tier])
+        return dflt;
+    return ti.tier_retention_ms[tier] < 0 ? 0 : ti.tier_retention_ms[tier];
+}
 
 int bdb_tenants_get(bdb_tenants *r, const char *name, bdb_tenant_info *out)
 {

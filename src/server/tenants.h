@@ -10,7 +10,10 @@
  *   tenant <name> sha256=<64 hex> created=<ms> rotated=<ms> writes_per_second=<n>
  *          burst=<n> max_devices=<n> storage_bytes=<n> retention_ms=<n>
  *          [hot_threshold=<n>] [hot_policy=<name>] [hot_subbuckets=<n>]
- *          [hot_rate_limit=<n>] [hot_sample=<fraction>]                       (one line)
+ *          [hot_rate_limit=<n>] [hot_sample=<fraction>]
+ *          [tier_retention_1m=<ms>] [tier_retention_1h=<ms>] [tier_retention_1d=<ms>]
+ *                                                                            (one line)
+ *   (tier_retention_*: rollup tier TTL, -1 = forever; written only when set)
  *   (the hot_* keys are written only when set, so a file without them reads as before)
  *   ...
  *   count <number of tenant lines>
@@ -69,6 +72,7 @@ typedef struct bdb_tenant_info {
     int64_t retention_ms; /* 0 = the server's retention; stored, NOT enforced yet */
     int64_t created_ms, token_rotated_ms;
     bdb_tenant_hot hot;               /* optional keys hot_* of the file line */
+    int64_t tier_retention_ms[3];     /* rollup tiers 1m, 1h, 1d: 0 = server's, -1 = forever */
     uint64_t rejections[BDB_LIMIT_N]; /* since the server started */
     uint64_t ingested_samples;        /* durably written since the server started */
     uint64_t ingested_requests;       /* write requests that stored something */
@@ -82,6 +86,8 @@ typedef struct bdb_tenant_patch {
     /* hot partition settings: a set flag replaces that field (0 = back to the server's) */
     int has_hot_threshold, has_hot_policy, has_hot_subbuckets, has_hot_rate_limit, has_hot_sample;
     bdb_tenant_hot hot;
+    int has_tier_retention[3]; /* rollup tier TTL: 0 = the server's, -1 = forever */
+    int64_t tier_retention_ms[3];
 } bdb_tenant_patch;
 
 typedef struct bdb_tenants bdb_tenants;
@@ -117,6 +123,10 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name);
 int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
                        char token[BDB_TOKEN_HEX + 1]);
 
+/* The rollup tier TTL in ms (0 = forever) for tier 0..2 (1m, 1h, 1d) of a tenant: its
+ * override, or dflt (the server's) when it has none or is not registered. For the
+ * engine's tier retention hook (db_tier.h). */
+int64_t bdb_tenants_tier_retention(bdb_tenants *r, const char *name, int tier, int64_t dflt);
 /* BDB_OK or BDB_ERR_NOTFOUND. */
 int bdb_tenants_get(bdb_tenants *r, const char *name, bdb_tenant_info *out);
 /* Calls cb for every tenant in name order (on copies, outside the lock); a non-zero

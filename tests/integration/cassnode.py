@@ -14,12 +14,25 @@ SCRIPT = os.path.join(ROOT, "scripts", "cassandra.sh")
 ADDR = "127.0.0.1"
 
 
-def free_port():
-    s = socket.socket()
-    s.bind((ADDR, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def free_port(addrs=(ADDR,)):
+    """A port free on every address given (a cluster's nodes share their ports)."""
+    for _ in range(50):
+        s = socket.socket()
+        s.bind((addrs[0], 0))
+        port = s.getsockname()[1]
+        s.close()
+        ok = True
+        for a in addrs[1:]:
+            t = socket.socket()
+            try:
+                t.bind((a, port))
+            except OSError:
+                ok = False
+            finally:
+                t.close()
+        if ok:
+            return port
+    raise OSError("no port free on all of %r" % (addrs,))
 
 
 class Node:
@@ -27,22 +40,37 @@ class Node:
     once it exits 0 (with auth on, the default superuser appears just after the port
     opens, so the port alone is not enough)."""
 
-    def __init__(self, prefix, cluster, ready, auth=False):
+    def __init__(self, prefix, cluster, ready, auth=False, addr=ADDR, seeds=None):
+        """addr: 127.0.0.1-3 (a cluster: same native and storage ports on each
+        address, given to start(); seeds: the seed addresses, default addr)."""
+        self.addr = addr
+        self.seeds = seeds
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.cluster = cluster
         self.ready = ready
         self.auth = auth
         self.port = None
+        self.storage_port = None
         self.pid = None
         self.error = None
 
-    def start(self):
-        self.port = free_port()
+    def start(self, same_ports=False, port=None, storage_port=None):
+        """same_ports: start again on the ports and data of the previous start (after
+        kill()); port/storage_port: these (the nodes of a cluster share them);
+        otherwise new free ports."""
+        if port:
+            self.port, self.storage_port = port, storage_port
+        elif not (same_ports and self.port):
+            self.port = free_port()
+            self.storage_port = free_port()
         t0 = time.monotonic()
-        args = [SCRIPT, "start", "--dir", self.dir, "--addr", ADDR, "--port", str(self.port),
-                "--storage-port", str(free_port()), "--cluster", self.cluster, "--heap", "512M"]
+        args = [SCRIPT, "start", "--dir", self.dir, "--addr", self.addr, "--port", str(self.port),
+                "--storage-port", str(self.storage_port), "--cluster", self.cluster,
+                "--heap", "512M"]
         if self.auth:
             args.append("--auth")
+        if self.seeds:
+            args += ["--seeds", self.seeds]
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=240)
         pidfile = os.path.join(self.dir, "cassandra.pid")
@@ -58,12 +86,36 @@ class Node:
             last = self.ready(self)
             if last.returncode == 0:
                 print("cassandra: started PID %s on %s:%d in %.1fs"
-                      % (self.pid, ADDR, self.port, time.monotonic() - t0), flush=True)
+                      % (self.pid, self.addr, self.port, time.monotonic() - t0), flush=True)
                 return True
             time.sleep(0.5)
         self.error = "Cassandra started but no query worked within 60 s: %s" % (
             last.stderr if last else "")
         return False
+
+    def kill(self, sig=9):
+        """A signal to the node we started, waiting until it is gone (SIGKILL: a crash;
+        with the package's periodic commit log a single node may lose its last 10 s of
+        writes. SIGTERM: a clean stop, KILL after 30 s); the data directory stays for
+        start(same_ports=True)."""
+        if not self.pid:
+            return
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline or sig != 9:
+            if time.monotonic() >= deadline:
+                sig = 9
+                os.kill(self.pid, 9)
+                deadline = time.monotonic() + 30
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        self.pid = None
 
     def stop(self):
         """TERM, then KILL after 30 s (scripts/cassandra.sh), only the node we started."""

@@ -240,7 +240,8 @@ int bdb_mqtt_encode_publish_v(bdb_buf *out, int version, const char *topic, cons
             put_str(out, props[i].value, strlen(props[i].value));
         }
     }
-    bdb_buf_append(out, payload, len);
+    if (payload)
+        bdb_buf_append(out, payload, len);
     return 0;
 }
 

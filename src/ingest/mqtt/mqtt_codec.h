@@ -180,8 +180,10 @@ typedef struct bdb_mqtt_user_prop {
     const char *key, *value; /* NUL-terminated UTF-8 */
 } bdb_mqtt_user_prop;
 /* PUBLISH (qos 0 or 1). With MQTT 5 the user properties are sent (ignored for
- * 3.1.1). Returns -1 (out unchanged) for an empty or too long topic, a string over
- * 65535 bytes, or a packet past BDB_MQTT_MAX_REMLEN. */
+ * 3.1.1). payload NULL: only the packet's head is encoded, its length counting len
+ * payload bytes that the caller sends after it (streamed, never held whole). Returns
+ * -1 (out unchanged) for an empty or too long topic, a string over 65535 bytes, or a
+ * packet past BDB_MQTT_MAX_REMLEN. */
 int bdb_mqtt_encode_publish_v(bdb_buf *out, int version, const char *topic, const void *payload,
                               size_t len, uint8_t qos, int dup, uint16_t packet_id,
                               const bdb_mqtt_user_prop *props, size_t nprops);

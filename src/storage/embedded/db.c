@@ -14,6 +14,7 @@
 #include "storage/embedded/db_int.h"
 #include "storage/embedded/db_hot.h"
 #include "storage/embedded/db_latest.h" /* state: current-state index */
+#include "storage/sink.h"               /* sink: closed with the db */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -192,6 +193,8 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         cat_set_tags(d, tags, ntags);
     if (state)
         cat_set_state(d, state, slen, ts);
+    if (ts <= d->last_ts) /* late: late or rewriting samples mark their minute (db_tier_late.c) */
+        db_late_note(db, d, ts);
     if (ts < d->first_ts)
         d->first_ts = ts;
     if (ts > d->last_ts)
@@ -245,10 +248,21 @@ static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_repor
 
 #define MAX_REPORT_METRICS BDB_MAX_REPORT_METRICS
 
+/* A tenant, device or metric name from a WAL record. The engine keeps names as C
+ * strings, so one with a NUL inside cannot have been written by bdb_db_write (its
+ * inputs are checked): the record is undecodable rather than half-applied. */
+static const char *dec_name(bdb_dec *d, size_t *n)
+{
+    const char *s = bdb_dec_str(d, n);
+    if (!d->err && memchr(s, 0, *n))
+        d->err = 1;
+    return s;
+}
+
 static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *nsamples)
 {
     size_t tl;
-    const char *tn = bdb_dec_str(d, &tl);
+    const char *tn = dec_name(d, &tl);
     uint64_t nnames = bdb_dec_uvarint(d);
     if (d->err || nnames > bdb_dec_left(d))
         return BDB_ERR_CORRUPT;
@@ -263,7 +277,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
     if (!names || !nlens || !rn || !rl || !rv)
         abort();
     for (uint64_t i = 0; i < nnames; i++)
-        names[i] = bdb_dec_str(d, &nlens[i]);
+        names[i] = dec_name(d, &nlens[i]);
     uint64_t ntagsets = bdb_dec_uvarint(d);
     if (d->err || ntagsets > bdb_dec_left(d))
         goto out;
@@ -294,7 +308,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         goto out;
     for (uint64_t i = 0; i < nrep; i++) {
         size_t dl, sl = 0;
-        const char *dn = bdb_dec_str(d, &dl);
+        const char *dn = dec_name(d, &dl);
         int64_t ts = bdb_dec_varint(d);
         uint64_t tsi = bdb_dec_uvarint(d);
         const char *st = NULL;
@@ -667,7 +681,10 @@ int bdb_db_close(bdb_db *db)
     int rc = BDB_OK;
     if (!atomic_load(&db->readonly))
         rc = db_flush(db);
+    struct bdb_sink *sink = db->o.sink; /* sink: owned by the db, closed after it */
     db_free(db);
+    if (sink)
+        sink->ops->close(sink);
     return rc;
 }
 

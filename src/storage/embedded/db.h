@@ -52,6 +52,11 @@ typedef struct bdb_db_opts {
     /* rollup tiers (db_tier.h): retention of 1m, 1h, 1d in ms; 0 = the default (90 d,
      * 365 d, forever), < 0 = forever */
     int64_t tier_retention_ms[3];
+    int64_t late_threshold_ms; /* late data: older than this behind the device's newest; 0 = 1 h */
+    /* sink (storage/sink.h): flushed raw samples go there instead of block files and
+     * are read back from it; NULL = block files. bdb_db_close closes it (a failed
+     * open leaves it to the caller). */
+    struct bdb_sink *sink;
 } bdb_db_opts;
 
 void bdb_db_opts_default(bdb_db_opts *o);
@@ -277,5 +282,16 @@ struct series;
 int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
 int db_tier_maintain(bdb_db *db);
 void db_tier_close(bdb_db *db);
+/* late data (db_tier_late.c): a sample not newer than its device's newest event (write
+ * path, stripe held), the head freeze (flush_lock exclusive, cat_lock shared), close. */
+struct device;
+void db_late_note(bdb_db *db, struct device *d, int64_t ts);
+void db_late_freeze(bdb_db *db);
+void db_late_close(bdb_db *db);
+int64_t db_late_threshold(const bdb_db *db);
+/* fleet aggregates (db_fleet.c; public API in storage/embedded/db_fleet.h): the flush
+ * hook runs before the tier hook, on the same frozen series; close frees its state */
+int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
+void db_fleet_close(bdb_db *db);
 
 #endif

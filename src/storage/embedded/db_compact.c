@@ -132,20 +132,6 @@ static struct verdict judge(bdb_db *db, blockent *e, int64_t now)
     return v;
 }
 
-static void grow_samples(db_merger *m)
-{
-    if (m->tn < m->tcap)
-        return;
-    size_t cap = m->tcap ? m->tcap * 2 : 256;
-    int64_t *nt = realloc(m->ts, cap * sizeof *nt);
-    double *nv = realloc(m->v, cap * sizeof *nv);
-    if (!nt || !nv)
-        abort();
-    m->ts = nt;
-    m->v = nv;
-    m->tcap = cap;
-}
-
 /* Merges the blocks in[0..nb) (one window) into one block per TTL class in force now,
  * leaving out the series of tenants expired for the whole window, and swaps them in
  * for the inputs. The inputs stay in the list (and on disk) if anything fails. */
@@ -215,10 +201,7 @@ static int compact_blocks(bdb_db *db, blockent *in, size_t nb, int64_t now)
                         rc = BDB_ERR_CORRUPT;
                         break;
                     }
-                    grow_samples(&m);
-                    m.ts[m.tn] = t;
-                    m.v[m.tn] = v;
-                    m.tn++;
+                    db_merger_stage(&m, t, v);
                 }
                 db_merger_add(&m, prio, ref.bucket_start);
             }

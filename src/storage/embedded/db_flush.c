@@ -13,6 +13,7 @@
  * and time) to one sample, so nothing is lost or doubled. */
 #include "storage/embedded/db_int.h"
 #include "storage/embedded/db_latest.h" /* state: db_latest_save */
+#include "storage/sink.h"               /* sink: flush through db->o.sink */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -23,6 +24,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void db_merger_stage(db_merger *m, int64_t ts, double v)
+{
+    if (m->tn == m->tcap) {
+        size_t cap = m->tcap ? m->tcap * 2 : 256;
+        int64_t *nt = realloc(m->ts, cap * sizeof *nt);
+        double *nv = realloc(m->v, cap * sizeof *nv);
+        if (!nt || !nv)
+            abort();
+        m->ts = nt;
+        m->v = nv;
+        m->tcap = cap;
+    }
+    m->ts[m->tn] = ts;
+    m->v[m->tn] = v;
+    m->tn++;
+}
 
 void db_merger_free(db_merger *m)
 {
@@ -76,19 +94,7 @@ int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key,
         size_t j = i;
         m->tn = 0;
         while (j < m->n && j - i < max && m->t[j].bucket == m->t[i].bucket) {
-            if (m->tn == m->tcap) {
-                size_t cap = m->tcap ? m->tcap * 2 : 256;
-                int64_t *nt = realloc(m->ts, cap * sizeof *nt);
-                double *nv = realloc(m->v, cap * sizeof *nv);
-                if (!nt || !nv)
-                    abort();
-                m->ts = nt;
-                m->v = nv;
-                m->tcap = cap;
-            }
-            m->ts[m->tn] = m->t[j].ts;
-            m->v[m->tn] = m->t[j].v;
-            m->tn++;
+            db_merger_stage(m, m->t[j].ts, m->t[j].v);
             j++;
         }
         bdb_buf_reset(&m->enc);
@@ -196,6 +202,7 @@ int db_blocks_load(bdb_db *db)
 void db_blocks_close(bdb_db *db)
 {
     bdb_db_usage_release(db); /* quota: stop the storage tracker first (db_usage.c) */
+    db_fleet_close(db);       /* fleet: fleet state (db_fleet.c) */
     for (size_t i = 0; i < db->nblocks; i++)
         db_blockent_free(&db->blocks[i]);
     free(db->blocks);
@@ -414,6 +421,7 @@ int db_flush(bdb_db *db)
     }
     pthread_rwlock_rdlock(&db->cat_lock);
     cat_each_device(db, freeze_device, &f);
+    db_late_freeze(db); /* late: dirty minutes and frozen times (db_tier_late.c) */
     uint64_t old_upto = db->wal_upto;
     db->wal_upto = sealed;
     cat_encode(db, &cat);
@@ -435,10 +443,18 @@ int db_flush(bdb_db *db)
             last = f.v[i]->dev->tenant;
             cls = db_tenant_ttl(db, last->name);
         }
-        rc = flush_series(db, f.v[i], &ws, &m, cls);
+        rc = db->o.sink ? db_sink_flush_series(db, f.v[i], &m, cls) /* sink: db_sink.c */
+                        : flush_series(db, f.v[i], &ws, &m, cls);
+    }
+    if (db->o.sink) { /* sink: every put confirmed before the head and WAL let go */
+        int crc = db->o.sink->ops->commit(db->o.sink);
+        if (rc == BDB_OK)
+            rc = crc;
     }
     size_t nblocks = ws.n;
     rc = db_writers_finish(db, &ws, rc, NULL, 0);
+    /* fleet: fleet files (db_fleet.c) */
+    rc = db_fleet_flush(db, f.v, f.n, sealed, rc);
     rc = db_tier_flush(db, f.v, f.n, sealed, rc); /* rollup: tier files (db_tier.c) */
     db_merger_free(&m);
     if (rc != BDB_OK) {

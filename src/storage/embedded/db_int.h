@@ -85,7 +85,8 @@ typedef struct device {
     int relearn;    /* the learner changed class during the current write (db.c) */
     series **series;
     uint32_t nseries, cap_series;
-    dev_hot hs; /* db_hot.c */
+    dev_hot hs;             /* db_hot.c */
+    int64_t late_frozen_ts; /* db_tier_late.c: newest event time at the last freeze; 0 = none */
 } device;
 
 typedef struct tenant {
@@ -134,7 +135,9 @@ struct bdb_db {
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     int stopping;
-    int64_t last_flush_mono;
+    /* written by whoever flushes (background or /internal/flush), read by the
+     * background thread without flush_mutex: atomic (a TSan-reported race) */
+    _Atomic int64_t last_flush_mono;
 
     atomic_int readonly;
     char readonly_reason[256];
@@ -191,6 +194,8 @@ typedef struct db_merger {
     bdb_buf enc;
 } db_merger;
 void db_merger_free(db_merger *m);
+/* Appends one sample to the staging arrays (ts/v/tn). */
+void db_merger_stage(db_merger *m, int64_t ts, double v);
 /* Moves the staged samples (ts/v/tn) in as one source of priority prio. */
 void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket);
 /* Sorts, dedups (highest priority wins) and writes chunks of at most max samples. */
@@ -217,6 +222,11 @@ int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone
 void db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
 
 int db_flush(bdb_db *db);
+/* db_sink.c: flush and read through db->o.sink (storage/sink.h) */
+int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms);
+int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const char *const *metrics,
+                 size_t nmetrics, int64_t lo, int64_t hi,
+                 void (*add)(void *ud, size_t metric, int64_t ts, double v), void *ud);
 int db_blocks_load(bdb_db *db);
 void db_blocks_close(bdb_db *db);
 void *db_background(void *arg);

@@ -117,6 +117,25 @@ static void finish(struct gather *g, bdb_samples *out)
     g->n = 0;
 }
 
+/* sink: one sample from db_sink_read, staged like a decoded chunk */
+static void sink_add(void *ud, size_t m, int64_t t, double v)
+{
+    struct gather *g = &((struct gather *)ud)[m];
+    if (g->tn == g->tcap) {
+        size_t cap = g->tcap ? g->tcap * 2 : 256;
+        int64_t *nt = realloc(g->ts, cap * sizeof *nt);
+        double *nv = realloc(g->v, cap * sizeof *nv);
+        if (!nt || !nv)
+            abort();
+        g->ts = nt;
+        g->v = nv;
+        g->tcap = cap;
+    }
+    g->ts[g->tn] = t;
+    g->v[g->tn] = v;
+    g->tn++;
+}
+
 static int decode_chunk(const bdb_chunk_ref *c, int64_t lo, int64_t hi, struct gather *g)
 {
     bdb_chunk_iter it;
@@ -214,6 +233,11 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
         }
     }
     pthread_rwlock_unlock(&db->blocks_lock);
+    if (rc == BDB_OK && db->o.sink) { /* sink: flushed samples live there (db_sink.c) */
+        rc = db_sink_read(db, d, tn, dn, metrics, nmetrics, lo, hi, sink_add, g);
+        for (size_t m = 0; m < nmetrics; m++)
+            add_run(&g[m], 1);
+    }
 
     for (size_t m = 0; m < nmetrics; m++) {
         if (rc == BDB_OK)

@@ -277,6 +277,7 @@ void db_tier_close(bdb_db *db)
     if (t)
         *pp = t->next;
     pthread_mutex_unlock(&reg_mu);
+    db_late_close(db); /* late path state (db_tier_late.c) */
     if (!t)
         return;
     for (size_t i = 0; i < t->n; i++) {
@@ -403,10 +404,11 @@ struct builders {
 };
 
 static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, const char *tn,
-                             int64_t start, uint64_t sealed)
+                             int64_t start, uint64_t sealed, unsigned flags)
 {
     for (size_t i = bs->n; i-- > 0;)
-        if (bs->v[i].res == res && bs->v[i].start == start && !strcmp(bs->v[i].tenant, tn))
+        if (bs->v[i].res == res && bs->v[i].start == start && bs->v[i].flags == flags &&
+            !strcmp(bs->v[i].tenant, tn))
             return &bs->v[i];
     bs->v = realloc(bs->v, (bs->n + 1) * sizeof *bs->v);
     bs->seq = realloc(bs->seq, (bs->n + 1) * sizeof *bs->seq);
@@ -414,18 +416,18 @@ static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, c
         abort();
     bs->seq[bs->n] = t->next_seq++;
     tf_begin(&bs->v[bs->n], res, tn, start, start + bdb_tier_file_span(res), bs->seq[bs->n], sealed,
-             NULL, 0);
+             NULL, 0, flags);
     return &bs->v[bs->n++];
 }
 
 /* Adds the windows of r to the builders of the file windows they fall in. */
 static void add_rollup(tstate *t, struct builders *bs, enum bdb_res res, const series *s,
-                       const bdb_rollup *r, uint64_t sealed)
+                       const bdb_rollup *r, uint64_t sealed, unsigned flags)
 {
     int64_t span = bdb_tier_file_span(res);
     for (size_t i = 0; i < r->n;) {
         int64_t fs = bdb_align_down(r->w[i].start, span);
-        tbuilder *tb = builder_for(t, bs, res, s->dev->tenant->name, fs, sealed);
+        tbuilder *tb = builder_for(t, bs, res, s->dev->tenant->name, fs, sealed, flags);
         tf_add(tb, s->dev->name, s->dev->nlen, s->metric, s->mlen, r);
         while (i < r->n && r->w[i].start < fs + span)
             i++;
@@ -499,6 +501,13 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_init(&r[i], bdb_res_width((enum bdb_res)(i + 1)));
     uint64_t skipped = 0;
+    /* late path: windows recomputed from raw, kept per series until published */
+    late_frozen_sort(db);
+    struct fixed {
+        const series *s;
+        bdb_rollup rep[BDB_TIERS];
+    } *fx = NULL;
+    size_t nfx = 0;
     /* The frozen chunks are read-only until the flush frees them: no lock needed. */
     for (size_t i = 0; i < n && rc == BDB_OK; i++) {
         for (int k = 0; k < BDB_TIERS; k++)
@@ -511,8 +520,26 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
             rc = bdb_rollup_merge(&r[1], &r[0]);
         if (rc == BDB_OK)
             rc = bdb_rollup_merge(&r[2], &r[1]);
+        if (rc == BDB_OK) {
+            fx = realloc(fx, (nfx + 1) * sizeof *fx);
+            if (!fx)
+                abort();
+            fx[nfx].s = v[i];
+            for (int k = 0; k < BDB_TIERS; k++)
+                bdb_rollup_init(&fx[nfx].rep[k], r[k].width);
+            rc = late_recompute(db, v[i], r, fx[nfx].rep);
+            nfx++;
+            if (rc == BDB_OK && fx[nfx - 1].rep[0].n == 0) {
+                nfx--; /* nothing dirty: only partial windows */
+                for (int k = 0; k < BDB_TIERS; k++)
+                    bdb_rollup_free(&fx[nfx].rep[k]);
+            }
+        }
         for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
-            add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed);
+            add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
+        for (int k = 0; k < BDB_TIERS && rc == BDB_OK && nfx && fx[nfx - 1].s == v[i]; k++)
+            add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &fx[nfx - 1].rep[k], sealed,
+                       TF_REPLACES);
     }
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_free(&r[i]);
@@ -527,12 +554,19 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
         t->covered_at = atomic_load(&db->flushes);
         pthread_rwlock_unlock(&t->lock);
         atomic_fetch_add(&t->written, bs.n);
+        for (size_t i = 0; i < nfx; i++)
+            late_recomputed(db, fx[i].s, fx[i].rep);
+        late_frozen_done(db);
         if (skipped)
             BDB_WARN("tiers: %llu non-finite samples not aggregated", (unsigned long long)skipped);
     } else {
         BDB_ERROR("tier write failed: %s; the flush will be retried", bdb_strerror(rc));
     }
     free(files);
+    for (size_t i = 0; i < nfx; i++)
+        for (int k = 0; k < BDB_TIERS; k++)
+            bdb_rollup_free(&fx[i].rep[k]);
+    free(fx);
     for (size_t i = 0; i < bs.n; i++)
         tf_builder_free(&bs.v[i]);
     free(bs.v);
@@ -542,13 +576,58 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
 
 /* ---------------------------------------------------------------- read */
 
+/* Merges the records of (tn, dn, metric) of every file of tier res overlapping
+ * [lo, hi) into out, in list order (seq order within a file window, so replacing
+ * windows land after what they replace). Caller holds t->lock (shared) or is the flush
+ * thread. */
+static int read_files(tstate *t, const char *tn, const char *dn, const char *metric,
+                      enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out)
+{
+    int rc = BDB_OK;
+    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
+        const tfile *f = t->files[i];
+        if (f->res != res || f->end <= lo || f->start >= hi || strcmp(f->tenant, tn) != 0)
+            continue;
+        const trec *rec = tf_find(f, dn, metric);
+        if (rec)
+            rc = tf_read_rec(f, rec, lo, hi, out);
+        if (rc == BDB_ERR_CORRUPT)
+            BDB_ERROR("tier file %s: record %s/%s failed its check", f->path, dn, metric);
+    }
+    return rc;
+}
+
+int tier_read_files(bdb_db *db, const char *tn, const char *dn, const char *metric,
+                    enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out)
+{
+    return read_files(tier_get(db), tn, dn, metric, res, lo, hi, out);
+}
+
 int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
+                     size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out)
+{
+    /* the late path's marks first: a flush may recompute them meanwhile, and a window
+     * fixed from raw is right either way */
+    int64_t *dirty = NULL;
+    size_t ndirty = late_dirty_minutes(db, tn, dn, &dirty);
+    int rc = tier_read_merged(db, tn, dn, metrics, nmetrics, res, from, to, out);
+    if (rc == BDB_OK && ndirty)
+        rc = late_fix_read(db, tn, dn, metrics, nmetrics, res, from, to, dirty, ndirty, out);
+    free(dirty);
+    return rc;
+}
+
+int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
                      size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out)
 {
     int64_t width = bdb_res_width(res);
     if (width == 0 || from >= to)
         return BDB_ERR_INVALID;
-    int64_t lo = bdb_align_down(from, width), hi = to;
+    /* Whole windows only: every window that starts before `to` is read to its end,
+     * from the files and from the head alike (a window cut at `to` in the head but
+     * whole in the files would be neither). */
+    int64_t lo = bdb_align_down(from, width);
+    int64_t hi = to > INT64_MAX - width ? INT64_MAX : bdb_align_down(to - 1, width) + width;
     for (size_t i = 0; i < nmetrics; i++) {
         if (out[i].width != width)
             return BDB_ERR_INVALID;
@@ -562,18 +641,8 @@ int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *con
     pthread_rwlock_unlock(&db->cat_lock);
     int rc = d ? BDB_OK : BDB_ERR_NOTFOUND;
     /* tier files of this tenant and tier overlapping [lo, hi) */
-    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
-        const tfile *f = t->files[i];
-        if (f->res != res || f->end <= lo || f->start >= hi || strcmp(f->tenant, tn) != 0)
-            continue;
-        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
-            const trec *rec = tf_find(f, dn, metrics[m]);
-            if (rec)
-                rc = tf_read_rec(f, rec, lo, hi, &out[m]);
-            if (rc == BDB_ERR_CORRUPT)
-                BDB_ERROR("tier file %s: record %s/%s failed its check", f->path, dn, metrics[m]);
-        }
-    }
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+        rc = read_files(t, tn, dn, metrics[m], res, lo, hi, &out[m]);
     /* the head: samples not yet in tier files */
     if (rc == BDB_OK) {
         struct gather g;
@@ -615,6 +684,11 @@ static int64_t retention_of(tstate *t, const char *tn, enum bdb_res res)
     else if (conf < 0)
         dflt = 0;
     return t->ret_cb ? t->ret_cb(t->ret_ctx, tn, res, dflt) : dflt;
+}
+
+int64_t tier_retention(bdb_db *db, const char *tn, enum bdb_res res)
+{
+    return retention_of(tier_get(db), tn, res);
 }
 
 static void drop_file(tstate *t, tfile *f, const char *why)
@@ -664,16 +738,19 @@ static int compact(tstate *t, size_t a, size_t b)
     if (!in || !seqs || !pos)
         abort();
     uint64_t upto = 0;
+    unsigned flags = 0;
     for (size_t i = 0; i < nin; i++) {
         in[i] = t->files[a + i];
         seqs[i] = in[i]->seq;
+        /* the merge of a replacing file and what it replaced is again complete */
+        flags |= in[i]->flags & TF_REPLACES;
         if (in[i]->wal_upto > upto)
             upto = in[i]->wal_upto;
     }
     const tfile *f0 = in[0];
     uint64_t seq = t->next_seq++;
     tbuilder tb;
-    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin);
+    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin, flags);
     bdb_rollup r;
     bdb_rollup_init(&r, bdb_res_width(f0->res));
     int rc = BDB_OK;

@@ -16,9 +16,13 @@
  * docs/formats/tier.md. Maintenance merges the files of one (tier, tenant, file
  * window) into one and drops whole files past the tier's retention.
  *
- * Known limit (late-data item): a sample that rewrites a (series, time) already
- * flushed in an earlier flush is counted again in the tiers, while raw keeps only the
- * newest value. Rewrites inside one flush interval are resolved like raw. */
+ * Late data and rewrites (db_tier_late.c): a sample older than late_threshold behind
+ * its device's newest event (a late event: counted, logged, listed), or one that may
+ * rewrite a (series, time) an earlier flush already aggregated, marks its minute dirty.
+ * The flush that writes it recomputes that minute from the raw blocks, the hour from
+ * the minute tier and the day from the hour tier, into files whose windows replace
+ * the older partial windows (TF_REPLACES), so the tiers equal raw again. Until that
+ * flush, a read computes the windows around the marked minutes from raw data. */
 #ifndef BDB_DB_TIER_H
 #define BDB_DB_TIER_H
 
@@ -55,6 +59,37 @@ typedef struct bdb_tier_stats {
     uint64_t written, compacted, dropped, quarantined, discarded;
 } bdb_tier_stats;
 void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st);
+
+/* Called once per window recomputed by the late path, after its file is published,
+ * from the flush thread (under the engine's flush mutex: it must not flush or call
+ * bdb_db_tier_set_recompute_hook; reading tiers is fine). w is the whole window as it
+ * now stands at tier res for (tenant, device, metric): it replaces every window of
+ * that start seen before. The fleet aggregates use it to recompute their hours and
+ * days. NULL removes the hook. */
+typedef void (*bdb_tier_recompute_fn)(void *ctx, const char *tenant, const char *device,
+                                      const char *metric, enum bdb_res res, const bdb_window *w);
+void bdb_db_tier_set_recompute_hook(bdb_db *db, bdb_tier_recompute_fn cb, void *ctx);
+
+typedef struct bdb_late_stats {
+    uint64_t late_events;           /* events later than the threshold (not from replay) */
+    uint64_t dirty_marks;           /* minutes marked for recompute (late or rewrite) */
+    uint64_t recomputed[BDB_TIERS]; /* windows recomputed, per tier */
+    uint64_t fallbacks;             /* dirty minutes kept partial: finer data expired */
+    uint64_t pending;               /* marks not recomputed yet */
+    int64_t threshold_ms;
+} bdb_late_stats;
+void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st);
+
+/* The most recent late events (at most 256 kept, in memory only), newest first,
+ * optionally of one tenant and device; cb returns non-zero to stop. */
+typedef struct bdb_late_event {
+    const char *tenant, *device;
+    int64_t ts;      /* event time */
+    int64_t newest;  /* the device's newest event time when it arrived */
+    int64_t arrived; /* wall clock at arrival */
+} bdb_late_event;
+int bdb_db_late_recent(bdb_db *db, const char *tenant, const char *device,
+                       int (*cb)(void *ctx, const bdb_late_event *e), void *ctx);
 
 /* The engine's hooks (db_tier_flush, db_tier_maintain, db_tier_close) are declared in
  * db.h. */

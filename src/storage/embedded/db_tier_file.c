@@ -1,7 +1,8 @@
-/* db_tier_file: the tier file format, version 1 (docs/formats/tier.md).
+/* db_tier_file: the tier file format, versions 1 and 2 (docs/formats/tier.md).
  *
  *   header  "BDBTIER1" | u32 version | u8 res | i64 start | i64 end | u64 seq |
- *           u64 wal_upto | str tenant | uvarint ninputs | uvarint seq... | u32 crc
+ *           u64 wal_upto | str tenant | uvarint ninputs | uvarint seq... |
+ *           [version 2: u8 flags] | u32 crc
  *   records per series: str device | str metric | rollup windows | u32 crc
  *   index   uvarint n | (str device | str metric | uvarint off | uvarint len)...
  *   footer  u64 index_off | u64 index_len | u32 crc(index) | "BDTE"
@@ -27,17 +28,19 @@ static uint32_t crc(const void *p, size_t n)
 }
 
 void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start, int64_t end,
-              uint64_t seq, uint64_t wal_upto, const uint64_t *inputs, size_t ninputs)
+              uint64_t seq, uint64_t wal_upto, const uint64_t *inputs, size_t ninputs,
+              unsigned flags)
 {
     memset(tb, 0, sizeof *tb);
     tb->res = res;
     tb->tenant = strdup(tenant);
     tb->start = start;
     tb->end = end;
+    tb->flags = flags;
     bdb_buf_init(&tb->b);
     bdb_buf_init(&tb->idx);
     bdb_buf_append(&tb->b, MAGIC, 8);
-    bdb_buf_put_u32le(&tb->b, TIER_VERSION);
+    bdb_buf_put_u32le(&tb->b, flags ? TIER_VERSION_FLAGS : TIER_VERSION);
     bdb_buf_putc(&tb->b, (uint8_t)res);
     bdb_buf_put_u64le(&tb->b, (uint64_t)start);
     bdb_buf_put_u64le(&tb->b, (uint64_t)end);
@@ -47,6 +50,8 @@ void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start,
     bdb_buf_put_uvarint(&tb->b, ninputs);
     for (size_t i = 0; i < ninputs; i++)
         bdb_buf_put_uvarint(&tb->b, inputs[i]);
+    if (flags)
+        bdb_buf_putc(&tb->b, (uint8_t)flags);
     bdb_buf_put_u32le(&tb->b, crc(tb->b.data, tb->b.len));
 }
 
@@ -130,15 +135,22 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     size_t tlen;
     const char *tn = bdb_dec_str(&d, &tlen);
     uint64_t ninputs = bdb_dec_uvarint(&d);
-    if (d.err || !m || memcmp(m, MAGIC, 8) || ver != TIER_VERSION || res < BDB_RES_1M ||
-        res > BDB_RES_1D || ninputs > bdb_dec_left(&d) || start >= end ||
-        end - start != bdb_tier_file_span((enum bdb_res)res) || tlen == 0 || memchr(tn, 0, tlen))
+    if (d.err || !m || memcmp(m, MAGIC, 8) || (ver != TIER_VERSION && ver != TIER_VERSION_FLAGS) ||
+        res < BDB_RES_1M || res > BDB_RES_1D || ninputs > bdb_dec_left(&d) || start >= end ||
+        (uint64_t)end - (uint64_t)start != (uint64_t)bdb_tier_file_span((enum bdb_res)res) ||
+        tlen == 0 || memchr(tn, 0, tlen)) /* unsigned: end - start may overflow int64 */
         return 0;
     uint64_t *inputs = calloc(ninputs + 1, sizeof *inputs);
     if (!inputs)
         abort();
     for (uint64_t i = 0; i < ninputs; i++)
         inputs[i] = bdb_dec_uvarint(&d);
+    unsigned flags = 0;
+    if (ver == TIER_VERSION_FLAGS) {
+        flags = bdb_dec_u8(&d);
+        if (flags == 0 || (flags & ~TF_REPLACES)) /* canonical: v2 only with a known flag */
+            d.err = 1;
+    }
     size_t hlen = n - bdb_dec_left(&d);
     uint32_t c = bdb_dec_u32le(&d);
     if (d.err || c != crc(p, hlen)) {
@@ -153,6 +165,7 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     out->tenant = strndup(tn, tlen);
     out->inputs = inputs;
     out->ninputs = ninputs;
+    out->flags = flags;
     out->size = n;
     return hlen + 4;
 }
@@ -197,8 +210,10 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         size_t dl, ml;
         const char *dn = bdb_dec_str(&d, &dl), *mn = bdb_dec_str(&d, &ml);
         uint64_t off = bdb_dec_uvarint(&d), len = bdb_dec_uvarint(&d);
-        if (d.err || off != next || len < 4 || len > ioff - off ||
-            crc(p + off, len - 4) != bdb_get_u32le(p + off + len - 4)) {
+        /* a NUL inside a name would make the strndup copies below shorter than
+         * dlen/mlen, which rec_cmp then reads past */
+        if (d.err || off != next || len < 4 || len > ioff - off || memchr(dn, 0, dl) ||
+            memchr(mn, 0, ml) || crc(p + off, len - 4) != bdb_get_u32le(p + off + len - 4)) {
             *why = "record damaged (bounds or CRC)";
             goto bad;
         }
@@ -256,8 +271,17 @@ int tf_read_rec(const tfile *t, const trec *rec, int64_t lo, int64_t hi, bdb_rol
         bdb_dec_str(&d, &ml);
         if (d.err)
             rc = BDB_ERR_CORRUPT;
-        if (rc == BDB_OK)
-            rc = bdb_rollup_read(r, &d, lo < t->start ? t->start : lo, hi > t->end ? t->end : hi);
+        int64_t a = lo < t->start ? t->start : lo, b = hi > t->end ? t->end : hi;
+        if (rc == BDB_OK && !(t->flags & TF_REPLACES)) {
+            rc = bdb_rollup_read(r, &d, a, b);
+        } else if (rc == BDB_OK) {
+            bdb_rollup tmp;
+            bdb_rollup_init(&tmp, r->width);
+            rc = bdb_rollup_read(&tmp, &d, a, b);
+            for (size_t i = 0; i < tmp.n && rc == BDB_OK; i++)
+                rc = bdb_rollup_set_window(r, &tmp.w[i]);
+            bdb_rollup_free(&tmp);
+        }
         if (rc == BDB_OK && bdb_dec_left(&d) != 0)
             rc = BDB_ERR_CORRUPT;
     }

@@ -17,7 +17,9 @@
  *   kernel may mark the pages clean, so they never reach the disk, and a retried fsync
  *   then "succeeds". We drop them from reads too, which is the harsher choice.
  * - Injected errors: the Nth counted call (pwrite, sync, rename, unlink, truncate,
- *   open with create) fails with the chosen errno and has no effect.
+ *   open with create, sync_dir) fails with the chosen errno and has no effect.
+ * - Power off at call N: from then on every counted call fails with EIO, has no effect
+ *   and discards nothing, so the crash that follows sees the page cache as it was.
  *
  * What it does not model: creation of a file or directory is durable at once (no
  *   directory fsync needed); truncate() is applied and durable at once; partial
@@ -76,7 +78,7 @@ typedef struct fault_vfs {
     bdb_vfs *under;
     pthread_mutex_t mu;
     uint64_t rng;
-    uint64_t calls, fail_at;
+    uint64_t calls, fail_at, off_at;
     int fail_err, fail_sticky;
     int crashed;
     fnode *nodes;
@@ -112,6 +114,8 @@ static int fail_with(int err)
 static int count_call(fault_vfs *fv)
 {
     fv->calls++;
+    if (fv->off_at && fv->calls >= fv->off_at)
+        return fail_with(EIO);
     if (fv->fail_at && (fv->calls == fv->fail_at || (fv->fail_sticky && fv->calls > fv->fail_at)))
         return fail_with(fv->fail_err);
     return BDB_OK;
@@ -372,7 +376,9 @@ static int ff_sync(bdb_file *bf)
     if (fv->crashed) {
         rc = dead();
     } else if ((rc = count_call(fv)) != BDB_OK) {
-        drop_pending(n); /* fsyncgate: the kernel forgot these pages */
+        /* fsyncgate: the kernel forgot these pages; after power off the crash decides */
+        if (!(fv->off_at && fv->calls >= fv->off_at))
+            drop_pending(n);
     } else {
         rc = apply_pending(n, NULL);
         if (rc == BDB_OK)
@@ -616,6 +622,8 @@ static int ff_sync_dir(bdb_vfs *v, const char *path)
         rc = dead();
         goto out;
     }
+    if ((rc = count_call(fv)) != BDB_OK)
+        goto out; /* the operations stay undurable: a crash still undoes them */
     char *dir = dir_of(path, 1);
     if (!dir) {
         rc = BDB_ERR_NOMEM;
@@ -712,6 +720,14 @@ void bdb_vfs_fault_fail_at(bdb_vfs *v, uint64_t n, int err, int sticky)
     fv->fail_at = n;
     fv->fail_err = err;
     fv->fail_sticky = sticky;
+    pthread_mutex_unlock(&fv->mu);
+}
+
+void bdb_vfs_fault_power_off_at(bdb_vfs *v, uint64_t n)
+{
+    fault_vfs *fv = (fault_vfs *)v;
+    pthread_mutex_lock(&fv->mu);
+    fv->off_at = n;
     pthread_mutex_unlock(&fv->mu);
 }
 

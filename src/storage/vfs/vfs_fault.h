@@ -1,7 +1,7 @@
 /* vfs_fault: a VFS for tests that wraps another and injects faults.
  *
  * - Fail the Nth counted call (counting pwrite, sync, rename, unlink, truncate, open
- *   with create) with a chosen errno, once or for every later call too.
+ *   with create, directory sync) with a chosen errno, once or for every later call too.
  * - Power-loss simulation: writes are kept in memory per file until sync(); at
  *   bdb_vfs_fault_crash() every unsynced write is kept, dropped, torn (only a prefix
  *   of 512 B or 4 KiB sectors survives) or reordered per the chosen mode, and the
@@ -26,6 +26,12 @@ void bdb_vfs_fault_free(bdb_vfs *v);
 /* Fail counted call number n (1-based) with err; sticky = also every call after it. */
 void bdb_vfs_fault_fail_at(bdb_vfs *v, uint64_t n, int err, int sticky);
 uint64_t bdb_vfs_fault_calls(bdb_vfs *v); /* counted calls so far */
+/* Power goes off just before counted call n (1-based; 0 = never): that call and every
+ * later counted call fail with EIO and have no effect, and, unlike a failing sync
+ * under fail_at, unsynced writes stay pending, so a bdb_vfs_fault_crash() afterwards
+ * decides their fate. This is how crash tests place the crash point at every call in
+ * turn: run the operation to its end (it sees errors after the cut), then crash. */
+void bdb_vfs_fault_power_off_at(bdb_vfs *v, uint64_t n);
 /* Simulates power loss: applies the mode to unsynced state, then every open file of
  * this VFS becomes unusable (calls return BDB_ERR_IO). The caller then reopens the
  * storage through a fresh VFS over `under`. sector = 512 or 4096 for TEAR. */

@@ -296,6 +296,15 @@ static void v5_publish_round_trip(void **state)
     assert_int_equal(p.payload_len, 5);
     assert_memory_equal(p.payload, "{oops", 5);
     assert_int_equal(props.user_props, 2);
+    /* payload NULL: the head alone, whose length counts the payload streamed after it */
+    bdb_buf head;
+    bdb_buf_init(&head);
+    assert_int_equal(
+        bdb_mqtt_encode_publish_v(&head, BDB_MQTT_V5, "dl/x", NULL, 5, 1, 0, 77, up, 2), 0);
+    assert_int_equal(head.len, b.len - 5);
+    bdb_buf_append(&head, "{oops", 5);
+    assert_memory_equal(head.data, b.data, b.len);
+    bdb_buf_free(&head);
     /* the same bytes read as 3.1.1 keep the property block in the payload */
     assert_int_equal(bdb_mqtt_parse_publish(h.flags, b.data + h.hdr_len, h.rem_len, &p), 0);
     assert_true(p.payload_len > 5);

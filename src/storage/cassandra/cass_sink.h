@@ -1,0 +1,51 @@
+/* cass_sink: the Cassandra implementation of the engine's sink (storage/sink.h).
+ *
+ * Flushed raw samples go to the telemetry table of the keyspace (schema.h), one row
+ * per (tenant, device, bucket, sub_bucket, event_time, metric): each put is cut into
+ * UNLOGGED batches of one partition (at most batch_rows rows) that a fixed set of
+ * worker threads sends through a cql_session (token-aware, retries; the writes are
+ * idempotent), so at most `inflight` batches are in flight and a put blocks while
+ * the queue is full. Every row carries USING TTL = the tenant's TTL minus the
+ * sample's age, so it expires at event time + TTL as in the embedded engine (0 =
+ * never; rows already past it are not written). Reads query each partition of the
+ * range (event_time slice) and keep the requested metrics.
+ *
+ * URI: cassandra://HOST[:PORT][,HOST[:PORT]...]/KEYSPACE[?key=value&...] with keys
+ *   dc=NAME              local data center (default: the first contact point's)
+ *   consistency=CL       both reads and writes (default LOCAL_QUORUM)
+ *   write_consistency=CL, read_consistency=CL
+ *   replication=simple:N | dc1:3,dc2:3   for a keyspace created here (default: per
+ *                        DC found, min(3, its nodes))
+ *   user=NAME            PasswordAuthenticator (password from $CQL_PASSWORD or
+ *   password=P           this key)
+ *   inflight=N           batches in flight, 1..256 (default 16)
+ *   batch_rows=N         rows per batch, 1..1000 (default 100)
+ *   pool=N               connections per node, 1..8 (default 2)
+ *   retries=N            attempts after the first, 0..20 (default 6)
+ *   timeout_ms=N         per request, 100..600000 (default 12000)
+ *   schema=create|none   create the keyspace and tables if missing (default create)
+ *   bucket=DUR           telemetry bucket option of the created schema (default 1h)
+ *   offline_start=BOOL   true: open even when no contact point answers; the sink
+ *                        connects (and creates the schema) later, trying at most
+ *                        every 2 s from a flush or read (default false) */
+#ifndef BDB_CASS_SINK_H
+#define BDB_CASS_SINK_H
+
+#include "storage/sink.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parses the URI, connects, discovers the cluster and (schema=create) applies the
+ * schema idempotently (waiting for schema agreement). BDB_ERR_INVALID (bad URI, with the key or
+ * value named), BDB_ERR_IO (no node answered), or a server error's status; message in err. */
+int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen);
+
+typedef struct cass_sink_stats {
+    uint64_t batches, rows, batch_failures, expired_rows, reads, read_failures;
+    uint64_t requests, retries, failures, reconnects, nodes, nodes_up;
+} cass_sink_stats;
+/* s must come from cass_sink_open. */
+void cass_sink_get_stats(bdb_sink *s, cass_sink_stats *st);
+
+#endif

@@ -1,0 +1,268 @@
+/* db_fleet_file: the fleet file format and the recomputed-window list (see
+ * db_fleet_int.h; layouts in docs/AGGREGATION.md#fleet-aggregates). */
+#include "storage/embedded/db_fleet_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "storage/embedded/db_tier.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+void *fl_xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p)
+        abort();
+    return p;
+}
+
+char *fl_strndup(const char *s, size_t n)
+{
+    char *p = fl_xrealloc(NULL, n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+char *fl_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = fl_xrealloc(NULL, n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+void fl_file_free(ffile *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->nrec; i++) {
+        free(f->recs[i].tenant);
+        free(f->recs[i].metric);
+    }
+    free(f->recs);
+    free(f->inputs);
+    free(f->data);
+    free(f->path);
+    free(f);
+}
+
+int fl_rec_cmp(const char *t1, const char *m1, const char *t2, const char *m2)
+{
+    int c = strcmp(t1, t2);
+    return c ? c : strcmp(m1, m2);
+}
+
+/* magic, u32 version, u8 res (2 = 1h, 3 = 1d), varint start, varint end, u64 seq,
+ * u64 wal_upto, uvarint ninputs, uvarint seq..., uvarint nrec, nrec x (str tenant,
+ * str metric, uvarint len, len bytes of bdb_fleet_write), u32 CRC-32 of all before. */
+static void file_encode(bdb_buf *out, int ri, int64_t start, int64_t end, uint64_t seq,
+                        uint64_t upto, const uint64_t *in, size_t nin, size_t nrec,
+                        const bdb_buf *body)
+{
+    bdb_buf_append(out, FLEET_MAGIC, 8);
+    bdb_buf_put_u32le(out, FLEET_VERSION);
+    bdb_buf_putc(out, (uint8_t)res_of(ri));
+    bdb_buf_put_varint(out, start);
+    bdb_buf_put_varint(out, end);
+    bdb_buf_put_u64le(out, seq);
+    bdb_buf_put_u64le(out, upto);
+    bdb_buf_put_uvarint(out, nin);
+    for (size_t i = 0; i < nin; i++)
+        bdb_buf_put_uvarint(out, in[i]);
+    bdb_buf_put_uvarint(out, nrec);
+    bdb_buf_append(out, body->data, body->len);
+    bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data, (uInt)out->len));
+}
+
+/* Parses a whole file; takes ownership of data on success. */
+int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
+{
+    *why = "truncated";
+    if (len < 8 + 4 + 4 || memcmp(data, FLEET_MAGIC, 8) != 0) {
+        *why = "bad magic";
+        return BDB_ERR_CORRUPT;
+    }
+    if (bdb_get_u32le(data + len - 4) != (uint32_t)crc32(0L, data, (uInt)(len - 4))) {
+        *why = "checksum mismatch";
+        return BDB_ERR_CORRUPT;
+    }
+    bdb_dec d;
+    bdb_dec_init(&d, data + 8, len - 8 - 4);
+    if (bdb_dec_u32le(&d) != FLEET_VERSION) {
+        *why = "unknown version";
+        return BDB_ERR_CORRUPT;
+    }
+    f->ri = idx_of((enum bdb_res)bdb_dec_u8(&d));
+    f->start = bdb_dec_varint(&d);
+    f->end = bdb_dec_varint(&d);
+    f->seq = bdb_dec_u64le(&d);
+    f->wal_upto = bdb_dec_u64le(&d);
+    uint64_t nin = bdb_dec_uvarint(&d);
+    if (d.err || f->ri < 0 || f->end <= f->start || nin > bdb_dec_left(&d)) {
+        *why = "bad header";
+        return BDB_ERR_CORRUPT;
+    }
+    f->inputs = fl_xrealloc(NULL, (nin + 1) * sizeof *f->inputs);
+    f->ninputs = nin;
+    for (uint64_t i = 0; i < nin; i++)
+        f->inputs[i] = bdb_dec_uvarint(&d);
+    uint64_t nrec = bdb_dec_uvarint(&d);
+    if (d.err || nrec > bdb_dec_left(&d)) {
+        *why = "bad header";
+        goto bad;
+    }
+    f->recs = fl_xrealloc(NULL, (nrec + 1) * sizeof *f->recs);
+    for (uint64_t i = 0; i < nrec; i++) {
+        size_t tl = 0, ml = 0;
+        const char *tn = bdb_dec_str(&d, &tl), *mn = bdb_dec_str(&d, &ml);
+        uint64_t rl = bdb_dec_uvarint(&d);
+        const uint8_t *p = d.err || rl > bdb_dec_left(&d) ? NULL : bdb_dec_bytes(&d, rl);
+        if (!p) {
+            *why = "bad record";
+            goto bad;
+        }
+        frec *r = &f->recs[f->nrec];
+        r->tenant = fl_strndup(tn, tl);
+        r->metric = fl_strndup(mn, ml);
+        r->p = p;
+        r->len = rl;
+        f->nrec++;
+        if (i &&
+            fl_rec_cmp(f->recs[i - 1].tenant, f->recs[i - 1].metric, r->tenant, r->metric) >= 0) {
+            *why = "records out of order";
+            goto bad;
+        }
+    }
+    if (bdb_dec_left(&d) != 0) {
+        *why = "trailing bytes";
+        goto bad;
+    }
+    f->data = data;
+    f->size = len;
+    return BDB_OK;
+bad:
+    for (size_t i = 0; i < f->nrec; i++) {
+        free(f->recs[i].tenant);
+        free(f->recs[i].metric);
+    }
+    free(f->recs);
+    free(f->inputs);
+    f->recs = NULL;
+    f->inputs = NULL;
+    f->nrec = f->ninputs = 0;
+    return BDB_ERR_CORRUPT;
+}
+
+const frec *fl_find(const ffile *f, const char *tn, const char *mn)
+{
+    size_t lo = 0, hi = f->nrec;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = fl_rec_cmp(f->recs[mid].tenant, f->recs[mid].metric, tn, mn);
+        if (c == 0)
+            return &f->recs[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* <data>/fleet/dirty: magic "BDBFLD01", uvarint n, n x (str tenant, str metric, u8 res,
+ * varint start), u32 CRC-32 of all before; written whole, atomically. */
+int fl_dirty_save(fstate *t)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_append(&b, "BDBFLD01", 8);
+    bdb_buf_put_uvarint(&b, t->ndirty);
+    for (size_t i = 0; i < t->ndirty; i++) {
+        bdb_buf_put_str(&b, t->dirty[i].tenant, strlen(t->dirty[i].tenant));
+        bdb_buf_put_str(&b, t->dirty[i].metric, strlen(t->dirty[i].metric));
+        bdb_buf_putc(&b, (uint8_t)res_of(t->dirty[i].ri));
+        bdb_buf_put_varint(&b, t->dirty[i].start);
+    }
+    bdb_buf_put_u32le(&b, (uint32_t)crc32(0L, b.data, (uInt)b.len));
+    int rc = bdb_vfs_write_atomic(t->db->vfs, t->dir, "dirty", b.data, b.len);
+    bdb_buf_free(&b);
+    return rc;
+}
+
+void fl_dirty_load(fstate *t)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/dirty", t->dir);
+    void *data = NULL;
+    size_t len = 0;
+    if (bdb_vfs_read_all(t->db->vfs, path, &data, &len) != BDB_OK)
+        return; /* none yet */
+    const uint8_t *p = data;
+    int ok = len >= 12 && !memcmp(p, "BDBFLD01", 8) &&
+             bdb_get_u32le(p + len - 4) == (uint32_t)crc32(0L, p, (uInt)(len - 4));
+    bdb_dec d;
+    bdb_dec_init(&d, p + 8, ok ? len - 12 : 0);
+    uint64_t n = ok ? bdb_dec_uvarint(&d) : 0;
+    if (n > bdb_dec_left(&d))
+        ok = 0;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        size_t tl = 0, ml = 0;
+        const char *tn = bdb_dec_str(&d, &tl), *mn = bdb_dec_str(&d, &ml);
+        int ri = idx_of((enum bdb_res)bdb_dec_u8(&d));
+        int64_t start = bdb_dec_varint(&d);
+        if (d.err || ri < 0) {
+            ok = 0;
+            break;
+        }
+        t->dirty = fl_xrealloc(t->dirty, (t->ndirty + 1) * sizeof *t->dirty);
+        t->dirty[t->ndirty++] = (fdirty){fl_strndup(tn, tl), fl_strndup(mn, ml), ri, start};
+    }
+    if (!ok)
+        BDB_ERROR("fleet: %s is damaged; pre-computed fleet windows that late data changed "
+                  "may be off (GET /api/v1/fleet/query is unaffected)",
+                  path);
+    free(data);
+}
+
+static char *file_name(uint64_t seq)
+{
+    char *p = fl_xrealloc(NULL, 32);
+    snprintf(p, 32, "%016" PRIu64 ".fleet", seq);
+    return p;
+}
+
+/* Encodes, writes durably and parses one file; *out is its in-memory form. */
+int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, const uint64_t *in,
+             size_t nin, size_t nrec, const bdb_buf *body, ffile **out)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    int64_t span = bdb_tier_file_span(res_of(ri));
+    file_encode(&b, ri, start, start + span, seq, upto, in, nin, nrec, body);
+    char *name = file_name(seq);
+    int rc = bdb_vfs_write_atomic(t->db->vfs, t->sub[ri], name, b.data, b.len);
+    ffile *f = NULL;
+    if (rc == BDB_OK) {
+        f = calloc(1, sizeof *f);
+        if (!f)
+            abort();
+        const char *why;
+        rc = fl_parse(b.data, b.len, f, &why);
+        if (rc == BDB_OK) {
+            b.data = NULL; /* owned by f now */
+            f->path = fl_join(t->sub[ri], name);
+        } else {
+            free(f);
+            f = NULL;
+        }
+    }
+    free(name);
+    bdb_buf_free(&b);
+    *out = f;
+    return rc;
+}

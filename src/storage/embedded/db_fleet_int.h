@@ -1,0 +1,92 @@
+/* Private to db_fleet*.c: the fleet state, one fleet file in memory, and the file
+ * formats (db_fleet_file.c): fleet files and the list of windows late data recomputed.
+ * Layout in docs/AGGREGATION.md#fleet-aggregates. */
+#ifndef BDB_DB_FLEET_INT_H
+#define BDB_DB_FLEET_INT_H
+
+#include "agg/fleet.h"
+#include "common/buf.h"
+#include "storage/embedded/db_int.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLEET_MAGIC "BDBFLT01"
+#define FLEET_VERSION 1
+#define FLEET_COMPACT_AT 8 /* committed files of one window before they are merged */
+#define NRES 2             /* 1h, 1d */
+
+static inline enum bdb_res res_of(int i)
+{
+    return i == 0 ? BDB_RES_1H : BDB_RES_1D;
+}
+static inline int idx_of(enum bdb_res r)
+{
+    return r == BDB_RES_1H ? 0 : r == BDB_RES_1D ? 1 : -1;
+}
+
+typedef struct frec {
+    char *tenant, *metric;
+    const uint8_t *p; /* into the file's data */
+    size_t len;
+} frec;
+
+typedef struct ffile {
+    char *path;
+    int ri; /* 0 = 1h, 1 = 1d */
+    int64_t start, end;
+    uint64_t seq, wal_upto;
+    uint64_t *inputs;
+    size_t ninputs;
+    uint8_t *data;
+    size_t size;
+    frec *recs; /* sorted by (tenant, metric) */
+    size_t nrec;
+} ffile;
+
+/* A fleet window that late data recomputed in a device's tiers (see db_fleet.h). */
+typedef struct fdirty {
+    char *tenant, *metric;
+    int ri;
+    int64_t start;
+} fdirty;
+
+typedef struct fstate {
+    struct fstate *next;
+    bdb_db *db;
+    char *dir, *sub[NRES];
+    pthread_rwlock_t lock;
+    ffile **files; /* sorted by (res, start, seq) */
+    size_t n, cap;
+    uint64_t next_seq;
+    uint64_t covered_at; /* flush count at the last publish; UINT64_MAX = none */
+    const hchunk **cov;  /* frozen chunks that publish covered, sorted */
+    size_t ncov;
+    uint64_t *pend; /* seqs of that publish (withdrawn if its flush fails) */
+    size_t npend;
+    fdirty *dirty; /* sorted by (tenant, metric, ri, start); under lock */
+    size_t ndirty;
+    _Atomic uint64_t written, compacted, dropped, quarantined, discarded, withdrawn;
+} fstate;
+
+/* Allocation failure aborts (as bdb_buf does). */
+void *fl_xrealloc(void *p, size_t n);
+char *fl_strndup(const char *s, size_t n);
+char *fl_join(const char *a, const char *b);
+
+void fl_file_free(ffile *f);
+int fl_rec_cmp(const char *t1, const char *m1, const char *t2, const char *m2);
+/* Parses a whole file; takes ownership of data on success; *why names the damage. */
+int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why);
+const frec *fl_find(const ffile *f, const char *tenant, const char *metric);
+/* Encodes (records: nrec records already encoded in body), writes durably into the
+ * resolution's directory and parses it back: *out is the file as published. */
+int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, const uint64_t *in,
+             size_t nin, size_t nrec, const bdb_buf *body, ffile **out);
+/* The recomputed-window list: saved whole and atomically; loaded at open. */
+int fl_dirty_save(fstate *t);
+void fl_dirty_load(fstate *t);
+
+#endif

@@ -1,0 +1,629 @@
+/* db_tier_late: the late-data path of the tiers (see db_tier.h, "Late data").
+ *
+ * A flush turns the samples it froze into partial windows, which merge exactly with
+ * the partial windows of earlier flushes. Two kinds of samples must not take that
+ * path: a late event (older than late_threshold behind the newest event of its
+ * device) and a sample that may rewrite a (series, time) an earlier flush already put
+ * in a tier file (raw keeps the newest value; merging would count both). The write
+ * path reports every sample older than its device's newest event (db_late_note); the
+ * ones of those two kinds mark their (device, minute) dirty. The flush that freezes
+ * them recomputes each dirty minute from the raw blocks (which by then hold the
+ * frozen samples too), the hour around it from the minute tier and the day from the
+ * hour tier, and writes the results into TF_REPLACES files: windows that take the
+ * place of every older partial window of the same start.
+ *
+ * Durability: the dirty set lives in memory only, and that is enough. A mark is made
+ * for a sample in the head, which the WAL holds until the flush that recomputes its
+ * minute commits (the catalog save). After a crash the replay applies the sample
+ * again, and until the first flush after open every out-of-order sample counts as a
+ * possible rewrite (late_frozen_ts is 0), so the mark is made again.
+ *
+ * Locking: `mu` is a leaf lock (taken under a device stripe by the write path and under
+ * flush_lock by the freeze). The frozen set is read and cleared only by the flush
+ * thread, under flush_mutex. */
+#include "storage/embedded/db_tier.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "storage/embedded/db_int.h"
+#include "storage/embedded/db_tier_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LATE_RING 256
+#define DEFAULT_THRESHOLD (60 * BDB_MS_MIN)
+
+struct mark {
+    const device *d;
+    int64_t minute;
+};
+
+struct late_ev {
+    char *tenant, *device;
+    int64_t ts, newest, arrived;
+};
+
+typedef struct lstate {
+    struct lstate *next;
+    bdb_db *db;
+    pthread_mutex_t mu;
+    struct mark *pend, *frz; /* marks of the head's active part, of the frozen part */
+    size_t npend, cappend, nfrz, capfrz;
+    struct late_ev ring[LATE_RING];
+    size_t ring_n, ring_pos;
+    int64_t last_log_ms;
+    uint64_t unlogged;
+    bdb_tier_recompute_fn cb;
+    void *cb_ctx;
+    _Atomic uint64_t late_events, marks, recomputed[BDB_TIERS], fallbacks;
+} lstate;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static lstate *reg_head;
+
+static lstate *late_get(bdb_db *db)
+{
+    pthread_mutex_lock(&reg_mu);
+    lstate *l = reg_head;
+    while (l && l->db != db)
+        l = l->next;
+    if (!l) {
+        l = calloc(1, sizeof *l);
+        if (!l)
+            abort();
+        l->db = db;
+        pthread_mutex_init(&l->mu, NULL);
+        l->next = reg_head;
+        reg_head = l;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return l;
+}
+
+void db_late_close(bdb_db *db)
+{
+    pthread_mutex_lock(&reg_mu);
+    lstate **pp = &reg_head;
+    while (*pp && (*pp)->db != db)
+        pp = &(*pp)->next;
+    lstate *l = *pp;
+    if (l)
+        *pp = l->next;
+    pthread_mutex_unlock(&reg_mu);
+    if (!l)
+        return;
+    for (size_t i = 0; i < LATE_RING; i++) {
+        free(l->ring[i].tenant);
+        free(l->ring[i].device);
+    }
+    free(l->pend);
+    free(l->frz);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int64_t db_late_threshold(const bdb_db *db)
+{
+    return db->o.late_threshold_ms > 0 ? db->o.late_threshold_ms : DEFAULT_THRESHOLD;
+}
+
+static void push_mark(struct mark **v, size_t *n, size_t *cap, const device *d, int64_t minute)
+{
+    /* a batch of late reports usually repeats the minute just marked */
+    if (*n && (*v)[*n - 1].d == d && (*v)[*n - 1].minute == minute)
+        return;
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *v = realloc(*v, *cap * sizeof **v);
+        if (!*v)
+            abort();
+    }
+    (*v)[(*n)++] = (struct mark){d, minute};
+}
+
+void db_late_note(bdb_db *db, struct device *d, int64_t ts)
+{
+    if (d->last_ts == INT64_MIN || ts > d->last_ts)
+        return;
+    int64_t thr = db_late_threshold(db);
+    int late = d->last_ts - ts > thr; /* both are event times: no overflow in practice */
+    int rewrite = d->late_frozen_ts == 0 || ts <= d->late_frozen_ts;
+    if (!late && !rewrite)
+        return;
+    lstate *l = late_get(db);
+    pthread_mutex_lock(&l->mu);
+    push_mark(&l->pend, &l->npend, &l->cappend, d, bdb_align_down(ts, BDB_MS_MIN));
+    atomic_fetch_add(&l->marks, 1);
+    if (late && !db->replaying) {
+        atomic_fetch_add(&l->late_events, 1);
+        struct late_ev *e = &l->ring[l->ring_pos];
+        free(e->tenant);
+        free(e->device);
+        e->tenant = strdup(d->tenant->name);
+        e->device = strndup(d->name, d->nlen);
+        e->ts = ts;
+        e->newest = d->last_ts;
+        e->arrived = bdb_clock_now(&db->o.clock);
+        l->ring_pos = (l->ring_pos + 1) % LATE_RING;
+        if (l->ring_n < LATE_RING)
+            l->ring_n++;
+        /* one log line per 10 s at most: a backfill can be millions of late events */
+        int64_t now = bdb_monotonic_ms();
+        l->unlogged++;
+        if (now - l->last_log_ms >= 10000) {
+            BDB_INFO("late data: %llu event(s) more than %lld ms behind their device's newest "
+                     "(latest: %s/%s at %lld, %lld ms behind); their windows are recomputed",
+                     (unsigned long long)l->unlogged, (long long)thr, e->tenant, e->device,
+                     (long long)ts, (long long)(d->last_ts - ts));
+            l->unlogged = 0;
+            l->last_log_ms = now;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void device_frozen(void *ctx, device *d)
+{
+    bdb_db *db = ctx;
+    pthread_mutex_lock(dev_lock(db, d));
+    /* 0 means "unknown"; an epoch-0 newest event rounds up, which only marks more */
+    d->late_frozen_ts = d->last_ts == 0 ? 1 : d->last_ts;
+    pthread_mutex_unlock(dev_lock(db, d));
+}
+
+void db_late_freeze(bdb_db *db)
+{
+    lstate *l = late_get(db);
+    pthread_mutex_lock(&l->mu);
+    /* a failed flush leaves its frozen marks: the retry covers both */
+    for (size_t i = 0; i < l->npend; i++)
+        push_mark(&l->frz, &l->nfrz, &l->capfrz, l->pend[i].d, l->pend[i].minute);
+    l->npend = 0;
+    pthread_mutex_unlock(&l->mu);
+    cat_each_device(db, device_frozen, db);
+}
+
+static int mark_cmp(const void *a, const void *b)
+{
+    const struct mark *x = a, *y = b;
+    if (x->d != y->d)
+        return (uintptr_t)x->d < (uintptr_t)y->d ? -1 : 1;
+    return (x->minute > y->minute) - (x->minute < y->minute);
+}
+
+void late_frozen_sort(bdb_db *db)
+{
+    lstate *l = late_get(db);
+    pthread_mutex_lock(&l->mu);
+    if (l->nfrz > 1)
+        qsort(l->frz, l->nfrz, sizeof *l->frz, mark_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < l->nfrz; i++)
+        if (k == 0 || mark_cmp(&l->frz[k - 1], &l->frz[i]) != 0)
+            l->frz[k++] = l->frz[i];
+    l->nfrz = k;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* The frozen dirty minutes of device d, ascending (the set sorted by late_frozen_sort;
+ * only the flush thread changes it, so no lock is needed to read it). */
+static const struct mark *frozen_marks(lstate *l, const device *d, size_t *n)
+{
+    size_t lo = 0, hi = l->nfrz;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)l->frz[mid].d < (uintptr_t)d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t e = lo;
+    while (e < l->nfrz && l->frz[e].d == d)
+        e++;
+    *n = e - lo;
+    return *n ? l->frz + lo : NULL; /* frz may be NULL: NULL + 0 is undefined in C */
+}
+
+void late_frozen_done(bdb_db *db)
+{
+    lstate *l = late_get(db);
+    pthread_mutex_lock(&l->mu);
+    l->nfrz = 0;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* ---------------------------------------------------------------- raw from blocks */
+
+struct rsamp {
+    int64_t ts;
+    uint64_t prio;
+    uint32_t order;
+    double v;
+};
+
+static int rsamp_cmp(const void *a, const void *b)
+{
+    const struct rsamp *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    if (x->prio != y->prio)
+        return x->prio > y->prio ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+struct rvec {
+    struct rsamp *v;
+    size_t n, cap;
+};
+
+static void rvec_push(struct rvec *r, int64_t ts, uint64_t prio, uint32_t order, double v)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 256;
+        r->v = realloc(r->v, r->cap * sizeof *r->v);
+        if (!r->v)
+            abort();
+    }
+    r->v[r->n++] = (struct rsamp){ts, prio, order, v};
+}
+
+/* the sink (storage/sink.h) keeps one value per time: the lowest priority */
+static void sink_add(void *ud, size_t metric, int64_t ts, double v)
+{
+    (void)metric;
+    struct rvec *r = ud;
+    rvec_push(r, ts, 0, (uint32_t)r->n, v);
+}
+
+/* Adds the samples of series s in [lo, hi) from the published blocks only, the newest
+ * block winning per time as in raw reads, to r. The active head is left out on
+ * purpose: its samples reach the tiers with a later flush. */
+static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_rollup *r)
+{
+    struct rvec rv = {NULL, 0, 0};
+    int rc = BDB_OK;
+    const char *tn = s->dev->tenant->name;
+    bdb_series_key key = {tn, strlen(tn), s->dev->name, s->dev->nlen, s->metric, s->mlen};
+    pthread_rwlock_rdlock(&db->blocks_lock);
+    for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
+        const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
+        if (bm->window_end <= lo || bm->window_start >= hi)
+            continue;
+        bdb_block_cursor cur;
+        int x = bdb_block_find(db->blocks[bi].b, &key, &cur);
+        if (x == BDB_ERR_NOTFOUND)
+            continue;
+        bdb_chunk_ref c;
+        uint32_t k = 0;
+        while (x == BDB_OK && (x = bdb_block_cursor_next(&cur, &c)) == 1) {
+            x = BDB_OK;
+            if (c.max_ts < lo || c.min_ts >= hi)
+                continue;
+            bdb_chunk_iter it;
+            if (bdb_chunk_iter_init(&it, c.data, c.len) != BDB_OK) {
+                x = BDB_ERR_CORRUPT;
+                break;
+            }
+            int64_t t;
+            double val;
+            int y;
+            while ((y = bdb_chunk_iter_next(&it, &t, &val)) == 1)
+                if (t >= lo && t < hi)
+                    rvec_push(&rv, t, bm->seq, k++, val);
+            if (y < 0)
+                x = BDB_ERR_CORRUPT;
+        }
+        if (x < 0)
+            rc = x;
+    }
+    pthread_rwlock_unlock(&db->blocks_lock);
+    if (rc == BDB_OK && db->o.sink) {
+        const char *mn[1] = {s->metric};
+        rc = db_sink_read(db, s->dev, tn, s->dev->name, mn, 1, lo, hi, sink_add, &rv);
+    }
+    if (rv.n > 1)
+        qsort(rv.v, rv.n, sizeof *rv.v, rsamp_cmp);
+    for (size_t i = 0; i < rv.n && rc == BDB_OK; i++)
+        if (i == 0 || rv.v[i].ts != rv.v[i - 1].ts)
+            rc = bdb_rollup_add(r, rv.v[i].ts, rv.v[i].v);
+    free(rv.v);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- recompute */
+
+/* Removes from r the windows whose start lies in [a, a + w) for a window of cover. */
+static void drop_covered(bdb_rollup *r, const bdb_rollup *cover)
+{
+    bdb_window empty;
+    memset(&empty, 0, sizeof empty);
+    for (size_t i = 0; i < cover->n; i++) {
+        int64_t a = cover->w[i].start, b = a + cover->width;
+        for (size_t k = 0; k < r->n;) {
+            if (r->w[k].start >= a && r->w[k].start < b) {
+                empty.start = r->w[k].start;
+                bdb_rollup_set_window(r, &empty); /* removes it: r->w[k] is the next */
+            } else {
+                k++;
+            }
+        }
+    }
+}
+
+/* Replacement windows at tier k (1h or 1d) around the replacements of tier k - 1: per
+ * coarse window, the finer tier's committed files, then this flush's partial windows
+ * (part[k - 1]), then the finer replacements, folded into one window. */
+static int coarse_replace(bdb_db *db, const series *s, int k, const bdb_rollup *part,
+                          bdb_rollup *rep)
+{
+    enum bdb_res fine = (enum bdb_res)k; /* tier index k - 1 is resolution k */
+    int64_t w = rep[k].width;
+    int rc = BDB_OK;
+    bdb_rollup base;
+    bdb_rollup_init(&base, bdb_res_width(fine));
+    bdb_window out;
+    bdb_sketch_init_default(&out.sk);
+    int64_t done = INT64_MIN;
+    for (size_t i = 0; i < rep[k - 1].n && rc == BDB_OK; i++) {
+        int64_t a = bdb_align_down(rep[k - 1].w[i].start, w), b = a + w;
+        if (a == done) /* rep[k - 1] is sorted: windows of one coarse window are together */
+            continue;
+        done = a;
+        bdb_rollup_reset(&base);
+        rc = tier_read_files(db, s->dev->tenant->name, s->dev->name, s->metric, fine, a, b, &base);
+        for (size_t j = 0; j < part[k - 1].n && rc == BDB_OK; j++)
+            if (part[k - 1].w[j].start >= a && part[k - 1].w[j].start < b)
+                rc = bdb_rollup_merge_window(&base, &part[k - 1].w[j]);
+        for (size_t j = i; j < rep[k - 1].n && rep[k - 1].w[j].start < b && rc == BDB_OK; j++)
+            rc = bdb_rollup_set_window(&base, &rep[k - 1].w[j]);
+        out.start = a;
+        bdb_stats_init(&out.st);
+        bdb_sketch_reset(&out.sk);
+        if (rc == BDB_OK)
+            rc = bdb_rollup_fold(&base, a, b, &out);
+        if (rc == BDB_OK)
+            rc = bdb_rollup_set_window(&rep[k], &out);
+    }
+    bdb_sketch_free(&out.sk);
+    bdb_rollup_free(&base);
+    return rc;
+}
+
+/* Whether tier res (or raw, BDB_RES_RAW) still holds everything from start on, so a
+ * window starting there can be rebuilt from it. */
+static int complete_from(bdb_db *db, const char *tn, enum bdb_res res, int64_t start)
+{
+    if (res == BDB_RES_RAW)
+        return start >= bdb_db_retention_cutoff(db, tn);
+    int64_t keep = tier_retention(db, tn, res);
+    return keep <= 0 || start >= bdb_clock_now(&db->o.clock) - keep;
+}
+
+int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *rep)
+{
+    lstate *l = late_get(db);
+    size_t nm;
+    const struct mark *m = frozen_marks(l, s->dev, &nm);
+    const char *tn = s->dev->tenant->name;
+    int rc = BDB_OK;
+    /* the dirty minutes this series has frozen samples in, and that can be rebuilt */
+    for (size_t i = 0; i < nm && rc == BDB_OK; i++) {
+        int64_t mn = m[i].minute;
+        if (!bdb_rollup_find(&part[0], mn))
+            continue;
+        if (!complete_from(db, tn, BDB_RES_RAW, mn) ||
+            !complete_from(db, tn, BDB_RES_1M, bdb_align_down(mn, BDB_MS_HOUR)) ||
+            !complete_from(db, tn, BDB_RES_1H, bdb_align_down(mn, BDB_MS_DAY))) {
+            atomic_fetch_add(&l->fallbacks, 1);
+            continue; /* the finer data is gone: keep the partial window */
+        }
+        rc = blocks_into(db, s, mn, mn + BDB_MS_MIN, &rep[0]);
+    }
+    if (rc != BDB_OK || rep[0].n == 0)
+        return rc;
+    /* minutes: the recomputed windows take the place of this flush's partial ones */
+    drop_covered(&part[0], &rep[0]);
+    for (int k = 1; k < BDB_TIERS && rc == BDB_OK; k++) {
+        bdb_rollup_reset(&part[k]);
+        rc = bdb_rollup_merge(&part[k], &part[k - 1]);
+        if (rc == BDB_OK)
+            rc = coarse_replace(db, s, k, part, rep);
+        if (rc == BDB_OK)
+            drop_covered(&part[k], &rep[k]);
+    }
+    return rc;
+}
+
+void late_recomputed(bdb_db *db, const series *s, const bdb_rollup *rep)
+{
+    lstate *l = late_get(db);
+    for (int k = 0; k < BDB_TIERS; k++) {
+        atomic_fetch_add(&l->recomputed[k], rep[k].n);
+        if (l->cb)
+            for (size_t i = 0; i < rep[k].n; i++)
+                l->cb(l->cb_ctx, s->dev->tenant->name, s->dev->name, s->metric,
+                      (enum bdb_res)(k + 1), &rep[k].w[i]);
+    }
+}
+
+/* ---------------------------------------------------------------- public */
+
+void bdb_db_tier_set_recompute_hook(bdb_db *db, bdb_tier_recompute_fn cb, void *ctx)
+{
+    lstate *l = late_get(db);
+    pthread_mutex_lock(&db->flush_mutex); /* the flush thread calls it */
+    l->cb = cb;
+    l->cb_ctx = ctx;
+    pthread_mutex_unlock(&db->flush_mutex);
+}
+
+void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st)
+{
+    lstate *l = late_get(db);
+    memset(st, 0, sizeof *st);
+    st->late_events = atomic_load(&l->late_events);
+    st->dirty_marks = atomic_load(&l->marks);
+    for (int k = 0; k < BDB_TIERS; k++)
+        st->recomputed[k] = atomic_load(&l->recomputed[k]);
+    st->fallbacks = atomic_load(&l->fallbacks);
+    pthread_mutex_lock(&l->mu);
+    st->pending = l->npend + l->nfrz;
+    pthread_mutex_unlock(&l->mu);
+    st->threshold_ms = db_late_threshold(db);
+}
+
+int bdb_db_late_recent(bdb_db *db, const char *tn, const char *dn,
+                       int (*cb)(void *ctx, const bdb_late_event *e), void *ctx)
+{
+    lstate *l = late_get(db);
+    pthread_mutex_lock(&l->mu);
+    int stop = 0;
+    for (size_t i = 0; i < l->ring_n && !stop; i++) {
+        /* newest first */
+        const struct late_ev *e = &l->ring[(l->ring_pos + LATE_RING - 1 - i) % LATE_RING];
+        if ((tn && strcmp(tn, e->tenant)) || (dn && strcmp(dn, e->device)))
+            continue;
+        bdb_late_event out = {e->tenant, e->device, e->ts, e->newest, e->arrived};
+        stop = cb(ctx, &out);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return BDB_OK;
+}
+
+/* ---------------------------------------------------------------- reads */
+
+static int i64_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **out)
+{
+    *out = NULL;
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *te = cat_tenant(db, tn, strlen(tn), 0);
+    device *d = te ? cat_device(db, te, dn, strlen(dn), 0) : NULL;
+    pthread_rwlock_unlock(&db->cat_lock);
+    if (!d)
+        return 0;
+    lstate *l = late_get(db);
+    size_t n = 0, cap = 0;
+    int64_t *v = NULL;
+    pthread_mutex_lock(&l->mu);
+    for (int k = 0; k < 2; k++) {
+        const struct mark *m = k ? l->frz : l->pend;
+        size_t nm = k ? l->nfrz : l->npend;
+        for (size_t i = 0; i < nm; i++) {
+            if (m[i].d != d)
+                continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                v = realloc(v, cap * sizeof *v);
+                if (!v)
+                    abort();
+            }
+            v[n++] = m[i].minute;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (n > 1)
+        qsort(v, n, sizeof *v, i64_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || v[k - 1] != v[i])
+            v[k++] = v[i];
+    *out = v;
+    return k;
+}
+
+/* The minute windows of raw data in [a, b) of one metric (newest write per time). */
+static int raw_minutes(bdb_db *db, const char *tn, const char *dn, const char *metric, int64_t a,
+                       int64_t b, bdb_rollup *r)
+{
+    bdb_samples s;
+    memset(&s, 0, sizeof s);
+    const char *m[1] = {metric};
+    int rc = bdb_db_read(db, tn, dn, m, 1, a, b, &s, NULL);
+    for (size_t i = 0; i < s.n && rc == BDB_OK; i++)
+        rc = bdb_rollup_add(r, s.ts[i], s.v[i]);
+    bdb_samples_free(&s);
+    return rc;
+}
+
+/* Puts the raw minute window of every dirty minute in [a, b) into r (in place of what
+ * r has for it; removes it when raw has no sample there). */
+static int replace_dirty(bdb_db *db, const char *tn, const char *dn, const char *metric,
+                         const int64_t *dirty, size_t nd, int64_t a, int64_t b, bdb_rollup *r)
+{
+    size_t i = 0;
+    while (i < nd && dirty[i] < a)
+        i++;
+    if (i == nd || dirty[i] >= b)
+        return BDB_OK;
+    size_t e = i;
+    while (e < nd && dirty[e] < b)
+        e++;
+    bdb_rollup raw;
+    bdb_rollup_init(&raw, BDB_MS_MIN);
+    int rc = raw_minutes(db, tn, dn, metric, dirty[i], dirty[e - 1] + BDB_MS_MIN, &raw);
+    bdb_window empty;
+    memset(&empty, 0, sizeof empty);
+    int64_t cutoff = bdb_db_retention_cutoff(db, tn);
+    for (size_t k = i; k < e && rc == BDB_OK; k++) {
+        if (dirty[k] < cutoff) /* raw has expired there: keep what the tier says */
+            continue;
+        const bdb_window *w = bdb_rollup_find(&raw, dirty[k]);
+        empty.start = dirty[k];
+        rc = bdb_rollup_set_window(r, w ? w : &empty);
+    }
+    bdb_rollup_free(&raw);
+    return rc;
+}
+
+int late_fix_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
+                  size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, const int64_t *dirty,
+                  size_t nd, bdb_rollup *out)
+{
+    int64_t w = bdb_res_width(res), lo = bdb_align_down(from, w);
+    int rc = BDB_OK;
+    bdb_rollup fine;
+    bdb_rollup_init(&fine, BDB_MS_MIN);
+    bdb_window cw;
+    bdb_sketch_init_default(&cw.sk);
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+        if (res == BDB_RES_1M) {
+            rc = replace_dirty(db, tn, dn, metrics[m], dirty, nd, lo, to, &out[m]);
+            continue;
+        }
+        /* a coarse window around dirty minutes: its minutes (files and head), the
+         * dirty ones from raw, folded */
+        int64_t done = INT64_MIN;
+        for (size_t i = 0; i < nd && rc == BDB_OK; i++) {
+            int64_t a = bdb_align_down(dirty[i], w);
+            if (a == done || a < lo || a >= to)
+                continue;
+            done = a;
+            if (!complete_from(db, tn, BDB_RES_1M, a))
+                continue; /* its minutes are gone: the window stays as read */
+            const char *one[1] = {metrics[m]};
+            rc = tier_read_merged(db, tn, dn, one, 1, BDB_RES_1M, a, a + w, &fine);
+            if (rc == BDB_ERR_NOTFOUND)
+                rc = BDB_OK;
+            if (rc == BDB_OK)
+                rc = replace_dirty(db, tn, dn, metrics[m], dirty, nd, a, a + w, &fine);
+            cw.start = a;
+            bdb_stats_init(&cw.st);
+            bdb_sketch_reset(&cw.sk);
+            if (rc == BDB_OK)
+                rc = bdb_rollup_fold(&fine, a, a + w, &cw);
+            if (rc == BDB_OK)
+                rc = bdb_rollup_set_window(&out[m], &cw);
+        }
+    }
+    bdb_sketch_free(&cw.sk);
+    bdb_rollup_free(&fine);
+    return rc;
+}

@@ -1,0 +1,164 @@
+/* libFuzzer harness for the tier file format (docs/formats/tier.md): tf_parse and
+ * tf_read_rec, the decoders that read 1m/1h/1d rollup files at open and per query.
+ * Two modes chosen by the first byte:
+ *  - even: the rest of the input is a file image; parse it, and if it parses, read
+ *    every record back through a real file (bounds, CRC and window decoding);
+ *  - odd: the rest of the input describes series and samples; the harness builds a
+ *    file with tf_begin/tf_add/tf_finish, requires it to parse and every record to
+ *    read back with the same windows (count, min and max bit for bit), then flips one
+ *    byte chosen by the input and requires the damaged image to be refused
+ *    (every byte of a tier file is covered by a CRC or a bounds check). */
+#include "agg/rollup.h"
+#include "bucketdb/bdb.h"
+#include "fuzz_util.h"
+#include "storage/embedded/db_tier.h"
+#include "storage/embedded/db_tier_int.h"
+
+#include <math.h>
+
+#define MAX_SERIES 8
+#define MAX_SAMPLES 256
+
+static void read_all(const uint8_t *img, size_t n, const tfile *t)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tier", fz_scratch());
+    fz_write_file(path, img, n);
+    bdb_file *f;
+    FZ_CHECK(bdb_vfs_open(bdb_vfs_posix(), path, BDB_O_RDONLY, &f) == BDB_OK);
+    tfile tt = *t;
+    tt.f = f;
+    for (size_t i = 0; i < t->nrec; i++) {
+        bdb_rollup r;
+        bdb_rollup_init(&r, bdb_res_width(t->res));
+        int rc = tf_read_rec(&tt, &t->recs[i], INT64_MIN, INT64_MAX, &r);
+        FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+        for (size_t w = 0; rc == BDB_OK && w < r.n; w++)
+            FZ_CHECK(r.w[w].start >= t->start && r.w[w].start < t->end);
+        bdb_rollup_free(&r);
+        FZ_CHECK(tf_find(t, t->recs[i].device, t->recs[i].metric) != NULL);
+    }
+    bdb_file_close(f);
+}
+
+static void parse_raw(const uint8_t *p, size_t n)
+{
+    tfile t;
+    const char *why = NULL;
+    int rc = tf_parse(p, n, &t, &why);
+    FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+    if (rc != BDB_OK) {
+        FZ_CHECK(why && *why);
+        return;
+    }
+    FZ_CHECK(t.res >= BDB_RES_1M && t.res <= BDB_RES_1D && t.start < t.end);
+    read_all(p, n, &t);
+    tf_free(&t);
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} src;
+
+static unsigned take(src *s)
+{
+    if (!s->n)
+        return 0;
+    s->n--;
+    return *s->p++;
+}
+
+static void build_and_damage(const uint8_t *p, size_t n)
+{
+    src s = {p, n};
+    enum bdb_res res = (enum bdb_res)(1 + take(&s) % 3);
+    int64_t width = bdb_res_width(res);
+    int64_t span = bdb_tier_file_span(res);             /* a file covers exactly one span */
+    int64_t start = ((int64_t)(int8_t)take(&s)) * span; /* negative times too */
+    int64_t end = start + span;
+    unsigned nseries = 1 + take(&s) % MAX_SERIES;
+    bdb_rollup built[MAX_SERIES];
+    char dev[MAX_SERIES][8], met[MAX_SERIES][8];
+    tbuilder tb;
+    tf_begin(&tb, res, "tenant", start, end, 7, 3, NULL, 0, 0);
+    for (unsigned i = 0; i < nseries; i++) {
+        snprintf(dev[i], sizeof dev[i], "d%u", i / 2);
+        snprintf(met[i], sizeof met[i], "m%u", i % 2 + 2 * (i / 4));
+        bdb_rollup_init(&built[i], width);
+        unsigned ns = take(&s) % MAX_SAMPLES;
+        for (unsigned k = 0; k < ns; k++) {
+            /* near both ends of the file window, and some outside it */
+            int64_t base = take(&s) & 1 ? end - 33 * width : start - width;
+            int64_t ts = base + (int64_t)(take(&s) % 34) * width + take(&s);
+            double v = (double)(int8_t)take(&s) * 0.25;
+            if (take(&s) == 255)
+                v = NAN;
+            FZ_CHECK(bdb_rollup_add(&built[i], ts, v) == BDB_OK);
+        }
+        tf_add(&tb, dev[i], strlen(dev[i]), met[i], strlen(met[i]), &built[i]);
+    }
+    tf_finish(&tb);
+    const uint8_t *img = tb.b.data;
+    size_t len = tb.b.len;
+
+    tfile t;
+    const char *why = NULL;
+    FZ_CHECK(tf_parse(img, len, &t, &why) == BDB_OK);
+    FZ_CHECK(t.start == start && t.end == end && t.res == res);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tier", fz_scratch());
+    fz_write_file(path, img, len);
+    FZ_CHECK(bdb_vfs_open(bdb_vfs_posix(), path, BDB_O_RDONLY, &t.f) == BDB_OK);
+    for (unsigned i = 0; i < nseries; i++) {
+        const trec *rec = tf_find(&t, dev[i], met[i]);
+        size_t inside = 0;
+        for (size_t w = 0; w < built[i].n; w++)
+            inside += built[i].w[w].start >= start && built[i].w[w].start < end;
+        FZ_CHECK((rec != NULL) == (inside > 0));
+        if (!rec)
+            continue;
+        bdb_rollup r;
+        bdb_rollup_init(&r, width);
+        FZ_CHECK(tf_read_rec(&t, rec, INT64_MIN, INT64_MAX, &r) == BDB_OK);
+        FZ_CHECK(r.n == inside);
+        for (size_t w = 0; w < r.n; w++) {
+            const bdb_window *b = bdb_rollup_find(&built[i], r.w[w].start);
+            FZ_CHECK(b && b->st.count == r.w[w].st.count);
+            FZ_CHECK(!b->st.count || (memcmp(&b->st.min, &r.w[w].st.min, sizeof(double)) == 0 &&
+                                      memcmp(&b->st.max, &r.w[w].st.max, sizeof(double)) == 0));
+        }
+        bdb_rollup_free(&r);
+    }
+    bdb_file_close(t.f);
+    t.f = NULL;
+    tf_free(&t);
+
+    /* One flipped byte anywhere must be refused. */
+    uint8_t *bad = malloc(len);
+    FZ_CHECK(bad);
+    memcpy(bad, img, len);
+    size_t at = ((size_t)take(&s) << 16 | (size_t)take(&s) << 8 | take(&s)) % len;
+    bad[at] ^= (uint8_t)(1u << (take(&s) % 8));
+    tfile t2;
+    int rc = tf_parse(bad, len, &t2, &why);
+    if (rc == BDB_OK) {
+        fprintf(stderr, "flipped byte %zu of %zu accepted\n", at, len);
+        FZ_CHECK(rc == BDB_ERR_CORRUPT);
+    }
+    free(bad);
+    for (unsigned i = 0; i < nseries; i++)
+        bdb_rollup_free(&built[i]);
+    tf_builder_free(&tb);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    if (data[0] & 1)
+        build_and_damage(data + 1, size - 1);
+    else
+        parse_raw(data + 1, size - 1);
+    return 0;
+}
