@@ -4,9 +4,9 @@
  * rows become JSON reports for POST /api/v1/write/json, which keeps metric names
  * exactly (line protocol would turn a bare "pressure" into "pressure.value").
  *
- * Migrating an embedded data directory into a Cassandra-backed server needs that
- * backend, which is not in the server yet: then it will be export | import against
- * the two servers, and until then import writes to whatever backend the server runs. */
+ * Migrating an embedded data directory into a Cassandra-backed server is export from
+ * a server on that directory piped into import against the new one: import has no
+ * backend-specific path (docs/OPERATIONS.md#migrating-to-cassandra). */
 #include "cli/cli.h"
 #include "cli/http_client.h"
 #include "cli/http_conn.h"

@@ -10,10 +10,16 @@
  *
  * Bounds: the number of reports is fixed by --duration or --samples before the run
  * starts, and --max-seconds stops a run by wall time; retries after 429/503 are
- * bounded too. MQTT is not simulated (see docs/OPERATIONS.md). */
+ * bounded too.
+ *
+ * --mqtt publishes the same reports to a broker instead (mqtt_pub.h), one QoS 1
+ * message per report; a report counts as stored when the broker acknowledged it. */
 #include "cli/cli.h"
 #include "cli/http_client.h"
 #include "cli/http_conn.h"
+#include "cli/load_args.h"
+#include "cli/mqtt_pub.h"
+#include "ingest/mqtt/mqtt_codec.h"
 
 #include "common/buf.h"
 #include "common/timeutil.h"
@@ -29,17 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_TENANTS 1000
 #define MAX_RETRIES 5
-
-struct opts {
-    const char *server, *token, *admin_token, *tenant, *prefix, *states;
-    long tenants, devices, metrics, hot, batch, conns;
-    double hot_factor, late, ooo, state_change;
-    int64_t interval_ms, duration_ms, max_ms, end_ms;
-    long long samples, seed;
-    int live, json;
-};
 
 struct tenant {
     char name[130];
@@ -58,7 +54,7 @@ struct device {
 };
 
 struct run {
-    struct opts o;
+    struct load_opts o;
     struct tenant *tenants;
     struct device *devs;
     size_t ndev;
@@ -67,7 +63,7 @@ struct run {
     int64_t start_ms, ticks, wall0, deadline;
     long long max_reports, per_tick, *prefix;
     atomic_llong reports, lines_ok, lines_rejected, requests, retries, errors;
-    atomic_llong samples_ok, first_time, last_time;
+    atomic_llong samples_ok, first_time, last_time, mqtt_sent, mqtt_refused;
     atomic_int stop;
     char first_error[512];
     pthread_mutex_t mu;
@@ -87,41 +83,6 @@ static uint64_t splitmix(uint64_t *s)
 static double unit(uint64_t *s) /* [0, 1) */
 {
     return (double)(splitmix(s) >> 11) / 9007199254740992.0;
-}
-
-static void help(void)
-{
-    printf(
-        "usage: bucketdb load [options]\n\n"
-        "Simulates a device fleet writing line protocol to a running server over HTTP.\n\n"
-        "  --server URL          server (default http://127.0.0.1:8086)\n"
-        "  --token TOKEN         token for writes ($BUCKETDB_TOKEN)\n"
-        "  --tenant NAME         write to this tenant (default: the server's default tenant)\n"
-        "  --tenants N           simulate N tenants PREFIX-1..PREFIX-N instead; with an admin\n"
-        "                        token each is registered and writes with its own token\n"
-        "  --tenant-prefix P     (default load)\n"
-        "  --admin-token TOKEN   ($BUCKETDB_ADMIN_TOKEN) to register --tenants\n"
-        "  --devices N           devices per tenant (10)\n"
-        "  --metrics N           metrics per report, 1..64 (4)\n"
-        "  --interval DUR        time between two reports of a device (10s)\n"
-        "  --duration DUR        event time covered; with --live, wall time (10m)\n"
-        "  --samples N           stop after N samples instead of --duration\n"
-        "  --hot N               hot devices per tenant (0); they report --hot-factor x as often\n"
-        "  --hot-factor F        (10)\n"
-        "  --late F              share of reports delivered late, after newer ones (0)\n"
-        "  --out-of-order F      share of reports sent after the device's next one (0)\n"
-        "  --states LIST         device states (running,idle,fault); 'none' for none\n"
-        "  --state-change P      chance that a device changes state at a report (0.02)\n"
-        "  --seed N              random seed (1); the same flags store the same data\n"
-        "  --end TIME            back-fill up to TIME (RFC 3339 or Unix ms; default now), so\n"
-        "                        two runs with the same seed store identical samples\n"
-        "  --batch N             reports per request (1000)\n"
-        "  --connections N       keep-alive connections, one thread each (2)\n"
-        "  --live                send in real time: each report at its own time\n"
-        "  --max-seconds S       stop after S seconds of wall time (600)\n"
-        "  --json                print the summary as JSON\n\n"
-        "Progress is shown when stdout is a terminal. Exit codes: 0 every report was\n"
-        "stored, 1 some were refused or a request failed, 2 usage error.\n");
 }
 
 /* ------------------------------------------------------------------ generation */
@@ -181,11 +142,85 @@ static int past_deadline(struct run *r)
     return bdb_monotonic_ms() >= r->deadline;
 }
 
+struct link { /* one thread's way to the server */
+    cli_conn c;
+    cli_mqtt m; /* with --mqtt */
+    char client_id[64];
+};
+
+static void count_stored(struct run *r, struct tenant *tn, long accepted, long rejected)
+{
+    atomic_fetch_add(&r->lines_ok, accepted);
+    atomic_fetch_add(&r->lines_rejected, rejected);
+    atomic_fetch_add(&r->samples_ok, (long long)accepted * r->o.metrics);
+    atomic_fetch_add(&tn->samples, (long long)accepted * r->o.metrics);
+}
+
+/* One message per report on bucketdb/<tenant>/<device>/telemetry, its time in ns
+ * (the gateway reads line protocol with nanosecond times, as Telegraf sends it). A
+ * failed connection is opened again at the next batch, so one broker restart costs
+ * the reports in flight, which the summary shows as sent but not acknowledged. */
+static void send_batch_mqtt(struct run *r, struct link *l, int t, bdb_buf *body, long nlines)
+{
+    struct tenant *tn = &r->tenants[t];
+    cli_mqtt *m = &l->m;
+    if (m->fd < 0 && !past_deadline(r)) {
+        cli_mqtt_close(m);
+        if (cli_mqtt_connect(m, r->o.mqtt, l->client_id, r->o.mqtt_user, r->o.mqtt_pass, 30) != 0) {
+            atomic_fetch_add(&r->errors, 1);
+            set_error(r, "%s%s", m->err, "");
+        }
+    }
+    long long a0 = m->acked, f0 = m->refused;
+    bdb_buf topic, msg;
+    bdb_buf_init(&topic);
+    bdb_buf_init(&msg);
+    const char *p = (const char *)body->data, *end = p + body->len;
+    int ok = m->fd >= 0;
+    while (ok && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        const char *dv = memmem(p, n, ",device=", 8);
+        size_t dn = dv ? strcspn(dv + 8, ", ") : 0;
+        bdb_buf_reset(&topic);
+        bdb_buf_printf(&topic, "bucketdb/%s/%.*s/telemetry", tn->named ? tn->name : "default",
+                       (int)dn, dv ? dv + 8 : "");
+        bdb_buf_putc(&topic, 0);
+        bdb_buf_reset(&msg);
+        bdb_buf_append(&msg, p, n);
+        bdb_buf_puts(&msg, "000000");
+        if (cli_mqtt_publish(m, (char *)topic.data, msg.data, msg.len) != 0)
+            ok = 0;
+        else
+            atomic_fetch_add(&r->mqtt_sent, 1);
+        p += n + 1;
+    }
+    if (ok && cli_mqtt_drain(m) != 0)
+        ok = 0;
+    if (!ok) {
+        atomic_fetch_add(&r->errors, 1);
+        set_error(r, "%s%s", m->err[0] ? m->err : "MQTT connection failed", "");
+    }
+    long acked = (long)(m->acked - a0), refused = (long)(m->refused - f0);
+    if (refused) {
+        atomic_fetch_add(&r->mqtt_refused, refused);
+        set_error(r, "broker refused a message: %s%s", bdb_mqtt_reason_str(m->last_reason), "");
+    }
+    bdb_buf_free(&topic);
+    bdb_buf_free(&msg);
+    count_stored(r, tn, acked, nlines - acked);
+}
+
 /* Counts the samples of lines that were stored, from the answer's accepted count. */
-static void send_batch(struct run *r, cli_conn *c, int t, bdb_buf *body, long nlines)
+static void send_batch(struct run *r, struct link *l, int t, bdb_buf *body, long nlines)
 {
     if (nlines == 0)
         return;
+    if (r->o.mqtt) {
+        send_batch_mqtt(r, l, t, body, nlines);
+        return;
+    }
+    cli_conn *c = &l->c;
     struct tenant *tn = &r->tenants[t];
     bdb_buf path;
     bdb_buf_init(&path);
@@ -237,15 +272,12 @@ static void send_batch(struct run *r, cli_conn *c, int t, bdb_buf *body, long nl
     }
     cli_resp_free(&resp);
     bdb_buf_free(&path);
-    atomic_fetch_add(&r->lines_ok, accepted);
-    atomic_fetch_add(&r->lines_rejected, rejected);
-    atomic_fetch_add(&r->samples_ok, (long long)accepted * r->o.metrics);
-    atomic_fetch_add(&tn->samples, (long long)accepted * r->o.metrics);
+    count_stored(r, tn, accepted, rejected);
 }
 
 /* Sends a tenant's pending lines; every third request also carries the late reports
  * held back so far, so they arrive after newer events (or all of them at the end). */
-static void flush_tenant(struct run *r, cli_conn *c, int t, struct tbuf *b, int final)
+static void flush_tenant(struct run *r, struct link *c, int t, struct tbuf *b, int final)
 {
     b->flushes++;
     if (b->nlate && (final || b->flushes % 3 == 0)) {
@@ -280,8 +312,18 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct run *r = w->r;
-    cli_conn c;
-    cli_conn_init(&c, r->o.server, 60);
+    struct link c;
+    memset(&c, 0, sizeof c);
+    cli_conn_init(&c.c, r->o.server, 60);
+    c.m.fd = -1;
+    if (r->o.mqtt) {
+        snprintf(c.client_id, sizeof c.client_id, "bdbload-%ld-%d", (long)getpid(), w->idx);
+        if (cli_mqtt_connect(&c.m, r->o.mqtt, c.client_id, r->o.mqtt_user, r->o.mqtt_pass, 30) !=
+            0) {
+            atomic_fetch_add(&r->errors, 1);
+            set_error(r, "%s%s", c.m.err, "");
+        }
+    }
     long nt = r->o.tenants;
     struct tbuf *bufs = calloc((size_t)nt, sizeof *bufs);
     for (long t = 0; t < nt; t++) {
@@ -356,7 +398,9 @@ static void *worker_main(void *arg)
     }
     free(bufs);
     bdb_buf_free(&line);
-    cli_conn_close(&c);
+    cli_conn_close(&c.c);
+    if (r->o.mqtt)
+        cli_mqtt_close(&c.m);
     return NULL;
 }
 
@@ -406,158 +450,6 @@ static int register_tenant(struct run *r, struct tenant *tn)
     return ok;
 }
 
-/* ------------------------------------------------------------------ flags */
-
-static int parse_ll(const char *flag, const char *v, long long lo, long long hi, long long *out)
-{
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "bucketdb load: %s '%s': want an integer from %lld to %lld\n", flag, v, lo,
-                hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_share(const char *flag, const char *v, double *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (end != v && *end == '%' && !end[1])
-        x /= 100, end++;
-    if (end == v || *end || !(x >= 0 && x <= 1)) {
-        fprintf(stderr, "bucketdb load: %s '%s': want a share from 0 to 1 (or 0%%..100%%)\n", flag,
-                v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_dur(const char *flag, const char *v, int64_t *out)
-{
-    if (bdb_config_parse_duration(v, out) != 0 || *out <= 0) {
-        fprintf(stderr, "bucketdb load: %s '%s': want a duration > 0 such as 500ms, 10s, 5m\n",
-                flag, v);
-        return -1;
-    }
-    return 0;
-}
-
-static int parse_args(int argc, char **argv, struct opts *o)
-{
-    *o = (struct opts){.server = "http://127.0.0.1:8086",
-                       .token = getenv("BUCKETDB_TOKEN"),
-                       .admin_token = getenv("BUCKETDB_ADMIN_TOKEN"),
-                       .prefix = "load",
-                       .states = "running,idle,fault",
-                       .tenants = 0,
-                       .devices = 10,
-                       .metrics = 4,
-                       .batch = 1000,
-                       .conns = 2,
-                       .hot_factor = 10,
-                       .state_change = 0.02,
-                       .interval_ms = 10000,
-                       .duration_ms = 600000,
-                       .max_ms = 600000,
-                       .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long long x;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help();
-            return 1;
-        }
-        if (!strcmp(a, "--live") || !strcmp(a, "--json")) {
-            *(a[2] == 'l' ? &o->live : &o->json) = 1;
-            continue;
-        }
-        if (i + 1 >= argc || strncmp(a, "--", 2)) {
-            fprintf(stderr, "bucketdb load: %s (see --help)\n",
-                    strncmp(a, "--", 2) ? "unexpected argument" : "option needs a value");
-            return -1;
-        }
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "--server"))
-            o->server = v;
-        else if (!strcmp(a, "--token"))
-            o->token = v;
-        else if (!strcmp(a, "--admin-token"))
-            o->admin_token = v;
-        else if (!strcmp(a, "--tenant"))
-            o->tenant = v;
-        else if (!strcmp(a, "--tenant-prefix"))
-            o->prefix = v;
-        else if (!strcmp(a, "--states"))
-            o->states = v;
-        else if (!strcmp(a, "--tenants"))
-            rc = parse_ll(a, v, 1, MAX_TENANTS, &x), o->tenants = (long)x;
-        else if (!strcmp(a, "--devices"))
-            rc = parse_ll(a, v, 1, 10000000, &x), o->devices = (long)x;
-        else if (!strcmp(a, "--metrics"))
-            rc = parse_ll(a, v, 1, 64, &x), o->metrics = (long)x;
-        else if (!strcmp(a, "--hot"))
-            rc = parse_ll(a, v, 0, 10000000, &x), o->hot = (long)x;
-        else if (!strcmp(a, "--batch"))
-            rc = parse_ll(a, v, 1, 1000000, &x), o->batch = (long)x;
-        else if (!strcmp(a, "--connections"))
-            rc = parse_ll(a, v, 1, 64, &x), o->conns = (long)x;
-        else if (!strcmp(a, "--samples"))
-            rc = parse_ll(a, v, 1, 1000000000000LL, &o->samples);
-        else if (!strcmp(a, "--seed"))
-            rc = parse_ll(a, v, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(a, "--max-seconds"))
-            rc = parse_ll(a, v, 1, 86400, &x), o->max_ms = x * 1000;
-        else if (!strcmp(a, "--hot-factor"))
-            rc = parse_ll(a, v, 2, 1000, &x), o->hot_factor = (double)x;
-        else if (!strcmp(a, "--late"))
-            rc = parse_share(a, v, &o->late);
-        else if (!strcmp(a, "--out-of-order"))
-            rc = parse_share(a, v, &o->ooo);
-        else if (!strcmp(a, "--state-change"))
-            rc = parse_share(a, v, &o->state_change);
-        else if (!strcmp(a, "--interval"))
-            rc = parse_dur(a, v, &o->interval_ms);
-        else if (!strcmp(a, "--duration"))
-            rc = parse_dur(a, v, &o->duration_ms);
-        else if (!strcmp(a, "--end")) {
-            if (bdb_parse_time_ms(v, &o->end_ms) != 0) {
-                fprintf(stderr, "bucketdb load: --end '%s': want RFC 3339 or Unix ms\n", v);
-                rc = -1;
-            }
-        } else {
-            fprintf(stderr, "bucketdb load: unknown option '%s' (see --help)\n", a);
-            return -1;
-        }
-        if (rc)
-            return -1;
-    }
-    if (o->hot > o->devices) {
-        fprintf(stderr, "bucketdb load: --hot %ld is more than --devices %ld\n", o->hot,
-                o->devices);
-        return -1;
-    }
-    if (o->late + o->ooo > 1) {
-        fprintf(stderr, "bucketdb load: --late plus --out-of-order is more than 1\n");
-        return -1;
-    }
-    if (o->interval_ms < o->hot_factor && o->hot) {
-        fprintf(stderr, "bucketdb load: --interval is too short for --hot-factor\n");
-        return -1;
-    }
-    if (o->tenants && o->tenant) {
-        fprintf(stderr, "bucketdb load: use --tenant or --tenants, not both\n");
-        return -1;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------ report */
-
 static void progress(struct run *r, int final)
 {
     double secs = (double)(bdb_monotonic_ms() - r->wall0) / 1000;
@@ -603,6 +495,11 @@ static void summary(struct run *r, double secs)
                            (long long)atomic_load(&tn->samples));
         }
         bdb_buf_puts(&j, "]");
+        if (r->o.mqtt) /* acknowledged = lines_stored: the broker's PUBACKs */
+            bdb_buf_printf(
+                &j, ",\"mqtt_sent\":%lld,\"mqtt_acknowledged\":%lld,\"mqtt_refused\":%lld",
+                (long long)atomic_load(&r->mqtt_sent), (long long)atomic_load(&r->lines_ok),
+                (long long)atomic_load(&r->mqtt_refused));
         if (r->first_error[0]) {
             bdb_buf_puts(&j, ",\"first_error\":\"");
             bdb_buf_json_str(&j, r->first_error, strlen(r->first_error));
@@ -621,6 +518,10 @@ static void summary(struct run *r, double secs)
            (long long)atomic_load(&r->requests), (long long)atomic_load(&r->retries),
            (long long)atomic_load(&r->errors), (long long)atomic_load(&r->lines_rejected),
            atomic_load(&r->stop) ? ", stopped early (--max-seconds)" : "");
+    if (r->o.mqtt)
+        printf("  MQTT %s: %lld messages sent, %lld acknowledged by the broker, %lld refused\n",
+               r->o.mqtt, (long long)atomic_load(&r->mqtt_sent),
+               (long long)atomic_load(&r->lines_ok), (long long)atomic_load(&r->mqtt_refused));
     printf("  event times %lld .. %lld (Unix ms), seed %lld\n", first, last, r->o.seed);
     if (r->first_error[0])
         printf("  first error: %s\n", r->first_error);
@@ -631,12 +532,12 @@ static void summary(struct run *r, double secs)
 int cmd_load(int argc, char **argv)
 {
     struct run *r = calloc(1, sizeof *r);
-    int prc = parse_args(argc, argv, &r->o);
+    int prc = load_parse_args(argc, argv, &r->o);
     if (prc) {
         free(r);
         return prc > 0 ? BDB_EXIT_OK : BDB_EXIT_USAGE;
     }
-    struct opts *o = &r->o;
+    struct load_opts *o = &r->o;
     int rc = BDB_EXIT_FAIL;
     pthread_mutex_init(&r->mu, NULL);
     /* tenants */

@@ -33,7 +33,19 @@ struct exp {
     bdb_buf out;
     size_t out_pos;
     bdb_samples *samples;
+    int failed; /* a read failed: the stream must end as an error, not as complete */
 };
+
+/* Abort-on-OOM (docs/RELIABILITY.md): a device left out for want of memory would
+ * make a complete-looking but short export. */
+static void *need(void *p)
+{
+    if (!p) {
+        fprintf(stderr, "bucketdb: out of memory in export\n");
+        abort();
+    }
+    return p;
+}
 
 static void esc(bdb_buf *b, const char *s, size_t n, const char *special)
 {
@@ -51,11 +63,9 @@ struct devlist {
 static int collect_dev(void *ctx, const bdb_device_info *d)
 {
     struct exp *e = ctx;
-    char **p = realloc(e->devices, (e->ndev + 1) * sizeof *p);
-    if (!p)
-        return 1;
+    char **p = need(realloc(e->devices, (e->ndev + 1) * sizeof *p));
     e->devices = p;
-    e->devices[e->ndev++] = strdup(d->device);
+    e->devices[e->ndev++] = need(strdup(d->device));
     return 0;
 }
 
@@ -101,7 +111,7 @@ static int open_next_device(struct exp *e)
             drop_device(e);
             continue;
         }
-        e->metrics = calloc(e->snap.nmetrics + 1, sizeof *e->metrics);
+        e->metrics = need(calloc(e->snap.nmetrics + 1, sizeof *e->metrics));
         e->nmetrics = 0;
         for (size_t i = 0; i < e->snap.nmetrics; i++) {
             int keep = e->nfilter == 0;
@@ -110,7 +120,7 @@ static int open_next_device(struct exp *e)
             if (keep)
                 e->metrics[e->nmetrics++] = e->snap.metrics[i];
         }
-        e->samples = calloc(e->nmetrics + 1, sizeof *e->samples);
+        e->samples = need(calloc(e->nmetrics + 1, sizeof *e->samples));
         e->t = e->from > e->snap.first_ts ? e->from : e->snap.first_ts;
         e->t_end = e->to < e->snap.last_ts + 1 ? e->to : e->snap.last_ts + 1;
         if (e->nmetrics == 0 || e->snap.last_ts == INT64_MIN || e->t >= e->t_end) {
@@ -146,6 +156,7 @@ static int produce(struct exp *e)
              * the log. A client sees a short export, never a wrong value. */
             BDB_ERROR("export %s/%s: read failed: %s; stream ended early", e->tenant, dev,
                       bdb_strerror(rc));
+            e->failed = 1;
             return 0;
         }
         for (size_t m = 0; m < e->nmetrics; m++) {
@@ -176,7 +187,8 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     struct exp *e = cls;
     if (e->out_pos >= e->out.len && !produce(e))
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        /* after a failed read, no last chunk: the client sees a cut transfer */
+        return e->failed ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
     size_t n = e->out.len - e->out_pos;
     if (n > max)
         n = max;
@@ -203,15 +215,13 @@ static void free_exp(void *cls)
 
 static void add_list(char ***v, size_t *n, const char *csv)
 {
-    char *copy = strdup(csv), *save;
+    char *copy = need(strdup(csv)), *save;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!*t)
             continue;
-        char **p = realloc(*v, (*n + 1) * sizeof *p);
-        if (!p)
-            break;
+        char **p = need(realloc(*v, (*n + 1) * sizeof *p));
         *v = p;
-        (*v)[(*n)++] = strdup(t);
+        (*v)[(*n)++] = need(strdup(t));
     }
     free(copy);
 }
@@ -226,7 +236,7 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c)
     if (!e)
         return MHD_NO;
     e->s = s;
-    e->tenant = strdup(tenant);
+    e->tenant = need(strdup(tenant));
     e->from = INT64_MIN / 4;
     e->to = INT64_MAX / 4;
     const char *f = arg(c, "from"), *t = arg(c, "to");

@@ -5,6 +5,7 @@
 #include "common/timeutil.h"
 #include "server/devlimit.h"
 #include "server/mqtt_gw.h"
+#include "storage/cassandra/cass_sink.h" /* storage: cassandra:// metrics */
 
 #include <dirent.h>
 #include <stdio.h>
@@ -451,6 +452,9 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
     bdb_mqtt_gw_metrics(s->mqtt, &b);
     h_late_metrics(s, &b); /* late data: late events, windows recomputed (h_query.c) */
+    /* storage: cassandra:// -- the backend's counters, per-node up/down and the WAL
+     * waiting for Cassandra (cass_metrics.c); nothing with the embedded engine. */
+    cass_sink_metrics(&b, st.wal.bytes_on_disk, st.wal.segments_on_disk);
 
     enum MHD_Result r =
         respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);

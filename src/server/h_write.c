@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/map.h"
 #include "common/timeutil.h"
+#include "ingest/gzip.h"
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
 #include "server/devlimit.h"
@@ -14,56 +15,13 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <zlib.h>
 
-/* Inflates a gzip (or zlib) body, refusing to produce more than max bytes so a small
- * compressed body cannot expand past the limit, and holding the output's buffer in
- * the request's in-flight reservation. Returns 0, 1 (too large), -1 (bad), 2 (over
- * the in-flight budget: r->bp_refused says why). */
-static int gunzip(bdb_server *s, req *r, const bdb_buf *in, size_t max, bdb_buf *out)
+/* Charges the growth of a decompression buffer to the request's in-flight
+ * reservation (bdb_gzip_inflate asks before each growth). */
+static int gunzip_grow(void *ctx, size_t extra)
 {
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 15 + 32) != Z_OK)
-        return -1;
-    z.next_in = in->data;
-    z.avail_in = (uInt)in->len;
-    int rc;
-    do {
-        size_t cap0 = out->cap;
-        if (out->cap - out->len < 65536) {
-            /* the growth bdb_buf_reserve would make, reserved before it is made */
-            size_t cap = cap0 ? cap0 : 64;
-            while (cap - out->len < 65536)
-                cap *= 2;
-            if (req_bp_grow(s, r, cap - cap0) != 0) {
-                inflateEnd(&z);
-                return 2;
-            }
-        }
-        bdb_buf_reserve(out, 65536);
-        size_t room = out->cap - out->len;
-        if (out->len + room > max + 1)
-            room = max + 1 - out->len;
-        z.next_out = out->data + out->len;
-        z.avail_out = (uInt)room;
-        rc = inflate(&z, Z_NO_FLUSH);
-        out->len += room - z.avail_out;
-        if (out->len > max) {
-            inflateEnd(&z);
-            return 1;
-        }
-        if (rc == Z_BUF_ERROR && z.avail_in == 0)
-            break; /* truncated stream */
-        if (rc == Z_STREAM_END && z.avail_in > 0) {
-            /* Another gzip member follows (gzip(1) and Go's reader, which InfluxDB
-             * uses, read them all): decode it too rather than acknowledge a body we
-             * only partly stored. Bytes that are not a member fail below. */
-            rc = inflateReset(&z) == Z_OK ? Z_OK : Z_STREAM_ERROR;
-        }
-    } while (rc == Z_OK);
-    inflateEnd(&z);
-    return rc == Z_STREAM_END ? 0 : -1;
+    void **sr = ctx;
+    return req_bp_grow(sr[0], sr[1], extra);
 }
 
 /* Returns the body to parse (decompressed if needed) or NULL with a response queued. */
@@ -77,12 +35,14 @@ static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req 
         *res = respond_json_error(s, c, 415, "unsupported Content-Encoding (use gzip)", 1);
         return NULL;
     }
-    int g = gunzip(s, r, &r->body, s->cfg.max_body_bytes, tmp);
-    if (g == 2) {
+    void *sr[2] = {s, r};
+    int g =
+        bdb_gzip_inflate(r->body.data, r->body.len, s->cfg.max_body_bytes, tmp, gunzip_grow, sr);
+    if (g == BDB_ERR_AGAIN) {
         *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
         return NULL;
     }
-    if (g == 1) {
+    if (g == BDB_ERR_LIMIT) {
         atomic_fetch_add(&s->body_too_large, 1);
         char msg[160];
         snprintf(msg, sizeof msg,

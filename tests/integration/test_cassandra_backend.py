@@ -15,8 +15,10 @@ everything under a temporary directory) and stopped at the end. The tests:
   of the Cassandra-backed server, and the answers still match;
 - per-tenant TTL: rows carry USING TTL = the tenant's TTL minus the sample's age;
 - Cassandra killed (kill -9) while bucketdb keeps ingesting: writes are still
-  acknowledged (WAL), a flush fails and keeps everything, bucketdb is killed too,
-  both come back, and every acknowledged sample is there.
+  acknowledged (WAL), a flush fails and keeps everything (/metrics shows the failed
+  flush and batch, retries, errors, the node down, the WAL waiting), bucketdb is
+  killed too, both come back (/metrics: connected, node up, rows confirmed, the WAL
+  released), and every acknowledged sample is there.
 
 If Java or the Cassandra package is missing every test FAILS with the reason.
     BUCKETDB_BIN=build/bucketdb python3 tests/integration/test_cassandra_backend.py
@@ -85,6 +87,21 @@ def ttls(ks):
         t, d, ttl = line.split("\t")
         out[(t, d)] = int(ttl) if ttl != "\\N" else None
     return out
+
+
+def cmetrics(server):
+    """{series: value} of the bucketdb_cassandra_* families of server's /metrics;
+    per-node series keep their labels in the key."""
+    out = {}
+    for line in server.metrics_text().splitlines():
+        if line.startswith("bucketdb_cassandra_"):
+            name, _, v = line.rpartition(" ")
+            out[name] = float(v)
+    return out
+
+
+def node_series(m, family):
+    return {k: v for k, v in m.items() if k.startswith(family + "{")}
 
 
 def lp(tenant_metrics):
@@ -237,6 +254,14 @@ def parity_restart_kill():
         eq(p.returncode, 0, p.stderr)
         flushed = int(p.stdout.split()[-1])
         check(flushed > 0, "telemetry table is empty after a flush: %r" % p.stdout)
+        # Every row in the table was confirmed (a rewrite of a time counts again).
+        m = cmetrics(cas)
+        check(m.get("bucketdb_cassandra_rows_confirmed_total", 0) >= flushed,
+              "rows confirmed %r < %d rows in the table" % (
+                  m.get("bucketdb_cassandra_rows_confirmed_total"), flushed))
+        eq(m.get("bucketdb_cassandra_connected"), 1.0, "connected")
+        eq(m.get("bucketdb_cassandra_nodes_up"), 1.0, "nodes up")
+        eq(cmetrics(emb), {}, "the embedded engine has no bucketdb_cassandra_* series")
 
         cas.restart()  # clean stop flushes the head into Cassandra
         compare("after restart", emb, cas, queries)
@@ -311,11 +336,29 @@ def cassandra_down_nothing_lost():
         check(len(w.model) > acked, "nothing acknowledged while Cassandra was down")
         r = cas.post("/internal/flush")
         check(r.status >= 500, "a flush with Cassandra down answered %d" % r.status)
+        # /metrics shows the outage: the failed flush, its batch, the session's
+        # retries and errors, the node down, the WAL holding what waits for it.
+        m = cmetrics(cas)
+        check(m.get("bucketdb_cassandra_flush_failures_total", 0) >= 1, "flush failures: %r" % m)
+        check(m.get("bucketdb_cassandra_batch_failures_total", 0) >= 1, "batch failures: %r" % m)
+        check(m.get("bucketdb_cassandra_retries_total", 0) >= 1, "retries: %r" % m)
+        check(m.get("bucketdb_cassandra_failures_total", 0) >= 1, "failures: %r" % m)
+        check(m.get("bucketdb_cassandra_errors_total", 0) +
+              m.get("bucketdb_cassandra_connect_failures_total", 0) >= 1, "errors: %r" % m)
+        eq(m.get("bucketdb_cassandra_nodes_up"), 0.0, "nodes up with the node stopped")
+        eq(list(node_series(m, "bucketdb_cassandra_node_up").values()), [0.0], "node_up")
+        check(m.get("bucketdb_cassandra_wal_pending_bytes", 0) > 0, "WAL pending: %r" % m)
+        # the background flush retries every second while the head is over its limit
+        check("bucketdb_cassandra_inflight_batches" in m, "no in-flight gauge: %r" % m)
         cas.kill()  # and bucketdb crashes too, before Cassandra is back
         # offline_start: it starts without Cassandra and replays its WAL into the head
         # (which is over its limit again: writes would get 503 until a flush works).
         cas.start()
         contains(cas.log(), "starting anyway (offline_start)")
+        m = cmetrics(cas)
+        eq(m.get("bucketdb_cassandra_connected"), 0.0, "connected before any node answered")
+        wal_before = m.get("bucketdb_cassandra_wal_pending_bytes", 0)
+        check(wal_before > 0, "the replayed WAL waits for Cassandra: %r" % m)
         check(n.start(same_ports=True), n.error or "node did not restart")
         deadline = time.monotonic() + 30
         while True:  # the sink retries the connection every 2 s
@@ -325,6 +368,14 @@ def cassandra_down_nothing_lost():
             time.sleep(0.5)
         eq(r.status, 204, "flush after Cassandra came back: %r" % r.body[:300])
         contains(cas.log(), "cassandra: connected")
+        m = cmetrics(cas)
+        eq(m.get("bucketdb_cassandra_connected"), 1.0, "connected")
+        eq(list(node_series(m, "bucketdb_cassandra_node_up").values()), [1.0], "node_up")
+        check(m.get("bucketdb_cassandra_rows_confirmed_total", 0) > 0, "rows: %r" % m)
+        check(m.get("bucketdb_cassandra_flushes_total", 0) >= 1, "flushes: %r" % m)
+        check(m.get("bucketdb_cassandra_wal_pending_bytes", 0) < wal_before,
+              "WAL not released after the flush: %r -> %r" % (
+                  wal_before, m.get("bucketdb_cassandra_wal_pending_bytes")))
         w.send([cas], 100)
         cas.restart()
         want = {}

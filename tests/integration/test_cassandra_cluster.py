@@ -9,7 +9,9 @@ writes and reads.
   out and are retried on the next replica), then is killed (-9); writes and
   flushes go on (QUORUM = 2 of 3), node 2 comes back on the same ports and
   bucketdb reconnects to it ("is back" in its log); every acknowledged sample is
-  read back at QUORUM, also while a node is down.
+  read back at QUORUM, also while a node is down. /metrics shows the timeouts,
+  retries and errors (counted against node 2), then the reconnect and every node
+  up again.
 
 If Java, the Cassandra package or the 127.0.0.2/3 loopback addresses are missing,
 the test FAILS with the reason.
@@ -68,6 +70,16 @@ def start_cluster():
     raise TestFailure("the nodes did not see each other: %r" % p.stdout)
 
 
+def cmetrics(server):
+    """{series: value} of the bucketdb_cassandra_* lines of /metrics."""
+    out = {}
+    for line in server.metrics_text().splitlines():
+        if line.startswith("bucketdb_cassandra_"):
+            name, _, v = line.rpartition(" ")
+            out[name] = float(v)
+    return out
+
+
 @suite.test
 def rf3_node_killed_during_ingestion():
     start_cluster()
@@ -117,6 +129,16 @@ def rf3_node_killed_during_ingestion():
                         label, dev, len(rows - got), len(got - rows)))
 
         check_all("node 2 down")
+        # /metrics shows it: attempts to the frozen node timed out and were retried
+        # on the next replica, counted against node 2.
+        m = cmetrics(s)
+        check(m.get("bucketdb_cassandra_retries_total", 0) >= 1, "retries: %r" % m)
+        check(m.get("bucketdb_cassandra_timeouts_total", 0) >= 1, "timeouts: %r" % m)
+        check(m.get("bucketdb_cassandra_errors_total", 0) >= 1, "errors: %r" % m)
+        eq(m.get("bucketdb_cassandra_nodes"), 3.0, "nodes")
+        n2 = [v for k, v in m.items() if k.startswith("bucketdb_cassandra_node_errors_total{")
+              and 'node="127.0.0.2:%d"' % port in k]
+        check(n2 and n2[0] >= 1, "no errors counted against node 2: %r" % m)
         check(NODES[1].start(same_ports=True), NODES[1].error or "node 2 did not restart")
         ingest(5)
         want = {}
@@ -131,6 +153,10 @@ def rf3_node_killed_during_ingestion():
             for (dev, ts), v in model.items():
                 want.setdefault(dev, set()).add((ts, "m.v", v))
         contains(s.log(), "node 127.0.0.2:%d is back" % port)
+        m = cmetrics(s)
+        check(m.get("bucketdb_cassandra_reconnects_total", 0) >= 1, "reconnects: %r" % m)
+        ups = {k: v for k, v in m.items() if k.startswith("bucketdb_cassandra_node_up{")}
+        eq(sorted(ups.values()), [1.0, 1.0, 1.0], "node_up after node 2 came back: %r" % ups)
         s.restart()
         check_all("after node 2 came back and a restart")
         p = cql(NODES[2], "SELECT count(*) FROM %s.telemetry" % KS)

@@ -58,7 +58,13 @@ typedef struct cass_sink {
     int nworkers;
 
     _Atomic uint64_t batches, rows, batch_failures, expired_rows, reads, read_failures;
+    _Atomic uint64_t commits, commit_failures;
 } cass_sink;
+
+/* The sink /metrics reports (cass_sink_with_open): a server opens one. Guarded so
+ * that a scrape never sees a sink being closed. */
+static pthread_mutex_t g_open_mu = PTHREAD_MUTEX_INITIALIZER;
+static cass_sink *g_open;
 
 /* ---------------------------------------------------------------- URI */
 
@@ -559,6 +565,7 @@ static int sink_commit(bdb_sink *base)
     s->first_err = BDB_OK;
     s->failed = s->sent = 0;
     pthread_mutex_unlock(&s->mu);
+    atomic_fetch_add(rc == BDB_OK ? &s->commits : &s->commit_failures, 1);
     return rc;
 }
 
@@ -719,6 +726,10 @@ static void sink_close(bdb_sink *base)
     cass_sink *s = (cass_sink *)base;
     if (!s)
         return;
+    pthread_mutex_lock(&g_open_mu);
+    if (g_open == s)
+        g_open = NULL;
+    pthread_mutex_unlock(&g_open_mu);
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv_job);
@@ -748,6 +759,11 @@ void cass_sink_get_stats(bdb_sink *base, cass_sink_stats *st)
     st->expired_rows = atomic_load(&s->expired_rows);
     st->reads = atomic_load(&s->reads);
     st->read_failures = atomic_load(&s->read_failures);
+    st->commits = atomic_load(&s->commits);
+    st->commit_failures = atomic_load(&s->commit_failures);
+    pthread_mutex_lock(&s->mu);
+    st->inflight_batches = s->pending;
+    pthread_mutex_unlock(&s->mu);
     cql_session_stats ss;
     memset(&ss, 0, sizeof ss);
     if (atomic_load(&s->sess))
@@ -756,6 +772,9 @@ void cass_sink_get_stats(bdb_sink *base, cass_sink_stats *st)
     st->retries = ss.retries;
     st->failures = ss.failures;
     st->reconnects = ss.reconnects;
+    st->timeouts = ss.timeouts;
+    st->attempt_errors = ss.attempt_errors;
+    st->connect_failures = ss.connect_failures;
     st->nodes = ss.nodes;
     st->nodes_up = ss.nodes_up;
 }
@@ -817,6 +836,20 @@ int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen)
     for (int i = 0; i < s->nworkers; i++)
         if (pthread_create(&s->workers[i], NULL, worker, s) != 0)
             abort();
+    pthread_mutex_lock(&g_open_mu);
+    if (!g_open)
+        g_open = s;
+    pthread_mutex_unlock(&g_open_mu);
     *out = &s->base;
     return BDB_OK;
+}
+
+int cass_sink_with_open(void (*fn)(bdb_sink *s, cql_session *sess, void *ud), void *ud)
+{
+    pthread_mutex_lock(&g_open_mu);
+    cass_sink *s = g_open;
+    if (s)
+        fn(&s->base, atomic_load(&s->sess), ud);
+    pthread_mutex_unlock(&g_open_mu);
+    return s != NULL;
 }

@@ -41,11 +41,29 @@
  * value named), BDB_ERR_IO (no node answered), or a server error's status; message in err. */
 int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen);
 
+/* Counters since open (rows = rows Cassandra confirmed; commits = flushes confirmed
+ * whole, commit_failures = flushes that failed and stay in the WAL), the batches in
+ * flight now (queued or being sent), and the session's counters (cql_session.h). */
 typedef struct cass_sink_stats {
     uint64_t batches, rows, batch_failures, expired_rows, reads, read_failures;
+    uint64_t commits, commit_failures, inflight_batches;
     uint64_t requests, retries, failures, reconnects, nodes, nodes_up;
+    uint64_t timeouts, attempt_errors, connect_failures;
 } cass_sink_stats;
 /* s must come from cass_sink_open. */
 void cass_sink_get_stats(bdb_sink *s, cass_sink_stats *st);
+
+struct cql_session;
+/* Calls fn with the first Cassandra sink open in this process (a server has one) and
+ * its session (NULL while not connected, offline_start), holding a lock that keeps the
+ * sink open meanwhile; returns 1, or 0 (fn not called) when none is open. */
+int cass_sink_with_open(void (*fn)(bdb_sink *s, struct cql_session *sess, void *ud), void *ud);
+
+struct bdb_buf;
+/* /metrics: appends the bucketdb_cassandra_* families (docs/API.md) to b when a
+ * Cassandra sink is open, nothing otherwise. wal_bytes and wal_segments are the
+ * engine's WAL on disk: with this sink its segments are deleted only once Cassandra
+ * confirmed their flush, so they are what waits for Cassandra (cass_metrics.c). */
+void cass_sink_metrics(struct bdb_buf *b, uint64_t wal_bytes, uint64_t wal_segments);
 
 #endif

@@ -35,6 +35,7 @@ typedef struct snode {
     int down;            /* last connect failed */
     int64_t next_try_ms; /* monotonic: no connect attempt before */
     int backoff_ms;
+    _Atomic uint64_t attempt_errors; /* failed attempts on this node (/metrics) */
 } snode;
 
 struct cql_session {
@@ -45,6 +46,7 @@ struct cql_session {
     snode *nodes;
     size_t nnodes;
     _Atomic uint64_t requests, retries, failures, reconnects, connect_failures, rr;
+    _Atomic uint64_t timeouts, attempt_errors;
 };
 
 /* ---------------------------------------------------------------- pure helpers */
@@ -372,12 +374,36 @@ void cql_session_get_stats(cql_session *s, cql_session_stats *st)
     st->failures = atomic_load(&s->failures);
     st->reconnects = atomic_load(&s->reconnects);
     st->connect_failures = atomic_load(&s->connect_failures);
+    st->timeouts = atomic_load(&s->timeouts);
+    st->attempt_errors = atomic_load(&s->attempt_errors);
     st->nodes = s->nnodes;
     for (size_t i = 0; i < s->nnodes; i++) {
         pthread_mutex_lock(&s->nodes[i].mu);
         st->nodes_up += !s->nodes[i].down;
         pthread_mutex_unlock(&s->nodes[i].mu);
     }
+}
+
+int cql_session_node_info(cql_session *s, size_t i, cql_session_node *out)
+{
+    if (i >= s->nnodes)
+        return BDB_ERR_NOTFOUND;
+    snode *nd = &s->nodes[i];
+    memset(out, 0, sizeof *out);
+    snprintf(out->host, sizeof out->host, "%s", nd->host);
+    out->port = nd->port;
+    if (s->topo && i < s->topo->nnodes)
+        snprintf(out->dc, sizeof out->dc, "%s", s->topo->nodes[i].dc);
+    out->attempt_errors = atomic_load(&nd->attempt_errors);
+    pthread_mutex_lock(&nd->mu);
+    out->up = !nd->down;
+    for (int k = 0; k < POOL_MAX; k++)
+        if (nd->slot[k]) {
+            out->connections++;
+            out->in_flight += (uint64_t)cql_conn_in_flight(nd->slot[k]->c);
+        }
+    pthread_mutex_unlock(&nd->mu);
+    return BDB_OK;
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -482,6 +508,11 @@ static int run(cql_session *s, int kind, const cql_call *call, const struct page
             break;
         int32_t code =
             resp && resp->h.opcode == CQL_OP_ERROR ? resp->error.code : CQL_ERR_CLIENT_IO;
+        atomic_fetch_add(&s->attempt_errors, 1);
+        atomic_fetch_add(&s->nodes[ni].attempt_errors, 1);
+        if (code == CQL_ERR_CLIENT_TIMEOUT || code == CQL_ERR_WRITE_TIMEOUT ||
+            code == CQL_ERR_READ_TIMEOUT)
+            atomic_fetch_add(&s->timeouts, 1);
         if (!cql_should_retry(code, idem))
             break;
         pi++; /* the next node of the plan */

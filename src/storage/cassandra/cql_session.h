@@ -80,11 +80,29 @@ int cql_session_query_paged(cql_session *s, const cql_call *c, int32_t page_size
  * BDB_ERR_AGAIN when they still disagree (a node down keeps its old version). */
 int cql_session_wait_schema(cql_session *s, int timeout_ms);
 
+/* Counters since open: requests (calls), retries (attempts after the first),
+ * failures (calls that failed after their retries), attempt_errors (failed attempts,
+ * retried or not), timeouts (attempts that ended in a client-side timeout or a
+ * server's Read_/Write_timeout), reconnects (a down node back), connect_failures. */
 typedef struct cql_session_stats {
     uint64_t requests, retries, failures, reconnects, connect_failures;
+    uint64_t timeouts, attempt_errors;
     uint64_t nodes, nodes_up;
 } cql_session_stats;
 void cql_session_get_stats(cql_session *s, cql_session_stats *st);
+
+/* One node as the session sees it now: up = 0 while its last connect failed (in its
+ * reconnect backoff); connections open and their requests in flight; failed
+ * attempts sent to it. */
+typedef struct cql_session_node {
+    char host[64];
+    int port;
+    char dc[64];
+    int up;
+    uint64_t connections, in_flight, attempt_errors;
+} cql_session_node;
+/* Node i (0 .. stats.nodes - 1): BDB_OK, or BDB_ERR_NOTFOUND past the last. */
+int cql_session_node_info(cql_session *s, size_t i, cql_session_node *out);
 
 /* ---- pure helpers (exposed for tests) ---- */
 

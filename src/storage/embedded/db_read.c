@@ -24,6 +24,17 @@ static device *find_device(bdb_db *db, const char *tn, const char *dn)
     return d;
 }
 
+/* Abort-on-OOM (docs/RELIABILITY.md): a NULL here would crash later or make a reader
+ * skip a device. */
+static void *need(void *p)
+{
+    if (!p) {
+        fprintf(stderr, "bucketdb: out of memory reading a device\n");
+        abort();
+    }
+    return p;
+}
+
 int bdb_db_device_snapshot(bdb_db *db, const char *tn, const char *dn, bdb_device_snapshot *out)
 {
     memset(out, 0, sizeof *out);
@@ -35,9 +46,9 @@ int bdb_db_device_snapshot(bdb_db *db, const char *tn, const char *dn, bdb_devic
     out->first_ts = d->first_ts;
     out->last_ts = d->last_ts;
     out->nmetrics = d->nseries;
-    out->metrics = calloc(d->nseries + 1, sizeof *out->metrics);
+    out->metrics = need(calloc(d->nseries + 1, sizeof *out->metrics));
     for (uint32_t i = 0; i < d->nseries; i++)
-        out->metrics[i] = strdup(d->series[i]->metric);
+        out->metrics[i] = need(strdup(d->series[i]->metric));
     pthread_mutex_unlock(dev_lock(db, d));
     return BDB_OK;
 }
@@ -280,7 +291,7 @@ static int call_with_device(bdb_db *db, device *d, int (*cb)(void *, const bdb_d
                             void *ctx)
 {
     pthread_mutex_lock(dev_lock(db, d));
-    const char **names = calloc(d->nseries + 1, sizeof *names);
+    const char **names = need(calloc(d->nseries + 1, sizeof *names));
     bdb_device_info inf;
     fill_info(d, &inf, names);
     int rc = cb(ctx, &inf);
