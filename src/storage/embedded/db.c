@@ -326,8 +326,9 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
             rl[k] = nlens[idx];
             rv[k] = v;
         }
-        const bdb_kv *tags = tsi ? tagv + tagset_off[tsi - 1] : NULL;
         uint32_t ntg = tsi ? (uint32_t)(tagset_off[tsi] - tagset_off[tsi - 1]) : 0;
+        /* tagv is NULL when every tag set is empty: no pointer arithmetic on it then */
+        const bdb_kv *tags = ntg ? tagv + tagset_off[tsi - 1] : NULL;
         int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv, (uint32_t)nm,
                                relearn);
         if (arc != BDB_OK) {
