@@ -564,6 +564,7 @@ static void db_free(bdb_db *db)
     pthread_rwlock_destroy(&db->flush_lock);
     pthread_rwlock_destroy(&db->blocks_lock);
     pthread_mutex_destroy(&db->flush_mutex);
+    pthread_mutex_destroy(&db->ext_mu);
     pthread_mutex_destroy(&db->bg_mu);
     pthread_cond_destroy(&db->bg_cv);
     free(db);
@@ -591,6 +592,7 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
     pthread_rwlock_init(&db->flush_lock, NULL);
     pthread_rwlock_init(&db->blocks_lock, NULL);
     pthread_mutex_init(&db->flush_mutex, NULL);
+    pthread_mutex_init(&db->ext_mu, NULL);
     pthread_mutex_init(&db->bg_mu, NULL);
     pthread_cond_init(&db->bg_cv, NULL);
     for (int i = 0; i < DB_STRIPES; i++)

@@ -30,9 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static fstate *reg_head;
-
 static int file_cmp(const void *x, const void *y)
 {
     const ffile *a = *(ffile *const *)x, *b = *(ffile *const *)y;
@@ -251,29 +248,20 @@ static fstate *state_new(bdb_db *db)
  * hook calls it first), so db->wal_upto here is the catalog's committed value. */
 static fstate *fleet_get(bdb_db *db)
 {
-    pthread_mutex_lock(&reg_mu);
-    fstate *t = reg_head;
-    while (t && t->db != db)
-        t = t->next;
-    if (!t) {
-        t = state_new(db);
-        t->next = reg_head;
-        reg_head = t;
-    }
-    pthread_mutex_unlock(&reg_mu);
+    pthread_mutex_lock(&db->ext_mu);
+    if (!db->fleet)
+        db->fleet = state_new(db);
+    fstate *t = db->fleet;
+    pthread_mutex_unlock(&db->ext_mu);
     return t;
 }
 
 void db_fleet_close(bdb_db *db)
 {
-    pthread_mutex_lock(&reg_mu);
-    fstate **pp = &reg_head;
-    while (*pp && (*pp)->db != db)
-        pp = &(*pp)->next;
-    fstate *t = *pp;
-    if (t)
-        *pp = t->next;
-    pthread_mutex_unlock(&reg_mu);
+    pthread_mutex_lock(&db->ext_mu);
+    fstate *t = db->fleet;
+    db->fleet = NULL;
+    pthread_mutex_unlock(&db->ext_mu);
     if (!t)
         return;
     for (size_t i = 0; i < t->n; i++)

@@ -54,7 +54,6 @@ typedef struct fdirty {
 } fdirty;
 
 typedef struct fstate {
-    struct fstate *next;
     bdb_db *db;
     char *dir, *sub[NRES];
     pthread_rwlock_t lock;

@@ -8,6 +8,9 @@
  * - flush_lock (rwlock): writers hold it shared while they append to the WAL and the
  *   head; a flush holds it exclusively for the instant it cuts the WAL and freezes the
  *   head, so the frozen head and the sealed segments cover exactly the same writes.
+ * - ext_mu only guards creating and dropping db->tier, late, fleet and usage (state of
+ *   the optional parts, made on first use); nothing else is taken while it is held
+ *   except by the state constructors, which read files.
  * - blocks_lock (rwlock) guards the block list; readers hold it shared while they read
  *   blocks, so maintenance can unmap a block only after swapping it out. */
 #ifndef BDB_DB_INT_H
@@ -149,6 +152,13 @@ struct bdb_db {
     /* db_hot.c: promotion size target (bytes, 0 = off) and counters */
     _Atomic uint64_t promo_target, bucket_promotions, subbucket_changes;
     struct db_latest *latest; /* db_latest.c: current-state index */
+    /* State of the optional parts (tiers, late path, fleet tables): created on first
+     * use under ext_mu, freed by their close functions when the db closes. */
+    pthread_mutex_t ext_mu;
+    struct tstate *tier;           /* db_tier.c */
+    struct lstate *late;           /* db_tier_late.c */
+    struct fstate *fleet;          /* db_fleet.c */
+    _Atomic(struct usage *) usage; /* db_usage.c (read by writers without a lock) */
 };
 
 /* head.c */

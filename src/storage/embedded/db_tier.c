@@ -58,7 +58,6 @@ int64_t bdb_tier_default_retention(enum bdb_res res)
 }
 
 typedef struct tstate {
-    struct tstate *next;
     bdb_db *db;
     char *dir, *sub[BDB_TIERS];
     pthread_rwlock_t lock;
@@ -71,10 +70,7 @@ typedef struct tstate {
     _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
 } tstate;
 
-/* The engine struct is not ours to extend, so states hang off a small registry keyed
- * by the db pointer; db_tier_close removes the entry before the db is freed. */
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static tstate *reg_head;
+/* The state lives in db->tier (created by tier_get, freed by db_tier_close). */
 
 static char *join(const char *a, const char *b)
 {
@@ -254,29 +250,20 @@ static tstate *state_new(bdb_db *db)
  * read here is the catalog's committed value. */
 static tstate *tier_get(bdb_db *db)
 {
-    pthread_mutex_lock(&reg_mu);
-    tstate *t = reg_head;
-    while (t && t->db != db)
-        t = t->next;
-    if (!t) {
-        t = state_new(db);
-        t->next = reg_head;
-        reg_head = t;
-    }
-    pthread_mutex_unlock(&reg_mu);
+    pthread_mutex_lock(&db->ext_mu);
+    if (!db->tier)
+        db->tier = state_new(db);
+    tstate *t = db->tier;
+    pthread_mutex_unlock(&db->ext_mu);
     return t;
 }
 
 void db_tier_close(bdb_db *db)
 {
-    pthread_mutex_lock(&reg_mu);
-    tstate **pp = &reg_head;
-    while (*pp && (*pp)->db != db)
-        pp = &(*pp)->next;
-    tstate *t = *pp;
-    if (t)
-        *pp = t->next;
-    pthread_mutex_unlock(&reg_mu);
+    pthread_mutex_lock(&db->ext_mu);
+    tstate *t = db->tier;
+    db->tier = NULL;
+    pthread_mutex_unlock(&db->ext_mu);
     db_late_close(db); /* late path state (db_tier_late.c) */
     if (!t)
         return;

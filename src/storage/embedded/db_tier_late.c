@@ -46,7 +46,6 @@ struct late_ev {
 };
 
 typedef struct lstate {
-    struct lstate *next;
     bdb_db *db;
     pthread_mutex_t mu;
     struct mark *pend, *frz; /* marks of the head's active part, of the frozen part */
@@ -60,38 +59,28 @@ typedef struct lstate {
     _Atomic uint64_t late_events, marks, recomputed[BDB_TIERS], fallbacks;
 } lstate;
 
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static lstate *reg_head;
-
 static lstate *late_get(bdb_db *db)
 {
-    pthread_mutex_lock(&reg_mu);
-    lstate *l = reg_head;
-    while (l && l->db != db)
-        l = l->next;
+    pthread_mutex_lock(&db->ext_mu);
+    lstate *l = db->late;
     if (!l) {
         l = calloc(1, sizeof *l);
         if (!l)
             abort();
         l->db = db;
         pthread_mutex_init(&l->mu, NULL);
-        l->next = reg_head;
-        reg_head = l;
+        db->late = l;
     }
-    pthread_mutex_unlock(&reg_mu);
+    pthread_mutex_unlock(&db->ext_mu);
     return l;
 }
 
 void db_late_close(bdb_db *db)
 {
-    pthread_mutex_lock(&reg_mu);
-    lstate **pp = &reg_head;
-    while (*pp && (*pp)->db != db)
-        pp = &(*pp)->next;
-    lstate *l = *pp;
-    if (l)
-        *pp = l->next;
-    pthread_mutex_unlock(&reg_mu);
+    pthread_mutex_lock(&db->ext_mu);
+    lstate *l = db->late;
+    db->late = NULL;
+    pthread_mutex_unlock(&db->ext_mu);
     if (!l)
         return;
     for (size_t i = 0; i < LATE_RING; i++) {

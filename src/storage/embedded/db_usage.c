@@ -4,9 +4,8 @@
  * Devices are read from the catalog maps under cat_lock shared (nothing else is taken
  * meanwhile).
  *
- * Storage is kept by a tracker per open db. The db struct has no field for it, so
- * trackers sit in a small registry keyed by the db pointer; bdb_db_usage_start creates
- * one and db_blocks_close (the block list going away with the db) drops it through
+ * Storage is kept by a tracker per open db, in db->usage: bdb_db_usage_start creates
+ * it and db_blocks_close (the block list going away with the db) drops it through
  * bdb_db_usage_release. Per tenant the tracker holds
  *   block_bytes   every block file's bytes split among the tenants in it in proportion
  *                 to their chunk bytes, so header, index and footer are apportioned too;
@@ -86,7 +85,6 @@ struct tusage {
 };
 
 typedef struct usage {
-    struct usage *next;
     bdb_db *db;
     _Atomic uint64_t warn_bytes;
     atomic_int warn_set; /* 0 until bdb_db_usage_start gave options: no warnings yet */
@@ -110,17 +108,10 @@ typedef struct usage {
     int warned_full;
 } usage;
 
-static pthread_rwlock_t reg_lock = PTHREAD_RWLOCK_INITIALIZER;
-static usage *reg;
-
+/* db->usage is atomic so the write path reads it without a lock. */
 static usage *find(bdb_db *db)
 {
-    pthread_rwlock_rdlock(&reg_lock);
-    usage *u = reg;
-    while (u && u->db != db)
-        u = u->next;
-    pthread_rwlock_unlock(&reg_lock);
-    return u;
+    return atomic_load(&db->usage);
 }
 
 /* Identifies the set of block files: every flush, compaction, retention drop or
@@ -512,9 +503,8 @@ void bdb_db_usage_start(bdb_db *db, const bdb_usage_opts *o)
 {
     usage *u = find(db);
     if (!u) {
-        pthread_rwlock_wrlock(&reg_lock);
-        for (u = reg; u && u->db != db;)
-            u = u->next;
+        pthread_mutex_lock(&db->ext_mu);
+        u = atomic_load(&db->usage);
         if (!u) {
             u = calloc(1, sizeof *u);
             if (!u)
@@ -538,10 +528,9 @@ void bdb_db_usage_start(bdb_db *db, const bdb_usage_opts *o)
             }
             if (!o || !o->manual)
                 u->th_running = pthread_create(&u->th, NULL, usage_main, u) == 0;
-            u->next = reg;
-            reg = u;
+            atomic_store(&db->usage, u);
         }
-        pthread_rwlock_unlock(&reg_lock);
+        pthread_mutex_unlock(&db->ext_mu);
     }
     if (o &&
         (!atomic_load(&u->warn_set) || atomic_load(&u->warn_bytes) != o->partition_warn_bytes)) {
@@ -611,14 +600,7 @@ int bdb_db_partition_summary(bdb_db *db, bdb_partition_summary *out)
 
 void bdb_db_usage_release(bdb_db *db)
 {
-    pthread_rwlock_wrlock(&reg_lock);
-    usage **pp = &reg;
-    while (*pp && (*pp)->db != db)
-        pp = &(*pp)->next;
-    usage *u = *pp;
-    if (u)
-        *pp = u->next;
-    pthread_rwlock_unlock(&reg_lock);
+    usage *u = atomic_exchange(&db->usage, NULL);
     if (!u)
         return;
     if (u->th_running) {
