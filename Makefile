@@ -103,10 +103,11 @@ install: $(BUILD)/bucketdb
 # builds MODE=coverage, runs the unit tests of those modules (tests/unit mirrors src/)
 # and prints gcovr's per-file table and one figure per module.
 COV_DIRS = src/storage/embedded src/storage/vfs src/ingest
+COV_BUILD ?= build-cov
 .PHONY: coverage
 coverage:
-	$(MAKE) MODE=coverage BUILD=build-cov all unit
-	sh tests/coverage.sh build-cov $(COV_DIRS)
+	$(MAKE) MODE=coverage BUILD=$(COV_BUILD) all unit
+	sh tests/coverage.sh $(COV_BUILD) $(COV_DIRS)
 
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-cov

@@ -12,6 +12,15 @@
 #       log, caches and logs under DIR), waits up to $CASSANDRA_WAIT_S (default 120)
 #       seconds for its native port and prints its PID (also in DIR/cassandra.pid).
 #       --auth turns on PasswordAuthenticator (user cassandra, password cassandra).
+#       --tls TLSDIR: the native port speaks TLS only (client_encryption_options).
+#       TLSDIR holds node.jks (the node's key and self-signed certificate, SAN
+#       127.0.0.1-3 and localhost), truststore.jks, and for clients ca.pem (that
+#       certificate, exported with keytool -exportcert -rfc), client.pem and
+#       client.key (a client certificate the truststore trusts); whatever is missing
+#       is generated (keytool, openssl; store passwords "bucketdb").
+#       --tls-client-auth also requires a client certificate (require_client_auth).
+#   scripts/cassandra.sh tls-files TLSDIR
+#       only generates those files.
 #   scripts/cassandra.sh stop --dir DIR
 #       stops the node whose PID is in DIR/cassandra.pid (TERM, then KILL after 30 s).
 #   scripts/cassandra.sh status --dir DIR
@@ -85,6 +94,39 @@ java_flags() {
     echo "$flags"
 }
 
+# The TLS material of --tls (see the header). The node's certificate is its own CA:
+# a test node needs no chain, and a client that trusts ca.pem trusts exactly it.
+cmd_tls_files() {
+    local d="${1:-}"
+    [ -n "$d" ] || die "tls-files: give a directory"
+    command -v keytool >/dev/null 2>&1 || die "keytool is missing: run scripts/setup.sh (openjdk-17-jre-headless)"
+    command -v openssl >/dev/null 2>&1 || die "openssl is missing: run scripts/setup.sh"
+    mkdir -p "$d"
+    if [ ! -f "$d/node.jks" ]; then
+        keytool -genkeypair -keystore "$d/node.jks" -storetype JKS -storepass bucketdb \
+            -keypass bucketdb -alias node -keyalg RSA -keysize 2048 -validity 3650 \
+            -dname "CN=bucketdb test node" \
+            -ext "SAN=ip:127.0.0.1,ip:127.0.0.2,ip:127.0.0.3,dns:localhost" >/dev/null 2>&1 ||
+            die "keytool could not create $d/node.jks"
+        rm -f "$d/ca.pem"
+    fi
+    if [ ! -f "$d/ca.pem" ]; then
+        keytool -exportcert -rfc -keystore "$d/node.jks" -storepass bucketdb -alias node \
+            -file "$d/ca.pem" >/dev/null 2>&1 || die "keytool could not export $d/ca.pem"
+    fi
+    if [ ! -f "$d/client.pem" ] || [ ! -f "$d/client.key" ]; then
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/client.key" -out "$d/client.pem" \
+            -days 3650 -subj "/CN=bucketdb test client" >/dev/null 2>&1 ||
+            die "openssl could not create $d/client.pem"
+        rm -f "$d/truststore.jks"
+    fi
+    if [ ! -f "$d/truststore.jks" ]; then
+        keytool -importcert -noprompt -keystore "$d/truststore.jks" -storetype JKS \
+            -storepass bucketdb -alias client -file "$d/client.pem" >/dev/null 2>&1 ||
+            die "keytool could not create $d/truststore.jks"
+    fi
+}
+
 wait_port() { # addr port seconds pid
     local i
     for ((i = 0; i < $3 * 4; i++)); do
@@ -97,7 +139,7 @@ wait_port() { # addr port seconds pid
 
 cmd_start() {
     local dir="" addr=127.0.0.1 port=9042 sport=7000 seeds="" cluster=bucketdb-test heap=512M
-    local auth=0 tokens=256 dc="" rack=""
+    local auth=0 tokens=256 dc="" rack="" tls="" tls_client_auth=0
     while [ $# -gt 0 ]; do
         case "$1" in
         --dir) dir="$2"; shift 2 ;;
@@ -111,6 +153,8 @@ cmd_start() {
         --tokens) tokens="$2"; shift 2 ;;
         --dc) dc="$2"; shift 2 ;;
         --rack) rack="$2"; shift 2 ;;
+        --tls) tls="$2"; shift 2 ;;
+        --tls-client-auth) tls_client_auth=1; shift ;;
         *) die "start: unknown option $1" ;;
         esac
     done
@@ -125,6 +169,12 @@ cmd_start() {
         die "a node already runs from $dir (PID $(cat "$dir/cassandra.pid"))"
     fi
     mkdir -p "$dir/data" "$dir/commitlog" "$dir/saved_caches" "$dir/logs"
+    if [ -n "$tls" ]; then
+        cmd_tls_files "$tls"
+        tls=$(cd "$tls" && pwd)
+    elif [ "$tls_client_auth" = 1 ]; then
+        die "start: --tls-client-auth needs --tls TLSDIR"
+    fi
     local snitch=SimpleSnitch
     if [ -n "$dc" ]; then
         snitch=GossipingPropertyFileSnitch
@@ -156,6 +206,22 @@ d.update({
     "seed_provider": [{"class_name": "org.apache.cassandra.locator.SimpleSeedProvider",
                        "parameters": [{"seeds": "$seeds"}]}],
 })
+# Java 17 no longer enables most of the cipher suites 2.1 lists by default, and the
+# node enables only the intersection: name current ones (TLS 1.3 and 1.2 AEAD).
+if "$tls":
+    d["client_encryption_options"] = {
+        "enabled": True,
+        "keystore": "$tls/node.jks",
+        "keystore_password": "bucketdb",
+        "truststore": "$tls/truststore.jks",
+        "truststore_password": "bucketdb",
+        "require_client_auth": bool($tls_client_auth),
+        "protocol": "TLS",
+        "store_type": "JKS",
+        "cipher_suites": ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                          "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                          "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"],
+    }
 json.dump(d, open(sys.argv[2], "w"), indent=1)
 EOF
     cat >"$dir/logback.xml" <<EOF
@@ -234,5 +300,6 @@ install) shift; cmd_install "$@" ;;
 start) shift; cmd_start "$@" ;;
 stop) shift; cmd_stop "$@" ;;
 status) shift; cmd_status "$@" ;;
-*) echo "usage: scripts/cassandra.sh install|start|stop|status [options] (see the header)" >&2; exit 2 ;;
+tls-files) shift; cmd_tls_files "$@" ;;
+*) echo "usage: scripts/cassandra.sh install|start|stop|status|tls-files [options] (see the header)" >&2; exit 2 ;;
 esac

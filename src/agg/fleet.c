@@ -1,5 +1,6 @@
 /* fleet: fleet windows, device sets and their encoding (see fleet.h). */
 #include "agg/fleet.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -64,7 +65,7 @@ static bdb_fleet_win *win_get(bdb_fleet *f, int64_t start)
         return &f->w[i];
     if (f->n == f->cap) {
         f->cap = f->cap ? f->cap * 2 : 8;
-        f->w = realloc(f->w, f->cap * sizeof *f->w);
+        f->w = bdb_realloc(f->w, f->cap * sizeof *f->w);
         if (!f->w)
             abort();
     }
@@ -101,7 +102,7 @@ static void dev_reserve(bdb_fleet_win *w, size_t extra)
     size_t c = w->cap ? w->cap * 2 : 8;
     while (c < w->ndev + extra)
         c *= 2;
-    w->dev = realloc(w->dev, c * sizeof *w->dev);
+    w->dev = bdb_realloc(w->dev, c * sizeof *w->dev);
     if (!w->dev)
         abort();
     w->cap = c;
@@ -109,7 +110,7 @@ static void dev_reserve(bdb_fleet_win *w, size_t extra)
 
 static char *xstrdup(const char *s)
 {
-    char *p = strdup(s);
+    char *p = bdb_strdup(s);
     if (!p)
         abort();
     return p;
@@ -178,7 +179,7 @@ static void dev_union(bdb_fleet_win *dst, bdb_fleet_win *src, int steal)
         return;
     }
     size_t total = dst->ndev + src->ndev;
-    char **out = malloc(total * sizeof *out);
+    char **out = bdb_malloc(total * sizeof *out);
     if (!out)
         abort();
     size_t i = 0, j = 0, k = 0;
@@ -335,7 +336,7 @@ int bdb_fleet_read(bdb_fleet *f, bdb_dec *d, int64_t lo, int64_t hi)
             size_t len = (size_t)sh + sl;
             if (len + 1 > namecap) {
                 namecap = (len + 1) * 2;
-                name = realloc(name, namecap);
+                name = bdb_realloc(name, namecap);
                 if (!name)
                     abort();
             }

@@ -1,5 +1,6 @@
 /* rollup: windows of one series, merged into coarser tiers (see rollup.h). */
 #include "agg/rollup.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -90,7 +91,7 @@ static size_t lower_bound(const bdb_rollup *r, int64_t key)
     return lo;
 }
 
-/* The window starting at start, created empty if missing. */
+/* The window starting at start, created empty if missing; NULL when out of memory. */
 static bdb_window *slot(bdb_rollup *r, int64_t start)
 {
     size_t i = lower_bound(r, start);
@@ -98,9 +99,9 @@ static bdb_window *slot(bdb_rollup *r, int64_t start)
         return &r->w[i];
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 16;
-        bdb_window *p = realloc(r->w, cap * sizeof *p);
+        bdb_window *p = bdb_realloc(r->w, cap * sizeof *p);
         if (!p)
-            abort();
+            return NULL;
         r->w = p;
         r->cap = cap;
     }
@@ -131,6 +132,8 @@ int bdb_rollup_add(bdb_rollup *r, int64_t ts, double v)
         return BDB_OK;
     }
     bdb_window *w = slot(r, bdb_align_down(ts, r->width));
+    if (!w)
+        return BDB_ERR_NOMEM;
     /* The sketch first: it is the one that can fail for memory, and the stats add
      * cannot fail once the sketch accepted the count. */
     int rc = bdb_sketch_add(&w->sk, v);
@@ -149,6 +152,8 @@ int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *src)
     if (src->st.count == 0 && bdb_sketch_count(&src->sk) == 0)
         return BDB_OK;
     bdb_window *w = slot(r, bdb_align_down(src->start, r->width));
+    if (!w)
+        return BDB_ERR_NOMEM;
     bdb_stats st = w->st;
     int rc = bdb_stats_merge(&st, &src->st);
     if (rc == BDB_OK)
@@ -173,6 +178,8 @@ int bdb_rollup_set_window(bdb_rollup *r, const bdb_window *src)
         return BDB_OK;
     }
     bdb_window *w = slot(r, start);
+    if (!w)
+        return BDB_ERR_NOMEM;
     int rc = bdb_sketch_copy(&w->sk, &src->sk);
     if (rc == BDB_OK)
         w->st = src->st;

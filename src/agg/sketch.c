@@ -1,4 +1,5 @@
 #include "agg/sketch.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 
@@ -115,7 +116,7 @@ static int reserve(bdb_sketch *s, uint32_t want)
     uint32_t cap = s->cap ? s->cap : 16;
     while (cap < want)
         cap *= 2;
-    bdb_sketch_bucket *p = realloc(s->b, (size_t)cap * sizeof *p);
+    bdb_sketch_bucket *p = bdb_realloc(s->b, (size_t)cap * sizeof *p);
     if (!p)
         return BDB_ERR_NOMEM;
     s->b = p;
@@ -449,7 +450,7 @@ int bdb_sketch_read(bdb_sketch *s, bdb_dec *d)
     if (!isfinite(t.min) || !isfinite(t.max) || is_neg_zero(t.min) || is_neg_zero(t.max) ||
         t.min > t.max)
         goto corrupt;
-    t.b = malloc((size_t)nb * sizeof *t.b);
+    t.b = bdb_malloc((size_t)nb * sizeof *t.b);
     if (!t.b) {
         d->err = 1;
         return BDB_ERR_NOMEM;

@@ -11,6 +11,7 @@
 #include "storage/cassandra/cql_value.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,14 @@ static void help(void)
            "  --protocol N         highest protocol version to try (3 or 4, default 4)\n"
            "  --page-size N        rows per page; every page is printed (default 5000)\n"
            "  --timeout MS         request timeout (default 12000)\n"
+           "  --tls                TLS to the node (its client_encryption_options); the\n"
+           "                       node's certificate is verified against --ca (default:\n"
+           "                       the system's CAs) and must name --host\n"
+           "  --ca FILE            PEM CA certificate(s) the node's certificate must chain to\n"
+           "  --cert FILE          PEM client certificate, for a node that requires one\n"
+           "  --key FILE           its PEM private key (default: in --cert)\n"
+           "  --tls-insecure       TLS without verifying the node's certificate: encrypted,\n"
+           "                       but anyone on the path can pose as the node\n"
            "  -e CQL               a statement (repeatable, run in order on one connection)\n"
            "  -f FILE              statements from a file, separated by ';'\n"
            "  --bind VALUE         prepare the statement and bind VALUE to the next marker\n"
@@ -49,6 +58,7 @@ static void help(void)
 
 typedef struct opts {
     const char *host, *user, *password, *tsv;
+    cql_tls_opts tls;
     int port, consistency, protocol, page_size, timeout_ms, batch, header, verbose, nodes;
     const char *stmts[MAX_STMTS];
     int nstmts;
@@ -469,6 +479,11 @@ int cmd_cql(int argc, char **argv)
             o.nodes = 1;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             o.verbose = 1;
+        } else if (!strcmp(a, "--tls")) {
+            o.tls.enabled = 1;
+        } else if (!strcmp(a, "--tls-insecure")) {
+            o.tls.enabled = 1;
+            o.tls.insecure = 1;
         } else if (!v) {
             fprintf(stderr, "bucketdb cql: unknown option or missing value: %s\n", a);
             goto out;
@@ -522,6 +537,12 @@ int cmd_cql(int argc, char **argv)
                 o.binds[o.nbinds++] = v;
             } else if (!strcmp(a, "--tsv")) {
                 o.tsv = v;
+            } else if (!strcmp(a, "--ca")) {
+                o.tls.ca_file = v;
+            } else if (!strcmp(a, "--cert")) {
+                o.tls.cert_file = v;
+            } else if (!strcmp(a, "--key")) {
+                o.tls.key_file = v;
             } else {
                 fprintf(stderr, "bucketdb cql: unknown option %s\n", a);
                 goto out;
@@ -544,22 +565,45 @@ int cmd_cql(int argc, char **argv)
         fprintf(stderr, "bucketdb cql: --batch needs --tsv\n");
         goto out;
     }
+    if (!o.tls.enabled && (o.tls.ca_file || o.tls.cert_file || o.tls.key_file)) {
+        fprintf(stderr, "bucketdb cql: --ca, --cert and --key need --tls\n");
+        goto out;
+    }
+    if (o.tls.key_file && !o.tls.cert_file) {
+        fprintf(stderr, "bucketdb cql: --key needs --cert\n");
+        goto out;
+    }
+    char err[512] = "";
+    cql_tls *tls = NULL;
+    if (o.tls.enabled) {
+        /* OpenSSL writes with write(2): a node that hangs up must not kill us. */
+        signal(SIGPIPE, SIG_IGN);
+        if (cql_tls_new(&o.tls, &tls, err, sizeof err) != BDB_OK) {
+            fprintf(stderr, "bucketdb cql: %s\n", err);
+            rc = BDB_EXIT_FAIL;
+            goto out;
+        }
+    }
 
     cql_conn_opts co = {.host = o.host,
                         .port = o.port,
                         .user = o.user,
                         .password = o.password,
                         .request_timeout_ms = o.timeout_ms,
-                        .max_version = o.protocol};
-    char err[512] = "";
+                        .max_version = o.protocol,
+                        .tls = tls};
     cql_conn *c;
     if (cql_conn_open(&co, &c, err, sizeof err) != BDB_OK) {
         fprintf(stderr, "bucketdb cql: %s\n", err);
+        cql_tls_free(tls);
         rc = BDB_EXIT_FAIL;
         goto out;
     }
     if (o.verbose)
-        fprintf(stderr, "cql: connected to %s:%d, protocol v%d, CQL %s%s%s\n", o.host, o.port,
+        fprintf(stderr, "cql: connected to %s:%d%s, protocol v%d, CQL %s%s%s\n", o.host, o.port,
+                !tls             ? ""
+                : o.tls.insecure ? " over TLS (not verified)"
+                                 : " over TLS",
                 cql_conn_version(c), cql_conn_cql_version(c),
                 *cql_conn_authenticator(c) ? ", authenticated with " : "",
                 cql_conn_authenticator(c));
@@ -611,6 +655,7 @@ int cmd_cql(int argc, char **argv)
                 pr.bad);
     fflush(stdout);
     cql_conn_close(c);
+    cql_tls_free(tls);
 out:
     free(o.file_text);
     return rc;

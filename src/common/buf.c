@@ -1,4 +1,6 @@
 #include "common/buf.h"
+#include "common/alloc.h"
+#include "bucketdb/bdb.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -10,12 +12,21 @@ void bdb_buf_init(bdb_buf *b)
 {
     b->data = NULL;
     b->len = b->cap = 0;
+    b->checked = b->oom = 0;
+}
+
+void bdb_buf_init_checked(bdb_buf *b)
+{
+    bdb_buf_init(b);
+    b->checked = 1;
 }
 
 void bdb_buf_free(bdb_buf *b)
 {
+    uint8_t checked = b->checked;
     free(b->data);
     bdb_buf_init(b);
+    b->checked = checked;
 }
 
 void bdb_buf_reset(bdb_buf *b)
@@ -23,34 +34,41 @@ void bdb_buf_reset(bdb_buf *b)
     b->len = 0;
 }
 
-void bdb_buf_reserve(bdb_buf *b, size_t extra)
+int bdb_buf_reserve(bdb_buf *b, size_t extra)
 {
+    if (b->oom)
+        return BDB_ERR_NOMEM;
     if (b->cap - b->len >= extra)
-        return;
+        return BDB_OK;
     size_t cap = b->cap ? b->cap : 64;
     while (cap - b->len < extra)
         cap *= 2;
-    uint8_t *p = realloc(b->data, cap);
+    uint8_t *p = bdb_realloc(b->data, cap);
     if (!p) {
+        if (b->checked) {
+            b->oom = 1;
+            return BDB_ERR_NOMEM;
+        }
         fprintf(stderr, "bucketdb: out of memory growing a buffer to %zu bytes\n", cap);
         abort();
     }
     b->data = p;
     b->cap = cap;
+    return BDB_OK;
 }
 
 void bdb_buf_append(bdb_buf *b, const void *p, size_t n)
 {
-    if (n == 0)
+    if (n == 0 || bdb_buf_reserve(b, n) != BDB_OK)
         return;
-    bdb_buf_reserve(b, n);
     memcpy(b->data + b->len, p, n);
     b->len += n;
 }
 
 void bdb_buf_putc(bdb_buf *b, uint8_t c)
 {
-    bdb_buf_reserve(b, 1);
+    if (bdb_buf_reserve(b, 1) != BDB_OK)
+        return;
     b->data[b->len++] = c;
 }
 
@@ -67,7 +85,8 @@ void bdb_buf_printf(bdb_buf *b, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return;
-    bdb_buf_reserve(b, (size_t)n + 1);
+    if (bdb_buf_reserve(b, (size_t)n + 1) != BDB_OK)
+        return;
     va_start(ap, fmt);
     vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -76,21 +95,24 @@ void bdb_buf_printf(bdb_buf *b, const char *fmt, ...)
 
 void bdb_buf_put_u32le(bdb_buf *b, uint32_t v)
 {
-    bdb_buf_reserve(b, 4);
+    if (bdb_buf_reserve(b, 4) != BDB_OK)
+        return;
     bdb_put_u32le(b->data + b->len, v);
     b->len += 4;
 }
 
 void bdb_buf_put_u64le(bdb_buf *b, uint64_t v)
 {
-    bdb_buf_reserve(b, 8);
+    if (bdb_buf_reserve(b, 8) != BDB_OK)
+        return;
     bdb_put_u64le(b->data + b->len, v);
     b->len += 8;
 }
 
 void bdb_buf_put_uvarint(bdb_buf *b, uint64_t v)
 {
-    bdb_buf_reserve(b, 10);
+    if (bdb_buf_reserve(b, 10) != BDB_OK)
+        return;
     uint8_t *p = b->data + b->len;
     while (v >= 0x80) {
         *p++ = (uint8_t)(v | 0x80);
@@ -121,7 +143,8 @@ void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n)
 void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    bdb_buf_reserve(b, n + 2);
+    if (bdb_buf_reserve(b, n + 2) != BDB_OK)
+        return;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {

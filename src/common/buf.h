@@ -1,8 +1,11 @@
 /* buf: a growable byte buffer with append-style encoders and a sticky-error decoder.
  *
  * Encoders append to a caller-owned bdb_buf (Prometheus Encbuf style). Allocation
- * failure aborts the process: every buffer fed by untrusted input is bounded by the
- * caller before it gets here, so running out of memory is not a recoverable state. */
+ * failure: a buffer set up with bdb_buf_init_checked (the engine's and the parsers')
+ * gets a sticky `oom` flag instead, every later append is a no-op, and its owner
+ * checks the flag once after a group of appends and returns BDB_ERR_NOMEM. Any other
+ * buffer (the server's responses, whose allocations the server's abort-on-OOM policy
+ * covers, docs/RELIABILITY.md) aborts the process, so no truncated answer is sent. */
 #ifndef BDB_BUF_H
 #define BDB_BUF_H
 
@@ -13,12 +16,16 @@ typedef struct bdb_buf {
     uint8_t *data;
     size_t len;
     size_t cap;
+    uint8_t checked; /* allocation failure sets oom instead of aborting */
+    uint8_t oom;     /* sticky: an append was dropped for lack of memory */
 } bdb_buf;
 
 void bdb_buf_init(bdb_buf *b);
-void bdb_buf_free(bdb_buf *b);
-void bdb_buf_reset(bdb_buf *b); /* len = 0, keeps capacity */
-void bdb_buf_reserve(bdb_buf *b, size_t extra);
+void bdb_buf_init_checked(bdb_buf *b);
+void bdb_buf_free(bdb_buf *b);  /* keeps the checked mode, clears oom */
+void bdb_buf_reset(bdb_buf *b); /* len = 0, keeps capacity; keeps oom */
+/* BDB_OK, or BDB_ERR_NOMEM (checked buffers only; oom is set and nothing fits). */
+int bdb_buf_reserve(bdb_buf *b, size_t extra);
 void bdb_buf_append(bdb_buf *b, const void *p, size_t n);
 void bdb_buf_putc(bdb_buf *b, uint8_t c);
 void bdb_buf_puts(bdb_buf *b, const char *s);

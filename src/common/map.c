@@ -1,4 +1,6 @@
 #include "common/map.h"
+#include "common/alloc.h"
+#include "bucketdb/bdb.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +22,6 @@ struct bdb_map {
     size_t count;
 };
 
-static void *xcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n, sz);
-    if (!p) {
-        fprintf(stderr, "bucketdb: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 uint64_t bdb_hash(const void *p, size_t n)
 {
     return XXH3_64bits(p, n);
@@ -37,9 +29,15 @@ uint64_t bdb_hash(const void *p, size_t n)
 
 bdb_map *bdb_map_new(void)
 {
-    bdb_map *m = xcalloc(1, sizeof *m);
+    bdb_map *m = bdb_calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
     m->cap = 16;
-    m->slots = xcalloc(m->cap, sizeof *m->slots);
+    m->slots = bdb_calloc(m->cap, sizeof *m->slots);
+    if (!m->slots) {
+        free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -81,12 +79,15 @@ void *bdb_map_get(const bdb_map *m, const void *key, size_t klen)
     return bdb_map_get_h(m, key, klen, bdb_hash(key, klen));
 }
 
-static void grow(bdb_map *m)
+static int grow(bdb_map *m)
 {
     struct slot *old = m->slots;
     size_t oldcap = m->cap;
-    m->cap *= 2;
-    m->slots = xcalloc(m->cap, sizeof *m->slots);
+    struct slot *ns = bdb_calloc(oldcap * 2, sizeof *ns);
+    if (!ns)
+        return BDB_ERR_NOMEM;
+    m->cap = oldcap * 2;
+    m->slots = ns;
     for (size_t i = 0; i < oldcap; i++) {
         if (!old[i].key)
             continue;
@@ -96,25 +97,55 @@ static void grow(bdb_map *m)
         m->slots[j] = old[i];
     }
     free(old);
+    return BDB_OK;
 }
 
-void *bdb_map_put_h(bdb_map *m, const void *key, size_t klen, uint64_t h, void *val)
+static int put(bdb_map *m, const void *key, size_t klen, uint64_t h, void *val, void **prev)
 {
-    if ((m->count + 1) * 4 > m->cap * 3)
-        grow(m);
+    *prev = NULL;
     struct slot *s = &m->slots[find(m, key, klen, h)];
     if (s->key) {
-        void *prev = s->val;
+        *prev = s->val;
         s->val = val;
-        return prev;
+        return BDB_OK;
     }
-    s->key = xcalloc(1, klen + 1);
-    memcpy(s->key, key, klen);
+    /* Copy the key before growing: a failure then leaves the map untouched. */
+    char *k = bdb_malloc(klen + 1);
+    if (!k)
+        return BDB_ERR_NOMEM;
+    if ((m->count + 1) * 4 > m->cap * 3) {
+        if (grow(m) != BDB_OK) {
+            free(k);
+            return BDB_ERR_NOMEM;
+        }
+        s = &m->slots[find(m, key, klen, h)];
+    }
+    memcpy(k, key, klen);
+    k[klen] = 0;
+    s->key = k;
     s->klen = klen;
     s->hash = h;
     s->val = val;
     m->count++;
-    return NULL;
+    return BDB_OK;
+}
+
+void *bdb_map_put_h(bdb_map *m, const void *key, size_t klen, uint64_t h, void *val)
+{
+    void *prev;
+    put(m, key, klen, h, val, &prev);
+    return prev;
+}
+
+int bdb_map_set_h(bdb_map *m, const void *key, size_t klen, uint64_t h, void *val)
+{
+    void *prev;
+    return put(m, key, klen, h, val, &prev);
+}
+
+int bdb_map_set(bdb_map *m, const void *key, size_t klen, void *val)
+{
+    return bdb_map_set_h(m, key, klen, bdb_hash(key, klen), val);
 }
 
 void *bdb_map_put(bdb_map *m, const void *key, size_t klen, void *val)

@@ -9,6 +9,7 @@
 
 typedef struct bdb_map bdb_map;
 
+/* Returns NULL when out of memory. */
 bdb_map *bdb_map_new(void);
 void bdb_map_free(bdb_map *m);
 size_t bdb_map_count(const bdb_map *m);
@@ -16,9 +17,14 @@ uint64_t bdb_hash(const void *p, size_t n);
 /* Returns the value or NULL. */
 void *bdb_map_get(const bdb_map *m, const void *key, size_t klen);
 void *bdb_map_get_h(const bdb_map *m, const void *key, size_t klen, uint64_t hash);
-/* Inserts or replaces; returns the previous value or NULL. */
+/* Inserts or replaces; returns the previous value or NULL. Out of memory leaves the
+ * map as it was and returns NULL: callers that may insert a new key use
+ * bdb_map_set instead, which tells the two apart. */
 void *bdb_map_put(bdb_map *m, const void *key, size_t klen, void *val);
 void *bdb_map_put_h(bdb_map *m, const void *key, size_t klen, uint64_t hash, void *val);
+/* Inserts or replaces: BDB_OK, or BDB_ERR_NOMEM with the map unchanged. */
+int bdb_map_set(bdb_map *m, const void *key, size_t klen, void *val);
+int bdb_map_set_h(bdb_map *m, const void *key, size_t klen, uint64_t hash, void *val);
 /* Removes; returns the removed value or NULL. */
 void *bdb_map_del(bdb_map *m, const void *key, size_t klen);
 /* Iteration: pass *pos = 0 first; returns 0 when done. Do not modify during iteration. */

@@ -7,10 +7,12 @@
 #include "ingest/json_ingest.h"
 
 #include "bucketdb/bdb.h"
+#include "common/alloc.h"
 #include "common/timeutil.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -185,6 +187,25 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     return 0;
 }
 
+/* jansson's allocations go through bdb_malloc too, so the allocation-failure tests
+ * reach the parser's own allocations; both sides free with libc free. jansson 2.14
+ * does not always say "out of memory" when an allocation fails (it may report a
+ * syntax error), so a failure is noted here: valid JSON is never answered "invalid"
+ * because memory ran out. */
+static _Thread_local int json_oom;
+static void *json_alloc(size_t n)
+{
+    void *p = bdb_malloc(n);
+    if (!p)
+        json_oom = 1;
+    return p;
+}
+static pthread_once_t alloc_once = PTHREAD_ONCE_INIT;
+static void use_bdb_alloc(void)
+{
+    json_set_alloc_funcs(json_alloc, free);
+}
+
 static void add(bdb_batch *b, json_t *r, int64_t ts, size_t index)
 {
     json_t *dev = json_object_get(r, "device");
@@ -222,9 +243,15 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
     }
     memset(res, 0, sizeof *res);
     res->first_bad_index = -1;
+    pthread_once(&alloc_once, use_bdb_alloc);
 
     json_error_t jerr;
+    json_oom = 0;
     json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!root && (json_oom || json_error_code(&jerr) == json_error_out_of_memory)) {
+        snprintf(res->first_error, sizeof res->first_error, "out of memory parsing the body");
+        return BDB_ERR_NOMEM;
+    }
     if (!root) {
         res->fatal = 1;
         snprintf(res->first_error, sizeof res->first_error, "invalid JSON: %s (line %d, column %d)",
@@ -267,6 +294,11 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
             continue;
         }
         add(b, r, ts, i);
+        if (bdb_batch_failed(b) != BDB_OK) {
+            snprintf(res->first_error, sizeof res->first_error, "out of memory");
+            json_decref(root);
+            return BDB_ERR_NOMEM;
+        }
         res->accepted++;
     }
     json_decref(root);

@@ -42,7 +42,8 @@ typedef struct bdb_json_result {
 
 /* Parses body into b. Returns BDB_OK if every report was accepted, BDB_ERR_INVALID if
  * the body is not JSON of the documented shape or some reports were rejected
- * (see res), BDB_ERR_LIMIT if more than max_reports. */
+ * (see res), BDB_ERR_LIMIT if more than max_reports, BDB_ERR_NOMEM if memory ran out
+ * (the batch is then incomplete and must not be written). */
 int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json_limits *lim,
                     bdb_batch *b, bdb_json_result *res);
 

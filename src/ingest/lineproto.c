@@ -11,6 +11,7 @@
  * trips exact. Newlines inside string values are not supported: bdb_lp_next_line
  * splits on every '\n'. */
 #include "ingest/lineproto.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -36,16 +37,19 @@ struct bdb_lp_parser {
     size_t scratch_cap, scratch_len;
     char *numbuf; /* NUL-terminated copy of an unusually long number for strtod */
     size_t numbuf_cap;
+    int oom; /* this line ran out of memory: it fails with BDB_ERR_NOMEM */
 };
 
-static void *xrealloc(void *p, size_t n)
+/* Grows *arr to n elements of sz; on failure keeps it and sets p->oom. */
+static int xrealloc(bdb_lp_parser *p, void *arr, size_t n, size_t sz)
 {
-    void *q = realloc(p, n);
+    void *q = bdb_realloc(*(void **)arr, n * sz);
     if (!q) {
-        fprintf(stderr, "bucketdb: out of memory in the line protocol parser (%zu bytes)\n", n);
-        abort();
+        p->oom = 1;
+        return -1;
     }
-    return q;
+    *(void **)arr = q;
+    return 0;
 }
 
 void bdb_lp_limits_default(bdb_lp_limits *l)
@@ -77,8 +81,9 @@ int bdb_lp_parse_precision(const char *s)
 
 bdb_lp_parser *bdb_lp_parser_new(const bdb_lp_limits *limits)
 {
-    bdb_lp_parser *p = xrealloc(NULL, sizeof *p);
-    memset(p, 0, sizeof *p);
+    bdb_lp_parser *p = bdb_calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
     bdb_lp_limits_default(&p->lim);
     if (limits) {
         /* A zero limit means "default" so that a partly filled config works. */
@@ -241,24 +246,28 @@ static inline int str_eq(bdb_lp_str a, bdb_lp_str b)
     return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
 }
 
-static void grow_tags(bdb_lp_parser *p)
+static int grow_tags(bdb_lp_parser *p)
 {
     size_t cap = p->tag_cap ? p->tag_cap * 2 : 16;
     if (cap > p->lim.max_tags)
         cap = p->lim.max_tags;
-    p->tags = xrealloc(p->tags, cap * sizeof *p->tags);
-    p->tag_hash = xrealloc(p->tag_hash, cap * sizeof *p->tag_hash);
+    if (xrealloc(p, &p->tags, cap, sizeof *p->tags) ||
+        xrealloc(p, &p->tag_hash, cap, sizeof *p->tag_hash))
+        return -1; /* a grown first array is kept: only tag_cap says what both hold */
     p->tag_cap = cap;
+    return 0;
 }
 
-static void grow_fields(bdb_lp_parser *p)
+static int grow_fields(bdb_lp_parser *p)
 {
     size_t cap = p->field_cap ? p->field_cap * 2 : 32;
     if (cap > p->lim.max_fields)
         cap = p->lim.max_fields;
-    p->fields = xrealloc(p->fields, cap * sizeof *p->fields);
-    p->field_hash = xrealloc(p->field_hash, cap * sizeof *p->field_hash);
+    if (xrealloc(p, &p->fields, cap, sizeof *p->fields) ||
+        xrealloc(p, &p->field_hash, cap, sizeof *p->field_hash))
+        return -1;
     p->field_cap = cap;
+    return 0;
 }
 
 /* ---- numbers ---- */
@@ -283,7 +292,8 @@ static double slow_strtod(bdb_lp_parser *p, const char *s, const char *e)
     size_t n = (size_t)(e - s);
     if (n + 1 > sizeof local) {
         if (p->numbuf_cap < n + 1) {
-            p->numbuf = xrealloc(p->numbuf, n + 1);
+            if (xrealloc(p, &p->numbuf, n + 1, 1))
+                return 0; /* p->oom fails the line */
             p->numbuf_cap = n + 1;
         }
         buf = p->numbuf;
@@ -641,8 +651,8 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
             if (p->tag_hash[i] == h && str_eq(p->tags[i].key, key))
                 return fail(err, errlen, BDB_ERR_INVALID, "duplicate tags (tag \"%s\")",
                             printable(name, key));
-        if (*ntags == p->tag_cap)
-            grow_tags(p);
+        if (*ntags == p->tag_cap && grow_tags(p))
+            return fail(err, errlen, BDB_ERR_NOMEM, "out of memory");
         p->tags[*ntags] = (bdb_lp_tag){key, val};
         p->tag_hash[(*ntags)++] = h;
         s = e;
@@ -686,8 +696,8 @@ static int parse_fields(bdb_lp_parser *p, const char **sp, const char *end, size
         while (i < n && !(p->field_hash[i] == h && str_eq(p->fields[i].key, f.key)))
             i++;
         if (i == n) {
-            if (n == p->field_cap)
-                grow_fields(p);
+            if (n == p->field_cap && grow_fields(p))
+                return fail(err, errlen, BDB_ERR_NOMEM, "out of memory");
             p->field_hash[n++] = h;
         }
         p->fields[i] = f;
@@ -716,8 +726,10 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     /* Unescaped text is never longer than the line, so sizing scratch once here means
      * it never moves under pointers already handed out for this line. */
     p->scratch_len = 0;
+    p->oom = 0;
     if (memchr(s, '\\', (size_t)(end - s)) && p->scratch_cap < len) {
-        p->scratch = xrealloc(p->scratch, len);
+        if (xrealloc(p, &p->scratch, len, 1))
+            return fail(err, errlen, BDB_ERR_NOMEM, "out of memory");
         p->scratch_cap = len;
     }
 
@@ -738,6 +750,8 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     if (s == end)
         return fail(err, errlen, BDB_ERR_INVALID, "missing fields");
     rc = parse_fields(p, &s, end, &nfields, err, errlen);
+    if (p->oom)
+        return fail(err, errlen, BDB_ERR_NOMEM, "out of memory");
     if (rc < 0)
         return rc;
     rc = parse_time(skip_ws(s, end), end, prec, out, err, errlen);

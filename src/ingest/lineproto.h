@@ -63,7 +63,8 @@ typedef struct bdb_lp_point {
 
 typedef struct bdb_lp_parser bdb_lp_parser;
 
-bdb_lp_parser *bdb_lp_parser_new(const bdb_lp_limits *limits); /* NULL limits = defaults */
+/* NULL limits = defaults. Returns NULL when out of memory. */
+bdb_lp_parser *bdb_lp_parser_new(const bdb_lp_limits *limits);
 void bdb_lp_parser_free(bdb_lp_parser *p);
 
 /* Splits a body into lines. Call with *pos = 0 first; returns 1 with the next line
@@ -80,7 +81,9 @@ int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **lin
  *                    as "invalid field format", "missing fields", "invalid number",
  *                    "NaN or infinity is not a valid field value", naming the field
  *   BDB_ERR_LIMIT    a limit was exceeded; err names the limit and its value,
- *                    e.g. "line length 70000 exceeds max-line-bytes 65536" */
+ *                    e.g. "line length 70000 exceeds max-line-bytes 65536"
+ *   BDB_ERR_NOMEM    out of memory; not the line's fault, so the caller fails the
+ *                    whole body instead of skipping the line */
 int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_lp_precision prec,
                       bdb_lp_point *out, char *err, size_t errlen);
 

@@ -44,6 +44,8 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
         if (rc == 0)
             continue;
         res->lines++;
+        if (rc == BDB_ERR_NOMEM)
+            return rc;
         if (rc < 0) {
             reject(res, lineno, line, linelen, reason, rc == BDB_ERR_LIMIT);
             continue;
@@ -140,6 +142,8 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             continue;
         }
         bdb_batch_end(b);
+        if (bdb_batch_failed(b) != BDB_OK)
+            return BDB_ERR_NOMEM;
         res->accepted++;
     }
     return BDB_OK;

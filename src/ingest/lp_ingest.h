@@ -40,7 +40,8 @@ typedef struct bdb_lp_result {
     char first_error[640];   /* "unable to parse '<line>': <reason>" */
 } bdb_lp_result;
 
-/* Returns BDB_OK (even when some lines were rejected; see res). */
+/* Returns BDB_OK (even when some lines were rejected; see res), or BDB_ERR_NOMEM
+ * when memory ran out: then the batch is incomplete and must not be written. */
 int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_precision prec,
                   int64_t now_ms, const bdb_lp_map *map, bdb_batch *b, bdb_lp_result *res);
 

@@ -1,4 +1,6 @@
 #include "model/batch.h"
+#include "common/alloc.h"
+#include "bucketdb/bdb.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,25 +26,40 @@ struct bdb_batch {
     size_t ntags, cap_tags;
     bdb_metric_val *mets;
     size_t nmets, cap_mets;
+    /* Sticky until reset: a builder call ran out of memory, so the report being built
+     * is dropped at end and the parser must fail the whole batch. */
+    int oom;
 };
 
-static void *xrealloc(void *p, size_t n)
+/* Grows *arr to hold one more element of size sz; 0, or -1 (and b->oom) on failure. */
+static int grow(bdb_batch *b, void **arr, size_t *cap, size_t n, size_t sz, size_t first)
 {
-    void *q = realloc(p, n);
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : first;
+    void *q = bdb_realloc(*arr, nc * sz);
     if (!q) {
-        fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
-        abort();
+        b->oom = 1;
+        return -1;
     }
-    return q;
+    *arr = q;
+    *cap = nc;
+    return 0;
 }
 
 static void *arena_alloc(bdb_batch *b, size_t n)
 {
+    if (b->oom)
+        return NULL;
     n = (n + 7) & ~(size_t)7;
     struct arena_block *blk = b->blocks;
     if (!blk || blk->cap - blk->used < n) {
         size_t cap = n > 65536 ? n : 65536;
-        blk = xrealloc(NULL, sizeof *blk + cap);
+        blk = bdb_malloc(sizeof *blk + cap);
+        if (!blk) {
+            b->oom = 1;
+            return NULL;
+        }
         blk->cap = cap;
         blk->used = 0;
         blk->next = b->blocks;
@@ -56,6 +73,8 @@ static void *arena_alloc(bdb_batch *b, size_t n)
 static const char *arena_str(bdb_batch *b, const char *s, size_t n)
 {
     char *p = arena_alloc(b, n + 1);
+    if (!p)
+        return NULL;
     memcpy(p, s, n);
     p[n] = '\0';
     return p;
@@ -63,9 +82,7 @@ static const char *arena_str(bdb_batch *b, const char *s, size_t n)
 
 bdb_batch *bdb_batch_new(void)
 {
-    bdb_batch *b = xrealloc(NULL, sizeof *b);
-    memset(b, 0, sizeof *b);
-    return b;
+    return bdb_calloc(1, sizeof(bdb_batch));
 }
 
 void bdb_batch_free(bdb_batch *b)
@@ -99,6 +116,12 @@ void bdb_batch_reset(bdb_batch *b)
     b->nreports = 0;
     b->nsamples = 0;
     b->open = 0;
+    b->oom = 0;
+}
+
+int bdb_batch_failed(const bdb_batch *b)
+{
+    return b->oom ? BDB_ERR_NOMEM : BDB_OK;
 }
 
 void bdb_batch_begin(bdb_batch *b, const char *device, size_t dlen, int64_t ts_ms, size_t lineno)
@@ -114,20 +137,20 @@ void bdb_batch_begin(bdb_batch *b, const char *device, size_t dlen, int64_t ts_m
 
 void bdb_batch_tag(bdb_batch *b, const char *k, size_t kl, const char *v, size_t vl)
 {
-    if (b->ntags == b->cap_tags) {
-        b->cap_tags = b->cap_tags ? b->cap_tags * 2 : 8;
-        b->tags = xrealloc(b->tags, b->cap_tags * sizeof *b->tags);
-    }
-    b->tags[b->ntags++] = (bdb_kv){arena_str(b, k, kl), kl, arena_str(b, v, vl), vl};
+    if (grow(b, (void **)&b->tags, &b->cap_tags, b->ntags, sizeof *b->tags, 8))
+        return;
+    const char *ks = arena_str(b, k, kl), *vs = arena_str(b, v, vl);
+    if (ks && vs)
+        b->tags[b->ntags++] = (bdb_kv){ks, kl, vs, vl};
 }
 
 void bdb_batch_metric(bdb_batch *b, const char *name, size_t nlen, double value)
 {
-    if (b->nmets == b->cap_mets) {
-        b->cap_mets = b->cap_mets ? b->cap_mets * 2 : 16;
-        b->mets = xrealloc(b->mets, b->cap_mets * sizeof *b->mets);
-    }
-    b->mets[b->nmets++] = (bdb_metric_val){arena_str(b, name, nlen), nlen, value};
+    if (grow(b, (void **)&b->mets, &b->cap_mets, b->nmets, sizeof *b->mets, 16))
+        return;
+    const char *ns = arena_str(b, name, nlen);
+    if (ns)
+        b->mets[b->nmets++] = (bdb_metric_val){ns, nlen, value};
 }
 
 void bdb_batch_state(bdb_batch *b, const char *s, size_t n)
@@ -139,24 +162,28 @@ void bdb_batch_state(bdb_batch *b, const char *s, size_t n)
 int bdb_batch_end(bdb_batch *b)
 {
     b->open = 0;
+    if (b->oom || !b->cur.device) /* a builder call failed: never a partial report */
+        return 0;
     if (b->nmets == 0 && !b->cur.state)
         return 0;
     if (b->ntags) {
         bdb_kv *t = arena_alloc(b, b->ntags * sizeof *t);
+        if (!t)
+            return 0;
         memcpy(t, b->tags, b->ntags * sizeof *t);
         b->cur.tags = t;
         b->cur.ntags = (uint32_t)b->ntags;
     }
     if (b->nmets) {
         bdb_metric_val *m = arena_alloc(b, b->nmets * sizeof *m);
+        if (!m)
+            return 0;
         memcpy(m, b->mets, b->nmets * sizeof *m);
         b->cur.metrics = m;
         b->cur.nmetrics = (uint32_t)b->nmets;
     }
-    if (b->nreports == b->cap_reports) {
-        b->cap_reports = b->cap_reports ? b->cap_reports * 2 : 64;
-        b->reports = xrealloc(b->reports, b->cap_reports * sizeof *b->reports);
-    }
+    if (grow(b, (void **)&b->reports, &b->cap_reports, b->nreports, sizeof *b->reports, 64))
+        return 0;
     b->reports[b->nreports++] = b->cur;
     b->nsamples += b->nmets;
     return 1;

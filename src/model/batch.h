@@ -50,6 +50,10 @@ void bdb_batch_tag(bdb_batch *b, const char *k, size_t kl, const char *v, size_t
 void bdb_batch_metric(bdb_batch *b, const char *name, size_t nlen, double value);
 void bdb_batch_state(bdb_batch *b, const char *s, size_t n);
 int bdb_batch_end(bdb_batch *b);
+/* BDB_ERR_NOMEM if a builder call since the last reset ran out of memory (the report
+ * it was building was dropped; the parser fails the whole batch), else BDB_OK.
+ * bdb_batch_new returns NULL when out of memory. */
+int bdb_batch_failed(const bdb_batch *b);
 /* Abandons the report being built (e.g. the line turned out to be invalid). */
 void bdb_batch_cancel(bdb_batch *b);
 

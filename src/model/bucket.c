@@ -1,4 +1,6 @@
 #include "model/bucket.h"
+#include "common/alloc.h"
+#include "bucketdb/bdb.h"
 
 #include "common/timeutil.h"
 
@@ -56,27 +58,26 @@ const char *bdb_bucket_name(int64_t size_ms)
     return "?";
 }
 
-static void reserve(bdb_bucket_history *h, uint32_t n)
+static int reserve(bdb_bucket_history *h, uint32_t n)
 {
     if (n <= h->cap)
-        return;
+        return BDB_OK;
     uint32_t cap = h->cap ? h->cap * 2 : 2;
     while (cap < n)
         cap *= 2;
-    bdb_bucket_entry *e = realloc(h->e, cap * sizeof *e);
-    if (!e) {
-        fprintf(stderr, "bucketdb: out of memory\n");
-        abort();
-    }
+    bdb_bucket_entry *e = bdb_realloc(h->e, cap * sizeof *e);
+    if (!e)
+        return BDB_ERR_NOMEM; /* the history as it was */
     h->e = e;
     h->cap = cap;
+    return BDB_OK;
 }
 
-void bdb_bucket_history_init(bdb_bucket_history *h, int64_t size_ms)
+int bdb_bucket_history_init(bdb_bucket_history *h, int64_t size_ms)
 {
     h->e = NULL;
     h->n = h->cap = 0;
-    bdb_bucket_history_push(h, INT64_MIN, size_ms);
+    return bdb_bucket_history_push(h, INT64_MIN, size_ms);
 }
 
 void bdb_bucket_history_free(bdb_bucket_history *h)
@@ -86,21 +87,25 @@ void bdb_bucket_history_free(bdb_bucket_history *h)
     h->n = h->cap = 0;
 }
 
-void bdb_bucket_history_copy(bdb_bucket_history *dst, const bdb_bucket_history *src)
+int bdb_bucket_history_copy(bdb_bucket_history *dst, const bdb_bucket_history *src)
 {
     dst->e = NULL;
     dst->n = dst->cap = 0;
-    reserve(dst, src->n);
+    if (reserve(dst, src->n) != BDB_OK)
+        return BDB_ERR_NOMEM;
     memcpy(dst->e, src->e, src->n * sizeof *src->e);
     dst->n = src->n;
+    return BDB_OK;
 }
 
-void bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms)
+int bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms)
 {
-    reserve(h, h->n + 1);
+    if (reserve(h, h->n + 1) != BDB_OK)
+        return BDB_ERR_NOMEM;
     /* Read n before incrementing it: the first entry always starts at INT64_MIN. */
     int64_t from = h->n == 0 ? INT64_MIN : from_ms;
     h->e[h->n++] = (bdb_bucket_entry){from, size_ms};
+    return BDB_OK;
 }
 
 /* Index of the entry in force at ts: the last with from_ms <= ts (entry 0 covers all
@@ -149,6 +154,9 @@ static int64_t gcd64(int64_t a, int64_t b)
 
 int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size, int64_t *from_ms)
 {
+    /* Room first: out of memory then changes nothing (the device keeps its size). */
+    if (reserve(h, h->n + 1) != BDB_OK)
+        return 0;
     bdb_bucket_entry *last = &h->e[h->n - 1];
     /* A pending change that has not taken effect yet (no event at or after its start)
      * can be replaced instead of stacking another entry. */

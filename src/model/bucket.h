@@ -41,17 +41,20 @@ typedef struct bdb_bucket_history {
     uint32_t n, cap;
 } bdb_bucket_history;
 
-void bdb_bucket_history_init(bdb_bucket_history *h, int64_t size_ms);
+/* init, copy and push return BDB_OK or BDB_ERR_NOMEM (push: the history unchanged;
+ * init, copy: nothing to free). */
+int bdb_bucket_history_init(bdb_bucket_history *h, int64_t size_ms);
 void bdb_bucket_history_free(bdb_bucket_history *h);
-void bdb_bucket_history_copy(bdb_bucket_history *dst, const bdb_bucket_history *src);
+int bdb_bucket_history_copy(bdb_bucket_history *dst, const bdb_bucket_history *src);
 int64_t bdb_bucket_size_at(const bdb_bucket_history *h, int64_t ts);
 /* The partition holding ts: [*start, *end). */
 void bdb_bucket_range(const bdb_bucket_history *h, int64_t ts, int64_t *start, int64_t *end);
 /* Requests a change to new_size given the device's newest event time. Returns 1 and
- * fills *from_ms with the effective time if the history changed, 0 if nothing to do. */
+ * fills *from_ms with the effective time if the history changed, 0 if nothing to do
+ * (or no memory for the change: the size in force stays). */
 int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size, int64_t *from_ms);
 /* Appends an entry as recorded (replay / catalog load); entries must be in order. */
-void bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms);
+int bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms);
 /* Calls cb for every partition intersecting [from, to) in time order; stops early if
  * cb returns non-zero (and returns that value). */
 int bdb_bucket_enumerate(const bdb_bucket_history *h, int64_t from, int64_t to,

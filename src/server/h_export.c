@@ -104,11 +104,21 @@ static int open_next_device(struct exp *e)
 {
     while (e->di < e->ndev) {
         const char *dev = e->devices[e->di++];
-        if (bdb_db_device_snapshot(e->s->db, e->tenant, dev, &e->snap) != BDB_OK)
+        int src = bdb_db_device_snapshot(e->s->db, e->tenant, dev, &e->snap);
+        if (src == BDB_ERR_NOMEM) { /* skipping the device would look complete */
+            e->failed = 1;
+            return 0;
+        }
+        if (src != BDB_OK)
             continue;
         e->have_dev = 1;
-        if (bdb_db_get_device(e->s->db, e->tenant, dev, tags_cb, e) != BDB_OK) {
+        src = bdb_db_get_device(e->s->db, e->tenant, dev, tags_cb, e);
+        if (src != BDB_OK) {
             drop_device(e);
+            if (src == BDB_ERR_NOMEM) {
+                e->failed = 1;
+                return 0;
+            }
             continue;
         }
         e->metrics = need(calloc(e->snap.nmetrics + 1, sizeof *e->metrics));
@@ -249,8 +259,10 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c)
     const char *dev = arg(c, "device");
     if (dev && *dev)
         add_list(&e->devices, &e->ndev, dev);
-    else
-        bdb_db_list_devices(s->db, tenant, collect_dev, e);
+    else if (bdb_db_list_devices(s->db, tenant, collect_dev, e) == BDB_ERR_NOMEM) {
+        free_exp(e); /* a list with devices left out would export as complete */
+        return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
+    }
     const char *m = arg(c, "metric");
     if (m && *m)
         add_list(&e->filter, &e->nfilter, m);

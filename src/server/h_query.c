@@ -450,7 +450,10 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         bdb_buf_puts(&b, "{\"tenant\":\"");
         bdb_buf_json_str(&b, tenant, strlen(tenant));
         bdb_buf_puts(&b, "\",\"devices\":[");
-        bdb_db_list_devices(s->db, tenant, list_cb, &l);
+        if (bdb_db_list_devices(s->db, tenant, list_cb, &l) == BDB_ERR_NOMEM) {
+            bdb_buf_free(&b); /* never a list with devices left out */
+            return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
+        }
         bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
         res = respond(s, c, 200, "application/json", b.data, b.len);
         bdb_buf_free(&b);

@@ -97,7 +97,7 @@ static enum MHD_Result latest(bdb_server *s, struct MHD_Connection *c, const cha
 struct page_out {
     bdb_buf *b;
     size_t n;
-    const char *last;
+    char *last; /* a copy: the engine's names live during the callback only */
 };
 
 static int device_cb(void *ctx, const char *device, int64_t state_ts)
@@ -108,7 +108,10 @@ static int device_cb(void *ctx, const char *device, int64_t state_ts)
     bdb_buf_puts(o->b, "{\"device\":");
     json_str(o->b, device);
     bdb_buf_printf(o->b, ",\"state_time\":%lld}", (long long)state_ts);
-    o->last = device;
+    free(o->last);
+    o->last = strdup(device);
+    if (!o->last)
+        abort();
     return 0;
 }
 
@@ -162,6 +165,7 @@ static enum MHD_Result devices(bdb_server *s, struct MHD_Connection *c, const ch
     bdb_buf_puts(&b, "}\n");
     res = respond(s, c, 200, "application/json", b.data, b.len);
 out:
+    free(o.last);
     bdb_buf_free(&rows);
     bdb_buf_free(&b);
     return res;

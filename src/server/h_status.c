@@ -91,7 +91,9 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     bdb_buf_puts(&b, ",\"reasons\":");
     bdb_buf_append(&b, reasons.data, reasons.len);
     bdb_buf_free(&reasons);
-    bdb_buf_printf(&b, ",\"storage\":{\"engine\":\"embedded\",\"writable\":%s,\"reason\":",
+    /* The backend raw samples are flushed to (blocks count block files only). */
+    bdb_buf_printf(&b, ",\"storage\":{\"engine\":\"%s\",\"writable\":%s,\"reason\":",
+                   strncmp(s->cfg.storage, "cassandra://", 12) ? "embedded" : "cassandra",
                    st.readonly ? "false" : "true");
     if (st.readonly) {
         bdb_buf_putc(&b, '"');

@@ -405,10 +405,15 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
                       s->cfg.max_future_ms, s->cfg.max_key_bytes, s->cfg.max_tag_value_bytes};
     map.max_age_ms = bdb_db_retention_ms(s->db, tenant); /* docs/TENANCY.md#retention */
     bdb_lp_result lr;
-    bdb_lp_ingest(p, (const char *)body->data, body->len, (enum bdb_lp_precision)prec, bdb_now_ms(),
-                  &map, b, &lr);
+    int prc = !p || !b ? BDB_ERR_NOMEM
+                       : bdb_lp_ingest(p, (const char *)body->data, body->len,
+                                       (enum bdb_lp_precision)prec, bdb_now_ms(), &map, b, &lr);
     bdb_lp_parser_free(p);
     bdb_buf_free(&tmp);
+    if (prc != BDB_OK) { /* out of memory: nothing of the body is written (alloc.h) */
+        bdb_batch_free(b);
+        return storage_error(s, c, prc);
+    }
     struct outcome o = {lr.accepted,
                         lr.rejected,
                         lr.first_error,
@@ -449,8 +454,13 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     lim.max_age_ms = bdb_db_retention_ms(s->db, tenant);
     bdb_batch *b = bdb_batch_new();
     bdb_json_result jr;
-    int prc = bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr);
+    int prc = b ? bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr)
+                : BDB_ERR_NOMEM;
     bdb_buf_free(&tmp);
+    if (prc == BDB_ERR_NOMEM) { /* nothing of the body is written (alloc.h) */
+        bdb_batch_free(b);
+        return storage_error(s, c, prc);
+    }
     if (prc == BDB_ERR_LIMIT || jr.fatal) {
         bdb_batch_free(b);
         char msg[700];

@@ -431,9 +431,10 @@ int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, ui
     int format = bdb_mqtt_format_for(&g->formats, p->topic, p->topic_len);
     bdb_batch *b = bdb_batch_new(), *kept = NULL;
     char pwhy[600];
-    int pr = bdb_mqtt_payload_parse(&s->cfg, format, bdb_db_retention_ms(s->db, tenant),
-                                    (const char *)p->payload, p->payload_len, device, bdb_now_ms(),
-                                    b, pwhy, sizeof pwhy);
+    int pr = !b ? BDB_MQTT_BAD
+                : bdb_mqtt_payload_parse(&s->cfg, format, bdb_db_retention_ms(s->db, tenant),
+                                         (const char *)p->payload, p->payload_len, device,
+                                         bdb_now_ms(), b, pwhy, sizeof pwhy);
     if (pr == BDB_MQTT_BAD) {
         snprintf(why, sizeof why, "malformed %s payload%s: %s", sniffed(format, p),
                  format == BDB_MQTT_FMT_AUTO ? " (format by first byte)" : "", pwhy);

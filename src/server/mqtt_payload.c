@@ -90,6 +90,10 @@ static int parse_json(const bdb_config *cfg, int64_t max_age_ms, const char *p, 
     bdb_json_result jr;
     int rc = bdb_json_ingest(text, strlen(text), now_ms, &lim, b, &jr);
     free(text);
+    if (rc == BDB_ERR_NOMEM) { /* an incomplete batch is never written (alloc.h) */
+        snprintf(why, whylen, "out of memory parsing the payload");
+        return BDB_MQTT_BAD;
+    }
     if (rc == BDB_ERR_LIMIT || jr.fatal || jr.accepted == 0) {
         snprintf(why, whylen, "%s", jr.first_error[0] ? jr.first_error : "no report in payload");
         return BDB_MQTT_BAD;
@@ -185,10 +189,15 @@ static int parse_lp(const bdb_config *cfg, int64_t max_age_ms, const char *p, si
     map.max_age_ms = max_age_ms;
     bdb_lp_result lr;
     memset(&lr, 0, sizeof lr);
-    bdb_lp_ingest(lp, body.len ? (const char *)body.data : "", body.len, BDB_LP_NS, now_ms, &map, b,
-                  &lr);
+    int lrc = lp ? bdb_lp_ingest(lp, body.len ? (const char *)body.data : "", body.len, BDB_LP_NS,
+                                 now_ms, &map, b, &lr)
+                 : BDB_ERR_NOMEM;
     bdb_lp_parser_free(lp);
     bdb_buf_free(&body);
+    if (lrc == BDB_ERR_NOMEM) { /* an incomplete batch is never written (alloc.h) */
+        snprintf(why, whylen, "out of memory parsing the payload");
+        return BDB_MQTT_BAD;
+    }
     if (lr.accepted == 0) {
         snprintf(why, whylen, "%s", lr.first_error[0] ? lr.first_error : "no line in payload");
         return BDB_MQTT_BAD;

@@ -7,6 +7,7 @@
 #include "server/devlimit.h"
 #include "server/mqtt_gw.h"
 #include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
+#include "storage/cassandra/schema.h"    /* storage: key limits */
 #include "storage/embedded/db_fleet.h"
 #include "storage/embedded/db_tier.h"
 #include "storage/vfs/vfs_fault.h"
@@ -822,7 +823,10 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
                  "never use it in production");
     }
     if (!strncmp(cfg->storage, "cassandra://", 12)) { /* storage: flushed data in Cassandra */
-        rc = cass_sink_open(cfg->storage, &o.sink, terr, sizeof terr);
+        /* A key over Cassandra's 64 KiB would make every flush fail: refuse at start. */
+        rc = sch_check_key_limits(BDB_TENANT_NAME_MAX, cfg->max_key_bytes, terr, sizeof terr);
+        if (rc == BDB_OK)
+            rc = cass_sink_open(cfg->storage, &o.sink, terr, sizeof terr);
         if (rc != BDB_OK) {
             BDB_ERROR("storage: %s", terr);
             bdb_tenants_close(s->tenants);

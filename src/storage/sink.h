@@ -22,10 +22,58 @@
 #include <stdint.h>
 
 typedef struct bdb_sink bdb_sink;
+struct bdb_rollup; /* tiers and fleet: agg/rollup.h, agg/fleet.h */
+struct bdb_fleet;
 
 /* Receives samples of one metric from read(), in any order; duplicates of a time
  * are impossible (one row per series and time). */
 typedef void (*bdb_sink_add_fn)(void *ud, size_t metric, int64_t ts, double v);
+
+/* state, registry, counters, late: the records of the optional ops below. Strings are
+ * valid during the call only. */
+typedef struct bdb_sink_metric {
+    const char *name;
+    int64_t ts; /* time of the newest report that carried the metric */
+    double v;
+} bdb_sink_metric;
+typedef struct bdb_sink_state {
+    const char *tenant, *device;
+    int64_t event_ts;  /* newest report time; INT64_MIN = unknown */
+    const char *state; /* NULL: no report carried one */
+    int64_t state_ts;
+    const bdb_sink_metric *metrics;
+    size_t nmetrics;
+} bdb_sink_state;
+typedef struct bdb_sink_device {
+    const char *tenant, *device;
+    const char *const *tag_keys, *const *tag_vals;
+    size_t ntags;
+    int64_t first_ts, last_ts; /* INT64_MIN / INT64_MAX: no event */
+    uint64_t samples;
+    int64_t bucket_ms; /* size in force for new events */
+    int pinned, freq_class;
+    const int64_t *hist_from, *hist_size; /* bucket history, oldest first */
+    size_t nhist;
+    const char *const *metrics;
+    size_t nmetrics;
+} bdb_sink_device;
+typedef struct bdb_sink_count {
+    const char *tenant, *device;
+    int64_t bucket_start, bucket_end;
+    uint64_t events;
+    uint32_t subbuckets;
+} bdb_sink_count;
+typedef struct bdb_sink_late {
+    const char *tenant, *device;
+    int64_t ts;      /* event time */
+    int64_t newest;  /* the device's newest event time when it arrived */
+    int64_t arrived; /* server clock at arrival */
+    uint64_t seq;    /* arrival order on the server: the order of equal arrived */
+    int64_t ttl_ms;  /* late_put only */
+} bdb_sink_late;
+typedef void (*bdb_sink_state_fn)(void *ud, const bdb_sink_state *st);
+typedef void (*bdb_sink_device_fn)(void *ud, const bdb_sink_device *d);
+typedef void (*bdb_sink_count_fn)(void *ud, const bdb_sink_count *c);
 
 typedef struct bdb_sink_ops {
     /* Samples of one series inside one partition (partition id as the engine's
@@ -45,6 +93,61 @@ typedef struct bdb_sink_ops {
     /* One line for logs and /status ("cassandra://127.0.0.1:9042/bucketdb, ..."). */
     const char *(*describe)(bdb_sink *s);
     void (*close)(bdb_sink *s);
+
+    /* ---- tiers and fleet (optional: NULL = the sink does not take them and the
+     * engine's tier and fleet files answer; see storage/embedded/db_agg_sink.c).
+     * Every window handed to a put is the complete value of its window as the engine
+     * knows it at that flush (the partials of every flush merged, late recomputes
+     * applied), never a partial: writing it again replaces the row. ttl_s[i] is the
+     * seconds window i lives (0 = forever). A put returns once the sink confirmed
+     * every window (or with the error of one that failed after its retries), so the
+     * flush that calls it commits after. res is BDB_RES_1M/1H/1D (agg/rollup.h). */
+    int (*tier_put)(bdb_sink *s, const char *tenant, const char *device, const char *metric,
+                    int res, const struct bdb_rollup *r, const int32_t *ttl_s);
+    /* Merges the windows of one series at res whose start lies in [lo, hi) into out. */
+    int (*tier_read)(bdb_sink *s, const char *tenant, const char *device, const char *metric,
+                     int res, int64_t lo, int64_t hi, struct bdb_rollup *out);
+    /* Fleet windows of (tenant, metric) at res (1H or 1D), with their device sets. */
+    int (*fleet_put)(bdb_sink *s, const char *tenant, const char *metric, int res,
+                     const struct bdb_fleet *f, const int32_t *ttl_s);
+    int (*fleet_read)(bdb_sink *s, const char *tenant, const char *metric, int res, int64_t lo,
+                      int64_t hi, struct bdb_fleet *out);
+
+    /* ---- state, registry, counters, late (optional: NULL = the sink does not take
+     * them and the engine's local index, catalog and counts answer alone; see
+     * storage/embedded/db_state_sink.c). A put takes the n records of one flush and
+     * returns once the sink confirmed them all, so the flush that calls it commits
+     * after; puts are idempotent (writing the same record again changes nothing) and
+     * never let an older event replace a newer one. Reads return what the sink holds;
+     * the engine merges its unflushed part. */
+    int (*state_put)(bdb_sink *s, const bdb_sink_state *v, size_t n);
+    int (*device_put)(bdb_sink *s, const bdb_sink_device *v, size_t n);
+    /* Absolute event counts of (device, partition): a larger count replaces a
+     * smaller one, never the reverse, so a re-sent flush does not count twice. */
+    int (*count_put)(bdb_sink *s, const bdb_sink_count *v, size_t n);
+    /* One device's latest event (BDB_ERR_NOTFOUND: none). */
+    int (*state_get)(bdb_sink *s, const char *tenant, const char *device, bdb_sink_state_fn fn,
+                     void *ud);
+    /* state != NULL: the devices in that state (device, state, state_ts only);
+     * state == NULL: every device of the tenant (event_ts, state, state_ts; no
+     * metrics). */
+    int (*state_list)(bdb_sink *s, const char *tenant, const char *state, bdb_sink_state_fn fn,
+                      void *ud);
+    int (*device_list)(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, void *ud);
+    /* Counts of partitions that overlap [from, to). */
+    int (*count_list)(bdb_sink *s, const char *tenant, int64_t from, int64_t to,
+                      bdb_sink_count_fn fn, void *ud);
+
+    /* ---- late arrivals (optional: NULL = the engine's in-memory list of recent late
+     * events answers alone; see storage/embedded/db_late_sink.c). A put takes the late
+     * events noted since the last confirmed flush and returns once the sink confirmed
+     * them all (the flush commits after); a re-sent event writes the same row. ttl_ms:
+     * the tenant's raw TTL, counted from the event time (0 = forever). */
+    int (*late_put)(bdb_sink *s, const struct bdb_sink_late *v, size_t n);
+    /* Every late event the sink holds for tenant (and device, when not NULL), in any
+     * order. */
+    int (*late_list)(bdb_sink *s, const char *tenant, const char *device,
+                     void (*fn)(void *ud, const struct bdb_sink_late *e), void *ud);
 } bdb_sink_ops;
 
 struct bdb_sink {

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Allocation failure under the real server: the abort-on-OOM policy holds.
+"""Allocation failure under the real server: refused or aborted, never wrong.
 
 tests/crash/oom_preload.c (an LD_PRELOAD library built here with cc; no hook in the
 server) makes allocation number N after a SIGUSR2 fail with ENOMEM, and every later
 one, as real exhaustion would. For each path (line-protocol ingest, gzip and JSON
 ingest, flush + compaction, query and export) and each N of a spread list, one server
 on a shared data directory is armed and then driven down that path. It must either
-abort (SIGABRT with "out of memory" in its log) or refuse (an error status or a
-closed connection) - never answer 2xx for data it did not store, and never answer a
-query with a wrong result. After each round the server is restarted without the
-library on the same directory: it must start, and every sample acknowledged in any
-round so far must be there with its exact value, nothing unsent.
+refuse (an error status: the engine and the parsers answer BDB_ERR_NOMEM, a 500; or a
+closed connection) or abort (SIGABRT with "out of memory" in its log: the server's
+own allocation sites keep that policy, docs/RELIABILITY.md) - never answer 2xx for
+data it did not store, and never answer a query with a wrong result. After each round
+the server is restarted without the library on the same directory: it must start,
+and every sample acknowledged in any round so far must be there with its exact value,
+nothing unsent.
 
 Release builds only: an AddressSanitizer runtime owns malloc, so under ASan the test
 says so and checks nothing (the ASan CI pass runs it as a skip).
@@ -142,7 +144,7 @@ def drive(srv, path, model, rnd, answers):
             # closed or cut short (an abort mid-answer): never an acknowledgement
             answers["conn"] = answers.get("conn", 0) + 1
             time.sleep(0.02)
-        if i >= 40:
+        if i >= 20:  # the server now mostly survives: bound the round by requests too
             break
 
 
@@ -197,7 +199,11 @@ def allocation_failure_aborts_and_loses_nothing():
           % (rnd, NTH, {p: "%d/%d/%d" % (o["abort"], o["alive"], o["other"])
                         for p, o in outcome.items()},
              {str(k): v for k, v in sorted(answers_all.items(), key=str)}, acked))
-    check(sum(o["abort"] for o in outcome.values()) > 0, "no round aborted: is the library armed?")
+    # The engine and parsers answer NOMEM (500/503) where they used to abort; the
+    # server's own sites (libmicrohttpd, response buffers) still abort. Either shows the
+    # library armed.
+    check(sum(o["abort"] for o in outcome.values()) + answers_all.get(5, 0)
+          + answers_all.get("conn", 0) > 0, "no round failed: is the library armed?")
 
 
 if __name__ == "__main__":

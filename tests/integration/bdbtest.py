@@ -31,6 +31,15 @@ START_TIMEOUT = float(os.environ.get("BDB_START_TIMEOUT", "60"))
 STOP_TIMEOUT = float(os.environ.get("BDB_STOP_TIMEOUT", "60"))
 HTTP_TIMEOUT = float(os.environ.get("BDB_HTTP_TIMEOUT", "60"))
 KEEP = os.environ.get("BDB_KEEP") == "1"  # keep temp dirs for debugging
+# The storage backend under test (tests/cassandra-suite sets it). Empty: the embedded
+# engine. cassandra://HOST:PORT/PREFIX?OPTIONS: every Server that does not choose its
+# own --storage gets a keyspace of its own (PREFIX_1, PREFIX_2, ... per data directory
+# of a test), created by the server (schema=create) and emptied before a later test
+# reuses it, so tests never see each other's rows. One test process at a time per
+# PREFIX.
+STORAGE = os.environ.get("BDB_TEST_STORAGE", "")
+ON_CASSANDRA = STORAGE.startswith("cassandra://")
+ENGINE = "cassandra" if ON_CASSANDRA else "embedded"  # /health's storage.engine
 
 
 class TestFailure(AssertionError):
@@ -71,6 +80,102 @@ def _cleanup_tmpdirs():
             print("  kept %s" % d)
         else:
             shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ storage backend
+
+_keyspaces = {}  # realpath of a data directory -> (keyspace, URI); a restart keeps them
+_fresh = set()  # keyspaces the next server start creates
+
+
+def _split_storage():
+    """(hosts, prefix, query) of STORAGE."""
+    m = re.match(r"cassandra://([^/?]+)/?([A-Za-z0-9_]*)(\?.*)?$", STORAGE)
+    if not m:
+        raise TestFailure("BDB_TEST_STORAGE=%r: expected cassandra://HOST:PORT/PREFIX?..."
+                          % STORAGE)
+    return m.group(1), (m.group(2) or "bdbt")[:32].lower(), m.group(3) or ""
+
+
+def cql_contact():
+    """(host, port) of the first contact point of STORAGE."""
+    host = _split_storage()[0].split(",")[0]
+    h, _, p = host.partition(":")
+    return h, int(p or 9042)
+
+
+def _cql(*stmts):
+    h, p = cql_contact()
+    # TRUNCATE waits for the node to flush the table: slow on a loaded machine
+    cmd = [BIN, "cql", "--host", h, "--port", str(p), "--timeout", "60000"]
+    for st in stmts:
+        cmd += ["-e", st]
+    r = subprocess.run(cmd, capture_output=True, timeout=120)
+    if r.returncode != 0:
+        raise TestFailure("bucketdb cql %r: %s" % (stmts, r.stderr.decode("utf-8", "replace")))
+    return r.stdout.decode("utf-8", "replace")
+
+
+def _empty_keyspace(ks):
+    """Truncates every table of keyspace ks, if it exists. Keyspaces are reused from
+    test to test because creating one with its tables costs a second or more of schema
+    changes on the node, a truncation a few milliseconds per table. Done when a test
+    takes the keyspace, not when the previous one ends, so a test that died half-way
+    leaves nothing behind for the next."""
+    tables = _cql("SELECT columnfamily_name FROM system.schema_columnfamilies "
+                  "WHERE keyspace_name = '%s'" % ks).split()[1:]
+    if tables:
+        # only the tables holding a row: most tests fill two or three of them
+        counts = _cql(*["SELECT count(*) FROM %s.%s LIMIT 1" % (ks, t) for t in tables])
+        counts = counts.split()[1::2]  # "count", N per statement
+        check(len(counts) == len(tables), "counts of %s: %r" % (tables, counts))
+        full = [t for t, n in zip(tables, counts) if n != "0"]
+        if full:
+            _cql(*["TRUNCATE %s.%s" % (ks, t) for t in full])
+    return bool(tables)
+
+
+def storage_uri(data):
+    """The --storage value for a server on data directory data: one keyspace per data
+    directory, so that a second server on the same directory finds its rows; the nth
+    data directory of a test gets keyspace PREFIX_n, emptied first."""
+    hosts, prefix, query = _split_storage()
+    key = os.path.realpath(data)
+    if key not in _keyspaces:
+        ks = "%s_%d" % (prefix, len(_keyspaces) + 1)
+        # A keyspace made by an earlier test has every table already: schema=none
+        # saves the server's round of CREATE ... IF NOT EXISTS.
+        made = _empty_keyspace(ks)
+        if made and "schema=" not in query:
+            query += ("&" if query else "?") + "schema=none"
+        if not made:
+            _fresh.add(ks)
+        _keyspaces[key] = (ks, "cassandra://%s/%s%s" % (hosts, ks, query))
+    return _keyspaces[key][1]
+
+
+def _no_compaction(ks):
+    """Turns compaction off on every table of a keyspace the server just created.
+    Cassandra 2.1.0 (the test node) can spin for minutes in a compaction of a partition
+    holding many range tombstones (RangeTombstone$Tracker.isDeleted; each overwrite of
+    a collection column writes one), burning a core and making TRUNCATE wait 60 s.
+    Compaction does not change what a read returns, so the tests lose nothing."""
+    tables = _cql("SELECT columnfamily_name FROM system.schema_columnfamilies "
+                  "WHERE keyspace_name = '%s'" % ks).split()[1:]
+    if tables:
+        _cql(*["ALTER TABLE %s.%s WITH compaction = {'class': 'SizeTieredCompactionStrategy', "
+               "'enabled': 'false'}" % (ks, t) for t in tables])
+
+
+def embedded_only(reason):
+    """Marks a test as being about the embedded engine's own files (block files, their
+    corruption, quotas measured on them, ...): on another backend it is reported as
+    "skipped on cassandra: <reason>" instead of run. Keep the list short and honest;
+    docs/TESTING.md names each one."""
+    def mark(fn):
+        fn.embedded_only = reason
+        return fn
+    return mark
 
 
 # ------------------------------------------------------------------ HTTP
@@ -143,6 +248,7 @@ class Server:
         self.token = None
         self.starts = 0
         self.log_path = None
+        self.keyspace = None  # with BDB_TEST_STORAGE=cassandra://...: the server's keyspace
         _test_servers.append(self)
 
     # -- lifecycle
@@ -157,6 +263,10 @@ class Server:
             ["--retention-ms", "0"]
         cmd = [self.binary, "serve", "--data", self.data, "--listen", "127.0.0.1:0"] + keep + \
             self.args
+        if ON_CASSANDRA and not any(a == "--storage" or a.startswith("--storage=")
+                                    for a in self.args):
+            cmd += ["--storage", storage_uri(self.data)]
+            self.keyspace = _keyspaces[os.path.realpath(self.data)][0]
         with open(self.log_path, "wb") as err, open(out_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                          env=self.env)
@@ -179,6 +289,9 @@ class Server:
         self.port = int(m.group(1))
         check(self.port > 0, "port 0 in the ready block")
         self.token = re.search(r"^\s*token (\S+)\s*$", text, re.M).group(1)
+        if self.keyspace in _fresh:  # created by this start (schema=create)
+            _fresh.discard(self.keyspace)
+            _no_compaction(self.keyspace)
         self.ready_text = text
         contains(text, "data directory %s" % self.data)
         # Ready means /ping answers.
@@ -224,6 +337,48 @@ class Server:
         self.proc = None
         if self in _live_servers:
             _live_servers.remove(self)
+
+    def stored(self):
+        """How much flushed data the storage backend holds (0: nothing flushed yet):
+        the block files of the data directory on the embedded engine, the rows of the
+        server's telemetry table on Cassandra. Works with the server stopped too."""
+        if self.keyspace:
+            out = _cql("SELECT count(*) FROM %s.telemetry" % self.keyspace).split()
+            return int(out[-1])
+        blocks = os.path.join(self.data, "blocks")
+        if not os.path.isdir(blocks):
+            return 0
+        return len([f for f in os.listdir(blocks) if f.endswith(".blk")])
+
+    def block_flush(self):
+        """Makes every flush fail until unblock_flush(), the head keeping what it holds
+        (the server retries): the blocks directory becomes a file on the embedded
+        engine; the telemetry table is dropped on Cassandra."""
+        if self.keyspace:
+            _cql("DROP TABLE %s.telemetry" % self.keyspace)
+            return
+        blocks = os.path.join(self.data, "blocks")
+        os.rename(blocks, os.path.join(self.dir, "blocks.aside"))
+        with open(blocks, "w") as f:
+            f.write("not a directory\n")
+
+    def unblock_flush(self):
+        if self.keyspace:
+            # the server's own DDL (bucketdb schema, IF NOT EXISTS): only the dropped
+            # table is created again; raw TTLs come with each row, so default TTL 0
+            p = subprocess.run([BIN, "schema", "--keyspace", self.keyspace, "--ttl", "0",
+                                "--replication", "simple:1", "--server-version", "2.1.0"],
+                               capture_output=True, timeout=60)
+            check(p.returncode == 0, "bucketdb schema: %r" % p.stderr)
+            h, port = cql_contact()
+            r = subprocess.run([BIN, "cql", "--host", h, "--port", str(port), "--timeout",
+                                "60000", "-f", "/dev/stdin"],
+                               input=p.stdout, capture_output=True, timeout=120)
+            check(r.returncode == 0, "bucketdb cql -f: %r" % r.stderr)
+            return
+        blocks = os.path.join(self.data, "blocks")
+        os.remove(blocks)
+        os.rename(os.path.join(self.dir, "blocks.aside"), blocks)
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -354,9 +509,12 @@ DAY = 24 * HOUR
 
 
 class Suite:
-    def __init__(self, name):
+    def __init__(self, name, embedded_only=None):
+        """embedded_only: a reason when the whole file is about the embedded engine
+        (or starts its own Cassandra nodes): on another backend it is skipped."""
         self.name = name
         self.tests = []
+        self.embedded_only = embedded_only
 
     def test(self, fn):
         self.tests.append(fn)
@@ -367,9 +525,20 @@ class Suite:
         passed = failed = 0
         t_all = time.monotonic()
         check_bin = os.path.exists(BIN) and os.access(BIN, os.X_OK)
-        print("%s: binary %s" % (self.name, BIN), flush=True)
+        print("%s: binary %s%s" % (self.name, BIN, ", storage " + STORAGE if STORAGE else ""),
+              flush=True)
+        skipped = 0
+        if ON_CASSANDRA and self.embedded_only:
+            print("%s: skipped on cassandra: %s" % (self.name, self.embedded_only))
+            print("0 passed, 0 failed, %d skipped" % len(self.tests), flush=True)
+            sys.exit(0)
         for fn in self.tests:
             if only and fn.__name__ != only:
+                continue
+            if ON_CASSANDRA and getattr(fn, "embedded_only", None):
+                skipped += 1
+                print("%-50s skipped on cassandra: %s" % (fn.__name__, fn.embedded_only),
+                      flush=True)
                 continue
             del _test_servers[:]
             t0 = time.monotonic()
@@ -408,6 +577,9 @@ class Suite:
                         print(tail.rstrip())
                 sys.stdout.flush()
             _cleanup_tmpdirs()
+            _keyspaces.clear()  # the next test takes (and empties) them again
         print("%s: %.1fs" % (self.name, time.monotonic() - t_all))
-        print("%d passed, %d failed" % (passed, failed), flush=True)
-        sys.exit(1 if failed or passed == 0 else 0)
+        print("%d passed, %d failed%s" % (passed, failed,
+                                           ", %d skipped" % skipped if skipped else ""),
+              flush=True)
+        sys.exit(1 if failed or (passed == 0 and not skipped) else 0)

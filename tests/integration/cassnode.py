@@ -40,15 +40,22 @@ class Node:
     once it exits 0 (with auth on, the default superuser appears just after the port
     opens, so the port alone is not enough)."""
 
-    def __init__(self, prefix, cluster, ready, auth=False, addr=ADDR, seeds=None):
+    def __init__(self, prefix, cluster, ready, auth=False, addr=ADDR, seeds=None, tls=False,
+                 tls_client_auth=False):
         """addr: 127.0.0.1-3 (a cluster: same native and storage ports on each
-        address, given to start(); seeds: the seed addresses, default addr)."""
+        address, given to start(); seeds: the seed addresses, default addr).
+        tls: the native port speaks TLS only (scripts/cassandra.sh --tls); the node's
+        key store and the client's PEM files (ca.pem, client.pem, client.key) are
+        made in self.tls_dir; tls_client_auth: the node requires a client
+        certificate."""
         self.addr = addr
         self.seeds = seeds
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.cluster = cluster
         self.ready = ready
         self.auth = auth
+        self.tls_dir = os.path.join(self.dir, "tls") if tls else None
+        self.tls_client_auth = tls_client_auth
         self.port = None
         self.storage_port = None
         self.pid = None
@@ -69,6 +76,10 @@ class Node:
                 "--heap", "512M"]
         if self.auth:
             args.append("--auth")
+        if self.tls_dir:
+            args += ["--tls", self.tls_dir]
+            if self.tls_client_auth:
+                args.append("--tls-client-auth")
         if self.seeds:
             args += ["--seeds", self.seeds]
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -29,6 +29,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import BIN, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
+from bdbtest import ON_CASSANDRA  # noqa: E402
 
 suite = Suite("backpressure")
 T0 = 1705327200000  # 2024-01-15T14:00:00Z
@@ -343,16 +344,13 @@ def chunked_and_gzip_bodies_stop_at_the_budget():
 
 @suite.test
 def head_guard_sheds_writes_until_flushing_catches_up():
-    # A small head limit; flushing is made impossible by replacing the blocks
-    # directory with a file (the flush fails and retries every second, keeping the
-    # head in memory), so the head grows past 2 x head_max_bytes deterministically.
+    # A small head limit; flushing is made impossible (block_flush: the blocks
+    # directory replaced with a file, or Cassandra's telemetry table dropped; the flush
+    # fails and retries every second, keeping the head in memory), so the head grows
+    # past 2 x head_max_bytes deterministically.
     head_max = 64 * 1024
     with Server(args=ADMIT_ARGS + ["--head-max-bytes", str(head_max)]) as s:
-        blocks = os.path.join(s.data, "blocks")
-        aside = os.path.join(s.dir, "blocks.aside")
-        os.rename(blocks, aside)
-        with open(blocks, "w") as f:
-            f.write("not a directory\n")
+        s.block_flush()
         acked = []
         refused = refused_i = None
         for i in range(200):
@@ -381,8 +379,7 @@ def head_guard_sheds_writes_until_flushing_catches_up():
         r = s.request("POST", "/write?db=h&precision=ms", lines_body("h", "still", 10))
         eq(r.status, 503)
         # Flushing works again: the head drains, writes pass, /health is ok.
-        os.remove(blocks)
-        os.rename(aside, blocks)
+        s.unblock_flush()
         wait_for("/health ok after the head drained", lambda: health(s)[0] == 200)
         eq(metric(s, "bucketdb_head_shedding"), 0)
         s.write(lines_body("h", "late", 10).decode(), db="h", precision="ms")
@@ -535,12 +532,17 @@ def overload_bounded_memory_and_no_acknowledged_loss():
         # per connection (libmicrohttpd's buffers, the thread's stack pages). Under ASan
         # twice that plus its quarantine.
         extra = (2 * OVERLOAD_B + 8 * OVERLOAD_HEAD + OVERLOAD_THREADS * 64 * 1024) // 1024
+        if ON_CASSANDRA:
+            # the flush's requests in flight to Cassandra (16 batches of up to 100 rows,
+            # the tier and state writes) and the session's frame buffers
+            extra += 4 * 1024
         if asan:
             extra = 2 * extra + ASAN_QUARANTINE_MB * 1024
         bound = base[0] + extra
         print("  VmRSS bound %d KiB = base %d + %d KiB (2 x max_inflight_bytes + 8 x "
               "head_max_bytes + 64 KiB per connection%s); peak %d KiB"
-              % (bound, base[0], extra, ", x2 + quarantine under ASan" if asan else "", peak[0]))
+              % (bound, base[0], extra, (" + 4 MiB of Cassandra requests" if ON_CASSANDRA else "") +
+                 (", x2 + quarantine under ASan" if asan else ""), peak[0]))
         check(peak[0] <= bound, "VmRSS %d KiB over the bound %d KiB" % (peak[0], bound))
         # Back to healthy once the load is gone.
         wait_for("/health ok after the overload", lambda: s.get("/health").status == 200,

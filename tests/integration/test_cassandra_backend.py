@@ -36,7 +36,7 @@ import cassnode  # noqa: E402
 from bdbtest import (BIN, HOUR, MIN, Server, Suite, TestFailure, check, contains,  # noqa: E402
                      eq, now_ms, run_bin)
 
-suite = Suite("test_cassandra_backend")
+suite = Suite("test_cassandra_backend", embedded_only="starts its own Cassandra node")
 SEED = int(os.environ.get("BDB_SEED", "5150"))
 KS = "bdb_backend_it"
 TENANTS = ["default", "acme"]
@@ -218,8 +218,11 @@ def bad_storage_refused():
     for bad, want in [("cassandra://127.0.0.1:1/ks?colour=red", "unknown key 'colour'"),
                       ("cassandra://127.0.0.1:1/ks?consistency=MOST", "consistency=MOST"),
                       ("cassandra://127.0.0.1:1/bad-ks", "letters, digits and _"),
-                      ("cassandra://127.0.0.1:1/ks", "no Cassandra contact point answered")]:
-        s = Server(args=["--storage", bad])
+                      ("cassandra://127.0.0.1:1/ks", "no Cassandra contact point answered"),
+                      # keys that could not fit a Cassandra partition key (64 KiB)
+                      ("cassandra://127.0.0.1:1/ks --max-key-bytes 21796", "max_key_bytes <= 21795")]:
+        bad, *more = bad.split(" ")
+        s = Server(args=["--storage", bad] + more)
         try:
             s.start()
         except TestFailure as e:

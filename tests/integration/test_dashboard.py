@@ -20,6 +20,7 @@ import subprocess
 import time
 
 from bdbtest import BIN, MIN, Server, Suite, check, contains, eq, now_ms, run_bin, tmpdir
+from bdbtest import ON_CASSANDRA
 
 suite = Suite("dashboard")
 
@@ -94,15 +95,17 @@ def start_filled():
     fleet(srv, tok)
     r = srv.post("/internal/flush", b"", admin)
     eq(r.status, 204, "flush")
-    # the partition sizes are measured by a background thread after the flush
-    deadline = time.monotonic() + 20
+    # the partition sizes are measured by a background thread after the flush (on
+    # block files only: with Cassandra there are none to wait for, docs/CASSANDRA.md)
+    deadline = time.monotonic() + (0 if ON_CASSANDRA else 20)
     while time.monotonic() < deadline:
         m = re.search(r"^bucketdb_partition_size_bytes_count (\d+)", srv.metrics_text(), re.M)
         if m and int(m.group(1)) > 0:
             break
         time.sleep(0.1)
     else:
-        raise AssertionError("partition sizes never measured after the flush")
+        if not ON_CASSANDRA:
+            raise AssertionError("partition sizes never measured after the flush")
     return srv, tok
 
 
@@ -200,7 +203,7 @@ def state_partitions_overview_pages():
 
         s = summary(chromium(page_url(srv, "page=partitions&token=" + tok), dump_dom=True))
         m = re.search(r"^bucketdb_partition_size_bytes_count (\d+)", srv.metrics_text(), re.M)
-        check(int(m.group(1)) > 0)
+        check(int(m.group(1)) > 0 or ON_CASSANDRA, "partitions measured on block files")
         eq(s["partitions"], int(m.group(1)), "partitions in the histogram")
         eq(s["counted"], s["partitions"], "bars add up to the partition count")
         eq(s["bars"], 10, "one bar per histogram bucket")

@@ -20,7 +20,7 @@ import cassnode  # noqa: E402
 from bdbtest import BIN, Server, Suite, TestFailure, check, eq, now_ms, MIN  # noqa: E402
 from test_ops import load, query_all  # noqa: E402
 
-suite = Suite("ops_migrate")
+suite = Suite("ops_migrate", embedded_only="starts its own Cassandra node")
 KS = "bdb_migrate_it"
 TENANTS = ("default", "acme")
 DEVICES = ["dev-%06d" % i for i in range(1, 7)]

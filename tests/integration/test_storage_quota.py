@@ -18,6 +18,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import (HOUR, MIN, Server, Suite, check, contains, eq, now_ms,  # noqa: E402
                      path_with, run_bin)
+from bdbtest import embedded_only  # noqa: E402
+
+# Storage use and partition sizes are measured on block files; with Cassandra the
+# flushed bytes are not measured yet (docs/CASSANDRA.md, "What runs on Cassandra").
+NOT_MEASURED = "storage use and partition sizes are measured on block files only"
 
 suite = Suite("storage_quota")
 DAY = 24 * HOUR
@@ -87,6 +92,7 @@ def flush(s):
 
 
 @suite.test
+@embedded_only(NOT_MEASURED)
 def storage_quota_refuses_whole_requests():
     with Server(args=["--auth", "on"]) as s:
         limit = 20000
@@ -186,6 +192,7 @@ def samples(device, t, n, step, rnd):
 
 
 @suite.test
+@embedded_only(NOT_MEASURED)
 def partition_sizes_are_whole_partitions_and_warn_once():
     rnd = random.Random(7)
     # A piece of 250 samples is 2-3 KB, three pieces are more than 4,000 bytes.

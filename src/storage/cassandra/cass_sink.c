@@ -6,6 +6,9 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/bucket.h"
+#include "storage/cassandra/cass_agg.h" /* tiers and fleet */
+#include "storage/cassandra/cass_late.h"
+#include "storage/cassandra/cass_state.h"
 #include "storage/cassandra/cql_session.h"
 #include "storage/cassandra/cql_token.h"
 #include "storage/cassandra/cql_value.h"
@@ -79,6 +82,8 @@ struct uri_opts {
     int create_schema;
     int offline_start;
     int64_t bucket_s;
+    int tls, tls_verify;               /* tls=, tls_verify= */
+    char ca[512], cert[512], key[512]; /* ca=, cert=, key= (PEM files) */
 };
 
 static int parse_int(const char *k, const char *v, int lo, int hi, int *out, char *err,
@@ -119,6 +124,7 @@ static int parse_uri(const char *uri, uri_opts *o, char *err, size_t errlen)
     o->timeout_ms = 12000;
     o->create_schema = 1;
     o->bucket_s = 3600;
+    o->tls_verify = 1;
     const char *pre = "cassandra://";
     if (strncmp(uri, pre, strlen(pre)) != 0) {
         snprintf(err, errlen, "storage URI '%s' must start with cassandra://", uri);
@@ -208,16 +214,40 @@ static int parse_uri(const char *uri, uri_opts *o, char *err, size_t errlen)
                 snprintf(err, errlen, "storage URI: bucket=%s is not a duration (e.g. 1h)", v);
                 rc = BDB_ERR_INVALID;
             }
+        } else if (!strcmp(k, "tls") || !strcmp(k, "tls_verify")) {
+            if (strcmp(v, "true") && strcmp(v, "false")) {
+                snprintf(err, errlen, "storage URI: %s=%s must be true or false", k, v);
+                rc = BDB_ERR_INVALID;
+            }
+            *(!strcmp(k, "tls") ? &o->tls : &o->tls_verify) = !strcmp(v, "true");
+        } else if (!strcmp(k, "ca") || !strcmp(k, "cert") || !strcmp(k, "key")) {
+            char *dst = !strcmp(k, "ca") ? o->ca : !strcmp(k, "cert") ? o->cert : o->key;
+            if (!*v || strlen(v) >= sizeof o->ca) {
+                snprintf(err, errlen, "storage URI: %s= needs a file path of 1..%zu bytes", k,
+                         sizeof o->ca - 1);
+                rc = BDB_ERR_INVALID;
+            } else {
+                snprintf(dst, sizeof o->ca, "%s", v);
+            }
         } else {
             snprintf(err, errlen,
                      "storage URI: unknown key '%s' (dc, consistency, write_consistency, "
                      "read_consistency, replication, user, password, inflight, batch_rows, "
-                     "pool, retries, timeout_ms, schema, bucket, offline_start)",
+                     "pool, retries, timeout_ms, schema, bucket, offline_start, tls, ca, cert, "
+                     "key, tls_verify)",
                      k);
             rc = BDB_ERR_INVALID;
         }
     }
     free(query);
+    if (rc == BDB_OK && !o->tls && (o->ca[0] || o->cert[0] || o->key[0] || !o->tls_verify)) {
+        snprintf(err, errlen, "storage URI: ca=, cert=, key= and tls_verify= need tls=true");
+        rc = BDB_ERR_INVALID;
+    }
+    if (rc == BDB_OK && o->key[0] && !o->cert[0]) {
+        snprintf(err, errlen, "storage URI: key= needs cert= (the client certificate)");
+        rc = BDB_ERR_INVALID;
+    }
     return rc;
 }
 
@@ -301,6 +331,10 @@ static int create_schema(cql_session *sess, const uri_opts *u, char *err, size_t
         if (warn.len > 1)
             BDB_WARN("cassandra schema: %s", (const char *)warn.data);
         rc = run_ddl(sess, (char *)ddl.data, err, errlen);
+        if (rc == BDB_OK) /* state: columns newer than the keyspace (cass_state.c) */
+            cass_state_upgrade(sess, u->ks);
+        if (rc == BDB_OK) /* late arrivals: device_newest (cass_late.c) */
+            cass_late_upgrade(sess, u->ks);
     }
     bdb_buf_free(&ddl);
     bdb_buf_free(&warn);
@@ -319,7 +353,12 @@ static int connect_now(cass_sink *s, char *err, size_t errlen)
                            .consistency = u->write_cl,
                            .pool_size = u->pool,
                            .max_retries = u->retries ? u->retries : -1,
-                           .request_timeout_ms = u->timeout_ms};
+                           .request_timeout_ms = u->timeout_ms,
+                           .tls = {.enabled = u->tls,
+                                   .ca_file = u->ca,
+                                   .cert_file = u->cert,
+                                   .key_file = u->key,
+                                   .insecure = !u->tls_verify}};
     cql_session *sess = NULL;
     int rc = cql_session_open(&so, &sess, err, errlen);
     if (rc == BDB_OK && u->create_schema)
@@ -747,7 +786,39 @@ static void sink_close(bdb_sink *base)
     free(s);
 }
 
-static const bdb_sink_ops cass_ops = {sink_put, sink_commit, sink_read, sink_describe, sink_close};
+static const bdb_sink_ops cass_ops = {
+    .put = sink_put,
+    .commit = sink_commit,
+    .read = sink_read,
+    .describe = sink_describe,
+    .close = sink_close,
+    /* tiers and fleet (cass_agg.c) */
+    .tier_put = cass_agg_tier_put,
+    .tier_read = cass_agg_tier_read,
+    .fleet_put = cass_agg_fleet_put,
+    .fleet_read = cass_agg_fleet_read,
+    /* state, registry, counters (cass_state.c) */
+    .state_put = cass_state_put,
+    .device_put = cass_device_put,
+    .count_put = cass_count_put,
+    .state_get = cass_state_get,
+    .state_list = cass_state_list,
+    .device_list = cass_device_list,
+    .count_list = cass_count_list,
+    /* late arrivals (cass_late.c) */
+    .late_put = cass_late_put,
+    .late_list = cass_late_list,
+};
+
+/* tiers and fleet: cass_agg.c sends through this sink's session */
+cql_session *cass_sink_session(bdb_sink *base, const char **ks, int *write_cl, int *read_cl)
+{
+    cass_sink *s = (cass_sink *)base;
+    *ks = s->ks;
+    *write_cl = s->write_cl;
+    *read_cl = s->read_cl;
+    return session(s);
+}
 
 void cass_sink_get_stats(bdb_sink *base, cass_sink_stats *st)
 {

@@ -27,7 +27,12 @@
  *   bucket=DUR           telemetry bucket option of the created schema (default 1h)
  *   offline_start=BOOL   true: open even when no contact point answers; the sink
  *                        connects (and creates the schema) later, trying at most
- *                        every 2 s from a flush or read (default false) */
+ *                        every 2 s from a flush or read (default false)
+ *   tls=BOOL             TLS to every node (default false); the node's certificate
+ *                        is verified (chain and the address dialled) unless
+ *   tls_verify=false     (insecure: encrypted, but anyone on the path can pose as a node)
+ *   ca=FILE              PEM CA certificates to verify against (default: the system's)
+ *   cert=FILE, key=FILE  PEM client certificate and key (require_client_auth) */
 #ifndef BDB_CASS_SINK_H
 #define BDB_CASS_SINK_H
 
@@ -58,6 +63,11 @@ struct cql_session;
  * its session (NULL while not connected, offline_start), holding a lock that keeps the
  * sink open meanwhile; returns 1, or 0 (fn not called) when none is open. */
 int cass_sink_with_open(void (*fn)(bdb_sink *s, struct cql_session *sess, void *ud), void *ud);
+
+/* tiers and fleet (cass_agg.c): the sink's session, connecting first if the cluster
+ * was away and the retry interval passed (NULL while no node answers), its keyspace
+ * and its write and read consistency levels. */
+struct cql_session *cass_sink_session(bdb_sink *s, const char **ks, int *write_cl, int *read_cl);
 
 struct bdb_buf;
 /* /metrics: appends the bucketdb_cassandra_* families (docs/API.md) to b when a

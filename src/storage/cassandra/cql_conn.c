@@ -2,7 +2,9 @@
  *
  * Threads: the caller's threads send (under wmu, the write lock) and the reader thread
  * receives. `mu` guards the stream slots, the free-id stack, the prepared cache and
- * the broken/closing flags. Callbacks are always called with no lock held.
+ * the broken/closing flags. Callbacks are always called with no lock held. Bytes go
+ * through cql_io (TCP, or TLS whose own mutex lets the reader thread and the sender
+ * holding wmu share one SSL).
  *
  * A request that times out keeps its stream id reserved ("orphaned") until its late
  * answer arrives, so that a late answer is never taken for the answer to a newer
@@ -18,18 +20,12 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 enum slot_state { SLOT_FREE, SLOT_BUSY, SLOT_ORPHANED };
@@ -57,7 +53,7 @@ struct cql_prepared {
 };
 
 struct cql_conn {
-    int fd;
+    cql_io io;
     uint8_t version;
     int request_timeout_ms;
     uint32_t max_frame;
@@ -95,133 +91,21 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ================================================================ socket I/O */
-
-static int wait_fd(int fd, short events, int64_t deadline)
-{
-    for (;;) {
-        int64_t left = deadline - bdb_monotonic_ms();
-        if (left <= 0)
-            return BDB_ERR_AGAIN;
-        struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, left > 1000 ? 1000 : (int)left);
-        if (n > 0)
-            return BDB_OK;
-        if (n < 0 && errno != EINTR)
-            return BDB_ERR_IO;
-    }
-}
-
-static int write_all(int fd, const uint8_t *p, size_t n, int64_t deadline)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(fd, POLLOUT, deadline);
-            if (rc != BDB_OK)
-                return rc;
-            continue;
-        }
-        return BDB_ERR_IO;
-    }
-    return BDB_OK;
-}
-
-/* Reads exactly n bytes (handshake only: the reader thread buffers by itself). */
-static int read_all(int fd, uint8_t *p, size_t n, int64_t deadline)
-{
-    while (n > 0) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r > 0) {
-            p += r;
-            n -= (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return BDB_ERR_IO; /* closed by the server */
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int rc = wait_fd(fd, POLLIN, deadline);
-            if (rc != BDB_OK)
-                return rc;
-            continue;
-        }
-        return BDB_ERR_IO;
-    }
-    return BDB_OK;
-}
-
-static int tcp_connect(const char *host, int port, int timeout_ms, int *out, char *err,
-                       size_t errlen)
-{
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai, *a;
-    int g = getaddrinfo(host, portstr, &hints, &ai);
-    if (g != 0) {
-        set_err(err, errlen, "cannot resolve %s: %s", host, gai_strerror(g));
-        return BDB_ERR_IO;
-    }
-    int64_t deadline = bdb_monotonic_ms() + timeout_ms;
-    int rc = BDB_ERR_IO, saved = 0;
-    for (a = ai; a; a = a->ai_next) {
-        int fd =
-            socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) {
-            saved = errno;
-            continue;
-        }
-        int r = connect(fd, a->ai_addr, a->ai_addrlen);
-        if (r < 0 && errno == EINPROGRESS) {
-            rc = wait_fd(fd, POLLOUT, deadline);
-            if (rc == BDB_OK) {
-                int soerr = 0;
-                socklen_t sl = sizeof soerr;
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-                r = soerr ? -1 : 0;
-                errno = soerr;
-            } else {
-                r = -1;
-                errno = rc == BDB_ERR_AGAIN ? ETIMEDOUT : errno;
-            }
-        }
-        if (r == 0) {
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-            *out = fd;
-            freeaddrinfo(ai);
-            return BDB_OK;
-        }
-        saved = errno;
-        close(fd);
-    }
-    freeaddrinfo(ai);
-    set_err(err, errlen, "cannot connect to %s:%d: %s", host, port, strerror(saved));
-    return saved == ETIMEDOUT ? BDB_ERR_AGAIN : BDB_ERR_IO;
-}
+/* ================================================================ handshake I/O */
 
 /* One request and its answer on a fresh socket, before the reader thread runs. A
  * response in another protocol version is decoded all the same (the caller uses
  * its version to negotiate). */
-static int hs_roundtrip(int fd, bdb_buf *frame, int timeout_ms, uint32_t max_frame,
+static int hs_roundtrip(cql_io *io, bdb_buf *frame, int timeout_ms, uint32_t max_frame,
                         cql_response **out)
 {
     *out = NULL;
     int64_t deadline = bdb_monotonic_ms() + timeout_ms;
-    int rc = write_all(fd, frame->data, frame->len, deadline);
+    int rc = cql_io_write_all(io, frame->data, frame->len, deadline);
     if (rc != BDB_OK)
         return rc;
     uint8_t hb[CQL_HEADER_LEN];
-    rc = read_all(fd, hb, sizeof hb, deadline);
+    rc = cql_io_read_all(io, hb, sizeof hb, deadline);
     if (rc != BDB_OK)
         return rc;
     cql_header h;
@@ -231,7 +115,7 @@ static int hs_roundtrip(int fd, bdb_buf *frame, int timeout_ms, uint32_t max_fra
     uint8_t *body = h.length ? malloc(h.length) : NULL;
     if (h.length && !body)
         return BDB_ERR_NOMEM;
-    rc = read_all(fd, body, h.length, deadline);
+    rc = cql_io_read_all(io, body, h.length, deadline);
     if (rc != BDB_OK) {
         free(body);
         return rc;
@@ -315,7 +199,7 @@ static void mark_broken(cql_conn *c)
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (!was)
-        shutdown(c->fd, SHUT_RDWR); /* wakes the reader thread */
+        cql_io_shutdown(&c->io); /* wakes the reader thread */
 }
 
 static void check_timeouts(cql_conn *c, int64_t now)
@@ -451,23 +335,19 @@ static void *reader_main(void *arg)
             why = "connection broken";
             break;
         }
-        struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        int n = poll(&p, 1, 100);
-        if (n < 0 && errno != EINTR)
+        bdb_buf_reserve(&c->rbuf, 64 * 1024);
+        ssize_t r =
+            cql_io_read_some(&c->io, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len, 100);
+        if (r < 0) {
+            if (c->io.reason[0] && strcmp(c->io.reason, "connection closed by the node"))
+                why = c->io.reason;
             break;
-        if (n > 0) {
-            bdb_buf_reserve(&c->rbuf, 64 * 1024);
-            ssize_t r = recv(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len, 0);
-            if (r == 0)
+        }
+        if (r > 0) {
+            c->rbuf.len += (size_t)r;
+            if (drain_frames(c) != BDB_OK) {
+                why = "protocol violation by the server";
                 break;
-            if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
-                break;
-            if (r > 0) {
-                c->rbuf.len += (size_t)r;
-                if (drain_frames(c) != BDB_OK) {
-                    why = "protocol violation by the server";
-                    break;
-                }
             }
         }
         int64_t now = bdb_monotonic_ms();
@@ -503,8 +383,7 @@ static void conn_free(cql_conn *c)
         free(p);
         p = next;
     }
-    if (c->fd >= 0)
-        close(c->fd);
+    cql_io_close(&c->io);
     free(c->slots);
     free(c->free_ids);
     free(c->cql_version);
@@ -514,6 +393,15 @@ static void conn_free(cql_conn *c)
     pthread_mutex_destroy(&c->wmu);
     pthread_cond_destroy(&c->cv);
     free(c);
+}
+
+/* Whether a handshake request failed on a TLS error (an alert, a bad record) rather
+ * than on the connection just closing. */
+static int tls_failure(const cql_io *io)
+{
+    const char *closed = "connection closed by the node";
+    return (io->reason[0] && strcmp(io->reason, closed)) ||
+           (io->wreason[0] && strcmp(io->wreason, closed));
 }
 
 /* Whether an answer to our first request says "not this protocol version". */
@@ -536,7 +424,7 @@ static int startup(cql_conn *c, const cql_conn_opts *o, int timeout_ms, char *er
     bdb_buf_init(&tok);
     cql_response *r = NULL;
     cql_msg_startup(&f, c->version, NULL);
-    int rc = hs_roundtrip(c->fd, &f, timeout_ms, c->max_frame, &r);
+    int rc = hs_roundtrip(&c->io, &f, timeout_ms, c->max_frame, &r);
     if (rc != BDB_OK) {
         set_err(err, errlen, "STARTUP failed: %s", bdb_strerror(rc));
         goto out;
@@ -557,7 +445,7 @@ static int startup(cql_conn *c, const cql_conn_opts *o, int timeout_ms, char *er
             r = NULL;
             bdb_buf_reset(&f);
             cql_msg_auth_response(&f, c->version, tok.data, (int32_t)tok.len);
-            rc = hs_roundtrip(c->fd, &f, timeout_ms, c->max_frame, &r);
+            rc = hs_roundtrip(&c->io, &f, timeout_ms, c->max_frame, &r);
             if (rc != BDB_OK) {
                 set_err(err, errlen, "authentication failed: %s", bdb_strerror(rc));
                 goto out;
@@ -603,7 +491,7 @@ int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errl
     cql_conn *c = calloc(1, sizeof *c);
     if (!c)
         return BDB_ERR_NOMEM;
-    c->fd = -1;
+    c->io.fd = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->wmu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -633,13 +521,13 @@ int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errl
     bdb_buf_init(&f);
     int v = maxv;
     while (v >= minv) {
-        rc = tcp_connect(o->host, port, ctimeout, &c->fd, err, errlen);
+        rc = cql_io_connect(&c->io, o->host, port, o->tls, ctimeout, err, errlen);
         if (rc != BDB_OK)
             break;
         cql_response *r = NULL;
         bdb_buf_reset(&f);
         cql_msg_options(&f, (uint8_t)v);
-        rc = hs_roundtrip(c->fd, &f, ctimeout, c->max_frame, &r);
+        rc = hs_roundtrip(&c->io, &f, ctimeout, c->max_frame, &r);
         int next = v - 1;
         if (rc == BDB_OK && !version_rejected(r, (uint8_t)v)) {
             if (r->h.opcode == CQL_OP_SUPPORTED) {
@@ -666,14 +554,24 @@ int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errl
             set_err(err, errlen, "no answer to OPTIONS from %s:%d within %d ms", o->host, port,
                     ctimeout);
             break;
+        } else if (rc == BDB_ERR_IO && o->tls && tls_failure(&c->io)) {
+            /* A TLS alert after the handshake (TLS 1.3 sends a refused client
+             * certificate's alert then): no other version will fare better. */
+            set_err(err, errlen,
+                    "TLS connection to %s:%d refused after the handshake: %s (a node with "
+                    "require_client_auth drops a client without a certificate it trusts)",
+                    o->host, port, c->io.reason[0] ? c->io.reason : c->io.wreason);
+            cql_response_free(r);
+            break;
         }
         /* Closed, undecodable or rejected: the server does not speak v. */
         cql_response_free(r);
-        close(c->fd);
-        c->fd = -1;
+        cql_io_close(&c->io);
         rc = BDB_ERR_INVALID;
-        set_err(err, errlen, "%s:%d speaks none of protocol versions %d..%d", o->host, port, minv,
-                maxv);
+        set_err(err, errlen, "%s:%d speaks none of protocol versions %d..%d%s", o->host, port, minv,
+                maxv,
+                o->tls ? " (it closed the TLS connection: does it want a client certificate?)"
+                       : " (or it speaks TLS only: see --tls)");
         v = next;
     }
     bdb_buf_free(&f);
@@ -707,8 +605,7 @@ void cql_conn_close(cql_conn *c)
     c->closing = 1;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (c->fd >= 0)
-        shutdown(c->fd, SHUT_RDWR);
+    cql_io_shutdown(&c->io);
     if (c->reader_started)
         pthread_join(c->reader, NULL);
     fail_all(c, CQL_ERR_CLIENT_CLOSED, "connection closed");
@@ -789,12 +686,13 @@ static int send_frame(cql_conn *c, bdb_buf *frame, cql_done_fn done, void *ud, i
     frame->data[0] = c->version; /* request direction */
     cql_frame_set_stream(frame->data, (int16_t)id);
     pthread_mutex_lock(&c->wmu);
-    int rc = write_all(c->fd, frame->data, frame->len, deadline);
+    int rc = cql_io_write_all(&c->io, frame->data, frame->len, deadline);
     pthread_mutex_unlock(&c->wmu);
     if (rc != BDB_OK) {
         /* A partial frame leaves the stream unusable: break the connection; the
          * reader thread completes this request with the others. */
-        BDB_WARN("cql: write failed (%s): closing the connection", bdb_strerror(rc));
+        BDB_WARN("cql: write to %s failed (%s%s%s): closing the connection", c->io.peer,
+                 bdb_strerror(rc), c->io.wreason[0] ? ": " : "", c->io.wreason);
         mark_broken(c);
     }
     /* The frame is no longer read: deliver a completion that came meanwhile. */

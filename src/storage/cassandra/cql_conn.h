@@ -4,7 +4,9 @@
  * down to min_version the server accepts: Cassandra 2.1 answers a v4 frame with an
  * error in a v3 frame, later servers with a protocol error, some just close), asks
  * OPTIONS, sends STARTUP (CQL_VERSION 3.0.0, no compression) and answers an
- * AUTHENTICATE with SASL PLAIN credentials (PasswordAuthenticator).
+ * AUTHENTICATE with SASL PLAIN credentials (PasswordAuthenticator). With opts.tls the
+ * stream is TLS (cql_io.h: handshake right after connect, the node's certificate
+ * verified unless the context is insecure).
  *
  * Many requests are in flight at once, one per stream id. A reader thread owned by
  * the connection reads every response, matches it to its request by stream id and
@@ -28,6 +30,7 @@
 #ifndef BDB_CQL_CONN_H
 #define BDB_CQL_CONN_H
 
+#include "storage/cassandra/cql_io.h"
 #include "storage/cassandra/cql_proto.h"
 
 #include <stdint.h>
@@ -39,11 +42,13 @@ typedef void (*cql_done_fn)(void *ud, int status, cql_response *resp);
 typedef void (*cql_event_fn)(void *ud, const cql_event *ev);
 
 typedef struct cql_conn_opts {
-    const char *host; /* address or name (required) */
-    int port;         /* 0: 9042 */
-    const char *user; /* credentials for PasswordAuthenticator, or NULL */
+    const char *host;   /* address or name (required) */
+    int port;           /* 0: 9042 */
+    const cql_tls *tls; /* TLS over the connection (cql_io.h), or NULL: plain TCP */
+    const char *user;   /* credentials for PasswordAuthenticator, or NULL */
     const char *password;
-    int connect_timeout_ms; /* 0: 5000, for TCP connect and each handshake step */
+    int connect_timeout_ms; /* 0: 5000, for TCP connect (with the TLS handshake) and each
+                               handshake step */
     int request_timeout_ms; /* 0: 12000 */
     int max_version;        /* 0: 4 */
     int min_version;        /* 0: 3 */
@@ -54,9 +59,10 @@ typedef struct cql_conn_opts {
 } cql_conn_opts;
 
 /* Connects and completes the handshake. On failure returns BDB_ERR_IO (cannot
- * connect, connection lost), BDB_ERR_AGAIN (timed out), BDB_ERR_INVALID (bad
- * credentials, authentication required but none given, no common protocol
- * version) and writes a message to err. */
+ * connect, connection lost, TLS handshake failed or refused), BDB_ERR_AGAIN (timed
+ * out), BDB_ERR_INVALID (bad credentials, authentication required but none given, no
+ * common protocol version, the node's certificate not accepted) and writes a message
+ * naming host:port (and OpenSSL's reason for TLS) to err. */
 int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errlen);
 /* Completes every pending request with CQL_ERR_CLIENT_CLOSED, stops the reader
  * thread and frees the connection with its prepared statements. NULL is fine. */

@@ -1,6 +1,7 @@
 /* cql_session: pools per node, token-aware DC-aware routing, retries and
  * reconnection over cql_conn (see cql_session.h). */
 #include "storage/cassandra/cql_session.h"
+#include "storage/cassandra/cql_session_int.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -14,40 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define POOL_MAX 8
-#define PLAN_MAX 256
-
-/* A pooled connection. Users hold a reference while they run a request on it; a
- * broken one is taken out of its slot at once and closed when the last user lets go
- * (cql_conn_close joins the reader thread, so never under a user). */
-typedef struct sconn {
-    cql_conn *c;
-    int refs;
-    int retired;
-} sconn;
-
-typedef struct snode {
-    pthread_mutex_t mu;
-    char host[64];
-    int port;
-    sconn *slot[POOL_MAX];
-    int down;            /* last connect failed */
-    int64_t next_try_ms; /* monotonic: no connect attempt before */
-    int backoff_ms;
-    _Atomic uint64_t attempt_errors; /* failed attempts on this node (/metrics) */
-} snode;
-
-struct cql_session {
-    cql_session_opts o;
-    char *user, *password;
-    char local_dc[64];
-    cql_topology *topo;
-    snode *nodes;
-    size_t nnodes;
-    _Atomic uint64_t requests, retries, failures, reconnects, connect_failures, rr;
-    _Atomic uint64_t timeouts, attempt_errors;
-};
 
 /* ---------------------------------------------------------------- pure helpers */
 
@@ -75,7 +42,7 @@ size_t cql_plan(const cql_topology *t, int has_token, int64_t token, const char 
         size_t cnt = (pass % 2 == 0) ? nr : nn;
         for (size_t k = 0; k < cnt && n < max; k++) {
             uint32_t i = (pass % 2 == 0) ? ring[k] : (uint32_t)k;
-            if (used[i] || dc_is_local(t, i, local_dc) != local)
+            if (used[i] || t->nodes[i].removed || dc_is_local(t, i, local_dc) != local)
                 continue;
             used[i] = 1;
             out[n++] = i;
@@ -137,14 +104,18 @@ static void sconn_release(snode *nd, sconn *sc)
     }
 }
 
-static int open_conn(cql_session *s, snode *nd, cql_conn **out, char *err, size_t errlen)
+int sess_open_conn(cql_session *s, snode *nd, cql_event_fn on_event, cql_conn **out, char *err,
+                   size_t errlen)
 {
     cql_conn_opts co = {.host = nd->host,
                         .port = nd->port,
                         .user = s->user,
                         .password = s->password,
+                        .tls = s->tls,
                         .connect_timeout_ms = s->o.connect_timeout_ms,
-                        .request_timeout_ms = s->o.request_timeout_ms};
+                        .request_timeout_ms = s->o.request_timeout_ms,
+                        .on_event = on_event,
+                        .event_ud = on_event ? s : NULL};
     return cql_conn_open(&co, out, err, errlen);
 }
 
@@ -152,7 +123,9 @@ static int open_conn(cql_session *s, snode *nd, cql_conn **out, char *err, size_
  * its backoff, or a reconnect failed now). */
 static sconn *node_get(cql_session *s, uint32_t i)
 {
-    snode *nd = &s->nodes[i];
+    snode *nd = s->nodes[i];
+    if (atomic_load(&nd->removed))
+        return NULL;
     pthread_mutex_lock(&nd->mu);
     sconn *best = NULL;
     int free_slot = -1;
@@ -182,7 +155,7 @@ static sconn *node_get(cql_session *s, uint32_t i)
         (!nd->down || now >= nd->next_try_ms)) {
         char err[256];
         cql_conn *c = NULL;
-        if (open_conn(s, nd, &c, err, sizeof err) == BDB_OK) {
+        if (sess_open_conn(s, nd, NULL, &c, err, sizeof err) == BDB_OK) {
             sconn *sc = calloc(1, sizeof *sc);
             if (!sc)
                 abort();
@@ -215,15 +188,21 @@ static sconn *node_get(cql_session *s, uint32_t i)
 
 /* ---------------------------------------------------------------- open / close */
 
+snode *sess_new_node(const char *host, int port)
+{
+    snode *nd = calloc(1, sizeof *nd);
+    if (!nd)
+        abort();
+    snprintf(nd->host, sizeof nd->host, "%s", host);
+    nd->port = port;
+    pthread_mutex_init(&nd->mu, NULL);
+    return nd;
+}
+
 static int add_contact_node(cql_session *s, const char *host, int port)
 {
-    s->nodes = calloc(1, sizeof *s->nodes);
-    if (!s->nodes)
-        return BDB_ERR_NOMEM;
-    s->nnodes = 1;
-    snprintf(s->nodes[0].host, sizeof s->nodes[0].host, "%s", host);
-    s->nodes[0].port = port;
-    pthread_mutex_init(&s->nodes[0].mu, NULL);
+    s->nodes[0] = sess_new_node(host, port);
+    atomic_store(&s->nnodes, 1);
     return BDB_OK;
 }
 
@@ -262,6 +241,13 @@ int cql_session_open(const cql_session_opts *o, cql_session **out, char *err, si
         s->o.connect_timeout_ms = 3000;
     s->user = o->user ? strdup(o->user) : NULL;
     s->password = o->password ? strdup(o->password) : NULL;
+    if (o->tls.enabled) {
+        int trc = cql_tls_new(&o->tls, &s->tls, err, errlen);
+        if (trc != BDB_OK) {
+            cql_session_close(s);
+            return trc;
+        }
+    }
 
     /* Try the contact points in order until one answers and tells the topology. */
     char *hosts = strdup(o->hosts), *save = NULL;
@@ -269,7 +255,8 @@ int cql_session_open(const cql_session_opts *o, cql_session **out, char *err, si
     char cerr[256] = "";
     char chost[64] = "";
     int cport = s->o.port;
-    for (char *h = strtok_r(hosts, ",", &save); h && !s->topo; h = strtok_r(NULL, ",", &save)) {
+    cql_topology *topo = NULL;
+    for (char *h = strtok_r(hosts, ",", &save); h && !topo; h = strtok_r(NULL, ",", &save)) {
         snprintf(chost, sizeof chost, "%s", h);
         cport = s->o.port;
         char *colon = strrchr(chost, ':');
@@ -279,6 +266,7 @@ int cql_session_open(const cql_session_opts *o, cql_session **out, char *err, si
         }
         cql_conn_opts co = {.host = chost,
                             .port = cport,
+                            .tls = s->tls,
                             .user = s->user,
                             .password = s->password,
                             .connect_timeout_ms = s->o.connect_timeout_ms,
@@ -289,41 +277,47 @@ int cql_session_open(const cql_session_opts *o, cql_session **out, char *err, si
             break; /* bad credentials or no common version: the same on every node */
         if (rc != BDB_OK)
             continue;
-        rc = cql_topology_discover(c, chost, &s->topo, cerr, sizeof cerr);
+        rc = cql_topology_discover(c, chost, &topo, cerr, sizeof cerr);
         cql_conn_close(c);
     }
     free(hosts);
-    if (!s->topo) {
+    if (!topo) {
         snprintf(err, errlen, "no Cassandra contact point answered (last %s:%d: %s)", chost, cport,
                  cerr[0] ? cerr : bdb_strerror(rc));
         cql_session_close(s);
         return rc == BDB_OK ? BDB_ERR_IO : rc;
     }
+    atomic_store(&s->topo, topo);
     /* Every node listens for clients on the port the contact point used. */
-    if (s->topo->nnodes == 0) {
+    s->port = cport;
+    s->nodes = calloc(NODES_MAX, sizeof *s->nodes);
+    if (!s->nodes)
+        abort();
+    if (topo->nnodes == 0) {
         rc = add_contact_node(s, chost, cport);
     } else {
-        s->nnodes = s->topo->nnodes;
-        s->nodes = calloc(s->nnodes, sizeof *s->nodes);
-        if (!s->nodes)
+        size_t nn = topo->nnodes < NODES_MAX ? topo->nnodes : NODES_MAX;
+        for (size_t i = nn; i < topo->nnodes; i++)
+            free(topo->nodes[i].tokens); /* more than NODES_MAX: the first ones */
+        topo->nnodes = nn;
+        if (cql_topology_build_ring(topo) != BDB_OK)
             abort();
-        for (size_t i = 0; i < s->nnodes; i++) {
-            snprintf(s->nodes[i].host, sizeof s->nodes[i].host, "%s", s->topo->nodes[i].addr);
-            s->nodes[i].port = cport;
-            pthread_mutex_init(&s->nodes[i].mu, NULL);
-            if (s->topo->nodes[i].is_local && !s->local_dc[0])
-                snprintf(s->local_dc, sizeof s->local_dc, "%s", s->topo->nodes[i].dc);
+        for (size_t i = 0; i < nn; i++) {
+            s->nodes[i] = sess_new_node(topo->nodes[i].addr, cport);
+            if (topo->nodes[i].is_local && !s->local_dc[0])
+                snprintf(s->local_dc, sizeof s->local_dc, "%s", topo->nodes[i].dc);
         }
+        atomic_store(&s->nnodes, nn);
     }
     if (o->local_dc && o->local_dc[0]) {
         int found = 0;
-        for (size_t i = 0; i < s->topo->nnodes; i++)
-            found |= !strcmp(s->topo->nodes[i].dc, o->local_dc);
+        for (size_t i = 0; i < topo->nnodes; i++)
+            found |= !strcmp(topo->nodes[i].dc, o->local_dc);
         if (!found) {
             bdb_buf b;
             bdb_buf_init(&b);
-            for (size_t i = 0; i < s->topo->nnodes; i++)
-                bdb_buf_printf(&b, "%s%s", i ? ", " : "", s->topo->nodes[i].dc);
+            for (size_t i = 0; i < topo->nnodes; i++)
+                bdb_buf_printf(&b, "%s%s", i ? ", " : "", topo->nodes[i].dc);
             bdb_buf_putc(&b, 0);
             snprintf(err, errlen, "local data center '%s' is not in the cluster (its nodes: %s)",
                      o->local_dc, (char *)b.data);
@@ -333,6 +327,8 @@ int cql_session_open(const cql_session_opts *o, cql_session **out, char *err, si
         }
         snprintf(s->local_dc, sizeof s->local_dc, "%s", o->local_dc);
     }
+    if (rc == BDB_OK && s->o.topology_refresh_ms >= 0)
+        rc = sess_refresh_start(s);
     *out = s;
     return rc;
 }
@@ -341,24 +337,32 @@ void cql_session_close(cql_session *s)
 {
     if (!s)
         return;
-    for (size_t i = 0; i < s->nnodes; i++) {
+    sess_refresh_stop(s);
+    size_t nn = atomic_load(&s->nnodes);
+    for (size_t i = 0; i < nn; i++) {
+        snode *nd = s->nodes[i];
         for (int k = 0; k < POOL_MAX; k++)
-            if (s->nodes[i].slot[k]) {
-                cql_conn_close(s->nodes[i].slot[k]->c);
-                free(s->nodes[i].slot[k]);
+            if (nd->slot[k]) {
+                cql_conn_close(nd->slot[k]->c);
+                free(nd->slot[k]);
             }
-        pthread_mutex_destroy(&s->nodes[i].mu);
+        pthread_mutex_destroy(&nd->mu);
+        free(nd);
     }
     free(s->nodes);
-    cql_topology_free(s->topo);
+    cql_topology_free(atomic_load(&s->topo));
+    for (size_t i = 0; i < s->nold; i++)
+        cql_topology_free(s->old_topos[i]);
+    free(s->old_topos);
     free(s->user);
     free(s->password);
+    cql_tls_free(s->tls);
     free(s);
 }
 
 const cql_topology *cql_session_topology(const cql_session *s)
 {
-    return s->topo;
+    return atomic_load(&((cql_session *)s)->topo);
 }
 
 const char *cql_session_local_dc(const cql_session *s)
@@ -376,24 +380,34 @@ void cql_session_get_stats(cql_session *s, cql_session_stats *st)
     st->connect_failures = atomic_load(&s->connect_failures);
     st->timeouts = atomic_load(&s->timeouts);
     st->attempt_errors = atomic_load(&s->attempt_errors);
-    st->nodes = s->nnodes;
-    for (size_t i = 0; i < s->nnodes; i++) {
-        pthread_mutex_lock(&s->nodes[i].mu);
-        st->nodes_up += !s->nodes[i].down;
-        pthread_mutex_unlock(&s->nodes[i].mu);
+    size_t nn = atomic_load(&s->nnodes);
+    for (size_t i = 0; i < nn; i++) {
+        snode *nd = s->nodes[i];
+        if (atomic_load(&nd->removed))
+            continue;
+        st->nodes++;
+        pthread_mutex_lock(&nd->mu);
+        st->nodes_up += !nd->down;
+        pthread_mutex_unlock(&nd->mu);
     }
 }
 
 int cql_session_node_info(cql_session *s, size_t i, cql_session_node *out)
 {
-    if (i >= s->nnodes)
+    /* i counts the nodes still in the cluster: removed ones are skipped */
+    const cql_topology *t = atomic_load(&s->topo);
+    size_t nn = atomic_load(&s->nnodes), at = 0;
+    for (; at < nn; at++)
+        if (!atomic_load(&s->nodes[at]->removed) && i-- == 0)
+            break;
+    if (at >= nn)
         return BDB_ERR_NOTFOUND;
-    snode *nd = &s->nodes[i];
+    snode *nd = s->nodes[at];
     memset(out, 0, sizeof *out);
     snprintf(out->host, sizeof out->host, "%s", nd->host);
     out->port = nd->port;
-    if (s->topo && i < s->topo->nnodes)
-        snprintf(out->dc, sizeof out->dc, "%s", s->topo->nodes[i].dc);
+    if (t && at < t->nnodes)
+        snprintf(out->dc, sizeof out->dc, "%s", t->nodes[at].dc);
     out->attempt_errors = atomic_load(&nd->attempt_errors);
     pthread_mutex_lock(&nd->mu);
     out->up = !nd->down;
@@ -461,9 +475,11 @@ static int run(cql_session *s, int kind, const cql_call *call, const struct page
     if (call->routing_key)
         token = cql_murmur3_token(call->routing_key, call->routing_len);
     uint32_t plan[PLAN_MAX];
-    size_t n = s->topo && s->topo->nnodes == s->nnodes
-                   ? cql_plan(s->topo, call->routing_key != NULL, token, s->local_dc, remote_ok,
-                              plan, PLAN_MAX)
+    /* One snapshot of the map for the whole request (see struct cql_session). */
+    const cql_topology *topo = atomic_load(&s->topo);
+    size_t n = topo && topo->nnodes > 0 && topo->nnodes <= atomic_load(&s->nnodes)
+                   ? cql_plan(topo, call->routing_key != NULL, token, s->local_dc, remote_ok, plan,
+                              PLAN_MAX)
                    : 0;
     if (n == 0) { /* no topology (single contact node): that node */
         plan[0] = 0;
@@ -503,13 +519,13 @@ static int run(cql_session *s, int kind, const cql_call *call, const struct page
             continue;
         }
         rc = one_attempt(s, sc->c, kind, call, cl, pg, &resp);
-        sconn_release(&s->nodes[ni], sc);
+        sconn_release(s->nodes[ni], sc);
         if (rc == BDB_OK)
             break;
         int32_t code =
             resp && resp->h.opcode == CQL_OP_ERROR ? resp->error.code : CQL_ERR_CLIENT_IO;
         atomic_fetch_add(&s->attempt_errors, 1);
-        atomic_fetch_add(&s->nodes[ni].attempt_errors, 1);
+        atomic_fetch_add(&s->nodes[ni]->attempt_errors, 1);
         if (code == CQL_ERR_CLIENT_TIMEOUT || code == CQL_ERR_WRITE_TIMEOUT ||
             code == CQL_ERR_READ_TIMEOUT)
             atomic_fetch_add(&s->timeouts, 1);
@@ -551,7 +567,8 @@ int cql_session_wait_schema(cql_session *s, int timeout_ms)
     for (;;) {
         sconn *sc = NULL;
         uint32_t ni = 0;
-        for (ni = 0; ni < s->nnodes && !sc; ni++)
+        size_t nn = atomic_load(&s->nnodes);
+        for (ni = 0; ni < nn && !sc; ni++)
             sc = node_get(s, ni);
         if (!sc)
             return BDB_ERR_IO;
@@ -559,7 +576,7 @@ int cql_session_wait_schema(cql_session *s, int timeout_ms)
         char local[1][37], peers[PLAN_MAX][37];
         int nl = versions(sc->c, "SELECT schema_version FROM system.local", local, 1);
         int np = versions(sc->c, "SELECT schema_version FROM system.peers", peers, PLAN_MAX);
-        sconn_release(&s->nodes[ni], sc);
+        sconn_release(s->nodes[ni], sc);
         int agree = nl == 1 && np >= 0;
         for (int i = 0; agree && i < np; i++)
             agree = !strcmp(peers[i], local[0]);

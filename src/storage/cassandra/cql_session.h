@@ -16,7 +16,14 @@
  * applied; bucketdb's telemetry writes are idempotent: same key, same value).
  * UNPREPARED is handled by cql_conn (re-prepare once). A node whose connection broke
  * is marked down and reconnected on the first request after its backoff expired
- * (doubling to reconnect_max_ms). */
+ * (doubling to reconnect_max_ms).
+ *
+ * The cluster is followed while the session runs: a control connection registered
+ * for TOPOLOGY_CHANGE/STATUS_CHANGE events, and a re-read of system.local/peers after
+ * each event and every topology_refresh_ms, add nodes that joined (with their DC,
+ * rack and tokens, into the token map used for routing) and drop nodes that left;
+ * a node reported UP is reconnected at once instead of after its backoff, a node
+ * reported DOWN is skipped at once instead of after its requests time out. */
 #ifndef BDB_CQL_SESSION_H
 #define BDB_CQL_SESSION_H
 
@@ -41,6 +48,12 @@ typedef struct cql_session_opts {
     int reconnect_max_ms;   /* 0: 5000 */
     int connect_timeout_ms; /* 0: 3000 */
     int request_timeout_ms; /* 0: 12000 */
+    /* TLS to every node (cql_io.h; zero: plain TCP); the files are loaded at open,
+     * BDB_ERR_INVALID naming the file when one does not load */
+    cql_tls_opts tls;
+    /* re-read of system.peers, 0: 30000; < 0: never (no control connection, no
+     * events: the nodes found at open) */
+    int topology_refresh_ms;
 } cql_session_opts;
 
 /* Connects to a contact point and discovers the cluster. BDB_ERR_IO when no contact
@@ -48,7 +61,8 @@ typedef struct cql_session_opts {
 int cql_session_open(const cql_session_opts *o, cql_session **out, char *err, size_t errlen);
 void cql_session_close(cql_session *s);
 
-/* The topology discovered at open (read-only) and the local DC in use. */
+/* The current token map (read-only; a snapshot valid until close: a topology
+ * refresh publishes a new one) and the local DC in use. */
 const cql_topology *cql_session_topology(const cql_session *s);
 const char *cql_session_local_dc(const cql_session *s);
 
@@ -91,9 +105,9 @@ typedef struct cql_session_stats {
 } cql_session_stats;
 void cql_session_get_stats(cql_session *s, cql_session_stats *st);
 
-/* One node as the session sees it now: up = 0 while its last connect failed (in its
- * reconnect backoff); connections open and their requests in flight; failed
- * attempts sent to it. */
+/* One node as the session sees it now: up = 0 while its last connect failed or the
+ * cluster reported it DOWN (in its reconnect backoff); connections open and their
+ * requests in flight; failed attempts sent to it. */
 typedef struct cql_session_node {
     char host[64];
     int port;

@@ -195,6 +195,99 @@ void cql_topology_free(cql_topology *t)
     free(t);
 }
 
+int cql_topology_find(const cql_topology *t, const char *addr)
+{
+    for (size_t i = 0; i < t->nnodes; i++)
+        if (!strcmp(t->nodes[i].addr, addr))
+            return (int)i;
+    return -1;
+}
+
+static int same_tokens(const cql_node *a, const cql_node *b)
+{
+    return a->ntokens == b->ntokens &&
+           (!a->ntokens || !memcmp(a->tokens, b->tokens, a->ntokens * sizeof *a->tokens));
+}
+
+/* dst = src's description with its own copy of the tokens. */
+static int copy_node(cql_node *dst, const cql_node *src)
+{
+    *dst = *src;
+    dst->removed = 0;
+    dst->tokens = NULL;
+    if (src->ntokens) {
+        dst->tokens = malloc(src->ntokens * sizeof *dst->tokens);
+        if (!dst->tokens)
+            return BDB_ERR_NOMEM;
+        memcpy(dst->tokens, src->tokens, src->ntokens * sizeof *dst->tokens);
+    }
+    return BDB_OK;
+}
+
+int cql_topology_merge(const cql_topology *cur, const cql_topology *fresh, size_t max_nodes,
+                       cql_topology **out, int *changed)
+{
+    *out = NULL;
+    *changed = 0;
+    size_t added = 0;
+    for (size_t j = 0; j < fresh->nnodes; j++)
+        added += cql_topology_find(cur, fresh->nodes[j].addr) < 0;
+    if (cur->nnodes + added > max_nodes)
+        return BDB_ERR_LIMIT;
+    cql_topology *t = calloc(1, sizeof *t);
+    if (!t)
+        return BDB_ERR_NOMEM;
+    t->nodes = calloc(cur->nnodes + added ? cur->nnodes + added : 1, sizeof *t->nodes);
+    if (!t->nodes) {
+        free(t);
+        return BDB_ERR_NOMEM;
+    }
+    /* The cluster keeps its name and partitioner; fresh's are as good as cur's. */
+    snprintf(t->cluster, sizeof t->cluster, "%s",
+             fresh->cluster[0] ? fresh->cluster : cur->cluster);
+    snprintf(t->partitioner, sizeof t->partitioner, "%s",
+             fresh->partitioner[0] ? fresh->partitioner : cur->partitioner);
+    int rc = BDB_OK;
+    for (size_t i = 0; i < cur->nnodes && rc == BDB_OK; i++) {
+        const cql_node *old = &cur->nodes[i];
+        int j = cql_topology_find(fresh, old->addr);
+        cql_node *n = &t->nodes[t->nnodes++];
+        if (j < 0) {
+            /* gone: keep the slot (its index is the pool's), drop it from the ring */
+            rc = copy_node(n, old);
+            free(n->tokens);
+            n->tokens = NULL;
+            n->ntokens = 0;
+            n->removed = 1;
+            n->is_local = 0;
+            *changed |= !old->removed;
+            continue;
+        }
+        const cql_node *f = &fresh->nodes[j];
+        rc = copy_node(n, f);
+        *changed |= old->removed || strcmp(old->dc, f->dc) || strcmp(old->rack, f->rack) ||
+                    !same_tokens(old, f);
+    }
+    for (size_t j = 0; j < fresh->nnodes && rc == BDB_OK; j++) {
+        if (cql_topology_find(cur, fresh->nodes[j].addr) >= 0 ||
+            cql_topology_find(t, fresh->nodes[j].addr) >= 0)
+            continue; /* known, or listed twice */
+        if (fresh->nodes[j].ntokens == 0)
+            continue; /* still joining (no tokens, maybe no DC yet): a later refresh */
+        rc = copy_node(&t->nodes[t->nnodes++], &fresh->nodes[j]);
+        *changed = 1;
+    }
+    if (rc == BDB_OK)
+        rc = cql_topology_build_ring(t);
+    if (rc != BDB_OK) {
+        cql_topology_free(t);
+        *changed = 0;
+        return rc;
+    }
+    *out = t;
+    return BDB_OK;
+}
+
 static int select_rows(cql_conn *c, const char *q, cql_response **out, char *err, size_t errlen)
 {
     cql_query_params p = {.consistency = CQL_ONE};

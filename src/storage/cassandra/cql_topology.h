@@ -20,6 +20,7 @@ typedef struct cql_node {
     char host_id[37];
     char release[32];
     int is_local;    /* the node the discovery connection talked to */
+    int removed;     /* gone from system.peers at a refresh: no tokens, never routed to */
     int64_t *tokens; /* sorted */
     size_t ntokens;
 } cql_node;
@@ -52,5 +53,20 @@ int cql_topology_owner(const cql_topology *t, int64_t token);
 /* The owner and the next distinct nodes clockwise, up to n (SimpleStrategy's replica
  * placement): writes node indexes to out and returns how many. */
 size_t cql_topology_replicas(const cql_topology *t, int64_t token, size_t n, uint32_t *out);
+
+/* The index of the node with client address addr, or -1. */
+int cql_topology_find(const cql_topology *t, const char *addr);
+
+/* A refresh: merges a freshly discovered topology into the current one without
+ * moving any node, because the session's per-node pools are indexed like cur's nodes.
+ * A node of cur still in fresh (same address) keeps its index and takes fresh's DC,
+ * rack, release and tokens; a node of cur missing from fresh stays at its index as
+ * removed (no tokens); a node only in fresh is appended once it has tokens (a joining
+ * node may be listed before its DC and tokens are known). At most max_nodes nodes
+ * (BDB_ERR_LIMIT past that: the refresh is dropped, the old map stays). *out gets a
+ * new topology with its ring built; *changed is set when a node was added, removed,
+ * came back, or its DC, rack or tokens differ (the caller then swaps maps). */
+int cql_topology_merge(const cql_topology *cur, const cql_topology *fresh, size_t max_nodes,
+                       cql_topology **out, int *changed);
 
 #endif

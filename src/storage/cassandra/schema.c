@@ -380,6 +380,21 @@ static void common_opts(bdb_buf *out, const sch_opts *o, int64_t ttl_s)
 static const char *const model_names[] = {"state-partitioned table", "hash-bucket partitioning",
                                           "secondary index", "materialized view"};
 
+int sch_check_key_limits(size_t max_tenant_bytes, size_t max_key_bytes, char *err, size_t errlen)
+{
+    /* agg_1m ((tenant_id, device_id, metric_name, day)): 4 components of len + 3 */
+    const size_t fixed = max_tenant_bytes + 1 + 8 + 4 * 3;
+    if (max_tenant_bytes < SCH_KEY_MAX && max_key_bytes <= (SCH_KEY_MAX - fixed) / 3)
+        return BDB_OK;
+    size_t fit = max_tenant_bytes < SCH_KEY_MAX - fixed ? (SCH_KEY_MAX - fixed) / 3 : 0;
+    snprintf(err, errlen,
+             "max_key_bytes %zu is too large for the Cassandra backend: a device id and a "
+             "metric name (up to 2 * max_key_bytes + 1) of that length would make a partition "
+             "key of agg_1m longer than Cassandra's %d bytes; use max_key_bytes <= %zu",
+             max_key_bytes, SCH_KEY_MAX, fit);
+    return BDB_ERR_LIMIT;
+}
+
 int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size_t errlen)
 {
     int rc = sch_check(o, err, errlen);
@@ -457,6 +472,18 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
                    "  PRIMARY KEY ((tenant_id, bucket), device_id)\n"
                    ") WITH gc_grace_seconds = %lld;\n\n",
                    ks, (long long)o->gc_grace_s);
+    bdb_buf_printf(out,
+                   "-- What bucketdb writes instead: absolute events per tenant, bucket and\n"
+                   "-- device (written USING TIMESTAMP = the count, so the larger count wins):\n"
+                   "-- a re-sent flush after a crash writes the same value, where a counter\n"
+                   "-- would count it twice. The day in the key bounds a range read.\n"
+                   "CREATE TABLE IF NOT EXISTS %s.telemetry_by_tenant_totals (\n"
+                   "  tenant_id text,\n  day timestamp,\n  bucket timestamp,\n"
+                   "  device_id text,\n  bucket_end timestamp,\n  event_count bigint,\n"
+                   "  sub_buckets int,\n"
+                   "  PRIMARY KEY ((tenant_id, day), bucket, device_id)\n"
+                   ") WITH gc_grace_seconds = %lld;\n\n",
+                   ks, (long long)o->gc_grace_s);
 
     /* aggregate pyramid */
     static const struct {
@@ -470,7 +497,9 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
     bdb_buf_puts(out,
                  "-- Aggregate pyramid (seeds 000, 002, 003): sum, count and m2 (sum of squared\n"
                  "-- deviations from the mean), not averages, so tiers re-aggregate exactly;\n"
-                 "-- sketch is the serialized mergeable quantile sketch (p50/p95/p99).\n");
+                 "-- sketch is what bucketdb reads back: a version byte, then the window's\n"
+                 "-- exact state (stats with the sum as a double-double, then the mergeable\n"
+                 "-- quantile sketch for p50/p95/p99); the other columns are for people.\n");
     for (size_t i = 0; i < sizeof aggs / sizeof aggs[0]; i++) {
         bdb_buf_printf(out,
                        "CREATE TABLE IF NOT EXISTS %s.%s ( -- %s windows\n"
@@ -493,7 +522,9 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
         int64_t ttl, window;
     } fleet[] = {{"fleet_agg_1h", "hourly", 365 * DAY_S, 30 * DAY_S},
                  {"fleet_agg_1d", "daily", 0, 0}};
-    bdb_buf_puts(out, "-- Fleet aggregates per tenant and metric (seed 000), pre-computed.\n");
+    bdb_buf_puts(out, "-- Fleet aggregates per tenant and metric (seed 000), pre-computed;\n"
+                      "-- sketch holds a version byte, the stats and the window's device set\n"
+                      "-- (so device_count stays exact when unflushed readings merge in).\n");
     for (size_t i = 0; i < 2; i++) {
         bdb_buf_printf(out,
                        "CREATE TABLE IF NOT EXISTS %s.%s ( -- %s windows\n"
@@ -517,6 +548,7 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
                    "  tenant_id text,\n  device_id text,\n  bucket timestamp,\n"
                    "  event_time timestamp,\n  metric_name text,\n  metric_value double,\n"
                    "  tags map<text, text>,\n  state text,\n  arrived_at timestamp,\n"
+                   "  device_newest timestamp,\n  arrival_seq bigint,\n"
                    "  PRIMARY KEY ((tenant_id, device_id, bucket), event_time, metric_name)\n"
                    ") WITH CLUSTERING ORDER BY (event_time DESC, metric_name ASC)\n"
                    "  AND compaction = {'class': 'SizeTieredCompactionStrategy'}",
@@ -526,12 +558,19 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
     /* devices */
     bdb_buf_printf(out,
                    "-- Device registry and profile: tags, learned reporting class and bucket\n"
-                   "-- size, rate limit, sub-buckets of a hot device.\n"
+                   "-- size, rate limit, sub-buckets of a hot device. bucketdb rewrites a\n"
+                   "-- device's row whole at each flush, so its collections are blobs in the\n"
+                   "-- native protocol v3 collection encoding (one cell per overwrite, no range\n"
+                   "-- tombstone; 2.1.0 has no frozen collections); tags, bucket_history and\n"
+                   "-- metrics are the older collection columns, no longer written.\n"
                    "CREATE TABLE IF NOT EXISTS %s.devices (\n"
                    "  tenant_id text,\n  device_id text,\n  tags map<text, text>,\n"
                    "  profile text,\n  reporting_class text,\n  bucket_seconds int,\n"
                    "  sub_buckets int,\n  max_rate double,\n  first_seen timestamp,\n"
-                   "  last_seen timestamp,\n"
+                   "  last_seen timestamp,\n  pinned boolean,\n"
+                   "  bucket_history map<timestamp, int>,\n  metrics set<text>,\n"
+                   "  samples bigint,\n  tags_blob blob,\n  history_blob blob,\n"
+                   "  metrics_blob blob,\n"
                    "  PRIMARY KEY ((tenant_id), device_id)\n"
                    ") WITH gc_grace_seconds = %lld;\n\n",
                    ks, (long long)o->gc_grace_s);
@@ -540,10 +579,12 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
     bdb_buf_printf(out,
                    "-- Latest event per device (seed 004, multi-tenant key). Written with\n"
                    "-- USING TIMESTAMP = event time (microseconds), so an older event never\n"
-                   "-- overwrites a newer one.\n"
+                   "-- overwrites a newer one: event_time at the newest report, state and\n"
+                   "-- state_time at the newest state report, each metric at its own newest.\n"
                    "CREATE TABLE IF NOT EXISTS %s.latest_by_device (\n"
                    "  tenant_id text,\n  device_id text,\n  event_time timestamp,\n"
-                   "  state text,\n  metrics map<text, double>,\n"
+                   "  state text,\n  state_time timestamp,\n  metrics map<text, double>,\n"
+                   "  metric_times map<text, timestamp>,\n"
                    "  PRIMARY KEY ((tenant_id), device_id)\n"
                    ") WITH gc_grace_seconds = %lld;\n\n",
                    ks, (long long)o->gc_grace_s);
@@ -555,9 +596,12 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
             "-- Current state, state-partitioned table (seed 004 solution 3): each\n"
             "-- new state of a device is one insert here plus deletes of the device's\n"
             "-- rows under its other states (tombstones mostly resolve in the memtable).\n"
+            "-- state is the state up to 256 bytes, else '#xxh128:' and its digest in\n"
+            "-- hex (a partition key holds at most 65535 bytes), the state then in\n"
+            "-- state_full ('' when state is the state).\n"
             "CREATE TABLE IF NOT EXISTS %s.latest_by_state (\n"
             "  tenant_id text,\n  state text,\n  device_id text,\n"
-            "  event_time timestamp,\n  metrics map<text, double>,\n"
+            "  event_time timestamp,\n  metrics map<text, double>,\n  state_full text,\n"
             "  PRIMARY KEY ((tenant_id, state), device_id)\n"
             ") WITH gc_grace_seconds = %lld;\n",
             ks, (long long)o->gc_grace_s);

@@ -68,6 +68,16 @@ int sch_compaction(const int ver[3]);
  * with a message otherwise. */
 int sch_check(const sch_opts *o, char *err, size_t errlen);
 
+/* Cassandra refuses a partition key over 65,535 bytes (each composite component
+ * costs its length + 3), and with it every flush that writes one, forever. The
+ * longest keys are the aggregate tables' (tenant, device, metric, day), with a metric
+ * name of up to 2 * max_key_bytes + 1 (measurement.field). 0 when names up to these
+ * limits fit every table's key (latest_by_state's long states are digested, see
+ * cass_state.h), else BDB_ERR_LIMIT with a message naming the limit and the largest
+ * max_key_bytes that fits. */
+#define SCH_KEY_MAX 65535
+int sch_check_key_limits(size_t max_tenant_bytes, size_t max_key_bytes, char *err, size_t errlen);
+
 /* Appends the DDL to out and warnings (one per line, no prefix) to warn.
  * Runs sch_check first. */
 int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size_t errlen);

@@ -14,6 +14,7 @@
  * table); after that every accessor still bounds-checks what it decodes, because a
  * mapping is only as trustworthy as the file under it. */
 #include "storage/embedded/block.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
@@ -102,7 +103,7 @@ static int same_device(const bdb_series_key *a, const bdb_series_key *b)
 static char *path_join(const char *dir, const char *name, const char *suffix)
 {
     size_t n = strlen(dir) + strlen(name) + strlen(suffix) + 2;
-    char *p = malloc(n);
+    char *p = bdb_malloc(n);
     if (p)
         snprintf(p, n, "%s/%s%s", dir, name, suffix);
     return p;
@@ -219,8 +220,19 @@ struct bdb_block_writer {
     int64_t min_ts, max_ts;
 };
 
+/* The writer's buffers are checked (common/buf.h): an append dropped for lack of
+ * memory fails the writer before any of its bytes reach the file. */
+static int w_mem(const bdb_block_writer *w)
+{
+    return w->out.oom || w->names.oom || w->groups.oom || w->scratch.oom || w->last.oom
+               ? BDB_ERR_NOMEM
+               : BDB_OK;
+}
+
 static int w_flush(bdb_block_writer *w)
 {
+    if (w_mem(w) != BDB_OK)
+        return w->err = BDB_ERR_NOMEM;
     if (w->out.len == 0)
         return BDB_OK;
     int rc = bdb_file_pwrite(w->f, w->out.data, w->out.len, w->flushed);
@@ -294,7 +306,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t sz)
     if (n < *cap)
         return BDB_OK;
     size_t c = *cap ? *cap * 2 : 16;
-    void *p = realloc(*v, c * sz);
+    void *p = bdb_realloc(*v, c * sz);
     if (!p)
         return BDB_ERR_NOMEM;
     *v = p;
@@ -320,11 +332,11 @@ static int w_intern(bdb_block_writer *w, const char *s, size_t n, uint32_t *id)
         uint32_t cap = w->names_cap ? w->names_cap * 2 : 64;
         if (cap < w->names_cap)
             cap = UINT32_MAX;
-        uint64_t *o = realloc(w->name_off, (size_t)cap * sizeof *o);
+        uint64_t *o = bdb_realloc(w->name_off, (size_t)cap * sizeof *o);
         if (!o)
             return BDB_ERR_NOMEM;
         w->name_off = o;
-        uint32_t *l = realloc(w->name_len, (size_t)cap * sizeof *l);
+        uint32_t *l = bdb_realloc(w->name_len, (size_t)cap * sizeof *l);
         if (!l)
             return BDB_ERR_NOMEM;
         w->name_len = l;
@@ -334,7 +346,8 @@ static int w_intern(bdb_block_writer *w, const char *s, size_t n, uint32_t *id)
     w->name_len[w->nnames] = (uint32_t)n;
     bdb_buf_append(&w->names, s, n);
     *id = w->nnames++;
-    bdb_map_put_h(w->name_ids, s, n, h, (void *)(uintptr_t)(*id + 1));
+    if (bdb_map_set_h(w->name_ids, s, n, h, (void *)(uintptr_t)(*id + 1)) != BDB_OK || w->names.oom)
+        return w->err = BDB_ERR_NOMEM;
     return BDB_OK;
 }
 
@@ -425,7 +438,7 @@ int bdb_block_writer_open(bdb_vfs *vfs, const char *dir, const char *name, int64
 {
     if (!vfs || !dir || !name || !*name || !out || window_start >= window_end)
         return BDB_ERR_INVALID;
-    bdb_block_writer *w = calloc(1, sizeof *w);
+    bdb_block_writer *w = bdb_calloc(1, sizeof *w);
     if (!w)
         return BDB_ERR_NOMEM;
     w->vfs = vfs;
@@ -434,11 +447,13 @@ int bdb_block_writer_open(bdb_vfs *vfs, const char *dir, const char *name, int64
     w->seq = seq;
     w->min_ts = INT64_MAX;
     w->max_ts = INT64_MIN;
+    w->out.checked = w->names.checked = w->groups.checked = w->scratch.checked = 1;
+    w->last.checked = 1;
     w->name_ids = bdb_map_new();
-    w->dir = strdup(dir);
+    w->dir = bdb_strdup(dir);
     w->tmp_path = path_join(dir, name, ".tmp");
     w->final_path = path_join(dir, name, "");
-    if (!w->dir || !w->tmp_path || !w->final_path) {
+    if (!w->name_ids || !w->dir || !w->tmp_path || !w->final_path) {
         w_free(w);
         return BDB_ERR_NOMEM;
     }
@@ -543,7 +558,10 @@ int bdb_block_writer_add(bdb_block_writer *w, const bdb_series_key *key, const b
         w->min_ts = c->min_ts;
     if (c->max_ts > w->max_ts)
         w->max_ts = c->max_ts;
-    return w_write(w, c->data, c->len);
+    rc = w_write(w, c->data, c->len);
+    if (rc == BDB_OK && w_mem(w) != BDB_OK)
+        rc = w->err = BDB_ERR_NOMEM;
+    return rc;
 }
 
 struct name_ref {
@@ -569,7 +587,7 @@ static int w_write_groups(bdb_block_writer *w, const uint32_t *rank, uint32_t *i
                           bdb_buf *sparse, uint64_t *groups_len)
 {
     rd r = {w->groups.data, w->groups.data + w->groups.len, 0};
-    bdb_buf body = {0}, head = {0};
+    bdb_buf body = {.checked = 1}, head = {.checked = 1};
     uint64_t goff = 0, data = BLK_HEADER_SIZE;
     int rc = BDB_OK;
     for (uint64_t g = 0; g < w->ngroups && rc == BDB_OK; g++) {
@@ -607,6 +625,8 @@ static int w_write_groups(bdb_block_writer *w, const uint32_t *rank, uint32_t *i
         goff += head.len + body.len;
         data += gdata;
     }
+    if (rc == BDB_OK && (body.oom || head.oom))
+        rc = BDB_ERR_NOMEM;
     bdb_buf_free(&body);
     bdb_buf_free(&head);
     if (rc == BDB_OK && r.err)
@@ -622,13 +642,15 @@ static int w_write_index(bdb_block_writer *w, uint64_t *file_bytes, uint64_t *in
         w_end_group(w);
         w->have_series = 0;
     }
+    if (w_mem(w) != BDB_OK)
+        return w->err = BDB_ERR_NOMEM;
     if (w->err)
         return w->err;
     uint64_t index_off = w_pos(w);
 
     /* Final name ids follow the names' byte order. */
-    struct name_ref *ord = malloc(((size_t)w->nnames + 1) * sizeof *ord);
-    uint32_t *rank = malloc(((size_t)w->nnames + 1) * sizeof *rank);
+    struct name_ref *ord = bdb_malloc(((size_t)w->nnames + 1) * sizeof *ord);
+    uint32_t *rank = bdb_malloc(((size_t)w->nnames + 1) * sizeof *rank);
     if (!ord || !rank) {
         free(ord);
         free(rank);
@@ -643,8 +665,10 @@ static int w_write_index(bdb_block_writer *w, uint64_t *file_bytes, uint64_t *in
 
     uint32_t icrc = 0;
     uint64_t groups_len = 0;
-    bdb_buf sparse = {0}, stroffs = {0};
+    bdb_buf sparse = {.checked = 1}, stroffs = {.checked = 1};
     int rc = w_write_groups(w, rank, &icrc, &sparse, &groups_len);
+    if (rc == BDB_OK && sparse.oom)
+        rc = BDB_ERR_NOMEM;
     if (rc == BDB_OK)
         rc = w_index(w, &icrc, sparse.data, sparse.len);
     uint32_t soff = 0;
@@ -652,6 +676,8 @@ static int w_write_index(bdb_block_writer *w, uint64_t *file_bytes, uint64_t *in
         bdb_buf_put_u32le(&stroffs, soff);
         soff += ord[i].len;
     }
+    if (rc == BDB_OK && stroffs.oom)
+        rc = BDB_ERR_NOMEM;
     if (rc == BDB_OK)
         rc = w_index(w, &icrc, stroffs.data, stroffs.len);
     for (uint32_t i = 0; i < w->nnames && rc == BDB_OK; i++)
@@ -1164,7 +1190,7 @@ int bdb_block_open(bdb_vfs *vfs, const char *path, bdb_block **out)
 {
     if (!vfs || !path || !out)
         return BDB_ERR_INVALID;
-    bdb_block *b = calloc(1, sizeof *b);
+    bdb_block *b = bdb_calloc(1, sizeof *b);
     if (!b)
         return BDB_ERR_NOMEM;
     int rc = bdb_vfs_open(vfs, path, BDB_O_RDONLY, &b->f);

@@ -21,6 +21,7 @@
  * mantissa delta, or the delta of mantissa deltas; the all-ones code escapes to a
  * 6-bit L - 1 and an L-bit c. A width of 0 writes no codes: every x is the base. */
 #include "storage/embedded/chunk.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
@@ -220,20 +221,24 @@ void bdb_chunk_app_free(bdb_chunk_app *a)
     bdb_chunk_app_init(a);
 }
 
-static void app_grow(bdb_chunk_app *a, size_t need)
+static int app_grow(bdb_chunk_app *a, size_t need)
 {
     size_t cap = a->cap ? a->cap : 32;
     while (cap < need)
         cap *= 2;
-    uint8_t *p = realloc(a->buf, cap);
-    if (!p) {
-        /* Same policy as bdb_buf: the head bounds its memory before it gets here. */
-        fprintf(stderr, "bucketdb: out of memory growing a chunk to %zu bytes\n", cap);
-        abort();
-    }
+    uint8_t *p = bdb_realloc(a->buf, cap);
+    if (!p)
+        return BDB_ERR_NOMEM; /* the chunk is as it was */
     memset(p + a->cap, 0, cap - a->cap);
     a->buf = p;
     a->cap = (uint32_t)cap;
+    return BDB_OK;
+}
+
+int bdb_chunk_app_reserve(bdb_chunk_app *a, uint32_t n)
+{
+    size_t need = HDR_XOR + ((a->nbits + (uint64_t)n * MAX_SAMPLE_BITS) >> 3) + SLACK;
+    return need > a->cap ? app_grow(a, need) : BDB_OK;
 }
 
 int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
@@ -243,8 +248,8 @@ int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
     if (a->count > 0 && ts <= a->t_last)
         return BDB_ERR_INVALID;
     size_t need = HDR_XOR + ((a->nbits + MAX_SAMPLE_BITS) >> 3) + SLACK;
-    if (need > a->cap)
-        app_grow(a, need);
+    if (need > a->cap && app_grow(a, need) != BDB_OK)
+        return BDB_ERR_NOMEM;
     xor_put(a, a->buf + HDR_XOR, ts, dbl_bits(v));
     write_hdr(a->buf, BDB_CHUNK_XOR, a->count);
     return BDB_OK;
@@ -316,7 +321,8 @@ static int encode_decimal(const int64_t *ts, const double *vals, size_t n, unsig
     size_t base = out->len;
     size_t ts_max = (2 * MAX_SAMPLE_BITS + n * MAX_DOD_BITS + 7) / 8 + SLACK;
     /* Timestamps go 8 bytes in (room for the length varint), then slide down. */
-    bdb_buf_reserve(out, HDR_DEC + 8 + ts_max);
+    if (bdb_buf_reserve(out, HDR_DEC + 8 + ts_max) != BDB_OK)
+        return 0; /* a checked buffer out of memory: out->oom tells the caller */
     uint8_t *s = out->data + base + HDR_DEC + 8;
     memset(s, 0, ts_max);
     uint32_t pos = 0;
@@ -520,7 +526,8 @@ static void pk_write(const pk_chunk *c, bdb_buf *out)
         bdb_buf_put_uvarint(out, zigzag(c->d1));
     uint64_t bits = 2 * PK_WIDTH_BITS + c->tp.bits + c->vp.bits;
     size_t nbytes = (size_t)((bits + 7) / 8);
-    bdb_buf_reserve(out, nbytes + SLACK);
+    if (bdb_buf_reserve(out, nbytes + SLACK) != BDB_OK)
+        return; /* out->oom */
     uint8_t *s = out->data + out->len;
     memset(s, 0, nbytes + SLACK);
     uint32_t pos = 0;
@@ -579,21 +586,20 @@ typedef struct pk_scratch {
     uint64_t *heap;
 } pk_scratch;
 
-static void scratch_init(pk_scratch *sc, size_t n)
+static int scratch_init(pk_scratch *sc, size_t n)
 {
     uint64_t *p = sc->stack;
     sc->heap = NULL;
     if (n > PK_STACK) {
-        p = sc->heap = malloc(4 * n * sizeof(*p));
-        if (!p) {
-            fprintf(stderr, "bucketdb: out of memory encoding a chunk of %zu samples\n", n);
-            abort();
-        }
+        p = sc->heap = bdb_malloc(4 * n * sizeof(*p));
+        if (!p)
+            return BDB_ERR_NOMEM;
     }
     sc->m = (int64_t *)p;
     sc->dt = p + n;
     sc->dv = p + 2 * n;
     sc->ddv = p + 3 * n;
+    return BDB_OK;
 }
 
 /* Plans a PACKED chunk in the given mode (0 deltas, 1 deltas of deltas, -1 the smaller)
@@ -646,7 +652,8 @@ static size_t encode_xor(const int64_t *ts, const double *vals, size_t n, bdb_bu
 {
     size_t base = out->len;
     size_t xor_max = HDR_XOR + (n * MAX_SAMPLE_BITS + 7) / 8 + SLACK;
-    bdb_buf_reserve(out, xor_max);
+    if (bdb_buf_reserve(out, xor_max) != BDB_OK)
+        return SIZE_MAX; /* out->oom */
     memset(out->data + base, 0, xor_max);
     bdb_chunk_app a;
     bdb_chunk_app_init(&a);
@@ -704,19 +711,20 @@ int bdb_chunk_encode_as(const int64_t *ts, const double *vals, size_t n, int for
         return rc;
     if (form == BDB_CHUNK_FORM_XOR) {
         encode_xor(ts, vals, n, out);
-        return BDB_OK;
+        return out->oom ? BDB_ERR_NOMEM : BDB_OK;
     }
     if (form == BDB_CHUNK_FORM_DECIMAL) {
         int e = decimal_exponent(vals, n);
         if (e < 0 || !encode_decimal(ts, vals, n, (unsigned)e, out, SIZE_MAX))
-            return BDB_ERR_INVALID;
+            return out->oom ? BDB_ERR_NOMEM : BDB_ERR_INVALID;
         return BDB_OK;
     }
     if (form != BDB_CHUNK_FORM_AUTO && form != BDB_CHUNK_FORM_DELTA && form != BDB_CHUNK_FORM_DOD)
         return BDB_ERR_INVALID;
 
     pk_scratch sc;
-    scratch_init(&sc, n);
+    if (scratch_init(&sc, n) != BDB_OK)
+        return BDB_ERR_NOMEM;
     pk_chunk c;
     int mode = form == BDB_CHUNK_FORM_DELTA ? 0 : form == BDB_CHUNK_FORM_DOD ? 1 : -1;
     int ok = pk_plan_chunk(ts, vals, n, mode, &sc, &c);
@@ -735,6 +743,8 @@ int bdb_chunk_encode_as(const int64_t *ts, const double *vals, size_t n, int for
         }
     }
     free(sc.heap);
+    if (rc == BDB_OK && out->oom)
+        rc = BDB_ERR_NOMEM;
     return rc;
 }
 

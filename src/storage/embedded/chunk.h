@@ -52,14 +52,19 @@ typedef struct bdb_chunk_app {
 void bdb_chunk_app_init(bdb_chunk_app *a);
 void bdb_chunk_app_free(bdb_chunk_app *a);
 /* Appends one sample. ts must be > the last appended ts.
- * Returns BDB_OK, BDB_ERR_INVALID (ts not increasing) or BDB_ERR_LIMIT (chunk full). */
+ * Returns BDB_OK, BDB_ERR_INVALID (ts not increasing), BDB_ERR_LIMIT (chunk full) or
+ * BDB_ERR_NOMEM (the chunk unchanged). */
 int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v);
+/* Grows the buffer so that n more appends cannot fail for lack of memory:
+ * BDB_OK or BDB_ERR_NOMEM (the chunk unchanged). */
+int bdb_chunk_app_reserve(bdb_chunk_app *a, uint32_t n);
 /* The encoded chunk so far (valid until the next append). */
 const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len);
 
 /* Encodes n samples (ts strictly increasing) into out (appended), choosing the
  * smallest of XOR, PACKED with mantissa deltas and PACKED with deltas of deltas.
- * Returns BDB_OK or BDB_ERR_INVALID. */
+ * Returns BDB_OK, BDB_ERR_INVALID, or BDB_ERR_NOMEM (a checked out buffer ran out of
+ * memory: out->oom is set; an unchecked one aborts). */
 struct bdb_buf;
 int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, struct bdb_buf *out);
 

@@ -12,6 +12,7 @@
  *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 #include "storage/embedded/db_hot.h"
 #include "storage/embedded/db_latest.h" /* state: current-state index */
 #include "storage/sink.h"               /* sink: closed with the db */
@@ -44,11 +45,12 @@ void bdb_db_opts_default(bdb_db_opts *o)
 
 static char *path_join(const char *a, const char *b)
 {
+    if (!a)
+        return NULL; /* a failed allocation before: the caller reports NOMEM */
     size_t n = strlen(a) + strlen(b) + 2;
-    char *p = malloc(n);
-    if (!p)
-        abort();
-    snprintf(p, n, "%s/%s", a, b);
+    char *p = bdb_malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", a, b);
     return p;
 }
 
@@ -70,11 +72,16 @@ struct enc_state {
     uint64_t nnames, ntagsets;
 };
 
-static void enc_init(struct enc_state *e)
+static int enc_init(struct enc_state *e)
 {
     memset(e, 0, sizeof *e);
+    bdb_buf_init_checked(&e->names_buf);
+    bdb_buf_init_checked(&e->tags_buf);
+    bdb_buf_init_checked(&e->reports_buf);
+    bdb_buf_init_checked(&e->key);
     e->names = bdb_map_new();
     e->tagsets = bdb_map_new();
+    return e->names && e->tagsets ? BDB_OK : BDB_ERR_NOMEM;
 }
 
 static void enc_free(struct enc_state *e)
@@ -87,13 +94,14 @@ static void enc_free(struct enc_state *e)
     bdb_buf_free(&e->key);
 }
 
-static void encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
+/* BDB_OK or BDB_ERR_NOMEM; out must be a checked buffer. */
+static int encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
 {
     struct enc_state e;
-    enc_init(&e);
+    int rc = enc_init(&e);
     size_t n;
     const bdb_report *r = bdb_batch_reports(b, &n);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
         bdb_buf *rb = &e.reports_buf;
         bdb_buf_put_str(rb, r[i].device, r[i].device_len);
         bdb_buf_put_varint(rb, r[i].ts_ms);
@@ -106,9 +114,10 @@ static void encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
                 bdb_buf_put_str(&e.key, r[i].tags[k].val, r[i].tags[k].vlen);
             }
             uintptr_t idx = (uintptr_t)bdb_map_get(e.tagsets, e.key.data, e.key.len);
-            if (!idx) {
+            if (!idx && !e.key.oom) {
                 idx = (uintptr_t)++e.ntagsets;
-                bdb_map_put(e.tagsets, e.key.data, e.key.len, (void *)idx);
+                if (bdb_map_set(e.tagsets, e.key.data, e.key.len, (void *)idx) != BDB_OK)
+                    rc = BDB_ERR_NOMEM;
                 bdb_buf_append(&e.tags_buf, e.key.data, e.key.len);
             }
             tsi = idx;
@@ -123,7 +132,8 @@ static void encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
             uintptr_t idx = (uintptr_t)bdb_map_get(e.names, m->name, m->nlen);
             if (!idx) {
                 idx = (uintptr_t)++e.nnames;
-                bdb_map_put(e.names, m->name, m->nlen, (void *)idx);
+                if (bdb_map_set(e.names, m->name, m->nlen, (void *)idx) != BDB_OK)
+                    rc = BDB_ERR_NOMEM;
                 bdb_buf_put_str(&e.names_buf, m->name, m->nlen);
             }
             bdb_buf_put_uvarint(rb, idx - 1);
@@ -139,7 +149,10 @@ static void encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
     bdb_buf_append(out, e.tags_buf.data, e.tags_buf.len);
     bdb_buf_put_uvarint(out, n);
     bdb_buf_append(out, e.reports_buf.data, e.reports_buf.len);
+    if (e.names_buf.oom || e.tags_buf.oom || e.reports_buf.oom || e.key.oom || out->oom)
+        rc = BDB_ERR_NOMEM;
     enc_free(&e);
+    return rc;
 }
 
 static void encode_history(const device *d, bdb_buf *out)
@@ -167,9 +180,80 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
         return d;
     pthread_rwlock_wrlock(&db->cat_lock);
     t = cat_tenant(db, tn, tl, 1);
-    d = cat_device(db, t, dn, dl, 1);
+    d = t ? cat_device(db, t, dn, dl, 1) : NULL; /* NULL: out of memory */
     pthread_rwlock_unlock(&db->cat_lock);
     return d;
+}
+
+/* What bdb_db_write allocates for one report before its WAL append, so that applying
+ * the logged record cannot run out of memory half-way (alloc.h): the device, its
+ * series and head room, and copies of new tags and state handed over after it. */
+struct prep {
+    device *d;
+    bdb_kv *tags; /* new tags (copy), or NULL when unchanged */
+    int set_tags;
+    char *state; /* copy of the report's state, or NULL */
+};
+
+static void prep_free(struct prep *p, const bdb_report *reps, size_t n)
+{
+    for (size_t i = 0; p && i < n; i++) {
+        cat_tags_free(p[i].tags, reps[i].ntags);
+        free(p[i].state);
+    }
+    free(p);
+}
+
+/* Caller holds flush_lock shared. BDB_OK or BDB_ERR_NOMEM; on failure the catalog
+ * may hold new devices and series without samples (invisible to reads), nothing else. */
+static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps, size_t nrep,
+                         struct prep **out)
+{
+    struct prep *p = bdb_calloc(nrep, sizeof *p);
+    *out = p;
+    /* samples of the batch per series so far: the head room each series needs */
+    bdb_map *per = nrep > 1 ? bdb_map_new() : NULL;
+    if (!p || (nrep > 1 && !per)) {
+        bdb_map_free(per);
+        return BDB_ERR_NOMEM;
+    }
+    size_t maybe_late = 0; /* reports that may mark a late minute (db_late_note) */
+    int64_t batch_max = INT64_MIN;
+    for (size_t i = 0; i < nrep; i++) {
+        const bdb_report *r = &reps[i];
+        device *d = p[i].d = get_device(db, tn, tl, r->device, r->device_len);
+        if (!d) {
+            bdb_map_free(per);
+            return BDB_ERR_NOMEM;
+        }
+        int rc = BDB_OK;
+        pthread_mutex_lock(dev_lock(db, d));
+        if (r->ts_ms <= d->last_ts || r->ts_ms <= batch_max)
+            maybe_late++;
+        if (r->ts_ms > batch_max)
+            batch_max = r->ts_ms;
+        if (r->ntags && !cat_tags_equal(d, r->tags, r->ntags)) {
+            p[i].set_tags = 1;
+            rc = cat_tags_copy(r->tags, r->ntags, &p[i].tags);
+        }
+        if (rc == BDB_OK && r->state && !(p[i].state = bdb_strndup(r->state, r->state_len)))
+            rc = BDB_ERR_NOMEM;
+        for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
+            series *s = cat_series(db, d, r->metrics[k].name, r->metrics[k].nlen, 1);
+            uintptr_t n = per ? (uintptr_t)bdb_map_get(per, &s, sizeof s) + 1 : 1;
+            if (!s || (per && bdb_map_set(per, &s, sizeof s, (void *)n) != BDB_OK))
+                rc = BDB_ERR_NOMEM;
+            else /* room for every sample of the batch so far, none appended yet */
+                rc = head_reserve(db, s, r->ts_ms, (uint32_t)n);
+        }
+        pthread_mutex_unlock(dev_lock(db, d));
+        if (rc != BDB_OK) {
+            bdb_map_free(per);
+            return rc;
+        }
+    }
+    bdb_map_free(per);
+    return maybe_late ? db_late_reserve(db, maybe_late) : BDB_OK;
 }
 
 device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl)
@@ -185,16 +269,34 @@ device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, siz
 static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl,
                         int64_t ts, const bdb_kv *tags, uint32_t ntags, const char *state,
                         size_t slen, const char *const *names, const size_t *nlens,
-                        const double *vals, uint32_t nm, int *relearn)
+                        const double *vals, uint32_t nm, int *relearn, struct prep *pp)
 {
-    device *d = get_device(db, tn, tl, dn, dl);
+    device *d = pp ? pp->d : get_device(db, tn, tl, dn, dl);
+    if (!d)
+        return BDB_ERR_NOMEM;
     pthread_mutex_lock(dev_lock(db, d));
-    if (ntags && !cat_tags_equal(d, tags, ntags))
-        cat_set_tags(d, tags, ntags);
-    if (state)
-        cat_set_state(d, state, slen, ts);
-    if (ts <= d->last_ts) /* late: late or rewriting samples mark their minute (db_tier_late.c) */
-        db_late_note(db, d, ts);
+    int rc = BDB_OK;
+    if (pp && pp->set_tags) { /* copies made by prepare_batch: nothing to allocate */
+        cat_tags_take(d, pp->tags, ntags);
+        pp->tags = NULL;
+    } else if (!pp && ntags && !cat_tags_equal(d, tags, ntags)) {
+        rc = cat_set_tags(d, tags, ntags);
+    }
+    if (pp && pp->state) {
+        cat_state_take(d, pp->state, ts);
+        pp->state = NULL;
+    } else if (!pp && state && rc == BDB_OK) {
+        rc = cat_set_state(d, state, slen, ts);
+    }
+    if (rc != BDB_OK) { /* replay only: the open fails */
+        pthread_mutex_unlock(dev_lock(db, d));
+        return rc;
+    }
+    /* late: late or rewriting samples mark their minute (db_tier_late.c) */
+    if (ts <= d->last_ts && db_late_note(db, d, ts) != BDB_OK) {
+        pthread_mutex_unlock(dev_lock(db, d));
+        return BDB_ERR_NOMEM;
+    }
     if (ts < d->first_ts)
         d->first_ts = ts;
     if (ts > d->last_ts)
@@ -204,17 +306,16 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         d->relearn = 1;
         *relearn = 1;
     }
-    int rc = BDB_OK;
     uint32_t i;
     for (i = 0; i < nm && rc == BDB_OK; i++) {
         series *s = cat_series(db, d, names[i], nlens[i], 1);
-        rc = head_append(db, s, ts, vals[i]);
+        rc = s ? head_append(db, s, ts, vals[i]) : BDB_ERR_NOMEM;
     }
     atomic_fetch_add(&db->head_samples, rc == BDB_OK ? i : i - 1);
     if (rc == BDB_OK)
         db_hot_count(db, d, ts, nm, relearn); /* telemetry_by_tenant, promotion */
     if (rc == BDB_OK) /* state: latest event and state index (db_latest.c) */
-        db_latest_apply(db, d, ts, state, slen, names, nlens, vals, nm);
+        rc = db_latest_apply(db, d, ts, state, slen, names, nlens, vals, nm);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }
@@ -226,6 +327,8 @@ static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_repor
 {
     for (size_t i = 0; i < nrep; i++) {
         device *d = get_device(db, tn, tl, reps[i].device, reps[i].device_len);
+        if (!d) /* cannot happen: the write created it before its WAL append */
+            continue;
         pthread_mutex_lock(dev_lock(db, d));
         if (d->relearn || d->hs.promote) {
             /* db_hot_next_size: the learner's size, or a promotion, capped by an
@@ -266,23 +369,29 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
     uint64_t nnames = bdb_dec_uvarint(d);
     if (d->err || nnames > bdb_dec_left(d))
         return BDB_ERR_CORRUPT;
-    const char **names = malloc((nnames + 1) * sizeof *names);
-    size_t *nlens = malloc((nnames + 1) * sizeof *nlens);
-    const char **rn = malloc(MAX_REPORT_METRICS * sizeof *rn);
-    size_t *rl = malloc(MAX_REPORT_METRICS * sizeof *rl);
-    double *rv = malloc(MAX_REPORT_METRICS * sizeof *rv);
+    const char **names = bdb_malloc((nnames + 1) * sizeof *names);
+    size_t *nlens = bdb_malloc((nnames + 1) * sizeof *nlens);
+    const char **rn = bdb_malloc(MAX_REPORT_METRICS * sizeof *rn);
+    size_t *rl = bdb_malloc(MAX_REPORT_METRICS * sizeof *rl);
+    double *rv = bdb_malloc(MAX_REPORT_METRICS * sizeof *rv);
     bdb_kv *tagv = NULL;
     uint64_t *tagset_off = NULL;
     int rc = BDB_ERR_CORRUPT;
-    if (!names || !nlens || !rn || !rl || !rv)
-        abort();
+    if (!names || !nlens || !rn || !rl || !rv) {
+        rc = BDB_ERR_NOMEM;
+        goto out;
+    }
     for (uint64_t i = 0; i < nnames; i++)
         names[i] = dec_name(d, &nlens[i]);
     uint64_t ntagsets = bdb_dec_uvarint(d);
     if (d->err || ntagsets > bdb_dec_left(d))
         goto out;
     /* Tag sets: decode all into one array; tagset_off[i]..[i+1] delimit set i. */
-    tagset_off = calloc(ntagsets + 1, sizeof *tagset_off);
+    tagset_off = bdb_calloc(ntagsets + 1, sizeof *tagset_off);
+    if (!tagset_off) {
+        rc = BDB_ERR_NOMEM;
+        goto out;
+    }
     size_t cap = 0, used = 0;
     for (uint64_t i = 0; i < ntagsets && !d->err; i++) {
         uint64_t nt = bdb_dec_uvarint(d);
@@ -292,9 +401,12 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         }
         if (used + nt > cap) {
             cap = (used + nt) * 2;
-            tagv = realloc(tagv, cap * sizeof *tagv);
-            if (!tagv)
-                abort();
+            bdb_kv *nv = bdb_realloc(tagv, cap * sizeof *tagv);
+            if (!nv) {
+                rc = BDB_ERR_NOMEM;
+                goto out;
+            }
+            tagv = nv;
         }
         for (uint64_t k = 0; k < nt; k++) {
             tagv[used].key = bdb_dec_str(d, &tagv[used].klen);
@@ -330,7 +442,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         /* tagv is NULL when every tag set is empty: no pointer arithmetic on it then */
         const bdb_kv *tags = ntg ? tagv + tagset_off[tsi - 1] : NULL;
         int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv, (uint32_t)nm,
-                               relearn);
+                               relearn, NULL);
         if (arc != BDB_OK) {
             rc = arc;
             goto out;
@@ -367,13 +479,20 @@ static int apply_history_record(bdb_db *db, bdb_dec *d)
             d->err = 1;
         if (d->err)
             break;
-        bdb_bucket_history_push(&h, from, size);
+        if (bdb_bucket_history_push(&h, from, size) != BDB_OK) {
+            bdb_bucket_history_free(&h);
+            return BDB_ERR_NOMEM;
+        }
     }
     if (d->err) {
         bdb_bucket_history_free(&h);
         return BDB_ERR_CORRUPT;
     }
     device *dv = get_device(db, tn, tl, dn, dl);
+    if (!dv) {
+        bdb_bucket_history_free(&h);
+        return BDB_ERR_NOMEM;
+    }
     pthread_mutex_lock(dev_lock(db, dv));
     bdb_bucket_history_free(&dv->hist);
     dv->hist = h;
@@ -418,14 +537,21 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         if (reps[i].nmetrics > MAX_REPORT_METRICS)
             return BDB_ERR_LIMIT;
     bdb_buf rec, hist;
-    bdb_buf_init(&rec);
-    bdb_buf_init(&hist);
-    encode_batch(tenant_name, batch, &rec);
+    bdb_buf_init_checked(&rec);
+    bdb_buf_init_checked(&hist);
+    struct prep *prep = NULL;
+    int rc = encode_batch(tenant_name, batch, &rec);
+    if (rc != BDB_OK)
+        goto out;
 
     uint64_t lsn = 0;
     size_t tl = strlen(tenant_name);
     pthread_rwlock_rdlock(&db->flush_lock);
-    int rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
+    /* Everything the apply below needs is allocated first: out of memory here leaves
+     * the db as if the write never came (alloc.h). */
+    rc = prepare_batch(db, tenant_name, tl, reps, nrep, &prep);
+    if (rc == BDB_OK)
+        rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
     if (rc != BDB_OK) {
         pthread_rwlock_unlock(&db->flush_lock);
         if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
@@ -446,12 +572,23 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
             nlens[k] = r->metrics[k].nlen;
             vals[k] = r->metrics[k].value;
         }
-        rc = apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags,
-                          r->ntags, r->state, r->state_len, names, nlens, vals, nm, &relearn);
+        rc =
+            apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags, r->ntags,
+                         r->state, r->state_len, names, nlens, vals, nm, &relearn, &prep[i]);
         samples += nm;
     }
     if (relearn && rc == BDB_OK)
         apply_relearn(db, tenant_name, tl, reps, nrep, &hist);
+    if (rc == BDB_OK && hist.oom)
+        rc = BDB_ERR_NOMEM;
+    if (rc == BDB_ERR_NOMEM) {
+        /* Past the WAL append and not prepared for (a rarer allocation of the apply, or
+         * a sample of the batch that turned out of order): the record is logged but
+         * the head holds part of it. Refuse every further write, as after a failed
+         * fsync: a restart replays the whole record (an unacknowledged write, like
+         * one cut by a crash, may then be there whole; never in part). */
+        db_set_readonly(db, rc, "applying a logged write");
+    }
     if (rc == BDB_OK && hist.len) {
         /* Several history records may be concatenated in hist; they are appended one
          * by one so replay sees each as its own record. */
@@ -486,6 +623,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         atomic_fetch_add(&db->write_batches, 1);
     }
 out:
+    prep_free(prep, reps, nrep);
     bdb_buf_free(&rec);
     bdb_buf_free(&hist);
     if (rc == BDB_OK && atomic_load(&db->head_bytes) > db->o.head_max_bytes && db->bg_running) {
@@ -503,6 +641,8 @@ int bdb_db_set_device_bucket(bdb_db *db, const char *tn, const char *dn, int64_t
     if (atomic_load(&db->readonly))
         return BDB_ERR_READONLY;
     device *d = get_device(db, tn, strlen(tn), dn, strlen(dn));
+    if (!d)
+        return BDB_ERR_NOMEM;
     bdb_buf hist;
     bdb_buf_init(&hist);
     uint64_t lsn = 0;
@@ -572,7 +712,7 @@ static void db_free(bdb_db *db)
 
 int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
 {
-    bdb_db *db = calloc(1, sizeof *db);
+    bdb_db *db = bdb_calloc(1, sizeof *db);
     if (!db)
         return BDB_ERR_NOMEM;
     db->o = *opts;
@@ -581,13 +721,14 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
     if (db->o.chunk_max_samples == 0 || db->o.chunk_max_samples > BDB_CHUNK_MAX_SAMPLES)
         db->o.chunk_max_samples = 2048;
     db->vfs = opts->vfs ? opts->vfs : bdb_vfs_posix();
-    db->dir = strdup(opts->data_dir);
+    db->dir = bdb_strdup(opts->data_dir);
     db->wal_dir = path_join(db->dir, "wal");
     db->blocks_dir = path_join(db->dir, "blocks");
     db->quarantine_dir = path_join(db->dir, "quarantine");
     db->lock_fd = -1;
     db->tenants = bdb_map_new();
     db->next_seq = 1;
+    int nomem = !db->dir || !db->wal_dir || !db->blocks_dir || !db->quarantine_dir || !db->tenants;
     pthread_rwlock_init(&db->cat_lock, NULL);
     pthread_rwlock_init(&db->flush_lock, NULL);
     pthread_rwlock_init(&db->blocks_lock, NULL);
@@ -599,6 +740,10 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
         pthread_mutex_init(&db->stripes[i], NULL);
 
     int rc;
+    if (nomem) {
+        rc = BDB_ERR_NOMEM;
+        goto fail;
+    }
     if ((rc = bdb_vfs_mkdir(db->vfs, db->dir)) != BDB_OK ||
         (rc = bdb_vfs_mkdir(db->vfs, db->blocks_dir)) != BDB_OK ||
         (rc = bdb_vfs_mkdir(db->vfs, db->quarantine_dir)) != BDB_OK) {
@@ -607,12 +752,11 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
     }
     /* An advisory lock keeps two servers from sharing one directory. */
     char *lockp = path_join(db->dir, "LOCK");
-    db->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    db->lock_fd = lockp ? open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+    rc = lockp ? BDB_ERR_IO : BDB_ERR_NOMEM;
     free(lockp);
-    if (db->lock_fd < 0) {
-        rc = BDB_ERR_IO;
+    if (db->lock_fd < 0)
         goto fail;
-    }
     if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         BDB_ERROR("data directory %s is in use by another process", db->dir);
         rc = BDB_ERR_EXISTS;

@@ -285,8 +285,11 @@ void db_tier_close(bdb_db *db);
 /* late data (db_tier_late.c): a sample not newer than its device's newest event (write
  * path, stripe held), the head freeze (flush_lock exclusive, cat_lock shared), close. */
 struct device;
-void db_late_note(bdb_db *db, struct device *d, int64_t ts);
-void db_late_freeze(bdb_db *db);
+int db_late_note(bdb_db *db, struct device *d, int64_t ts); /* BDB_OK or BDB_ERR_NOMEM */
+/* Room for n more marks, made before a write's WAL append so that its db_late_note
+ * calls find it (another writer may take it first: then a note can still fail). */
+int db_late_reserve(bdb_db *db, size_t n);
+int db_late_freeze(bdb_db *db); /* BDB_OK or BDB_ERR_NOMEM (every mark kept pending) */
 void db_late_close(bdb_db *db);
 int64_t db_late_threshold(const bdb_db *db);
 /* fleet aggregates (db_fleet.c; public API in storage/embedded/db_fleet.h): the flush

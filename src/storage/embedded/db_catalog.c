@@ -22,6 +22,7 @@
  * outside it, so writers never wait for compression. Version 1 files (the bare image)
  * are still read. */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -38,33 +39,34 @@
 #define CAT2_VERSION 2
 #define CAT_MAX_IMAGE (UINT64_C(8) << 30) /* refuse absurd lengths from a damaged header */
 
-static void *xalloc(size_t n)
-{
-    void *p = calloc(1, n);
-    if (!p) {
-        fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return p;
-}
-
 static char *xstrndup(const char *s, size_t n)
 {
-    char *p = xalloc(n + 1);
+    char *p = bdb_malloc(n + 1);
+    if (!p)
+        return NULL;
     memcpy(p, s, n);
+    p[n] = 0;
     return p;
 }
 
-/* Caller holds cat_lock exclusively when create is set. */
+/* Caller holds cat_lock exclusively when create is set. Out of memory: NULL, and
+ * nothing was added (so for every create below). */
 tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
 {
     tenant *t = bdb_map_get(db->tenants, name, len);
     if (t || !create)
         return t;
-    t = xalloc(sizeof *t);
+    t = bdb_calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
     t->name = xstrndup(name, len);
     t->devices = bdb_map_new();
-    bdb_map_put(db->tenants, name, len, t);
+    if (!t->name || !t->devices || bdb_map_set(db->tenants, name, len, t) != BDB_OK) {
+        bdb_map_free(t->devices);
+        free(t->name);
+        free(t);
+        return NULL;
+    }
     atomic_fetch_add(&db->tenant_count, 1);
     return t;
 }
@@ -75,7 +77,9 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     device *d = bdb_map_get_h(t->devices, name, len, h);
     if (d || !create)
         return d;
-    d = xalloc(sizeof *d);
+    d = bdb_calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
     d->tenant = t;
     d->name = xstrndup(name, len);
     d->nlen = len;
@@ -83,8 +87,14 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     d->first_ts = INT64_MAX;
     d->last_ts = INT64_MIN;
     d->state_ts = INT64_MIN;
-    bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN));
-    bdb_map_put_h(t->devices, name, len, h, d);
+    if (!d->name ||
+        bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
+        bdb_map_set_h(t->devices, name, len, h, d) != BDB_OK) {
+        bdb_bucket_history_free(&d->hist);
+        free(d->name);
+        free(d);
+        return NULL;
+    }
     atomic_fetch_add(&db->device_count, 1);
     return d;
 }
@@ -101,16 +111,23 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
     if (!create)
         return NULL;
     if (d->nseries == d->cap_series) {
-        d->cap_series = d->cap_series ? d->cap_series * 2 : 4;
-        series **n = realloc(d->series, d->cap_series * sizeof *n);
+        uint32_t cap = d->cap_series ? d->cap_series * 2 : 4;
+        series **n = bdb_realloc(d->series, cap * sizeof *n);
         if (!n)
-            abort();
+            return NULL;
         d->series = n;
+        d->cap_series = cap;
     }
-    series *s = xalloc(sizeof *s);
+    series *s = bdb_calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
     s->dev = d;
     s->metric = xstrndup(metric, mlen);
     s->mlen = mlen;
+    if (!s->metric) {
+        free(s);
+        return NULL;
+    }
     /* Keep the array sorted by name so listings and flushes see metric order. */
     uint32_t i = d->nseries;
     while (i > 0) {
@@ -152,26 +169,72 @@ static void free_tags(device *d)
     d->ntags = 0;
 }
 
-void cat_set_tags(device *d, const bdb_kv *tags, uint32_t n)
+int cat_tags_copy(const bdb_kv *tags, uint32_t n, bdb_kv **out)
 {
-    free_tags(d);
+    *out = NULL;
     if (!n)
-        return;
-    d->tags = xalloc(n * sizeof *d->tags);
-    for (uint32_t i = 0; i < n; i++)
-        d->tags[i] = (bdb_kv){xstrndup(tags[i].key, tags[i].klen), tags[i].klen,
-                              xstrndup(tags[i].val, tags[i].vlen), tags[i].vlen};
-    d->ntags = n;
+        return BDB_OK;
+    bdb_kv *v = bdb_calloc(n, sizeof *v);
+    if (!v)
+        return BDB_ERR_NOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        v[i] = (bdb_kv){xstrndup(tags[i].key, tags[i].klen), tags[i].klen,
+                        xstrndup(tags[i].val, tags[i].vlen), tags[i].vlen};
+        if (!v[i].key || !v[i].val) {
+            cat_tags_free(v, i + 1);
+            return BDB_ERR_NOMEM;
+        }
+    }
+    *out = v;
+    return BDB_OK;
 }
 
-void cat_set_state(device *d, const char *s, size_t n, int64_t ts)
+void cat_tags_free(bdb_kv *v, uint32_t n)
+{
+    for (uint32_t i = 0; v && i < n; i++) {
+        free((char *)v[i].key);
+        free((char *)v[i].val);
+    }
+    free(v);
+}
+
+void cat_tags_take(device *d, bdb_kv *tags, uint32_t n)
+{
+    free_tags(d);
+    d->tags = tags;
+    d->ntags = tags ? n : 0;
+}
+
+int cat_set_tags(device *d, const bdb_kv *tags, uint32_t n)
+{
+    bdb_kv *v;
+    if (cat_tags_copy(tags, n, &v) != BDB_OK)
+        return BDB_ERR_NOMEM; /* the old tags stay */
+    cat_tags_take(d, v, n);
+    return BDB_OK;
+}
+
+void cat_state_take(device *d, char *s, int64_t ts)
 {
     /* Never let an older event overwrite the current state. */
-    if (ts < d->state_ts)
+    if (ts < d->state_ts) {
+        free(s);
         return;
+    }
     free(d->state);
-    d->state = xstrndup(s, n);
+    d->state = s;
     d->state_ts = ts;
+}
+
+int cat_set_state(device *d, const char *s, size_t n, int64_t ts)
+{
+    if (ts < d->state_ts)
+        return BDB_OK;
+    char *c = xstrndup(s, n);
+    if (!c)
+        return BDB_ERR_NOMEM; /* the old state stays */
+    cat_state_take(d, c, ts);
+    return BDB_OK;
 }
 
 struct each_ctx {
@@ -295,7 +358,7 @@ static int cat_unwrap(const char *path, void **data, size_t *len)
         BDB_ERROR("catalog %s: bad image length", path);
         return BDB_ERR_CORRUPT;
     }
-    void *img = malloc(raw ? raw : 1);
+    void *img = bdb_malloc(raw ? raw : 1);
     if (!img)
         return BDB_ERR_NOMEM;
     size_t got = ZSTD_decompress(img, raw, p + 20, zlen);
@@ -345,14 +408,19 @@ int cat_load(bdb_db *db)
     db->wal_upto = bdb_dec_u64le(&d);
     db->next_seq = bdb_dec_u64le(&d);
     uint64_t n = bdb_dec_uvarint(&d);
-    for (uint64_t i = 0; i < n && !d.err; i++) {
+    int nomem = 0; /* out of memory: the open fails with BDB_ERR_NOMEM, not CORRUPT */
+    for (uint64_t i = 0; i < n && !d.err && !nomem; i++) {
         size_t tl, nl;
         const char *tn = bdb_dec_str(&d, &tl);
         const char *dn = bdb_dec_str(&d, &nl);
         if (d.err)
             break;
         tenant *t = cat_tenant(db, tn, tl, 1);
-        device *dv = cat_device(db, t, dn, nl, 1);
+        device *dv = t ? cat_device(db, t, dn, nl, 1) : NULL;
+        if (!dv) {
+            nomem = 1;
+            break;
+        }
         dv->first_ts = bdb_dec_varint(&d);
         dv->last_ts = bdb_dec_varint(&d);
         dv->samples = bdb_dec_uvarint(&d);
@@ -360,21 +428,25 @@ int cat_load(bdb_db *db)
             size_t sl;
             const char *s = bdb_dec_str(&d, &sl);
             int64_t sts = bdb_dec_varint(&d);
-            if (!d.err)
-                cat_set_state(dv, s, sl, sts);
+            if (!d.err && cat_set_state(dv, s, sl, sts) != BDB_OK)
+                nomem = 1;
         }
         uint64_t nt = bdb_dec_uvarint(&d);
         if (nt > 1u << 16) {
             d.err = 1;
             break;
         }
-        bdb_kv *tags = nt ? xalloc(nt * sizeof *tags) : NULL;
+        bdb_kv *tags = nt ? bdb_calloc(nt, sizeof *tags) : NULL;
+        if (nt && !tags) {
+            nomem = 1;
+            break;
+        }
         for (uint64_t k = 0; k < nt && !d.err; k++) {
             tags[k].key = bdb_dec_str(&d, &tags[k].klen);
             tags[k].val = bdb_dec_str(&d, &tags[k].vlen);
         }
-        if (!d.err)
-            cat_set_tags(dv, tags, (uint32_t)nt);
+        if (!d.err && cat_set_tags(dv, tags, (uint32_t)nt) != BDB_OK)
+            nomem = 1;
         free(tags);
         dv->pinned = bdb_dec_varint(&d);
         uint64_t nh = bdb_dec_uvarint(&d);
@@ -389,17 +461,25 @@ int cat_load(bdb_db *db)
                 d.err = 1;
                 break;
             }
-            bdb_bucket_history_push(&dv->hist, from, size);
+            if (bdb_bucket_history_push(&dv->hist, from, size) != BDB_OK)
+                nomem = 1;
         }
         uint64_t nm = bdb_dec_uvarint(&d);
-        for (uint64_t k = 0; k < nm && !d.err; k++) {
+        for (uint64_t k = 0; k < nm && !d.err && !nomem; k++) {
             size_t ml;
             const char *m = bdb_dec_str(&d, &ml);
-            if (!d.err)
-                cat_series(db, dv, m, ml, 1);
+            if (!d.err && !cat_series(db, dv, m, ml, 1))
+                nomem = 1;
         }
-        if (ver >= 2 && !d.err && db_hot_decode(dv, &d) != BDB_OK)
+        int hrc = ver >= 2 && !d.err && !nomem ? db_hot_decode(dv, &d) : BDB_OK;
+        if (hrc == BDB_ERR_NOMEM)
+            nomem = 1;
+        else if (hrc != BDB_OK)
             d.err = 1;
+    }
+    if (nomem) {
+        rc = BDB_ERR_NOMEM;
+        goto out;
     }
     if (d.err) {
         BDB_ERROR("catalog %s: truncated or malformed content", path);
@@ -413,6 +493,8 @@ out:
 
 void cat_free(bdb_db *db)
 {
+    if (!db->tenants) /* an open that ran out of memory */
+        return;
     size_t tp = 0, tk;
     const void *key;
     void *tv;

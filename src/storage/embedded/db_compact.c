@@ -20,6 +20,7 @@
  * list and both hold flush_mutex, so indexes into db->blocks stay valid here without
  * blocks_lock, which is taken only to publish a change. */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -79,11 +80,14 @@ static int block_tenants(blockent *e)
     size_t n = 0;
     int r = bdb_block_iter_next(&it, &k, NULL);
     while (r == 1) {
-        char **p = realloc(v, (n + 1) * sizeof *p);
-        char *name = malloc(k.tenant_len + 2);
-        if (!p || !name)
-            abort();
-        v = p;
+        char **p = bdb_realloc(v, (n + 1) * sizeof *p);
+        if (p)
+            v = p;
+        char *name = p ? bdb_malloc(k.tenant_len + 2) : NULL;
+        if (!name) {
+            r = BDB_ERR_NOMEM; /* freed below like a read error; nothing cached */
+            break;
+        }
         memcpy(name, k.tenant, k.tenant_len);
         name[k.tenant_len] = '\x01';
         name[k.tenant_len + 1] = 0;
@@ -99,7 +103,7 @@ static int block_tenants(blockent *e)
         free(v);
         return r;
     }
-    e->tenants = v ? v : calloc(1, sizeof *v); /* non-NULL marks "computed" */
+    e->tenants = v ? v : bdb_calloc(1, sizeof *v); /* non-NULL marks "computed" */
     e->ntenants = n;
     return BDB_OK;
 }
@@ -140,13 +144,19 @@ static int compact_blocks(bdb_db *db, blockent *in, size_t nb, int64_t now)
     const bdb_block_meta *m0 = bdb_block_get_meta(in[0].b);
     const int64_t wstart = m0->window_start, wend = m0->window_end;
     db_writers ws = {NULL, 0};
-    bdb_block_iter *its = calloc(nb, sizeof *its);
-    int *have = calloc(nb, sizeof *have);
-    bdb_series_key *keys = calloc(nb, sizeof *keys);
-    bdb_block_cursor *curs = calloc(nb, sizeof *curs);
-    bdb_block **gone = calloc(nb, sizeof *gone);
-    if (!its || !have || !keys || !curs || !gone)
-        abort();
+    bdb_block_iter *its = bdb_calloc(nb, sizeof *its);
+    int *have = bdb_calloc(nb, sizeof *have);
+    bdb_series_key *keys = bdb_calloc(nb, sizeof *keys);
+    bdb_block_cursor *curs = bdb_calloc(nb, sizeof *curs);
+    bdb_block **gone = bdb_calloc(nb, sizeof *gone);
+    if (!its || !have || !keys || !curs || !gone) {
+        free(its);
+        free(have);
+        free(keys);
+        free(curs);
+        free(gone);
+        return BDB_ERR_NOMEM; /* the inputs stay as they are */
+    }
     db_merger m;
     memset(&m, 0, sizeof m);
     int rc = BDB_OK;
@@ -174,9 +184,11 @@ static int compact_blocks(bdb_db *db, blockent *in, size_t nb, int64_t now)
         if (!tname || key.tenant_len != strlen(tname) ||
             memcmp(key.tenant, tname, key.tenant_len)) {
             free(tname);
-            tname = strndup(key.tenant, key.tenant_len);
-            if (!tname)
-                abort();
+            tname = bdb_strndup(key.tenant, key.tenant_len);
+            if (!tname) {
+                rc = BDB_ERR_NOMEM; /* the inputs stay; nothing is published */
+                break;
+            }
             ttl = db_tenant_ttl(db, tname);
         }
         const int expired = wend <= cutoff_for(now, ttl);
@@ -239,7 +251,12 @@ static int compact_blocks(bdb_db *db, blockent *in, size_t nb, int64_t now)
     if (rc != BDB_OK)
         return rc;
     for (size_t j = 0; j < nb; j++) {
-        bdb_vfs_unlink(db->vfs, in[j].path);
+        /* The rewritten block already holds everything: a leftover input is only
+         * disk space, and the next start drops or merges it; say so. */
+        int urc = bdb_vfs_unlink(db->vfs, in[j].path);
+        if (urc != BDB_OK)
+            BDB_WARN("compaction: cannot remove %s (%s); it stays on disk until the next start",
+                     in[j].path, bdb_strerror(urc));
         db_blockent_free(&in[j]);
     }
     bdb_vfs_sync_dir(db->vfs, db->blocks_dir);
@@ -268,7 +285,9 @@ static void drop_blocks(bdb_db *db, blockent *v, size_t n)
     for (size_t j = 0; j < n; j++) {
         BDB_INFO("retention: dropping %s (window ending %lld, every tenant in it expired)",
                  v[j].path, (long long)bdb_block_get_meta(v[j].b)->window_end);
-        bdb_vfs_unlink(db->vfs, v[j].path);
+        int urc = bdb_vfs_unlink(db->vfs, v[j].path);
+        if (urc != BDB_OK) /* unreadable already; the next start drops it again */
+            BDB_WARN("retention: cannot remove %s (%s)", v[j].path, bdb_strerror(urc));
         db_blockent_free(&v[j]);
         atomic_fetch_add(&db->retention_drops, 1);
     }
@@ -281,9 +300,12 @@ static void drop_blocks(bdb_db *db, blockent *v, size_t n)
 static int maintain_window(bdb_db *db, size_t a, size_t b, int64_t now)
 {
     size_t nb = b - a;
-    blockent *drop = malloc(nb * sizeof *drop), *keep = malloc(nb * sizeof *keep);
-    if (!drop || !keep)
-        abort();
+    blockent *drop = bdb_malloc(nb * sizeof *drop), *keep = bdb_malloc(nb * sizeof *keep);
+    if (!drop || !keep) {
+        free(drop);
+        free(keep);
+        return BDB_ERR_NOMEM; /* nothing judged, dropped or merged */
+    }
     size_t nd = 0, nk = 0;
     int need = 0;
     pthread_rwlock_wrlock(&db->blocks_lock); /* cls is read by bdb_db_get_stats */

@@ -17,6 +17,7 @@
  * the covered set, so chunks frozen by a retry after a failed flush are still read
  * from the head until the retry publishes them. */
 #include "storage/embedded/db_fleet.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -25,6 +26,7 @@
 #include "storage/embedded/db_fleet_int.h"
 #include "storage/embedded/db_int.h"
 #include "storage/embedded/db_tier.h"
+#include "storage/embedded/db_agg_sink.h" /* sink: fleet rows (db_agg_sink.c) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +94,7 @@ static int scan_one(void *ctx, const char *name)
         BDB_ERROR("cannot read fleet file %s: %s", path, bdb_strerror(rc));
         return 0;
     }
-    ffile *f = calloc(1, sizeof *f);
+    ffile *f = bdb_calloc(1, sizeof *f);
     if (!f)
         abort();
     const char *why = NULL;
@@ -204,20 +206,40 @@ int bdb_db_fleet_dirty(bdb_db *db, const char *tn, const char *mn, enum bdb_res 
     if (ri < 0)
         return BDB_ERR_INVALID;
     int64_t lo = bdb_align_down(from, bdb_res_width(res));
+    /* Windows with marks of the late path: a rewrite of a flushed time still in the head
+     * (or in the flush under way) is in a fleet file and in the head, counted twice,
+     * until its flush recomputes the window. Marks first: that flush records the window
+     * below before it forgets the mark, so no window slips between the two looks. */
+    int64_t *mk = NULL;
+    size_t nmk = 0;
+    int rc = from < to ? bdb_db_late_marked_windows(db, tn, res, from, to, &mk, &nmk) : BDB_OK;
+    if (rc != BDB_OK)
+        return rc;
     fstate *t = fleet_get(db);
     pthread_rwlock_rdlock(&t->lock);
-    for (size_t i = dirty_pos(t, tn, mn, ri, lo);
-         i < t->ndirty && dirty_cmp(&t->dirty[i], tn, mn, ri, to) < 0; i++) {
+    size_t i = dirty_pos(t, tn, mn, ri, lo), k = 0;
+    for (;;) { /* both sorted: merged, unique */
+        int rec = i < t->ndirty && dirty_cmp(&t->dirty[i], tn, mn, ri, to) < 0;
+        if (!rec && k == nmk)
+            break;
+        int64_t s;
+        if (rec && (k == nmk || t->dirty[i].start <= mk[k]))
+            s = t->dirty[i++].start;
+        else
+            s = mk[k++];
+        if (*n && (*starts)[*n - 1] == s)
+            continue;
         *starts = fl_xrealloc(*starts, (*n + 1) * sizeof **starts);
-        (*starts)[(*n)++] = t->dirty[i].start;
+        (*starts)[(*n)++] = s;
     }
     pthread_rwlock_unlock(&t->lock);
+    free(mk);
     return BDB_OK;
 }
 
 static fstate *state_new(bdb_db *db)
 {
-    fstate *t = calloc(1, sizeof *t);
+    fstate *t = bdb_calloc(1, sizeof *t);
     if (!t)
         abort();
     t->db = db;
@@ -313,6 +335,7 @@ struct gather {
     int64_t *ts;
     double *v;
     size_t tn, tcap;
+    int oom; /* a sample was dropped for lack of memory: gather_into fails */
 };
 
 static int samp_cmp(const void *a, const void *b)
@@ -349,7 +372,8 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
         if (c->hi <= lo || c->lo >= hi || (skip && covered(skip, c)))
             continue;
         g->tn = 0;
-        head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap);
+        if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
+            g->oom = 1;
         if (g->n + g->tn > g->cap) {
             g->cap = (g->n + g->tn) * 2;
             g->s = fl_xrealloc(g->s, g->cap * sizeof *g->s);
@@ -365,6 +389,11 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
  * (widths multiples of w). Empties the gather. Non-finite samples are skipped. */
 static int gather_into(struct gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
 {
+    if (g->oom) { /* never windows from part of the samples */
+        g->oom = 0;
+        g->n = 0;
+        return BDB_ERR_NOMEM;
+    }
     if (g->n > 1)
         qsort(g->s, g->n, sizeof *g->s, samp_cmp);
     int rc = BDB_OK;
@@ -413,7 +442,10 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
     fstate *t = fleet_get(db);
     int rc = BDB_OK;
     pthread_rwlock_rdlock(&t->lock);
-    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
+    int from_sink = t->sink_synced && agg_sink_fleet(db);
+    if (from_sink) /* sink: the flushed windows come from the sink (db_agg_sink.c) */
+        from_sink = agg_sink_read_fleet(db, tn, mn, res, lo, hi, out);
+    for (size_t i = 0; i < t->n && rc == BDB_OK && !from_sink; i++) {
         const ffile *f = t->files[i];
         if (f->ri != ri || f->end <= lo || f->start >= hi)
             continue;
@@ -518,10 +550,17 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
     fstate *t = fleet_get(db);
     if (rc != BDB_OK)
         return rc;
+    if (agg_sink_fleet(db)) { /* sink: the files answer until this flush's rows are put */
+        pthread_rwlock_wrlock(&t->lock);
+        t->sink_synced = 0;
+        pthread_rwlock_unlock(&t->lock);
+    }
     if (t->npend && t->covered_at == atomic_load(&db->flushes))
         withdraw(t);
     t->npend = 0;
     bdb_map *accs = bdb_map_new();
+    if (!accs)
+        rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
     struct gather g;
     memset(&g, 0, sizeof g);
     const hchunk **cov = NULL;
@@ -547,26 +586,34 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
         size_t kl = tl + 1 + s->mlen;
         struct acc *a = bdb_map_get(accs, key, kl);
         if (!a) {
-            a = calloc(1, sizeof *a);
-            if (!a)
-                abort();
+            a = bdb_calloc(1, sizeof *a);
+            if (!a) {
+                rc = BDB_ERR_NOMEM;
+                break;
+            }
             a->tenant = fl_strndup(tn, tl);
             a->metric = fl_strndup(s->metric, s->mlen);
             for (int ri = 0; ri < NRES; ri++)
                 bdb_fleet_init(&a->f[ri], bdb_res_width(res_of(ri)));
-            bdb_map_put(accs, key, kl, a);
+            if (bdb_map_set(accs, key, kl, a) != BDB_OK) {
+                free(a->tenant);
+                free(a->metric);
+                free(a);
+                rc = BDB_ERR_NOMEM;
+                break;
+            }
         }
         gather_list(&g, s->frozen, INT64_MIN, INT64_MAX, 0, NULL);
         /* hours of this device, added to its hour and its day */
         rc = gather_into(&g, bdb_res_width(BDB_RES_1H), s->dev->name, a->f, NRES);
     }
     gather_free(&g);
-    size_t na = bdb_map_count(accs), k = 0;
+    size_t na = accs ? bdb_map_count(accs) : 0, k = 0;
     struct acc **av = fl_xrealloc(NULL, (na + 1) * sizeof *av);
     size_t pos = 0, kl;
     const void *kp;
     void *val;
-    while (bdb_map_next(accs, &pos, &kp, &kl, &val))
+    while (accs && bdb_map_next(accs, &pos, &kp, &kl, &val))
         av[k++] = val;
     bdb_map_free(accs);
     if (na > 1)
@@ -627,6 +674,8 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
     for (size_t i = 0; i < nb; i++)
         bdb_buf_free(&bs[i].body);
     free(bs);
+    if (rc == BDB_OK && agg_sink_fleet(db)) /* sink: complete windows before publishing */
+        rc = agg_sink_put_fleet(db, t, out, done);
     if (rc != BDB_OK) {
         for (size_t i = 0; i < done; i++) {
             bdb_vfs_unlink(db->vfs, out[i]->path);
@@ -647,6 +696,7 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
     t->cov = cov;
     t->ncov = ncov;
     t->covered_at = atomic_load(&db->flushes);
+    t->sink_synced = 1; /* sink: every window of the published files was put */
     pthread_rwlock_unlock(&t->lock);
     free(t->pend);
     t->pend = seqs;
@@ -683,7 +733,7 @@ static void drop_files(fstate *t, ffile **v, size_t n, const char *why, _Atomic 
 static int compact(fstate *t, ffile **in, size_t nin)
 {
     uint64_t *seqs = fl_xrealloc(NULL, nin * sizeof *seqs);
-    size_t *pos = calloc(nin, sizeof *pos);
+    size_t *pos = bdb_calloc(nin, sizeof *pos);
     if (!pos)
         abort();
     uint64_t upto = 0;

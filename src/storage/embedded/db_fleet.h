@@ -41,11 +41,15 @@ int bdb_db_fleet_read(bdb_db *db, const char *tenant, const char *metric, enum b
  * window of that start holds a stale partial of the device (a rewritten reading counted
  * twice, say). bdb_db_fleet_attach registers the tiers' recompute hook, which records
  * such windows in <data>/fleet/dirty (durably, inside the flush that recomputes them);
- * bdb_db_fleet_dirty lists the recorded starts in [align_down(from), to), which a reader
- * answers from the device tiers instead (bdb_query_fleet_tables in query/fleetq.h).
+ * bdb_db_fleet_dirty lists the recorded starts in [align_down(from), to), plus the
+ * windows the late path has marked and not recomputed yet (a rewrite of a flushed time
+ * still in the head is in a fleet file and in the head: bdb_db_late_marked_windows),
+ * which a reader answers from the device tiers instead (bdb_query_fleet_tables in
+ * query/fleetq.h).
  * Call attach once after open, not from inside a flush (the server does). */
 void bdb_db_fleet_attach(bdb_db *db);
-/* *starts is malloc'd (free it), sorted. Errors: BDB_ERR_INVALID (res). */
+/* *starts is malloc'd (free it), sorted, unique. Errors: BDB_ERR_INVALID (res),
+ * BDB_ERR_NOMEM. */
 int bdb_db_fleet_dirty(bdb_db *db, const char *tenant, const char *metric, enum bdb_res res,
                        int64_t from, int64_t to, int64_t **starts, size_t *n);
 

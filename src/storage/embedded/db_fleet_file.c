@@ -1,6 +1,7 @@
 /* db_fleet_file: the fleet file format and the recomputed-window list (see
  * db_fleet_int.h; layouts in docs/AGGREGATION.md#fleet-aggregates). */
 #include "storage/embedded/db_fleet_int.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -14,7 +15,7 @@
 
 void *fl_xrealloc(void *p, size_t n)
 {
-    p = realloc(p, n ? n : 1);
+    p = bdb_realloc(p, n ? n : 1);
     if (!p)
         abort();
     return p;
@@ -248,7 +249,7 @@ int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, cons
     int rc = bdb_vfs_write_atomic(t->db->vfs, t->sub[ri], name, b.data, b.len);
     ffile *f = NULL;
     if (rc == BDB_OK) {
-        f = calloc(1, sizeof *f);
+        f = bdb_calloc(1, sizeof *f);
         if (!f)
             abort();
         const char *why;

@@ -68,6 +68,7 @@ typedef struct fstate {
     fdirty *dirty; /* sorted by (tenant, metric, ri, start); under lock */
     size_t ndirty;
     _Atomic uint64_t written, compacted, dropped, quarantined, discarded, withdrawn;
+    int sink_synced; /* sink: reads may use the sink (db_agg_sink.h); under lock */
 } fstate;
 
 /* Allocation failure aborts (as bdb_buf does). */

@@ -12,12 +12,14 @@
  * samples that are also in the new blocks; reads resolve such duplicates (same series
  * and time) to one sample, so nothing is lost or doubled. */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 #include "storage/embedded/db_latest.h" /* state: db_latest_save */
 #include "storage/sink.h"               /* sink: flush through db->o.sink */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "storage/embedded/db_state_sink.h" /* sink: state, registry, counts */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -29,11 +31,14 @@ void db_merger_stage(db_merger *m, int64_t ts, double v)
 {
     if (m->tn == m->tcap) {
         size_t cap = m->tcap ? m->tcap * 2 : 256;
-        int64_t *nt = realloc(m->ts, cap * sizeof *nt);
-        double *nv = realloc(m->v, cap * sizeof *nv);
-        if (!nt || !nv)
-            abort();
-        m->ts = nt;
+        int64_t *nt = bdb_realloc(m->ts, cap * sizeof *nt);
+        if (nt)
+            m->ts = nt;
+        double *nv = nt ? bdb_realloc(m->v, cap * sizeof *nv) : NULL;
+        if (!nv) { /* the sample is dropped and emit fails the flush (alloc.h) */
+            m->oom = 1;
+            return;
+        }
         m->v = nv;
         m->tcap = cap;
     }
@@ -54,9 +59,12 @@ void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket)
 {
     if (m->n + m->tn > m->cap) {
         size_t cap = (m->n + m->tn) * 2;
-        struct db_tagged *p = realloc(m->t, cap * sizeof *p);
-        if (!p)
-            abort();
+        struct db_tagged *p = bdb_realloc(m->t, cap * sizeof *p);
+        if (!p) {
+            m->oom = 1;
+            m->tn = 0;
+            return;
+        }
         m->t = p;
         m->cap = cap;
     }
@@ -79,6 +87,12 @@ static int tagged_cmp(const void *a, const void *b)
  * samples, one partition per chunk. */
 int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max)
 {
+    m->enc.checked = 1;
+    if (m->oom) {
+        m->oom = 0;
+        m->n = m->tn = 0;
+        return BDB_ERR_NOMEM;
+    }
     if (m->n > 1)
         qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
     size_t k = 0;
@@ -97,10 +111,19 @@ int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key,
             db_merger_stage(m, m->t[j].ts, m->t[j].v);
             j++;
         }
+        if (m->oom) {
+            m->oom = 0;
+            rc = BDB_ERR_NOMEM;
+            break;
+        }
         bdb_buf_reset(&m->enc);
         rc = bdb_chunk_encode(m->ts, m->v, m->tn, &m->enc);
-        if (rc != BDB_OK)
+        if (rc == BDB_OK && m->enc.oom)
+            rc = BDB_ERR_NOMEM;
+        if (rc != BDB_OK) {
+            m->enc.oom = 0;
             break;
+        }
         bdb_chunk_ref c = {.bucket_start = m->t[i].bucket,
                            .min_ts = m->ts[0],
                            .max_ts = m->ts[m->tn - 1],
@@ -129,18 +152,40 @@ static int block_cmp(const void *a, const void *b)
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* Caller holds blocks_lock exclusively (or is single-threaded at open). */
-void db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls)
+/* Room for n more entries in the block list (flush_mutex held): BDB_OK or
+ * BDB_ERR_NOMEM. Growing needs blocks_lock: readers hold the array. */
+int db_blocks_reserve(bdb_db *db, size_t n)
+{
+    if (db->cap_blocks - db->nblocks >= n)
+        return BDB_OK;
+    size_t cap = db->cap_blocks ? db->cap_blocks * 2 : 16;
+    while (cap - db->nblocks < n)
+        cap *= 2;
+    pthread_rwlock_wrlock(&db->blocks_lock);
+    blockent *p = bdb_realloc(db->blocks, cap * sizeof *p);
+    if (p) {
+        db->blocks = p;
+        db->cap_blocks = cap;
+    }
+    pthread_rwlock_unlock(&db->blocks_lock);
+    return p ? BDB_OK : BDB_ERR_NOMEM;
+}
+
+/* Caller holds blocks_lock exclusively (or is single-threaded at open) and made room
+ * with db_blocks_reserve, or is opening (then out of memory is BDB_ERR_NOMEM). */
+int db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls)
 {
     if (db->nblocks == db->cap_blocks) {
-        db->cap_blocks = db->cap_blocks ? db->cap_blocks * 2 : 16;
-        blockent *p = realloc(db->blocks, db->cap_blocks * sizeof *p);
+        size_t cap = db->cap_blocks ? db->cap_blocks * 2 : 16;
+        blockent *p = bdb_realloc(db->blocks, cap * sizeof *p);
         if (!p)
-            abort();
+            return BDB_ERR_NOMEM;
         db->blocks = p;
+        db->cap_blocks = cap;
     }
     db->blocks[db->nblocks++] = (blockent){b, path, NULL, 0, cls};
     qsort(db->blocks, db->nblocks, sizeof *db->blocks, block_cmp);
+    return BDB_OK;
 }
 
 struct load_ctx {
@@ -188,7 +233,13 @@ static int load_one(void *ctx, const char *name)
     }
     if (bdb_block_get_meta(b)->seq >= db->next_seq)
         db->next_seq = bdb_block_get_meta(b)->seq + 1;
-    db_blocks_add(db, b, strdup(path), DB_CLS_UNKNOWN);
+    char *p = bdb_strdup(path);
+    if (!p || db_blocks_add(db, b, p, DB_CLS_UNKNOWN) != BDB_OK) {
+        free(p);
+        bdb_block_close(b);
+        lc->rc = BDB_ERR_NOMEM;
+        return 1;
+    }
     return 0;
 }
 
@@ -222,9 +273,9 @@ int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int6
             *out = ws->v[i].w;
             return BDB_OK;
         }
-    struct db_wwin *p = realloc(ws->v, (ws->n + 1) * sizeof *p);
+    struct db_wwin *p = bdb_realloc(ws->v, (ws->n + 1) * sizeof *p);
     if (!p)
-        abort();
+        return BDB_ERR_NOMEM;
     ws->v = p;
     struct db_wwin *x = &ws->v[ws->n];
     x->start = wstart;
@@ -241,11 +292,14 @@ int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int6
 
 int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone)
 {
-    bdb_block **opened = calloc(ws->n + 1, sizeof *opened);
-    char **paths = calloc(ws->n + 1, sizeof *paths);
-    int64_t *cls = calloc(ws->n + 1, sizeof *cls);
-    if (!opened || !paths || !cls)
-        abort();
+    bdb_block **opened = bdb_calloc(ws->n + 1, sizeof *opened);
+    char **paths = bdb_calloc(ws->n + 1, sizeof *paths);
+    int64_t *cls = bdb_calloc(ws->n + 1, sizeof *cls);
+    if ((!opened || !paths || !cls) && rc == BDB_OK)
+        rc = BDB_ERR_NOMEM; /* every writer is aborted below, nothing published */
+    /* The block list grows before any block is published, so publishing cannot fail. */
+    if (rc == BDB_OK && db_blocks_reserve(db, ws->n) != BDB_OK)
+        rc = BDB_ERR_NOMEM;
     size_t nopen = 0;
     for (size_t i = 0; i < ws->n; i++) {
         if (rc != BDB_OK) {
@@ -261,7 +315,14 @@ int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone
         rc = bdb_block_open(db->vfs, path, &opened[nopen]);
         if (rc == BDB_OK) {
             cls[nopen] = ws->v[i].cls;
-            paths[nopen++] = strdup(path);
+            paths[nopen] = bdb_strdup(path);
+            if (!paths[nopen]) {
+                bdb_block_close(opened[nopen]);
+                bdb_vfs_unlink(db->vfs, path);
+                rc = BDB_ERR_NOMEM;
+                continue;
+            }
+            nopen++;
         }
     }
     if (rc == BDB_OK) {
@@ -302,6 +363,7 @@ struct freeze_ctx {
     bdb_db *db;
     series **v;
     size_t n, cap;
+    int oom;
 };
 
 static void freeze_device(void *ctx, device *d)
@@ -322,11 +384,16 @@ static void freeze_device(void *ctx, device *d)
             s->active = NULL;
         }
         if (f->n == f->cap) {
-            f->cap = f->cap ? f->cap * 2 : 1024;
-            series **p = realloc(f->v, f->cap * sizeof *p);
-            if (!p)
-                abort();
+            size_t cap = f->cap ? f->cap * 2 : 1024;
+            series **p = bdb_realloc(f->v, cap * sizeof *p);
+            if (!p) {
+                /* frozen but not in the list: this flush must fail as a whole, so the
+                 * WAL keeps it; the next flush freezes it again */
+                f->oom = 1;
+                continue;
+            }
             f->v = p;
+            f->cap = cap;
         }
         f->v[f->n++] = s;
     }
@@ -358,9 +425,9 @@ static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int
     size_t nc = 0;
     for (hchunk *c = s->frozen; c; c = c->next)
         nc++;
-    hchunk **arr = malloc(nc * sizeof *arr);
+    hchunk **arr = bdb_malloc((nc ? nc : 1) * sizeof *arr);
     if (!arr)
-        abort();
+        return BDB_ERR_NOMEM;
     size_t i = nc;
     for (hchunk *c = s->frozen; c; c = c->next)
         arr[--i] = c; /* oldest first */
@@ -383,7 +450,9 @@ static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int
     for (size_t a = 0; a < nc && rc == BDB_OK;) {
         size_t b = a;
         while (b < nc && arr[b]->lo == arr[a]->lo) {
-            head_chunk_samples(arr[b], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap);
+            if (head_chunk_samples(arr[b], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap) !=
+                BDB_OK)
+                m->oom = 1; /* emit fails */
             db_merger_add(m, (uint64_t)b + 1, arr[b]->bucket_start);
             b++;
         }
@@ -408,26 +477,29 @@ int db_flush(bdb_db *db)
     int64_t t0 = bdb_monotonic_ms();
     struct freeze_ctx f = {db, NULL, 0, 0};
     bdb_buf cat;
-    bdb_buf_init(&cat);
+    bdb_buf_init_checked(&cat);
     uint64_t sealed = 0;
 
     pthread_rwlock_wrlock(&db->flush_lock);
     int rc = bdb_wal_cut(db->wal, &sealed);
     if (rc != BDB_OK) {
         pthread_rwlock_unlock(&db->flush_lock);
-        db_set_readonly(db, rc, "WAL segment cut");
+        if (rc != BDB_ERR_NOMEM) /* out of memory: nothing changed, the next flush retries */
+            db_set_readonly(db, rc, "WAL segment cut");
         pthread_mutex_unlock(&db->flush_mutex);
         return rc;
     }
     pthread_rwlock_rdlock(&db->cat_lock);
     cat_each_device(db, freeze_device, &f);
-    db_late_freeze(db); /* late: dirty minutes and frozen times (db_tier_late.c) */
+    int lrc = db_late_freeze(db); /* late: dirty minutes and frozen times (db_tier_late.c) */
     uint64_t old_upto = db->wal_upto;
     db->wal_upto = sealed;
     cat_encode(db, &cat);
     db->wal_upto = old_upto;
     pthread_rwlock_unlock(&db->cat_lock);
     pthread_rwlock_unlock(&db->flush_lock);
+    if (f.oom || cat.oom || lrc != BDB_OK) /* out of memory: fails below, all kept */
+        rc = BDB_ERR_NOMEM;
 
     if (f.n > 1) /* f.v is NULL when nothing was frozen: qsort(NULL) is UB */
         qsort(f.v, f.n, sizeof *f.v, series_cmp);
@@ -446,6 +518,8 @@ int db_flush(bdb_db *db)
         rc = db->o.sink ? db_sink_flush_series(db, f.v[i], &m, cls) /* sink: db_sink.c */
                         : flush_series(db, f.v[i], &ws, &m, cls);
     }
+    uint64_t ss_round; /* sink: state, registry, counts (db_state_sink.c) */
+    rc = db_ss_flush(db, rc, &ss_round);
     if (db->o.sink) { /* sink: every put confirmed before the head and WAL let go */
         int crc = db->o.sink->ops->commit(db->o.sink);
         if (rc == BDB_OK)
@@ -464,6 +538,7 @@ int db_flush(bdb_db *db)
         BDB_ERROR("flush failed: %s (%s); will retry", bdb_strerror(rc), strerror(errno));
         goto out;
     }
+    db_ss_sent(db, ss_round); /* sink: those state changes are confirmed */
     rc = cat_save(db, &cat);
     if (rc != BDB_OK) {
         BDB_ERROR("catalog save failed: %s; WAL segments kept", bdb_strerror(rc));

@@ -9,11 +9,13 @@
  *   varint promo_cap | uvarint nsubs (varint from | uvarint n)* |
  *   uvarint npc (varint minute - previous minute | uvarint events)* */
 #include "storage/embedded/db_hot.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_state_sink.h" /* sink: renamed readers */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,7 @@
 
 static void *xrealloc(void *p, size_t n)
 {
-    void *q = realloc(p, n ? n : 1);
+    void *q = bdb_realloc(p, n ? n : 1);
     if (!q) {
         fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
         abort();
@@ -95,8 +97,14 @@ static void pcount_add(dev_hot *h, int32_t minute)
         lo--;
     }
     if (h->npc == h->cap_pc) {
-        h->cap_pc = h->cap_pc ? h->cap_pc * 2 : 4;
-        h->pc = xrealloc(h->pc, h->cap_pc * sizeof *h->pc);
+        /* Out of memory loses this one count of a statistic (telemetry_by_tenant,
+         * promotion), never a sample: the write goes on (alloc.h). */
+        uint32_t cap = h->cap_pc ? h->cap_pc * 2 : 4;
+        struct db_pcount *p = bdb_realloc(h->pc, cap * sizeof *h->pc);
+        if (!p)
+            return;
+        h->pc = p;
+        h->cap_pc = cap;
     }
     memmove(h->pc + lo + 1, h->pc + lo, (h->npc - lo) * sizeof *h->pc);
     h->pc[lo] = (struct db_pcount){minute, 1};
@@ -204,7 +212,9 @@ static int get_subs(bdb_dec *dec, int64_t *cap, struct db_subent **subs, uint32_
     *n = 0;
     if (dec->err || ns > SUBS_MAX || (*cap != 0 && !strcmp(bdb_bucket_name(*cap), "?")))
         return BDB_ERR_CORRUPT;
-    struct db_subent *v = ns ? xrealloc(NULL, ns * sizeof *v) : NULL;
+    struct db_subent *v = ns ? bdb_malloc(ns * sizeof *v) : NULL;
+    if (ns && !v)
+        return BDB_ERR_NOMEM;
     for (uint64_t i = 0; i < ns; i++) {
         v[i].from_ms = bdb_dec_varint(dec);
         uint64_t k = bdb_dec_uvarint(dec);
@@ -237,8 +247,9 @@ int db_hot_decode(device *d, bdb_dec *dec)
     int64_t cap;
     struct db_subent *subs;
     uint32_t ns;
-    if (get_subs(dec, &cap, &subs, &ns) != BDB_OK)
-        return BDB_ERR_CORRUPT;
+    int rc = get_subs(dec, &cap, &subs, &ns);
+    if (rc != BDB_OK)
+        return rc;
     db_hot_free(d);
     d->hs.promo_cap = cap;
     d->hs.subs = subs;
@@ -246,7 +257,9 @@ int db_hot_decode(device *d, bdb_dec *dec)
     uint64_t npc = bdb_dec_uvarint(dec);
     if (dec->err || npc > PCOUNT_MAX || npc > bdb_dec_left(dec))
         return BDB_ERR_CORRUPT;
-    d->hs.pc = npc ? xrealloc(NULL, npc * sizeof *d->hs.pc) : NULL;
+    d->hs.pc = npc ? bdb_malloc(npc * sizeof *d->hs.pc) : NULL;
+    if (npc && !d->hs.pc)
+        return BDB_ERR_NOMEM; /* the open fails (alloc.h) */
     d->hs.cap_pc = (uint32_t)npc;
     int64_t prev = 0;
     for (uint64_t i = 0; i < npc; i++) {
@@ -277,9 +290,16 @@ int db_hot_apply_record(bdb_db *db, bdb_dec *dec)
     int64_t cap;
     struct db_subent *subs;
     uint32_t ns;
-    if (dec->err || get_subs(dec, &cap, &subs, &ns) != BDB_OK)
+    if (dec->err)
         return BDB_ERR_CORRUPT;
+    int rc = get_subs(dec, &cap, &subs, &ns);
+    if (rc != BDB_OK) /* NOMEM fails the replay (the open); CORRUPT skips the record */
+        return rc;
     device *d = db_get_device(db, tn, tl, dn, dl);
+    if (!d) {
+        free(subs);
+        return BDB_ERR_NOMEM;
+    }
     pthread_mutex_lock(dev_lock(db, d));
     free(d->hs.subs);
     d->hs.subs = subs;
@@ -316,6 +336,8 @@ int bdb_db_set_subbuckets(bdb_db *db, const char *tn, const char *dn, uint32_t n
     if (atomic_load(&db->readonly))
         return BDB_ERR_READONLY;
     device *d = db_get_device(db, tn, strlen(tn), dn, strlen(dn));
+    if (!d)
+        return BDB_ERR_NOMEM;
     bdb_buf rec;
     bdb_buf_init(&rec);
     uint64_t lsn = 0;
@@ -394,8 +416,8 @@ void bdb_db_hot_stats(bdb_db *db, bdb_hot_engine_stats *st)
 
 /* ---------------------------------------------------------------- telemetry_by_tenant */
 
-int bdb_db_telemetry_by_tenant(bdb_db *db, const char *tn, int64_t from, int64_t to,
-                               int (*cb)(void *ctx, const bdb_tbt_row *r), void *ctx)
+int db_hot_tbt_local(bdb_db *db, const char *tn, int64_t from, int64_t to,
+                     int (*cb)(void *ctx, const bdb_tbt_row *r), void *ctx)
 {
     /* Rows are copied under the stripe and handed out after it is released. cat_lock
      * stays shared throughout (the callback must not write to the engine): it keeps

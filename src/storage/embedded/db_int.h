@@ -163,19 +163,32 @@ struct bdb_db {
 
 /* head.c */
 int head_append(bdb_db *db, series *s, int64_t ts, double v);
+/* Makes the room n appends at ts need (the chunk, its continuation, bytes or the
+ * side list), so that head_append after the WAL append cannot run out of memory:
+ * BDB_OK or BDB_ERR_NOMEM (only empty chunks were added). Stripe lock held. */
+int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n);
 void head_free_chunks(bdb_db *db, hchunk *c);
 /* Decodes the samples of chunk c inside [lo, hi) (ooo merged, later write wins),
- * appending ts/v pairs in time order. */
-void head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v,
-                        size_t *n, size_t *cap);
+ * appending ts/v pairs in time order. BDB_OK, or BDB_ERR_NOMEM with only part of them
+ * appended: the caller must fail, never use a partial list. */
+int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v, size_t *n,
+                       size_t *cap);
 
-/* db_catalog.c */
+/* db_catalog.c. With create set, cat_tenant/cat_device/cat_series return NULL when
+ * out of memory, having added nothing. cat_set_tags/cat_set_state return BDB_OK or
+ * BDB_ERR_NOMEM (the old value kept); the write path copies first (cat_tags_copy,
+ * a strdup) before its WAL append and hands the copies over after it (cat_*_take),
+ * which cannot fail. */
 tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create);
 device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int create);
 series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create);
-void cat_set_tags(device *d, const bdb_kv *tags, uint32_t n);
+int cat_set_tags(device *d, const bdb_kv *tags, uint32_t n);
+int cat_tags_copy(const bdb_kv *tags, uint32_t n, bdb_kv **out);
+void cat_tags_free(bdb_kv *v, uint32_t n);
+void cat_tags_take(device *d, bdb_kv *tags, uint32_t n); /* takes ownership */
 int cat_tags_equal(const device *d, const bdb_kv *tags, uint32_t n);
-void cat_set_state(device *d, const char *s, size_t n, int64_t ts);
+int cat_set_state(device *d, const char *s, size_t n, int64_t ts);
+void cat_state_take(device *d, char *s, int64_t ts); /* takes ownership */
 void cat_encode(bdb_db *db, bdb_buf *out);
 int cat_load(bdb_db *db);
 int cat_save(bdb_db *db, const bdb_buf *enc);
@@ -202,6 +215,7 @@ typedef struct db_merger {
     double *v;
     size_t tn, tcap;
     bdb_buf enc;
+    int oom; /* a stage or add ran out of memory: emit fails with BDB_ERR_NOMEM */
 } db_merger;
 void db_merger_free(db_merger *m);
 /* Appends one sample to the staging arrays (ts/v/tn). */
@@ -229,7 +243,8 @@ int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int6
  * rest and publishes nothing. */
 int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone);
 /* Caller holds blocks_lock exclusively (or is single-threaded at open). */
-void db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
+int db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
+int db_blocks_reserve(bdb_db *db, size_t n);
 
 int db_flush(bdb_db *db);
 /* db_sink.c: flush and read through db->o.sink (storage/sink.h) */

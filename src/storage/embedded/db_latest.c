@@ -22,6 +22,8 @@
  * (BDB_ERR_CORRUPT) rather than silently rebuilt: moving it away rebuilds the states
  * from the catalog and the metric values from the WAL that is left. */
 #include "storage/embedded/db_latest.h"
+#include "storage/embedded/db_state_sink.h" /* sink: renamed readers, walker */
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -58,6 +60,8 @@ typedef struct lt_dev {
     int64_t event_ts;
     lt_metric *m; /* sorted by metric name */
     uint32_t nm, cap;
+    uint64_t gen;     /* sink: round of the last change (db_state_sink.c) */
+    int64_t dirty_lo; /* sink: oldest report time applied since the last sent round */
 } lt_dev;
 
 typedef struct lt_state {
@@ -85,14 +89,14 @@ struct db_latest {
     pthread_mutex_t mu; /* tenants */
     bdb_map *tenants;   /* tenant name -> lt_tenant */
     _Atomic uint64_t bytes;
+    _Atomic uint64_t round, sent; /* sink: changes since round `sent` are not sent yet */
 };
 
+/* NULL when out of memory: every caller fails with BDB_ERR_NOMEM, having changed
+ * nothing (alloc.h). */
 static void *xcalloc(size_t n, size_t size)
 {
-    void *p = calloc(n ? n : 1, size);
-    if (!p)
-        abort();
-    return p;
+    return bdb_calloc(n ? n : 1, size);
 }
 
 static void account(struct db_latest *L, int64_t delta)
@@ -202,10 +206,21 @@ static lt_tenant *tenant_get(struct db_latest *L, const char *name, int create)
     lt_tenant *t = bdb_map_get(L->tenants, name, n);
     if (!t && create) {
         t = xcalloc(1, sizeof *t);
-        pthread_mutex_init(&t->mu, NULL);
-        t->states = bdb_map_new();
-        bdb_map_put(L->tenants, name, n, t);
-        account(L, (int64_t)(sizeof *t + n + 64));
+        if (t && !(t->states = bdb_map_new())) {
+            free(t);
+            t = NULL;
+        }
+        if (t) {
+            pthread_mutex_init(&t->mu, NULL);
+            if (bdb_map_set(L->tenants, name, n, t) != BDB_OK) {
+                pthread_mutex_destroy(&t->mu);
+                bdb_map_free(t->states);
+                free(t);
+                t = NULL;
+            } else {
+                account(L, (int64_t)(sizeof *t + n + 64));
+            }
+        }
     }
     pthread_mutex_unlock(&L->mu);
     return t;
@@ -227,11 +242,13 @@ static lt_dev *table_find(const lt_table *tb, const device *d)
     }
 }
 
-static void table_put(struct db_latest *L, lt_table *tb, lt_dev *e)
+static int table_put(struct db_latest *L, lt_table *tb, lt_dev *e)
 {
     if ((uint64_t)(tb->n + 1) * 4 > (uint64_t)tb->cap * 3) {
         uint32_t ncap = tb->cap ? tb->cap * 2 : 16;
         lt_dev **ns = xcalloc(ncap, sizeof *ns);
+        if (!ns)
+            return BDB_ERR_NOMEM;
         for (uint32_t k = 0; k < tb->cap; k++) {
             lt_dev *x = tb->slot[k];
             if (!x)
@@ -251,6 +268,7 @@ static void table_put(struct db_latest *L, lt_table *tb, lt_dev *e)
         i = (i + 1) & (tb->cap - 1);
     tb->slot[i] = e;
     tb->n++;
+    return BDB_OK;
 }
 
 /* Caller holds d's stripe lock. */
@@ -261,11 +279,16 @@ static lt_dev *entry(struct db_latest *L, device *d, int create)
     if (e || !create)
         return e;
     e = xcalloc(1, sizeof *e);
+    if (!e)
+        return NULL;
     e->dev = d;
     e->t = tenant_get(L, d->tenant->name, 1);
     e->event_ts = INT64_MIN;
     atomic_init(&e->state_ts, INT64_MIN);
-    table_put(L, tb, e);
+    if (!e->t || table_put(L, tb, e) != BDB_OK) {
+        free(e);
+        return NULL;
+    }
     account(L, sizeof *e);
     pthread_mutex_lock(&e->t->mu);
     e->t->ndev++;
@@ -294,7 +317,7 @@ static uint32_t metric_pos(const lt_dev *e, const char *name, size_t nlen, int *
     return lo;
 }
 
-static void metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double v)
+static int metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double v)
 {
     int found;
     uint32_t i = metric_pos(e, s->metric, s->mlen, &found);
@@ -303,13 +326,13 @@ static void metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, do
             e->m[i].ts = ts;
             e->m[i].v = v;
         }
-        return;
+        return BDB_OK;
     }
     if (e->nm == e->cap) {
         uint32_t ncap = e->cap ? e->cap * 2 : 2;
-        lt_metric *nmv = realloc(e->m, ncap * sizeof *nmv);
+        lt_metric *nmv = bdb_realloc(e->m, ncap * sizeof *nmv);
         if (!nmv)
-            abort();
+            return BDB_ERR_NOMEM;
         account(L, ((int64_t)ncap - (int64_t)e->cap) * (int64_t)sizeof *nmv);
         e->m = nmv;
         e->cap = ncap;
@@ -317,14 +340,30 @@ static void metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, do
     memmove(e->m + i + 1, e->m + i, (e->nm - i) * sizeof *e->m);
     e->m[i] = (lt_metric){s, ts, v};
     e->nm++;
+    return BDB_OK;
 }
 
 /* Moves e into state (name, n), creating the set if needed; an emptied set is
  * dropped so that the states a tenant ever used do not accumulate. */
-static void state_move(struct db_latest *L, lt_dev *e, const char *name, size_t n)
+static int state_move(struct db_latest *L, lt_dev *e, const char *name, size_t n)
 {
     lt_tenant *t = e->t;
     pthread_mutex_lock(&t->mu);
+    /* The new set first: out of memory then leaves e in its old state. */
+    lt_state *st = bdb_map_get(t->states, name, n);
+    if (!st) {
+        st = xcalloc(1, sizeof *st);
+        char *nm = st ? xcalloc(n + 1, 1) : NULL;
+        if (!nm || (memcpy(nm, name, n), bdb_map_set(t->states, name, n, st)) != BDB_OK) {
+            free(nm);
+            free(st);
+            pthread_mutex_unlock(&t->mu);
+            return BDB_ERR_NOMEM;
+        }
+        st->name = nm;
+        st->nlen = n;
+        account(L, (int64_t)(sizeof *st + n + 1 + 32));
+    }
     lt_state *old = e->st;
     if (old) {
         old->root = tr_remove(old->root, e);
@@ -335,40 +374,40 @@ static void state_move(struct db_latest *L, lt_dev *e, const char *name, size_t 
             free(old);
         }
     }
-    lt_state *st = bdb_map_get(t->states, name, n);
-    if (!st) {
-        st = xcalloc(1, sizeof *st);
-        st->name = xcalloc(n + 1, 1);
-        memcpy(st->name, name, n);
-        st->nlen = n;
-        bdb_map_put(t->states, name, n, st);
-        account(L, (int64_t)(sizeof *st + n + 1 + 32));
-    }
     st->root = tr_insert(st->root, e);
     st->count++;
     e->st = st;
     pthread_mutex_unlock(&t->mu);
+    return BDB_OK;
 }
 
-static void apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t slen, int64_t ts)
+static int apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t slen, int64_t ts)
 {
     if (ts < atomic_load_explicit(&e->state_ts, memory_order_relaxed))
-        return;
+        return BDB_OK;
     /* Most state reports repeat the current state: no tenant lock for those. */
-    if (!e->st || e->st->nlen != slen || memcmp(e->st->name, state, slen) != 0)
-        state_move(L, e, state, slen);
+    if ((!e->st || e->st->nlen != slen || memcmp(e->st->name, state, slen) != 0) &&
+        state_move(L, e, state, slen) != BDB_OK)
+        return BDB_ERR_NOMEM;
     atomic_store_explicit(&e->state_ts, ts, memory_order_relaxed);
+    return BDB_OK;
 }
 
-void db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
-                     const char *const *names, const size_t *nlens, const double *vals, uint32_t nm)
+int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
+                    const char *const *names, const size_t *nlens, const double *vals, uint32_t nm)
 {
     struct db_latest *L = db->latest;
     if (!L)
-        return;
+        return BDB_OK;
     lt_dev *e = entry(L, d, 1);
+    if (!e)
+        return BDB_ERR_NOMEM;
     if (ts > e->event_ts)
         e->event_ts = ts;
+    /* sink: mark the entry changed (db_state_sink.c sends it at the next flush). */
+    if (e->gen <= atomic_load(&L->sent) || ts < e->dirty_lo)
+        e->dirty_lo = ts;
+    e->gen = atomic_load(&L->round) + 1;
     for (uint32_t k = 0; k < nm; k++) {
         int found;
         uint32_t i = metric_pos(e, names[k], nlens[k], &found);
@@ -380,11 +419,13 @@ void db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_
             continue;
         }
         series *s = cat_series(db, d, names[k], nlens[k], 0);
-        if (s) /* the write path created it; absent only if that append failed */
-            metric_set(L, e, s, ts, vals[k]);
+        /* the write path created it; absent only if that append failed */
+        if (s && metric_set(L, e, s, ts, vals[k]) != BDB_OK)
+            return BDB_ERR_NOMEM;
     }
     if (state)
-        apply_state(L, e, state, slen, ts);
+        return apply_state(L, e, state, slen, ts);
+    return BDB_OK;
 }
 
 /* ---------------------------------------------------------------- readers */
@@ -400,8 +441,8 @@ static device *find_device(bdb_db *db, const char *tn, const char *dn)
     return d;
 }
 
-int bdb_db_latest(bdb_db *db, const char *tenant_name, const char *device_name,
-                  int (*cb)(void *ctx, const bdb_latest *l), void *ctx)
+int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_name,
+                        int (*cb)(void *ctx, const bdb_latest *l), void *ctx)
 {
     if (!db->latest)
         return BDB_ERR_NOTFOUND;
@@ -417,11 +458,15 @@ int bdb_db_latest(bdb_db *db, const char *tenant_name, const char *device_name,
     if (e) {
         out.event_ts = e->event_ts;
         out.state_ts = atomic_load_explicit(&e->state_ts, memory_order_relaxed);
-        if (e->st) {
-            state = xcalloc(e->st->nlen + 1, 1);
+        if (e->st && (state = xcalloc(e->st->nlen + 1, 1)) != NULL)
             memcpy(state, e->st->name, e->st->nlen);
-        }
         mv = xcalloc(e->nm, sizeof *mv);
+        if (!mv || (e->st && !state)) {
+            pthread_mutex_unlock(dev_lock(db, d));
+            free(state);
+            free(mv);
+            return BDB_ERR_NOMEM;
+        }
         for (uint32_t i = 0; i < e->nm; i++)
             mv[i] = (bdb_latest_metric){e->m[i].s->metric, e->m[i].ts, e->m[i].v,
                                         e->m[i].ts == e->event_ts};
@@ -467,9 +512,10 @@ static void collect(const lt_dev *t, struct page *p)
     collect(t->right, p);
 }
 
-int bdb_db_state_devices(bdb_db *db, const char *tenant_name, const char *state, const char *after,
-                         size_t limit, int (*cb)(void *ctx, const char *device, int64_t state_ts),
-                         void *ctx, int *more, uint64_t *total)
+int db_latest_state_devices_local(bdb_db *db, const char *tenant_name, const char *state,
+                                  const char *after, size_t limit,
+                                  int (*cb)(void *ctx, const char *device, int64_t state_ts),
+                                  void *ctx, int *more, uint64_t *total)
 {
     *more = 0;
     *total = 0;
@@ -481,6 +527,11 @@ int bdb_db_state_devices(bdb_db *db, const char *tenant_name, const char *state,
     struct page p = {after, after ? strlen(after) : 0, limit + 1, 0, NULL, NULL};
     p.names = xcalloc(limit + 1, sizeof *p.names);
     p.ts = xcalloc(limit + 1, sizeof *p.ts);
+    if (!p.names || !p.ts) {
+        free(p.names);
+        free(p.ts);
+        return BDB_ERR_NOMEM;
+    }
     pthread_mutex_lock(&t->mu);
     lt_state *st = bdb_map_get(t->states, state, strlen(state));
     if (st) {
@@ -511,9 +562,9 @@ static int count_cmp(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-int bdb_db_state_counts(bdb_db *db, const char *tenant_name,
-                        int (*cb)(void *ctx, const char *state, uint64_t devices), void *ctx,
-                        uint64_t *no_state)
+int db_latest_state_counts_local(bdb_db *db, const char *tenant_name,
+                                 int (*cb)(void *ctx, const char *state, uint64_t devices),
+                                 void *ctx, uint64_t *no_state)
 {
     *no_state = 0;
     lt_tenant *t = db->latest ? tenant_get(db->latest, tenant_name, 0) : NULL;
@@ -525,9 +576,14 @@ int bdb_db_state_counts(bdb_db *db, const char *tenant_name,
     const void *key;
     void *v;
     uint64_t in_state = 0;
-    while (k < n && bdb_map_next(t->states, &pos, &key, &klen, &v)) {
+    int nomem = !rows;
+    while (!nomem && k < n && bdb_map_next(t->states, &pos, &key, &klen, &v)) {
         lt_state *st = v;
         rows[k].name = xcalloc(st->nlen + 1, 1);
+        if (!rows[k].name) {
+            nomem = 1;
+            break;
+        }
         memcpy(rows[k].name, st->name, st->nlen);
         rows[k].n = st->count;
         in_state += st->count;
@@ -535,6 +591,13 @@ int bdb_db_state_counts(bdb_db *db, const char *tenant_name,
     }
     *no_state = t->ndev - in_state;
     pthread_mutex_unlock(&t->mu);
+    if (nomem) { /* never part of the counts */
+        for (size_t i = 0; i < k; i++)
+            free(rows[i].name);
+        free(rows);
+        *no_state = 0;
+        return BDB_ERR_NOMEM;
+    }
     if (k > 1)
         qsort(rows, k, sizeof *rows, count_cmp);
     int stop = 0;
@@ -629,15 +692,21 @@ out:
 /* Without a file (a data directory from before the index, or the file moved away):
  * states and event times from the catalog. Metric values come back from the WAL
  * segments that remain, and from each device's next report. */
+static int seed_nomem; /* out of memory seeding (open only, single-threaded) */
+
 static void seed_from_catalog(void *ctx, device *d)
 {
     bdb_db *db = ctx;
     if (!d->state && d->last_ts == INT64_MIN)
         return;
     lt_dev *e = entry(db->latest, d, 1);
+    if (!e) {
+        seed_nomem = 1;
+        return;
+    }
     e->event_ts = d->last_ts;
-    if (d->state)
-        apply_state(db->latest, e, d->state, strlen(d->state), d->state_ts);
+    if (d->state && apply_state(db->latest, e, d->state, strlen(d->state), d->state_ts))
+        seed_nomem = 1;
 }
 
 static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t len, uint64_t ndev)
@@ -659,8 +728,10 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
         if (d.err || tl == 0 || nm > LT_MAX_METRICS || nm > bdb_dec_left(&d))
             break;
         tenant *t = cat_tenant(db, tn, tl, 1);
-        device *dv = cat_device(db, t, dn, dl, 1);
-        lt_dev *e = entry(db->latest, dv, 1);
+        device *dv = t ? cat_device(db, t, dn, dl, 1) : NULL;
+        lt_dev *e = dv ? entry(db->latest, dv, 1) : NULL;
+        if (!e)
+            return BDB_ERR_NOMEM; /* the open fails (alloc.h) */
         if (ets > e->event_ts)
             e->event_ts = ets;
         for (uint64_t k = 0; k < nm && !d.err; k++) {
@@ -668,11 +739,12 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
             const char *m = bdb_dec_str(&d, &ml);
             int64_t ts = bdb_dec_varint(&d);
             double v = bdb_dec_f64(&d);
-            if (!d.err)
-                metric_set(db->latest, e, cat_series(db, dv, m, ml, 1), ts, v);
+            series *se = d.err ? NULL : cat_series(db, dv, m, ml, 1);
+            if (!d.err && (!se || metric_set(db->latest, e, se, ts, v) != BDB_OK))
+                return BDB_ERR_NOMEM;
         }
-        if (st && !d.err)
-            apply_state(db->latest, e, st, sl, sts);
+        if (st && !d.err && apply_state(db->latest, e, st, sl, sts) != BDB_OK)
+            return BDB_ERR_NOMEM;
     }
     if (d.err || bdb_dec_left(&d)) {
         BDB_ERROR("state index %s: truncated or malformed content", path);
@@ -713,9 +785,11 @@ static int load_file(bdb_db *db, const char *path)
         BDB_ERROR("state index %s: bad image length", path);
         goto out;
     }
-    img = malloc(raw ? raw : 1);
-    if (!img)
-        abort();
+    img = bdb_malloc(raw ? raw : 1);
+    if (!img) {
+        rc = BDB_ERR_NOMEM;
+        goto out;
+    }
     size_t got = ZSTD_decompress(img, raw, p + LT_HEADER, zlen);
     if (ZSTD_isError(got) || got != raw) {
         BDB_ERROR("state index %s: cannot decompress", path);
@@ -741,10 +815,14 @@ out:
 int db_latest_open(bdb_db *db)
 {
     struct db_latest *L = xcalloc(1, sizeof *L);
+    if (!L)
+        return BDB_ERR_NOMEM;
     pthread_mutex_init(&L->mu, NULL);
     L->tenants = bdb_map_new();
     account(L, sizeof *L);
-    db->latest = L;
+    db->latest = L; /* freed by db_latest_free even when the open fails */
+    if (!L->tenants)
+        return BDB_ERR_NOMEM;
     char path[4096];
     snprintf(path, sizeof path, "%s/latest", db->dir);
     if (bdb_vfs_exists(db->vfs, path)) {
@@ -762,7 +840,10 @@ int db_latest_open(bdb_db *db)
         BDB_WARN("state index %s missing: rebuilding states from the catalog (%llu devices) "
                  "and metric values from the WAL",
                  path, (unsigned long long)devices);
+        seed_nomem = 0;
         cat_each_device(db, seed_from_catalog, db);
+        if (seed_nomem)
+            return BDB_ERR_NOMEM;
         db->wal_upto = 0; /* replay every segment that is left */
     }
     return BDB_OK;
@@ -785,7 +866,7 @@ void db_latest_free(bdb_db *db)
     size_t tp = 0, kl;
     const void *key;
     void *tv;
-    while (bdb_map_next(L->tenants, &tp, &key, &kl, &tv)) {
+    while (L->tenants && bdb_map_next(L->tenants, &tp, &key, &kl, &tv)) {
         lt_tenant *t = tv;
         size_t sp = 0;
         void *sv;
@@ -802,4 +883,58 @@ void db_latest_free(bdb_db *db)
     pthread_mutex_destroy(&L->mu);
     free(L);
     db->latest = NULL;
+}
+
+/* ---------------------------------------------------------------- sink (db_state_sink.c) */
+
+uint64_t db_latest_round(bdb_db *db)
+{
+    return db->latest ? atomic_fetch_add(&db->latest->round, 1) + 1 : 0;
+}
+
+void db_latest_round_sent(bdb_db *db, uint64_t round)
+{
+    if (db->latest)
+        atomic_store(&db->latest->sent, round);
+}
+
+void db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud)
+{
+    struct db_latest *L = db->latest;
+    if (!L)
+        return;
+    uint64_t sent = atomic_load(&L->sent);
+    bdb_latest_metric *mv = NULL;
+    uint32_t mcap = 0;
+    for (uint32_t s = 0; s < DB_STRIPES; s++) {
+        pthread_mutex_lock(&db->stripes[s]);
+        lt_table *tb = &L->tables[s];
+        for (uint32_t i = 0; i < tb->cap; i++) {
+            lt_dev *e = tb->slot[i];
+            if (!e || (changed_only && e->gen <= sent) ||
+                (tn && strcmp(e->dev->tenant->name, tn) != 0))
+                continue;
+            if (e->nm > mcap) {
+                mcap = e->nm;
+                free(mv);
+                mv = xcalloc(mcap, sizeof *mv);
+                if (!mv) /* a void walk: no error path for the state sink yet */
+                    abort();
+            }
+            for (uint32_t k = 0; k < e->nm; k++)
+                mv[k] = (bdb_latest_metric){e->m[k].s->metric, e->m[k].ts, e->m[k].v,
+                                            e->m[k].ts == e->event_ts};
+            bdb_latest l = {e->dev->tenant->name,
+                            e->dev->name,
+                            e->event_ts,
+                            e->st ? e->st->name : NULL,
+                            e->st ? atomic_load_explicit(&e->state_ts, memory_order_relaxed)
+                                  : INT64_MIN,
+                            mv,
+                            e->nm};
+            fn(ud, e->dev, &l, e->dirty_lo);
+        }
+        pthread_mutex_unlock(&db->stripes[s]);
+    }
+    free(mv);
 }

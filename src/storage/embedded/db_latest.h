@@ -37,10 +37,10 @@ void db_latest_free(bdb_db *db);
 /* Applies one report of device d at ts. Caller holds d's stripe lock and has created
  * every metric's series (cat_series). O(nm log metrics of d); allocates only when the
  * device or a metric is new or the device enters a state no device of its tenant is
- * in. */
-void db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
-                     const char *const *names, const size_t *nlens, const double *vals,
-                     uint32_t nm);
+ * in. BDB_OK or BDB_ERR_NOMEM (the report applied in part: the write path then
+ * makes the engine read-only, see bdb_db_write). */
+int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
+                    const char *const *names, const size_t *nlens, const double *vals, uint32_t nm);
 
 /* Writes <data>/latest for a flush whose WAL cut sealed segment wal_upto. Call with
  * writers running, after the cut (every report in segments <= wal_upto is applied by

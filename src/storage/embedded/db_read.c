@@ -1,5 +1,7 @@
 /* db_read: partition reads, device listings and statistics of the embedded engine. */
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_state_sink.h" /* sink: renamed readers */
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -24,17 +26,6 @@ static device *find_device(bdb_db *db, const char *tn, const char *dn)
     return d;
 }
 
-/* Abort-on-OOM (docs/RELIABILITY.md): a NULL here would crash later or make a reader
- * skip a device. */
-static void *need(void *p)
-{
-    if (!p) {
-        fprintf(stderr, "bucketdb: out of memory reading a device\n");
-        abort();
-    }
-    return p;
-}
-
 int bdb_db_device_snapshot(bdb_db *db, const char *tn, const char *dn, bdb_device_snapshot *out)
 {
     memset(out, 0, sizeof *out);
@@ -42,15 +33,22 @@ int bdb_db_device_snapshot(bdb_db *db, const char *tn, const char *dn, bdb_devic
     if (!d)
         return BDB_ERR_NOTFOUND;
     pthread_mutex_lock(dev_lock(db, d));
-    bdb_bucket_history_copy(&out->hist, &d->hist);
+    int rc = bdb_bucket_history_copy(&out->hist, &d->hist);
     out->first_ts = d->first_ts;
     out->last_ts = d->last_ts;
-    out->nmetrics = d->nseries;
-    out->metrics = need(calloc(d->nseries + 1, sizeof *out->metrics));
-    for (uint32_t i = 0; i < d->nseries; i++)
-        out->metrics[i] = need(strdup(d->series[i]->metric));
+    out->metrics = bdb_calloc(d->nseries + 1, sizeof *out->metrics);
+    if (!out->metrics)
+        rc = BDB_ERR_NOMEM;
+    for (uint32_t i = 0; i < d->nseries && rc == BDB_OK; i++) {
+        out->metrics[i] = bdb_strdup(d->series[i]->metric);
+        out->nmetrics = i + 1; /* what bdb_device_snapshot_free frees */
+        if (!out->metrics[i])
+            rc = BDB_ERR_NOMEM;
+    }
     pthread_mutex_unlock(dev_lock(db, d));
-    return BDB_OK;
+    if (rc != BDB_OK) /* never a partial snapshot */
+        bdb_device_snapshot_free(out);
+    return rc;
 }
 
 void bdb_device_snapshot_free(bdb_device_snapshot *s)
@@ -76,15 +74,41 @@ struct gather {
     int64_t *ts;
     double *v;
     size_t tn, tcap;
+    int oom; /* a sample was dropped for lack of memory: the read fails */
 };
+
+/* Stages one sample: BDB_OK or BDB_ERR_NOMEM (g->oom set). */
+static int stage(struct gather *g, int64_t t, double v)
+{
+    if (g->tn == g->tcap) {
+        size_t cap = g->tcap ? g->tcap * 2 : 256;
+        int64_t *nt = bdb_realloc(g->ts, cap * sizeof *nt);
+        if (nt)
+            g->ts = nt;
+        double *nv = nt ? bdb_realloc(g->v, cap * sizeof *nv) : NULL;
+        if (!nv) {
+            g->oom = 1;
+            return BDB_ERR_NOMEM;
+        }
+        g->v = nv;
+        g->tcap = cap;
+    }
+    g->ts[g->tn] = t;
+    g->v[g->tn] = v;
+    g->tn++;
+    return BDB_OK;
+}
 
 static void add_run(struct gather *g, uint64_t prio)
 {
     if (g->n + g->tn > g->cap) {
         size_t cap = (g->n + g->tn) * 2;
-        struct tagged *p = realloc(g->t, cap * sizeof *p);
-        if (!p)
-            abort();
+        struct tagged *p = bdb_realloc(g->t, cap * sizeof *p);
+        if (!p) {
+            g->oom = 1;
+            g->tn = 0;
+            return;
+        }
         g->t = p;
         g->cap = cap;
     }
@@ -103,7 +127,7 @@ static int tagged_cmp(const void *a, const void *b)
     return (x->order > y->order) - (x->order < y->order);
 }
 
-static void finish(struct gather *g, bdb_samples *out)
+static int finish(struct gather *g, bdb_samples *out)
 {
     if (g->n > 1) /* g->t is NULL while nothing was gathered: qsort(NULL) is UB */
         qsort(g->t, g->n, sizeof *g->t, tagged_cmp);
@@ -113,11 +137,15 @@ static void finish(struct gather *g, bdb_samples *out)
             continue; /* an older write of the same time */
         if (out->n == out->cap) {
             size_t cap = out->cap ? out->cap * 2 : 256;
-            int64_t *nt = realloc(out->ts, cap * sizeof *nt);
-            double *nv = realloc(out->v, cap * sizeof *nv);
-            if (!nt || !nv)
-                abort();
-            out->ts = nt;
+            int64_t *nt = bdb_realloc(out->ts, cap * sizeof *nt);
+            if (nt)
+                out->ts = nt;
+            double *nv = nt ? bdb_realloc(out->v, cap * sizeof *nv) : NULL;
+            if (!nv) {
+                out->n = 0;
+                g->n = 0;
+                return BDB_ERR_NOMEM;
+            }
             out->v = nv;
             out->cap = cap;
         }
@@ -126,25 +154,13 @@ static void finish(struct gather *g, bdb_samples *out)
         out->n++;
     }
     g->n = 0;
+    return BDB_OK;
 }
 
 /* sink: one sample from db_sink_read, staged like a decoded chunk */
 static void sink_add(void *ud, size_t m, int64_t t, double v)
 {
-    struct gather *g = &((struct gather *)ud)[m];
-    if (g->tn == g->tcap) {
-        size_t cap = g->tcap ? g->tcap * 2 : 256;
-        int64_t *nt = realloc(g->ts, cap * sizeof *nt);
-        double *nv = realloc(g->v, cap * sizeof *nv);
-        if (!nt || !nv)
-            abort();
-        g->ts = nt;
-        g->v = nv;
-        g->tcap = cap;
-    }
-    g->ts[g->tn] = t;
-    g->v[g->tn] = v;
-    g->tn++;
+    stage(&((struct gather *)ud)[m], t, v); /* g->oom fails the read */
 }
 
 static int decode_chunk(const bdb_chunk_ref *c, int64_t lo, int64_t hi, struct gather *g)
@@ -158,19 +174,8 @@ static int decode_chunk(const bdb_chunk_ref *c, int64_t lo, int64_t hi, struct g
     while ((r = bdb_chunk_iter_next(&it, &t, &v)) == 1) {
         if (t < lo || t >= hi)
             continue;
-        if (g->tn == g->tcap) {
-            size_t cap = g->tcap ? g->tcap * 2 : 256;
-            int64_t *nt = realloc(g->ts, cap * sizeof *nt);
-            double *nv = realloc(g->v, cap * sizeof *nv);
-            if (!nt || !nv)
-                abort();
-            g->ts = nt;
-            g->v = nv;
-            g->tcap = cap;
-        }
-        g->ts[g->tn] = t;
-        g->v[g->tn] = v;
-        g->tn++;
+        if (stage(g, t, v) != BDB_OK)
+            return BDB_ERR_NOMEM;
     }
     return r < 0 ? BDB_ERR_CORRUPT : BDB_OK;
 }
@@ -190,7 +195,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             out[m].n = 0;
         return BDB_OK;
     }
-    struct gather *g = calloc(nmetrics ? nmetrics : 1, sizeof *g);
+    struct gather *g = bdb_calloc(nmetrics ? nmetrics : 1, sizeof *g);
     if (!g)
         return BDB_ERR_NOMEM;
     uint64_t nchunks = 0;
@@ -210,7 +215,8 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             for (hchunk *c = lists[l]; c; c = c->next, prio--) {
                 if (c->hi <= lo || c->lo >= hi)
                     continue;
-                head_chunk_samples(c, lo, hi, &g[m].ts, &g[m].v, &g[m].tn, &g[m].tcap);
+                if (head_chunk_samples(c, lo, hi, &g[m].ts, &g[m].v, &g[m].tn, &g[m].tcap))
+                    g[m].oom = 1;
                 add_run(&g[m], prio);
                 nchunks++;
             }
@@ -250,9 +256,12 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             add_run(&g[m], 1);
     }
 
+    for (size_t m = 0; m < nmetrics; m++)
+        if (rc == BDB_OK && g[m].oom)
+            rc = BDB_ERR_NOMEM; /* never part of the samples presented as all */
     for (size_t m = 0; m < nmetrics; m++) {
         if (rc == BDB_OK)
-            finish(&g[m], &out[m]);
+            rc = finish(&g[m], &out[m]);
         free(g[m].t);
         free(g[m].ts);
         free(g[m].v);
@@ -291,7 +300,11 @@ static int call_with_device(bdb_db *db, device *d, int (*cb)(void *, const bdb_d
                             void *ctx)
 {
     pthread_mutex_lock(dev_lock(db, d));
-    const char **names = need(calloc(d->nseries + 1, sizeof *names));
+    const char **names = bdb_calloc(d->nseries + 1, sizeof *names);
+    if (!names) {
+        pthread_mutex_unlock(dev_lock(db, d));
+        return BDB_ERR_NOMEM;
+    }
     bdb_device_info inf;
     fill_info(d, &inf, names);
     int rc = cb(ctx, &inf);
@@ -300,14 +313,13 @@ static int call_with_device(bdb_db *db, device *d, int (*cb)(void *, const bdb_d
     return rc;
 }
 
-int bdb_db_get_device(bdb_db *db, const char *tn, const char *dn,
-                      int (*cb)(void *, const bdb_device_info *), void *ctx)
+int db_read_get_device_local(bdb_db *db, const char *tn, const char *dn,
+                             int (*cb)(void *, const bdb_device_info *), void *ctx)
 {
     device *d = find_device(db, tn, dn);
     if (!d)
         return BDB_ERR_NOTFOUND;
-    call_with_device(db, d, cb, ctx);
-    return BDB_OK;
+    return call_with_device(db, d, cb, ctx) == BDB_ERR_NOMEM ? BDB_ERR_NOMEM : BDB_OK;
 }
 
 static int dev_cmp(const void *a, const void *b)
@@ -321,6 +333,7 @@ struct collect {
     device **v;
     size_t n, cap;
     const char *tenant;
+    int oom; /* a device was left out: the listing fails */
 };
 
 static void collect_cb(void *ctx, device *d)
@@ -329,19 +342,22 @@ static void collect_cb(void *ctx, device *d)
     if (c->tenant && strcmp(c->tenant, d->tenant->name) != 0)
         return;
     if (c->n == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 64;
-        device **p = realloc(c->v, c->cap * sizeof *p);
-        if (!p)
-            abort();
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        device **p = bdb_realloc(c->v, cap * sizeof *p);
+        if (!p) {
+            c->oom = 1;
+            return;
+        }
         c->v = p;
+        c->cap = cap;
     }
     c->v[c->n++] = d;
 }
 
-int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *, const bdb_device_info *),
-                        void *ctx)
+int db_read_list_devices_local(bdb_db *db, const char *tn,
+                               int (*cb)(void *, const bdb_device_info *), void *ctx)
 {
-    struct collect c = {NULL, 0, 0, tn};
+    struct collect c = {NULL, 0, 0, tn, 0};
     pthread_rwlock_rdlock(&db->cat_lock);
     if (tn) {
         tenant *t = cat_tenant(db, tn, strlen(tn), 0);
@@ -359,11 +375,16 @@ int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *, const bdb_
     /* Devices are never freed while the db is open, so the pointers stay valid. */
     if (c.n > 1) /* qsort's base must not be NULL, even for zero elements */
         qsort(c.v, c.n, sizeof *c.v, dev_cmp);
-    for (size_t i = 0; i < c.n; i++)
-        if (call_with_device(db, c.v[i], cb, ctx))
+    int rc = c.oom ? BDB_ERR_NOMEM : BDB_OK;
+    for (size_t i = 0; i < c.n && rc == BDB_OK; i++) {
+        int r = call_with_device(db, c.v[i], cb, ctx);
+        if (r == BDB_ERR_NOMEM) /* a listing with a device left out is an error */
+            rc = r;
+        else if (r)
             break;
+    }
     free(c.v);
-    return BDB_OK;
+    return rc;
 }
 
 int bdb_db_device_partitions(bdb_db *db, const char *tn, const char *dn, int64_t from, int64_t to,

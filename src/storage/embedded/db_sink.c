@@ -2,6 +2,7 @@
  * frozen chunks of each series there instead of into block files, and reads of
  * flushed data ask it for the device's partitions. */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 #include "storage/sink.h"
 
 #include "bucketdb/bdb.h"
@@ -27,17 +28,23 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
         nc++;
     if (nc == 0)
         return BDB_OK;
-    hchunk **arr = malloc(nc * sizeof *arr);
+    hchunk **arr = bdb_malloc(nc * sizeof *arr);
     if (!arr)
-        abort();
+        return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
     size_t i = nc;
     for (hchunk *c = s->frozen; c; c = c->next)
         arr[--i] = c; /* oldest first: later chunks get a higher priority */
     for (size_t k = 0; k < nc; k++) {
-        head_chunk_samples(arr[k], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap);
+        if (head_chunk_samples(arr[k], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap))
+            m->oom = 1;
         db_merger_add(m, (uint64_t)k + 1, arr[k]->bucket_start);
     }
     free(arr);
+    if (m->oom) {
+        m->oom = 0;
+        m->n = m->tn = 0;
+        return BDB_ERR_NOMEM;
+    }
     if (m->n > 1)
         qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
     /* Newest write of each time only, then one put per partition: the sink batches
@@ -48,15 +55,13 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
             m->t[k++] = m->t[j];
     m->n = k;
     int rc = BDB_OK;
-    int64_t *ts = malloc((m->n ? m->n : 1) * sizeof *ts);
-    double *v = malloc((m->n ? m->n : 1) * sizeof *v);
-    if (!ts || !v)
-        abort();
+    int64_t *ts = bdb_malloc((m->n ? m->n : 1) * sizeof *ts);
+    double *v = bdb_malloc((m->n ? m->n : 1) * sizeof *v);
     /* Samples of one partition are not contiguous in time order when sub-buckets
      * interleave them; gather each partition in turn. */
-    unsigned char *done = calloc(m->n ? m->n : 1, 1);
-    if (!done)
-        abort();
+    unsigned char *done = bdb_calloc(m->n ? m->n : 1, 1);
+    if (!ts || !v || !done)
+        rc = BDB_ERR_NOMEM; /* nothing put; the flush fails and keeps head and WAL */
     for (size_t a = 0; a < m->n && rc == BDB_OK; a++) {
         if (done[a])
             continue;
@@ -89,11 +94,12 @@ static int part_cb(void *ctx, int64_t start, int64_t end)
     (void)end;
     struct parts *p = ctx;
     if (p->n == p->cap) {
-        p->cap = p->cap ? p->cap * 2 : 8;
-        int64_t *nv = realloc(p->v, p->cap * sizeof *nv);
+        size_t cap = p->cap ? p->cap * 2 : 8;
+        int64_t *nv = bdb_realloc(p->v, cap * sizeof *nv);
         if (!nv)
-            abort();
+            return BDB_ERR_NOMEM; /* non-zero stops the walk; db_sink_read fails */
         p->v = nv;
+        p->cap = cap;
     }
     p->v[p->n++] = start;
     return p->n >= 100000; /* bounded: the query layer reads one partition per call */
@@ -107,16 +113,18 @@ int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const ch
     bdb_bucket_history h;
     uint32_t nsub = 1;
     pthread_mutex_lock(dev_lock(db, d));
-    bdb_bucket_history_copy(&h, &d->hist);
+    int rc = bdb_bucket_history_copy(&h, &d->hist);
     for (uint32_t i = 0; i < d->hs.nsubs; i++)
         if (d->hs.subs[i].n > nsub)
             nsub = d->hs.subs[i].n;
     pthread_mutex_unlock(dev_lock(db, d));
+    if (rc != BDB_OK)
+        return rc;
     struct parts p = {NULL, 0, 0};
-    bdb_bucket_enumerate(&h, lo, hi, part_cb, &p);
+    if (bdb_bucket_enumerate(&h, lo, hi, part_cb, &p) == BDB_ERR_NOMEM)
+        rc = BDB_ERR_NOMEM;
     bdb_bucket_history_free(&h);
-    int rc = BDB_OK;
-    if (p.n)
+    if (p.n && rc == BDB_OK)
         rc = sk->ops->read(sk, tn, dn, p.v, p.n, nsub, lo, hi, metrics, nmetrics, add, ud);
     free(p.v);
     return rc;

@@ -16,12 +16,15 @@
  * shared by the reader). A reader therefore skips frozen chunks exactly when
  * covered_at equals the current count. */
 #include "storage/embedded/db_tier.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "storage/embedded/db_int.h"
 #include "storage/embedded/db_tier_int.h"
+#include "storage/embedded/db_agg_sink.h" /* sink: tier rows (db_agg_sink.c) */
+#include "storage/sink.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -68,17 +71,19 @@ typedef struct tstate {
     bdb_tier_retention_fn ret_cb;
     void *ret_ctx;
     _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
+    int sink_synced; /* sink: reads may use the sink (db_agg_sink.h); under lock */
 } tstate;
 
 /* The state lives in db->tier (created by tier_get, freed by db_tier_close). */
 
 static char *join(const char *a, const char *b)
 {
+    if (!a)
+        return NULL;
     size_t n = strlen(a) + strlen(b) + 2;
-    char *p = malloc(n);
-    if (!p)
-        abort();
-    snprintf(p, n, "%s/%s", a, b);
+    char *p = bdb_malloc(n);
+    if (p) /* NULL: the caller fails with BDB_ERR_NOMEM */
+        snprintf(p, n, "%s/%s", a, b);
     return p;
 }
 
@@ -95,19 +100,21 @@ static int file_cmp(const void *x, const void *y)
     return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
-static void files_add(tstate *t, tfile *f)
+static int files_add(tstate *t, tfile *f)
 {
     if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 32;
-        tfile **p = realloc(t->files, t->cap * sizeof *p);
+        size_t cap = t->cap ? t->cap * 2 : 32;
+        tfile **p = bdb_realloc(t->files, cap * sizeof *p);
         if (!p)
-            abort();
+            return BDB_ERR_NOMEM;
         t->files = p;
+        t->cap = cap;
     }
     t->files[t->n++] = f;
     qsort(t->files, t->n, sizeof *t->files, file_cmp);
     if (f->seq >= t->next_seq)
         t->next_seq = f->seq + 1;
+    return BDB_OK;
 }
 
 /* ---------------------------------------------------------------- load */
@@ -121,6 +128,7 @@ struct scan {
     uint64_t *dead;
     size_t ndead, capdead;
     int pass;
+    int nomem; /* out of memory: the load stops and fails, no file is touched */
 };
 
 static int is_dead(const struct scan *s, uint64_t seq)
@@ -166,13 +174,25 @@ static int scan_one(void *ctx, const char *name)
     }
     tfile hdr;
     if (s->pass == 1) {
-        if (tf_parse_header(data, len, &hdr) == BDB_OK) {
+        int hrc = tf_parse_header(data, len, &hdr);
+        if (hrc == BDB_ERR_NOMEM) { /* a superseded seq must not be missed */
+            free(data);
+            s->nomem = 1;
+            return 1;
+        }
+        if (hrc == BDB_OK) {
             for (size_t i = 0; i < hdr.ninputs; i++) {
                 if (s->ndead == s->capdead) {
-                    s->capdead = s->capdead ? s->capdead * 2 : 64;
-                    s->dead = realloc(s->dead, s->capdead * sizeof *s->dead);
-                    if (!s->dead)
-                        abort();
+                    size_t cap = s->capdead ? s->capdead * 2 : 64;
+                    uint64_t *nd = bdb_realloc(s->dead, cap * sizeof *s->dead);
+                    if (!nd) {
+                        tf_free(&hdr);
+                        free(data);
+                        s->nomem = 1;
+                        return 1;
+                    }
+                    s->dead = nd;
+                    s->capdead = cap;
                 }
                 s->dead[s->ndead++] = hdr.inputs[i];
             }
@@ -181,10 +201,15 @@ static int scan_one(void *ctx, const char *name)
         free(data);
         return 0;
     }
-    tfile *f = calloc(1, sizeof *f);
+    tfile *f = bdb_calloc(1, sizeof *f);
     const char *why = NULL;
-    rc = tf_parse(data, len, f, &why);
+    rc = f ? tf_parse(data, len, f, &why) : BDB_ERR_NOMEM;
     free(data);
+    if (rc == BDB_ERR_NOMEM) { /* not damage: never quarantined for it */
+        free(f);
+        s->nomem = 1;
+        return 1;
+    }
     if (rc != BDB_OK || f->res != (enum bdb_res)s->res) {
         if (rc == BDB_OK)
             tf_free(f);
@@ -210,38 +235,53 @@ static int scan_one(void *ctx, const char *name)
         free(f);
         return 0;
     }
-    f->path = strdup(path);
-    files_add(t, f);
+    f->path = bdb_strdup(path);
+    if (!f->path || files_add(t, f) != BDB_OK) {
+        tf_free(f);
+        free(f);
+        s->nomem = 1;
+        return 1;
+    }
     return 0;
 }
 
+static void state_free(tstate *t);
+
+/* NULL when out of memory (nothing on disk changed). */
 static tstate *state_new(bdb_db *db)
 {
-    tstate *t = calloc(1, sizeof *t);
+    tstate *t = bdb_calloc(1, sizeof *t);
     if (!t)
-        abort();
+        return NULL;
     t->db = db;
     t->next_seq = 1;
     t->covered_at = UINT64_MAX;
     pthread_rwlock_init(&t->lock, NULL);
     t->dir = join(db->dir, "tiers");
+    for (int r = 0; r < BDB_TIERS; r++)
+        t->sub[r] = join(t->dir, bdb_res_name((enum bdb_res)(r + 1)));
+    if (!t->dir || !t->sub[0] || !t->sub[1] || !t->sub[2]) {
+        state_free(t);
+        return NULL;
+    }
     bdb_vfs_mkdir(db->vfs, t->dir);
     struct scan s = {.t = t, .db = db};
-    for (int pass = 1; pass <= 2; pass++) {
+    for (int pass = 1; pass <= 2 && !s.nomem; pass++) {
         s.pass = pass;
-        for (int r = 0; r < BDB_TIERS; r++) {
-            if (pass == 1) {
-                t->sub[r] = join(t->dir, bdb_res_name((enum bdb_res)(r + 1)));
-                if (bdb_vfs_mkdir(db->vfs, t->sub[r]) != BDB_OK)
-                    BDB_ERROR("cannot create %s: %s", t->sub[r], strerror(errno));
-            }
+        for (int r = 0; r < BDB_TIERS && !s.nomem; r++) {
+            if (pass == 1 && bdb_vfs_mkdir(db->vfs, t->sub[r]) != BDB_OK)
+                BDB_ERROR("cannot create %s: %s", t->sub[r], strerror(errno));
             s.res = r + 1;
             s.dir = t->sub[r];
             bdb_vfs_list(db->vfs, t->sub[r], scan_one, &s);
         }
     }
-    bdb_vfs_sync_dir(db->vfs, t->dir);
     free(s.dead);
+    if (s.nomem) {
+        state_free(t);
+        return NULL;
+    }
+    bdb_vfs_sync_dir(db->vfs, t->dir);
     return t;
 }
 
@@ -265,8 +305,12 @@ void db_tier_close(bdb_db *db)
     db->tier = NULL;
     pthread_mutex_unlock(&db->ext_mu);
     db_late_close(db); /* late path state (db_tier_late.c) */
-    if (!t)
-        return;
+    if (t)
+        state_free(t);
+}
+
+static void state_free(tstate *t)
+{
     for (size_t i = 0; i < t->n; i++) {
         tf_free(t->files[i]);
         free(t->files[i]);
@@ -282,6 +326,10 @@ void db_tier_close(bdb_db *db)
 void bdb_db_tier_set_retention_hook(bdb_db *db, bdb_tier_retention_fn cb, void *ctx)
 {
     tstate *t = tier_get(db);
+    if (!t) { /* at start only; without memory for it the server does not start either */
+        BDB_ERROR("out of memory loading the tier files");
+        return;
+    }
     pthread_rwlock_wrlock(&t->lock);
     t->ret_cb = cb;
     t->ret_ctx = ctx;
@@ -292,6 +340,8 @@ void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st)
 {
     tstate *t = tier_get(db);
     memset(st, 0, sizeof *st);
+    if (!t)
+        return;
     pthread_rwlock_rdlock(&t->lock);
     for (size_t i = 0; i < t->n; i++) {
         st->files[t->files[i]->res - 1]++;
@@ -319,6 +369,7 @@ struct gather {
     int64_t *ts;
     double *v;
     size_t tn, tcap;
+    int oom; /* a sample was dropped for lack of memory: gather_into fails */
 };
 
 static void gather_free(struct gather *g)
@@ -342,12 +393,17 @@ static int tsamp_cmp(const void *a, const void *b)
 static void gather_chunk(struct gather *g, const hchunk *c, int64_t lo, int64_t hi, uint64_t prio)
 {
     g->tn = 0;
-    head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap);
+    if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
+        g->oom = 1;
     if (g->n + g->tn > g->cap) {
-        g->cap = (g->n + g->tn) * 2;
-        g->s = realloc(g->s, g->cap * sizeof *g->s);
-        if (!g->s)
-            abort();
+        size_t cap = (g->n + g->tn) * 2;
+        struct tsamp *p = bdb_realloc(g->s, cap * sizeof *g->s);
+        if (!p) {
+            g->oom = 1;
+            return;
+        }
+        g->s = p;
+        g->cap = cap;
     }
     for (size_t i = 0; i < g->tn; i++)
         g->s[g->n++] = (struct tsamp){g->ts[i], prio, i, g->v[i]};
@@ -372,6 +428,11 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
  * r; empties the gather. */
 static int gather_into(struct gather *g, bdb_rollup *r)
 {
+    if (g->oom) { /* never windows from part of the samples */
+        g->oom = 0;
+        g->n = 0;
+        return BDB_ERR_NOMEM;
+    }
     if (g->n > 1)
         qsort(g->s, g->n, sizeof *g->s, tsamp_cmp);
     int rc = BDB_OK;
@@ -395,12 +456,15 @@ static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, c
 {
     for (size_t i = bs->n; i-- > 0;)
         if (bs->v[i].res == res && bs->v[i].start == start && bs->v[i].flags == flags &&
-            !strcmp(bs->v[i].tenant, tn))
+            bs->v[i].tenant && !strcmp(bs->v[i].tenant, tn))
             return &bs->v[i];
-    bs->v = realloc(bs->v, (bs->n + 1) * sizeof *bs->v);
-    bs->seq = realloc(bs->seq, (bs->n + 1) * sizeof *bs->seq);
-    if (!bs->v || !bs->seq)
-        abort();
+    tbuilder *nv = bdb_realloc(bs->v, (bs->n + 1) * sizeof *bs->v);
+    if (nv)
+        bs->v = nv;
+    uint64_t *ns = nv ? bdb_realloc(bs->seq, (bs->n + 1) * sizeof *bs->seq) : NULL;
+    if (!ns)
+        return NULL; /* the caller fails the flush (alloc.h) */
+    bs->seq = ns;
     bs->seq[bs->n] = t->next_seq++;
     tf_begin(&bs->v[bs->n], res, tn, start, start + bdb_tier_file_span(res), bs->seq[bs->n], sealed,
              NULL, 0, flags);
@@ -408,25 +472,27 @@ static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, c
 }
 
 /* Adds the windows of r to the builders of the file windows they fall in. */
-static void add_rollup(tstate *t, struct builders *bs, enum bdb_res res, const series *s,
-                       const bdb_rollup *r, uint64_t sealed, unsigned flags)
+static int add_rollup(tstate *t, struct builders *bs, enum bdb_res res, const series *s,
+                      const bdb_rollup *r, uint64_t sealed, unsigned flags)
 {
     int64_t span = bdb_tier_file_span(res);
     for (size_t i = 0; i < r->n;) {
         int64_t fs = bdb_align_down(r->w[i].start, span);
         tbuilder *tb = builder_for(t, bs, res, s->dev->tenant->name, fs, sealed, flags);
+        if (!tb)
+            return BDB_ERR_NOMEM;
         tf_add(tb, s->dev->name, s->dev->nlen, s->metric, s->mlen, r);
         while (i < r->n && r->w[i].start < fs + span)
             i++;
     }
+    return BDB_OK;
 }
 
 static char *file_name(uint64_t seq)
 {
-    char *p = malloc(32);
-    if (!p)
-        abort();
-    snprintf(p, 32, "%016" PRIu64 ".tier", seq);
+    char *p = bdb_malloc(32);
+    if (p) /* NULL: the caller fails with BDB_ERR_NOMEM */
+        snprintf(p, 32, "%016" PRIu64 ".tier", seq);
     return p;
 }
 
@@ -434,20 +500,24 @@ static char *file_name(uint64_t seq)
  * written and returns the error with *out empty. */
 static int write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out)
 {
-    tfile **files = calloc(n + 1, sizeof *files);
+    tfile **files = bdb_calloc(n + 1, sizeof *files);
+    *out = NULL;
     if (!files)
-        abort();
+        return BDB_ERR_NOMEM;
     int rc = BDB_OK;
     size_t done = 0;
     for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        tf_finish(&v[i]);
         const char *dir = t->sub[v[i].res - 1];
         char *name = file_name(seqs[i]);
-        rc = bdb_vfs_write_atomic(t->db->vfs, dir, name, v[i].b.data, v[i].b.len);
-        char *path = join(dir, name);
+        char *path = name ? join(dir, name) : NULL;
+        /* out of memory before the write: nothing of this file reaches the disk */
+        rc = tf_finish(&v[i]) == BDB_OK && path ? BDB_OK : BDB_ERR_NOMEM;
+        if (rc == BDB_OK)
+            rc = bdb_vfs_write_atomic(t->db->vfs, dir, name, v[i].b.data, v[i].b.len);
         free(name);
+        if (rc == BDB_OK && !(files[done] = bdb_calloc(1, sizeof *files[done])))
+            rc = BDB_ERR_NOMEM;
         if (rc == BDB_OK) {
-            files[done] = calloc(1, sizeof *files[done]);
             const char *why = NULL;
             rc = tf_parse(v[i].b.data, v[i].b.len, files[done], &why);
             if (rc == BDB_OK)
@@ -481,6 +551,8 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     tstate *t = tier_get(db);
     if (rc != BDB_OK)
         return rc;
+    if (!t)
+        return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
     struct gather g;
     memset(&g, 0, sizeof g);
     struct builders bs = {NULL, NULL, 0};
@@ -507,10 +579,11 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
             rc = bdb_rollup_merge(&r[1], &r[0]);
         if (rc == BDB_OK)
             rc = bdb_rollup_merge(&r[2], &r[1]);
+        struct fixed *nf = rc == BDB_OK ? bdb_realloc(fx, (nfx + 1) * sizeof *fx) : NULL;
+        if (rc == BDB_OK && !nf)
+            rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL */
         if (rc == BDB_OK) {
-            fx = realloc(fx, (nfx + 1) * sizeof *fx);
-            if (!fx)
-                abort();
+            fx = nf;
             fx[nfx].s = v[i];
             for (int k = 0; k < BDB_TIERS; k++)
                 bdb_rollup_init(&fx[nfx].rep[k], r[k].width);
@@ -523,10 +596,10 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
             }
         }
         for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
-            add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
+            rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
         for (int k = 0; k < BDB_TIERS && rc == BDB_OK && nfx && fx[nfx - 1].s == v[i]; k++)
-            add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &fx[nfx - 1].rep[k], sealed,
-                       TF_REPLACES);
+            rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &fx[nfx - 1].rep[k], sealed,
+                            TF_REPLACES);
     }
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_free(&r[i]);
@@ -534,11 +607,23 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     tfile **files = NULL;
     if (rc == BDB_OK)
         rc = write_files(t, bs.v, bs.seq, bs.n, &files);
+    if (rc == BDB_OK && agg_sink_tiers(db)) { /* sink: complete windows before publishing */
+        pthread_rwlock_wrlock(&t->lock);
+        t->sink_synced = 0;
+        pthread_rwlock_unlock(&t->lock);
+        rc = agg_sink_put_tiers(db, v, n, files, bs.n);
+        for (size_t i = 0; i < bs.n && rc != BDB_OK; i++) {
+            bdb_vfs_unlink(db->vfs, files[i]->path);
+            tf_free(files[i]);
+            free(files[i]);
+        }
+    }
     if (rc == BDB_OK) {
         pthread_rwlock_wrlock(&t->lock);
         for (size_t i = 0; i < bs.n; i++)
             files_add(t, files[i]);
         t->covered_at = atomic_load(&db->flushes);
+        t->sink_synced = 1; /* sink: every window of the published files was put */
         pthread_rwlock_unlock(&t->lock);
         atomic_fetch_add(&t->written, bs.n);
         for (size_t i = 0; i < nfx; i++)
@@ -587,7 +672,8 @@ static int read_files(tstate *t, const char *tn, const char *dn, const char *met
 int tier_read_files(bdb_db *db, const char *tn, const char *dn, const char *metric,
                     enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out)
 {
-    return read_files(tier_get(db), tn, dn, metric, res, lo, hi, out);
+    tstate *t = tier_get(db);
+    return t ? read_files(t, tn, dn, metric, res, lo, hi, out) : BDB_ERR_NOMEM;
 }
 
 int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
@@ -597,6 +683,8 @@ int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *con
      * fixed from raw is right either way */
     int64_t *dirty = NULL;
     size_t ndirty = late_dirty_minutes(db, tn, dn, &dirty);
+    if (ndirty == LATE_NOMEM)
+        return BDB_ERR_NOMEM;
     int rc = tier_read_merged(db, tn, dn, metrics, nmetrics, res, from, to, out);
     if (rc == BDB_OK && ndirty)
         rc = late_fix_read(db, tn, dn, metrics, nmetrics, res, from, to, dirty, ndirty, out);
@@ -621,14 +709,19 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
         bdb_rollup_reset(&out[i]);
     }
     tstate *t = tier_get(db);
+    if (!t)
+        return BDB_ERR_NOMEM;
     pthread_rwlock_rdlock(&t->lock);
     pthread_rwlock_rdlock(&db->cat_lock);
     tenant *te = cat_tenant(db, tn, strlen(tn), 0);
     device *d = te ? cat_device(db, te, dn, strlen(dn), 0) : NULL;
     pthread_rwlock_unlock(&db->cat_lock);
     int rc = d ? BDB_OK : BDB_ERR_NOTFOUND;
+    int from_sink = rc == BDB_OK && t->sink_synced && agg_sink_tiers(db);
+    if (from_sink) /* sink: the flushed windows come from the sink (db_agg_sink.c) */
+        from_sink = agg_sink_read_tiers(db, d, tn, dn, metrics, nmetrics, res, lo, hi, out);
     /* tier files of this tenant and tier overlapping [lo, hi) */
-    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK && !from_sink; m++)
         rc = read_files(t, tn, dn, metrics[m], res, lo, hi, &out[m]);
     /* the head: samples not yet in tier files */
     if (rc == BDB_OK) {
@@ -675,7 +768,10 @@ static int64_t retention_of(tstate *t, const char *tn, enum bdb_res res)
 
 int64_t tier_retention(bdb_db *db, const char *tn, enum bdb_res res)
 {
-    return retention_of(tier_get(db), tn, res);
+    tstate *t = tier_get(db);
+    if (!t) /* without the hook's answer: keep everything this time */
+        return 0;
+    return retention_of(t, tn, res);
 }
 
 static void drop_file(tstate *t, tfile *f, const char *why)
@@ -689,9 +785,9 @@ static void drop_file(tstate *t, tfile *f, const char *why)
 static void retention(tstate *t)
 {
     int64_t now = bdb_clock_now(&t->db->o.clock);
-    tfile **drop = calloc(t->n + 1, sizeof *drop);
-    if (!drop)
-        abort();
+    tfile **drop = bdb_calloc(t->n + 1, sizeof *drop);
+    if (!drop) /* out of memory: nothing dropped this time, the next maintenance does */
+        return;
     size_t nd = 0, k = 0;
     pthread_rwlock_wrlock(&t->lock);
     for (size_t i = 0; i < t->n; i++) {
@@ -719,11 +815,15 @@ static void retention(tstate *t)
 static int compact(tstate *t, size_t a, size_t b)
 {
     size_t nin = b - a;
-    tfile **in = malloc(nin * sizeof *in);
-    uint64_t *seqs = malloc(nin * sizeof *seqs);
-    size_t *pos = calloc(nin, sizeof *pos);
-    if (!in || !seqs || !pos)
-        abort();
+    tfile **in = bdb_malloc(nin * sizeof *in);
+    uint64_t *seqs = bdb_malloc(nin * sizeof *seqs);
+    size_t *pos = bdb_calloc(nin, sizeof *pos);
+    if (!in || !seqs || !pos) { /* the inputs stay; the next maintenance retries */
+        free(in);
+        free(seqs);
+        free(pos);
+        return BDB_ERR_NOMEM;
+    }
     uint64_t upto = 0;
     unsigned flags = 0;
     for (size_t i = 0; i < nin; i++) {
@@ -788,7 +888,7 @@ static int compact(tstate *t, size_t a, size_t b)
         if (i < a || i >= b)
             t->files[k++] = t->files[i];
     t->n = k;
-    files_add(t, out[0]);
+    files_add(t, out[0]); /* cannot fail: the list shrank by nin >= 1 first */
     pthread_rwlock_unlock(&t->lock);
     int r0 = in[0]->res - 1;
     for (size_t i = 0; i < nin; i++)
@@ -804,6 +904,8 @@ static int compact(tstate *t, size_t a, size_t b)
 int db_tier_maintain(bdb_db *db)
 {
     tstate *t = tier_get(db);
+    if (!t)
+        return BDB_ERR_NOMEM;
     retention(t);
     /* Only this thread (under flush_mutex) changes the list, so indexes stay valid
      * without the lock between compactions. Files past the committed catalog (a

@@ -70,6 +70,17 @@ typedef void (*bdb_tier_recompute_fn)(void *ctx, const char *tenant, const char 
                                       const char *metric, enum bdb_res res, const bdb_window *w);
 void bdb_db_tier_set_recompute_hook(bdb_db *db, bdb_tier_recompute_fn cb, void *ctx);
 
+/* The window starts at res (1M, 1H or 1D) in [align_down(from), to) holding a minute
+ * the late path marked for some device of tenant and has not recomputed yet (late or
+ * rewriting samples still in the head or in the flush under way), sorted and unique;
+ * *starts malloc'd (free it). Derived data merged from flushes plus the head (the fleet
+ * tables) counts a rewrite of a flushed time twice in exactly these windows until the
+ * flush recomputes them; the device tiers fix them on read. Costs one pass over the
+ * marks, nothing when there are none. Errors: BDB_ERR_INVALID (res, range),
+ * BDB_ERR_NOMEM. */
+int bdb_db_late_marked_windows(bdb_db *db, const char *tenant, enum bdb_res res, int64_t from,
+                               int64_t to, int64_t **starts, size_t *n);
+
 typedef struct bdb_late_stats {
     uint64_t late_events;           /* events later than the threshold (not from replay) */
     uint64_t dirty_marks;           /* minutes marked for recompute (late or rewrite) */
@@ -81,12 +92,14 @@ typedef struct bdb_late_stats {
 void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st);
 
 /* The most recent late events (at most 256 kept, in memory only), newest first,
- * optionally of one tenant and device; cb returns non-zero to stop. */
+ * optionally of one tenant and device; cb returns non-zero to stop. With a sink that
+ * takes late arrivals, also the flushed ones it holds (db_late_sink.h). */
 typedef struct bdb_late_event {
     const char *tenant, *device;
     int64_t ts;      /* event time */
     int64_t newest;  /* the device's newest event time when it arrived */
     int64_t arrived; /* wall clock at arrival */
+    uint64_t seq;    /* arrival order on this server: the order of equal arrived */
 } bdb_late_event;
 int bdb_db_late_recent(bdb_db *db, const char *tenant, const char *device,
                        int (*cb)(void *ctx, const bdb_late_event *e), void *ctx);

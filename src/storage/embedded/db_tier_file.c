@@ -10,6 +10,7 @@
  * Every part has its own CRC so that a query reads and checks only the one record it
  * needs; opening a file checks all of them once. */
 #include "storage/embedded/db_tier_int.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "storage/embedded/db_tier.h"
@@ -33,12 +34,14 @@ void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start,
 {
     memset(tb, 0, sizeof *tb);
     tb->res = res;
-    tb->tenant = strdup(tenant);
+    tb->tenant = bdb_strdup(tenant);
     tb->start = start;
     tb->end = end;
     tb->flags = flags;
-    bdb_buf_init(&tb->b);
-    bdb_buf_init(&tb->idx);
+    bdb_buf_init_checked(&tb->b); /* out of memory: tf_finish fails */
+    bdb_buf_init_checked(&tb->idx);
+    if (!tb->tenant)
+        tb->b.oom = 1;
     bdb_buf_append(&tb->b, MAGIC, 8);
     bdb_buf_put_u32le(&tb->b, flags ? TIER_VERSION_FLAGS : TIER_VERSION);
     bdb_buf_putc(&tb->b, (uint8_t)res);
@@ -58,6 +61,8 @@ void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start,
 void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, size_t mlen,
             const bdb_rollup *r)
 {
+    if (tb->b.oom || tb->idx.oom) /* tf_finish reports it */
+        return;
     size_t off = tb->b.len;
     bdb_buf_put_str(&tb->b, device, dlen);
     bdb_buf_put_str(&tb->b, metric, mlen);
@@ -73,7 +78,7 @@ void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, s
     tb->nrec++;
 }
 
-void tf_finish(tbuilder *tb)
+int tf_finish(tbuilder *tb)
 {
     uint64_t ioff = tb->b.len;
     bdb_buf_put_uvarint(&tb->b, tb->nrec);
@@ -84,6 +89,7 @@ void tf_finish(tbuilder *tb)
     bdb_buf_put_u64le(&tb->b, ilen);
     bdb_buf_put_u32le(&tb->b, icrc);
     bdb_buf_append(&tb->b, FOOT_MAGIC, 4);
+    return tb->b.oom || tb->idx.oom ? BDB_ERR_NOMEM : BDB_OK;
 }
 
 void tf_builder_free(tbuilder *tb)
@@ -122,7 +128,9 @@ static int rec_cmp(const void *x, const void *y)
     return c ? c : bytes_cmp(a->metric, a->mlen, b->metric, b->mlen);
 }
 
-/* Parses the header into out; returns its length or 0 when malformed. */
+#define HDR_NOMEM SIZE_MAX /* header(): out of memory, not a bad header */
+
+/* Parses the header into out; returns its length, 0 when malformed or HDR_NOMEM. */
 static size_t header(const uint8_t *p, size_t n, tfile *out)
 {
     bdb_dec d;
@@ -140,9 +148,9 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
         (uint64_t)end - (uint64_t)start != (uint64_t)bdb_tier_file_span((enum bdb_res)res) ||
         tlen == 0 || memchr(tn, 0, tlen)) /* unsigned: end - start may overflow int64 */
         return 0;
-    uint64_t *inputs = calloc(ninputs + 1, sizeof *inputs);
+    uint64_t *inputs = bdb_calloc(ninputs + 1, sizeof *inputs);
     if (!inputs)
-        abort();
+        return HDR_NOMEM;
     for (uint64_t i = 0; i < ninputs; i++)
         inputs[i] = bdb_dec_uvarint(&d);
     unsigned flags = 0;
@@ -162,7 +170,11 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     out->end = end;
     out->seq = seq;
     out->wal_upto = wal_upto;
-    out->tenant = strndup(tn, tlen);
+    out->tenant = bdb_strndup(tn, tlen);
+    if (!out->tenant) {
+        free(inputs);
+        return HDR_NOMEM;
+    }
     out->inputs = inputs;
     out->ninputs = ninputs;
     out->flags = flags;
@@ -173,13 +185,16 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
 int tf_parse_header(const uint8_t *p, size_t n, tfile *out)
 {
     memset(out, 0, sizeof *out);
-    return header(p, n, out) ? BDB_OK : BDB_ERR_CORRUPT;
+    size_t h = header(p, n, out);
+    return h == HDR_NOMEM ? BDB_ERR_NOMEM : h ? BDB_OK : BDB_ERR_CORRUPT;
 }
 
 int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
 {
     memset(out, 0, sizeof *out);
     size_t hlen = header(p, n, out);
+    if (hlen == HDR_NOMEM)
+        return BDB_ERR_NOMEM; /* not damage: the caller must not quarantine */
     if (!hlen) {
         *why = "bad header (magic, version, fields or CRC)";
         return BDB_ERR_CORRUPT;
@@ -202,9 +217,11 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         *why = "index count";
         goto bad;
     }
-    out->recs = calloc(nrec + 1, sizeof *out->recs);
-    if (!out->recs)
-        abort();
+    out->recs = bdb_calloc(nrec + 1, sizeof *out->recs);
+    if (!out->recs) {
+        tf_free(out);
+        return BDB_ERR_NOMEM; /* not damage: the caller must not quarantine */
+    }
     uint64_t next = hlen; /* records are back to back from the header to the index */
     for (uint64_t i = 0; i < nrec; i++) {
         size_t dl, ml;
@@ -219,8 +236,12 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         }
         next = off + len;
         trec *r = &out->recs[out->nrec++];
-        r->device = strndup(dn, dl);
-        r->metric = strndup(mn, ml);
+        r->device = bdb_strndup(dn, dl);
+        r->metric = bdb_strndup(mn, ml);
+        if (!r->device || !r->metric) {
+            tf_free(out);
+            return BDB_ERR_NOMEM;
+        }
         r->dlen = dl;
         r->mlen = ml;
         r->off = off;
@@ -254,9 +275,9 @@ const trec *tf_find(const tfile *t, const char *device, const char *metric)
 
 int tf_read_rec(const tfile *t, const trec *rec, int64_t lo, int64_t hi, bdb_rollup *r)
 {
-    uint8_t *p = malloc(rec->len);
+    uint8_t *p = bdb_malloc(rec->len);
     if (!p)
-        abort();
+        return BDB_ERR_NOMEM;
     size_t got = 0;
     int rc = bdb_file_pread(t->f, p, rec->len, rec->off, &got);
     if (rc == BDB_OK && got != rec->len)

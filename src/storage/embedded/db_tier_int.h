@@ -58,7 +58,7 @@ void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start,
 /* Adds the windows of r inside the file window; nothing when there are none. */
 void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, size_t mlen,
             const bdb_rollup *r);
-void tf_finish(tbuilder *tb);
+int tf_finish(tbuilder *tb); /* BDB_OK, or BDB_ERR_NOMEM: some append was dropped */
 void tf_builder_free(tbuilder *tb);
 
 /* Parses and checks a whole file image (header, index and every record's CRC).
@@ -101,6 +101,7 @@ void late_frozen_done(bdb_db *db);
  * windows around those minutes as raw data gives them (a rewrite of a flushed time
  * would otherwise count twice until its flush). */
 size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **out);
+#define LATE_NOMEM SIZE_MAX /* late_dirty_minutes out of memory: the read fails */
 int late_fix_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
                   size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, const int64_t *dirty,
                   size_t ndirty, bdb_rollup *out);

@@ -22,11 +22,13 @@
  * flush_lock by the freeze). The frozen set is read and cleared only by the flush
  * thread, under flush_mutex. */
 #include "storage/embedded/db_tier.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_late_sink.h"
 #include "storage/embedded/db_tier_int.h"
 
 #include <stdlib.h>
@@ -43,6 +45,7 @@ struct mark {
 struct late_ev {
     char *tenant, *device;
     int64_t ts, newest, arrived;
+    uint64_t seq; /* a sink's late_put: 1, 2, ... in arrival order (db_late_sink.c) */
 };
 
 typedef struct lstate {
@@ -52,6 +55,7 @@ typedef struct lstate {
     size_t npend, cappend, nfrz, capfrz;
     struct late_ev ring[LATE_RING];
     size_t ring_n, ring_pos;
+    uint64_t ring_seq, sent_seq, put_seq; /* last given, confirmed, handed to the sink */
     int64_t last_log_ms;
     uint64_t unlogged;
     bdb_tier_recompute_fn cb;
@@ -63,15 +67,14 @@ static lstate *late_get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
     lstate *l = db->late;
-    if (!l) {
-        l = calloc(1, sizeof *l);
-        if (!l)
-            abort();
+    if (!l && (l = bdb_calloc(1, sizeof *l)) != NULL) {
         l->db = db;
         pthread_mutex_init(&l->mu, NULL);
         db->late = l;
     }
     pthread_mutex_unlock(&db->ext_mu);
+    /* NULL only when out of memory before the first mark: then there is no mark to
+     * read, so readers answer "none"; markers fail (alloc.h). */
     return l;
 }
 
@@ -98,43 +101,77 @@ int64_t db_late_threshold(const bdb_db *db)
     return db->o.late_threshold_ms > 0 ? db->o.late_threshold_ms : DEFAULT_THRESHOLD;
 }
 
-static void push_mark(struct mark **v, size_t *n, size_t *cap, const device *d, int64_t minute)
+/* Room for n more marks: BDB_OK or BDB_ERR_NOMEM (the list unchanged). */
+static int mark_room(struct mark **v, size_t n, size_t *cap, size_t more)
+{
+    if (*cap - n >= more)
+        return BDB_OK;
+    size_t nc = *cap ? *cap * 2 : 64;
+    while (nc - n < more)
+        nc *= 2;
+    struct mark *p = bdb_realloc(*v, nc * sizeof *p);
+    if (!p)
+        return BDB_ERR_NOMEM;
+    *v = p;
+    *cap = nc;
+    return BDB_OK;
+}
+
+static int push_mark(struct mark **v, size_t *n, size_t *cap, const device *d, int64_t minute)
 {
     /* a batch of late reports usually repeats the minute just marked */
     if (*n && (*v)[*n - 1].d == d && (*v)[*n - 1].minute == minute)
-        return;
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 64;
-        *v = realloc(*v, *cap * sizeof **v);
-        if (!*v)
-            abort();
-    }
+        return BDB_OK;
+    if (mark_room(v, *n, cap, 1) != BDB_OK)
+        return BDB_ERR_NOMEM;
     (*v)[(*n)++] = (struct mark){d, minute};
+    return BDB_OK;
 }
 
-void db_late_note(bdb_db *db, struct device *d, int64_t ts)
+int db_late_reserve(bdb_db *db, size_t n)
+{
+    lstate *l = late_get(db);
+    if (!l)
+        return BDB_ERR_NOMEM;
+    pthread_mutex_lock(&l->mu);
+    int rc = mark_room(&l->pend, l->npend, &l->cappend, n);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int db_late_note(bdb_db *db, struct device *d, int64_t ts)
 {
     if (d->last_ts == INT64_MIN || ts > d->last_ts)
-        return;
+        return BDB_OK;
     int64_t thr = db_late_threshold(db);
     int late = d->last_ts - ts > thr; /* both are event times: no overflow in practice */
     int rewrite = d->late_frozen_ts == 0 || ts <= d->late_frozen_ts;
     if (!late && !rewrite)
-        return;
+        return BDB_OK;
     lstate *l = late_get(db);
+    if (!l)
+        return BDB_ERR_NOMEM;
     pthread_mutex_lock(&l->mu);
-    push_mark(&l->pend, &l->npend, &l->cappend, d, bdb_align_down(ts, BDB_MS_MIN));
+    if (push_mark(&l->pend, &l->npend, &l->cappend, d, bdb_align_down(ts, BDB_MS_MIN))) {
+        pthread_mutex_unlock(&l->mu);
+        return BDB_ERR_NOMEM;
+    }
     atomic_fetch_add(&l->marks, 1);
-    if (late && !db->replaying) {
+    char *etn = late && !db->replaying ? bdb_strdup(d->tenant->name) : NULL;
+    char *edn = etn ? bdb_strndup(d->name, d->nlen) : NULL;
+    if (!edn)
+        free(etn);
+    if (edn) { /* the list of recent late events is diagnostic: skipped without memory */
         atomic_fetch_add(&l->late_events, 1);
         struct late_ev *e = &l->ring[l->ring_pos];
         free(e->tenant);
         free(e->device);
-        e->tenant = strdup(d->tenant->name);
-        e->device = strndup(d->name, d->nlen);
+        e->tenant = etn;
+        e->device = edn;
         e->ts = ts;
         e->newest = d->last_ts;
         e->arrived = bdb_clock_now(&db->o.clock);
+        e->seq = ++l->ring_seq;
         l->ring_pos = (l->ring_pos + 1) % LATE_RING;
         if (l->ring_n < LATE_RING)
             l->ring_n++;
@@ -151,6 +188,7 @@ void db_late_note(bdb_db *db, struct device *d, int64_t ts)
         }
     }
     pthread_mutex_unlock(&l->mu);
+    return BDB_OK;
 }
 
 static void device_frozen(void *ctx, device *d)
@@ -162,16 +200,24 @@ static void device_frozen(void *ctx, device *d)
     pthread_mutex_unlock(dev_lock(db, d));
 }
 
-void db_late_freeze(bdb_db *db)
+int db_late_freeze(bdb_db *db)
 {
     lstate *l = late_get(db);
+    if (!l)
+        return BDB_ERR_NOMEM;
     pthread_mutex_lock(&l->mu);
+    /* Room first: out of memory keeps every mark pending and fails the flush. */
+    if (mark_room(&l->frz, l->nfrz, &l->capfrz, l->npend) != BDB_OK) {
+        pthread_mutex_unlock(&l->mu);
+        return BDB_ERR_NOMEM;
+    }
     /* a failed flush leaves its frozen marks: the retry covers both */
     for (size_t i = 0; i < l->npend; i++)
         push_mark(&l->frz, &l->nfrz, &l->capfrz, l->pend[i].d, l->pend[i].minute);
     l->npend = 0;
     pthread_mutex_unlock(&l->mu);
     cat_each_device(db, device_frozen, db);
+    return BDB_OK;
 }
 
 static int mark_cmp(const void *a, const void *b)
@@ -185,6 +231,8 @@ static int mark_cmp(const void *a, const void *b)
 void late_frozen_sort(bdb_db *db)
 {
     lstate *l = late_get(db);
+    if (!l) /* no mark was ever made */
+        return;
     pthread_mutex_lock(&l->mu);
     if (l->nfrz > 1)
         qsort(l->frz, l->nfrz, sizeof *l->frz, mark_cmp);
@@ -218,6 +266,8 @@ static const struct mark *frozen_marks(lstate *l, const device *d, size_t *n)
 void late_frozen_done(bdb_db *db)
 {
     lstate *l = late_get(db);
+    if (!l)
+        return;
     pthread_mutex_lock(&l->mu);
     l->nfrz = 0;
     pthread_mutex_unlock(&l->mu);
@@ -245,15 +295,20 @@ static int rsamp_cmp(const void *a, const void *b)
 struct rvec {
     struct rsamp *v;
     size_t n, cap;
+    int oom; /* a sample was dropped for lack of memory: the recompute fails */
 };
 
 static void rvec_push(struct rvec *r, int64_t ts, uint64_t prio, uint32_t order, double v)
 {
     if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 256;
-        r->v = realloc(r->v, r->cap * sizeof *r->v);
-        if (!r->v)
-            abort();
+        size_t cap = r->cap ? r->cap * 2 : 256;
+        struct rsamp *p = bdb_realloc(r->v, cap * sizeof *r->v);
+        if (!p) {
+            r->oom = 1;
+            return;
+        }
+        r->v = p;
+        r->cap = cap;
     }
     r->v[r->n++] = (struct rsamp){ts, prio, order, v};
 }
@@ -271,7 +326,7 @@ static void sink_add(void *ud, size_t metric, int64_t ts, double v)
  * purpose: its samples reach the tiers with a later flush. */
 static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_rollup *r)
 {
-    struct rvec rv = {NULL, 0, 0};
+    struct rvec rv = {NULL, 0, 0, 0};
     int rc = BDB_OK;
     const char *tn = s->dev->tenant->name;
     bdb_series_key key = {tn, strlen(tn), s->dev->name, s->dev->nlen, s->metric, s->mlen};
@@ -312,6 +367,8 @@ static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_
         const char *mn[1] = {s->metric};
         rc = db_sink_read(db, s->dev, tn, s->dev->name, mn, 1, lo, hi, sink_add, &rv);
     }
+    if (rc == BDB_OK && rv.oom) /* never a window recomputed from part of its samples */
+        rc = BDB_ERR_NOMEM;
     if (rv.n > 1)
         qsort(rv.v, rv.n, sizeof *rv.v, rsamp_cmp);
     for (size_t i = 0; i < rv.n && rc == BDB_OK; i++)
@@ -393,6 +450,8 @@ static int complete_from(bdb_db *db, const char *tn, enum bdb_res res, int64_t s
 int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *rep)
 {
     lstate *l = late_get(db);
+    if (!l)
+        return BDB_OK; /* no mark was ever made: nothing to recompute */
     size_t nm;
     const struct mark *m = frozen_marks(l, s->dev, &nm);
     const char *tn = s->dev->tenant->name;
@@ -428,6 +487,8 @@ int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *re
 void late_recomputed(bdb_db *db, const series *s, const bdb_rollup *rep)
 {
     lstate *l = late_get(db);
+    if (!l)
+        return;
     for (int k = 0; k < BDB_TIERS; k++) {
         atomic_fetch_add(&l->recomputed[k], rep[k].n);
         if (l->cb)
@@ -442,6 +503,10 @@ void late_recomputed(bdb_db *db, const series *s, const bdb_rollup *rep)
 void bdb_db_tier_set_recompute_hook(bdb_db *db, bdb_tier_recompute_fn cb, void *ctx)
 {
     lstate *l = late_get(db);
+    if (!l) { /* at start only; without memory for it the server does not start either */
+        BDB_ERROR("out of memory setting the tier recompute hook");
+        return;
+    }
     pthread_mutex_lock(&db->flush_mutex); /* the flush thread calls it */
     l->cb = cb;
     l->cb_ctx = ctx;
@@ -452,6 +517,8 @@ void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st)
 {
     lstate *l = late_get(db);
     memset(st, 0, sizeof *st);
+    if (!l)
+        return;
     st->late_events = atomic_load(&l->late_events);
     st->dirty_marks = atomic_load(&l->marks);
     for (int k = 0; k < BDB_TIERS; k++)
@@ -463,10 +530,43 @@ void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st)
     st->threshold_ms = db_late_threshold(db);
 }
 
-int bdb_db_late_recent(bdb_db *db, const char *tn, const char *dn,
-                       int (*cb)(void *ctx, const bdb_late_event *e), void *ctx)
+void db_late_unsent(bdb_db *db, void (*fn)(void *ud, const bdb_late_event *e), void *ud)
 {
     lstate *l = late_get(db);
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    uint64_t top = 0;
+    for (size_t i = 0; i < l->ring_n; i++) {
+        const struct late_ev *e = &l->ring[(l->ring_pos + LATE_RING - 1 - i) % LATE_RING];
+        if (e->seq <= l->sent_seq)
+            continue;
+        bdb_late_event out = {e->tenant, e->device, e->ts, e->newest, e->arrived, e->seq};
+        fn(ud, &out);
+        if (e->seq > top)
+            top = e->seq;
+    }
+    l->put_seq = top > l->sent_seq ? top : l->sent_seq;
+    pthread_mutex_unlock(&l->mu);
+}
+
+void db_late_sent(bdb_db *db)
+{
+    lstate *l = late_get(db);
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (l->put_seq > l->sent_seq)
+        l->sent_seq = l->put_seq;
+    pthread_mutex_unlock(&l->mu);
+}
+
+int db_late_recent_local(bdb_db *db, const char *tn, const char *dn,
+                         int (*cb)(void *ctx, const bdb_late_event *e), void *ctx)
+{
+    lstate *l = late_get(db);
+    if (!l)
+        return BDB_ERR_NOMEM;
     pthread_mutex_lock(&l->mu);
     int stop = 0;
     for (size_t i = 0; i < l->ring_n && !stop; i++) {
@@ -474,7 +574,7 @@ int bdb_db_late_recent(bdb_db *db, const char *tn, const char *dn,
         const struct late_ev *e = &l->ring[(l->ring_pos + LATE_RING - 1 - i) % LATE_RING];
         if ((tn && strcmp(tn, e->tenant)) || (dn && strcmp(dn, e->device)))
             continue;
-        bdb_late_event out = {e->tenant, e->device, e->ts, e->newest, e->arrived};
+        bdb_late_event out = {e->tenant, e->device, e->ts, e->newest, e->arrived, e->seq};
         stop = cb(ctx, &out);
     }
     pthread_mutex_unlock(&l->mu);
@@ -499,6 +599,8 @@ size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **
     if (!d)
         return 0;
     lstate *l = late_get(db);
+    if (!l) /* no mark was ever made */
+        return 0;
     size_t n = 0, cap = 0;
     int64_t *v = NULL;
     pthread_mutex_lock(&l->mu);
@@ -510,9 +612,13 @@ size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **
                 continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 16;
-                v = realloc(v, cap * sizeof *v);
-                if (!v)
-                    abort();
+                int64_t *nv = bdb_realloc(v, cap * sizeof *v);
+                if (!nv) {
+                    pthread_mutex_unlock(&l->mu);
+                    free(v);
+                    return LATE_NOMEM;
+                }
+                v = nv;
             }
             v[n++] = m[i].minute;
         }
@@ -526,6 +632,60 @@ size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **
             v[k++] = v[i];
     *out = v;
     return k;
+}
+
+int bdb_db_late_marked_windows(bdb_db *db, const char *tn, enum bdb_res res, int64_t from,
+                               int64_t to, int64_t **starts, size_t *n)
+{
+    *starts = NULL;
+    *n = 0;
+    int64_t w = bdb_res_width(res);
+    if (w == 0 || from >= to)
+        return BDB_ERR_INVALID;
+    int64_t lo = bdb_align_down(from, w);
+    pthread_rwlock_rdlock(&db->cat_lock);
+    const tenant *te = cat_tenant(db, tn, strlen(tn), 0);
+    pthread_rwlock_unlock(&db->cat_lock);
+    lstate *l = te ? late_get(db) : NULL;
+    if (!l) /* no such tenant, or no mark was ever made */
+        return BDB_OK;
+    size_t k = 0, cap = 0;
+    int64_t *v = NULL;
+    int rc = BDB_OK;
+    pthread_mutex_lock(&l->mu);
+    for (int f = 0; f < 2 && rc == BDB_OK; f++) {
+        const struct mark *m = f ? l->frz : l->pend;
+        size_t nm = f ? l->nfrz : l->npend;
+        for (size_t i = 0; i < nm; i++) {
+            int64_t a = bdb_align_down(m[i].minute, w);
+            if (m[i].d->tenant != te || a < lo || a >= to || (k && v[k - 1] == a))
+                continue;
+            if (k == cap) {
+                cap = cap ? cap * 2 : 16;
+                int64_t *nv = bdb_realloc(v, cap * sizeof *v);
+                if (!nv) {
+                    rc = BDB_ERR_NOMEM;
+                    break;
+                }
+                v = nv;
+            }
+            v[k++] = a;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (rc != BDB_OK) {
+        free(v);
+        return rc;
+    }
+    if (k > 1)
+        qsort(v, k, sizeof *v, i64_cmp);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || v[u - 1] != v[i])
+            v[u++] = v[i];
+    *starts = v;
+    *n = u;
+    return BDB_OK;
 }
 
 /* The minute windows of raw data in [a, b) of one metric (newest write per time). */

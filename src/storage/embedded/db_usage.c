@@ -25,6 +25,7 @@
  * map. Memory is O(blocks) plus a bounded quantile sketch and a bounded set of the
  * partitions already warned about, whatever the number of partitions. */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 
 #include "agg/sketch.h"
 #include "bucketdb/bdb.h"
@@ -132,7 +133,7 @@ static void map_add(bdb_map *m, const char *key, size_t klen, uint64_t v)
 {
     uint64_t *p = bdb_map_get(m, key, klen);
     if (!p) {
-        p = calloc(1, sizeof *p);
+        p = bdb_calloc(1, sizeof *p);
         if (!p)
             abort();
         bdb_map_put(m, key, klen, p);
@@ -180,7 +181,7 @@ static bdb_map *block_bytes(bdb_db *db)
                 memcmp(v[n - 1].t, st.key.tenant, st.key.tenant_len) != 0) {
                 if (n == cap) {
                     cap = cap ? cap * 2 : 16;
-                    struct tshare *p = realloc(v, cap * sizeof *p);
+                    struct tshare *p = bdb_realloc(v, cap * sizeof *p);
                     if (!p)
                         abort();
                     v = p;
@@ -311,7 +312,7 @@ static int warn_once(usage *u, bdb_buf *tmp, const bdb_partition_stat *p, uint64
     }
     if (u->nwarned == u->cap_warned) {
         u->cap_warned = u->cap_warned ? u->cap_warned * 2 : 64;
-        uint64_t *nv = realloc(u->warned, u->cap_warned * sizeof *nv);
+        uint64_t *nv = bdb_realloc(u->warned, u->cap_warned * sizeof *nv);
         if (!nv)
             abort();
         u->warned = nv;
@@ -335,7 +336,7 @@ static void partitions(usage *u, bdb_db *db, bdb_partition_summary *out)
 {
     uint64_t limit = atomic_load(&u->warn_bytes);
     int warn = atomic_load(&u->warn_set) && limit > 0;
-    struct pcur *h = calloc(db->nblocks + 1, sizeof *h);
+    struct pcur *h = bdb_calloc(db->nblocks + 1, sizeof *h);
     if (!h)
         abort();
     size_t n = 0;
@@ -391,7 +392,7 @@ static struct tusage *tusage_get(usage *u, const char *name, size_t len)
 {
     struct tusage *t = bdb_map_get(u->tenants, name, len);
     if (!t) {
-        t = calloc(1, sizeof *t);
+        t = bdb_calloc(1, sizeof *t);
         if (!t)
             abort();
         bdb_map_put(u->tenants, name, len, t);
@@ -506,7 +507,7 @@ void bdb_db_usage_start(bdb_db *db, const bdb_usage_opts *o)
         pthread_mutex_lock(&db->ext_mu);
         u = atomic_load(&db->usage);
         if (!u) {
-            u = calloc(1, sizeof *u);
+            u = bdb_calloc(1, sizeof *u);
             if (!u)
                 abort();
             u->db = db;

@@ -4,6 +4,7 @@
  * several chunks. With sub-buckets (db_hot.h) one range holds a chunk chain per
  * partition id, so chunks are keyed by (range, partition id). */
 #include "storage/embedded/db_int.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -12,19 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *xalloc(size_t n)
-{
-    void *p = calloc(1, n);
-    if (!p) {
-        fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return p;
-}
-
 static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_start)
 {
-    hchunk *c = xalloc(sizeof *c);
+    hchunk *c = bdb_calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
     c->lo = lo;
     c->hi = hi;
     c->bucket_start = bucket_start;
@@ -38,6 +31,8 @@ static hchunk *chunk_insert(bdb_db *db, series *s, hchunk *prev, hchunk *next, i
                             int64_t hi, int64_t bucket_start)
 {
     hchunk *n = chunk_new(db, lo, hi, bucket_start);
+    if (!n)
+        return NULL;
     n->next = next;
     if (prev)
         prev->next = n;
@@ -59,21 +54,82 @@ void head_free_chunks(bdb_db *db, hchunk *c)
     }
 }
 
-static void ooo_add(bdb_db *db, hchunk *c, int64_t ts, double v)
+/* Room for n more side-list samples: BDB_OK or BDB_ERR_NOMEM (the list unchanged). */
+static int ooo_room(bdb_db *db, hchunk *c, uint32_t n)
 {
-    if (c->nooo == c->cap_ooo) {
-        uint32_t cap = c->cap_ooo ? c->cap_ooo * 2 : 4;
-        void *p = realloc(c->ooo, cap * sizeof *c->ooo);
-        if (!p) {
-            fprintf(stderr, "bucketdb: out of memory\n");
-            abort();
-        }
-        atomic_fetch_add(&db->head_bytes, (cap - c->cap_ooo) * sizeof *c->ooo);
-        c->ooo = p;
-        c->cap_ooo = cap;
-    }
+    if (c->cap_ooo - c->nooo >= n)
+        return BDB_OK;
+    uint32_t cap = c->cap_ooo ? c->cap_ooo * 2 : 4;
+    while (cap - c->nooo < n)
+        cap *= 2;
+    void *p = bdb_realloc(c->ooo, cap * sizeof *c->ooo);
+    if (!p)
+        return BDB_ERR_NOMEM;
+    atomic_fetch_add(&db->head_bytes, (cap - c->cap_ooo) * sizeof *c->ooo);
+    c->ooo = p;
+    c->cap_ooo = cap;
+    return BDB_OK;
+}
+
+static int ooo_add(bdb_db *db, hchunk *c, int64_t ts, double v)
+{
+    if (ooo_room(db, c, 1) != BDB_OK)
+        return BDB_ERR_NOMEM;
     c->ooo[c->nooo++] = (struct ooo_sample){ts, v};
     atomic_fetch_add(&db->ooo_samples, 1);
+    return BDB_OK;
+}
+
+/* The chunk a sample at ts goes to, created (empty) if the range has none yet; with
+ * in_order set and the newest chunk full, its (empty) continuation. NULL when out of
+ * memory. An empty chunk holds no sample, so creating one changes no answer. */
+static hchunk *chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
+{
+    device *d = s->dev;
+    int64_t bstart, bend;
+    bdb_bucket_range(&d->hist, ts, &bstart, &bend);
+    int64_t w = db->o.block_window_ms;
+    int64_t wstart = bdb_align_down(ts, w);
+    int64_t lo = bstart > wstart ? bstart : wstart;
+    int64_t hi = bend < wstart + w ? bend : wstart + w;
+    int64_t pid = db_partition_id(d, ts, bstart);
+    hchunk *c = s->active, *prev = NULL;
+    while (c && c->lo > lo) {
+        prev = c;
+        c = c->next;
+    }
+    hchunk *g = c, *gprev = prev;
+    while (g && g->lo == lo && g->bucket_start != pid) {
+        gprev = g;
+        g = g->next;
+    }
+    if (g && g->lo == lo) {
+        c = g;
+        prev = gprev;
+    } else {
+        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
+        if (!c)
+            return NULL;
+    }
+    *in_order = c->app.count == 0 || ts > c->app.t_last;
+    if (*in_order && c->app.count >= db->o.chunk_max_samples)
+        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* full: continuation in front */
+    return c;
+}
+
+int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n)
+{
+    int in_order;
+    hchunk *c = chunk_for(db, s, ts, &in_order);
+    if (!c)
+        return BDB_ERR_NOMEM;
+    if (!in_order)
+        return ooo_room(db, c, n);
+    uint32_t before = c->app.cap;
+    int rc = bdb_chunk_app_reserve(&c->app, n);
+    if (c->app.cap != before)
+        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    return rc;
 }
 
 /* Caller holds the device's stripe lock and counts the sample in db->head_samples
@@ -107,42 +163,46 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v)
         prev = gprev;
     } else {
         c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
+        if (!c)
+            return BDB_ERR_NOMEM;
     }
     uint32_t before = c->app.cap;
     if (c->app.count == 0 || ts > c->app.t_last) {
         if (c->app.count >= db->o.chunk_max_samples) {
             /* Full: start a continuation chunk for the same range in front of it. */
             c = chunk_insert(db, s, prev, c, lo, hi, pid);
+            if (!c)
+                return BDB_ERR_NOMEM;
             before = c->app.cap;
         }
         int rc = bdb_chunk_app_append(&c->app, ts, v);
         if (rc != BDB_OK)
             return rc;
-    } else {
-        ooo_add(db, c, ts, v);
+    } else if (ooo_add(db, c, ts, v) != BDB_OK) {
+        return BDB_ERR_NOMEM;
     }
     if (c->app.cap != before)
         atomic_fetch_add(&db->head_bytes, c->app.cap - before);
     return BDB_OK;
 }
 
-static void push(int64_t **ts, double **v, size_t *n, size_t *cap, int64_t t, double x)
+static int push(int64_t **ts, double **v, size_t *n, size_t *cap, int64_t t, double x)
 {
     if (*n == *cap) {
         size_t nc = *cap ? *cap * 2 : 256;
-        int64_t *nt = realloc(*ts, nc * sizeof **ts);
-        double *nv = realloc(*v, nc * sizeof **v);
-        if (!nt || !nv) {
-            fprintf(stderr, "bucketdb: out of memory\n");
-            abort();
-        }
-        *ts = nt;
+        int64_t *nt = bdb_realloc(*ts, nc * sizeof **ts);
+        if (nt)
+            *ts = nt;
+        double *nv = nt ? bdb_realloc(*v, nc * sizeof **v) : NULL;
+        if (!nv)
+            return BDB_ERR_NOMEM; /* both arrays still hold *cap */
         *v = nv;
         *cap = nc;
     }
     (*ts)[*n] = t;
     (*v)[*n] = x;
     (*n)++;
+    return BDB_OK;
 }
 
 struct ts_pair {
@@ -158,8 +218,8 @@ static int pair_cmp(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-void head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v,
-                        size_t *n, size_t *cap)
+int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v, size_t *n,
+                       size_t *cap)
 {
     size_t len;
     const uint8_t *bytes = bdb_chunk_app_bytes(&c->app, &len);
@@ -168,11 +228,12 @@ void head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, d
     struct ooo_sample *o = NULL;
     uint32_t no = 0;
     if (c->nooo) {
-        struct ts_pair *pr = malloc(c->nooo * sizeof *pr);
-        o = malloc(c->nooo * sizeof *o);
+        struct ts_pair *pr = bdb_malloc(c->nooo * sizeof *pr);
+        o = bdb_malloc(c->nooo * sizeof *o);
         if (!o || !pr) {
-            fprintf(stderr, "bucketdb: out of memory\n");
-            abort();
+            free(pr);
+            free(o);
+            return BDB_ERR_NOMEM;
         }
         for (uint32_t i = 0; i < c->nooo; i++)
             pr[i] = (struct ts_pair){c->ooo[i].ts, i};
@@ -206,8 +267,11 @@ void head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, d
                 have = bdb_chunk_iter_next(&it, &t, &x) == 1;
             oi++;
         }
-        if (ot >= lo && ot < hi)
-            push(ts, v, n, cap, ot, ov);
+        if (ot >= lo && ot < hi && push(ts, v, n, cap, ot, ov) != BDB_OK) {
+            free(o);
+            return BDB_ERR_NOMEM;
+        }
     }
     free(o);
+    return BDB_OK;
 }

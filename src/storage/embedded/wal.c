@@ -58,6 +58,7 @@
  * write (disk full) is not sticky: the partial bytes are cut off and the error returned.
  * bdb_wal_remove_upto refuses (BDB_ERR_INVALID) to delete the segment being written. */
 #include "storage/embedded/wal.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
@@ -124,7 +125,7 @@ static uint32_t frag_crc(uint8_t type, const uint8_t *p, size_t n)
 static char *seg_path(const char *dir, uint64_t num)
 {
     size_t n = strlen(dir) + 23;
-    char *p = malloc(n);
+    char *p = bdb_malloc(n);
     if (p)
         snprintf(p, n, "%s/%020" PRIu64, dir, num);
     return p;
@@ -153,7 +154,7 @@ static int push_old(bdb_wal *w, uint64_t num, uint64_t size)
 {
     if (w->nold == w->capold) {
         size_t cap = w->capold ? w->capold * 2 : 16;
-        seg_info *p = realloc(w->old, cap * sizeof(*p));
+        seg_info *p = bdb_realloc(w->old, cap * sizeof(*p));
         if (!p)
             return BDB_ERR_NOMEM;
         w->old = p;
@@ -227,6 +228,15 @@ static int seal_segment(bdb_wal *w)
 {
     if (!w->cur)
         return BDB_OK;
+    /* Room in the list first: out of memory then leaves the segment open and current. */
+    if (w->nold == w->capold) {
+        size_t cap = w->capold ? w->capold * 2 : 16;
+        seg_info *p = bdb_realloc(w->old, cap * sizeof(*p));
+        if (!p)
+            return BDB_ERR_NOMEM;
+        w->old = p;
+        w->capold = cap;
+    }
     uint64_t t0 = mono_ns();
     int rc = note_fsync(w, bdb_file_sync(w->cur), t0, "a segment");
     if (rc != BDB_OK)
@@ -312,7 +322,7 @@ int bdb_wal_open(const bdb_wal_opts *opts, bdb_wal **out)
 {
     if (!opts || !opts->dir || !out)
         return BDB_ERR_INVALID;
-    bdb_wal *w = calloc(1, sizeof(*w));
+    bdb_wal *w = bdb_calloc(1, sizeof(*w));
     if (!w)
         return BDB_ERR_NOMEM;
     w->vfs = opts->vfs ? opts->vfs : bdb_vfs_posix();
@@ -329,7 +339,7 @@ int bdb_wal_open(const bdb_wal_opts *opts, bdb_wal **out)
 
     int rc = BDB_ERR_NOMEM;
     size_t dlen = strlen(opts->dir);
-    if (!(w->dir = malloc(dlen + 1)))
+    if (!(w->dir = bdb_malloc(dlen + 1)))
         goto fail;
     memcpy(w->dir, opts->dir, dlen + 1);
     if ((rc = bdb_vfs_mkdir(w->vfs, w->dir)) != BDB_OK)
@@ -426,7 +436,7 @@ int bdb_wal_append(bdb_wal *w, const void *rec, size_t len, uint64_t *lsn)
     }
     size_t need = frame_bound(len);
     if (need > w->stage_cap) {
-        uint8_t *s = realloc(w->stage, need);
+        uint8_t *s = bdb_realloc(w->stage, need);
         if (!s) {
             rc = BDB_ERR_NOMEM;
             goto out;
@@ -483,7 +493,10 @@ int bdb_wal_cut(bdb_wal *w, uint64_t *sealed)
     else if ((rc = seal_segment(w)) == BDB_OK) {
         if (sealed)
             *sealed = w->cur_num;
-        rc = create_segment(w, w->cur_num + 1);
+        /* Out of memory for the next segment is not a failed cut: the sealed one is
+         * closed and durable, and the next append creates the new one. */
+        if ((rc = create_segment(w, w->cur_num + 1)) == BDB_ERR_NOMEM)
+            rc = BDB_OK;
     }
     pthread_mutex_unlock(&w->mu);
     return rc;
@@ -695,7 +708,7 @@ int bdb_wal_replay(bdb_wal *w, uint64_t from_segment,
     /* A snapshot of the numbers, so the mutex is not held while cb runs. */
     pthread_mutex_lock(&w->mu);
     size_t n = w->nold;
-    uint64_t *nums = malloc((n ? n : 1) * sizeof(*nums));
+    uint64_t *nums = bdb_malloc((n ? n : 1) * sizeof(*nums));
     for (size_t i = 0; nums && i < n; i++)
         nums[i] = w->old[i].num;
     pthread_mutex_unlock(&w->mu);

@@ -31,6 +31,7 @@
  * One mutex serialises the whole VFS, including the underlying fsyncs: simple, and
  * the tests that use it care about outcomes, not speed. */
 #include "storage/vfs/vfs_fault.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 
@@ -124,7 +125,7 @@ static int count_call(fault_vfs *fv)
 static char *dup_str(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *p = malloc(n);
+    char *p = bdb_malloc(n);
     if (p)
         memcpy(p, s, n);
     return p;
@@ -234,7 +235,7 @@ static int ff_open(bdb_vfs *v, const char *path, int flags, bdb_file **out)
     }
     if ((flags & BDB_O_CREAT) && (rc = count_call(fv)) != BDB_OK)
         goto out;
-    ffile *f = calloc(1, sizeof(*f));
+    ffile *f = bdb_calloc(1, sizeof(*f));
     if (!f) {
         rc = BDB_ERR_NOMEM;
         goto out;
@@ -248,7 +249,7 @@ static int ff_open(bdb_vfs *v, const char *path, int flags, bdb_file **out)
             rc = bdb_file_truncate(n->under, 0);
         }
     } else {
-        n = calloc(1, sizeof(*n));
+        n = bdb_calloc(1, sizeof(*n));
         char *p = dup_str(path);
         if (!n || !p) {
             free(p);
@@ -333,7 +334,7 @@ static int ff_pwrite(bdb_file *bf, const void *buf, size_t len, uint64_t off)
     else if ((rc = count_call(fv)) == BDB_OK) {
         if (n->nw == n->capw) {
             size_t cap = n->capw ? n->capw * 2 : 16;
-            pending_write *w = realloc(n->w, cap * sizeof(*w));
+            pending_write *w = bdb_realloc(n->w, cap * sizeof(*w));
             if (!w) {
                 rc = BDB_ERR_NOMEM;
                 goto out;
@@ -341,7 +342,7 @@ static int ff_pwrite(bdb_file *bf, const void *buf, size_t len, uint64_t off)
             n->w = w;
             n->capw = cap;
         }
-        uint8_t *copy = malloc(len ? len : 1);
+        uint8_t *copy = bdb_malloc(len ? len : 1);
         if (!copy) {
             rc = BDB_ERR_NOMEM;
             goto out;
@@ -440,7 +441,7 @@ static int ff_map(bdb_file *bf, const void **p, size_t *len)
     if (fv->crashed)
         rc = dead();
     else if ((rc = node_size(n, &size)) == BDB_OK && size > 0) {
-        uint8_t *buf = size < SIZE_MAX ? malloc((size_t)size) : NULL;
+        uint8_t *buf = size < SIZE_MAX ? bdb_malloc((size_t)size) : NULL;
         if (!buf)
             rc = BDB_ERR_NOMEM;
         else if ((rc = node_read(n, buf, (size_t)size, 0)) != BDB_OK)
@@ -466,7 +467,7 @@ static int push_op(fault_vfs *fv, dir_op op)
 {
     if (fv->nops == fv->capops) {
         size_t cap = fv->capops ? fv->capops * 2 : 16;
-        dir_op *ops = realloc(fv->ops, cap * sizeof(*ops));
+        dir_op *ops = bdb_realloc(fv->ops, cap * sizeof(*ops));
         if (!ops)
             return BDB_ERR_NOMEM;
         fv->ops = ops;
@@ -487,7 +488,7 @@ static void free_op(dir_op *op)
 static char *backup_name(fault_vfs *fv, const char *path)
 {
     size_t n = strlen(path) + sizeof(BACKUP_TAG) + 21;
-    char *p = malloc(n);
+    char *p = bdb_malloc(n);
     if (p)
         snprintf(p, n, "%s" BACKUP_TAG "%llu", path, (unsigned long long)++fv->backup_seq);
     return p;
@@ -703,7 +704,7 @@ static const struct bdb_vfs_ops fault_ops = {
 
 bdb_vfs *bdb_vfs_fault_new(bdb_vfs *under, uint64_t seed)
 {
-    fault_vfs *fv = calloc(1, sizeof(*fv));
+    fault_vfs *fv = bdb_calloc(1, sizeof(*fv));
     if (!fv)
         return NULL;
     fv->base.ops = &fault_ops;
@@ -771,7 +772,7 @@ static void crash_locked(fault_vfs *fv, enum bdb_fault_crash_mode mode, int sect
     for (fnode *n = fv->nodes; n; n = n->next) {
         if (!n->under)
             continue;
-        size_t *keep = calloc(n->nw ? n->nw : 1, sizeof(*keep));
+        size_t *keep = bdb_calloc(n->nw ? n->nw : 1, sizeof(*keep));
         if (keep) {
             for (size_t i = 0; i < n->nw; i++)
                 keep[i] = survivors(fv, &n->w[i], mode, sector);

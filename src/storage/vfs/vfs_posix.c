@@ -4,6 +4,7 @@
  * never see a partial write as success. Failures keep errno and map ENOSPC to
  * BDB_ERR_NOSPACE, everything else to BDB_ERR_IO (vfs.h). */
 #include "storage/vfs/vfs.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 
@@ -36,7 +37,7 @@ static int px_open(bdb_vfs *v, const char *path, int flags, bdb_file **out)
         oflags |= O_EXCL;
     if (flags & BDB_O_TRUNC)
         oflags |= O_TRUNC;
-    posix_file *f = malloc(sizeof(*f));
+    posix_file *f = bdb_malloc(sizeof(*f));
     if (!f)
         return BDB_ERR_NOMEM;
     int fd;

@@ -1,6 +1,7 @@
 /* vfs_util: whole-file helpers built only on the vfs operations, so they behave the
  * same over the POSIX VFS and the fault-injecting one. */
 #include "storage/vfs/vfs.h"
+#include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
 
@@ -13,7 +14,7 @@
 static char *join_path(const char *dir, const char *name, const char *suffix)
 {
     size_t n = strlen(dir) + strlen(name) + strlen(suffix) + 2;
-    char *p = malloc(n);
+    char *p = bdb_malloc(n);
     if (p)
         snprintf(p, n, "%s/%s%s", dir, name, suffix);
     return p;
@@ -72,7 +73,7 @@ int bdb_vfs_read_all(bdb_vfs *v, const char *path, void **data, size_t *len)
     }
     if (rc == BDB_OK) {
         /* +1 so an empty file still yields a non-NULL buffer the caller can free. */
-        buf = malloc((size_t)size + 1);
+        buf = bdb_malloc((size_t)size + 1);
         if (!buf)
             rc = BDB_ERR_NOMEM;
     }

@@ -268,7 +268,12 @@ static void test_ttl_and_bucket(void **state)
     assert_non_null(strstr(ddl, "latest_by_device"));
     /* idempotent: every CREATE has IF NOT EXISTS */
     assert_int_equal(count(ddl, "CREATE "), count(ddl, "IF NOT EXISTS"));
-    assert_int_equal(count(ddl, "CREATE TABLE"), 11);
+    /* what bucketdb writes instead of the counter: absolute counts (cass_state.h) */
+    assert_non_null(strstr(ddl, "telemetry_by_tenant_totals (\n"));
+    assert_non_null(strstr(ddl, "  event_count bigint,\n"));
+    assert_non_null(strstr(ddl, "  metric_times map<text, timestamp>,\n"));
+    assert_non_null(strstr(ddl, "  bucket_history map<timestamp, int>,\n"));
+    assert_int_equal(count(ddl, "CREATE TABLE"), 12);
     assert_string_equal(warns, "");
 
     o.ttl_s = 7 * 86400;
@@ -306,6 +311,20 @@ static void test_ttl_and_bucket(void **state)
     assert_int_equal(gen(&o), BDB_ERR_INVALID);
     strcpy(o.keyspace, "bad-name");
     assert_int_equal(gen(&o), BDB_ERR_INVALID);
+}
+
+/* The largest max_key_bytes whose agg_1m key (tenant 128, device K, metric 2K+1,
+ * day, 3 bytes per component) still fits 65,535 bytes: 3K + 149 <= 65535. */
+static void test_key_limits(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    assert_int_equal(sch_check_key_limits(128, 256, err, sizeof err), BDB_OK);
+    assert_int_equal(sch_check_key_limits(128, 21795, err, sizeof err), BDB_OK);
+    assert_int_equal(sch_check_key_limits(128, 21796, err, sizeof err), BDB_ERR_LIMIT);
+    assert_non_null(strstr(err, "max_key_bytes 21796"));
+    assert_non_null(strstr(err, "<= 21795"));
+    assert_int_equal(sch_check_key_limits(65535, 1, err, sizeof err), BDB_ERR_LIMIT);
 }
 
 static void test_version_differences(void **state)
@@ -351,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_gc_grace_rule),
         cmocka_unit_test(test_ttl_and_bucket),
         cmocka_unit_test(test_version_differences),
+        cmocka_unit_test(test_key_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
