@@ -64,10 +64,12 @@ static bdb_fleet_win *win_get(bdb_fleet *f, int64_t start)
     if (found)
         return &f->w[i];
     if (f->n == f->cap) {
-        f->cap = f->cap ? f->cap * 2 : 8;
-        f->w = bdb_realloc(f->w, f->cap * sizeof *f->w);
-        if (!f->w)
-            abort();
+        size_t cap = f->cap ? f->cap * 2 : 8;
+        bdb_fleet_win *nw = bdb_realloc(f->w, cap * sizeof *f->w);
+        if (!nw)
+            return NULL; /* f unchanged */
+        f->w = nw;
+        f->cap = cap;
     }
     memmove(&f->w[i + 1], &f->w[i], (f->n - i) * sizeof *f->w);
     f->n++;
@@ -95,30 +97,24 @@ void bdb_fleet_drop(bdb_fleet *f, int64_t start)
     f->n--;
 }
 
-static void dev_reserve(bdb_fleet_win *w, size_t extra)
+static int dev_reserve(bdb_fleet_win *w, size_t extra)
 {
     if (w->ndev + extra <= w->cap)
-        return;
+        return BDB_OK;
     size_t c = w->cap ? w->cap * 2 : 8;
     while (c < w->ndev + extra)
         c *= 2;
-    w->dev = bdb_realloc(w->dev, c * sizeof *w->dev);
-    if (!w->dev)
-        abort();
+    char **nd = bdb_realloc(w->dev, c * sizeof *w->dev);
+    if (!nd)
+        return BDB_ERR_NOMEM; /* w unchanged */
+    w->dev = nd;
     w->cap = c;
-}
-
-static char *xstrdup(const char *s)
-{
-    char *p = bdb_strdup(s);
-    if (!p)
-        abort();
-    return p;
+    return BDB_OK;
 }
 
 /* Inserts a name into the sorted set; takes ownership of owned (a copy of name) when
  * given, else copies. */
-static void dev_insert(bdb_fleet_win *w, const char *name, char *owned)
+static int dev_insert(bdb_fleet_win *w, const char *name, char *owned)
 {
     size_t lo = 0, hi = w->ndev;
     if (w->ndev && strcmp(w->dev[w->ndev - 1], name) < 0) {
@@ -129,7 +125,7 @@ static void dev_insert(bdb_fleet_win *w, const char *name, char *owned)
             int c = strcmp(w->dev[mid], name);
             if (c == 0) {
                 free(owned);
-                return;
+                return BDB_OK;
             }
             if (c < 0)
                 lo = mid + 1;
@@ -137,10 +133,15 @@ static void dev_insert(bdb_fleet_win *w, const char *name, char *owned)
                 hi = mid;
         }
     }
-    dev_reserve(w, 1);
+    char *copy = owned ? owned : bdb_strdup(name);
+    if (!copy || dev_reserve(w, 1) != BDB_OK) {
+        free(copy);
+        return BDB_ERR_NOMEM;
+    }
     memmove(&w->dev[lo + 1], &w->dev[lo], (w->ndev - lo) * sizeof *w->dev);
-    w->dev[lo] = owned ? owned : xstrdup(name);
+    w->dev[lo] = copy;
     w->ndev++;
+    return BDB_OK;
 }
 
 int bdb_fleet_add(bdb_fleet *f, const char *device, int64_t start, const bdb_stats *st)
@@ -148,9 +149,11 @@ int bdb_fleet_add(bdb_fleet *f, const char *device, int64_t start, const bdb_sta
     if (st->count == 0)
         return BDB_OK;
     bdb_fleet_win *w = win_get(f, bdb_align_down(start, f->width));
+    if (!w)
+        return BDB_ERR_NOMEM;
     int rc = bdb_stats_merge(&w->st, st);
     if (rc == BDB_OK)
-        dev_insert(w, device, NULL);
+        rc = dev_insert(w, device, NULL);
     return rc;
 }
 
@@ -165,10 +168,10 @@ int bdb_fleet_add_rollup(bdb_fleet *f, const char *device, const bdb_rollup *r)
 }
 
 /* dst := dst ∪ src as sets. steal: take src's strings (src is emptied). */
-static void dev_union(bdb_fleet_win *dst, bdb_fleet_win *src, int steal)
+static int dev_union(bdb_fleet_win *dst, bdb_fleet_win *src, int steal)
 {
     if (src->ndev == 0)
-        return;
+        return BDB_OK;
     if (dst->ndev == 0 && steal) {
         free(dst->dev);
         dst->dev = src->dev;
@@ -176,27 +179,39 @@ static void dev_union(bdb_fleet_win *dst, bdb_fleet_win *src, int steal)
         dst->cap = src->cap;
         src->dev = NULL;
         src->ndev = src->cap = 0;
-        return;
+        return BDB_OK;
     }
     size_t total = dst->ndev + src->ndev;
+    /* everything allocated before dst changes, so that a failure leaves it as it was */
     char **out = bdb_malloc(total * sizeof *out);
-    if (!out)
-        abort();
+    char **copies = steal || !out ? NULL : bdb_malloc(src->ndev * sizeof *copies);
+    if (!out || (!steal && !copies)) {
+        free(out);
+        return BDB_ERR_NOMEM;
+    }
+    for (size_t j = 0; !steal && j < src->ndev; j++)
+        if ((copies[j] = bdb_strdup(src->dev[j])) == NULL) {
+            while (j--)
+                free(copies[j]);
+            free(copies);
+            free(out);
+            return BDB_ERR_NOMEM;
+        }
     size_t i = 0, j = 0, k = 0;
     while (i < dst->ndev || j < src->ndev) {
         int c = i >= dst->ndev ? 1 : j >= src->ndev ? -1 : strcmp(dst->dev[i], src->dev[j]);
         if (c < 0) {
             out[k++] = dst->dev[i++];
         } else if (c > 0) {
-            out[k++] = steal ? src->dev[j] : xstrdup(src->dev[j]);
+            out[k++] = steal ? src->dev[j] : copies[j];
             j++;
         } else {
             out[k++] = dst->dev[i++];
-            if (steal)
-                free(src->dev[j]);
+            free(steal ? src->dev[j] : copies[j]);
             j++;
         }
     }
+    free(copies);
     free(dst->dev);
     dst->dev = out;
     dst->ndev = k;
@@ -206,6 +221,7 @@ static void dev_union(bdb_fleet_win *dst, bdb_fleet_win *src, int steal)
         src->dev = NULL;
         src->ndev = src->cap = 0;
     }
+    return BDB_OK;
 }
 
 static int merge_impl(bdb_fleet *dst, bdb_fleet *src, int steal)
@@ -214,10 +230,13 @@ static int merge_impl(bdb_fleet *dst, bdb_fleet *src, int steal)
         return BDB_ERR_INVALID;
     for (size_t i = 0; i < src->n; i++) {
         bdb_fleet_win *w = win_get(dst, bdb_align_down(src->w[i].start, dst->width));
+        if (!w)
+            return BDB_ERR_NOMEM;
         int rc = bdb_stats_merge(&w->st, &src->w[i].st);
+        if (rc == BDB_OK)
+            rc = dev_union(w, &src->w[i], steal);
         if (rc != BDB_OK)
             return rc;
-        dev_union(w, &src->w[i], steal);
     }
     return BDB_OK;
 }
@@ -322,8 +341,11 @@ int bdb_fleet_read(bdb_fleet *f, bdb_dec *d, int64_t lo, int64_t hi)
         if (rc != BDB_OK)
             break;
         bdb_fleet_win *w = win_get(&tmp, idx * f->width);
+        if (!w || dev_reserve(w, (size_t)ndev) != BDB_OK) {
+            rc = BDB_ERR_NOMEM;
+            break;
+        }
         w->st = st;
-        dev_reserve(w, (size_t)ndev);
         size_t plen = 0;
         for (uint64_t k = 0; k < ndev && rc == BDB_OK; k++) {
             uint64_t sh = bdb_dec_uvarint_canon(d);
@@ -335,10 +357,13 @@ int bdb_fleet_read(bdb_fleet *f, bdb_dec *d, int64_t lo, int64_t hi)
             }
             size_t len = (size_t)sh + sl;
             if (len + 1 > namecap) {
+                char *nn = bdb_realloc(name, (len + 1) * 2);
+                if (!nn) {
+                    rc = BDB_ERR_NOMEM;
+                    break;
+                }
+                name = nn;
                 namecap = (len + 1) * 2;
-                name = bdb_realloc(name, namecap);
-                if (!name)
-                    abort();
             }
             memcpy(name + sh, suf, sl);
             name[len] = 0;
@@ -352,15 +377,20 @@ int bdb_fleet_read(bdb_fleet *f, bdb_dec *d, int64_t lo, int64_t hi)
                 rc = BDB_ERR_CORRUPT;
                 break;
             }
-            w->dev[w->ndev++] = xstrdup(name);
+            if ((w->dev[w->ndev] = bdb_strdup(name)) == NULL) {
+                rc = BDB_ERR_NOMEM;
+                break;
+            }
+            w->ndev++;
             plen = len;
         }
     }
     free(name);
     if (rc != BDB_OK) {
-        d->err = 1;
+        if (rc == BDB_ERR_CORRUPT)
+            d->err = 1;
         bdb_fleet_free(&tmp);
-        return BDB_ERR_CORRUPT;
+        return rc;
     }
     /* keep the windows in [lo, hi) */
     size_t k = 0;

@@ -51,7 +51,9 @@ void bdb_fleet_reset(bdb_fleet *f); /* drops every window, keeps the width */
 
 /* Adds one device's statistics for a window starting at start (any width dividing
  * f->width) to the fleet window holding start. An empty st adds nothing.
- * Errors: BDB_ERR_LIMIT (a count past 2^53). */
+ * Errors: BDB_ERR_LIMIT (a count past 2^53), BDB_ERR_NOMEM. After an error of add,
+ * add_rollup, merge or read, f is still valid to free but may hold part of the
+ * addition: callers discard it (no caller keeps a fleet it failed to build). */
 int bdb_fleet_add(bdb_fleet *f, const char *device, int64_t start, const bdb_stats *st);
 /* Adds every window of a device's rollup (r->width must divide f->width). */
 int bdb_fleet_add_rollup(bdb_fleet *f, const char *device, const bdb_rollup *r);
@@ -67,7 +69,8 @@ void bdb_fleet_row_of(const bdb_fleet *f, const bdb_fleet_win *w, bdb_fleet_row 
  * 1)), the stats (bdb_stats_write), uvarint ndev and the device names front-coded
  * (uvarint bytes shared with the previous name, then the rest as a str). Canonical:
  * names strictly increasing, 1 <= ndev <= count. Reading merges the windows in [lo, hi)
- * into f (of the encoded width). Errors of read: BDB_ERR_CORRUPT. Write returns the
+ * into f (of the encoded width). Errors of read: BDB_ERR_CORRUPT, BDB_ERR_NOMEM. Write
+ * (into a bdb_buf, whose own rules on memory apply) returns the
  * number of windows written. */
 size_t bdb_fleet_write(const bdb_fleet *f, int64_t lo, int64_t hi, bdb_buf *out);
 int bdb_fleet_read(bdb_fleet *f, bdb_dec *d, int64_t lo, int64_t hi);

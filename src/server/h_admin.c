@@ -56,9 +56,10 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
     /* storage: what the storage_bytes quota is checked against (docs/TENANCY.md) */
     bdb_buf_printf(b,
                    "\"storage_bytes\":%llu,\"storage_block_bytes\":%llu,"
+                   "\"storage_cassandra_bytes\":%llu,"
                    "\"storage_unflushed_samples\":%llu},\"rejections\":{",
                    (unsigned long long)su.bytes, (unsigned long long)su.block_bytes,
-                   (unsigned long long)su.unflushed_samples);
+                   (unsigned long long)su.sink_bytes, (unsigned long long)su.unflushed_samples);
     for (int l = 0; l < BDB_LIMIT_N; l++)
         bdb_buf_printf(b, "%s\"%s\":%llu", l ? "," : "",
                        bdb_quota_limit_name((enum bdb_quota_limit)l),

@@ -427,7 +427,8 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     hot_metrics(s, &b); /* hot partitions, promotions (h_partitions.c) */
     /* Registered tenants only, like the quota series: bounded by the registry. */
     family(&b, "bucketdb_tenant_storage_bytes", "gauge",
-           "Bytes a registered tenant stores: its share of block files plus 16 bytes per "
+           "Bytes a registered tenant stores: its share of block files (with Cassandra: "
+           "the bytes of its rows Cassandra confirmed, one replica) plus 16 bytes per "
            "unflushed sample (what its storage_bytes quota is checked against).");
     struct storage_ctx sc = {s, &b};
     bdb_tenants_list(s->tenants, storage_cb, &sc);

@@ -93,10 +93,12 @@ static void write_metrics(bdb_sink *sink, cql_session *sess, void *ud)
         st.reconnects);
     fam(b, "bucketdb_cassandra_connect_failures_total", "counter",
         "Connection attempts to a node that failed.", st.connect_failures);
-    fam(b, "bucketdb_cassandra_nodes", "gauge", "Nodes of the cluster (read at connect).",
+    fam(b, "bucketdb_cassandra_nodes", "gauge",
+        "Nodes of the cluster (followed while running; nodes that left are not counted).",
         st.nodes);
     fam(b, "bucketdb_cassandra_nodes_up", "gauge",
-        "Nodes not marked down (a node is down from a failed connect until one succeeds).",
+        "Nodes not marked down (down from a failed connect or the cluster's DOWN event "
+        "until a connect succeeds).",
         st.nodes_up);
     if (!sess)
         return;
@@ -104,10 +106,12 @@ static void write_metrics(bdb_sink *sink, cql_session *sess, void *ud)
         "bucketdb_cassandra_node_up", "bucketdb_cassandra_node_connections",
         "bucketdb_cassandra_node_in_flight", "bucketdb_cassandra_node_errors_total"};
     static const char *const helps[4] = {
-        "1 while the node is usable, 0 while down (its last connect failed).",
+        "1 while the node is usable, 0 while down (its last connect failed or the cluster "
+        "reported it down).",
         "Connections open to the node.", "Requests in flight on the node's connections.",
         "Failed attempts sent to the node."};
-    /* Bounded by the cluster's size, read once at connect. */
+    /* Bounded by the cluster's size (at most the session's 256 node slots); nodes that
+     * left the cluster are skipped, joined ones appear without a restart. */
     for (int k = 0; k < 4; k++) {
         bdb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", names[k], helps[k], names[k],
                        k == 3 ? "counter" : "gauge");

@@ -131,16 +131,18 @@ typedef struct bdb_usage_opts {
  * options; cheap, so every user calls it. o = NULL starts it without options: no
  * partition warning is logged until options arrive. */
 void bdb_db_usage_start(bdb_db *db, const bdb_usage_opts *o);
-/* Measures now on the calling thread. BDB_OK, BDB_ERR_NOTFOUND (not started). */
+/* Measures now on the calling thread. BDB_OK, BDB_ERR_NOTFOUND (not started),
+ * BDB_ERR_NOMEM (the measurement is skipped; the previous figures stay). */
 int bdb_db_usage_refresh(bdb_db *db);
 /* A durable write of `samples` samples for tenant (every ingestion path, after
  * bdb_db_write succeeded). */
 void bdb_db_usage_note(bdb_db *db, const char *tenant, uint64_t samples);
 typedef struct bdb_storage_usage {
-    uint64_t bytes;             /* block_bytes + unflushed_bytes */
+    uint64_t bytes;             /* block_bytes + sink_bytes + unflushed_bytes */
     uint64_t block_bytes;       /* share of block files */
     uint64_t unflushed_samples; /* in the head, or written since the last measurement */
     uint64_t unflushed_bytes;   /* BDB_USAGE_SAMPLE_BYTES each */
+    uint64_t sink_bytes;        /* rows a sink (Cassandra) confirmed, unexpired (db_sink_usage.h) */
     int measured;               /* 0 before the first measurement: all zero */
 } bdb_storage_usage;
 /* BDB_OK, BDB_ERR_NOTFOUND (tracker not started; *out zeroed). */

@@ -317,9 +317,10 @@ void cat_encode(bdb_db *db, bdb_buf *out)
 int cat_save(bdb_db *db, const bdb_buf *enc)
 {
     bdb_buf out;
-    bdb_buf_init(&out);
+    bdb_buf_init_checked(&out); /* out of memory: the flush fails, the WAL stays */
     size_t bound = ZSTD_compressBound(enc->len);
-    bdb_buf_reserve(&out, 8 + 4 + 8 + bound + 4);
+    if (bdb_buf_reserve(&out, 8 + 4 + 8 + bound + 4) != BDB_OK)
+        return BDB_ERR_NOMEM;
     bdb_buf_append(&out, CAT2_MAGIC, 8);
     bdb_buf_put_u32le(&out, CAT2_VERSION);
     bdb_buf_put_u64le(&out, enc->len);

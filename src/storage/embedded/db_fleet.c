@@ -1,5 +1,5 @@
-/* db_fleet: fleet files, the flush hook, reads merged with the head, compaction and
- * retention (see db_fleet.h for the crash rules).
+/* db_fleet: fleet files, the flush hook and reads merged with the head (see
+ * db_fleet.h for the crash rules; compaction and retention in db_fleet_maint.c).
  *
  * Locking: fleet_lock (rwlock, one per db) guards the file list and the coverage
  * marks. Readers hold it shared across the whole read: files, then flush_lock (shared),
@@ -42,12 +42,25 @@ static int file_cmp(const void *x, const void *y)
     return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
-static void files_add(fstate *t, ffile *f)
+/* Room for extra more files, so that fl_files_add cannot fail where undoing is hard. */
+int fl_files_reserve(fstate *t, size_t extra)
 {
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 16;
-        t->files = fl_xrealloc(t->files, t->cap * sizeof *t->files);
-    }
+    if (t->n + extra <= t->cap)
+        return BDB_OK;
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    while (cap < t->n + extra)
+        cap *= 2;
+    ffile **nf = fl_realloc(t->files, cap * sizeof *t->files);
+    if (!nf)
+        return BDB_ERR_NOMEM;
+    t->files = nf;
+    t->cap = cap;
+    return BDB_OK;
+}
+
+/* The caller reserved the room (fl_files_reserve) and holds the lock exclusively. */
+void fl_files_add(fstate *t, ffile *f)
+{
     t->files[t->n++] = f;
     qsort(t->files, t->n, sizeof *t->files, file_cmp);
     if (f->seq >= t->next_seq)
@@ -62,6 +75,7 @@ struct scan {
     const char *dir;
     uint64_t *dead;
     size_t ndead;
+    int rc; /* BDB_ERR_NOMEM stops the load: nothing is quarantined for lack of memory */
 };
 
 static int is_dead(const struct scan *s, uint64_t seq)
@@ -90,15 +104,23 @@ static int scan_one(void *ctx, const char *name)
     void *data = NULL;
     size_t len = 0;
     int rc = bdb_vfs_read_all(vfs, path, &data, &len);
+    if (rc == BDB_ERR_NOMEM) {
+        s->rc = rc;
+        return 1;
+    }
     if (rc != BDB_OK) {
         BDB_ERROR("cannot read fleet file %s: %s", path, bdb_strerror(rc));
         return 0;
     }
     ffile *f = bdb_calloc(1, sizeof *f);
-    if (!f)
-        abort();
     const char *why = NULL;
-    rc = fl_parse(data, len, f, &why);
+    rc = f ? fl_parse(data, len, f, &why) : BDB_ERR_NOMEM;
+    if (rc == BDB_ERR_NOMEM) {
+        free(data);
+        free(f);
+        s->rc = rc;
+        return 1;
+    }
     if (rc != BDB_OK || f->ri != s->ri) {
         if (rc == BDB_OK)
             why = "resolution does not match its directory";
@@ -116,7 +138,13 @@ static int scan_one(void *ctx, const char *name)
         return 0;
     }
     if (s->pass == 1) {
-        s->dead = fl_xrealloc(s->dead, (s->ndead + f->ninputs + 1) * sizeof *s->dead);
+        uint64_t *nd = fl_realloc(s->dead, (s->ndead + f->ninputs + 1) * sizeof *s->dead);
+        if (!nd) {
+            fl_file_free(f);
+            s->rc = BDB_ERR_NOMEM;
+            return 1;
+        }
+        s->dead = nd;
         for (size_t i = 0; i < f->ninputs; i++)
             s->dead[s->ndead++] = f->inputs[i];
         fl_file_free(f);
@@ -133,7 +161,12 @@ static int scan_one(void *ctx, const char *name)
         return 0;
     }
     f->path = fl_strndup(path, strlen(path));
-    files_add(t, f);
+    if (!f->path || fl_files_reserve(t, 1) != BDB_OK) {
+        fl_file_free(f);
+        s->rc = BDB_ERR_NOMEM;
+        return 1;
+    }
+    fl_files_add(t, f);
     return 0;
 }
 
@@ -175,15 +208,30 @@ static void on_recompute(void *ctx, const char *tn, const char *dn, const char *
     if (ri < 0)
         return;
     fstate *t = fleet_get(ctx);
+    if (!t) /* loaded by the fleet hook earlier in this flush: not reached in practice */
+        return;
     pthread_rwlock_wrlock(&t->lock);
     size_t i = dirty_pos(t, tn, mn, ri, w->start);
     int fresh = i == t->ndirty || dirty_cmp(&t->dirty[i], tn, mn, ri, w->start) != 0;
     if (fresh) {
-        t->dirty = fl_xrealloc(t->dirty, (t->ndirty + 1) * sizeof *t->dirty);
-        memmove(&t->dirty[i + 1], &t->dirty[i], (t->ndirty - i) * sizeof *t->dirty);
-        t->dirty[i] =
-            (fdirty){fl_strndup(tn, strlen(tn)), fl_strndup(mn, strlen(mn)), ri, w->start};
-        t->ndirty++;
+        /* The hook cannot fail the flush: out of memory, the window goes unrecorded,
+         * as when saving the list fails below, and the error is logged. */
+        fdirty *nd = fl_realloc(t->dirty, (t->ndirty + 1) * sizeof *t->dirty);
+        if (nd)
+            t->dirty = nd;
+        fdirty x = {nd ? fl_strndup(tn, strlen(tn)) : NULL, nd ? fl_strndup(mn, strlen(mn)) : NULL,
+                    ri, w->start};
+        if (x.tenant && x.metric) {
+            memmove(&t->dirty[i + 1], &t->dirty[i], (t->ndirty - i) * sizeof *t->dirty);
+            t->dirty[i] = x;
+            t->ndirty++;
+        } else {
+            free(x.tenant);
+            free(x.metric);
+            fresh = 0;
+            BDB_ERROR("fleet: out of memory recording recomputed window %s/%s at %lld", tn, mn,
+                      (long long)w->start);
+        }
     }
     pthread_rwlock_unlock(&t->lock);
     /* durable before the flush that recomputed the window commits (we run inside it) */
@@ -216,6 +264,10 @@ int bdb_db_fleet_dirty(bdb_db *db, const char *tn, const char *mn, enum bdb_res 
     if (rc != BDB_OK)
         return rc;
     fstate *t = fleet_get(db);
+    if (!t) {
+        free(mk);
+        return BDB_ERR_NOMEM;
+    }
     pthread_rwlock_rdlock(&t->lock);
     size_t i = dirty_pos(t, tn, mn, ri, lo), k = 0;
     for (;;) { /* both sorted: merged, unique */
@@ -229,45 +281,71 @@ int bdb_db_fleet_dirty(bdb_db *db, const char *tn, const char *mn, enum bdb_res 
             s = mk[k++];
         if (*n && (*starts)[*n - 1] == s)
             continue;
-        *starts = fl_xrealloc(*starts, (*n + 1) * sizeof **starts);
+        int64_t *ns = fl_realloc(*starts, (*n + 1) * sizeof **starts);
+        if (!ns) {
+            rc = BDB_ERR_NOMEM;
+            break;
+        }
+        *starts = ns;
         (*starts)[(*n)++] = s;
     }
     pthread_rwlock_unlock(&t->lock);
     free(mk);
-    return BDB_OK;
+    if (rc != BDB_OK) {
+        free(*starts);
+        *starts = NULL;
+        *n = 0;
+    }
+    return rc;
 }
 
+static void state_free(fstate *t);
+
+/* NULL when memory runs out: the load changed nothing but unlinking leftover .tmp
+ * files and dropping uncommitted files, which a later load would do the same way. */
 static fstate *state_new(bdb_db *db)
 {
     fstate *t = bdb_calloc(1, sizeof *t);
     if (!t)
-        abort();
+        return NULL;
     t->db = db;
     t->next_seq = 1;
     t->covered_at = UINT64_MAX;
     pthread_rwlock_init(&t->lock, NULL);
     t->dir = fl_join(db->dir, "fleet");
-    bdb_vfs_mkdir(db->vfs, t->dir);
-    struct scan s = {.t = t};
-    for (int ri = 0; ri < NRES; ri++) {
+    struct scan s = {.t = t, .rc = t->dir ? BDB_OK : BDB_ERR_NOMEM};
+    if (s.rc == BDB_OK)
+        bdb_vfs_mkdir(db->vfs, t->dir);
+    for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
         t->sub[ri] = fl_join(t->dir, bdb_res_name(res_of(ri)));
-        bdb_vfs_mkdir(db->vfs, t->sub[ri]);
+        if (!t->sub[ri])
+            s.rc = BDB_ERR_NOMEM;
+        else
+            bdb_vfs_mkdir(db->vfs, t->sub[ri]);
     }
-    for (int pass = 1; pass <= 2; pass++)
-        for (int ri = 0; ri < NRES; ri++) {
+    for (int pass = 1; pass <= 2 && s.rc == BDB_OK; pass++)
+        for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
             s.pass = pass;
             s.ri = ri;
             s.dir = t->sub[ri];
             bdb_vfs_list(db->vfs, t->sub[ri], scan_one, &s);
         }
-    bdb_vfs_sync_dir(db->vfs, t->dir);
     free(s.dead);
-    fl_dirty_load(t);
+    if (s.rc == BDB_OK) {
+        bdb_vfs_sync_dir(db->vfs, t->dir);
+        s.rc = fl_dirty_load(t);
+    }
+    if (s.rc != BDB_OK) {
+        BDB_ERROR("fleet: cannot load the fleet files: %s", bdb_strerror(s.rc));
+        state_free(t);
+        return NULL;
+    }
     return t;
 }
 
 /* Loaded on first use, which is before this process's first fleet write (the flush
- * hook calls it first), so db->wal_upto here is the catalog's committed value. */
+ * hook calls it first), so db->wal_upto here is the catalog's committed value. NULL
+ * when memory runs out (tried again at the next use). */
 static fstate *fleet_get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
@@ -284,6 +362,11 @@ void db_fleet_close(bdb_db *db)
     fstate *t = db->fleet;
     db->fleet = NULL;
     pthread_mutex_unlock(&db->ext_mu);
+    state_free(t);
+}
+
+static void state_free(fstate *t)
+{
     if (!t)
         return;
     for (size_t i = 0; i < t->n; i++)
@@ -307,6 +390,8 @@ void bdb_db_fleet_get_stats(bdb_db *db, bdb_fleet_file_stats *st)
 {
     fstate *t = fleet_get(db);
     memset(st, 0, sizeof *st);
+    if (!t)
+        return; /* out of memory loading them: no figures this time */
     pthread_rwlock_rdlock(&t->lock);
     for (size_t i = 0; i < t->n; i++) {
         st->files[t->files[i]->ri]++;
@@ -375,8 +460,13 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
         if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
             g->oom = 1;
         if (g->n + g->tn > g->cap) {
+            struct samp *ns = fl_realloc(g->s, (g->n + g->tn) * 2 * sizeof *g->s);
+            if (!ns) {
+                g->oom = 1; /* gather_into fails */
+                continue;
+            }
+            g->s = ns;
             g->cap = (g->n + g->tn) * 2;
-            g->s = fl_xrealloc(g->s, g->cap * sizeof *g->s);
         }
         for (size_t i = 0; i < g->tn; i++)
             g->s[g->n++] = (struct samp){g->ts[i], base + nc - k, i, g->v[i]};
@@ -440,6 +530,8 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
     bdb_fleet_reset(out);
     int64_t lo = bdb_align_down(from, width), hi = to;
     fstate *t = fleet_get(db);
+    if (!t)
+        return BDB_ERR_NOMEM;
     int rc = BDB_OK;
     pthread_rwlock_rdlock(&t->lock);
     int from_sink = t->sink_synced && agg_sink_fleet(db);
@@ -480,7 +572,7 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
             gather_list(&g, s->active, lo, hi, base, NULL);
         }
         pthread_mutex_unlock(dev_lock(db, d));
-        if (g.n)
+        if (g.n || g.oom)
             rc = gather_into(&g, width, d->name, out, 1);
     }
     pthread_rwlock_unlock(&db->cat_lock);
@@ -513,9 +605,11 @@ static int acc_cmp(const void *x, const void *y)
 }
 
 /* Withdraws the files of a publish whose flush failed (see the header comment). */
-static void withdraw(fstate *t)
+static int withdraw(fstate *t)
 {
-    ffile **gone = fl_xrealloc(NULL, (t->npend + 1) * sizeof *gone);
+    ffile **gone = fl_realloc(NULL, (t->npend + 1) * sizeof *gone);
+    if (!gone) /* nothing changed: the flush fails and the next one withdraws them */
+        return BDB_ERR_NOMEM;
     size_t ng = 0, k = 0;
     pthread_rwlock_wrlock(&t->lock);
     for (size_t i = 0; i < t->n; i++) {
@@ -541,22 +635,23 @@ static void withdraw(fstate *t)
     }
     free(gone);
     t->npend = 0;
+    return BDB_OK;
 }
-
-static void maintain(fstate *t);
 
 int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
 {
-    fstate *t = fleet_get(db);
     if (rc != BDB_OK)
         return rc;
+    fstate *t = fleet_get(db);
+    if (!t)
+        return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
     if (agg_sink_fleet(db)) { /* sink: the files answer until this flush's rows are put */
         pthread_rwlock_wrlock(&t->lock);
         t->sink_synced = 0;
         pthread_rwlock_unlock(&t->lock);
     }
-    if (t->npend && t->covered_at == atomic_load(&db->flushes))
-        withdraw(t);
+    if (t->npend && t->covered_at == atomic_load(&db->flushes) && withdraw(t) != BDB_OK)
+        return BDB_ERR_NOMEM;
     t->npend = 0;
     bdb_map *accs = bdb_map_new();
     if (!accs)
@@ -571,11 +666,18 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
         const series *s = v[i];
         for (const hchunk *c = s->frozen; c; c = c->next) {
             if (ncov == capcov) {
+                const hchunk **nc = fl_realloc(cov, (capcov ? capcov * 2 : 256) * sizeof *cov);
+                if (!nc) {
+                    rc = BDB_ERR_NOMEM;
+                    break;
+                }
+                cov = nc;
                 capcov = capcov ? capcov * 2 : 256;
-                cov = fl_xrealloc(cov, capcov * sizeof *cov);
             }
             cov[ncov++] = c;
         }
+        if (rc != BDB_OK)
+            break;
         const char *tn = s->dev->tenant->name;
         size_t tl = strlen(tn);
         if (tl + 1 + s->mlen > sizeof key)
@@ -595,7 +697,7 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
             a->metric = fl_strndup(s->metric, s->mlen);
             for (int ri = 0; ri < NRES; ri++)
                 bdb_fleet_init(&a->f[ri], bdb_res_width(res_of(ri)));
-            if (bdb_map_set(accs, key, kl, a) != BDB_OK) {
+            if (!a->tenant || !a->metric || bdb_map_set(accs, key, kl, a) != BDB_OK) {
                 free(a->tenant);
                 free(a->metric);
                 free(a);
@@ -609,13 +711,27 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
     }
     gather_free(&g);
     size_t na = accs ? bdb_map_count(accs) : 0, k = 0;
-    struct acc **av = fl_xrealloc(NULL, (na + 1) * sizeof *av);
+    struct acc **av = fl_realloc(NULL, (na + 1) * sizeof *av);
     size_t pos = 0, kl;
     const void *kp;
     void *val;
-    while (accs && bdb_map_next(accs, &pos, &kp, &kl, &val))
-        av[k++] = val;
+    while (accs && bdb_map_next(accs, &pos, &kp, &kl, &val)) {
+        if (av) {
+            av[k++] = val;
+            continue;
+        }
+        struct acc *a = val; /* no room to list them: freed here, the flush fails */
+        for (int ri = 0; ri < NRES; ri++)
+            bdb_fleet_free(&a->f[ri]);
+        free(a->tenant);
+        free(a->metric);
+        free(a);
+    }
     bdb_map_free(accs);
+    if (!av) {
+        na = 0;
+        rc = BDB_ERR_NOMEM;
+    }
     if (na > 1)
         qsort(av, na, sizeof *av, acc_cmp);
     /* one file per (resolution, file window), records in (tenant, metric) order */
@@ -623,25 +739,32 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
     size_t nb = 0;
     for (int ri = 0; ri < NRES && rc == BDB_OK; ri++) {
         int64_t span = bdb_tier_file_span(res_of(ri));
-        for (size_t i = 0; i < na; i++) {
+        for (size_t i = 0; i < na && rc == BDB_OK; i++) {
             const bdb_fleet *f = &av[i]->f[ri];
-            for (size_t w = 0; w < f->n;) {
+            for (size_t w = 0; w < f->n && rc == BDB_OK;) {
                 int64_t fs = bdb_align_down(f->w[w].start, span);
                 struct builder *b = NULL;
                 for (size_t x = 0; x < nb; x++)
                     if (bs[x].ri == ri && bs[x].start == fs)
                         b = &bs[x];
                 if (!b) {
-                    bs = fl_xrealloc(bs, (nb + 1) * sizeof *bs);
+                    struct builder *nbs = fl_realloc(bs, (nb + 1) * sizeof *bs);
+                    if (!nbs) {
+                        rc = BDB_ERR_NOMEM;
+                        break;
+                    }
+                    bs = nbs;
                     b = &bs[nb++];
                     b->ri = ri;
                     b->start = fs;
                     b->nrec = 0;
-                    bdb_buf_init(&b->body);
+                    bdb_buf_init_checked(&b->body); /* fl_write checks its oom flag */
                 }
                 bdb_buf rec;
-                bdb_buf_init(&rec);
+                bdb_buf_init_checked(&rec);
                 bdb_fleet_write(f, fs, fs + span, &rec);
+                if (rec.oom)
+                    b->body.oom = 1; /* the record is missing: fl_write fails */
                 bdb_buf_put_str(&b->body, av[i]->tenant, strlen(av[i]->tenant));
                 bdb_buf_put_str(&b->body, av[i]->metric, strlen(av[i]->metric));
                 bdb_buf_put_uvarint(&b->body, rec.len);
@@ -661,8 +784,14 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
         free(av[i]);
     }
     free(av);
-    ffile **out = fl_xrealloc(NULL, (nb + 1) * sizeof *out);
-    uint64_t *seqs = fl_xrealloc(NULL, (nb + 1) * sizeof *seqs);
+    ffile **out = fl_realloc(NULL, (nb + 1) * sizeof *out);
+    uint64_t *seqs = fl_realloc(NULL, (nb + 1) * sizeof *seqs);
+    if (rc == BDB_OK) { /* room to publish them, so that publishing cannot fail */
+        pthread_rwlock_wrlock(&t->lock);
+        if (!out || !seqs || fl_files_reserve(t, nb) != BDB_OK)
+            rc = BDB_ERR_NOMEM;
+        pthread_rwlock_unlock(&t->lock);
+    }
     size_t done = 0;
     for (size_t i = 0; i < nb && rc == BDB_OK; i++) {
         seqs[i] = t->next_seq++;
@@ -691,7 +820,7 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
         qsort(cov, ncov, sizeof *cov, ptr_cmp);
     pthread_rwlock_wrlock(&t->lock);
     for (size_t i = 0; i < done; i++)
-        files_add(t, out[i]);
+        fl_files_add(t, out[i]);
     free(t->cov);
     t->cov = cov;
     t->ncov = ncov;
@@ -703,152 +832,6 @@ int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int
     t->npend = done;
     atomic_fetch_add(&t->written, done);
     free(out);
-    maintain(t);
+    fl_maintain(t); /* db_fleet_maint.c */
     return BDB_OK;
-}
-
-/* ---------------------------------------------------------------- maintenance */
-
-static int64_t retention_ms(fstate *t, int ri)
-{
-    enum bdb_res r = res_of(ri);
-    int64_t conf = t->db->o.tier_retention_ms[r - 1];
-    return conf > 0 ? conf : conf < 0 ? 0 : bdb_tier_default_retention(r);
-}
-
-static void drop_files(fstate *t, ffile **v, size_t n, const char *why, _Atomic uint64_t *ctr)
-{
-    for (size_t i = 0; i < n; i++) {
-        BDB_INFO("fleet %s: %s %s", bdb_res_name(res_of(v[i]->ri)), why, v[i]->path);
-        bdb_vfs_unlink(t->db->vfs, v[i]->path);
-        bdb_vfs_sync_dir(t->db->vfs, t->sub[v[i]->ri]);
-        fl_file_free(v[i]);
-        if (ctr)
-            atomic_fetch_add(ctr, 1);
-    }
-}
-
-/* Merges committed files of one window (in, nin; taken over) into one file listing
- * their seqs, so a crash between its rename and the unlinks counts nothing twice. */
-static int compact(fstate *t, ffile **in, size_t nin)
-{
-    uint64_t *seqs = fl_xrealloc(NULL, nin * sizeof *seqs);
-    size_t *pos = bdb_calloc(nin, sizeof *pos);
-    if (!pos)
-        abort();
-    uint64_t upto = 0;
-    for (size_t i = 0; i < nin; i++) {
-        seqs[i] = in[i]->seq;
-        upto = in[i]->wal_upto > upto ? in[i]->wal_upto : upto;
-    }
-    int ri = in[0]->ri;
-    int64_t width = bdb_res_width(res_of(ri));
-    bdb_buf body;
-    bdb_buf_init(&body);
-    size_t nrec = 0;
-    bdb_fleet f;
-    bdb_fleet_init(&f, width);
-    int rc = BDB_OK;
-    for (;;) { /* k-way merge over the inputs' sorted records */
-        const frec *low = NULL;
-        for (size_t i = 0; i < nin; i++)
-            if (pos[i] < in[i]->nrec) {
-                const frec *x = &in[i]->recs[pos[i]];
-                if (!low || fl_rec_cmp(x->tenant, x->metric, low->tenant, low->metric) < 0)
-                    low = x;
-            }
-        if (!low)
-            break;
-        frec key = *low;
-        bdb_fleet_reset(&f);
-        for (size_t i = 0; i < nin; i++) {
-            if (pos[i] >= in[i]->nrec)
-                continue;
-            const frec *x = &in[i]->recs[pos[i]];
-            if (fl_rec_cmp(x->tenant, x->metric, key.tenant, key.metric))
-                continue;
-            bdb_dec d;
-            bdb_dec_init(&d, x->p, x->len);
-            if (rc == BDB_OK)
-                rc = bdb_fleet_read(&f, &d, INT64_MIN, INT64_MAX);
-            pos[i]++;
-        }
-        if (rc != BDB_OK)
-            break;
-        bdb_buf rec;
-        bdb_buf_init(&rec);
-        bdb_fleet_write(&f, INT64_MIN, INT64_MAX, &rec);
-        bdb_buf_put_str(&body, key.tenant, strlen(key.tenant));
-        bdb_buf_put_str(&body, key.metric, strlen(key.metric));
-        bdb_buf_put_uvarint(&body, rec.len);
-        bdb_buf_append(&body, rec.data, rec.len);
-        bdb_buf_free(&rec);
-        nrec++;
-    }
-    bdb_fleet_free(&f);
-    free(pos);
-    ffile *out = NULL;
-    if (rc == BDB_OK)
-        rc = fl_write(t, ri, in[0]->start, t->next_seq++, upto, seqs, nin, nrec, &body, &out);
-    bdb_buf_free(&body);
-    if (rc == BDB_OK) {
-        pthread_rwlock_wrlock(&t->lock);
-        size_t k = 0;
-        for (size_t i = 0; i < t->n; i++) {
-            int gone = 0;
-            for (size_t j = 0; j < nin; j++)
-                gone |= t->files[i] == in[j];
-            if (!gone)
-                t->files[k++] = t->files[i];
-        }
-        t->n = k;
-        files_add(t, out);
-        pthread_rwlock_unlock(&t->lock);
-        drop_files(t, in, nin, "compacted", NULL);
-        atomic_fetch_add(&t->compacted, 1);
-    } else {
-        BDB_ERROR("fleet compaction of %s failed: %s", in[0]->path, bdb_strerror(rc));
-    }
-    free(seqs);
-    return rc;
-}
-
-/* Retention (whole files whose window ended before now minus the tier's retention),
- * then compaction of windows with FLEET_COMPACT_AT committed files or more. Runs in
- * the flush hook under flush_mutex: only it changes the list's membership. */
-static void maintain(fstate *t)
-{
-    int64_t now = bdb_clock_now(&t->db->o.clock);
-    ffile **drop = fl_xrealloc(NULL, (t->n + 1) * sizeof *drop);
-    size_t nd = 0, k = 0;
-    pthread_rwlock_wrlock(&t->lock);
-    for (size_t i = 0; i < t->n; i++) {
-        int64_t keep = retention_ms(t, t->files[i]->ri);
-        if (keep > 0 && t->files[i]->end <= now - keep && t->files[i]->wal_upto <= t->db->wal_upto)
-            drop[nd++] = t->files[i];
-        else
-            t->files[k++] = t->files[i];
-    }
-    t->n = k;
-    pthread_rwlock_unlock(&t->lock);
-    drop_files(t, drop, nd, "retention drops", &t->dropped);
-    free(drop);
-    ffile **in = fl_xrealloc(NULL, (t->n + 1) * sizeof *in);
-    for (size_t a = 0; a < t->n;) {
-        size_t b = a, nin = 0;
-        while (b < t->n && t->files[b]->ri == t->files[a]->ri &&
-               t->files[b]->start == t->files[a]->start) {
-            if (t->files[b]->wal_upto <= t->db->wal_upto)
-                in[nin++] = t->files[b];
-            b++;
-        }
-        size_t others = b - a - nin;
-        /* files of a flush not committed yet stay out: merged, they would be dropped
-         * with the rest at a restart */
-        if (nin >= FLEET_COMPACT_AT && compact(t, in, nin) == BDB_OK)
-            a += 1 + others; /* the group shrank to the merged file and the others */
-        else
-            a = b;
-    }
-    free(in);
 }

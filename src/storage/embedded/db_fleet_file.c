@@ -13,27 +13,27 @@
 #include <string.h>
 #include <zlib.h>
 
-void *fl_xrealloc(void *p, size_t n)
+void *fl_realloc(void *p, size_t n)
 {
-    p = bdb_realloc(p, n ? n : 1);
-    if (!p)
-        abort();
-    return p;
+    return bdb_realloc(p, n ? n : 1);
 }
 
 char *fl_strndup(const char *s, size_t n)
 {
-    char *p = fl_xrealloc(NULL, n + 1);
-    memcpy(p, s, n);
-    p[n] = 0;
+    char *p = fl_realloc(NULL, n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
     return p;
 }
 
 char *fl_join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
-    char *p = fl_xrealloc(NULL, n);
-    snprintf(p, n, "%s/%s", a, b);
+    char *p = fl_realloc(NULL, n);
+    if (p)
+        snprintf(p, n, "%s/%s", a, b);
     return p;
 }
 
@@ -93,6 +93,7 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
         return BDB_ERR_CORRUPT;
     }
     bdb_dec d;
+    int rc = BDB_ERR_CORRUPT;
     bdb_dec_init(&d, data + 8, len - 8 - 4);
     if (bdb_dec_u32le(&d) != FLEET_VERSION) {
         *why = "unknown version";
@@ -108,7 +109,9 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
         *why = "bad header";
         return BDB_ERR_CORRUPT;
     }
-    f->inputs = fl_xrealloc(NULL, (nin + 1) * sizeof *f->inputs);
+    f->inputs = fl_realloc(NULL, (nin + 1) * sizeof *f->inputs);
+    if (!f->inputs)
+        return BDB_ERR_NOMEM;
     f->ninputs = nin;
     for (uint64_t i = 0; i < nin; i++)
         f->inputs[i] = bdb_dec_uvarint(&d);
@@ -117,7 +120,11 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
         *why = "bad header";
         goto bad;
     }
-    f->recs = fl_xrealloc(NULL, (nrec + 1) * sizeof *f->recs);
+    f->recs = fl_realloc(NULL, (nrec + 1) * sizeof *f->recs);
+    if (!f->recs) {
+        rc = BDB_ERR_NOMEM;
+        goto bad;
+    }
     for (uint64_t i = 0; i < nrec; i++) {
         size_t tl = 0, ml = 0;
         const char *tn = bdb_dec_str(&d, &tl), *mn = bdb_dec_str(&d, &ml);
@@ -133,6 +140,10 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
         r->p = p;
         r->len = rl;
         f->nrec++;
+        if (!r->tenant || !r->metric) {
+            rc = BDB_ERR_NOMEM;
+            goto bad;
+        }
         if (i &&
             fl_rec_cmp(f->recs[i - 1].tenant, f->recs[i - 1].metric, r->tenant, r->metric) >= 0) {
             *why = "records out of order";
@@ -156,7 +167,9 @@ bad:
     f->recs = NULL;
     f->inputs = NULL;
     f->nrec = f->ninputs = 0;
-    return BDB_ERR_CORRUPT;
+    if (rc == BDB_ERR_NOMEM)
+        *why = "out of memory";
+    return rc;
 }
 
 const frec *fl_find(const ffile *f, const char *tn, const char *mn)
@@ -180,7 +193,7 @@ const frec *fl_find(const ffile *f, const char *tn, const char *mn)
 int fl_dirty_save(fstate *t)
 {
     bdb_buf b;
-    bdb_buf_init(&b);
+    bdb_buf_init_checked(&b);
     bdb_buf_append(&b, "BDBFLD01", 8);
     bdb_buf_put_uvarint(&b, t->ndirty);
     for (size_t i = 0; i < t->ndirty; i++) {
@@ -190,19 +203,24 @@ int fl_dirty_save(fstate *t)
         bdb_buf_put_varint(&b, t->dirty[i].start);
     }
     bdb_buf_put_u32le(&b, (uint32_t)crc32(0L, b.data, (uInt)b.len));
-    int rc = bdb_vfs_write_atomic(t->db->vfs, t->dir, "dirty", b.data, b.len);
+    int rc =
+        b.oom ? BDB_ERR_NOMEM : bdb_vfs_write_atomic(t->db->vfs, t->dir, "dirty", b.data, b.len);
     bdb_buf_free(&b);
     return rc;
 }
 
-void fl_dirty_load(fstate *t)
+int fl_dirty_load(fstate *t)
 {
+    int rc = BDB_OK;
     char path[4096];
     snprintf(path, sizeof path, "%s/dirty", t->dir);
     void *data = NULL;
     size_t len = 0;
-    if (bdb_vfs_read_all(t->db->vfs, path, &data, &len) != BDB_OK)
-        return; /* none yet */
+    int rrc = bdb_vfs_read_all(t->db->vfs, path, &data, &len);
+    if (rrc == BDB_ERR_NOMEM)
+        return rrc;
+    if (rrc != BDB_OK)
+        return BDB_OK; /* none yet */
     const uint8_t *p = data;
     int ok = len >= 12 && !memcmp(p, "BDBFLD01", 8) &&
              bdb_get_u32le(p + len - 4) == (uint32_t)crc32(0L, p, (uInt)(len - 4));
@@ -220,20 +238,33 @@ void fl_dirty_load(fstate *t)
             ok = 0;
             break;
         }
-        t->dirty = fl_xrealloc(t->dirty, (t->ndirty + 1) * sizeof *t->dirty);
-        t->dirty[t->ndirty++] = (fdirty){fl_strndup(tn, tl), fl_strndup(mn, ml), ri, start};
+        fdirty *nd = fl_realloc(t->dirty, (t->ndirty + 1) * sizeof *t->dirty);
+        if (nd)
+            t->dirty = nd;
+        fdirty x = {nd ? fl_strndup(tn, tl) : NULL, nd ? fl_strndup(mn, ml) : NULL, ri, start};
+        if (!x.tenant || !x.metric) {
+            free(x.tenant);
+            free(x.metric);
+            rc = BDB_ERR_NOMEM;
+            break;
+        }
+        t->dirty[t->ndirty++] = x;
     }
-    if (!ok)
+    if (rc != BDB_OK) /* the caller fails and frees the state; loaded again next time */
+        BDB_ERROR("fleet: out of memory loading %s", path);
+    else if (!ok)
         BDB_ERROR("fleet: %s is damaged; pre-computed fleet windows that late data changed "
                   "may be off (GET /api/v1/fleet/query is unaffected)",
                   path);
     free(data);
+    return rc;
 }
 
 static char *file_name(uint64_t seq)
 {
-    char *p = fl_xrealloc(NULL, 32);
-    snprintf(p, 32, "%016" PRIu64 ".fleet", seq);
+    char *p = fl_realloc(NULL, 32);
+    if (p)
+        snprintf(p, 32, "%016" PRIu64 ".fleet", seq);
     return p;
 }
 
@@ -242,26 +273,32 @@ int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, cons
              size_t nin, size_t nrec, const bdb_buf *body, ffile **out)
 {
     bdb_buf b;
-    bdb_buf_init(&b);
+    bdb_buf_init_checked(&b);
     int64_t span = bdb_tier_file_span(res_of(ri));
     file_encode(&b, ri, start, start + span, seq, upto, in, nin, nrec, body);
     char *name = file_name(seq);
-    int rc = bdb_vfs_write_atomic(t->db->vfs, t->sub[ri], name, b.data, b.len);
-    ffile *f = NULL;
+    /* every allocation before the file exists, so a failure leaves no file behind */
+    ffile *f = bdb_calloc(1, sizeof *f);
+    char *path = name ? fl_join(t->sub[ri], name) : NULL;
+    int rc = b.oom || body->oom || !f || !path ? BDB_ERR_NOMEM : BDB_OK;
+    if (rc == BDB_OK)
+        rc = bdb_vfs_write_atomic(t->db->vfs, t->sub[ri], name, b.data, b.len);
     if (rc == BDB_OK) {
-        f = bdb_calloc(1, sizeof *f);
-        if (!f)
-            abort();
         const char *why;
         rc = fl_parse(b.data, b.len, f, &why);
         if (rc == BDB_OK) {
             b.data = NULL; /* owned by f now */
-            f->path = fl_join(t->sub[ri], name);
-        } else {
-            free(f);
-            f = NULL;
+            f->path = path;
+            path = NULL;
+        } else { /* parsing what we just encoded fails only for lack of memory */
+            bdb_vfs_unlink(t->db->vfs, path);
         }
     }
+    if (rc != BDB_OK) {
+        free(f);
+        f = NULL;
+    }
+    free(path);
     free(name);
     bdb_buf_free(&b);
     *out = f;

@@ -1,5 +1,6 @@
-/* Private to db_fleet*.c: the fleet state, one fleet file in memory, and the file
- * formats (db_fleet_file.c): fleet files and the list of windows late data recomputed.
+/* Private to db_fleet*.c: the fleet state, one fleet file in memory, the file
+ * formats (db_fleet_file.c): fleet files and the list of windows late data recomputed,
+ * and retention and compaction (db_fleet_maint.c).
  * Layout in docs/AGGREGATION.md#fleet-aggregates. */
 #ifndef BDB_DB_FLEET_INT_H
 #define BDB_DB_FLEET_INT_H
@@ -71,22 +72,32 @@ typedef struct fstate {
     int sink_synced; /* sink: reads may use the sink (db_agg_sink.h); under lock */
 } fstate;
 
-/* Allocation failure aborts (as bdb_buf does). */
-void *fl_xrealloc(void *p, size_t n);
+/* NULL when memory runs out (common/alloc.h): callers fail with BDB_ERR_NOMEM. */
+void *fl_realloc(void *p, size_t n);
 char *fl_strndup(const char *s, size_t n);
 char *fl_join(const char *a, const char *b);
 
 void fl_file_free(ffile *f);
 int fl_rec_cmp(const char *t1, const char *m1, const char *t2, const char *m2);
-/* Parses a whole file; takes ownership of data on success; *why names the damage. */
+/* Parses a whole file; takes ownership of data on success; *why names the damage.
+ * BDB_ERR_NOMEM is not damage: the file is fine, the caller fails instead. */
 int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why);
 const frec *fl_find(const ffile *f, const char *tenant, const char *metric);
 /* Encodes (records: nrec records already encoded in body), writes durably into the
  * resolution's directory and parses it back: *out is the file as published. */
 int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, const uint64_t *in,
              size_t nin, size_t nrec, const bdb_buf *body, ffile **out);
-/* The recomputed-window list: saved whole and atomically; loaded at open. */
+/* The file list (db_fleet.c), kept sorted; callers hold t->lock exclusively. Reserve
+ * the room first (BDB_OK or BDB_ERR_NOMEM), so that adding cannot fail. */
+int fl_files_reserve(fstate *t, size_t extra);
+void fl_files_add(fstate *t, ffile *f);
+/* Retention, then compaction (db_fleet_maint.c); run by the flush hook under
+ * flush_mutex once a flush published its files. Skips a round it has no memory for. */
+void fl_maintain(fstate *t);
+
+/* The recomputed-window list: saved whole and atomically; loaded at open (BDB_OK
+ * when missing or damaged, which is logged; BDB_ERR_NOMEM). */
 int fl_dirty_save(fstate *t);
-void fl_dirty_load(fstate *t);
+int fl_dirty_load(fstate *t);
 
 #endif

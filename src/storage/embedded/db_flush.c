@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "storage/embedded/db_state_sink.h" /* sink: state, registry, counts */
+#include "storage/embedded/db_sink_usage.h" /* sink: storage quota bytes */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -247,6 +248,8 @@ int db_blocks_load(bdb_db *db)
 {
     struct load_ctx lc = {db, BDB_OK};
     int rc = bdb_vfs_list(db->vfs, db->blocks_dir, load_one, &lc);
+    if (db->o.sink) /* quota: sink bytes, with the catalog's WAL cut (db_sink_usage.c) */
+        db_sku_open(db);
     return rc != BDB_OK ? rc : lc.rc;
 }
 
@@ -254,6 +257,7 @@ void db_blocks_close(bdb_db *db)
 {
     bdb_db_usage_release(db); /* quota: stop the storage tracker first (db_usage.c) */
     db_fleet_close(db);       /* fleet: fleet state (db_fleet.c) */
+    db_sku_close(db);         /* quota: sink bytes (db_sink_usage.c) */
     for (size_t i = 0; i < db->nblocks; i++)
         db_blockent_free(&db->blocks[i]);
     free(db->blocks);
@@ -531,6 +535,8 @@ int db_flush(bdb_db *db)
     rc = db_fleet_flush(db, f.v, f.n, sealed, rc);
     rc = db_tier_flush(db, f.v, f.n, sealed, rc); /* rollup: tier files (db_tier.c) */
     db_merger_free(&m);
+    if (db->o.sink) /* quota: count the confirmed rows, before the catalog's WAL cut */
+        rc = db_sku_flush_done(db, rc, sealed);
     if (rc != BDB_OK) {
         /* The frozen chunks stay in memory and the WAL keeps them; the next flush
          * retries. Disk full lands here: writes are still acknowledged through the

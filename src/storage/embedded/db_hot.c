@@ -28,16 +28,6 @@
  * 10-minute buckets fills this in 35 days; retention normally forgets them first). */
 #define PCOUNT_MAX 8192
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = bdb_realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "bucketdb: out of memory (%zu bytes)\n", n);
-        abort();
-    }
-    return q;
-}
-
 /* Sub-bucket count in force at ts (entries are few: scan from the newest). */
 static uint32_t subs_at(const device *d, int64_t ts)
 {
@@ -311,22 +301,26 @@ int db_hot_apply_record(bdb_db *db, bdb_dec *dec)
 
 /* ---------------------------------------------------------------- sub-buckets */
 
-/* Caller holds the stripe. Returns 1 if the history changed. */
+/* Caller holds the stripe. BDB_OK, or BDB_ERR_NOMEM with the history unchanged (the
+ * room is taken first). */
 static int subs_change(device *d, int64_t from, uint32_t n)
 {
     dev_hot *h = &d->hs;
+    struct db_subent *ns = bdb_realloc(h->subs, (h->nsubs + 1) * sizeof *h->subs);
+    if (!ns)
+        return BDB_ERR_NOMEM;
+    h->subs = ns;
     /* A pending entry (not in force for any event yet) is replaced, not stacked. */
     while (h->nsubs && h->subs[h->nsubs - 1].from_ms >= from)
         h->nsubs--;
     if (subs_at(d, from) == n)
-        return 1; /* the history may have lost a pending entry: log it anyway */
+        return BDB_OK; /* the history may have lost a pending entry: log it anyway */
     if (h->nsubs == SUBS_MAX) {
         memmove(h->subs, h->subs + 1, (h->nsubs - 1) * sizeof *h->subs);
         h->nsubs--;
     }
-    h->subs = xrealloc(h->subs, (h->nsubs + 1) * sizeof *h->subs);
     h->subs[h->nsubs++] = (struct db_subent){from, n};
-    return 1;
+    return BDB_OK;
 }
 
 int bdb_db_set_subbuckets(bdb_db *db, const char *tn, const char *dn, uint32_t n)
@@ -348,10 +342,10 @@ int bdb_db_set_subbuckets(bdb_db *db, const char *tn, const char *dn, uint32_t n
                                            : bdb_align_down(d->last_ts, 1000) + 1000;
     int changed =
         subs_at(d, from) != n || (d->hs.nsubs && d->hs.subs[d->hs.nsubs - 1].from_ms >= from);
-    if (changed) {
-        subs_change(d, from, n);
+    if (changed && (rc = subs_change(d, from, n)) != BDB_OK)
+        changed = 0; /* out of memory: nothing changed, nothing logged */
+    if (changed)
         db_hot_encode_record(d, &rec);
-    }
     pthread_mutex_unlock(dev_lock(db, d));
     if (changed)
         rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
@@ -448,8 +442,13 @@ int db_hot_tbt_local(bdb_db *db, const char *tn, int64_t from, int64_t to,
             if (e <= from || s >= to)
                 continue;
             if (n == cap) {
+                struct row *nr = bdb_realloc(rows, (cap ? cap * 2 : 16) * sizeof *rows);
+                if (!nr) {
+                    rc = BDB_ERR_NOMEM;
+                    break;
+                }
+                rows = nr;
                 cap = cap ? cap * 2 : 16;
-                rows = xrealloc(rows, cap * sizeof *rows);
             }
             rows[n++] = (struct row){s, e, d->hs.pc[i].events, subs_at(d, s)};
         }

@@ -38,7 +38,7 @@
 /* Sets the device's sub-bucket count from the second after its newest event (n = 1
  * ends sub-bucketing). Logged in the WAL and durable when it returns. Creates the
  * device if it does not exist. Errors: BDB_ERR_INVALID (n is 0 or above
- * BDB_SUBBUCKETS_MAX), BDB_ERR_READONLY, BDB_ERR_IO. */
+ * BDB_SUBBUCKETS_MAX), BDB_ERR_READONLY, BDB_ERR_IO, BDB_ERR_NOMEM. */
 int bdb_db_set_subbuckets(bdb_db *db, const char *tenant, const char *device, uint32_t n);
 /* The sub-bucket count in force for new events (1 when none, or the device is unknown). */
 uint32_t bdb_db_subbuckets(bdb_db *db, const char *tenant, const char *device);
@@ -62,7 +62,8 @@ typedef struct bdb_tbt_row {
 
 /* Calls cb for every partition of the tenant's devices that intersects [from, to)
  * and has events, in no particular order (the caller sorts); a non-zero return stops
- * and is returned. Errors: BDB_ERR_NOTFOUND (the tenant has no device). */
+ * and is returned. Errors: BDB_ERR_NOTFOUND (the tenant has no device), BDB_ERR_NOMEM
+ * (rows already passed to cb are then not the whole answer). */
 int bdb_db_telemetry_by_tenant(bdb_db *db, const char *tenant, int64_t from, int64_t to,
                                int (*cb)(void *ctx, const bdb_tbt_row *r), void *ctx);
 

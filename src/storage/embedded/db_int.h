@@ -159,6 +159,7 @@ struct bdb_db {
     struct lstate *late;           /* db_tier_late.c */
     struct fstate *fleet;          /* db_fleet.c */
     _Atomic(struct usage *) usage; /* db_usage.c (read by writers without a lock) */
+    struct skustate *sku;          /* db_sink_usage.c: sink bytes per tenant */
 };
 
 /* head.c */

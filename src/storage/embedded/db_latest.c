@@ -642,8 +642,8 @@ int db_latest_save(bdb_db *db, uint64_t wal_upto)
     if (!L)
         return BDB_OK;
     bdb_buf img, out;
-    bdb_buf_init(&img);
-    bdb_buf_init(&out);
+    bdb_buf_init_checked(&img); /* out of memory: the save fails, the WAL stays */
+    bdb_buf_init_checked(&out);
     uint64_t n = 0;
     /* One stripe at a time: writers of other stripes go on meanwhile. */
     for (uint32_t s = 0; s < DB_STRIPES; s++) {
@@ -660,13 +660,15 @@ int db_latest_save(bdb_db *db, uint64_t wal_upto)
      * cut makes them durable, so the file never shows a report that a power loss
      * could take out of the WAL. */
     uint64_t sealed;
-    int rc = bdb_wal_cut(db->wal, &sealed);
+    int rc = img.oom ? BDB_ERR_NOMEM : bdb_wal_cut(db->wal, &sealed);
     if (rc != BDB_OK) {
-        db_set_readonly(db, rc, "WAL segment cut (state index)");
+        if (rc != BDB_ERR_NOMEM)
+            db_set_readonly(db, rc, "WAL segment cut (state index)");
         goto out;
     }
     size_t bound = ZSTD_compressBound(img.len);
-    bdb_buf_reserve(&out, LT_HEADER + bound + 4);
+    if ((rc = bdb_buf_reserve(&out, LT_HEADER + bound + 4)) != BDB_OK)
+        goto out;
     bdb_buf_append(&out, LT_MAGIC, 8);
     bdb_buf_put_u32le(&out, LT_VERSION);
     bdb_buf_put_u64le(&out, wal_upto);
@@ -898,11 +900,11 @@ void db_latest_round_sent(bdb_db *db, uint64_t round)
         atomic_store(&db->latest->sent, round);
 }
 
-void db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud)
+int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud)
 {
     struct db_latest *L = db->latest;
     if (!L)
-        return;
+        return BDB_OK;
     uint64_t sent = atomic_load(&L->sent);
     bdb_latest_metric *mv = NULL;
     uint32_t mcap = 0;
@@ -918,8 +920,10 @@ void db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk
                 mcap = e->nm;
                 free(mv);
                 mv = xcalloc(mcap, sizeof *mv);
-                if (!mv) /* a void walk: no error path for the state sink yet */
-                    abort();
+                if (!mv) {
+                    pthread_mutex_unlock(&db->stripes[s]);
+                    return BDB_ERR_NOMEM;
+                }
             }
             for (uint32_t k = 0; k < e->nm; k++)
                 mv[k] = (bdb_latest_metric){e->m[k].s->metric, e->m[k].ts, e->m[k].v,
@@ -937,4 +941,5 @@ void db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk
         pthread_mutex_unlock(&db->stripes[s]);
     }
     free(mv);
+    return BDB_OK;
 }

@@ -2,6 +2,7 @@
  * frozen chunks of each series there instead of into block files, and reads of
  * flushed data ask it for the device's partitions. */
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_sink_usage.h"
 #include "common/alloc.h"
 #include "storage/sink.h"
 
@@ -75,6 +76,8 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
             }
         rc =
             sk->ops->put(sk, s->dev->tenant->name, s->dev->name, s->metric, part, ttl_ms, ts, v, n);
+        if (rc == BDB_OK) /* quota: counted once the flush commits (db_sink_usage.c) */
+            db_sku_note(db, s->dev->tenant->name, s->dev->name, s->metric, ttl_ms, ts, n);
     }
     free(done);
     free(ts);

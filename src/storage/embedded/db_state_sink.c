@@ -145,7 +145,7 @@ int db_ss_flush(bdb_db *db, int rc, uint64_t *round)
     *round = db_latest_round(db);
     ss_flush f;
     memset(&f, 0, sizeof f);
-    db_latest_walk(db, NULL, 1, flush_walk, &f);
+    rc = db_latest_walk(db, NULL, 1, flush_walk, &f); /* NOMEM: nothing put, flush fails */
     bdb_sink_state *sv = xcalloc(f.n, sizeof *sv);
     bdb_sink_device *dv = xcalloc(f.n, sizeof *dv);
     bdb_sink_count *cv = xcalloc(f.nc, sizeof *cv);
@@ -175,7 +175,7 @@ int db_ss_flush(bdb_db *db, int rc, uint64_t *round)
         ss_count *c = &f.c[i];
         cv[i] = (bdb_sink_count){c->tenant, c->device, c->s, c->e, c->ev, c->subs};
     }
-    if (f.n)
+    if (rc == BDB_OK && f.n)
         rc = sk->ops->state_put(sk, sv, f.n);
     if (rc == BDB_OK && f.n && sk->ops->device_put)
         rc = sk->ops->device_put(sk, dv, f.n);
@@ -470,7 +470,10 @@ int bdb_db_state_counts(bdb_db *db, const char *tn,
         members_free(&m);
         return db_latest_state_counts_local(db, tn, cb, ctx, no_state);
     }
-    db_latest_walk(db, tn, 0, local_all_cb, &m);
+    if (db_latest_walk(db, tn, 0, local_all_cb, &m) != BDB_OK) {
+        members_free(&m);
+        return BDB_ERR_NOMEM;
+    }
     members_merge(&m);
     *no_state = 0;
     const char **names = xcalloc(m.n, sizeof *names);

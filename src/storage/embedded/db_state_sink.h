@@ -54,6 +54,7 @@ void db_latest_round_sent(bdb_db *db, uint64_t round);
  * last sent round) with its device's stripe lock held: fn must not take engine
  * locks. dirty_lo is the oldest report time applied since the last sent round. */
 typedef void (*db_latest_walk_fn)(void *ud, device *d, const bdb_latest *l, int64_t dirty_lo);
-void db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud);
+/* BDB_OK, or BDB_ERR_NOMEM part way (fn has seen some entries only). */
+int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud);
 
 #endif

@@ -25,6 +25,7 @@
  * map. Memory is O(blocks) plus a bounded quantile sketch and a bounded set of the
  * partitions already warned about, whatever the number of partitions. */
 #include "storage/embedded/db_int.h"
+#include "storage/embedded/db_sink_usage.h" /* sink: confirmed bytes */
 #include "common/alloc.h"
 
 #include "agg/sketch.h"
@@ -128,17 +129,20 @@ static uint64_t fingerprint(bdb_db *db)
     return h;
 }
 
-/* Adds v to the uint64 counter of key in m (values malloc'd, freed by map_free_vals). */
-static void map_add(bdb_map *m, const char *key, size_t klen, uint64_t v)
+/* Adds v to the uint64 counter of key in m (values malloc'd, freed by map_free_vals).
+ * BDB_OK, or BDB_ERR_NOMEM with m unchanged. */
+static int map_add(bdb_map *m, const char *key, size_t klen, uint64_t v)
 {
     uint64_t *p = bdb_map_get(m, key, klen);
     if (!p) {
         p = bdb_calloc(1, sizeof *p);
-        if (!p)
-            abort();
-        bdb_map_put(m, key, klen, p);
+        if (!p || bdb_map_set(m, key, klen, p) != BDB_OK) {
+            free(p);
+            return BDB_ERR_NOMEM;
+        }
     }
     *p += v;
+    return BDB_OK;
 }
 
 static void map_free_vals(bdb_map *m)
@@ -159,15 +163,17 @@ struct tshare {
     uint64_t bytes;
 };
 
-/* Per tenant the bytes of the block files it has data in (see the top). */
+/* Per tenant the bytes of the block files it has data in (see the top). NULL when
+ * memory runs out. */
 static bdb_map *block_bytes(bdb_db *db)
 {
     bdb_map *out = bdb_map_new();
     if (!out)
-        abort();
+        return NULL;
     struct tshare *v = NULL;
     size_t cap = 0;
-    for (size_t i = 0; i < db->nblocks; i++) {
+    int rc = BDB_OK;
+    for (size_t i = 0; i < db->nblocks && rc == BDB_OK; i++) {
         const bdb_block *b = db->blocks[i].b;
         bdb_block_part_iter it;
         bdb_partition_stat st;
@@ -180,11 +186,13 @@ static bdb_map *block_bytes(bdb_db *db)
             if (n == 0 || v[n - 1].tlen != st.key.tenant_len ||
                 memcmp(v[n - 1].t, st.key.tenant, st.key.tenant_len) != 0) {
                 if (n == cap) {
-                    cap = cap ? cap * 2 : 16;
-                    struct tshare *p = bdb_realloc(v, cap * sizeof *p);
-                    if (!p)
-                        abort();
+                    struct tshare *p = bdb_realloc(v, (cap ? cap * 2 : 16) * sizeof *p);
+                    if (!p) {
+                        rc = BDB_ERR_NOMEM;
+                        break;
+                    }
                     v = p;
+                    cap = cap ? cap * 2 : 16;
                 }
                 v[n++] = (struct tshare){st.key.tenant, st.key.tenant_len, 0};
             }
@@ -195,32 +203,39 @@ static bdb_map *block_bytes(bdb_db *db)
             BDB_WARN("storage usage: block %s: partition index unreadable (%s); its bytes are "
                      "not counted",
                      db->blocks[i].path, bdb_strerror(r));
-        if (r < 0 || total == 0)
+        if (rc != BDB_OK || r < 0 || total == 0)
             continue;
         uint64_t file = bdb_block_get_meta(b)->file_bytes, given = 0;
         for (size_t k = 0; k < n; k++) {
             uint64_t share = k + 1 == n ? file - given
                                         : (uint64_t)((unsigned __int128)file * v[k].bytes / total);
             given += share;
-            map_add(out, v[k].t, v[k].tlen, share);
+            if (rc == BDB_OK)
+                rc = map_add(out, v[k].t, v[k].tlen, share);
         }
     }
     free(v);
+    if (rc != BDB_OK) {
+        map_free_vals(out);
+        return NULL;
+    }
     return out;
 }
 
 /* Per tenant the samples in the head (active chunks, and frozen ones a failed flush
- * left). Caller holds flush_mutex; takes cat_lock shared and each device's stripe. */
+ * left). Caller holds flush_mutex; takes cat_lock shared and each device's stripe.
+ * NULL when memory runs out. */
 static bdb_map *head_samples(bdb_db *db)
 {
     bdb_map *out = bdb_map_new();
     if (!out)
-        abort();
+        return NULL;
+    int rc = BDB_OK;
     pthread_rwlock_rdlock(&db->cat_lock);
     size_t tp = 0, kl;
     const void *key;
     void *tv;
-    while (bdb_map_next(db->tenants, &tp, &key, &kl, &tv)) {
+    while (rc == BDB_OK && bdb_map_next(db->tenants, &tp, &key, &kl, &tv)) {
         tenant *t = tv;
         uint64_t n = 0;
         size_t dp = 0;
@@ -237,9 +252,13 @@ static bdb_map *head_samples(bdb_db *db)
             pthread_mutex_unlock(dev_lock(db, d));
         }
         if (n)
-            map_add(out, t->name, strlen(t->name), n);
+            rc = map_add(out, t->name, strlen(t->name), n);
     }
     pthread_rwlock_unlock(&db->cat_lock);
+    if (rc != BDB_OK) {
+        map_free_vals(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -310,12 +329,15 @@ static int warn_once(usage *u, bdb_buf *tmp, const bdb_partition_stat *p, uint64
         u->warned_full = 1;
         return 0;
     }
+    if (tmp->oom)
+        return 0; /* no key to remember it by: warned at a later measurement */
     if (u->nwarned == u->cap_warned) {
-        u->cap_warned = u->cap_warned ? u->cap_warned * 2 : 64;
-        uint64_t *nv = bdb_realloc(u->warned, u->cap_warned * sizeof *nv);
+        size_t cap = u->cap_warned ? u->cap_warned * 2 : 64;
+        uint64_t *nv = bdb_realloc(u->warned, cap * sizeof *nv);
         if (!nv)
-            abort();
+            return 0; /* the same: the warning waits for a later measurement */
         u->warned = nv;
+        u->cap_warned = cap;
     }
     memmove(u->warned + lo + 1, u->warned + lo, (u->nwarned - lo) * sizeof *u->warned);
     u->warned[lo] = h;
@@ -331,14 +353,16 @@ static int warn_once(usage *u, bdb_buf *tmp, const bdb_partition_stat *p, uint64
     return 1;
 }
 
-/* Whole-partition sizes over every block: histogram, quantiles, the large ones. */
-static void partitions(usage *u, bdb_db *db, bdb_partition_summary *out)
+/* Whole-partition sizes over every block: histogram, quantiles, the large ones.
+ * BDB_OK, or BDB_ERR_NOMEM (out is then not to be published). */
+static int partitions(usage *u, bdb_db *db, bdb_partition_summary *out)
 {
     uint64_t limit = atomic_load(&u->warn_bytes);
     int warn = atomic_load(&u->warn_set) && limit > 0;
     struct pcur *h = bdb_calloc(db->nblocks + 1, sizeof *h);
     if (!h)
-        abort();
+        return BDB_ERR_NOMEM;
+    int rc = BDB_OK;
     size_t n = 0;
     for (size_t i = 0; i < db->nblocks; i++) {
         bdb_block_part_iter_init(db->blocks[i].b, &h[n].it);
@@ -350,7 +374,7 @@ static void partitions(usage *u, bdb_db *db, bdb_partition_summary *out)
     bdb_sketch sk;
     bdb_sketch_init_default(&sk);
     bdb_buf tmp;
-    bdb_buf_init(&tmp);
+    bdb_buf_init_checked(&tmp);
     while (n > 0) {
         bdb_partition_stat cur = h[0].st;
         uint64_t bytes = 0;
@@ -370,7 +394,8 @@ static void partitions(usage *u, bdb_db *db, bdb_partition_summary *out)
         out->sum += bytes;
         if (bytes > out->max)
             out->max = bytes;
-        bdb_sketch_add(&sk, (double)bytes);
+        if (bdb_sketch_add(&sk, (double)bytes) == BDB_ERR_NOMEM)
+            rc = BDB_ERR_NOMEM; /* the quantiles would be off: not published */
         if (limit > 0 && bytes > limit) {
             out->large++;
             if (warn)
@@ -386,22 +411,28 @@ static void partitions(usage *u, bdb_db *db, bdb_partition_summary *out)
     bdb_sketch_free(&sk);
     bdb_buf_free(&tmp);
     free(h);
+    return rc;
 }
 
+/* NULL when memory runs out (u->tenants unchanged). */
 static struct tusage *tusage_get(usage *u, const char *name, size_t len)
 {
     struct tusage *t = bdb_map_get(u->tenants, name, len);
     if (!t) {
         t = bdb_calloc(1, sizeof *t);
-        if (!t)
-            abort();
-        bdb_map_put(u->tenants, name, len, t);
+        if (!t || bdb_map_set(u->tenants, name, len, t) != BDB_OK) {
+            free(t);
+            return NULL;
+        }
     }
     return t;
 }
 
-/* One measurement (see the top). force: look at the blocks even if unchanged. */
-static void measure(usage *u, int force)
+/* One measurement (see the top). force: look at the blocks even if unchanged.
+ * Out of memory, the round is skipped and logged (BDB_ERR_NOMEM): the figures are
+ * background bookkeeping, the previous ones stay published and the tracker's next
+ * tick measures again, so failing anything else for them would be worse. */
+static int measure(usage *u, int force)
 {
     bdb_db *db = u->db;
     pthread_mutex_lock(&u->measure_mu);
@@ -413,29 +444,48 @@ static void measure(usage *u, int force)
     bdb_map *bb = NULL;
     bdb_partition_summary ps;
     memset(&ps, 0, sizeof ps);
+    int oom = 0;
     if (blocks) {
         bb = block_bytes(db);
-        partitions(u, db, &ps);
+        oom = !bb || partitions(u, db, &ps) != BDB_OK;
     }
     pthread_rwlock_unlock(&db->blocks_lock);
     /* What the writers noted so far is in the head walk below (or in a flush's blocks,
      * which cannot happen while flush_mutex is held): it is taken off `since` at
      * publication. A write noted between here and the walk counts twice until the
      * next measurement: the error is on the high side, by the writes in flight. */
-    bdb_map *marks = bdb_map_new();
-    if (!marks)
-        abort();
-    pthread_rwlock_rdlock(&u->lock);
+    bdb_map *marks = oom ? NULL : bdb_map_new();
+    oom |= !marks;
     size_t pos = 0, kl;
     const void *k;
     void *v;
-    while (bdb_map_next(u->tenants, &pos, &k, &kl, &v))
-        map_add(marks, k, kl, atomic_load(&((struct tusage *)v)->since));
+    pthread_rwlock_rdlock(&u->lock);
+    while (!oom && bdb_map_next(u->tenants, &pos, &k, &kl, &v))
+        oom = map_add(marks, k, kl, atomic_load(&((struct tusage *)v)->since)) != BDB_OK;
     pthread_rwlock_unlock(&u->lock);
-    bdb_map *hs = head_samples(db);
+    bdb_map *hs = oom ? NULL : head_samples(db);
+    oom |= !hs;
     pthread_mutex_unlock(&db->flush_mutex);
 
     pthread_rwlock_wrlock(&u->lock);
+    /* every tenant's entry before anything changes, so publishing cannot stop half way
+     * (an entry made for nothing holds zeros, as a tenant without data would) */
+    pos = 0;
+    while (!oom && bb && bdb_map_next(bb, &pos, &k, &kl, &v))
+        oom = !tusage_get(u, k, kl);
+    pos = 0;
+    while (!oom && bdb_map_next(hs, &pos, &k, &kl, &v))
+        oom = !tusage_get(u, k, kl);
+    if (oom) {
+        pthread_rwlock_unlock(&u->lock);
+        pthread_mutex_unlock(&u->measure_mu);
+        BDB_WARN("storage usage: out of memory; this measurement is skipped (the previous "
+                 "figures stay)");
+        map_free_vals(bb);
+        map_free_vals(marks);
+        map_free_vals(hs);
+        return BDB_ERR_NOMEM;
+    }
     pos = 0;
     while (bdb_map_next(u->tenants, &pos, &k, &kl, &v)) {
         struct tusage *t = v;
@@ -469,6 +519,7 @@ static void measure(usage *u, int force)
     map_free_vals(bb);
     map_free_vals(marks);
     map_free_vals(hs);
+    return BDB_OK;
 }
 
 static void *usage_main(void *arg)
@@ -486,8 +537,8 @@ static void *usage_main(void *arg)
         int due = force || !u->have_fp || fp != u->fingerprint ||
                   bdb_monotonic_ms() - u->last_ms >= USAGE_HEAD_EVERY_MS;
         pthread_mutex_unlock(&u->measure_mu);
-        if (due)
-            measure(u, force);
+        if (due && measure(u, force) != BDB_OK && force)
+            atomic_store(&u->reopts, 1); /* the new options still want a full look */
         pthread_mutex_lock(&u->mu);
         if (u->stopping)
             break;
@@ -546,8 +597,7 @@ int bdb_db_usage_refresh(bdb_db *db)
     usage *u = find(db);
     if (!u)
         return BDB_ERR_NOTFOUND;
-    measure(u, 1);
-    return BDB_OK;
+    return measure(u, 1);
 }
 
 void bdb_db_usage_note(bdb_db *db, const char *tenant_name, uint64_t samples)
@@ -564,7 +614,9 @@ void bdb_db_usage_note(bdb_db *db, const char *tenant_name, uint64_t samples)
     if (t)
         return;
     pthread_rwlock_wrlock(&u->lock);
-    atomic_fetch_add(&tusage_get(u, tenant_name, len)->since, samples);
+    t = tusage_get(u, tenant_name, len);
+    if (t) /* else out of memory: the next measurement's head walk counts them */
+        atomic_fetch_add(&t->since, samples);
     pthread_rwlock_unlock(&u->lock);
 }
 
@@ -583,7 +635,8 @@ int bdb_db_tenant_storage(bdb_db *db, const char *tenant_name, bdb_storage_usage
     }
     pthread_rwlock_unlock(&u->lock);
     out->unflushed_bytes = out->unflushed_samples * BDB_USAGE_SAMPLE_BYTES;
-    out->bytes = out->block_bytes + out->unflushed_bytes;
+    out->sink_bytes = db_sku_tenant_bytes(db, tenant_name); /* 0 without a sink */
+    out->bytes = out->block_bytes + out->sink_bytes + out->unflushed_bytes;
     return BDB_OK;
 }
 
