@@ -116,8 +116,11 @@ int bdb_quota_storage_admit(bdb_tenants *reg, bdb_db *db, const bdb_usage_opts *
     if (bdb_tenants_get(reg, tenant, &ti) != BDB_OK || !ti.quotas.storage_bytes)
         return 1;
     bdb_storage_usage su;
-    if (bdb_db_tenant_storage(db, tenant, &su) != BDB_OK || !su.measured)
-        return 1; /* only until the first measurement, moments after the start */
+    /* Before the first measurement (moments after a start) the block share is still 0,
+     * so su.bytes is a lower bound: what the sink confirmed (loaded at open) plus the
+     * unflushed samples. Refusing when even that reaches the quota is right at once. */
+    if (bdb_db_tenant_storage(db, tenant, &su) != BDB_OK)
+        return 1;
     if (su.bytes < ti.quotas.storage_bytes)
         return 1;
     *limit = ti.quotas.storage_bytes;
