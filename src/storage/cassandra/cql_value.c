@@ -282,11 +282,11 @@ static int format_rec(bdb_buf *out, const cql_type *t, cql_bytes v, int nested, 
         int32_t scale = (int32_t)cql_get_be32(p);
         if (n - 4 > 8) {
             put_hex(out, p + 4, n - 4);
-            bdb_buf_printf(out, "E%d", -scale);
+            bdb_buf_printf(out, "E%lld", -(long long)scale); /* INT32_MIN has no int negation */
             return BDB_OK;
         }
         long long unscaled = (long long)be_signed(p + 4, n - 4);
-        bdb_buf_printf(out, "%lldE%d", unscaled, -scale);
+        bdb_buf_printf(out, "%lldE%lld", unscaled, -(long long)scale);
         return BDB_OK;
     }
     case CQL_TYPE_DOUBLE: {
