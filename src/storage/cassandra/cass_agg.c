@@ -121,6 +121,50 @@ static void fill_stats(struct rowfix *x, const bdb_stats *st, int64_t start, int
     cql_be32(x->ttl, (uint32_t)ttl);
 }
 
+/* What a put builds for n windows: the bound values (row-major), each window's
+ * fixed-size values and its blob. */
+struct rows {
+    cql_bytes *vals;
+    struct rowfix *fx;
+    bdb_buf *blobs;
+    size_t n;
+};
+
+static void rows_alloc(struct rows *x, size_t n, uint16_t nv)
+{
+    x->n = n;
+    x->vals = calloc(n * nv + 1, sizeof *x->vals);
+    x->fx = calloc(n + 1, sizeof *x->fx);
+    x->blobs = calloc(n + 1, sizeof *x->blobs);
+    if (!x->vals || !x->fx || !x->blobs)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        bdb_buf_init(&x->blobs[i]);
+}
+
+static void rows_free(struct rows *x)
+{
+    for (size_t i = 0; i < x->n; i++)
+        bdb_buf_free(&x->blobs[i]);
+    free(x->blobs);
+    free(x->fx);
+    free(x->vals);
+}
+
+/* The columns every tier and fleet table has after its key and window start, from
+ * row[i] on in the INSERTs' order: min_value, max_value, sum_value, count, m2, sketch,
+ * then the TTL. */
+static void put_stats(cql_bytes *row, size_t i, const struct rowfix *fx, const bdb_buf *blob)
+{
+    row[i++] = (cql_bytes){fx->min, 8};
+    row[i++] = (cql_bytes){fx->max, 8};
+    row[i++] = (cql_bytes){fx->sum, 8};
+    row[i++] = (cql_bytes){fx->count, 8};
+    row[i++] = (cql_bytes){fx->m2, 8};
+    row[i++] = (cql_bytes){blob->data, (int32_t)blob->len};
+    row[i] = (cql_bytes){fx->ttl, 4};
+}
+
 /* Sends rows [0, nrows) of one partition (values row-major, nv per row) as batches. */
 static int send_rows(bdb_sink *s, const char *query, const cql_bytes *vals, uint16_t nv,
                      size_t nrows, const bdb_buf *rk, const char *what)
@@ -170,11 +214,8 @@ int cass_agg_tier_put(bdb_sink *s, const char *tn, const char *dn, const char *m
              "USING TTL ?",
              ks, table, minute ? "day, " : "", minute ? "?, " : "");
     const uint16_t nv = minute ? 12 : 11;
-    cql_bytes *vals = calloc(r->n * nv + 1, sizeof *vals);
-    struct rowfix *fx = calloc(r->n + 1, sizeof *fx);
-    bdb_buf *blobs = calloc(r->n + 1, sizeof *blobs);
-    if (!vals || !fx || !blobs)
-        abort();
+    struct rows x;
+    rows_alloc(&x, r->n, nv);
     int rc = BDB_OK;
     char what[256];
     snprintf(what, sizeof what, "%s of %s/%s/%s", table, tn, dn, metric);
@@ -182,29 +223,23 @@ int cass_agg_tier_put(bdb_sink *s, const char *tn, const char *dn, const char *m
     for (size_t a = 0; a < r->n && rc == BDB_OK;) {
         int64_t day = cass_agg_day(r->w[a].start);
         size_t b = a, nrows = 0;
-        cql_bytes *v0 = vals + a * nv;
+        cql_bytes *v0 = x.vals + a * nv;
         for (; b < r->n && (!minute || cass_agg_day(r->w[b].start) == day); b++) {
             if (ttl_s[b] < 0)
                 continue; /* past its retention already */
             const bdb_window *w = &r->w[b];
-            fill_stats(&fx[b], &w->st, w->start, ttl_s[b]);
-            bdb_buf_init(&blobs[b]);
-            cass_agg_encode_window(r, w, &blobs[b]);
+            struct rowfix *fx = &x.fx[b];
+            fill_stats(fx, &w->st, w->start, ttl_s[b]);
+            cass_agg_encode_window(r, w, &x.blobs[b]);
             cql_bytes *row = v0 + nrows * nv;
             size_t i = 0;
             row[i++] = text(tn);
             row[i++] = text(dn);
             row[i++] = text(metric);
             if (minute)
-                row[i++] = (cql_bytes){fx[b].day, 8};
-            row[i++] = (cql_bytes){fx[b].start, 8};
-            row[i++] = (cql_bytes){fx[b].min, 8};
-            row[i++] = (cql_bytes){fx[b].max, 8};
-            row[i++] = (cql_bytes){fx[b].sum, 8};
-            row[i++] = (cql_bytes){fx[b].count, 8};
-            row[i++] = (cql_bytes){fx[b].m2, 8};
-            row[i++] = (cql_bytes){blobs[b].data, (int32_t)blobs[b].len};
-            row[i++] = (cql_bytes){fx[b].ttl, 4};
+                row[i++] = (cql_bytes){fx->day, 8};
+            row[i++] = (cql_bytes){fx->start, 8};
+            put_stats(row, i, fx, &x.blobs[b]);
             nrows++;
         }
         if (nrows) {
@@ -219,11 +254,7 @@ int cass_agg_tier_put(bdb_sink *s, const char *tn, const char *dn, const char *m
         }
         a = b;
     }
-    for (size_t i = 0; i < r->n; i++)
-        bdb_buf_free(&blobs[i]);
-    free(blobs);
-    free(fx);
-    free(vals);
+    rows_free(&x);
     return rc;
 }
 
@@ -244,32 +275,23 @@ int cass_agg_fleet_put(bdb_sink *s, const char *tn, const char *metric, int res,
              "USING TTL ?",
              ks, table);
     enum { NV = 11 };
-    cql_bytes *vals = calloc(f->n * NV + 1, sizeof *vals);
-    struct rowfix *fx = calloc(f->n + 1, sizeof *fx);
-    bdb_buf *blobs = calloc(f->n + 1, sizeof *blobs);
-    if (!vals || !fx || !blobs)
-        abort();
+    struct rows x;
+    rows_alloc(&x, f->n, NV);
     size_t nrows = 0;
     for (size_t b = 0; b < f->n; b++) {
         if (ttl_s[b] < 0)
             continue;
         const bdb_fleet_win *w = &f->w[b];
-        fill_stats(&fx[b], &w->st, w->start, ttl_s[b]);
-        cql_be64(fx[b].devs, (uint64_t)w->ndev);
-        bdb_buf_init(&blobs[b]);
-        cass_agg_encode_fleet(f, w, &blobs[b]);
-        cql_bytes *row = vals + nrows * NV;
+        struct rowfix *fx = &x.fx[b];
+        fill_stats(fx, &w->st, w->start, ttl_s[b]);
+        cql_be64(fx->devs, (uint64_t)w->ndev);
+        cass_agg_encode_fleet(f, w, &x.blobs[b]);
+        cql_bytes *row = x.vals + nrows * NV;
         row[0] = text(tn);
         row[1] = text(metric);
-        row[2] = (cql_bytes){fx[b].start, 8};
-        row[3] = (cql_bytes){fx[b].devs, 8};
-        row[4] = (cql_bytes){fx[b].min, 8};
-        row[5] = (cql_bytes){fx[b].max, 8};
-        row[6] = (cql_bytes){fx[b].sum, 8};
-        row[7] = (cql_bytes){fx[b].count, 8};
-        row[8] = (cql_bytes){fx[b].m2, 8};
-        row[9] = (cql_bytes){blobs[b].data, (int32_t)blobs[b].len};
-        row[10] = (cql_bytes){fx[b].ttl, 4};
+        row[2] = (cql_bytes){fx->start, 8};
+        row[3] = (cql_bytes){fx->devs, 8};
+        put_stats(row, 4, fx, &x.blobs[b]);
         nrows++;
     }
     int rc = BDB_OK;
@@ -280,14 +302,10 @@ int cass_agg_fleet_put(bdb_sink *s, const char *tn, const char *metric, int res,
         cql_composite_key(&rk, parts, 2);
         char what[256];
         snprintf(what, sizeof what, "%s of %s/%s", table, tn, metric);
-        rc = send_rows(s, q, vals, NV, nrows, &rk, what);
+        rc = send_rows(s, q, x.vals, NV, nrows, &rk, what);
         bdb_buf_free(&rk);
     }
-    for (size_t i = 0; i < f->n; i++)
-        bdb_buf_free(&blobs[i]);
-    free(blobs);
-    free(fx);
-    free(vals);
+    rows_free(&x);
     return rc;
 }
 

@@ -16,37 +16,74 @@
 
 /* ---------------------------------------------------------------- reads */
 
+/* One read: its query text, bind values and routing key, run as a paged SELECT
+ * (cs_query) whose rows are copied into r. */
+typedef struct sel {
+    cass_state_ctx c;
+    char q[512];
+    vb v;
+    bdb_buf rk;
+    rowset r;
+} sel;
+
+/* A read of ncols columns; fmt is the query with one %s, for the keyspace. Returns
+ * BDB_ERR_IO while the sink is not connected (then there is nothing to end). */
+static int sel_begin(bdb_sink *s, sel *sq, int32_t ncols, const char *fmt)
+    __attribute__((format(printf, 4, 0)));
+static int sel_begin(bdb_sink *s, sel *sq, int32_t ncols, const char *fmt)
+{
+    memset(sq, 0, sizeof *sq);
+    int rc = cs_ctx(s, &sq->c);
+    if (rc != BDB_OK)
+        return rc;
+    snprintf(sq->q, sizeof sq->q, fmt, sq->c.ks);
+    bdb_buf_init(&sq->rk);
+    sq->r.ncols = ncols;
+    bdb_buf_init(&sq->r.arena);
+    return BDB_OK;
+}
+
+/* Runs the query with the values bound since the last run (they are consumed). */
+static int sel_run(sel *sq)
+{
+    return cs_query(&sq->c, sq->q, &sq->v, &sq->rk, &sq->r);
+}
+
+static cql_bytes sel_cell(const sel *sq, size_t row, int32_t col)
+{
+    return rs_cell(&sq->r, row, col);
+}
+
+static void sel_end(sel *sq)
+{
+    rs_free(&sq->r);
+    vb_free(&sq->v);
+    bdb_buf_free(&sq->rk);
+}
+
 int cass_state_get(bdb_sink *s, const char *tenant, const char *device, bdb_sink_state_fn fn,
                    void *ud)
 {
-    cass_state_ctx c;
-    int rc = cs_ctx(s, &c);
+    sel sq;
+    int rc = sel_begin(s, &sq, 5,
+                       "SELECT event_time, state, state_time, metrics, metric_times FROM "
+                       "%s.latest_by_device WHERE tenant_id = ? AND device_id = ?");
     if (rc != BDB_OK)
         return rc;
-    char q[512];
-    snprintf(q, sizeof q,
-             "SELECT event_time, state, state_time, metrics, metric_times FROM "
-             "%s.latest_by_device WHERE tenant_id = ? AND device_id = ?",
-             c.ks);
-    vb v = {0};
-    vb_text(&v, tenant);
-    vb_text(&v, device);
-    bdb_buf rk;
-    bdb_buf_init(&rk);
-    cs_rkey(&rk, tenant, NULL, 0);
-    rowset r = {.ncols = 5};
-    bdb_buf_init(&r.arena);
-    rc = cs_query(&c, q, &v, &rk, &r);
-    if (rc == BDB_OK && r.nrows == 0)
+    vb_text(&sq.v, tenant);
+    vb_text(&sq.v, device);
+    cs_rkey(&sq.rk, tenant, NULL, 0);
+    rc = sel_run(&sq);
+    if (rc == BDB_OK && sq.r.nrows == 0)
         rc = BDB_ERR_NOTFOUND;
     if (rc == BDB_OK) {
         bdb_sink_state st = {
-            tenant, device, cs_cell_ms(rs_cell(&r, 0, 0), INT64_MIN), NULL, INT64_MIN, NULL, 0};
-        char *state = cs_cell_str(rs_cell(&r, 0, 1));
+            tenant, device, cs_cell_ms(sel_cell(&sq, 0, 0), INT64_MIN), NULL, INT64_MIN, NULL, 0};
+        char *state = cs_cell_str(sel_cell(&sq, 0, 1));
         st.state = state;
-        st.state_ts = state ? cs_cell_ms(rs_cell(&r, 0, 2), INT64_MIN) : INT64_MIN;
+        st.state_ts = state ? cs_cell_ms(sel_cell(&sq, 0, 2), INT64_MIN) : INT64_MIN;
         cql_coll_iter it, it2;
-        int n = rs_cell(&r, 0, 3).len > 0 ? cql_coll_begin(&it, rs_cell(&r, 0, 3), 1) : 0;
+        int n = sel_cell(&sq, 0, 3).len > 0 ? cql_coll_begin(&it, sel_cell(&sq, 0, 3), 1) : 0;
         bdb_sink_metric *mv = calloc(n > 0 ? (size_t)n : 1, sizeof *mv);
         char **names = calloc(n > 0 ? (size_t)n : 1, sizeof *names);
         if (!mv || !names)
@@ -63,7 +100,7 @@ int cass_state_get(bdb_sink *s, const char *tenant, const char *device, bdb_sink
             k++;
         }
         /* metric_times: the same keys, in the same (name) order. */
-        int n2 = rs_cell(&r, 0, 4).len > 0 ? cql_coll_begin(&it2, rs_cell(&r, 0, 4), 1) : 0;
+        int n2 = sel_cell(&sq, 0, 4).len > 0 ? cql_coll_begin(&it2, sel_cell(&sq, 0, 4), 1) : 0;
         while (n2 > 0 && cql_coll_next(&it2, &key) == 1 && cql_coll_next(&it2, &val) == 1)
             for (size_t i = 0; i < k; i++)
                 if ((size_t)key.len == strlen(names[i]) &&
@@ -78,9 +115,7 @@ int cass_state_get(bdb_sink *s, const char *tenant, const char *device, bdb_sink
         free(mv);
         free(state);
     }
-    rs_free(&r);
-    vb_free(&v);
-    bdb_buf_free(&rk);
+    sel_end(&sq);
     return rc;
 }
 
@@ -97,58 +132,46 @@ static int full_state_is(cql_bytes full, const char *state)
 int cass_state_list(bdb_sink *s, const char *tenant, const char *state, bdb_sink_state_fn fn,
                     void *ud)
 {
-    cass_state_ctx c;
-    int rc = cs_ctx(s, &c);
+    sel sq;
+    int rc = sel_begin(s, &sq, state ? 3 : 4,
+                       state ? "SELECT device_id, event_time, state_full FROM %s.latest_by_state "
+                               "WHERE tenant_id = ? AND state = ?"
+                             : "SELECT device_id, event_time, state, state_time FROM "
+                               "%s.latest_by_device WHERE tenant_id = ?");
     if (rc != BDB_OK)
         return rc;
-    char q[512];
-    vb v = {0};
-    bdb_buf rk;
-    bdb_buf_init(&rk);
-    rowset r = {.ncols = state ? 3 : 4};
-    bdb_buf_init(&r.arena);
-    vb_text(&v, tenant);
+    vb_text(&sq.v, tenant);
     char key[CASS_STATE_KEY_MAX];
     if (state) {
-        snprintf(q, sizeof q,
-                 "SELECT device_id, event_time, state_full FROM %s.latest_by_state WHERE "
-                 "tenant_id = ? AND state = ?",
-                 c.ks);
-        vb_text(&v, cass_state_key(state, key));
-        cs_rkey(&rk, tenant, key, strlen(key));
+        vb_text(&sq.v, cass_state_key(state, key));
+        cs_rkey(&sq.rk, tenant, key, strlen(key));
     } else {
-        snprintf(q, sizeof q,
-                 "SELECT device_id, event_time, state, state_time FROM %s.latest_by_device "
-                 "WHERE tenant_id = ?",
-                 c.ks);
-        cs_rkey(&rk, tenant, NULL, 0);
+        cs_rkey(&sq.rk, tenant, NULL, 0);
     }
-    rc = cs_query(&c, q, &v, &rk, &r);
-    for (size_t i = 0; rc == BDB_OK && i < r.nrows; i++) {
-        char *dev = cs_cell_str(rs_cell(&r, i, 0));
+    rc = sel_run(&sq);
+    for (size_t i = 0; rc == BDB_OK && i < sq.r.nrows; i++) {
+        char *dev = cs_cell_str(sel_cell(&sq, i, 0));
         if (!dev)
             continue;
         bdb_sink_state st = {tenant, dev, INT64_MIN, state, INT64_MIN, NULL, 0};
         char *sname = NULL;
         if (state) {
-            if (!full_state_is(rs_cell(&r, i, 2), state)) {
+            if (!full_state_is(sel_cell(&sq, i, 2), state)) {
                 free(dev);
                 continue;
             }
-            st.state_ts = cs_cell_ms(rs_cell(&r, i, 1), INT64_MIN);
+            st.state_ts = cs_cell_ms(sel_cell(&sq, i, 1), INT64_MIN);
         } else {
-            st.event_ts = cs_cell_ms(rs_cell(&r, i, 1), INT64_MIN);
-            sname = cs_cell_str(rs_cell(&r, i, 2));
+            st.event_ts = cs_cell_ms(sel_cell(&sq, i, 1), INT64_MIN);
+            sname = cs_cell_str(sel_cell(&sq, i, 2));
             st.state = sname;
-            st.state_ts = sname ? cs_cell_ms(rs_cell(&r, i, 3), INT64_MIN) : INT64_MIN;
+            st.state_ts = sname ? cs_cell_ms(sel_cell(&sq, i, 3), INT64_MIN) : INT64_MIN;
         }
         fn(ud, &st);
         free(sname);
         free(dev);
     }
-    rs_free(&r);
-    vb_free(&v);
-    bdb_buf_free(&rk);
+    sel_end(&sq);
     return rc;
 }
 
@@ -167,26 +190,19 @@ static cql_bytes newer_cell(const rowset *r, size_t row, int32_t col, int32_t ol
 
 int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, void *ud)
 {
-    cass_state_ctx c;
-    int rc = cs_ctx(s, &c);
+    sel sq;
+    int rc =
+        sel_begin(s, &sq, 13,
+                  "SELECT device_id, tags, reporting_class, bucket_seconds, first_seen, last_seen, "
+                  "pinned, bucket_history, metrics, samples, tags_blob, history_blob, "
+                  "metrics_blob FROM %s.devices WHERE tenant_id = ?");
     if (rc != BDB_OK)
         return rc;
-    char q[512];
-    snprintf(q, sizeof q,
-             "SELECT device_id, tags, reporting_class, bucket_seconds, first_seen, last_seen, "
-             "pinned, bucket_history, metrics, samples, tags_blob, history_blob, "
-             "metrics_blob FROM %s.devices WHERE tenant_id = ?",
-             c.ks);
-    vb v = {0};
-    vb_text(&v, tenant);
-    bdb_buf rk;
-    bdb_buf_init(&rk);
-    cs_rkey(&rk, tenant, NULL, 0);
-    rowset r = {.ncols = 13};
-    bdb_buf_init(&r.arena);
-    rc = cs_query(&c, q, &v, &rk, &r);
-    for (size_t i = 0; rc == BDB_OK && i < r.nrows; i++) {
-        char *dev = cs_cell_str(rs_cell(&r, i, 0));
+    vb_text(&sq.v, tenant);
+    cs_rkey(&sq.rk, tenant, NULL, 0);
+    rc = sel_run(&sq);
+    for (size_t i = 0; rc == BDB_OK && i < sq.r.nrows; i++) {
+        char *dev = cs_cell_str(sel_cell(&sq, i, 0));
         if (!dev)
             continue;
         bdb_sink_device d;
@@ -196,8 +212,8 @@ int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, voi
         cql_coll_iter it;
         cql_bytes a, b;
         /* The encoded columns, or the older ones of a row not written since. */
-        cql_bytes tags = newer_cell(&r, i, 10, 1), hist = newer_cell(&r, i, 11, 7),
-                  mets = newer_cell(&r, i, 12, 8);
+        cql_bytes tags = newer_cell(&sq.r, i, 10, 1), hist = newer_cell(&sq.r, i, 11, 7),
+                  mets = newer_cell(&sq.r, i, 12, 8);
         /* tags */
         int n = tags.len > 0 ? cql_coll_begin(&it, tags, 1) : 0;
         char **tk = calloc(n > 0 ? (size_t)n : 1, sizeof *tk);
@@ -211,20 +227,20 @@ int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, voi
         }
         d.tag_keys = (const char *const *)tk;
         d.tag_vals = (const char *const *)tv;
-        char *cls = cs_cell_str(rs_cell(&r, i, 2));
+        char *cls = cs_cell_str(sel_cell(&sq, i, 2));
         d.freq_class = BDB_FREQ_UNKNOWN;
         for (int k = BDB_FREQ_UNKNOWN; cls && k <= BDB_FREQ_HIGH; k++)
             if (strcmp(cls, bdb_freq_name((enum bdb_freq_class)k)) == 0)
                 d.freq_class = k;
         int32_t bsec = 0;
-        if (rs_cell(&r, i, 3).len == 4)
-            cql_dec_int(rs_cell(&r, i, 3), &bsec);
+        if (sel_cell(&sq, i, 3).len == 4)
+            cql_dec_int(sel_cell(&sq, i, 3), &bsec);
         d.bucket_ms = (int64_t)bsec * 1000;
-        d.first_ts = cs_cell_ms(rs_cell(&r, i, 4), INT64_MAX);
-        d.last_ts = cs_cell_ms(rs_cell(&r, i, 5), INT64_MIN);
+        d.first_ts = cs_cell_ms(sel_cell(&sq, i, 4), INT64_MAX);
+        d.last_ts = cs_cell_ms(sel_cell(&sq, i, 5), INT64_MIN);
         int pin = 0;
-        if (rs_cell(&r, i, 6).len == 1)
-            cql_dec_boolean(rs_cell(&r, i, 6), &pin);
+        if (sel_cell(&sq, i, 6).len == 1)
+            cql_dec_boolean(sel_cell(&sq, i, 6), &pin);
         d.pinned = pin;
         /* bucket history */
         int nh = hist.len > 0 ? cql_coll_begin(&it, hist, 1) : 0;
@@ -250,7 +266,7 @@ int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, voi
         while (nm > 0 && d.nmetrics < (size_t)nm && cql_coll_next(&it, &a) == 1)
             mn[d.nmetrics++] = cs_cell_str(a);
         d.metrics = (const char *const *)mn;
-        d.samples = (uint64_t)cs_cell_ms(rs_cell(&r, i, 9), 0);
+        d.samples = (uint64_t)cs_cell_ms(sel_cell(&sq, i, 9), 0);
         fn(ud, &d);
         free_strs(tk, d.ntags);
         free_strs(tv, d.ntags);
@@ -260,9 +276,7 @@ int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, voi
         free(cls);
         free(dev);
     }
-    rs_free(&r);
-    vb_free(&v);
-    bdb_buf_free(&rk);
+    sel_end(&sq);
     return rc;
 }
 
@@ -272,46 +286,37 @@ int cass_count_list(bdb_sink *s, const char *tenant, int64_t from, int64_t to, b
     int64_t first, last;
     if (cass_count_days(from, to, MAX_DAYS, &first, &last) != 0)
         return BDB_ERR_LIMIT;
-    cass_state_ctx c;
-    int rc = cs_ctx(s, &c);
+    sel sq;
+    int rc = sel_begin(s, &sq, 5,
+                       "SELECT bucket, device_id, bucket_end, event_count, sub_buckets FROM "
+                       "%s.telemetry_by_tenant_totals WHERE tenant_id = ? AND day = ?");
     if (rc != BDB_OK)
         return rc;
-    char q[512];
-    snprintf(q, sizeof q,
-             "SELECT bucket, device_id, bucket_end, event_count, sub_buckets FROM "
-             "%s.telemetry_by_tenant_totals WHERE tenant_id = ? AND day = ?",
-             c.ks);
-    vb v = {0};
-    bdb_buf rk;
-    bdb_buf_init(&rk);
-    rowset r = {.ncols = 5};
-    bdb_buf_init(&r.arena);
     for (int64_t day = first; day <= last && rc == BDB_OK; day += BDB_MS_DAY) {
         uint8_t db8[8];
         cql_be64(db8, (uint64_t)day);
-        bdb_buf_reset(&rk);
-        cs_rkey(&rk, tenant, db8, 8);
-        vb_text(&v, tenant);
-        vb_long(&v, day);
-        rc = cs_query(&c, q, &v, &rk, &r);
-        for (size_t i = 0; rc == BDB_OK && i < r.nrows; i++) {
-            int64_t bs = cs_cell_ms(rs_cell(&r, i, 0), 0), be = cs_cell_ms(rs_cell(&r, i, 2), 0);
+        bdb_buf_reset(&sq.rk);
+        cs_rkey(&sq.rk, tenant, db8, 8);
+        vb_text(&sq.v, tenant);
+        vb_long(&sq.v, day);
+        rc = sel_run(&sq);
+        for (size_t i = 0; rc == BDB_OK && i < sq.r.nrows; i++) {
+            int64_t bs = cs_cell_ms(sel_cell(&sq, i, 0), 0),
+                    be = cs_cell_ms(sel_cell(&sq, i, 2), 0);
             if (be <= from || bs >= to)
                 continue;
-            char *dev = cs_cell_str(rs_cell(&r, i, 1));
+            char *dev = cs_cell_str(sel_cell(&sq, i, 1));
             if (!dev)
                 continue;
             int32_t subs = 1;
-            if (rs_cell(&r, i, 4).len == 4)
-                cql_dec_int(rs_cell(&r, i, 4), &subs);
+            if (sel_cell(&sq, i, 4).len == 4)
+                cql_dec_int(sel_cell(&sq, i, 4), &subs);
             bdb_sink_count cn = {
-                tenant, dev, bs, be, (uint64_t)cs_cell_ms(rs_cell(&r, i, 3), 0), (uint32_t)subs};
+                tenant, dev, bs, be, (uint64_t)cs_cell_ms(sel_cell(&sq, i, 3), 0), (uint32_t)subs};
             fn(ud, &cn);
             free(dev);
         }
     }
-    rs_free(&r);
-    vb_free(&v);
-    bdb_buf_free(&rk);
+    sel_end(&sq);
     return rc;
 }

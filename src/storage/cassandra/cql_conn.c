@@ -1,4 +1,7 @@
-/* cql_conn: see cql_conn.h.
+/* cql_conn: see cql_conn.h. This file: the stream slots, the reader thread, opening
+ * and closing, sending; the handshake is in cql_handshake.c, the statements (queries,
+ * prepared statements, batches, paging) in cql_stmt.c, what they share in
+ * cql_conn_int.h.
  *
  * Threads: the caller's threads send (under wmu, the write lock) and the reader thread
  * receives. `mu` guards the stream slots, the free-id stack, the prepared cache and
@@ -15,6 +18,7 @@
  * completion is parked for the sender to deliver, so a frame is never freed under a
  * write in progress. */
 #include "storage/cassandra/cql_conn.h"
+#include "storage/cassandra/cql_conn_int.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -26,62 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-enum slot_state { SLOT_FREE, SLOT_BUSY, SLOT_ORPHANED };
-
-/* While `writing`, the sending thread may still be reading the request frame (which
- * the request's owner frees when it completes), so a completion that arrives then is
- * parked in `early` and delivered by the sender once its write has returned. */
-typedef struct slot {
-    cql_done_fn done;
-    void *ud;
-    int64_t deadline;
-    uint8_t state;
-    uint8_t writing;
-    uint8_t has_early;
-    int early_status;
-    cql_response *early;
-} slot;
-
-struct cql_prepared {
-    struct cql_prepared *next;
-    char *query;
-    uint8_t *id; /* guarded by the connection's mu (re-prepare replaces it) */
-    uint16_t id_len;
-    cql_response *resp; /* the PREPARED result, owner of the metadata */
-};
-
-struct cql_conn {
-    cql_io io;
-    uint8_t version;
-    int request_timeout_ms;
-    uint32_t max_frame;
-    char *cql_version;
-    char *authenticator;
-    cql_event_fn on_event;
-    void *event_ud;
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* a stream id was freed */
-    pthread_mutex_t wmu;
-    slot *slots;
-    int nslots;
-    int16_t *free_ids;
-    int nfree;
-    int busy; /* BUSY slots (orphans not counted) */
-    int broken;
-    int closing;
-    cql_prepared *prepared;
-
-    pthread_t reader;
-    int reader_started;
-    bdb_buf rbuf;
-};
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+void cql_conn_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen)
         return;
@@ -91,41 +41,9 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ================================================================ handshake I/O */
-
-/* One request and its answer on a fresh socket, before the reader thread runs. A
- * response in another protocol version is decoded all the same (the caller uses
- * its version to negotiate). */
-static int hs_roundtrip(cql_io *io, bdb_buf *frame, int timeout_ms, uint32_t max_frame,
-                        cql_response **out)
-{
-    *out = NULL;
-    int64_t deadline = bdb_monotonic_ms() + timeout_ms;
-    int rc = cql_io_write_all(io, frame->data, frame->len, deadline);
-    if (rc != BDB_OK)
-        return rc;
-    uint8_t hb[CQL_HEADER_LEN];
-    rc = cql_io_read_all(io, hb, sizeof hb, deadline);
-    if (rc != BDB_OK)
-        return rc;
-    cql_header h;
-    rc = cql_header_decode(hb, &h, max_frame);
-    if (rc != BDB_OK || !h.response)
-        return BDB_ERR_CORRUPT;
-    uint8_t *body = h.length ? malloc(h.length) : NULL;
-    if (h.length && !body)
-        return BDB_ERR_NOMEM;
-    rc = cql_io_read_all(io, body, h.length, deadline);
-    if (rc != BDB_OK) {
-        free(body);
-        return rc;
-    }
-    return cql_response_decode(&h, body, h.length, out);
-}
-
 /* ================================================================ completion */
 
-static cql_response *client_error(int32_t code, const char *msg)
+cql_response *cql_conn_client_error(int32_t code, const char *msg)
 {
     cql_response *r = calloc(1, sizeof *r);
     if (!r)
@@ -173,7 +91,7 @@ static void fail_all(cql_conn *c, int32_t code, const char *msg)
             } else if (sl->state == SLOT_BUSY && sl->writing) {
                 if (!sl->has_early) { /* the sender delivers it */
                     sl->has_early = 1;
-                    sl->early = client_error(code, msg);
+                    sl->early = cql_conn_client_error(code, msg);
                     sl->early_status = response_status(sl->early);
                 }
             } else if (sl->state == SLOT_BUSY) {
@@ -186,7 +104,7 @@ static void fail_all(cql_conn *c, int32_t code, const char *msg)
         pthread_mutex_unlock(&c->mu);
         if (!done)
             return;
-        cql_response *r = client_error(code, msg);
+        cql_response *r = cql_conn_client_error(code, msg);
         done(ud, response_status(r), r);
     }
 }
@@ -225,7 +143,7 @@ static void check_timeouts(cql_conn *c, int64_t now)
             return;
         char msg[96];
         snprintf(msg, sizeof msg, "no answer from the server within %d ms", c->request_timeout_ms);
-        cql_response *r = client_error(CQL_ERR_CLIENT_TIMEOUT, msg);
+        cql_response *r = cql_conn_client_error(CQL_ERR_CLIENT_TIMEOUT, msg);
         done(ud, response_status(r), r);
     }
 }
@@ -303,7 +221,7 @@ static int drain_frames(cql_conn *c)
             /* The frame boundary is intact, so only this request fails. */
             BDB_WARN("cql: undecodable %s on stream %d (%s)", cql_opcode_name(h.opcode), h.stream,
                      bdb_strerror(drc));
-            r = client_error(CQL_ERR_CLIENT_IO, "undecodable response from the server");
+            r = cql_conn_client_error(CQL_ERR_CLIENT_IO, "undecodable response from the server");
             if (!r)
                 continue;
             r->h.stream = h.stream;
@@ -374,15 +292,7 @@ static void conn_free(cql_conn *c)
 {
     if (!c)
         return;
-    cql_prepared *p = c->prepared;
-    while (p) {
-        cql_prepared *next = p->next;
-        free(p->query);
-        free(p->id);
-        cql_response_free(p->resp);
-        free(p);
-        p = next;
-    }
+    cql_prepared_free_all(c->prepared);
     cql_io_close(&c->io);
     free(c->slots);
     free(c->free_ids);
@@ -395,88 +305,11 @@ static void conn_free(cql_conn *c)
     free(c);
 }
 
-/* Whether a handshake request failed on a TLS error (an alert, a bad record) rather
- * than on the connection just closing. */
-static int tls_failure(const cql_io *io)
-{
-    const char *closed = "connection closed by the node";
-    return (io->reason[0] && strcmp(io->reason, closed)) ||
-           (io->wreason[0] && strcmp(io->wreason, closed));
-}
-
-/* Whether an answer to our first request says "not this protocol version". */
-static int version_rejected(const cql_response *r, uint8_t asked)
-{
-    if (r->h.version != asked)
-        return 1;
-    if (r->h.opcode != CQL_OP_ERROR)
-        return 0;
-    if (r->error.code == CQL_ERR_PROTOCOL)
-        return 1;
-    return r->error.message && strstr(r->error.message, "protocol version") != NULL;
-}
-
-/* STARTUP and authentication on a socket whose version is settled. */
-static int startup(cql_conn *c, const cql_conn_opts *o, int timeout_ms, char *err, size_t errlen)
-{
-    bdb_buf f, tok;
-    bdb_buf_init(&f);
-    bdb_buf_init(&tok);
-    cql_response *r = NULL;
-    cql_msg_startup(&f, c->version, NULL);
-    int rc = hs_roundtrip(&c->io, &f, timeout_ms, c->max_frame, &r);
-    if (rc != BDB_OK) {
-        set_err(err, errlen, "STARTUP failed: %s", bdb_strerror(rc));
-        goto out;
-    }
-    if (r->h.opcode == CQL_OP_AUTHENTICATE) {
-        c->authenticator = strdup(r->authenticator ? r->authenticator : "");
-        if (!o->user || !o->password) {
-            set_err(err, errlen,
-                    "the server requires authentication (%s): give a user and password",
-                    c->authenticator);
-            rc = BDB_ERR_INVALID;
-            goto out;
-        }
-        cql_sasl_plain(&tok, o->user, o->password);
-        /* PLAIN is one step; a bounded number of challenges covers other servers. */
-        for (int step = 0;; step++) {
-            cql_response_free(r);
-            r = NULL;
-            bdb_buf_reset(&f);
-            cql_msg_auth_response(&f, c->version, tok.data, (int32_t)tok.len);
-            rc = hs_roundtrip(&c->io, &f, timeout_ms, c->max_frame, &r);
-            if (rc != BDB_OK) {
-                set_err(err, errlen, "authentication failed: %s", bdb_strerror(rc));
-                goto out;
-            }
-            if (r->h.opcode == CQL_OP_AUTH_SUCCESS)
-                break;
-            if (r->h.opcode != CQL_OP_AUTH_CHALLENGE || step >= 4)
-                break;
-        }
-    }
-    if (r->h.opcode == CQL_OP_ERROR) {
-        set_err(err, errlen, "%s: %s", cql_error_name(r->error.code),
-                r->error.message ? r->error.message : "");
-        rc = r->error.code == CQL_ERR_BAD_CREDENTIALS ? BDB_ERR_INVALID
-                                                      : cql_error_status(r->error.code);
-    } else if (r->h.opcode != CQL_OP_READY && r->h.opcode != CQL_OP_AUTH_SUCCESS) {
-        set_err(err, errlen, "unexpected %s during the handshake", cql_opcode_name(r->h.opcode));
-        rc = BDB_ERR_CORRUPT;
-    }
-out:
-    cql_response_free(r);
-    bdb_buf_free(&f);
-    bdb_buf_free(&tok);
-    return rc;
-}
-
 int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!o || !o->host || !*o->host) {
-        set_err(err, errlen, "no host given");
+        cql_conn_set_err(err, errlen, "no host given");
         return BDB_ERR_INVALID;
     }
     int port = o->port > 0 ? o->port : 9042;
@@ -484,8 +317,8 @@ int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errl
     int maxv = o->max_version ? o->max_version : CQL_VERSION_MAX;
     int minv = o->min_version ? o->min_version : CQL_VERSION_MIN;
     if (maxv > CQL_VERSION_MAX || minv < CQL_VERSION_MIN || minv > maxv) {
-        set_err(err, errlen, "protocol versions %d..%d: this client speaks %d..%d", minv, maxv,
-                CQL_VERSION_MIN, CQL_VERSION_MAX);
+        cql_conn_set_err(err, errlen, "protocol versions %d..%d: this client speaks %d..%d", minv,
+                         maxv, CQL_VERSION_MIN, CQL_VERSION_MAX);
         return BDB_ERR_INVALID;
     }
     cql_conn *c = calloc(1, sizeof *c);
@@ -515,71 +348,10 @@ int cql_conn_open(const cql_conn_opts *o, cql_conn **out, char *err, size_t errl
         c->free_ids[i] = (int16_t)(c->nslots - 1 - i);
     c->nfree = c->nslots;
 
-    /* Version negotiation: OPTIONS at the highest version, lower on rejection. */
-    int rc = BDB_ERR_INVALID;
-    bdb_buf f;
-    bdb_buf_init(&f);
-    int v = maxv;
-    while (v >= minv) {
-        rc = cql_io_connect(&c->io, o->host, port, o->tls, ctimeout, err, errlen);
-        if (rc != BDB_OK)
-            break;
-        cql_response *r = NULL;
-        bdb_buf_reset(&f);
-        cql_msg_options(&f, (uint8_t)v);
-        rc = hs_roundtrip(&c->io, &f, ctimeout, c->max_frame, &r);
-        int next = v - 1;
-        if (rc == BDB_OK && !version_rejected(r, (uint8_t)v)) {
-            if (r->h.opcode == CQL_OP_SUPPORTED) {
-                for (uint16_t i = 0; i < r->nsup; i++)
-                    if (!strcmp(r->sup_keys[i], "CQL_VERSION") && r->sup_nvals[i] > 0 &&
-                        !c->cql_version)
-                        c->cql_version = strdup(r->sup_vals[i][0]);
-                cql_response_free(r);
-                c->version = (uint8_t)v;
-                break;
-            }
-            set_err(err, errlen, "OPTIONS answered with %s%s%s", cql_opcode_name(r->h.opcode),
-                    r->error.message ? ": " : "", r->error.message ? r->error.message : "");
-            cql_response_free(r);
-            rc = BDB_ERR_CORRUPT;
-            break;
-        }
-        if (rc == BDB_OK) {
-            BDB_DEBUG("cql: %s:%d rejected protocol v%d (answered in v%d)", o->host, port, v,
-                      r->h.version);
-            if (r->h.version < v && r->h.version >= minv)
-                next = r->h.version;
-        } else if (rc == BDB_ERR_AGAIN || rc == BDB_ERR_NOMEM) {
-            set_err(err, errlen, "no answer to OPTIONS from %s:%d within %d ms", o->host, port,
-                    ctimeout);
-            break;
-        } else if (rc == BDB_ERR_IO && o->tls && tls_failure(&c->io)) {
-            /* A TLS alert after the handshake (TLS 1.3 sends a refused client
-             * certificate's alert then): no other version will fare better. */
-            set_err(err, errlen,
-                    "TLS connection to %s:%d refused after the handshake: %s (a node with "
-                    "require_client_auth drops a client without a certificate it trusts)",
-                    o->host, port, c->io.reason[0] ? c->io.reason : c->io.wreason);
-            cql_response_free(r);
-            break;
-        }
-        /* Closed, undecodable or rejected: the server does not speak v. */
-        cql_response_free(r);
-        cql_io_close(&c->io);
-        rc = BDB_ERR_INVALID;
-        set_err(err, errlen, "%s:%d speaks none of protocol versions %d..%d%s", o->host, port, minv,
-                maxv,
-                o->tls ? " (it closed the TLS connection: does it want a client certificate?)"
-                       : " (or it speaks TLS only: see --tls)");
-        v = next;
-    }
-    bdb_buf_free(&f);
-    if (rc == BDB_OK)
-        rc = startup(c, o, ctimeout, err, errlen);
+    int rc = cql_conn_handshake(c, o, port, ctimeout, minv, maxv, err, errlen);
     if (rc == BDB_OK) {
         if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
-            set_err(err, errlen, "cannot start the reader thread");
+            cql_conn_set_err(err, errlen, "cannot start the reader thread");
             rc = BDB_ERR_NOMEM;
         } else {
             c->reader_started = 1;
@@ -721,17 +493,9 @@ int cql_conn_send(cql_conn *c, bdb_buf *frame, cql_done_fn done, void *ud)
     return send_frame(c, frame, done, ud, 0);
 }
 
-typedef struct sync_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    int status;
-    cql_response *resp;
-} sync_wait;
-
-static void sync_done(void *ud, int status, cql_response *resp)
+void cql_sync_done(void *ud, int status, cql_response *resp)
 {
-    sync_wait *w = ud;
+    cql_sync *w = ud;
     pthread_mutex_lock(&w->mu);
     w->status = status;
     w->resp = resp;
@@ -740,7 +504,7 @@ static void sync_done(void *ud, int status, cql_response *resp)
     pthread_mutex_unlock(&w->mu);
 }
 
-static int sync_wait_for(sync_wait *w, int rc, cql_response **out)
+int cql_sync_wait(cql_sync *w, int rc, cql_response **out)
 {
     if (rc == BDB_OK) {
         pthread_mutex_lock(&w->mu);
@@ -758,7 +522,7 @@ static int sync_wait_for(sync_wait *w, int rc, cql_response **out)
     return rc;
 }
 
-static void sync_init(sync_wait *w)
+void cql_sync_init(cql_sync *w)
 {
     memset(w, 0, sizeof *w);
     pthread_mutex_init(&w->mu, NULL);
@@ -769,10 +533,10 @@ int cql_conn_request(cql_conn *c, bdb_buf *frame, cql_response **out)
 {
     if (out)
         *out = NULL;
-    sync_wait w;
-    sync_init(&w);
-    int rc = send_frame(c, frame, sync_done, &w, c->request_timeout_ms);
-    return sync_wait_for(&w, rc, out);
+    cql_sync w;
+    cql_sync_init(&w);
+    int rc = send_frame(c, frame, cql_sync_done, &w, c->request_timeout_ms);
+    return cql_sync_wait(&w, rc, out);
 }
 
 int cql_conn_register(cql_conn *c, const char *const *events, uint16_t n)
@@ -786,408 +550,5 @@ int cql_conn_register(cql_conn *c, const char *const *events, uint16_t n)
         rc = BDB_ERR_CORRUPT;
     cql_response_free(r);
     bdb_buf_free(&f);
-    return rc;
-}
-
-int cql_query(cql_conn *c, const char *query, const cql_query_params *p, cql_response **out)
-{
-    cql_query_params dflt = {.consistency = CQL_ONE};
-    bdb_buf f;
-    bdb_buf_init(&f);
-    cql_msg_query(&f, c->version, query, strlen(query), p ? p : &dflt);
-    int rc = cql_conn_request(c, &f, out);
-    bdb_buf_free(&f);
-    return rc;
-}
-
-int cql_query_async(cql_conn *c, const char *query, const cql_query_params *p, cql_done_fn done,
-                    void *ud)
-{
-    cql_query_params dflt = {.consistency = CQL_ONE};
-    bdb_buf f;
-    bdb_buf_init(&f);
-    cql_msg_query(&f, c->version, query, strlen(query), p ? p : &dflt);
-    int rc = cql_conn_send(c, &f, done, ud);
-    bdb_buf_free(&f);
-    return rc;
-}
-
-/* ================================================================ prepared */
-
-const cql_meta *cql_prepared_binds(const cql_prepared *p)
-{
-    return &p->resp->result.meta;
-}
-
-const cql_meta *cql_prepared_result(const cql_prepared *p)
-{
-    return &p->resp->result.result_meta;
-}
-
-const char *cql_prepared_query(const cql_prepared *p)
-{
-    return p->query;
-}
-
-/* Stores a (re-)prepared id; the statement keeps its first metadata. */
-static int set_prepared_id(cql_conn *c, cql_prepared *p, cql_bytes id)
-{
-    uint8_t *copy = malloc(id.len > 0 ? (size_t)id.len : 1);
-    if (!copy)
-        return BDB_ERR_NOMEM;
-    memcpy(copy, id.p, (size_t)id.len);
-    pthread_mutex_lock(&c->mu);
-    free(p->id);
-    p->id = copy;
-    p->id_len = (uint16_t)id.len;
-    pthread_mutex_unlock(&c->mu);
-    return BDB_OK;
-}
-
-int cql_prepare(cql_conn *c, const char *query, cql_prepared **out, cql_response **err_out)
-{
-    *out = NULL;
-    if (err_out)
-        *err_out = NULL;
-    pthread_mutex_lock(&c->mu);
-    for (cql_prepared *p = c->prepared; p; p = p->next)
-        if (!strcmp(p->query, query)) {
-            pthread_mutex_unlock(&c->mu);
-            *out = p;
-            return BDB_OK;
-        }
-    pthread_mutex_unlock(&c->mu);
-
-    bdb_buf f;
-    bdb_buf_init(&f);
-    cql_msg_prepare(&f, c->version, query, strlen(query));
-    cql_response *r = NULL;
-    int rc = cql_conn_request(c, &f, &r);
-    bdb_buf_free(&f);
-    if (rc == BDB_OK && (r->h.opcode != CQL_OP_RESULT || r->result.kind != CQL_RESULT_PREPARED))
-        rc = BDB_ERR_CORRUPT;
-    if (rc != BDB_OK) {
-        if (err_out && r && r->h.opcode == CQL_OP_ERROR)
-            *err_out = r;
-        else
-            cql_response_free(r);
-        return rc;
-    }
-    cql_prepared *p = calloc(1, sizeof *p);
-    if (!p || !(p->query = strdup(query))) {
-        free(p);
-        cql_response_free(r);
-        return BDB_ERR_NOMEM;
-    }
-    p->resp = r;
-    rc = set_prepared_id(c, p, r->result.prepared_id);
-    if (rc != BDB_OK) {
-        free(p->query);
-        free(p);
-        cql_response_free(r);
-        return rc;
-    }
-    pthread_mutex_lock(&c->mu);
-    /* Another thread may have prepared the same text meanwhile: keep the first. */
-    for (cql_prepared *q = c->prepared; q; q = q->next)
-        if (!strcmp(q->query, query)) {
-            pthread_mutex_unlock(&c->mu);
-            free(p->query);
-            free(p->id);
-            cql_response_free(p->resp);
-            free(p);
-            *out = q;
-            return BDB_OK;
-        }
-    p->next = c->prepared;
-    c->prepared = p;
-    pthread_mutex_unlock(&c->mu);
-    *out = p;
-    return BDB_OK;
-}
-
-/* A request that refers to prepared statements, kept until it completes so that it
- * can be re-sent after an UNPREPARED answer. The ids sit at known offsets in the
- * frame and are patched in place (a node's ids for one text have one length: an
- * MD5); a different length fails the request with the server's error. */
-typedef struct exec_ctx {
-    cql_conn *c;
-    bdb_buf frame;
-    cql_prepared **stmts;
-    size_t *id_off;
-    uint16_t nstmts;
-    uint16_t reprepared;      /* re-prepares done, at most one per statement */
-    cql_prepared *pending;    /* the statement being re-prepared */
-    cql_response *unprepared; /* the UNPREPARED answer, returned if re-preparing fails */
-    cql_done_fn done;
-    void *ud;
-} exec_ctx;
-
-static void exec_ctx_finish(exec_ctx *x, int status, cql_response *resp)
-{
-    cql_done_fn done = x->done;
-    void *ud = x->ud;
-    cql_response_free(x->unprepared);
-    bdb_buf_free(&x->frame);
-    free(x->stmts);
-    free(x->id_off);
-    free(x);
-    done(ud, status, resp);
-}
-
-static void exec_done(void *ud, int status, cql_response *resp);
-
-static void reprepare_done(void *ud, int status, cql_response *resp)
-{
-    exec_ctx *x = ud;
-    cql_response *unprep = x->unprepared;
-    x->unprepared = NULL;
-    if (status == BDB_OK && resp->h.opcode == CQL_OP_RESULT &&
-        resp->result.kind == CQL_RESULT_PREPARED &&
-        resp->result.prepared_id.len == x->pending->id_len &&
-        set_prepared_id(x->c, x->pending, resp->result.prepared_id) == BDB_OK) {
-        for (uint16_t i = 0; i < x->nstmts; i++)
-            if (x->stmts[i] == x->pending)
-                memcpy(x->frame.data + x->id_off[i], resp->result.prepared_id.p,
-                       (size_t)resp->result.prepared_id.len);
-        cql_response_free(resp);
-        cql_response_free(unprep);
-        int rc = cql_conn_send(x->c, &x->frame, exec_done, x);
-        if (rc != BDB_OK) {
-            cql_response *r = client_error(CQL_ERR_CLIENT_IO, "cannot re-send after re-preparing");
-            exec_ctx_finish(x, rc, r);
-        }
-        return;
-    }
-    /* Re-preparing failed: the caller gets that error (or the UNPREPARED one). */
-    if (status != BDB_OK) {
-        cql_response_free(unprep);
-        exec_ctx_finish(x, status, resp);
-    } else {
-        cql_response_free(resp);
-        exec_ctx_finish(x, cql_error_status(CQL_ERR_UNPREPARED), unprep);
-    }
-}
-
-static void exec_done(void *ud, int status, cql_response *resp)
-{
-    exec_ctx *x = ud;
-    if (resp && resp->h.opcode == CQL_OP_ERROR && resp->error.code == CQL_ERR_UNPREPARED &&
-        x->reprepared < x->nstmts) {
-        /* Which statement? The one whose id the server names, else the first. */
-        cql_prepared *p = NULL;
-        cql_bytes bad = resp->error.unprepared_id;
-        pthread_mutex_lock(&x->c->mu);
-        for (uint16_t i = 0; i < x->nstmts && !p; i++)
-            if (bad.len == x->stmts[i]->id_len &&
-                !memcmp(x->frame.data + x->id_off[i], bad.p, (size_t)bad.len))
-                p = x->stmts[i];
-        pthread_mutex_unlock(&x->c->mu);
-        if (!p && x->nstmts)
-            p = x->stmts[0];
-        if (p) {
-            x->reprepared++;
-            x->pending = p;
-            x->unprepared = resp;
-            BDB_DEBUG("cql: re-preparing after UNPREPARED: %s", p->query);
-            bdb_buf f;
-            bdb_buf_init(&f);
-            cql_msg_prepare(&f, x->c->version, p->query, strlen(p->query));
-            int rc = cql_conn_send(x->c, &f, reprepare_done, x);
-            bdb_buf_free(&f);
-            if (rc == BDB_OK)
-                return;
-            x->unprepared = NULL;
-        }
-    }
-    exec_ctx_finish(x, status, resp);
-}
-
-static exec_ctx *exec_ctx_new(cql_conn *c, uint16_t nstmts, cql_done_fn done, void *ud)
-{
-    exec_ctx *x = calloc(1, sizeof *x);
-    if (!x)
-        return NULL;
-    x->stmts = calloc(nstmts ? nstmts : 1, sizeof *x->stmts);
-    x->id_off = calloc(nstmts ? nstmts : 1, sizeof *x->id_off);
-    if (!x->stmts || !x->id_off) {
-        free(x->stmts);
-        free(x->id_off);
-        free(x);
-        return NULL;
-    }
-    bdb_buf_init(&x->frame);
-    x->c = c;
-    x->done = done;
-    x->ud = ud;
-    return x;
-}
-
-static void exec_ctx_abort(exec_ctx *x)
-{
-    bdb_buf_free(&x->frame);
-    free(x->stmts);
-    free(x->id_off);
-    free(x);
-}
-
-int cql_execute_async(cql_conn *c, cql_prepared *p, const cql_query_params *params,
-                      cql_done_fn done, void *ud)
-{
-    cql_query_params dflt = {.consistency = CQL_ONE};
-    exec_ctx *x = exec_ctx_new(c, 1, done, ud);
-    if (!x)
-        return BDB_ERR_NOMEM;
-    x->nstmts = 1;
-    x->stmts[0] = p;
-    x->id_off[0] = CQL_HEADER_LEN + 2;
-    pthread_mutex_lock(&c->mu);
-    cql_msg_execute(&x->frame, c->version, p->id, p->id_len, params ? params : &dflt);
-    pthread_mutex_unlock(&c->mu);
-    int rc = cql_conn_send(c, &x->frame, exec_done, x);
-    if (rc != BDB_OK)
-        exec_ctx_abort(x);
-    return rc;
-}
-
-int cql_execute(cql_conn *c, cql_prepared *p, const cql_query_params *params, cql_response **out)
-{
-    if (out)
-        *out = NULL;
-    sync_wait w;
-    sync_init(&w);
-    /* Wait for a stream id like cql_conn_request does. */
-    int64_t deadline = bdb_monotonic_ms() + c->request_timeout_ms;
-    int rc;
-    while ((rc = cql_execute_async(c, p, params, sync_done, &w)) == BDB_ERR_AGAIN &&
-           bdb_monotonic_ms() < deadline)
-        usleep(1000);
-    return sync_wait_for(&w, rc, out);
-}
-
-/* Encodes a BATCH, recording where each prepared id lands in the frame. */
-static int batch_encode(exec_ctx *x, uint8_t type, const cql_batch_item *items, uint16_t n,
-                        uint16_t consistency)
-{
-    cql_conn *c = x->c;
-    bdb_buf *b = &x->frame;
-    cql_batch_stmt *st = calloc(n ? n : 1, sizeof *st);
-    if (!st)
-        return BDB_ERR_NOMEM;
-    pthread_mutex_lock(&c->mu);
-    for (uint16_t i = 0; i < n; i++) {
-        if (items[i].stmt) {
-            st[i].id = items[i].stmt->id;
-            st[i].id_len = items[i].stmt->id_len;
-            x->stmts[x->nstmts] = items[i].stmt;
-            x->nstmts++;
-        } else {
-            st[i].query = items[i].query ? items[i].query : "";
-            st[i].query_len = strlen(st[i].query);
-        }
-        st[i].values = items[i].values;
-        st[i].nvalues = items[i].nvalues;
-    }
-    cql_msg_batch(b, c->version, type, st, n, consistency, 0, 0);
-    pthread_mutex_unlock(&c->mu);
-    free(st);
-    /* Walk the encoded body to find the id offsets: type(1) n(2), then per item
-     * kind(1) and either [long string] or [short bytes], then [short] + values. */
-    bdb_dec d;
-    bdb_dec_init(&d, b->data + CQL_HEADER_LEN, b->len - CQL_HEADER_LEN);
-    cql_get_u8(&d);
-    cql_get_short(&d);
-    uint16_t k = 0;
-    for (uint16_t i = 0; i < n; i++) {
-        uint8_t kind = cql_get_u8(&d);
-        if (kind == 1) {
-            x->id_off[k++] = (size_t)(d.p - b->data) + 2;
-            uint16_t l;
-            cql_get_short_bytes(&d, &l);
-        } else {
-            size_t l;
-            cql_get_long_string(&d, &l);
-        }
-        uint16_t nv = cql_get_short(&d);
-        for (uint16_t j = 0; j < nv; j++)
-            cql_get_bytes(&d);
-    }
-    return d.err ? BDB_ERR_CORRUPT : BDB_OK;
-}
-
-int cql_batch_async(cql_conn *c, uint8_t type, const cql_batch_item *items, uint16_t n,
-                    uint16_t consistency, cql_done_fn done, void *ud)
-{
-    exec_ctx *x = exec_ctx_new(c, n, done, ud);
-    if (!x)
-        return BDB_ERR_NOMEM;
-    int rc = batch_encode(x, type, items, n, consistency);
-    if (rc == BDB_OK)
-        rc = cql_conn_send(c, &x->frame, exec_done, x);
-    if (rc != BDB_OK)
-        exec_ctx_abort(x);
-    return rc;
-}
-
-int cql_batch(cql_conn *c, uint8_t type, const cql_batch_item *items, uint16_t n,
-              uint16_t consistency, cql_response **out)
-{
-    if (out)
-        *out = NULL;
-    sync_wait w;
-    sync_init(&w);
-    int64_t deadline = bdb_monotonic_ms() + c->request_timeout_ms;
-    int rc;
-    while ((rc = cql_batch_async(c, type, items, n, consistency, sync_done, &w)) == BDB_ERR_AGAIN &&
-           bdb_monotonic_ms() < deadline)
-        usleep(1000);
-    return sync_wait_for(&w, rc, out);
-}
-
-/* ================================================================ paging */
-
-int cql_query_paged(cql_conn *c, const char *query, cql_prepared *p, const cql_query_params *params,
-                    cql_page_fn page_fn, void *ud, cql_response **err_out)
-{
-    if (err_out)
-        *err_out = NULL;
-    cql_query_params qp = params ? *params : (cql_query_params){.consistency = CQL_ONE};
-    if (qp.page_size <= 0)
-        qp.page_size = 5000;
-    qp.paging_state = (cql_bytes){NULL, 0};
-    uint8_t *state = NULL;
-    int rc = BDB_OK;
-    /* Bounded: every page is a round trip that moves the paging state forward. */
-    for (long page = 0; page < 10000000L; page++) {
-        cql_response *r = NULL;
-        rc = p ? cql_execute(c, p, &qp, &r) : cql_query(c, query, &qp, &r);
-        if (rc != BDB_OK) {
-            if (err_out)
-                *err_out = r;
-            else
-                cql_response_free(r);
-            break;
-        }
-        int stop = page_fn(ud, r);
-        const cql_meta *m = &r->result.meta;
-        int more = r->h.opcode == CQL_OP_RESULT && r->result.kind == CQL_RESULT_ROWS &&
-                   (m->flags & CQL_META_HAS_MORE_PAGES) && m->paging_state.len > 0;
-        if (more && !stop) {
-            uint8_t *ns = malloc((size_t)m->paging_state.len);
-            if (!ns) {
-                cql_response_free(r);
-                rc = BDB_ERR_NOMEM;
-                break;
-            }
-            memcpy(ns, m->paging_state.p, (size_t)m->paging_state.len);
-            free(state);
-            state = ns;
-            qp.paging_state = (cql_bytes){state, m->paging_state.len};
-        }
-        cql_response_free(r);
-        if (!more || stop)
-            break;
-    }
-    free(state);
     return rc;
 }

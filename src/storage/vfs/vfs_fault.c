@@ -173,17 +173,16 @@ static void drop_pending(fnode *n)
     n->nw = 0;
 }
 
-/* Frees a node nobody can reach any more: no handle and nothing unsynced. */
+/* Frees a node nobody can reach any more: no handle and nothing unsynced (after a
+ * crash nothing is). Every node is on fv->nodes until this frees it. */
 static void release_node(fault_vfs *fv, fnode *n)
 {
-    if (n->refs > 0 || (n->nw > 0 && n->under))
+    if (n->refs > 0 || n->nw > 0)
         return;
-    for (fnode **pp = &fv->nodes; *pp; pp = &(*pp)->next) {
-        if (*pp == n) {
-            *pp = n->next;
-            break;
-        }
-    }
+    fnode **pp = &fv->nodes;
+    while (*pp != n)
+        pp = &(*pp)->next;
+    *pp = n->next;
     if (n->under)
         bdb_file_close(n->under);
     drop_pending(n);
@@ -331,7 +330,7 @@ static int ff_pwrite(bdb_file *bf, const void *buf, size_t len, uint64_t off)
         rc = dead();
     else if (!f->writable)
         rc = fail_with(EBADF);
-    else if ((rc = count_call(fv)) == BDB_OK) {
+    else if ((rc = count_call(fv)) == BDB_OK && len > 0) { /* no bytes: no change */
         if (n->nw == n->capw) {
             size_t cap = n->capw ? n->capw * 2 : 16;
             pending_write *w = bdb_realloc(n->w, cap * sizeof(*w));
@@ -342,7 +341,7 @@ static int ff_pwrite(bdb_file *bf, const void *buf, size_t len, uint64_t off)
             n->w = w;
             n->capw = cap;
         }
-        uint8_t *copy = bdb_malloc(len ? len : 1);
+        uint8_t *copy = bdb_malloc(len);
         if (!copy) {
             rc = BDB_ERR_NOMEM;
             goto out;
@@ -355,15 +354,14 @@ out:
     return rc;
 }
 
-/* Writes the first keep[i] bytes of every unsynced write to the underlying file. */
-static int apply_pending(fnode *n, const size_t *keep)
+/* Writes every unsynced write, in order, to the underlying file (a crash has cut
+ * each one to what survives first), then forgets them. */
+static int apply_pending(fnode *n)
 {
     int rc = BDB_OK;
-    for (size_t i = 0; i < n->nw && rc == BDB_OK; i++) {
-        size_t k = keep ? keep[i] : n->w[i].len;
-        if (k > 0)
-            rc = bdb_file_pwrite(n->under, n->w[i].data, k, n->w[i].off);
-    }
+    for (size_t i = 0; i < n->nw && rc == BDB_OK; i++)
+        if (n->w[i].len > 0)
+            rc = bdb_file_pwrite(n->under, n->w[i].data, n->w[i].len, n->w[i].off);
     drop_pending(n);
     return rc;
 }
@@ -381,7 +379,7 @@ static int ff_sync(bdb_file *bf)
         if (!(fv->off_at && fv->calls >= fv->off_at))
             drop_pending(n);
     } else {
-        rc = apply_pending(n, NULL);
+        rc = apply_pending(n);
         if (rc == BDB_OK)
             rc = bdb_file_sync(n->under);
     }
@@ -562,8 +560,11 @@ static int ff_rename(bdb_vfs *v, const char *from, const char *to)
             moved->path = p;
         }
     }
-    if (push_op(fv, op) != BDB_OK) /* the rename stands, but it can no longer be undone */
+    if (push_op(fv, op) != BDB_OK) { /* the rename stands, but it can no longer be undone */
+        if (op.backup)
+            bdb_vfs_unlink(fv->under, op.backup); /* nor can the file it replaced return */
         free_op(&op);
+    }
 out:
     pthread_mutex_unlock(&fv->mu);
     return rc;
@@ -753,6 +754,7 @@ static size_t survivors(fault_vfs *fv, const pending_write *w, enum bdb_fault_cr
     case BDB_CRASH_REORDER:
         return (next_rand(fv) & 1) ? w->len : 0;
     case BDB_CRASH_TEAR:
+    default:
         break;
     }
     /* Sectors are aligned to the file, not to the write: a write that starts inside a
@@ -769,18 +771,13 @@ static size_t survivors(fault_vfs *fv, const pending_write *w, enum bdb_fault_cr
 
 static void crash_locked(fault_vfs *fv, enum bdb_fault_crash_mode mode, int sector)
 {
+    /* Only a crash takes a node's underlying handle, so every node still has one. The
+     * fate of each write is drawn in order, then the survivors are applied in order. */
     for (fnode *n = fv->nodes; n; n = n->next) {
-        if (!n->under)
-            continue;
-        size_t *keep = bdb_calloc(n->nw ? n->nw : 1, sizeof(*keep));
-        if (keep) {
-            for (size_t i = 0; i < n->nw; i++)
-                keep[i] = survivors(fv, &n->w[i], mode, sector);
-            apply_pending(n, keep);
-            bdb_file_sync(n->under);
-            free(keep);
-        }
-        drop_pending(n);
+        for (size_t i = 0; i < n->nw; i++)
+            n->w[i].len = survivors(fv, &n->w[i], mode, sector);
+        apply_pending(n);
+        bdb_file_sync(n->under);
     }
     /* Newest first, so chains of renames unwind to the original names. */
     for (size_t i = fv->nops; i-- > 0;) {
@@ -799,8 +796,7 @@ static void crash_locked(fault_vfs *fv, enum bdb_fault_crash_mode mode, int sect
     }
     fv->nops = 0;
     for (fnode *n = fv->nodes; n; n = n->next) {
-        if (n->under)
-            bdb_file_close(n->under);
+        bdb_file_close(n->under);
         n->under = NULL;
     }
     /* Nodes still referenced by handles live until those handles are closed. */

@@ -21,8 +21,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
-#include "storage/crashutil.h"
+#include "sweeputil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -37,37 +36,17 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#define T0 INT64_C(1790000000000)
-
-static char root[64], basedir[128], workdir[128];
-
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return T0 + 3600000;
-}
-
-static int open_dir(const char *dir, bdb_db **db)
-{
-    bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.block_window_ms = 3600000;
-    o.clock = (bdb_clock){clock_fn, NULL};
-    *db = NULL;
-    return bdb_db_open(&o, db);
-}
+static sw_dirs dirs = {.name = "catsweep"};
 
 static void build_base(void)
 {
     bdb_db *db;
-    assert_int_equal(open_dir(basedir, &db), BDB_OK);
+    assert_int_equal(sw_open_fixed(dirs.base, &db), BDB_OK);
     bdb_batch *b = bdb_batch_new();
     for (int i = 0; i < 6; i++) {
         char dev[16];
         snprintf(dev, sizeof dev, "dev-%d", i % 3);
-        bdb_batch_begin(b, dev, strlen(dev), T0 + i * 60000, (size_t)i + 1);
+        bdb_batch_begin(b, dev, strlen(dev), SW_T0 + i * 60000, (size_t)i + 1);
         bdb_batch_tag(b, "site", 4, i % 2 ? "berlin" : "paris", i % 2 ? 6 : 5);
         bdb_batch_metric(b, "temp", 4, 20.0 + i);
         bdb_batch_metric(b, "rpm", 3, 900.0 + i);
@@ -87,7 +66,7 @@ static void build_base(void)
 static uint8_t *read_image(size_t *len)
 {
     char path[256];
-    snprintf(path, sizeof path, "%s/catalog", basedir);
+    snprintf(path, sizeof path, "%s/catalog", dirs.base);
     FILE *fp = fopen(path, "rb");
     assert_non_null(fp);
     static uint8_t file[1 << 16];
@@ -109,7 +88,7 @@ static uint8_t *read_image(size_t *len)
 static void write_v1(const uint8_t *img, size_t len)
 {
     char path[256];
-    snprintf(path, sizeof path, "%s/catalog", workdir);
+    snprintf(path, sizeof path, "%s/catalog", dirs.work);
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);
     uint32_t crc = (uint32_t)crc32(0, img, (uInt)len);
@@ -141,7 +120,7 @@ static uint8_t lt_header[LT_HEADER];
 static uint8_t *read_latest_image(size_t *len)
 {
     char path[256];
-    snprintf(path, sizeof path, "%s/latest", basedir);
+    snprintf(path, sizeof path, "%s/latest", dirs.base);
     FILE *fp = fopen(path, "rb");
     assert_non_null(fp);
     static uint8_t file[1 << 16];
@@ -169,7 +148,7 @@ static void write_latest(const uint8_t *img, size_t len, int64_t ndev_delta)
     assert_false(ZSTD_isError(z));
     put_le(f + LT_HEADER + z, (uint32_t)crc32(0, f, (uInt)(LT_HEADER + z)), 4);
     char path[256];
-    snprintf(path, sizeof path, "%s/latest", workdir);
+    snprintf(path, sizeof path, "%s/latest", dirs.work);
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);
     assert_int_equal(fwrite(f, 1, LT_HEADER + z + 4, fp), LT_HEADER + z + 4);
@@ -196,11 +175,11 @@ static int latest_cb(void *ctx, const bdb_latest *l)
     return 0;
 }
 
-/* Opens workdir as damaged and uses what opened. */
+/* Opens dirs.work as damaged and uses what opened. */
 static void try_open(tally *t, const char *what)
 {
     bdb_db *db;
-    int rc = open_dir(workdir, &db);
+    int rc = sw_open_fixed(dirs.work, &db);
     t->runs++;
     if (rc == BDB_ERR_CORRUPT) {
         t->corrupt++;
@@ -225,8 +204,7 @@ static void try_open(tally *t, const char *what)
 
 static void try_image(const uint8_t *img, size_t len, tally *t, const char *what)
 {
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     write_v1(img, len);
     try_open(t, what);
 }
@@ -234,31 +212,9 @@ static void try_image(const uint8_t *img, size_t len, tally *t, const char *what
 static void try_latest(const uint8_t *img, size_t len, int64_t ndev_delta, tally *t,
                        const char *what)
 {
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     write_latest(img, len, ndev_delta);
     try_open(t, what);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    struct stat st;
-    const char *parent = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(root, sizeof root, "%s/bdb-catsweep-%d", parent, (int)getpid());
-    snprintf(basedir, sizeof basedir, "%s/base", root);
-    snprintf(workdir, sizeof workdir, "%s/work", root);
-    tu_rm_rf(root);
-    mkdir(root, 0755);
-    bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(root);
-    return 0;
 }
 
 static void test_every_byte_and_length(void **state)
@@ -348,8 +304,10 @@ static void test_latest_every_byte_and_length(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_every_byte_and_length, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_latest_every_byte_and_length, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_every_byte_and_length, sw_setup, sw_teardown,
+                                                 &dirs),
+        cmocka_unit_test_prestate_setup_teardown(test_latest_every_byte_and_length, sw_setup,
+                                                 sw_teardown, &dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

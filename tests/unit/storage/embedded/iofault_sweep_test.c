@@ -26,8 +26,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
-#include "storage/crashutil.h"
+#include "sweeputil.h"
 #include "storage/failvfs.h"
 
 #include "agg/fleet.h"
@@ -46,114 +45,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN INT64_C(60000)
-#define HOUR (60 * MIN)
-#define DAY (24 * HOUR)
-#define T0 INT64_C(1790000000000) /* base image time */
-#define T1 (T0 + 3 * DAY)         /* cycle time: tenant "old" (TTL 2 d) has expired */
-
-#define NDEV 2
-#define NMET 2
-#define PER 4
 #define NBATCH 6 /* batch 0 is the base image's WAL tail, 1..5 the cycle's, 6 the base */
-#define NSTATES 3
 
-static const char *const DEVS[NDEV] = {"d1", "d2"};
-static const char *const METS[NMET] = {"m1", "m2"};
-static const char *const STATES[NSTATES] = {"idle", "run", "fault"};
-
-static char root[64], basedir[128], workdir[128];
+static sw_dirs dirs = {.name = "iofault"};
 static int64_t now_ms;
-
-static int64_t world_clock(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
-
-static int64_t world_ttl(void *ctx, const char *tenant)
-{
-    (void)ctx;
-    return !strcmp(tenant, "old") ? 2 * DAY : 0;
-}
-
-/* odd batches go to a fresh window, even ones to the base image's window (compaction) */
-static int64_t batch_t0(int k)
-{
-    return (k % 2) ? T1 - 50 * MIN + k * 5 * MIN : T0 - 90 * MIN + k * 5 * MIN;
-}
-
-static int64_t sample_ts(int k, int i)
-{
-    return batch_t0(k) + i * 1000 + 7;
-}
-
-static double sample_v(int k, int d, int m, int i)
-{
-    return k * 1000.0 + d * 100.0 + m * 10.0 + i + 0.25;
-}
-
-static int write_batch(bdb_db *db, int k)
-{
-    bdb_batch *b = bdb_batch_new();
-    for (int i = 0; i < PER; i++) {
-        for (int d = 0; d < NDEV; d++) {
-            bdb_batch_begin(b, DEVS[d], strlen(DEVS[d]), sample_ts(k, i), (size_t)i + 1);
-            for (int m = 0; m < NMET; m++)
-                bdb_batch_metric(b, METS[m], strlen(METS[m]), sample_v(k, d, m, i));
-            if (i == PER - 1)
-                bdb_batch_state(b, STATES[k % NSTATES], strlen(STATES[k % NSTATES]));
-            bdb_batch_end(b);
-        }
-    }
-    int rc = bdb_db_write(db, "t", b);
-    bdb_batch_free(b);
-    return rc;
-}
 
 static bdb_db *open_on(const char *dir, bdb_vfs *vfs, int *rc)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.vfs = vfs;
-    o.background = 0;
-    o.block_window_ms = HOUR;
-    o.retention_ms = 30 * DAY;
-    o.tenant_retention = world_ttl;
-    o.clock = (bdb_clock){world_clock, NULL};
+    sw_cycle_opts(&o, dir, vfs, &now_ms);
     /* the 1m tier expires within the cycle, so tier retention has work too */
-    o.tier_retention_ms[0] = DAY;
+    o.tier_retention_ms[0] = SW_DAY;
     bdb_db *db = NULL;
     *rc = bdb_db_open(&o, &db);
     if (*rc != BDB_OK)
         return NULL;
     bdb_db_fleet_attach(db);
     return db;
-}
-
-static void build_base(void)
-{
-    now_ms = T0;
-    char live[128];
-    snprintf(live, sizeof live, "%s/live", root);
-    int rc;
-    bdb_db *db = open_on(live, NULL, &rc);
-    assert_int_equal(rc, BDB_OK);
-    bdb_batch *b = bdb_batch_new();
-    for (int i = 0; i < 30; i++) {
-        bdb_batch_begin(b, "x", 1, T0 - 90 * MIN + i * MIN, (size_t)i + 1);
-        bdb_batch_metric(b, "m1", 2, i);
-        bdb_batch_end(b);
-    }
-    assert_int_equal(bdb_db_write(db, "old", b), BDB_OK);
-    bdb_batch_free(b);
-    assert_int_equal(write_batch(db, NBATCH), BDB_OK);
-    assert_int_equal(bdb_db_flush(db), BDB_OK);
-    assert_int_equal(write_batch(db, 0), BDB_OK);
-    assert_int_equal(cu_copy_tree(live, basedir), 0);
-    assert_int_equal(bdb_db_close(db), BDB_OK);
-    tu_rm_rf(live);
 }
 
 typedef struct tally {
@@ -171,12 +79,12 @@ static int is_io(int rc)
  * acknowledged sample, exactly, and nothing never written. */
 static void check_reads(bdb_db *db, const int *acked, tally *t, const char *what)
 {
-    for (int d = 0; d < NDEV; d++)
-        for (int m = 0; m < NMET; m++) {
-            const char *mm[1] = {METS[m]};
+    for (int d = 0; d < SW_NDEV; d++)
+        for (int m = 0; m < SW_NMET; m++) {
+            const char *mm[1] = {SW_METS[m]};
             bdb_samples s;
             memset(&s, 0, sizeof s);
-            int rc = bdb_db_read(db, "t", DEVS[d], mm, 1, INT64_MIN, INT64_MAX, &s, NULL);
+            int rc = bdb_db_read(db, "t", SW_DEVS[d], mm, 1, INT64_MIN, INT64_MAX, &s, NULL);
             if (rc != BDB_OK) {
                 if (!is_io(rc) && rc != BDB_ERR_CORRUPT) {
                     t->bad_status++;
@@ -189,21 +97,21 @@ static void check_reads(bdb_db *db, const int *acked, tally *t, const char *what
             for (size_t j = 0; j < s.n; j++) {
                 int found = 0;
                 for (int k = 0; k <= NBATCH && !found; k++)
-                    for (int i = 0; i < PER && !found; i++)
-                        if (s.ts[j] == sample_ts(k, i)) {
+                    for (int i = 0; i < SW_PER && !found; i++)
+                        if (s.ts[j] == sw_sample_ts(k, i)) {
                             found = 1;
                             seen[k]++;
-                            if (s.v[j] != sample_v(k, d, m, i))
+                            if (s.v[j] != sw_sample_v(k, d, m, i))
                                 t->read_wrong++;
                         }
                 if (!found)
                     t->read_wrong++;
             }
             for (int k = 0; k <= NBATCH; k++)
-                if (acked[k] && seen[k] != PER) {
+                if (acked[k] && seen[k] != SW_PER) {
                     t->read_short++;
                     print_error("%s: OK read of %s/%s has %d of %d samples of batch %d\n", what,
-                                DEVS[d], METS[m], seen[k], PER, k);
+                                SW_DEVS[d], SW_METS[m], seen[k], SW_PER, k);
                 }
             bdb_samples_free(&s);
         }
@@ -246,7 +154,7 @@ static void run_cycle(const char *dir, failvfs *v, int *acked, int *maintained, 
     memset(acked, 0, (NBATCH + 1) * sizeof *acked);
     acked[NBATCH] = 1;
     *maintained = 0;
-    now_ms = T1;
+    now_ms = SW_T1;
     int rc;
     bdb_db *db = open_on(dir, &v->base, &rc);
     if (!db) {
@@ -258,7 +166,7 @@ static void run_cycle(const char *dir, failvfs *v, int *acked, int *maintained, 
     acked[0] = 1;
     int wrote_readonly = 0;
     for (int k = 1; k < NBATCH; k++) {
-        rc = write_batch(db, k);
+        rc = sw_write_batch(db, k);
         acked[k] = rc == BDB_OK;
         expect(rc, t, what, "write", 0);
         if (rc == BDB_ERR_READONLY)
@@ -282,17 +190,18 @@ static void run_cycle(const char *dir, failvfs *v, int *acked, int *maintained, 
             check_reads(db, acked, t, what);
             break;
         case 3: {
-            const char *mm[2] = {METS[0], METS[1]};
+            const char *mm[2] = {SW_METS[0], SW_METS[1]};
             bdb_rollup r[2];
             bdb_rollup_init(&r[0], bdb_res_width(BDB_RES_1H));
             bdb_rollup_init(&r[1], bdb_res_width(BDB_RES_1H));
-            rc = bdb_db_tier_read(db, "t", "d1", mm, 2, BDB_RES_1H, T0 - DAY, T1 + DAY, r);
+            rc = bdb_db_tier_read(db, "t", "d1", mm, 2, BDB_RES_1H, SW_T0 - SW_DAY, SW_T1 + SW_DAY,
+                                  r);
             expect(rc, t, what, "tier read", BDB_ERR_CORRUPT);
             bdb_rollup_free(&r[0]);
             bdb_rollup_free(&r[1]);
             bdb_fleet f;
             bdb_fleet_init(&f, bdb_res_width(BDB_RES_1H));
-            rc = bdb_db_fleet_read(db, "t", "m1", BDB_RES_1H, T0 - DAY, T1 + DAY, &f);
+            rc = bdb_db_fleet_read(db, "t", "m1", BDB_RES_1H, SW_T0 - SW_DAY, SW_T1 + SW_DAY, &f);
             expect(rc, t, what, "fleet read", BDB_ERR_CORRUPT);
             bdb_fleet_free(&f);
             int n = 0;
@@ -314,7 +223,7 @@ static void run_cycle(const char *dir, failvfs *v, int *acked, int *maintained, 
     bdb_db_stats st;
     bdb_db_get_stats(db, &st);
     if (v->failed_op == FV_SYNC && strstr(v->failed_path, "/wal/")) {
-        if (!st.readonly || !st.readonly_reason[0] || write_batch(db, 1) != BDB_ERR_READONLY) {
+        if (!st.readonly || !st.readonly_reason[0] || sw_write_batch(db, 1) != BDB_ERR_READONLY) {
             t->not_readonly++;
             print_error("%s: not read-only after a failed WAL fsync\n", what);
         }
@@ -335,7 +244,7 @@ static int rows_cb(void *ctx, const char *tenant, const char *device, int64_t bu
 static void verify(const char *dir, const int *acked, int maintained, enum fv_op failed, tally *t,
                    const char *what)
 {
-    now_ms = T1;
+    now_ms = SW_T1;
     int rc;
     bdb_db *db = open_on(dir, NULL, &rc);
     if (!db) {
@@ -344,27 +253,27 @@ static void verify(const char *dir, const int *acked, int maintained, enum fv_op
         return;
     }
     int seen[NBATCH + 1] = {0};
-    for (int d = 0; d < NDEV; d++)
-        for (int m = 0; m < NMET; m++) {
-            const char *mm[1] = {METS[m]};
+    for (int d = 0; d < SW_NDEV; d++)
+        for (int m = 0; m < SW_NMET; m++) {
+            const char *mm[1] = {SW_METS[m]};
             bdb_samples s;
             memset(&s, 0, sizeof s);
-            rc = bdb_db_read(db, "t", DEVS[d], mm, 1, INT64_MIN, INT64_MAX, &s, NULL);
+            rc = bdb_db_read(db, "t", SW_DEVS[d], mm, 1, INT64_MIN, INT64_MAX, &s, NULL);
             if (rc != BDB_OK) {
                 t->lost++;
                 print_error("%s: read after reopen: %s\n", what, bdb_strerror(rc));
             }
             for (size_t j = 0; rc == BDB_OK && j < s.n; j++)
                 for (int k = 0; k <= NBATCH; k++)
-                    for (int i = 0; i < PER; i++)
-                        if (s.ts[j] == sample_ts(k, i)) {
+                    for (int i = 0; i < SW_PER; i++)
+                        if (s.ts[j] == sw_sample_ts(k, i)) {
                             seen[k]++;
-                            if (s.v[j] != sample_v(k, d, m, i))
+                            if (s.v[j] != sw_sample_v(k, d, m, i))
                                 t->read_wrong++;
                         }
             bdb_samples_free(&s);
         }
-    const int full = PER * NDEV * NMET;
+    const int full = SW_PER * SW_NDEV * SW_NMET;
     for (int k = 0; k <= NBATCH; k++) {
         if (acked[k] && seen[k] != full) {
             t->lost++;
@@ -398,7 +307,7 @@ static void verify(const char *dir, const int *acked, int maintained, enum fv_op
         print_error("%s: %llu block and %llu fleet files quarantined\n", what,
                     (unsigned long long)st.quarantined, (unsigned long long)fs.quarantined);
     }
-    int w = write_batch(db, 5), f = bdb_db_flush(db), m = bdb_db_maintain(db);
+    int w = sw_write_batch(db, 5), f = bdb_db_flush(db), m = bdb_db_maintain(db);
     old_rows = 0;
     assert_int_equal(bdb_db_partition_sizes(db, rows_cb, &old_rows), BDB_OK);
     if (old_rows) {
@@ -414,47 +323,24 @@ static void verify(const char *dir, const int *acked, int maintained, enum fv_op
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    struct stat st;
-    const char *parent = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(root, sizeof root, "%s/bdb-iofault-%d", parent, (int)getpid());
-    snprintf(basedir, sizeof basedir, "%s/base", root);
-    snprintf(workdir, sizeof workdir, "%s/work", root);
-    tu_rm_rf(root);
-    mkdir(root, 0755);
-    /* above every level: hundreds of injected faults would each log an error */
-    bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(root);
-    return 0;
-}
-
 static void sweep(int err, const char *ename)
 {
-    build_base();
+    sw_build_base(&dirs, &now_ms, NBATCH, open_on);
     tally t;
     memset(&t, 0, sizeof t);
     int acked[NBATCH + 1], maintained;
     failvfs v;
 
     /* a dry run counts the calls and must pass unharmed */
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     fv_init(&v, bdb_vfs_posix(), 0, err);
-    run_cycle(workdir, &v, acked, &maintained, &t, "dry run");
+    run_cycle(dirs.work, &v, acked, &maintained, &t, "dry run");
     uint64_t ncalls = fv_calls(&v);
     assert_int_equal(t.bad_status + t.open_failed + t.read_short + t.read_wrong, 0);
     assert_true(maintained);
     for (int k = 0; k <= NBATCH; k++)
         assert_true(acked[k]);
-    verify(workdir, acked, maintained, FV_NONE, &t, "dry run");
+    verify(dirs.work, acked, maintained, FV_NONE, &t, "dry run");
     assert_int_equal(t.lost + t.reopen_fail + t.unusable + t.quarantined, 0);
     assert_true(ncalls > 50);
 
@@ -463,18 +349,17 @@ static void sweep(int err, const char *ename)
     uint64_t per_op[FV_LIST + 1] = {0}, acked_last = 0;
     memset(&t, 0, sizeof t);
     for (uint64_t n = 1; n <= ncalls + 1; n += stride) {
-        tu_rm_rf(workdir);
-        assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+        sw_fresh_work(&dirs);
         fv_init(&v, bdb_vfs_posix(), n, err);
         char what[700];
-        run_cycle(workdir, &v, acked, &maintained, &t, "cycle");
+        run_cycle(dirs.work, &v, acked, &maintained, &t, "cycle");
         snprintf(what, sizeof what, "%s at call %llu of %llu (%s %s)", ename, (unsigned long long)n,
                  (unsigned long long)ncalls, fv_op_names[v.failed_op], v.failed_path);
         t.runs++;
         t.failed_calls_seen += v.failed_op != FV_NONE;
         per_op[v.failed_op]++;
         acked_last += acked[NBATCH - 1];
-        verify(workdir, acked, maintained, v.failed_op, &t, what);
+        verify(dirs.work, acked, maintained, v.failed_op, &t, what);
     }
     printf("iofault figures (%s): I/O calls per cycle %llu, faults injected %llu (", ename,
            (unsigned long long)ncalls, (unsigned long long)t.failed_calls_seen);
@@ -507,7 +392,7 @@ static void sweep(int err, const char *ename)
     assert_int_equal(t.unusable, 0);
     /* the sweep crossed the cycle: some runs could not open, some got to the end */
     assert_true(t.open_failed > 0 && acked_last > 0 && acked_last < t.runs);
-    tu_rm_rf(basedir);
+    tu_rm_rf(dirs.base);
 }
 
 static void test_eio_every_call(void **state)
@@ -525,8 +410,9 @@ static void test_enospc_every_call(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_eio_every_call, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_enospc_every_call, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_eio_every_call, sw_setup, sw_teardown, &dirs),
+        cmocka_unit_test_prestate_setup_teardown(test_enospc_every_call, sw_setup, sw_teardown,
+                                                 &dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

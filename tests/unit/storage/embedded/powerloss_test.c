@@ -25,8 +25,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
-#include "storage/crashutil.h"
+#include "sweeputil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -43,114 +42,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN INT64_C(60000)
-#define HOUR (60 * MIN)
-#define DAY (24 * HOUR)
-#define T0 INT64_C(1790000000000) /* base image time */
-#define T1 (T0 + 3 * DAY)         /* cycle time: tenant "old" (TTL 2 d) has expired */
-
-#define NDEV 2
-#define NMET 2
-#define PER 4    /* samples per (device, metric) in one batch */
 #define NBATCH 8 /* batch 0 is the base image's WAL tail, 1.. the cycle's */
-#define NSTATES 3
 
-static const char *const DEVS[NDEV] = {"d1", "d2"};
-static const char *const METS[NMET] = {"m1", "m2"};
-static const char *const STATES[NSTATES] = {"idle", "run", "fault"};
-
-static char root[64], basedir[128], workdir[128];
+static sw_dirs dirs = {.name = "powerloss"};
 static int64_t now_ms;
-
-static int64_t world_clock(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
-
-static int64_t world_ttl(void *ctx, const char *tenant)
-{
-    (void)ctx;
-    return !strcmp(tenant, "old") ? 2 * DAY : 0;
-}
-
-/* First sample time of batch k: the cycle writes into a fresh window (k odd), into
- * the window the base image already has a block for (k even: compaction work), and
- * batch 0 lies in the base window too. */
-static int64_t batch_t0(int k)
-{
-    return (k % 2) ? T1 - 50 * MIN + k * 5 * MIN : T0 - 90 * MIN + k * 5 * MIN;
-}
-
-static int64_t sample_ts(int k, int i)
-{
-    return batch_t0(k) + i * 1000 + 7;
-}
-
-/* Every value says where it came from, so a misplaced or mixed sample is caught. */
-static double sample_v(int k, int d, int m, int i)
-{
-    return k * 1000.0 + d * 100.0 + m * 10.0 + i + 0.25;
-}
-
-static int write_batch(bdb_db *db, int k)
-{
-    bdb_batch *b = bdb_batch_new();
-    for (int i = 0; i < PER; i++) {
-        for (int d = 0; d < NDEV; d++) {
-            bdb_batch_begin(b, DEVS[d], strlen(DEVS[d]), sample_ts(k, i), (size_t)i + 1);
-            for (int m = 0; m < NMET; m++)
-                bdb_batch_metric(b, METS[m], strlen(METS[m]), sample_v(k, d, m, i));
-            if (i == PER - 1)
-                bdb_batch_state(b, STATES[k % NSTATES], strlen(STATES[k % NSTATES]));
-            bdb_batch_end(b);
-        }
-    }
-    int rc = bdb_db_write(db, "t", b);
-    bdb_batch_free(b);
-    return rc;
-}
 
 static bdb_db *open_on(const char *dir, bdb_vfs *vfs, int *rc)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.vfs = vfs;
-    o.background = 0;
-    o.block_window_ms = HOUR;
-    o.retention_ms = 30 * DAY;
-    o.tenant_retention = world_ttl;
-    o.clock = (bdb_clock){world_clock, NULL};
+    sw_cycle_opts(&o, dir, vfs, &now_ms);
     bdb_db *db = NULL;
     *rc = bdb_db_open(&o, &db);
     return *rc == BDB_OK ? db : NULL;
-}
-
-/* The base image: tenant "old" and batch -1 of "t" in blocks (one window shared),
- * then batch 0 only in the WAL; copied while open, as a crash would leave it. */
-static void build_base(void)
-{
-    now_ms = T0;
-    char live[128];
-    snprintf(live, sizeof live, "%s/live", root);
-    int rc;
-    bdb_db *db = open_on(live, NULL, &rc);
-    assert_int_equal(rc, BDB_OK);
-    bdb_batch *b = bdb_batch_new();
-    for (int i = 0; i < 30; i++) {
-        bdb_batch_begin(b, "x", 1, T0 - 90 * MIN + i * MIN, (size_t)i + 1);
-        bdb_batch_metric(b, "m1", 2, i);
-        bdb_batch_end(b);
-    }
-    assert_int_equal(bdb_db_write(db, "old", b), BDB_OK);
-    bdb_batch_free(b);
-    assert_int_equal(write_batch(db, NBATCH), BDB_OK); /* the "base" batch, always kept */
-    assert_int_equal(bdb_db_flush(db), BDB_OK);
-    assert_int_equal(write_batch(db, 0), BDB_OK);
-    assert_int_equal(cu_copy_tree(live, basedir), 0);
-    assert_int_equal(bdb_db_close(db), BDB_OK);
-    tu_rm_rf(live);
 }
 
 enum step { S_WRITE, S_SUB, S_FLUSH, S_MAINTAIN, S_CLOSE };
@@ -176,7 +79,7 @@ static void run_cycle(const char *dir, bdb_vfs *vfs, outcome *out)
 {
     memset(out, 0, sizeof *out);
     out->acked[NBATCH] = 1;
-    now_ms = T1;
+    now_ms = SW_T1;
     int rc;
     bdb_db *db = open_on(dir, vfs, &rc);
     if (!db)
@@ -186,7 +89,7 @@ static void run_cycle(const char *dir, bdb_vfs *vfs, outcome *out)
     for (size_t s = 0; s < NSTEPS; s++) {
         switch (CYCLE[s].kind) {
         case S_WRITE:
-            out->acked[CYCLE[s].k] = write_batch(db, CYCLE[s].k) == BDB_OK;
+            out->acked[CYCLE[s].k] = sw_write_batch(db, CYCLE[s].k) == BDB_OK;
             break;
         case S_SUB:
             out->sub_ok = bdb_db_set_subbuckets(db, "t", "d1", (uint32_t)CYCLE[s].k) == BDB_OK;
@@ -230,7 +133,7 @@ typedef struct tally {
 /* Checks a reopened image against what the cycle acknowledged; adds to t. */
 static void verify(const char *dir, const outcome *oc, tally *t, const char *what)
 {
-    now_ms = T1;
+    now_ms = SW_T1;
     int rc;
     bdb_db *db = open_on(dir, NULL, &rc);
     t->runs++;
@@ -240,34 +143,34 @@ static void verify(const char *dir, const outcome *oc, tally *t, const char *wha
         return;
     }
     int seen[NBATCH + 1] = {0};
-    for (int d = 0; d < NDEV; d++) {
-        for (int m = 0; m < NMET; m++) {
-            const char *mm[1] = {METS[m]};
+    for (int d = 0; d < SW_NDEV; d++) {
+        for (int m = 0; m < SW_NMET; m++) {
+            const char *mm[1] = {SW_METS[m]};
             bdb_samples s;
             memset(&s, 0, sizeof s);
-            rc = bdb_db_read(db, "t", DEVS[d], mm, 1, INT64_MIN, INT64_MAX, &s, NULL);
+            rc = bdb_db_read(db, "t", SW_DEVS[d], mm, 1, INT64_MIN, INT64_MAX, &s, NULL);
             if (rc != BDB_OK) {
                 t->wrong++;
-                print_error("%s: read %s/%s: %s\n", what, DEVS[d], METS[m], bdb_strerror(rc));
+                print_error("%s: read %s/%s: %s\n", what, SW_DEVS[d], SW_METS[m], bdb_strerror(rc));
                 continue;
             }
             for (size_t j = 0; j < s.n; j++) {
                 int found = 0;
                 for (int k = 0; k <= NBATCH && !found; k++)
-                    for (int i = 0; i < PER && !found; i++)
-                        if (s.ts[j] == sample_ts(k, i)) {
+                    for (int i = 0; i < SW_PER && !found; i++)
+                        if (s.ts[j] == sw_sample_ts(k, i)) {
                             found = 1;
-                            if (s.v[j] != sample_v(k, d, m, i)) {
+                            if (s.v[j] != sw_sample_v(k, d, m, i)) {
                                 t->wrong++;
-                                print_error("%s: %s/%s at %lld: %.17g, want %.17g\n", what, DEVS[d],
-                                            METS[m], (long long)s.ts[j], s.v[j],
-                                            sample_v(k, d, m, i));
+                                print_error("%s: %s/%s at %lld: %.17g, want %.17g\n", what,
+                                            SW_DEVS[d], SW_METS[m], (long long)s.ts[j], s.v[j],
+                                            sw_sample_v(k, d, m, i));
                             }
                             seen[k]++;
                         }
                 if (!found) {
                     t->wrong++;
-                    print_error("%s: never written: %s/%s at %lld\n", what, DEVS[d], METS[m],
+                    print_error("%s: never written: %s/%s at %lld\n", what, SW_DEVS[d], SW_METS[m],
                                 (long long)s.ts[j]);
                 }
             }
@@ -275,20 +178,21 @@ static void verify(const char *dir, const outcome *oc, tally *t, const char *wha
             int64_t w = bdb_res_width(BDB_RES_1H);
             bdb_rollup r;
             bdb_rollup_init(&r, w);
-            rc = bdb_db_tier_read(db, "t", DEVS[d], mm, 1, BDB_RES_1H, T0 - DAY, T1 + DAY, &r);
+            rc = bdb_db_tier_read(db, "t", SW_DEVS[d], mm, 1, BDB_RES_1H, SW_T0 - SW_DAY,
+                                  SW_T1 + SW_DAY, &r);
             uint64_t tier_n = 0;
             for (size_t i = 0; rc == BDB_OK && i < r.n; i++)
                 tier_n += bdb_stats_count(&r.w[i].st);
             if (rc != BDB_OK || tier_n != s.n) {
                 t->tier_bad++;
-                print_error("%s: tier 1h of %s/%s: %s, %llu samples, raw %zu\n", what, DEVS[d],
-                            METS[m], bdb_strerror(rc), (unsigned long long)tier_n, s.n);
+                print_error("%s: tier 1h of %s/%s: %s, %llu samples, raw %zu\n", what, SW_DEVS[d],
+                            SW_METS[m], bdb_strerror(rc), (unsigned long long)tier_n, s.n);
             }
             bdb_rollup_free(&r);
             bdb_samples_free(&s);
         }
     }
-    const int full = PER * NDEV * NMET;
+    const int full = SW_PER * SW_NDEV * SW_NMET;
     int64_t newest_acked = INT64_MIN, newest_seen = INT64_MIN;
     for (int k = 0; k <= NBATCH; k++) {
         if (oc->acked[k]) {
@@ -298,16 +202,16 @@ static void verify(const char *dir, const outcome *oc, tally *t, const char *wha
                 print_error("%s: acknowledged batch %d: %d of %d samples\n", what, k, seen[k],
                             full);
             }
-            if (sample_ts(k, PER - 1) > newest_acked)
-                newest_acked = sample_ts(k, PER - 1);
+            if (sw_sample_ts(k, SW_PER - 1) > newest_acked)
+                newest_acked = sw_sample_ts(k, SW_PER - 1);
         } else if (seen[k] != 0 && seen[k] != full) {
             t->partial++;
             print_error("%s: batch %d in flight: %d of %d samples\n", what, k, seen[k], full);
         } else if (seen[k]) {
             t->unacked_present++;
         }
-        if (seen[k] && sample_ts(k, PER - 1) > newest_seen)
-            newest_seen = sample_ts(k, PER - 1);
+        if (seen[k] && sw_sample_ts(k, SW_PER - 1) > newest_seen)
+            newest_seen = sw_sample_ts(k, SW_PER - 1);
     }
     /* expired data stays expired */
     uint64_t old_rows = 0;
@@ -324,48 +228,24 @@ static void verify(const char *dir, const outcome *oc, tally *t, const char *wha
     bdb_samples_free(&s);
     /* the latest event is the newest write that survived, never older than the newest
      * acknowledged one */
-    for (int d = 0; d < NDEV; d++) {
+    for (int d = 0; d < SW_NDEV; d++) {
         int64_t ev = INT64_MIN;
-        rc = bdb_db_latest(db, "t", DEVS[d], latest_cb, &ev);
+        rc = bdb_db_latest(db, "t", SW_DEVS[d], latest_cb, &ev);
         if (rc != BDB_OK || ev != newest_seen || ev < newest_acked) {
             t->latest_bad++;
             print_error("%s: latest of %s: %s, %lld (newest seen %lld, acked %lld)\n", what,
-                        DEVS[d], bdb_strerror(rc), (long long)ev, (long long)newest_seen,
+                        SW_DEVS[d], bdb_strerror(rc), (long long)ev, (long long)newest_seen,
                         (long long)newest_acked);
         }
     }
     /* and it goes on working */
-    int w1 = write_batch(db, 7), f1 = bdb_db_flush(db), m = bdb_db_maintain(db),
+    int w1 = sw_write_batch(db, 7), f1 = bdb_db_flush(db), m = bdb_db_maintain(db),
         c = bdb_db_close(db);
     if (w1 != BDB_OK || f1 != BDB_OK || m != BDB_OK || c != BDB_OK) {
         t->unusable++;
         print_error("%s: after recovery write %s, flush %s, maintain %s, close %s\n", what,
                     bdb_strerror(w1), bdb_strerror(f1), bdb_strerror(m), bdb_strerror(c));
     }
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    /* tmpfs when there is one: the sweep fsyncs thousands of times, and what it tests
-     * is the fault VFS's model of the disk, not the disk */
-    struct stat st;
-    const char *parent = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(root, sizeof root, "%s/bdb-powerloss-%d", parent, (int)getpid());
-    snprintf(basedir, sizeof basedir, "%s/base", root);
-    snprintf(workdir, sizeof workdir, "%s/work", root);
-    tu_rm_rf(root);
-    mkdir(root, 0755);
-    /* above every level: thousands of injected faults would each log an error */
-    bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(root);
-    return 0;
 }
 
 static const struct {
@@ -382,14 +262,13 @@ static const struct {
 static void test_power_loss_every_call(void **state)
 {
     (void)state;
-    build_base();
+    sw_build_base(&dirs, &now_ms, NBATCH, open_on);
 
     /* a dry run counts the calls of the cycle and checks it passes unharmed */
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     bdb_vfs *fv = bdb_vfs_fault_new(bdb_vfs_posix(), 1);
     outcome oc;
-    run_cycle(workdir, fv, &oc);
+    run_cycle(dirs.work, fv, &oc);
     uint64_t ncalls = bdb_vfs_fault_calls(fv);
     bdb_vfs_fault_free(fv);
     assert_true(oc.opened && oc.maintained && oc.sub_ok);
@@ -397,7 +276,7 @@ static void test_power_loss_every_call(void **state)
         assert_true(oc.acked[k]);
     tally total;
     memset(&total, 0, sizeof total);
-    verify(workdir, &oc, &total, "dry run");
+    verify(dirs.work, &oc, &total, "dry run");
     assert_int_equal(total.lost + total.wrong + total.open_fail + total.tier_bad, 0);
     assert_true(ncalls > 20);
 
@@ -408,17 +287,16 @@ static void test_power_loss_every_call(void **state)
     uint64_t acked_runs = 0, maint_runs = 0;
     for (uint64_t n = 1; n <= ncalls + 1; n += stride) {
         for (size_t md = 0; md < NMODES; md++) {
-            tu_rm_rf(workdir);
-            assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+            sw_fresh_work(&dirs);
             fv = bdb_vfs_fault_new(bdb_vfs_posix(), n * 31 + md + 1);
             bdb_vfs_fault_power_off_at(fv, n);
-            run_cycle(workdir, fv, &oc);
+            run_cycle(dirs.work, fv, &oc);
             bdb_vfs_fault_crash(fv, MODES[md].mode, MODES[md].sector);
             bdb_vfs_fault_free(fv);
             char what[96];
             snprintf(what, sizeof what, "power off at call %llu of %llu, %s", (unsigned long long)n,
                      (unsigned long long)ncalls, MODES[md].name);
-            verify(workdir, &oc, &per[md], what);
+            verify(dirs.work, &oc, &per[md], what);
             acked_runs += oc.acked[NBATCH - 1];
             maint_runs += oc.maintained;
         }
@@ -473,7 +351,8 @@ static void test_power_loss_every_call(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_power_loss_every_call, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_power_loss_every_call, sw_setup, sw_teardown,
+                                                 &dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

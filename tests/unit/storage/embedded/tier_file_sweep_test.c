@@ -17,8 +17,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
-#include "storage/crashutil.h"
+#include "sweeputil.h"
 
 #include "agg/fleet.h"
 #include "agg/rollup.h"
@@ -35,36 +34,16 @@
 #include <string.h>
 #include <zlib.h>
 
-#define T0 INT64_C(1790000000000)
-
-static char root[64], basedir[128], workdir[128];
-
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return T0 + 3600000;
-}
-
-static int open_dir(const char *dir, bdb_db **db)
-{
-    bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.block_window_ms = 3600000;
-    o.clock = (bdb_clock){clock_fn, NULL};
-    *db = NULL;
-    return bdb_db_open(&o, db);
-}
+static sw_dirs dirs = {.name = "tiersweep"};
 
 static void build_base(void)
 {
     bdb_db *db;
-    assert_int_equal(open_dir(basedir, &db), BDB_OK);
+    assert_int_equal(sw_open_fixed(dirs.base, &db), BDB_OK);
     bdb_batch *b = bdb_batch_new();
     for (int i = 0; i < 8; i++) {
         const char *dev = i % 2 ? "d1" : "d2";
-        bdb_batch_begin(b, dev, 2, T0 + i * 60000, (size_t)i + 1);
+        bdb_batch_begin(b, dev, 2, SW_T0 + i * 60000, (size_t)i + 1);
         bdb_batch_metric(b, "temp", 4, 20.0 + i);
         bdb_batch_metric(b, "rpm", 3, 900.0 + i);
         bdb_batch_end(b);
@@ -148,7 +127,7 @@ typedef struct tally {
 static void check(tally *t, const char *what)
 {
     bdb_db *db;
-    int rc = open_dir(workdir, &db);
+    int rc = sw_open_fixed(dirs.work, &db);
     t->runs++;
     if (rc != BDB_OK) {
         t->bad++;
@@ -163,8 +142,8 @@ static void check(tally *t, const char *what)
         bdb_rollup r[2];
         bdb_rollup_init(&r[0], bdb_res_width(BDB_RES_1M));
         bdb_rollup_init(&r[1], bdb_res_width(BDB_RES_1M));
-        rc = bdb_db_tier_read(db, "acme", d ? "d1" : "d2", m, 2, BDB_RES_1M, T0 - 3600000,
-                              T0 + 7200000, r);
+        rc = bdb_db_tier_read(db, "acme", d ? "d1" : "d2", m, 2, BDB_RES_1M, SW_T0 - 3600000,
+                              SW_T0 + 7200000, r);
         if (rc == BDB_ERR_CORRUPT)
             t->read_corrupt++;
         else if (rc != BDB_OK) {
@@ -180,8 +159,8 @@ static void check(tally *t, const char *what)
     for (int res = BDB_RES_1H; res <= BDB_RES_1D; res++) {
         bdb_fleet fl;
         bdb_fleet_init(&fl, bdb_res_width((enum bdb_res)res));
-        rc = bdb_db_fleet_read(db, "acme", "temp", (enum bdb_res)res, T0 - 86400000, T0 + 86400000,
-                               &fl);
+        rc = bdb_db_fleet_read(db, "acme", "temp", (enum bdb_res)res, SW_T0 - 86400000,
+                               SW_T0 + 86400000, &fl);
         if (rc == BDB_ERR_CORRUPT)
             t->fleet_corrupt++;
         else if (rc != BDB_OK) {
@@ -197,32 +176,11 @@ static void check(tally *t, const char *what)
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    struct stat st;
-    const char *parent = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(root, sizeof root, "%s/bdb-tiersweep-%d", parent, (int)getpid());
-    snprintf(basedir, sizeof basedir, "%s/base", root);
-    snprintf(workdir, sizeof workdir, "%s/work", root);
-    tu_rm_rf(root);
-    mkdir(root, 0755);
-    bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(root);
-    return 0;
-}
-
-/* The first file in name order under basedir/sub, as a path relative to basedir. */
+/* The first file in name order under dirs.base/sub, as a path relative to dirs.base. */
 static void pick_file(const char *sub, char *rel, size_t cap)
 {
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/%s", basedir, sub);
+    snprintf(dir, sizeof dir, "%s/%s", dirs.base, sub);
     size_t nf;
     char **files = cu_list_files(dir, "", &nf);
     assert_true(nf >= 1);
@@ -230,17 +188,16 @@ static void pick_file(const char *sub, char *rel, size_t cap)
     for (size_t i = 1; i < nf; i++)
         if (strcmp(files[i], files[pick]) < 0)
             pick = i;
-    assert_true(strlen(files[pick] + strlen(basedir)) < cap);
-    snprintf(rel, cap, "%s", files[pick] + strlen(basedir));
+    assert_true(strlen(files[pick] + strlen(dirs.base)) < cap);
+    snprintf(rel, cap, "%s", files[pick] + strlen(dirs.base));
     cu_free_list(files, nf);
 }
 
 static void write_work(const char *rel, const uint8_t *m, size_t n)
 {
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
-    char wpath[512]; /* workdir (128) + rel (256) */
-    snprintf(wpath, sizeof wpath, "%s%s", workdir, rel);
+    sw_fresh_work(&dirs);
+    char wpath[512]; /* dirs.work (128) + rel (256) */
+    snprintf(wpath, sizeof wpath, "%s%s", dirs.work, rel);
     FILE *fp = fopen(wpath, "wb");
     assert_non_null(fp);
     assert_int_equal(fwrite(m, 1, n, fp), n);
@@ -254,7 +211,7 @@ static void test_every_byte_of_a_tier_file(void **state)
     char rel[256];
     pick_file("tiers", rel, sizeof rel); /* whichever tier comes first */
     char path[512];
-    snprintf(path, sizeof path, "%s%s", basedir, rel);
+    snprintf(path, sizeof path, "%s%s", dirs.base, rel);
     FILE *fp = fopen(path, "rb");
     assert_non_null(fp);
     static uint8_t orig[1 << 16];
@@ -267,8 +224,7 @@ static void test_every_byte_of_a_tier_file(void **state)
     uint8_t *m = malloc(n);
     tally t;
     memset(&t, 0, sizeof t);
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     check(&t, "undamaged");
     assert_int_equal(t.quarantined + t.read_corrupt + t.bad, 0);
     char what[320];
@@ -301,7 +257,7 @@ static void test_every_byte_of_a_fleet_file(void **state)
     char rel[256];
     pick_file("fleet", rel, sizeof rel);
     char path[512];
-    snprintf(path, sizeof path, "%s%s", basedir, rel);
+    snprintf(path, sizeof path, "%s%s", dirs.base, rel);
     FILE *fp = fopen(path, "rb");
     assert_non_null(fp);
     static uint8_t orig[1 << 16];
@@ -312,8 +268,7 @@ static void test_every_byte_of_a_fleet_file(void **state)
     uint8_t *m = malloc(n);
     tally t;
     memset(&t, 0, sizeof t);
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     check(&t, "undamaged");
     assert_int_equal(t.fleet_quarantined + t.fleet_corrupt + t.bad, 0);
     char what[320];
@@ -342,8 +297,10 @@ static void test_every_byte_of_a_fleet_file(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_every_byte_of_a_tier_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_every_byte_of_a_fleet_file, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_every_byte_of_a_tier_file, sw_setup,
+                                                 sw_teardown, &dirs),
+        cmocka_unit_test_prestate_setup_teardown(test_every_byte_of_a_fleet_file, sw_setup,
+                                                 sw_teardown, &dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,8 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
-#include "storage/crashutil.h"
+#include "sweeputil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -34,31 +33,12 @@
 #include <string.h>
 #include <zlib.h>
 
-#define T0 INT64_C(1790000000000)
 #define NDEV 4
 #define PER 3
 #define WAL_PAGE (32 * 1024)
 #define HDR 7
 
-static char root[64], basedir[128], workdir[128];
-
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return T0 + 3600000;
-}
-
-static int open_dir(const char *dir, bdb_db **db)
-{
-    bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.block_window_ms = 3600000;
-    o.clock = (bdb_clock){clock_fn, NULL};
-    *db = NULL;
-    return bdb_db_open(&o, db);
-}
+static sw_dirs dirs = {.name = "walsweep"};
 
 static double val(int d, int i)
 {
@@ -68,15 +48,15 @@ static double val(int d, int i)
 static void build_base(void)
 {
     char live[128];
-    snprintf(live, sizeof live, "%s/live", root);
+    snprintf(live, sizeof live, "%s/live", dirs.root);
     bdb_db *db;
-    assert_int_equal(open_dir(live, &db), BDB_OK);
+    assert_int_equal(sw_open_fixed(live, &db), BDB_OK);
     for (int d = 0; d < NDEV; d++) {
         char dev[16];
         snprintf(dev, sizeof dev, "w%d", d);
         bdb_batch *b = bdb_batch_new();
         for (int i = 0; i < PER; i++) {
-            bdb_batch_begin(b, dev, strlen(dev), T0 + i * 1000, (size_t)i + 1);
+            bdb_batch_begin(b, dev, strlen(dev), SW_T0 + i * 1000, (size_t)i + 1);
             bdb_batch_tag(b, "site", 4, "berlin", 6);
             bdb_batch_metric(b, "m", 1, val(d, i));
             if (i == PER - 1)
@@ -89,7 +69,7 @@ static void build_base(void)
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "w1", 4), BDB_OK);
     assert_int_equal(bdb_db_set_device_bucket(db, "t", "w2", 3600000), BDB_OK);
     /* what a crash now would leave: every record in the WAL, nothing flushed */
-    assert_int_equal(cu_copy_tree(live, basedir), 0);
+    assert_int_equal(cu_copy_tree(live, dirs.base), 0);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     tu_rm_rf(live);
 }
@@ -157,7 +137,7 @@ typedef struct tally {
 static void check(int rec, tally *t, const char *what)
 {
     bdb_db *db;
-    int rc = open_dir(workdir, &db);
+    int rc = sw_open_fixed(dirs.work, &db);
     t->runs++;
     if (rc != BDB_OK) {
         t->open_failed++;
@@ -179,7 +159,7 @@ static void check(int rec, tally *t, const char *what)
         int found = 0;
         for (size_t j = 0; rc == BDB_OK && j < s.n; j++)
             for (int i = 0; i < PER; i++)
-                found += s.ts[j] == T0 + i * 1000 && s.v[j] == val(d, i);
+                found += s.ts[j] == SW_T0 + i * 1000 && s.v[j] == val(d, i);
         if (found != PER) {
             t->lost++;
             print_error("%s: device %s has %d of its %d samples (%s)\n", what, dev, found, PER,
@@ -194,27 +174,6 @@ static void check(int rec, tally *t, const char *what)
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    struct stat st;
-    const char *parent = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(root, sizeof root, "%s/bdb-walsweep-%d", parent, (int)getpid());
-    snprintf(basedir, sizeof basedir, "%s/base", root);
-    snprintf(workdir, sizeof workdir, "%s/work", root);
-    tu_rm_rf(root);
-    mkdir(root, 0755);
-    bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(root);
-    return 0;
-}
-
 static void test_every_payload_byte(void **state)
 {
     (void)state;
@@ -222,15 +181,14 @@ static void test_every_payload_byte(void **state)
     char basewal[512];
     size_t len, nfr;
     frag fr[64];
-    uint8_t *orig = load_wal(basedir, basewal, sizeof basewal, &len, fr, &nfr);
+    uint8_t *orig = load_wal(dirs.base, basewal, sizeof basewal, &len, fr, &nfr);
     assert_true(nfr >= NDEV + 2); /* four batches, the two settings */
     uint8_t *base = malloc(len), *m = malloc(len);
     memcpy(base, orig, len);
     tally t;
     memset(&t, 0, sizeof t);
     /* undamaged: everything there, nothing skipped */
-    tu_rm_rf(workdir);
-    assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+    sw_fresh_work(&dirs);
     check(-1, &t, "undamaged");
     assert_int_equal(t.skipped + t.lost + t.open_failed, 0);
     size_t payload = 0;
@@ -244,10 +202,9 @@ static void test_every_payload_byte(void **state)
                 if (*b == base[fr[r].pos + HDR + i])
                     continue;
                 fix_crc(m, &fr[r]);
-                tu_rm_rf(workdir);
-                assert_int_equal(cu_copy_tree(basedir, workdir), 0);
+                sw_fresh_work(&dirs);
                 char wal[512];
-                snprintf(wal, sizeof wal, "%s%s", workdir, basewal + strlen(basedir));
+                snprintf(wal, sizeof wal, "%s%s", dirs.work, basewal + strlen(dirs.base));
                 put_wal(wal, m, len);
                 snprintf(what, sizeof what, "record %zu byte %zu %s", r, i, k ? "0xff" : "+1");
                 /* records past the batches are the settings: all batches must stay */
@@ -274,7 +231,8 @@ static void test_every_payload_byte(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_every_payload_byte, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_every_payload_byte, sw_setup, sw_teardown,
+                                                 &dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#define VT_PREFIX "bdb-vfserr"
+#include "vfs_testutil.h"
 
 #include "bucketdb/bdb.h"
 #include "storage/vfs/vfs.h"
@@ -22,29 +23,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-static char pathbuf[4][256];
-
-static const char *P(int slot, const char *name)
-{
-    snprintf(pathbuf[slot], sizeof(pathbuf[slot]), "%s/%s", tmpdir, name);
-    return pathbuf[slot];
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/bdb-vfserr-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
-}
 
 static void put(const char *path, const char *text)
 {
@@ -184,6 +162,11 @@ static void test_dir_op_errors(void **state)
     assert_int_equal(errno, ENOTDIR);
     assert_int_equal(bdb_vfs_mkdir(v, P(0, "no/such/parent")), BDB_ERR_IO);
     assert_int_equal(errno, ENOENT);
+    /* a symbolic link to nowhere: the name exists, but it is no directory */
+    assert_int_equal(symlink(P(1, "nowhere"), P(0, "dangling")), 0);
+    errno = 0;
+    assert_int_equal(bdb_vfs_mkdir(v, P(0, "dangling")), BDB_ERR_IO);
+    assert_int_equal(errno, ENOTDIR);
     assert_int_equal(bdb_vfs_sync_dir(v, P(0, "missing")), BDB_ERR_IO);
     assert_int_equal(bdb_vfs_sync_dir(v, P(0, "d")), BDB_OK);
 }

@@ -14,7 +14,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#define VT_PREFIX "bdb-vfsfault"
+#include "vfs_testutil.h"
 
 #include "bucketdb/bdb.h"
 #include "storage/vfs/vfs.h"
@@ -27,48 +28,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-static char pathbuf[4][256];
-
-static const char *P(int slot, const char *name)
-{
-    snprintf(pathbuf[slot], sizeof(pathbuf[slot]), "%s/%s", tmpdir, name);
-    return pathbuf[slot];
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/bdb-vfsfault-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
-}
-
-/* The bytes on the real disk, or -1 if the file is not there. */
-static long on_disk(const char *path, char *buf, size_t cap)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return -1;
-    size_t n = fread(buf, 1, cap, fp);
-    fclose(fp);
-    return (long)n;
-}
-
-static void put_disk(const char *path, const char *text)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    fputs(text, fp);
-    fclose(fp);
-}
 
 static bdb_file *open_rw(bdb_vfs *v, const char *path)
 {
@@ -124,7 +83,7 @@ static void test_everything_fails_after_crash(void **state)
 static void test_read_only_handle(void **state)
 {
     (void)state;
-    put_disk(P(0, "ro"), "hello");
+    assert_int_equal(put_disk(P(0, "ro"), "hello"), 0);
     bdb_vfs *v = bdb_vfs_fault_new(bdb_vfs_posix(), 1);
     bdb_file *f;
     assert_int_equal(bdb_vfs_open(v, P(0, "ro"), BDB_O_RDONLY, &f), BDB_OK);
@@ -188,7 +147,7 @@ static void test_excl_trunc_and_holes(void **state)
 static void test_rename_corners(void **state)
 {
     (void)state;
-    put_disk(P(0, "old"), "OLD");
+    assert_int_equal(put_disk(P(0, "old"), "OLD"), 0);
     bdb_vfs *v = bdb_vfs_fault_new(bdb_vfs_posix(), 3);
     /* onto itself: nothing happens; from nowhere: ENOENT */
     assert_int_equal(bdb_vfs_rename(v, P(0, "old"), P(1, "old")), BDB_OK);
@@ -235,7 +194,7 @@ static void test_rename_corners(void **state)
 static void test_unlink_and_failed_dir_sync(void **state)
 {
     (void)state;
-    put_disk(P(0, "a"), "AAAA");
+    assert_int_equal(put_disk(P(0, "a"), "AAAA"), 0);
     bdb_vfs *v = bdb_vfs_fault_new(bdb_vfs_posix(), 4);
     assert_int_equal(bdb_vfs_unlink(v, P(0, "missing")), BDB_ERR_IO);
     assert_int_equal(errno, ENOENT);
@@ -282,8 +241,8 @@ static void test_path_spellings(void **state)
     char cwd[PATH_MAX];
     assert_non_null(getcwd(cwd, sizeof cwd));
     assert_int_equal(chdir(tmpdir), 0);
-    put_disk("rel", "R");
-    put_disk("keep", "K");
+    assert_int_equal(put_disk("rel", "R"), 0);
+    assert_int_equal(put_disk("keep", "K"), 0);
     bdb_vfs *v = bdb_vfs_fault_new(bdb_vfs_posix(), 6);
     assert_int_equal(bdb_vfs_unlink(v, "rel"), BDB_OK); /* directory "." */
     assert_int_equal(bdb_vfs_sync_dir(v, "."), BDB_OK); /* durable now */
@@ -306,7 +265,7 @@ static void test_path_spellings(void **state)
 static void test_free_keeps_everything(void **state)
 {
     (void)state;
-    put_disk(P(0, "target"), "T");
+    assert_int_equal(put_disk(P(0, "target"), "T"), 0);
     bdb_vfs *v = bdb_vfs_fault_new(bdb_vfs_posix(), 7);
     bdb_file *f = open_rw(v, P(0, "src"));
     assert_int_equal(bdb_file_pwrite(f, "SRC", 3, 0), BDB_OK);

@@ -6,7 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#define VT_PREFIX "bdb-vfs"
+#include "vfs_testutil.h"
 
 #include "bucketdb/bdb.h"
 #include "storage/vfs/vfs.h"
@@ -19,29 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-static char pathbuf[4][256];
-
-static const char *P(int slot, const char *name)
-{
-    snprintf(pathbuf[slot], sizeof(pathbuf[slot]), "%s/%s", tmpdir, name);
-    return pathbuf[slot];
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/bdb-vfs-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
-}
 
 /* Whole underlying file as seen without any fault layer; caller frees. */
 static uint8_t *disk(const char *path, size_t *len)
