@@ -86,7 +86,7 @@ static int put_series(bdb_db *db, const series *s, enum bdb_res res, tfile *cons
         return rc;
     int32_t *ttl = bdb_malloc(out->n * sizeof *ttl);
     if (!ttl)
-        abort();
+        return BDB_ERR_NOMEM; /* nothing put for this series: the flush fails */
     for (size_t i = 0; i < out->n; i++)
         ttl[i] = agg_sink_ttl(db, tn, res, out->w[i].start);
     bdb_sink *sk = db->o.sink;
@@ -143,8 +143,11 @@ int agg_sink_put_tiers(bdb_db *db, struct series *const *v, size_t n, tfile *con
                        size_t nfiles)
 {
     tfile **nf = bdb_malloc((nfiles + 1) * sizeof *nf);
-    if (!nf)
-        abort();
+    if (!nf) {
+        BDB_ERROR("tiers: sink put failed: %s; the flush will be retried",
+                  bdb_strerror(BDB_ERR_NOMEM));
+        return BDB_ERR_NOMEM;
+    }
     memcpy(nf, files, nfiles * sizeof *nf);
     /* the order a reader of the published list applies them in (one series' files of
      * one tier and tenant differ by file window or by seq) */
@@ -153,18 +156,19 @@ int agg_sink_put_tiers(bdb_db *db, struct series *const *v, size_t n, tfile *con
     _Atomic int failed = 0;
     struct putter ps[PUT_THREADS];
     size_t nth = n < PUT_THREADS ? n : PUT_THREADS;
+    int started[PUT_THREADS] = {0};
     for (size_t i = 0; i < nth; i++) {
         ps[i] = (struct putter){db, v, n, i, nf, nfiles, &failed, BDB_OK, 0, 0};
-        if (i > 0 && pthread_create(&ps[i].th, NULL, put_range, &ps[i]) != 0)
-            abort();
+        /* (no thread to be had: the flush thread puts that share too, below) */
+        started[i] = i > 0 && pthread_create(&ps[i].th, NULL, put_range, &ps[i]) == 0;
     }
-    if (nth)
-        put_range(&ps[0]); /* the flush thread takes the first share */
     int rc = BDB_OK;
     uint64_t windows = 0;
     for (size_t i = 0; i < nth; i++) {
-        if (i > 0)
+        if (started[i])
             pthread_join(ps[i].th, NULL);
+        else
+            put_range(&ps[i]); /* the flush thread's own share (i = 0) */
         if (rc == BDB_OK)
             rc = ps[i].rc;
         windows += ps[i].windows;
@@ -224,12 +228,10 @@ static int fleet_series(bdb_db *db, const fstate *t, int ri, const char *tn, con
                 bdb_fleet_drop(&full, full.w[i].start);
         if (rc == BDB_OK && full.n) {
             int32_t *ttl = bdb_malloc(full.n * sizeof *ttl);
-            if (!ttl)
-                abort();
-            for (size_t i = 0; i < full.n; i++)
+            for (size_t i = 0; ttl && i < full.n; i++)
                 ttl[i] = agg_sink_ttl(db, tn, res, full.w[i].start);
             bdb_sink *sk = db->o.sink;
-            rc = sk->ops->fleet_put(sk, tn, mn, (int)res, &full, ttl);
+            rc = ttl ? sk->ops->fleet_put(sk, tn, mn, (int)res, &full, ttl) : BDB_ERR_NOMEM;
             free(ttl);
             *windows += full.n;
         }

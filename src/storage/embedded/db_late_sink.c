@@ -26,13 +26,20 @@ typedef struct ls_ev {
 typedef struct ls_set {
     ls_ev *v;
     size_t n, cap;
+    int oom; /* a copy failed: the set is incomplete, only to be freed */
 } ls_set;
 
 static void set_add(ls_set *s, const char *tn, const char *dn, int64_t ts, int64_t newest,
                     int64_t arrived, uint64_t seq)
 {
-    GROW(s->v, s->n, s->cap);
-    s->v[s->n++] = (ls_ev){xstrdup(tn), xstrdup(dn), ts, newest, arrived, seq};
+    ls_ev *v = ss_grow(s->v, s->n, &s->cap, sizeof *s->v);
+    if (!v) {
+        s->oom = 1;
+        return;
+    }
+    s->v = v;
+    s->v[s->n++] =
+        (ls_ev){ss_strdup(tn, &s->oom), ss_strdup(dn, &s->oom), ts, newest, arrived, seq};
 }
 
 static void set_free(ls_set *s)
@@ -58,20 +65,25 @@ int db_ls_flush(bdb_db *db, int rc)
         return rc;
     ls_set s = {0};
     db_late_unsent(db, unsent_cb, &s);
-    if (s.n == 0)
-        return rc;
-    bdb_sink_late *v = xcalloc(s.n, sizeof *v);
-    const char *last = NULL;
-    int64_t ttl = 0;
-    for (size_t i = 0; i < s.n; i++) {
-        /* Outside the list's lock: the TTL callback may take the server's locks. */
-        if (!last || strcmp(last, s.v[i].tenant) != 0)
-            ttl = db_tenant_ttl(db, s.v[i].tenant);
-        last = s.v[i].tenant;
-        v[i] = (bdb_sink_late){s.v[i].tenant,  s.v[i].device, s.v[i].ts, s.v[i].newest,
-                               s.v[i].arrived, s.v[i].seq,    ttl};
+    bdb_sink_late *v = s.oom ? NULL : bdb_calloc(s.n + 1, sizeof *v);
+    if (!v) { /* nothing put: the flush fails, the next one hands them over again */
+        BDB_ERROR("flush: %zu late event(s) not sent to the sink: %s", s.n,
+                  bdb_strerror(BDB_ERR_NOMEM));
+        set_free(&s);
+        return BDB_ERR_NOMEM;
     }
-    rc = db->o.sink->ops->late_put(db->o.sink, v, s.n);
+    /* Outside the list's lock: the TTL callback may take the server's locks. (A
+     * handful of events a flush: no need to remember the last tenant's.) */
+    for (size_t i = 0; i < s.n; i++)
+        v[i] = (bdb_sink_late){s.v[i].tenant,
+                               s.v[i].device,
+                               s.v[i].ts,
+                               s.v[i].newest,
+                               s.v[i].arrived,
+                               s.v[i].seq,
+                               db_tenant_ttl(db, s.v[i].tenant)};
+    if (s.n)
+        rc = db->o.sink->ops->late_put(db->o.sink, v, s.n);
     if (rc != BDB_OK)
         BDB_ERROR("flush: %zu late event(s) not confirmed by the sink: %s", s.n, bdb_strerror(rc));
     free(v);
@@ -89,8 +101,9 @@ void db_ls_sent(bdb_db *db)
 
 static int local_cb(void *ctx, const bdb_late_event *e)
 {
-    set_add(ctx, e->tenant, e->device, e->ts, e->newest, e->arrived, e->seq);
-    return 0;
+    ls_set *s = ctx;
+    set_add(s, e->tenant, e->device, e->ts, e->newest, e->arrived, e->seq);
+    return s->oom; /* stops the listing */
 }
 
 static void sink_cb(void *ud, const bdb_sink_late *e)
@@ -123,6 +136,10 @@ int bdb_db_late_recent(bdb_db *db, const char *tn, const char *dn,
         return db_late_recent_local(db, tn, dn, cb, ctx);
     ls_set s = {0};
     int rc = db->o.sink->ops->late_list(db->o.sink, tn, dn, sink_cb, &s);
+    if (rc == BDB_ERR_NOMEM || s.oom) { /* never part of the events */
+        set_free(&s);
+        return BDB_ERR_NOMEM;
+    }
     if (rc != BDB_OK) {
         BDB_WARN("late events of %s: the sink failed (%s); answering from the local list", tn,
                  bdb_strerror(rc));
@@ -130,6 +147,8 @@ int bdb_db_late_recent(bdb_db *db, const char *tn, const char *dn,
         return db_late_recent_local(db, tn, dn, cb, ctx);
     }
     rc = db_late_recent_local(db, tn, dn, local_cb, &s);
+    if (s.oom)
+        rc = BDB_ERR_NOMEM;
     if (rc != BDB_OK) {
         set_free(&s);
         return rc;

@@ -27,9 +27,7 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
     size_t nc = 0;
     for (hchunk *c = s->frozen; c; c = c->next)
         nc++;
-    if (nc == 0)
-        return BDB_OK;
-    hchunk **arr = bdb_malloc(nc * sizeof *arr);
+    hchunk **arr = bdb_malloc((nc + 1) * sizeof *arr);
     if (!arr)
         return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
     size_t i = nc;
@@ -56,11 +54,11 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
             m->t[k++] = m->t[j];
     m->n = k;
     int rc = BDB_OK;
-    int64_t *ts = bdb_malloc((m->n ? m->n : 1) * sizeof *ts);
-    double *v = bdb_malloc((m->n ? m->n : 1) * sizeof *v);
+    int64_t *ts = bdb_malloc((m->n + 1) * sizeof *ts);
+    double *v = bdb_malloc((m->n + 1) * sizeof *v);
     /* Samples of one partition are not contiguous in time order when sub-buckets
      * interleave them; gather each partition in turn. */
-    unsigned char *done = bdb_calloc(m->n ? m->n : 1, 1);
+    unsigned char *done = bdb_calloc(m->n + 1, 1);
     if (!ts || !v || !done)
         rc = BDB_ERR_NOMEM; /* nothing put; the flush fails and keeps head and WAL */
     for (size_t a = 0; a < m->n && rc == BDB_OK; a++) {

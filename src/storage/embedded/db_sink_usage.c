@@ -161,7 +161,7 @@ uint64_t bdb_sku_tenant(const bdb_sku *t, const char *tn, size_t tlen, int64_t n
     uint64_t sum = 0;
     for (size_t i = 0; d && i < d->n; i++)
         if (day_live(d->day[i], now_ms))
-            sum += d->bytes[i];
+            sum = d->bytes[i] > UINT64_MAX - sum ? UINT64_MAX : sum + d->bytes[i];
     return sum;
 }
 
@@ -276,12 +276,15 @@ struct skustate {
     pthread_mutex_t mu;
     bdb_sku *cur;     /* confirmed, as saved */
     bdb_sku *pending; /* noted by the running flush */
-    int oom;          /* a note failed: the flush must not commit a partial count */
+    int oom;          /* a note failed: this flush's count is short */
+    int unsaved;      /* cur holds more than the file: the next flush saves it */
 };
 
 /* Created (and the file loaded) by db_sku_open at open, when db->wal_upto is the
- * catalog's and no flush runs; later calls find it (or create it empty after an
- * allocation failure there). A server without a sink never creates it. */
+ * catalog's and no flush runs; later calls find it, or after an allocation failure
+ * there make it then (db->wal_upto is still the catalog's until a flush commits, and
+ * such a flush noted nothing: its rows are missing from the measure, logged). A
+ * server without a sink never creates it. */
 static struct skustate *get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
@@ -313,6 +316,14 @@ static struct skustate *get(bdb_db *db)
         if (rc == BDB_OK)
             rc = bdb_sku_decode(data, len, cur, pend, &upto, err, sizeof err);
         free(data);
+        if (rc == BDB_ERR_NOMEM) { /* not damage: the next call loads it again */
+            pthread_mutex_destroy(&s->mu);
+            free(s);
+            bdb_sku_free(cur);
+            bdb_sku_free(pend);
+            pthread_mutex_unlock(&db->ext_mu);
+            return NULL;
+        }
         if (rc == BDB_OK && upto > db->wal_upto) {
             /* the catalog missed that flush: replay sends it again and counts it then */
             bdb_sku_merge(cur, pend, -1);
@@ -336,7 +347,7 @@ void db_sku_note(bdb_db *db, const char *tn, const char *dn, const char *metric,
 {
     struct skustate *s = get(db);
     if (!s)
-        return; /* out of memory: db_sku_flush_done fails the flush */
+        return; /* out of memory: not counted (db_sku_flush_done logs it) */
     uint64_t row = bdb_sku_row_bytes(strlen(tn), strlen(dn), strlen(metric));
     size_t tl = strlen(tn);
     int64_t now = bdb_clock_now(&db->o.clock);
@@ -353,32 +364,37 @@ void db_sku_note(bdb_db *db, const char *tn, const char *dn, const char *metric,
 
 int db_sku_flush_done(bdb_db *db, int rc, uint64_t sealed)
 {
+    /* Never fails the flush: by now its tier and fleet files are published, so a
+     * retry would count their samples twice; the quota's measure is bookkeeping (it
+     * errs low until the next save). */
     struct skustate *s = get(db);
-    if (!s)
-        return rc == BDB_OK ? BDB_ERR_NOMEM : rc;
+    if (!s) {
+        BDB_ERROR("sink usage: out of memory; this flush's rows are not counted");
+        return rc;
+    }
     pthread_mutex_lock(&s->mu);
     if (rc == BDB_OK && s->oom)
-        rc = BDB_ERR_NOMEM;
-    if (rc == BDB_OK && entries(s->pending) > 0) {
-        int64_t now = bdb_clock_now(&db->o.clock);
-        bdb_sku_prune(s->cur, now);
+        BDB_ERROR("sink usage: out of memory noting rows; some of this flush's are not counted");
+    if (rc == BDB_OK && (entries(s->pending) > 0 || s->unsaved)) {
+        bdb_sku_prune(s->cur, bdb_clock_now(&db->o.clock));
         if (bdb_sku_merge(s->cur, s->pending, 1) != BDB_OK) {
             bdb_sku_merge(s->cur, s->pending, -1); /* undo what got in */
-            rc = BDB_ERR_NOMEM;
+            bdb_sku_clear(s->pending);
+            BDB_ERROR("sink usage: out of memory; this flush's rows are not counted");
         }
         bdb_buf b;
         bdb_buf_init_checked(&b);
-        if (rc == BDB_OK) {
-            bdb_sku_encode(s->cur, s->pending, sealed, &b);
-            rc = b.oom ? BDB_ERR_NOMEM
-                       : bdb_vfs_write_atomic(db->vfs, db->dir, BDB_SKU_FILE, b.data, b.len);
-            if (rc != BDB_OK) {
-                BDB_ERROR("sink usage: cannot save %s/%s: %s; the flush is retried", db->dir,
-                          BDB_SKU_FILE, bdb_strerror(rc));
-                bdb_sku_merge(s->cur, s->pending, -1);
-            }
-        }
+        bdb_sku_encode(s->cur, s->pending, sealed, &b);
+        int src = b.oom ? BDB_ERR_NOMEM
+                        : bdb_vfs_write_atomic(db->vfs, db->dir, BDB_SKU_FILE, b.data, b.len);
         bdb_buf_free(&b);
+        /* Not saved: counted in memory, saved by the next flush; a crash before that
+         * loses this flush's rows from the measure (the file's cut is older, so
+         * nothing is taken off either). */
+        s->unsaved = src != BDB_OK;
+        if (src != BDB_OK)
+            BDB_ERROR("sink usage: cannot save %s/%s: %s; saved at the next flush", db->dir,
+                      BDB_SKU_FILE, bdb_strerror(src));
     }
     bdb_sku_clear(s->pending);
     s->oom = 0;

@@ -70,8 +70,10 @@ struct bdb_db;
 void db_sku_note(struct bdb_db *db, const char *tn, const char *dn, const char *metric,
                  int64_t ttl_ms, const int64_t *ts, size_t n);
 /* End of a flush's sink part: rc != BDB_OK drops what it noted; BDB_OK adds it and
- * saves the file with the flush's WAL cut `sealed`. Returns rc, or the save's error
- * (the flush then fails and is sent again, counted then). */
+ * saves the file with the flush's WAL cut `sealed`. Returns rc: it runs after the
+ * flush published its tier and fleet files, so failing it then would make its retry
+ * count their samples twice. Out of memory leaves rows out of the measure and a
+ * failed save is done again by the next flush (both logged). */
 int db_sku_flush_done(struct bdb_db *db, int rc, uint64_t sealed);
 /* The tenant's confirmed sink bytes now (0 without a sink). */
 uint64_t db_sku_tenant_bytes(struct bdb_db *db, const char *tn);

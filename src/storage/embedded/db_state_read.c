@@ -16,25 +16,48 @@ typedef struct ss_regs {
     ss_dev *d;
     char **names;
     size_t n, cap;
+    int oom; /* a copy failed: the rows are incomplete, only to be freed */
 } ss_regs;
+
+/* Room for row r->n of r->d and r->names (0), or -1. */
+static int regs_room(ss_regs *r)
+{
+    if (r->n < r->cap)
+        return 0;
+    size_t cap = r->cap ? r->cap * 2 : 16;
+    ss_dev *d = bdb_realloc(r->d, cap * sizeof *d);
+    if (!d)
+        return -1;
+    r->d = d;
+    char **names = bdb_realloc(r->names, cap * sizeof *names);
+    if (!names)
+        return -1; /* d grew alone: harmless, cap unchanged */
+    r->names = names;
+    r->cap = cap;
+    return 0;
+}
 
 static void sink_dev_cb(void *ud, const bdb_sink_device *s)
 {
     ss_regs *r = ud;
-    if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 16;
-        r->d = xrealloc(r->d, r->cap * sizeof *r->d);
-        r->names = xrealloc(r->names, r->cap * sizeof *r->names);
+    if (regs_room(r) != 0) {
+        r->oom = 1;
+        return;
     }
     ss_dev *x = &r->d[r->n];
-    r->names[r->n++] = xstrdup(s->device);
     memset(x, 0, sizeof *x);
+    r->names[r->n++] = ss_strdup(s->device, &r->oom);
+    x->tk = bdb_calloc(s->ntags + 1, sizeof *x->tk);
+    x->tv = bdb_calloc(s->ntags + 1, sizeof *x->tv);
+    x->metrics = bdb_calloc(s->nmetrics + 1, sizeof *x->metrics);
+    if (!x->tk || !x->tv || !x->metrics) {
+        r->oom = 1; /* counts 0: dev_free frees the vectors alone */
+        return;
+    }
     x->ntags = s->ntags;
-    x->tk = xcalloc(s->ntags, sizeof *x->tk);
-    x->tv = xcalloc(s->ntags, sizeof *x->tv);
     for (size_t i = 0; i < s->ntags; i++) {
-        x->tk[i] = xstrdup(s->tag_keys[i]);
-        x->tv[i] = xstrdup(s->tag_vals[i]);
+        x->tk[i] = ss_strdup(s->tag_keys[i], &r->oom);
+        x->tv[i] = ss_strdup(s->tag_vals[i], &r->oom);
     }
     x->first_ts = s->first_ts;
     x->last_ts = s->last_ts;
@@ -44,9 +67,8 @@ static void sink_dev_cb(void *ud, const bdb_sink_device *s)
     x->cls = s->freq_class;
     x->nhist = s->nhist;
     x->nmetrics = s->nmetrics;
-    x->metrics = xcalloc(s->nmetrics, sizeof *x->metrics);
     for (size_t i = 0; i < s->nmetrics; i++)
-        x->metrics[i] = xstrdup(s->metrics[i]);
+        x->metrics[i] = ss_strdup(s->metrics[i], &r->oom);
 }
 
 static void regs_free(ss_regs *r)
@@ -60,13 +82,18 @@ static void regs_free(ss_regs *r)
 }
 
 /* A registry row of the sink as the engine's dn info (state from the sink's
- * current state). */
+ * current state): BDB_OK with cb's answer in *stop, or BDB_ERR_NOMEM before cb. */
 static int emit_sink_dev(bdb_db *db, const char *tn, const char *name, const ss_dev *x,
-                         int (*cb)(void *, const bdb_device_info *), void *ctx)
+                         int (*cb)(void *, const bdb_device_info *), void *ctx, int *stop)
 {
-    ss_member st = {NULL, NULL, INT64_MIN, 0};
+    ss_member st = {NULL, NULL, INT64_MIN, 0, 0};
     db->o.sink->ops->state_get(db->o.sink, tn, name, ss_sink_state_cb, &st);
-    bdb_kv *tags = xcalloc(x->ntags, sizeof *tags);
+    bdb_kv *tags = bdb_calloc(x->ntags + 1, sizeof *tags);
+    if (!tags || st.oom) {
+        free(tags);
+        free(st.state);
+        return BDB_ERR_NOMEM;
+    }
     for (size_t i = 0; i < x->ntags; i++)
         tags[i] = (bdb_kv){x->tk[i], strlen(x->tk[i]), x->tv[i], strlen(x->tv[i])};
     bdb_device_info inf;
@@ -86,23 +113,29 @@ static int emit_sink_dev(bdb_db *db, const char *tn, const char *name, const ss_
     inf.metrics = (const char *const *)x->metrics;
     inf.nmetrics = x->nmetrics;
     inf.nbucket_changes = x->nhist ? x->nhist - 1 : 0;
-    int rc = cb(ctx, &inf);
+    *stop = cb(ctx, &inf);
     free(tags);
     free(st.state);
-    return rc;
+    return BDB_OK;
 }
 
 typedef struct ss_names {
     char **v;
     size_t n, cap;
+    int oom;
 } ss_names;
 
 static int local_name_cb(void *ctx, const bdb_device_info *d)
 {
     ss_names *x = ctx;
-    GROW(x->v, x->n, x->cap);
-    x->v[x->n++] = xstrdup(d->device);
-    return 0;
+    char **v = ss_grow(x->v, x->n, &x->cap, sizeof *x->v);
+    if (!v) {
+        x->oom = 1;
+        return 1; /* stops the listing */
+    }
+    x->v = v;
+    x->v[x->n++] = ss_strdup(d->device, &x->oom);
+    return x->oom;
 }
 
 struct stop_cb {
@@ -125,6 +158,10 @@ int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *ctx, const b
         return db_read_list_devices_local(db, tn, cb, ctx);
     ss_regs r = {0};
     int rc = db->o.sink->ops->device_list(db->o.sink, tn, sink_dev_cb, &r);
+    if (rc == BDB_ERR_NOMEM || r.oom) { /* never part of the devices */
+        regs_free(&r);
+        return BDB_ERR_NOMEM;
+    }
     if (rc != BDB_OK) {
         BDB_WARN("devices of %s: the sink failed (%s); answering from the local catalog", tn,
                  bdb_strerror(rc));
@@ -132,9 +169,14 @@ int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *ctx, const b
         return db_read_list_devices_local(db, tn, cb, ctx);
     }
     ss_names loc = {0};
-    db_read_list_devices_local(db, tn, local_name_cb, &loc);
+    rc = db_read_list_devices_local(db, tn, local_name_cb, &loc);
     /* Both lists in name order; the local catalog answers for the devices it has. */
-    size_t *ord = xcalloc(r.n, sizeof *ord);
+    size_t *ord = bdb_calloc(r.n + 1, sizeof *ord);
+    if (rc == BDB_ERR_NOMEM || loc.oom || !ord) {
+        rc = BDB_ERR_NOMEM; /* before the first device is handed to cb */
+        goto out;
+    }
+    rc = BDB_OK;
     for (size_t i = 0; i < r.n; i++)
         ord[i] = i;
     for (size_t i = 1; i < r.n; i++) { /* insertion sort: a tenant's rows come sorted */
@@ -147,24 +189,27 @@ int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *ctx, const b
     }
     size_t a = 0, b = 0;
     struct stop_cb sc = {cb, ctx, 0};
-    while (sc.rc == 0 && (a < loc.n || b < r.n)) {
+    while (rc == BDB_OK && sc.rc == 0 && (a < loc.n || b < r.n)) {
         int c = a == loc.n ? 1 : b == r.n ? -1 : strcmp(loc.v[a], r.names[ord[b]]);
         if (c <= 0) {
-            db_read_get_device_local(db, tn, loc.v[a], stop_cb, &sc);
+            /* (NOTFOUND: gone since the listing, retention removed it) */
+            if (db_read_get_device_local(db, tn, loc.v[a], stop_cb, &sc) == BDB_ERR_NOMEM)
+                rc = BDB_ERR_NOMEM;
             a++;
             if (c == 0)
                 b++;
         } else {
-            sc.rc = emit_sink_dev(db, tn, r.names[ord[b]], &r.d[ord[b]], cb, ctx);
+            rc = emit_sink_dev(db, tn, r.names[ord[b]], &r.d[ord[b]], cb, ctx, &sc.rc);
             b++;
         }
     }
+out:
     for (size_t i = 0; i < loc.n; i++)
         free(loc.v[i]);
     free(loc.v);
     free(ord);
     regs_free(&r);
-    return BDB_OK;
+    return rc; /* NOMEM after some devices: the caller drops the partial listing */
 }
 
 int bdb_db_get_device(bdb_db *db, const char *tn, const char *dn,
@@ -174,11 +219,14 @@ int bdb_db_get_device(bdb_db *db, const char *tn, const char *dn,
     if (rc != BDB_ERR_NOTFOUND || !db_ss_on(db) || !db->o.sink->ops->device_list)
         return rc;
     ss_regs r = {0};
-    if (db->o.sink->ops->device_list(db->o.sink, tn, sink_dev_cb, &r) == BDB_OK)
+    int lrc = db->o.sink->ops->device_list(db->o.sink, tn, sink_dev_cb, &r);
+    if (lrc == BDB_ERR_NOMEM || r.oom)
+        rc = BDB_ERR_NOMEM; /* not "not found": the sink's rows are unknown */
+    else if (lrc == BDB_OK)
         for (size_t i = 0; i < r.n; i++)
             if (strcmp(r.names[i], dn) == 0) {
-                emit_sink_dev(db, tn, dn, &r.d[i], cb, ctx);
-                rc = BDB_OK;
+                int stop;
+                rc = emit_sink_dev(db, tn, dn, &r.d[i], cb, ctx, &stop);
                 break;
             }
     regs_free(&r);
@@ -190,23 +238,30 @@ int bdb_db_get_device(bdb_db *db, const char *tn, const char *dn,
 typedef struct ss_tbt {
     ss_count *v;
     size_t n, cap;
+    int oom; /* a copy failed: the rows are incomplete, only to be freed */
 } ss_tbt;
+
+static void tbt_add(ss_tbt *t, const char *dn, int64_t s, int64_t e, uint64_t ev, uint32_t subs)
+{
+    ss_count *v = ss_grow(t->v, t->n, &t->cap, sizeof *t->v);
+    if (!v) {
+        t->oom = 1;
+        return;
+    }
+    t->v = v;
+    t->v[t->n++] = (ss_count){NULL, ss_strdup(dn, &t->oom), s, e, ev, subs};
+}
 
 static int local_tbt_cb(void *ctx, const bdb_tbt_row *r)
 {
     ss_tbt *t = ctx;
-    GROW(t->v, t->n, t->cap);
-    t->v[t->n++] = (ss_count){NULL,          xstrdup(r->device), r->bucket_start,
-                              r->bucket_end, r->events,          r->subbuckets};
-    return 0;
+    tbt_add(t, r->device, r->bucket_start, r->bucket_end, r->events, r->subbuckets);
+    return t->oom; /* stops the listing */
 }
 
 static void sink_tbt_cb(void *ud, const bdb_sink_count *c)
 {
-    ss_tbt *t = ud;
-    GROW(t->v, t->n, t->cap);
-    t->v[t->n++] = (ss_count){NULL,          xstrdup(c->device), c->bucket_start,
-                              c->bucket_end, c->events,          c->subbuckets};
+    tbt_add(ud, c->device, c->bucket_start, c->bucket_end, c->events, c->subbuckets);
 }
 
 static int tbt_cmp(const void *a, const void *b)
@@ -228,7 +283,15 @@ int bdb_db_telemetry_by_tenant(bdb_db *db, const char *tn, int64_t from, int64_t
     ss_tbt t = {0};
     int lrc = db_hot_tbt_local(db, tn, from, to, local_tbt_cb, &t);
     size_t nlocal = t.n;
-    int crc = db->o.sink->ops->count_list(db->o.sink, tn, from, to, sink_tbt_cb, &t);
+    int crc = lrc == BDB_ERR_NOMEM || t.oom
+                  ? BDB_ERR_NOMEM
+                  : db->o.sink->ops->count_list(db->o.sink, tn, from, to, sink_tbt_cb, &t);
+    if (crc == BDB_ERR_NOMEM || t.oom) { /* never part of the counts */
+        for (size_t i = 0; i < t.n; i++)
+            free(t.v[i].device);
+        free(t.v);
+        return BDB_ERR_NOMEM;
+    }
     if (crc != BDB_OK)
         BDB_WARN("telemetry_by_tenant of %s: the sink failed (%s); answering from the local "
                  "counts",

@@ -28,18 +28,23 @@ typedef struct ss_latest {
     int64_t state_ts;
     bdb_sink_metric *m; /* names owned */
     size_t nm;
+    int oom; /* a copy failed: incomplete, only to be freed */
 } ss_latest;
 
+/* Into o, zeroed by the caller; o->nm is set once o->m exists, so o stays freeable. */
 static void latest_copy(ss_latest *o, const char *tn, const char *dn, int64_t ev, const char *st,
                         int64_t sts, size_t nm)
 {
-    o->tenant = xstrdup(tn);
-    o->device = xstrdup(dn);
+    o->tenant = ss_strdup(tn, &o->oom);
+    o->device = ss_strdup(dn, &o->oom);
     o->event_ts = ev;
-    o->state = xstrdup(st);
+    o->state = ss_strdup(st, &o->oom);
     o->state_ts = st ? sts : INT64_MIN;
-    o->m = xcalloc(nm, sizeof *o->m);
-    o->nm = nm;
+    o->m = bdb_calloc(nm + 1, sizeof *o->m);
+    if (o->m)
+        o->nm = nm;
+    else
+        o->oom = 1;
 }
 
 static void latest_free(ss_latest *o)
@@ -56,16 +61,17 @@ static void latest_free(ss_latest *o)
 static void from_local(ss_latest *o, const bdb_latest *l)
 {
     latest_copy(o, l->tenant, l->device, l->event_ts, l->state, l->state_ts, l->nmetrics);
-    for (size_t i = 0; i < l->nmetrics; i++)
-        o->m[i] =
-            (bdb_sink_metric){xstrdup(l->metrics[i].name), l->metrics[i].ts, l->metrics[i].value};
+    for (size_t i = 0; i < o->nm; i++)
+        o->m[i] = (bdb_sink_metric){ss_strdup(l->metrics[i].name, &o->oom), l->metrics[i].ts,
+                                    l->metrics[i].value};
 }
 
 static void from_sink(ss_latest *o, const bdb_sink_state *s)
 {
     latest_copy(o, s->tenant, s->device, s->event_ts, s->state, s->state_ts, s->nmetrics);
-    for (size_t i = 0; i < s->nmetrics; i++)
-        o->m[i] = (bdb_sink_metric){xstrdup(s->metrics[i].name), s->metrics[i].ts, s->metrics[i].v};
+    for (size_t i = 0; i < o->nm; i++)
+        o->m[i] = (bdb_sink_metric){ss_strdup(s->metrics[i].name, &o->oom), s->metrics[i].ts,
+                                    s->metrics[i].v};
 }
 
 /* ---------------------------------------------------------------- flush */
@@ -76,6 +82,7 @@ typedef struct ss_flush {
     size_t n, cap;
     ss_count *c;
     size_t nc, capc;
+    int oom; /* a copy failed: the flush fails before its first put */
 } ss_flush;
 
 static uint32_t subs_at(const device *d, int64_t ts)
@@ -86,24 +93,60 @@ static uint32_t subs_at(const device *d, int64_t ts)
     return 1;
 }
 
-/* Under d's stripe lock: copies its state, registry row and recent counts. */
+/* Room for entry f->n of f->l and f->d (0), or -1. */
+static int flush_room(ss_flush *f)
+{
+    if (f->n < f->cap)
+        return 0;
+    size_t cap = f->cap ? f->cap * 2 : 64;
+    ss_latest *l = bdb_realloc(f->l, cap * sizeof *l);
+    if (!l)
+        return -1;
+    f->l = l;
+    ss_dev *d = bdb_realloc(f->d, cap * sizeof *d);
+    if (!d)
+        return -1; /* l grew alone: harmless, cap unchanged */
+    f->d = d;
+    f->cap = cap;
+    return 0;
+}
+
+static char *dupn(const char *s, size_t n, int *oom)
+{
+    char *p = bdb_strndup(s, n);
+    if (!p)
+        *oom = 1;
+    return p;
+}
+
+/* Under d's stripe lock: copies its state, registry row and recent counts. After a
+ * failed copy it copies nothing more (the walk cannot be stopped from here). */
 static void flush_walk(void *ud, device *d, const bdb_latest *l, int64_t dirty_lo)
 {
     ss_flush *f = ud;
-    if (f->n == f->cap) {
-        f->cap = f->cap ? f->cap * 2 : 64;
-        f->l = xrealloc(f->l, f->cap * sizeof *f->l);
-        f->d = xrealloc(f->d, f->cap * sizeof *f->d);
+    if (f->oom || flush_room(f) != 0) {
+        f->oom = 1;
+        return;
     }
-    from_local(&f->l[f->n], l);
+    ss_latest *o = &f->l[f->n];
     ss_dev *r = &f->d[f->n++];
+    memset(o, 0, sizeof *o);
     memset(r, 0, sizeof *r);
+    from_local(o, l);
+    f->oom |= o->oom;
+    r->tk = bdb_calloc(d->ntags + 1, sizeof *r->tk);
+    r->tv = bdb_calloc(d->ntags + 1, sizeof *r->tv);
+    r->hf = bdb_calloc(d->hist.n + 1, sizeof *r->hf);
+    r->hs = bdb_calloc(d->hist.n + 1, sizeof *r->hs);
+    r->metrics = bdb_calloc(d->nseries + 1, sizeof *r->metrics);
+    if (!r->tk || !r->tv || !r->hf || !r->hs || !r->metrics) {
+        f->oom = 1; /* counts 0: dev_free frees the vectors alone */
+        return;
+    }
     r->ntags = d->ntags;
-    r->tk = xcalloc(d->ntags, sizeof *r->tk);
-    r->tv = xcalloc(d->ntags, sizeof *r->tv);
     for (uint32_t i = 0; i < d->ntags; i++) {
-        r->tk[i] = xstrndup(d->tags[i].key, d->tags[i].klen);
-        r->tv[i] = xstrndup(d->tags[i].val, d->tags[i].vlen);
+        r->tk[i] = dupn(d->tags[i].key, d->tags[i].klen, &f->oom);
+        r->tv[i] = dupn(d->tags[i].val, d->tags[i].vlen, &f->oom);
     }
     r->first_ts = d->first_ts;
     r->last_ts = d->last_ts;
@@ -112,26 +155,32 @@ static void flush_walk(void *ud, device *d, const bdb_latest *l, int64_t dirty_l
     r->pinned = d->pinned != 0;
     r->cls = d->learner.cls;
     r->nhist = d->hist.n;
-    r->hf = xcalloc(d->hist.n, sizeof *r->hf);
-    r->hs = xcalloc(d->hist.n, sizeof *r->hs);
     for (uint32_t i = 0; i < d->hist.n; i++) {
         r->hf[i] = d->hist.e[i].from_ms;
         r->hs[i] = d->hist.e[i].size_ms;
     }
     r->nmetrics = d->nseries;
-    r->metrics = xcalloc(d->nseries, sizeof *r->metrics);
     for (uint32_t i = 0; i < d->nseries; i++)
-        r->metrics[i] = xstrdup(d->series[i]->metric);
+        r->metrics[i] = ss_strdup(d->series[i]->metric, &f->oom);
     /* Counts of the partitions the reports since the last sent round can have
      * touched: every partition that ends after the oldest of them. */
-    for (uint32_t i = 0; i < d->hs.npc; i++) {
+    for (uint32_t i = 0; i < d->hs.npc && !f->oom; i++) {
         int64_t start = (int64_t)d->hs.pc[i].minute * BDB_MS_MIN, s, e;
         bdb_bucket_range(&d->hist, start, &s, &e);
         if (e <= dirty_lo)
             continue;
-        GROW(f->c, f->nc, f->capc);
-        f->c[f->nc++] = (ss_count){xstrdup(d->tenant->name), xstrdup(d->name), s, e,
-                                   d->hs.pc[i].events,       subs_at(d, s)};
+        ss_count *c = ss_grow(f->c, f->nc, &f->capc, sizeof *f->c);
+        if (!c) {
+            f->oom = 1;
+            break;
+        }
+        f->c = c;
+        f->c[f->nc++] = (ss_count){ss_strdup(d->tenant->name, &f->oom),
+                                   ss_strdup(d->name, &f->oom),
+                                   s,
+                                   e,
+                                   d->hs.pc[i].events,
+                                   subs_at(d, s)};
     }
 }
 
@@ -145,11 +194,14 @@ int db_ss_flush(bdb_db *db, int rc, uint64_t *round)
     *round = db_latest_round(db);
     ss_flush f;
     memset(&f, 0, sizeof f);
-    rc = db_latest_walk(db, NULL, 1, flush_walk, &f); /* NOMEM: nothing put, flush fails */
-    bdb_sink_state *sv = xcalloc(f.n, sizeof *sv);
-    bdb_sink_device *dv = xcalloc(f.n, sizeof *dv);
-    bdb_sink_count *cv = xcalloc(f.nc, sizeof *cv);
-    for (size_t i = 0; i < f.n; i++) {
+    rc = db_latest_walk(db, NULL, 1, flush_walk, &f);
+    bdb_sink_state *sv = bdb_calloc(f.n + 1, sizeof *sv);
+    bdb_sink_device *dv = bdb_calloc(f.n + 1, sizeof *dv);
+    bdb_sink_count *cv = bdb_calloc(f.nc + 1, sizeof *cv);
+    /* Out of memory: nothing is put, the flush fails and the next one sends it all. */
+    if (rc == BDB_OK && (f.oom || !sv || !dv || !cv))
+        rc = BDB_ERR_NOMEM;
+    for (size_t i = 0; i < f.n && rc == BDB_OK; i++) {
         ss_latest *l = &f.l[i];
         ss_dev *r = &f.d[i];
         sv[i] =
@@ -171,7 +223,7 @@ int db_ss_flush(bdb_db *db, int rc, uint64_t *round)
                                   (const char *const *)r->metrics,
                                   r->nmetrics};
     }
-    for (size_t i = 0; i < f.nc; i++) {
+    for (size_t i = 0; i < f.nc && rc == BDB_OK; i++) {
         ss_count *c = &f.c[i];
         cv[i] = (bdb_sink_count){c->tenant, c->device, c->s, c->e, c->ev, c->subs};
     }
@@ -233,7 +285,14 @@ int bdb_db_latest(bdb_db *db, const char *tn, const char *dn,
         return db_latest_get_local(db, tn, dn, cb, ctx);
     ss_latest lo = {0}, cs = {0};
     int lrc = db_latest_get_local(db, tn, dn, local_latest_cb, &lo);
-    int crc = db->o.sink->ops->state_get(db->o.sink, tn, dn, sink_latest_cb, &cs);
+    int crc = lrc == BDB_ERR_NOMEM || lo.oom
+                  ? BDB_ERR_NOMEM
+                  : db->o.sink->ops->state_get(db->o.sink, tn, dn, sink_latest_cb, &cs);
+    if (crc == BDB_ERR_NOMEM || cs.oom) { /* never half the answer */
+        latest_free(&lo);
+        latest_free(&cs);
+        return BDB_ERR_NOMEM;
+    }
     if (crc != BDB_OK && crc != BDB_ERR_NOTFOUND) {
         BDB_WARN("current state of %s/%s: the sink failed (%s); answering from the local index", tn,
                  dn, bdb_strerror(crc));
@@ -261,7 +320,15 @@ int bdb_db_latest(bdb_db *db, const char *tn, const char *dn,
         sts = b->state_ts;
     }
     size_t n = (a ? a->nm : 0) + (b ? b->nm : 0), k = 0;
-    bdb_sink_metric *all = xcalloc(n, sizeof *all);
+    bdb_sink_metric *all = bdb_calloc(n + 1, sizeof *all);
+    bdb_latest_metric *mv = bdb_calloc(n + 1, sizeof *mv);
+    if (!all || !mv) {
+        free(all);
+        free(mv);
+        latest_free(&lo);
+        latest_free(&cs);
+        return BDB_ERR_NOMEM;
+    }
     if (a)
         for (size_t i = 0; i < a->nm; i++)
             all[k++] = a->m[i];
@@ -270,7 +337,6 @@ int bdb_db_latest(bdb_db *db, const char *tn, const char *dn,
             all[k++] = b->m[i];
     /* Stable preference for the local copy: sort, then keep the newer of equal names. */
     qsort(all, k, sizeof *all, metric_name_cmp);
-    bdb_latest_metric *mv = xcalloc(k, sizeof *mv);
     size_t m = 0;
     for (size_t i = 0; i < k; i++) {
         if (m && strcmp(mv[m - 1].name, all[i].name) == 0) {
@@ -299,12 +365,18 @@ typedef struct ss_members {
     ss_member *v;
     size_t n, cap;
     const char *state;
+    int oom; /* a copy failed: the list is incomplete */
 } ss_members;
 
 static void members_add(ss_members *m, const char *dev, const char *state, int64_t ts, int src)
 {
-    GROW(m->v, m->n, m->cap);
-    m->v[m->n++] = (ss_member){xstrdup(dev), xstrdup(state), ts, src};
+    ss_member *v = ss_grow(m->v, m->n, &m->cap, sizeof *m->v);
+    if (!v) {
+        m->oom = 1;
+        return;
+    }
+    m->v = v;
+    m->v[m->n++] = (ss_member){ss_strdup(dev, &m->oom), ss_strdup(state, &m->oom), ts, src, 0};
 }
 
 static void members_free(ss_members *m)
@@ -327,7 +399,7 @@ static int local_member_cb(void *ctx, const char *dn, int64_t ts)
 {
     ss_members *m = ctx;
     members_add(m, dn, m->state, ts, 1);
-    return 0;
+    return m->oom; /* stops the page */
 }
 
 static void sink_member_cb(void *ud, const bdb_sink_state *s)
@@ -366,7 +438,7 @@ static void members_merge(ss_members *m)
 static int local_state_cb(void *ctx, const bdb_latest *l)
 {
     ss_member *x = ctx;
-    x->state = xstrdup(l->state);
+    x->state = ss_strdup(l->state, &x->oom);
     x->ts = l->state ? l->state_ts : INT64_MIN;
     return 0;
 }
@@ -379,21 +451,29 @@ int bdb_db_state_devices(bdb_db *db, const char *tn, const char *state, const ch
         return db_latest_state_devices_local(db, tn, state, after, limit, cb, ctx, more, total);
     *more = 0;
     *total = 0;
-    ss_members m = {NULL, 0, 0, state};
+    ss_members m = {NULL, 0, 0, state, 0};
     /* Every local member, page by page. */
-    int lmore = 1;
+    int lmore = 1, rc = BDB_OK;
     uint64_t ltotal;
-    while (lmore) {
+    while (lmore && rc == BDB_OK) {
         size_t before = m.n;
         const char *last = m.n ? m.v[m.n - 1].dev : NULL;
-        char *lastc = xstrdup(last);
-        db_latest_state_devices_local(db, tn, state, lastc, BDB_STATE_PAGE_MAX, local_member_cb, &m,
-                                      &lmore, &ltotal);
+        char *lastc = ss_strdup(last, &m.oom);
+        if (!m.oom)
+            rc = db_latest_state_devices_local(db, tn, state, lastc, BDB_STATE_PAGE_MAX,
+                                               local_member_cb, &m, &lmore, &ltotal);
         free(lastc);
+        if (m.oom)
+            rc = BDB_ERR_NOMEM;
         if (m.n == before)
             break;
     }
-    int rc = db->o.sink->ops->state_list(db->o.sink, tn, state, sink_member_cb, &m);
+    if (rc == BDB_OK)
+        rc = db->o.sink->ops->state_list(db->o.sink, tn, state, sink_member_cb, &m);
+    if (rc == BDB_ERR_NOMEM || m.oom) { /* never part of the members */
+        members_free(&m);
+        return BDB_ERR_NOMEM;
+    }
     if (rc != BDB_OK) {
         BDB_WARN("devices in state %s of %s: the sink failed (%s); answering from the local "
                  "index",
@@ -405,17 +485,20 @@ int bdb_db_state_devices(bdb_db *db, const char *tn, const char *state, const ch
     /* A member only one side knows may have moved on the other: the local index for
      * the sink's rows (memory), the sink for the local-only ones (those changed since
      * the last flush, mostly). */
-    size_t k = 0;
-    for (size_t i = 0; i < m.n; i++) {
+    size_t k = 0, i;
+    for (i = 0; i < m.n; i++) {
         ss_member *x = &m.v[i];
-        ss_member other = {NULL, NULL, INT64_MIN, 0};
+        ss_member other = {NULL, NULL, INT64_MIN, 0, 0};
+        int orc = BDB_OK;
         if (x->src == 2)
-            db_latest_get_local(db, tn, x->dev, local_state_cb, &other);
+            orc = db_latest_get_local(db, tn, x->dev, local_state_cb, &other);
         else if (x->src == 1)
             db->o.sink->ops->state_get(db->o.sink, tn, x->dev, ss_sink_state_cb, &other);
         int gone = other.state && strcmp(other.state, state) != 0 &&
                    (other.ts > x->ts || (other.ts == x->ts && x->src == 2));
         free(other.state);
+        if (orc == BDB_ERR_NOMEM || other.oom)
+            break; /* whether x moved on is unknown */
         if (gone) {
             free(x->dev);
             free(x->state);
@@ -423,12 +506,18 @@ int bdb_db_state_devices(bdb_db *db, const char *tn, const char *state, const ch
         }
         m.v[k++] = *x;
     }
+    if (i < m.n) {
+        memmove(m.v + k, m.v + i, (m.n - i) * sizeof *m.v);
+        m.n = k + (m.n - i);
+        members_free(&m);
+        return BDB_ERR_NOMEM;
+    }
     m.n = k;
     *total = m.n;
     size_t start = 0;
     while (after && start < m.n && strcmp(m.v[start].dev, after) <= 0)
         start++;
-    for (size_t i = start; i < m.n; i++) {
+    for (i = start; i < m.n; i++) {
         if (i - start == limit) {
             *more = 1;
             break;
@@ -462,21 +551,26 @@ int bdb_db_state_counts(bdb_db *db, const char *tn,
 {
     if (!db_ss_on(db))
         return db_latest_state_counts_local(db, tn, cb, ctx, no_state);
-    ss_members m = {NULL, 0, 0, NULL};
+    ss_members m = {NULL, 0, 0, NULL, 0};
     int rc = db->o.sink->ops->state_list(db->o.sink, tn, NULL, sink_member_cb, &m);
+    if (rc == BDB_ERR_NOMEM || m.oom) { /* never part of the counts */
+        members_free(&m);
+        return BDB_ERR_NOMEM;
+    }
     if (rc != BDB_OK) {
         BDB_WARN("state counts of %s: the sink failed (%s); answering from the local index", tn,
                  bdb_strerror(rc));
         members_free(&m);
         return db_latest_state_counts_local(db, tn, cb, ctx, no_state);
     }
-    if (db_latest_walk(db, tn, 0, local_all_cb, &m) != BDB_OK) {
+    const char **names = NULL;
+    if (db_latest_walk(db, tn, 0, local_all_cb, &m) != BDB_OK || m.oom ||
+        !(names = bdb_calloc(m.n + 1, sizeof *names))) {
         members_free(&m);
         return BDB_ERR_NOMEM;
     }
     members_merge(&m);
     *no_state = 0;
-    const char **names = xcalloc(m.n, sizeof *names);
     size_t k = 0;
     for (size_t i = 0; i < m.n; i++) {
         if (m.v[i].state)
@@ -502,6 +596,6 @@ int bdb_db_state_counts(bdb_db *db, const char *tn,
 void ss_sink_state_cb(void *ud, const bdb_sink_state *s)
 {
     ss_member *x = ud;
-    x->state = xstrdup(s->state);
+    x->state = ss_strdup(s->state, &x->oom);
     x->ts = s->state ? s->state_ts : INT64_MIN;
 }

@@ -1,5 +1,11 @@
-/* db_state_sink_int: what db_state_sink.c and db_state_read.c share (private to
- * them): allocation that aborts on failure, owned copies of registry rows and counts. */
+/* db_state_sink_int: what db_state_sink.c, db_state_read.c and db_late_sink.c share
+ * (private to them): allocation helpers that report failure instead of aborting, owned
+ * copies of registry rows and counts.
+ *
+ * Out of memory: the sink's callbacks return void, so the copies note a failure in an
+ * `oom` flag of the structure they fill and the caller checks it once the sink op
+ * returned (a flush then fails with BDB_ERR_NOMEM before its first put, a read
+ * answers BDB_ERR_NOMEM). Every structure stays freeable however far it was filled. */
 #ifndef BDB_DB_STATE_SINK_INT_H
 #define BDB_DB_STATE_SINK_INT_H
 
@@ -10,41 +16,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline void *xcalloc(size_t n, size_t size)
+/* A copy of s (NULL stays NULL); *oom set when it cannot be made. */
+static inline char *ss_strdup(const char *s, int *oom)
 {
-    void *p = bdb_calloc(n ? n : 1, size);
+    if (!s)
+        return NULL;
+    char *p = bdb_strdup(s);
     if (!p)
-        abort();
+        *oom = 1;
     return p;
 }
 
-static inline void *xrealloc(void *p, size_t n)
+/* Room for element n of a vector of cap elements of size sz: the vector itself when
+ * n < *cap, else a larger one (*cap updated), or NULL (v and *cap untouched). */
+static inline void *ss_grow(void *v, size_t n, size_t *cap, size_t sz)
 {
-    void *q = bdb_realloc(p, n ? n : 1);
-    if (!q)
-        abort();
+    if (n < *cap)
+        return v;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *q = bdb_realloc(v, c * sz);
+    if (q)
+        *cap = c;
     return q;
 }
-
-static inline char *xstrndup(const char *s, size_t n)
-{
-    char *p = xcalloc(n + 1, 1);
-    memcpy(p, s, n);
-    return p;
-}
-
-static inline char *xstrdup(const char *s)
-{
-    return s ? xstrndup(s, strlen(s)) : NULL;
-}
-
-#define GROW(v, n, cap)                                                                            \
-    do {                                                                                           \
-        if ((n) == (cap)) {                                                                        \
-            (cap) = (cap) ? (cap)*2 : 16;                                                          \
-            (v) = xrealloc((v), (cap) * sizeof *(v));                                              \
-        }                                                                                          \
-    } while (0)
 
 typedef struct ss_count {
     char *tenant, *device;
@@ -53,6 +47,9 @@ typedef struct ss_count {
     uint32_t subs;
 } ss_count;
 
+/* A registry row. Its vectors are zero-filled at allocation, and ntags, nhist and
+ * nmetrics are set only once their vectors exist, so dev_free frees a row that
+ * stopped half-way. */
 typedef struct ss_dev {
     char **tk, **tv;
     size_t ntags;
@@ -84,6 +81,7 @@ typedef struct ss_member {
     char *dev, *state;
     int64_t ts; /* state time */
     int src;    /* 1 local, 2 sink, 3 both */
+    int oom;    /* a copy failed: the answer is incomplete */
 } ss_member;
 
 /* bdb_sink_state_fn: the state and state time into the ss_member ud. */
