@@ -332,24 +332,45 @@ int bdb_db_set_subbuckets(bdb_db *db, const char *tn, const char *dn, uint32_t n
     device *d = db_get_device(db, tn, strlen(tn), dn, strlen(dn));
     if (!d)
         return BDB_ERR_NOMEM;
+    /* Memory first, so that once the history changed nothing can fail but the WAL
+     * append, and that puts the old history back: room for the longest record, and a
+     * copy of the history as it was. */
     bdb_buf rec;
-    bdb_buf_init(&rec);
+    bdb_buf_init_checked(&rec);
+    struct db_subent *old = bdb_malloc((SUBS_MAX + 1) * sizeof *old);
+    if (!old ||
+        bdb_buf_reserve(&rec, 64 + strlen(tn) + strlen(dn) + (SUBS_MAX + 1) * 16) != BDB_OK) {
+        free(old);
+        bdb_buf_free(&rec);
+        return BDB_ERR_NOMEM;
+    }
     uint64_t lsn = 0;
     int rc = BDB_OK;
     pthread_rwlock_rdlock(&db->flush_lock);
     pthread_mutex_lock(dev_lock(db, d));
     int64_t from = d->last_ts == INT64_MIN ? bdb_align_down(bdb_clock_now(&db->o.clock), 1000)
                                            : bdb_align_down(d->last_ts, 1000) + 1000;
+    uint32_t nold = d->hs.nsubs;
+    if (nold)
+        memcpy(old, d->hs.subs, nold * sizeof *old);
     int changed =
         subs_at(d, from) != n || (d->hs.nsubs && d->hs.subs[d->hs.nsubs - 1].from_ms >= from);
     if (changed && (rc = subs_change(d, from, n)) != BDB_OK)
         changed = 0; /* out of memory: nothing changed, nothing logged */
-    if (changed)
+    if (changed) {
         db_hot_encode_record(d, &rec);
-    pthread_mutex_unlock(dev_lock(db, d));
-    if (changed)
+        /* under the stripe, so that a failed append can restore what it did not log */
         rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
+        if (rc != BDB_OK) {
+            if (nold) /* subs holds at least nold entries: subs_change only grows it */
+                memcpy(d->hs.subs, old, nold * sizeof *old);
+            d->hs.nsubs = nold;
+            changed = 0;
+        }
+    }
+    pthread_mutex_unlock(dev_lock(db, d));
     pthread_rwlock_unlock(&db->flush_lock);
+    free(old);
     if (changed && rc == BDB_OK)
         rc = bdb_wal_sync(db->wal, lsn);
     if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)

@@ -329,18 +329,16 @@ static int dev_cmp(const void *a, const void *b)
     return c ? c : strcmp(x->name, y->name);
 }
 
+/* The devices to list: one tenant's device map, or every device. */
 struct collect {
     device **v;
     size_t n, cap;
-    const char *tenant;
     int oom; /* a device was left out: the listing fails */
 };
 
 static void collect_cb(void *ctx, device *d)
 {
     struct collect *c = ctx;
-    if (c->tenant && strcmp(c->tenant, d->tenant->name) != 0)
-        return;
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         device **p = bdb_realloc(c->v, cap * sizeof *p);
@@ -357,7 +355,7 @@ static void collect_cb(void *ctx, device *d)
 int db_read_list_devices_local(bdb_db *db, const char *tn,
                                int (*cb)(void *, const bdb_device_info *), void *ctx)
 {
-    struct collect c = {NULL, 0, 0, tn, 0};
+    struct collect c = {NULL, 0, 0, 0};
     pthread_rwlock_rdlock(&db->cat_lock);
     if (tn) {
         tenant *t = cat_tenant(db, tn, strlen(tn), 0);

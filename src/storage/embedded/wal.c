@@ -243,21 +243,18 @@ static int seal_segment(bdb_wal *w)
         return rc;
     w->synced_lsn = w->written_lsn;
     pthread_cond_broadcast(&w->synced);
-    if ((rc = push_old(w, w->cur_num, w->cur_off)) != BDB_OK)
-        return rc;
+    w->old[w->nold++] = (seg_info){w->cur_num, w->cur_off}; /* room made above */
     bdb_file_close(w->cur);
     w->cur = NULL;
     return BDB_OK;
 }
 
 /* Runs one fsync on behalf of every record written so far. Mutex held on entry and
- * exit, released during the fsync; the caller checked that no fsync is running. */
+ * exit, released during the fsync; the caller checked that no fsync is running and that
+ * synced_lsn < written_lsn, so cur is open: only sealing closes it, and sealing raises
+ * synced_lsn to written_lsn, which no append can raise until a segment is open again. */
 static void sync_round(bdb_wal *w)
 {
-    if (!w->cur) { /* sealing already made everything durable */
-        w->synced_lsn = w->written_lsn;
-        return;
-    }
     uint64_t target = w->written_lsn;
     bdb_file *f = w->cur; /* rolling waits for `syncing` to clear, so f stays open */
     w->syncing = 1;
