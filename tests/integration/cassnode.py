@@ -1,11 +1,30 @@
 """One Apache Cassandra 2.1.0 test node on 127.0.0.1 for the integration tests,
 started and stopped through scripts/cassandra.sh (free ports, 512 MB heap, everything
-under a temporary directory). Shared by test_cassandra.py and test_cassandra_schema.py."""
+under a temporary directory), used by the tests/integration/test_cassandra*.py files.
 
+The shared node: files that never stop, kill, freeze or reconfigure their node
+(test_cassandra_schema.py, test_cassandra_state.py) call node_for(), which gives a
+SharedNode when BDB_CASSANDRA_NODE=HOST:PORT names a running node (tests/run starts
+one per mode with this module's command line, below) and a Node of their own
+otherwise; keyspace() then gives each of their keyspaces a per-run suffix, so that
+files (or two runs of one file) on the same node never see each other's rows.
+
+    python3 tests/integration/cassnode.py start --bin BIN [--cluster NAME]
+        starts a throwaway node (on /dev/shm when it has room), waits (bounded) until
+        `BIN cql` gets an answer, prints "HOST:PORT DIR PID" and exits 0; on failure
+        prints why (and the node's log tail) on stderr, removes it and exits 1.
+    python3 tests/integration/cassnode.py check DIR HOST:PORT --bin BIN
+        exit 0 when the node still runs and answers a query, else 1 with the reason.
+    python3 tests/integration/cassnode.py stop DIR
+        KILL and remove it (the node is thrown away, see Node.stop)."""
+
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -129,11 +148,11 @@ class Node:
         self.pid = None
 
     def stop(self):
-        """TERM, then KILL after 30 s (scripts/cassandra.sh), only the node we started."""
+        """The end of a file: KILL the node we started (by its PID) and remove its
+        directory. Its data is thrown away, so a clean TERM (Cassandra drains for about
+        5 s) would buy nothing; tests that need a clean stop use kill(SIGTERM)."""
         if self.pid:
-            subprocess.run([SCRIPT, "stop", "--dir", self.dir], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=120)
-            self.pid = None
+            self.kill(signal.SIGKILL)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def log_tail(self, n=4000):
@@ -144,3 +163,188 @@ class Node:
                 with open(path, errors="replace") as f:
                     out.append("--- %s\n%s" % (name, f.read()[-n:]))
         return "\n".join(out)
+
+
+SHARED_ENV = "BDB_CASSANDRA_NODE"
+_RUN_TAG = "r%d%02d" % (os.getpid() % 100000, int(time.time()) % 100)
+
+
+def shared_addr():
+    """(host, port) of the node named by $BDB_CASSANDRA_NODE, or None."""
+    v = os.environ.get(SHARED_ENV, "")
+    if not v:
+        return None
+    host, _, port = v.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError("%s=%r: expected HOST:PORT" % (SHARED_ENV, v))
+    return host, int(port)
+
+
+class SharedNode:
+    """A node started by someone else (tests/run) for several files: the same
+    attributes as Node for what a sharing file uses (addr, port, dir for scratch
+    files, error, start/stop/log_tail), but it is never started, killed or stopped
+    here: kill() raises, since other files still need the node."""
+
+    def __init__(self, prefix, ready, host, port):
+        self.addr = host
+        self.port = port
+        self.storage_port = None
+        self.ready = ready
+        self.dir = tempfile.mkdtemp(prefix=prefix)  # scratch files of the test only
+        self.pid = None
+        self.error = None
+        self.tls_dir = None
+
+    def start(self, **_):
+        """Waits (at most 60 s) until the node answers; a clear error otherwise."""
+        deadline = time.monotonic() + 60
+        last = None
+        while time.monotonic() < deadline:
+            last = self.ready(self)
+            if last.returncode == 0:
+                print("cassandra: the shared node %s:%d (%s)" % (self.addr, self.port, SHARED_ENV),
+                      flush=True)
+                return True
+            time.sleep(0.5)
+        self.error = ("the shared Cassandra node %s=%s:%d answered no query within 60 s: %s"
+                      % (SHARED_ENV, self.addr, self.port, (last.stderr if last else "").strip()))
+        return False
+
+    def kill(self, sig=9):
+        raise RuntimeError("a file on the shared Cassandra node (%s) must not kill it; "
+                           "use a Node of its own" % SHARED_ENV)
+
+    def stop(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log_tail(self, n=4000):
+        d = os.environ.get(SHARED_ENV + "_DIR", "")
+        path = os.path.join(d, "logs", "system.log")
+        if d and os.path.exists(path):
+            with open(path, errors="replace") as f:
+                return "--- shared node %s\n%s" % (path, f.read()[-n:])
+        return ""
+
+
+def node_for(prefix, cluster, ready, **kw):
+    """The shared node when $BDB_CASSANDRA_NODE is set, else a Node of this file's own
+    (kw as Node's). Only for files that leave the node as it is."""
+    a = shared_addr()
+    if a:
+        return SharedNode(prefix, ready, a[0], a[1])
+    return Node(prefix, cluster, ready, **kw)
+
+
+def keyspace(name):
+    """name on a node of the file's own; name_<run tag> on the shared node, so that its
+    keyspaces are new even when the same file ran on that node before."""
+    if not os.environ.get(SHARED_ENV):
+        return name
+    return "%s_%s" % (name, _RUN_TAG)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def _node_base():
+    """/dev/shm when it has room (schema changes cost about 1 s there against 5 s on
+    the disk, see tests/cassandra-suite), else the usual temporary directory."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) and \
+            shutil.disk_usage("/dev/shm").free > (2 << 30):
+        return "/dev/shm"
+    return None
+
+
+def _query(bin_, host, port):
+    return subprocess.run([bin_, "cql", "--host", host, "--port", str(port), "-e",
+                           "SELECT release_version FROM system.local"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+
+
+def _runs_from(pid, d):
+    """True when PID is the Java process of the node in directory d (its command line
+    names d's cassandra.yaml): a PID file outliving its node must not make us signal
+    whatever process got that number since."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return ("%s/cassandra.yaml" % os.path.realpath(d)).encode() in f.read()
+    except OSError:
+        return False
+
+
+def _cli(argv):
+    usage = ("usage: cassnode.py start --bin BIN [--cluster NAME] | check DIR HOST:PORT --bin BIN"
+             " | stop DIR")
+    if not argv:
+        print(usage, file=sys.stderr)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    opts, args = {}, []
+    while rest:
+        if rest[0] in ("--bin", "--cluster") and len(rest) > 1:
+            opts[rest[0]] = rest[1]
+            rest = rest[2:]
+        else:
+            args.append(rest.pop(0))
+    if cmd == "start" and "--bin" in opts and not args:
+        bin_ = opts["--bin"]
+        old = tempfile.tempdir
+        tempfile.tempdir = _node_base()
+        try:
+            cluster = opts.get("--cluster", "bucketdb-shared")
+            n = Node("%s-node-" % cluster, cluster,
+                     lambda n: _query(bin_, n.addr, n.port))
+        finally:
+            tempfile.tempdir = old
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is the answer line only
+                ok = n.start()
+        except Exception as e:  # e.g. scripts/cassandra.sh hanging past its timeout
+            ok, n.error = False, "cannot start Cassandra: %r" % (e,)
+        if not ok:
+            print("cassnode: %s" % n.error, file=sys.stderr)
+            tail = n.log_tail()
+            if tail:
+                print(tail, file=sys.stderr)
+            n.stop()
+            return 1
+        print("%s:%d %s %d" % (n.addr, n.port, n.dir, n.pid or 0))
+        return 0
+    if cmd == "check" and "--bin" in opts and len(args) == 2:
+        d, addr = args
+        host, _, port = addr.rpartition(":")
+        try:
+            pid = int(open(os.path.join(d, "cassandra.pid")).read().strip() or 0)
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            print("cassnode: the shared Cassandra node of %s is gone (died or killed)" % d,
+                  file=sys.stderr)
+            return 1
+        p = _query(opts["--bin"], host, int(port))
+        if p.returncode != 0:
+            print("cassnode: the shared Cassandra node %s (PID %d) answers no query: %s"
+                  % (addr, pid, p.stderr.strip()), file=sys.stderr)
+            return 1
+        return 0
+    if cmd == "stop" and len(args) == 1:
+        n = Node("unused-", "unused", None)
+        shutil.rmtree(n.dir, ignore_errors=True)
+        n.dir = args[0]
+        try:
+            n.pid = int(open(os.path.join(n.dir, "cassandra.pid")).read().strip() or 0) or None
+        except (OSError, ValueError):
+            n.pid = None
+        if n.pid and _runs_from(n.pid, n.dir):
+            try:
+                n.kill(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(n.dir, ignore_errors=True)
+        return 0
+    print(usage, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_cli(sys.argv[1:]))

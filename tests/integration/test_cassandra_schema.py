@@ -9,7 +9,11 @@ the tables and their options in system.schema_columnfamilies, writes and reads r
 of telemetry with USING TTL and with the table's default TTL, applies the other
 current-state models and a NetworkTopologyStrategy keyspace, checks the refusals
 (gc_grace not above the repair interval, a materialized view on 2.1), and stops the
-node with scripts/cassandra.sh stop.
+node.
+
+With BDB_CASSANDRA_NODE=HOST:PORT (tests/run) it uses that running node instead of
+starting one, its keyspaces named with a per-run suffix (cassnode.py): nothing here
+stops or reconfigures the node.
 
 If Java or the Cassandra package is missing every test FAILS with the reason.
     BUCKETDB_BIN=build/bucketdb python3 tests/integration/test_cassandra_schema.py
@@ -27,8 +31,9 @@ import cassnode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BUCKETDB_BIN", os.path.join(ROOT, "build", "bucketdb"))
-ADDR = cassnode.ADDR
-KS = "bdb_schema_it"
+KS = cassnode.keyspace("bdb_schema_it")
+KS_MODEL = {m: cassnode.keyspace("bdb_schema_%s" % m) for m in ("index", "hash")}
+KS_AUTO = cassnode.keyspace("bdb_schema_auto")
 TABLES = {"telemetry", "telemetry_by_tenant", "agg_1m", "agg_1h", "agg_1d", "fleet_agg_1h",
           "fleet_agg_1d", "late_arrivals", "devices", "latest_by_device", "latest_by_state",
           "telemetry_by_tenant_totals"}
@@ -43,8 +48,9 @@ def check(cond, msg):
         raise Failure(msg)
 
 
-NODE = cassnode.Node("bucketdb-schema-", "bucketdb-schema-it",
-                     lambda n: cql("SELECT release_version FROM system.local", check_rc=False))
+NODE = cassnode.node_for("bucketdb-schema-", "bucketdb-schema-it",
+                         lambda n: cql("SELECT release_version FROM system.local", check_rc=False))
+ADDR = NODE.addr
 
 
 def run(args, timeout=60):
@@ -191,7 +197,7 @@ def test_counters_and_latest_state():
 
 def test_other_state_models_and_per_dc_replication():
     for model, obj in (("index", "latest_by_device_state_idx"), ("hash", "latest_by_state_bucket")):
-        ks = "bdb_schema_%s" % model
+        ks = KS_MODEL[model]
         p = run(["schema", "--keyspace", ks, "--probe", "%s:%d" % (ADDR, NODE.port),
                  "--replication", "datacenter1:1", "--state-model", model, "--bucket", "1d",
                  "--ttl", "7d"])
@@ -203,24 +209,25 @@ def test_other_state_models_and_per_dc_replication():
         # writes and reads work through the NetworkTopologyStrategy keyspace
         cql("INSERT INTO %s.latest_by_device (tenant_id, device_id, event_time, state) VALUES "
             "('t1', 'd9', 1700000000000, 'fault')" % ks)
-    _, rs = rows(cql("SELECT device_id FROM bdb_schema_index.latest_by_device WHERE "
-                     "tenant_id = 't1' AND state = 'fault'"))
+    _, rs = rows(cql("SELECT device_id FROM %s.latest_by_device WHERE "
+                     "tenant_id = 't1' AND state = 'fault'" % KS_MODEL["index"]))
     check(rs == [["d9"]], "secondary index query %r" % rs)
     _, rs = rows(cql("SELECT default_time_to_live FROM system.schema_columnfamilies WHERE "
-                     "keyspace_name = 'bdb_schema_hash' AND columnfamily_name = 'telemetry'"))
+                     "keyspace_name = '%s' AND columnfamily_name = 'telemetry'"
+                     % KS_MODEL["hash"]))
     check(rs == [["604800"]], "--ttl 7d gave %r" % rs)
 
 
 def test_probe_picks_replication():
     # without --replication the probe reads the data centers: one node in datacenter1
-    p = run(["schema", "--keyspace", "bdb_schema_auto", "--probe", "%s:%d" % (ADDR, NODE.port)])
+    p = run(["schema", "--keyspace", KS_AUTO, "--probe", "%s:%d" % (ADDR, NODE.port)])
     check(p.returncode == 0, "exit %d: %s" % (p.returncode, p.stderr))
     check("{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}" in p.stdout, p.stdout[:600])
     check("1 node(s); replication datacenter1:1" in p.stderr, p.stderr)
     apply_file(p.stdout, "schema-auto.cql")
-    cql("INSERT INTO bdb_schema_auto.devices (tenant_id, device_id, profile) VALUES "
-        "('t1', 'd1', 'high')")
-    _, rs = rows(cql("SELECT profile FROM bdb_schema_auto.devices WHERE tenant_id = 't1'"))
+    cql("INSERT INTO %s.devices (tenant_id, device_id, profile) VALUES "
+        "('t1', 'd1', 'high')" % KS_AUTO)
+    _, rs = rows(cql("SELECT profile FROM %s.devices WHERE tenant_id = 't1'" % KS_AUTO))
     check(rs == [["high"]], "devices %r" % rs)
 
 
@@ -250,6 +257,7 @@ def main():
     if os.environ.get("BDB_TEST_STORAGE"):  # tests/cassandra-suite: this file runs its own node
         print("test_cassandra_schema: skipped on cassandra: starts its own Cassandra node\n"
               "0 passed, 0 failed")
+        NODE.stop()  # never started: only removes its (empty) directory
         sys.exit(0)
     passed = failed = 0
     print("test_cassandra_schema: binary %s" % BIN, flush=True)
@@ -276,7 +284,7 @@ def main():
             else:
                 passed += 1
                 print("%-50s ok" % fn.__name__, flush=True)
-        if failed and NODE.pid:
+        if failed and (NODE.pid or cassnode.shared_addr()):
             print(NODE.log_tail(), flush=True)
     finally:
         NODE.stop()

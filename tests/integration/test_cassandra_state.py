@@ -24,6 +24,10 @@ cassandra://), against one real Cassandra 2.1.0 node (cassnode.py):
 - the registry's collections are blob columns, one cell per overwrite; a keyspace
   from before gets them and reads its older columns (registry_collections_encoded).
 
+With BDB_CASSANDRA_NODE=HOST:PORT (tests/run) the file uses that running node instead
+of starting one, its keyspaces named with a per-run suffix (cassnode.keyspace): its
+tests kill and restart servers, never the node.
+
 BDB_SEED sets the workload's seed."""
 
 import json
@@ -46,7 +50,7 @@ DEVICES = ["lamp-%d" % i for i in range(6)]
 
 
 def cql(*stmts):
-    cmd = [BIN, "cql", "--host", cassnode.ADDR, "--port", str(NODE.port)]
+    cmd = [BIN, "cql", "--host", NODE.addr, "--port", str(NODE.port)]
     for s in stmts:
         cmd += ["-e", s]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -60,8 +64,8 @@ def rows(ks, stmt):
     return [ln.split("\t") for ln in lines[1:] if ln]
 
 
-NODE = cassnode.Node("bucketdb-state-", "bucketdb-state-it",
-                     lambda n: cql("SELECT release_version FROM system.local"))
+NODE = cassnode.node_for("bucketdb-state-", "bucketdb-state-it",
+                         lambda n: cql("SELECT release_version FROM system.local"))
 _node = {"started": False, "error": None}
 
 
@@ -76,7 +80,7 @@ def node():
 
 
 def cass_server(ks, data=None, args=()):
-    uri = "cassandra://%s:%d/%s?consistency=ONE" % (cassnode.ADDR, node().port, ks)
+    uri = "cassandra://%s:%d/%s?consistency=ONE" % (NODE.addr, node().port, ks)
     return Server(data=data, args=["--storage", uri, "--flush-interval-ms", "1h"] + list(args))
 
 
@@ -139,7 +143,7 @@ def same(label, want, got):
 
 @suite.test
 def state_on_cassandra():
-    ks = "bdb_state_it"
+    ks = cassnode.keyspace("bdb_state_it")
     rng = random.Random(SEED)
     emb = Server(args=["--flush-interval-ms", "1h"]).start()
     cas = cass_server(ks).start()
@@ -209,7 +213,7 @@ def state_on_cassandra():
 
 @suite.test
 def resent_flush_counts_once():
-    ks = "bdb_state_resend"
+    ks = cassnode.keyspace("bdb_state_resend")
     cas = cass_server(ks).start()
     try:
         lines = "\n".join("env,device=pump temp=%d,state=\"%s\" %d"
@@ -288,7 +292,7 @@ def late_on_cassandra():
     """Late events hours and days behind, some flushed and some not: /api/v1/late
     answers the same on an embedded and a Cassandra-backed server, the rows are in
     late_arrivals, and a server on an empty data directory answers from Cassandra."""
-    ks = "bdb_late_it"
+    ks = cassnode.keyspace("bdb_late_it")
     now = (int(time.time() * 1000) // MIN) * MIN
     args = ["--flush-interval-ms", "1h", "--test-clock", "true"]
     emb = Server(args=args).start()
@@ -355,7 +359,7 @@ def late_write_fails_flush():
     keeps them; once the table is back the next flush writes them, and they are listed
     after a kill -9 and restart. (The table is dropped before the server
     ever wrote to it: Cassandra 2.1.0 keeps a dropped table's prepared statements.)"""
-    ks = "bdb_late_fault"
+    ks = cassnode.keyspace("bdb_late_fault")
     node()
     p = cql("CREATE KEYSPACE IF NOT EXISTS %s WITH replication = "
             "{'class': 'SimpleStrategy', 'replication_factor': 1}" % ks, late_ddl(ks, old=True))
@@ -406,7 +410,7 @@ def long_states_on_cassandra():
     """States up to the 65,536-byte ingestion limit flush (latest_by_state's key is a
     digest past 256 bytes), devices per state stay exact, even for a short state that
     spells another one's digest key, and the server stops cleanly."""
-    ks = "bdb_state_long"
+    ks = cassnode.keyspace("bdb_state_long")
     big = ["--max-line-bytes", "200000", "--max-tag-value-bytes", "100000"]
     prefix = "p" * 9000
     states = {"huge": "h" * 65536, "edge": "e" * 256, "over": "o" * 257,
@@ -480,7 +484,7 @@ def registry_collections_encoded():
     compaction over those, and refuses frozen collections); a keyspace from before
     gets the blob columns added and reads its older columns until a device is
     rewritten."""
-    ks = "bdb_state_blobs"
+    ks = cassnode.keyspace("bdb_state_blobs")
     node()
     cql("DROP KEYSPACE IF EXISTS %s" % ks)
     # A keyspace from before: the devices table with collection columns only.
