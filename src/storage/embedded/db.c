@@ -187,27 +187,46 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
 
 /* What bdb_db_write allocates for one report before its WAL append, so that applying
  * the logged record cannot run out of memory half-way (alloc.h): the device, its
- * series and head room, and copies of new tags and state handed over after it. */
+ * series and head room, copies of new tags and state handed over after it, and its
+ * current-state index entry, metric slots and state set (held until prep_free). */
 struct prep {
     device *d;
     bdb_kv *tags; /* new tags (copy), or NULL when unchanged */
     int set_tags;
     char *state; /* copy of the report's state, or NULL */
+    db_latest_resv lr;
 };
 
-static void prep_free(struct prep *p, const bdb_report *reps, size_t n)
+static void prep_free(bdb_db *db, struct prep *p, const bdb_report *reps, size_t n)
 {
     for (size_t i = 0; p && i < n; i++) {
         cat_tags_free(p[i].tags, reps[i].ntags);
         free(p[i].state);
+        if (p[i].lr.e) {
+            pthread_mutex_lock(dev_lock(db, p[i].d));
+            db_latest_release(db, &p[i].lr);
+            pthread_mutex_unlock(dev_lock(db, p[i].d));
+        }
     }
     free(p);
 }
 
+/* Bytes apply_relearn may append for d: its bucket-history record after one more
+ * change and its hot-settings record (a varint or a string's length takes at most
+ * 10 bytes). Caller holds d's stripe lock. */
+static size_t relearn_bound(const device *d)
+{
+    size_t names = 10 + strlen(d->tenant->name) + 10 + d->nlen;
+    size_t history = 1 + names + 10 + 10 + ((size_t)d->hist.n + 1) * 20;
+    size_t hot = 1 + names + 10 + 10 + (size_t)d->hs.nsubs * 20;
+    return history + hot;
+}
+
 /* Caller holds flush_lock shared. BDB_OK or BDB_ERR_NOMEM; on failure the catalog
- * may hold new devices and series without samples (invisible to reads), nothing else. */
+ * may hold new devices and series without samples (invisible to reads), nothing else.
+ * hist gets room for every history record apply_relearn may write for the batch. */
 static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps, size_t nrep,
-                         struct prep **out)
+                         struct prep **out, bdb_buf *hist)
 {
     struct prep *p = bdb_calloc(nrep, sizeof *p);
     *out = p;
@@ -218,6 +237,7 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         return BDB_ERR_NOMEM;
     }
     size_t maybe_late = 0; /* reports that may mark a late minute (db_late_note) */
+    size_t hist_room = 0;
     int64_t batch_max = INT64_MIN;
     for (size_t i = 0; i < nrep; i++) {
         const bdb_report *r = &reps[i];
@@ -246,6 +266,21 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             else /* room for every sample of the batch so far, none appended yet */
                 rc = head_reserve(db, s, r->ts_ms, (uint32_t)n);
         }
+        if (rc == BDB_OK) /* state: the current-state index (db_latest.c) */
+            rc =
+                db_latest_reserve(db, d, r->state, r->state_len, r->metrics, r->nmetrics, &p[i].lr);
+        if (rc == BDB_OK) { /* once per device: the map tells a device key by its length */
+            char key[sizeof d + 1] = {'d'};
+            memcpy(key + 1, &d, sizeof d);
+            if (!per)
+                hist_room += relearn_bound(d);
+            else if (!bdb_map_get(per, key, sizeof key)) {
+                if (bdb_map_set(per, key, sizeof key, d) != BDB_OK)
+                    rc = BDB_ERR_NOMEM;
+                else
+                    hist_room += relearn_bound(d);
+            }
+        }
         pthread_mutex_unlock(dev_lock(db, d));
         if (rc != BDB_OK) {
             bdb_map_free(per);
@@ -253,6 +288,8 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         }
     }
     bdb_map_free(per);
+    if (bdb_buf_reserve(hist, hist_room) != BDB_OK)
+        return BDB_ERR_NOMEM;
     return maybe_late ? db_late_reserve(db, maybe_late) : BDB_OK;
 }
 
@@ -322,13 +359,10 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
 
 /* After a batch: makes the bucket change of every device whose class changed in it,
  * from its newest event (the batch included), appending each new history to hist_out. */
-static void apply_relearn(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps,
-                          size_t nrep, bdb_buf *hist_out)
+static void apply_relearn(bdb_db *db, const struct prep *prep, size_t nrep, bdb_buf *hist_out)
 {
     for (size_t i = 0; i < nrep; i++) {
-        device *d = get_device(db, tn, tl, reps[i].device, reps[i].device_len);
-        if (!d) /* cannot happen: the write created it before its WAL append */
-            continue;
+        device *d = prep[i].d; /* made by prepare_batch */
         pthread_mutex_lock(dev_lock(db, d));
         if (d->relearn || d->hs.promote) {
             /* db_hot_next_size: the learner's size, or a promotion, capped by an
@@ -549,7 +583,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     pthread_rwlock_rdlock(&db->flush_lock);
     /* Everything the apply below needs is allocated first: out of memory here leaves
      * the db as if the write never came (alloc.h). */
-    rc = prepare_batch(db, tenant_name, tl, reps, nrep, &prep);
+    rc = prepare_batch(db, tenant_name, tl, reps, nrep, &prep, &hist);
     if (rc == BDB_OK)
         rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
     if (rc != BDB_OK) {
@@ -578,15 +612,16 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         samples += nm;
     }
     if (relearn && rc == BDB_OK)
-        apply_relearn(db, tenant_name, tl, reps, nrep, &hist);
+        apply_relearn(db, prep, nrep, &hist);
     if (rc == BDB_OK && hist.oom)
         rc = BDB_ERR_NOMEM;
     if (rc == BDB_ERR_NOMEM) {
-        /* Past the WAL append and not prepared for (a rarer allocation of the apply, or
-         * a sample of the batch that turned out of order): the record is logged but
-         * the head holds part of it. Refuse every further write, as after a failed
-         * fsync: a restart replays the whole record (an unacknowledged write, like
-         * one cut by a crash, may then be there whole; never in part). */
+        /* Past the WAL append and not prepared for (head room or history bytes another
+         * writer took meanwhile): the record is logged but the head holds part of it.
+         * Refuse every further write, as after a failed fsync: a restart replays the
+         * whole record (an unacknowledged write, like one cut by a crash, may then be
+         * there whole; never in part). The alloc_fail sweep checks that a lone write
+         * never gets here. */
         db_set_readonly(db, rc, "applying a logged write");
     }
     if (rc == BDB_OK && hist.len) {
@@ -611,6 +646,10 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
             }
             rc = bdb_wal_append(db->wal, start, (size_t)(d.p - start), &lsn);
         }
+        /* The batch is applied and logged, its bucket change applied but not logged
+         * (a WAL segment roll out of memory): only a restart makes them agree. */
+        if (rc == BDB_ERR_NOMEM)
+            db_set_readonly(db, rc, "logging a bucket change");
     }
     pthread_rwlock_unlock(&db->flush_lock);
     if (rc == BDB_OK)
@@ -623,7 +662,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         atomic_fetch_add(&db->write_batches, 1);
     }
 out:
-    prep_free(prep, reps, nrep);
+    prep_free(db, prep, reps, nrep);
     bdb_buf_free(&rec);
     bdb_buf_free(&hist);
     if (rc == BDB_OK && atomic_load(&db->head_bytes) > db->o.head_max_bytes && db->bg_running) {

@@ -1,5 +1,5 @@
-/* db_latest: the current-state index (db_latest.h), its readers (db.h) and the file
- * <data>/latest.
+/* db_latest: the current-state index (db_latest.h), its reservations and its readers
+ * (db.h); the file <data>/latest is db_latest_file.c.
  *
  * Rules (also in docs/STORAGE.md#current-state):
  *  - event time = the newest report time of the device;
@@ -9,19 +9,8 @@
  *  - an older report never replaces a newer one; at equal times the report applied
  *    later wins (replay applies in WAL order, so a restart agrees with the live run
  *    except for two concurrent requests carrying the same device and time).
- *
- * File (written with bdb_vfs_write_atomic: after a crash the old or the new one):
- *   "BDBLAT01" | u32 version=1 | u64 wal_upto | u64 ndevices | u64 image length |
- *   zstd frame of the image | u32 crc32 of all preceding bytes
- *   image = ndevices x (str tenant | str device | varint event_ts | u8 has_state
- *           [str state | varint state_ts] | uvarint nmetrics
- *           (str metric | varint ts | u64le value bits)*)
- * wal_upto is the segment the flush's WAL cut sealed: the image holds every report of
- * segments <= wal_upto (and maybe later ones, which replay applies again: applying a
- * report twice changes nothing). A file that fails any check is refused at open
- * (BDB_ERR_CORRUPT) rather than silently rebuilt: moving it away rebuilds the states
- * from the catalog and the metric values from the WAL that is left. */
-#include "storage/embedded/db_latest.h"
+ */
+#include "storage/embedded/db_latest_int.h"
 #include "storage/embedded/db_state_sink.h" /* sink: renamed readers, walker */
 #include "common/alloc.h"
 
@@ -31,66 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
-#include <zstd.h>
-
-#define LT_MAGIC "BDBLAT01"
-#define LT_VERSION 1
-#define LT_HEADER (8 + 4 + 8 + 8 + 8)
-#define LT_MAX_IMAGE (UINT64_C(16) << 30) /* refuse absurd lengths from a damaged header */
-#define LT_MAX_METRICS (1u << 20)         /* per device, in a file */
-
-typedef struct lt_metric {
-    series *s; /* the catalog's series: its name, alive as long as the device */
-    int64_t ts;
-    double v;
-} lt_metric;
-
-struct lt_state;
-struct lt_tenant;
-
-/* One device. Guarded by its device's stripe lock; st, left and right also change
- * only with the tenant's mutex held. */
-typedef struct lt_dev {
-    device *dev;
-    struct lt_tenant *t;
-    struct lt_state *st;         /* NULL: no state reported yet */
-    struct lt_dev *left, *right; /* treap links inside st's set */
-    _Atomic int64_t state_ts;    /* read without the stripe lock by state listings */
-    int64_t event_ts;
-    lt_metric *m; /* sorted by metric name */
-    uint32_t nm, cap;
-    uint64_t gen;     /* sink: round of the last change (db_state_sink.c) */
-    int64_t dirty_lo; /* sink: oldest report time applied since the last sent round */
-} lt_dev;
-
-typedef struct lt_state {
-    char *name;
-    size_t nlen;
-    uint64_t count;
-    lt_dev *root;
-} lt_state;
-
-typedef struct lt_tenant {
-    pthread_mutex_t mu; /* states, every state's set, ndev */
-    bdb_map *states;    /* name -> lt_state; a state is dropped when its last device leaves */
-    uint64_t ndev;
-} lt_tenant;
-
-/* Entries of the devices of one engine stripe: open addressing on the device pointer,
- * guarded by that stripe's lock. Entries are never removed (devices never are). */
-typedef struct lt_table {
-    lt_dev **slot;
-    uint32_t cap, n;
-} lt_table;
-
-struct db_latest {
-    lt_table tables[DB_STRIPES];
-    pthread_mutex_t mu; /* tenants */
-    bdb_map *tenants;   /* tenant name -> lt_tenant */
-    _Atomic uint64_t bytes;
-    _Atomic uint64_t round, sent; /* sink: changes since round `sent` are not sent yet */
-};
 
 /* NULL when out of memory: every caller fails with BDB_ERR_NOMEM, having changed
  * nothing (alloc.h). */
@@ -99,7 +28,7 @@ static void *xcalloc(size_t n, size_t size)
     return bdb_calloc(n ? n : 1, size);
 }
 
-static void account(struct db_latest *L, int64_t delta)
+void lt_account(struct db_latest *L, int64_t delta)
 {
     atomic_fetch_add(&L->bytes, (uint64_t)delta);
 }
@@ -218,7 +147,7 @@ static lt_tenant *tenant_get(struct db_latest *L, const char *name, int create)
                 free(t);
                 t = NULL;
             } else {
-                account(L, (int64_t)(sizeof *t + n + 64));
+                lt_account(L, (int64_t)(sizeof *t + n + 64));
             }
         }
     }
@@ -259,7 +188,7 @@ static int table_put(struct db_latest *L, lt_table *tb, lt_dev *e)
             ns[i] = x;
         }
         free(tb->slot);
-        account(L, ((int64_t)ncap - (int64_t)tb->cap) * (int64_t)sizeof *ns);
+        lt_account(L, ((int64_t)ncap - (int64_t)tb->cap) * (int64_t)sizeof *ns);
         tb->slot = ns;
         tb->cap = ncap;
     }
@@ -271,8 +200,28 @@ static int table_put(struct db_latest *L, lt_table *tb, lt_dev *e)
     return BDB_OK;
 }
 
-/* Caller holds d's stripe lock. */
-static lt_dev *entry(struct db_latest *L, device *d, int create)
+/* Removes e from its table (a hidden entry whose reservations all failed or went
+ * unused): the entries after it in its probe run are placed again, so lookups that
+ * passed over its slot still find them. */
+static void table_del(lt_table *tb, const lt_dev *e)
+{
+    uint32_t mask = tb->cap - 1, i = slot_of(e->dev, tb->cap);
+    while (tb->slot[i] != e)
+        i = (i + 1) & mask;
+    tb->slot[i] = NULL;
+    tb->n--;
+    for (uint32_t j = (i + 1) & mask; tb->slot[j]; j = (j + 1) & mask) {
+        lt_dev *x = tb->slot[j];
+        tb->slot[j] = NULL;
+        uint32_t k = slot_of(x->dev, tb->cap);
+        while (tb->slot[k])
+            k = (k + 1) & mask;
+        tb->slot[k] = x;
+    }
+}
+
+/* Caller holds d's stripe lock. A new entry is hidden until lt_make_live. */
+lt_dev *lt_entry(struct db_latest *L, device *d, int create)
 {
     lt_table *tb = &L->tables[d->stripe];
     lt_dev *e = table_find(tb, d);
@@ -289,11 +238,19 @@ static lt_dev *entry(struct db_latest *L, device *d, int create)
         free(e);
         return NULL;
     }
-    account(L, sizeof *e);
+    lt_account(L, sizeof *e);
+    return e;
+}
+
+/* The first report applied to e: readers see it from now on. */
+void lt_make_live(lt_dev *e)
+{
+    if (e->live)
+        return;
+    e->live = 1;
     pthread_mutex_lock(&e->t->mu);
     e->t->ndev++;
     pthread_mutex_unlock(&e->t->mu);
-    return e;
 }
 
 /* Index of the metric or, if absent, where it would go (*found = 0). */
@@ -317,7 +274,7 @@ static uint32_t metric_pos(const lt_dev *e, const char *name, size_t nlen, int *
     return lo;
 }
 
-static int metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double v)
+int lt_metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double v)
 {
     int found;
     uint32_t i = metric_pos(e, s->metric, s->mlen, &found);
@@ -333,7 +290,7 @@ static int metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, dou
         lt_metric *nmv = bdb_realloc(e->m, ncap * sizeof *nmv);
         if (!nmv)
             return BDB_ERR_NOMEM;
-        account(L, ((int64_t)ncap - (int64_t)e->cap) * (int64_t)sizeof *nmv);
+        lt_account(L, ((int64_t)ncap - (int64_t)e->cap) * (int64_t)sizeof *nmv);
         e->m = nmv;
         e->cap = ncap;
     }
@@ -345,31 +302,42 @@ static int metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, dou
 
 /* Moves e into state (name, n), creating the set if needed; an emptied set is
  * dropped so that the states a tenant ever used do not accumulate. */
+/* The set of state (name, n) of t, made empty if it does not exist; NULL when out of
+ * memory (t unchanged). Caller holds t->mu. */
+static lt_state *state_get(struct db_latest *L, lt_tenant *t, const char *name, size_t n)
+{
+    lt_state *st = bdb_map_get(t->states, name, n);
+    if (st)
+        return st;
+    st = xcalloc(1, sizeof *st);
+    char *nm = st ? xcalloc(n + 1, 1) : NULL;
+    if (!nm || (memcpy(nm, name, n), bdb_map_set(t->states, name, n, st)) != BDB_OK) {
+        free(nm);
+        free(st);
+        return NULL;
+    }
+    st->name = nm;
+    st->nlen = n;
+    lt_account(L, (int64_t)(sizeof *st + n + 1 + 32));
+    return st;
+}
+
 static int state_move(struct db_latest *L, lt_dev *e, const char *name, size_t n)
 {
     lt_tenant *t = e->t;
     pthread_mutex_lock(&t->mu);
     /* The new set first: out of memory then leaves e in its old state. */
-    lt_state *st = bdb_map_get(t->states, name, n);
+    lt_state *st = state_get(L, t, name, n);
     if (!st) {
-        st = xcalloc(1, sizeof *st);
-        char *nm = st ? xcalloc(n + 1, 1) : NULL;
-        if (!nm || (memcpy(nm, name, n), bdb_map_set(t->states, name, n, st)) != BDB_OK) {
-            free(nm);
-            free(st);
-            pthread_mutex_unlock(&t->mu);
-            return BDB_ERR_NOMEM;
-        }
-        st->name = nm;
-        st->nlen = n;
-        account(L, (int64_t)(sizeof *st + n + 1 + 32));
+        pthread_mutex_unlock(&t->mu);
+        return BDB_ERR_NOMEM;
     }
     lt_state *old = e->st;
     if (old) {
         old->root = tr_remove(old->root, e);
-        if (--old->count == 0) {
+        if (--old->count == 0 && !old->pending) {
             bdb_map_del(t->states, old->name, old->nlen);
-            account(L, -(int64_t)(sizeof *old + old->nlen + 1 + 32));
+            lt_account(L, -(int64_t)(sizeof *old + old->nlen + 1 + 32));
             free(old->name);
             free(old);
         }
@@ -381,7 +349,7 @@ static int state_move(struct db_latest *L, lt_dev *e, const char *name, size_t n
     return BDB_OK;
 }
 
-static int apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t slen, int64_t ts)
+int lt_apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t slen, int64_t ts)
 {
     if (ts < atomic_load_explicit(&e->state_ts, memory_order_relaxed))
         return BDB_OK;
@@ -397,11 +365,10 @@ int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t
                     const char *const *names, const size_t *nlens, const double *vals, uint32_t nm)
 {
     struct db_latest *L = db->latest;
-    if (!L)
-        return BDB_OK;
-    lt_dev *e = entry(L, d, 1);
+    lt_dev *e = lt_entry(L, d, 1);
     if (!e)
         return BDB_ERR_NOMEM;
+    lt_make_live(e);
     if (ts > e->event_ts)
         e->event_ts = ts;
     /* sink: mark the entry changed (db_state_sink.c sends it at the next flush). */
@@ -420,12 +387,98 @@ int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t
         }
         series *s = cat_series(db, d, names[k], nlens[k], 0);
         /* the write path created it; absent only if that append failed */
-        if (s && metric_set(L, e, s, ts, vals[k]) != BDB_OK)
+        if (s && lt_metric_set(L, e, s, ts, vals[k]) != BDB_OK)
             return BDB_ERR_NOMEM;
     }
     if (state)
-        return apply_state(L, e, state, slen, ts);
+        return lt_apply_state(L, e, state, slen, ts);
     return BDB_OK;
+}
+
+/* ---------------------------------------------------------------- reservations */
+
+static void state_unpin(struct db_latest *L, lt_tenant *t, lt_state *st)
+{
+    pthread_mutex_lock(&t->mu);
+    if (--st->pending == 0 && st->count == 0) {
+        bdb_map_del(t->states, st->name, st->nlen);
+        lt_account(L, -(int64_t)(sizeof *st + st->nlen + 1 + 32));
+        free(st->name);
+        free(st);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Holds (creating it with no device in it if need be) the set of state (name, n). */
+static lt_state *state_pin(struct db_latest *L, lt_tenant *t, const char *name, size_t n)
+{
+    pthread_mutex_lock(&t->mu);
+    lt_state *st = state_get(L, t, name, n);
+    if (st)
+        st->pending++;
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
+                      const bdb_metric_val *m, uint32_t nm, db_latest_resv *r)
+{
+    struct db_latest *L = db->latest;
+    memset(r, 0, sizeof *r);
+    lt_dev *e = lt_entry(L, d, 1);
+    if (!e)
+        return BDB_ERR_NOMEM;
+    e->pending++;
+    r->e = e;
+    /* Metrics are never removed from an entry, so those missing now bound what this
+     * report can add at its apply. */
+    uint32_t add = 0;
+    for (uint32_t k = 0; k < nm; k++) {
+        int found;
+        metric_pos(e, m[k].name, m[k].nlen, &found);
+        add += !found;
+    }
+    uint64_t need = (uint64_t)e->nm + e->mres + add;
+    if (need > e->cap) {
+        uint64_t ncap = e->cap ? e->cap : 2;
+        while (ncap < need)
+            ncap *= 2;
+        lt_metric *nmv = ncap <= UINT32_MAX ? bdb_realloc(e->m, ncap * sizeof *nmv) : NULL;
+        if (!nmv) {
+            db_latest_release(db, r);
+            return BDB_ERR_NOMEM;
+        }
+        lt_account(L, ((int64_t)ncap - (int64_t)e->cap) * (int64_t)sizeof *nmv);
+        e->m = nmv;
+        e->cap = (uint32_t)ncap;
+    }
+    e->mres += add;
+    r->metrics = add;
+    /* Every state is held, the current one too: an earlier report of the same batch
+     * may move the device away from it and empty its set before this one applies. */
+    if (state && !(r->st = state_pin(L, e->t, state, slen))) {
+        db_latest_release(db, r);
+        return BDB_ERR_NOMEM;
+    }
+    return BDB_OK;
+}
+
+void db_latest_release(bdb_db *db, db_latest_resv *r)
+{
+    struct db_latest *L = db->latest;
+    lt_dev *e = r->e;
+    if (!e)
+        return;
+    if (r->st)
+        state_unpin(L, e->t, r->st);
+    e->mres -= r->metrics;
+    if (--e->pending == 0 && !e->live) {
+        table_del(&L->tables[e->dev->stripe], e);
+        lt_account(L, -(int64_t)(sizeof *e + (size_t)e->cap * sizeof *e->m));
+        free(e->m);
+        free(e);
+    }
+    memset(r, 0, sizeof *r);
 }
 
 /* ---------------------------------------------------------------- readers */
@@ -444,8 +497,6 @@ static device *find_device(bdb_db *db, const char *tn, const char *dn)
 int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_name,
                         int (*cb)(void *ctx, const bdb_latest *l), void *ctx)
 {
-    if (!db->latest)
-        return BDB_ERR_NOTFOUND;
     device *d = find_device(db, tenant_name, device_name);
     if (!d)
         return BDB_ERR_NOTFOUND;
@@ -454,7 +505,9 @@ int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_
     char *state = NULL;
     bdb_latest_metric *mv = NULL;
     pthread_mutex_lock(dev_lock(db, d));
-    lt_dev *e = entry(db->latest, d, 0);
+    lt_dev *e = lt_entry(db->latest, d, 0);
+    if (e && !e->live)
+        e = NULL; /* held by a write not applied yet */
     if (e) {
         out.event_ts = e->event_ts;
         out.state_ts = atomic_load_explicit(&e->state_ts, memory_order_relaxed);
@@ -521,7 +574,7 @@ int db_latest_state_devices_local(bdb_db *db, const char *tenant_name, const cha
     *total = 0;
     if (limit < 1 || limit > BDB_STATE_PAGE_MAX)
         return BDB_ERR_INVALID;
-    lt_tenant *t = db->latest ? tenant_get(db->latest, tenant_name, 0) : NULL;
+    lt_tenant *t = tenant_get(db->latest, tenant_name, 0);
     if (!t)
         return BDB_OK;
     struct page p = {after, after ? strlen(after) : 0, limit + 1, 0, NULL, NULL};
@@ -567,7 +620,7 @@ int db_latest_state_counts_local(bdb_db *db, const char *tenant_name,
                                  void *ctx, uint64_t *no_state)
 {
     *no_state = 0;
-    lt_tenant *t = db->latest ? tenant_get(db->latest, tenant_name, 0) : NULL;
+    lt_tenant *t = tenant_get(db->latest, tenant_name, 0);
     if (!t)
         return BDB_OK;
     pthread_mutex_lock(&t->mu);
@@ -579,6 +632,8 @@ int db_latest_state_counts_local(bdb_db *db, const char *tenant_name,
     int nomem = !rows;
     while (!nomem && k < n && bdb_map_next(t->states, &pos, &key, &klen, &v)) {
         lt_state *st = v;
+        if (!st->count)
+            continue; /* only held by a write's reservation: nobody is in it yet */
         rows[k].name = xcalloc(st->nlen + 1, 1);
         if (!rows[k].name) {
             nomem = 1;
@@ -612,299 +667,24 @@ int db_latest_state_counts_local(bdb_db *db, const char *tenant_name,
 
 uint64_t bdb_db_state_bytes(bdb_db *db)
 {
-    return db->latest ? atomic_load(&db->latest->bytes) : 0;
-}
-
-/* ---------------------------------------------------------------- file */
-
-static void encode_entry(bdb_buf *b, const lt_dev *e)
-{
-    const device *d = e->dev;
-    bdb_buf_put_str(b, d->tenant->name, strlen(d->tenant->name));
-    bdb_buf_put_str(b, d->name, d->nlen);
-    bdb_buf_put_varint(b, e->event_ts);
-    bdb_buf_putc(b, e->st != NULL);
-    if (e->st) {
-        bdb_buf_put_str(b, e->st->name, e->st->nlen);
-        bdb_buf_put_varint(b, atomic_load_explicit(&e->state_ts, memory_order_relaxed));
-    }
-    bdb_buf_put_uvarint(b, e->nm);
-    for (uint32_t i = 0; i < e->nm; i++) {
-        bdb_buf_put_str(b, e->m[i].s->metric, e->m[i].s->mlen);
-        bdb_buf_put_varint(b, e->m[i].ts);
-        bdb_buf_put_f64(b, e->m[i].v);
-    }
-}
-
-int db_latest_save(bdb_db *db, uint64_t wal_upto)
-{
-    struct db_latest *L = db->latest;
-    if (!L)
-        return BDB_OK;
-    bdb_buf img, out;
-    bdb_buf_init_checked(&img); /* out of memory: the save fails, the WAL stays */
-    bdb_buf_init_checked(&out);
-    uint64_t n = 0;
-    /* One stripe at a time: writers of other stripes go on meanwhile. */
-    for (uint32_t s = 0; s < DB_STRIPES; s++) {
-        pthread_mutex_lock(&db->stripes[s]);
-        const lt_table *tb = &L->tables[s];
-        for (uint32_t i = 0; i < tb->cap; i++)
-            if (tb->slot[i]) {
-                encode_entry(&img, tb->slot[i]);
-                n++;
-            }
-        pthread_mutex_unlock(&db->stripes[s]);
-    }
-    /* Every report in the snapshot was appended to the WAL before it was applied; this
-     * cut makes them durable, so the file never shows a report that a power loss
-     * could take out of the WAL. */
-    uint64_t sealed;
-    int rc = img.oom ? BDB_ERR_NOMEM : bdb_wal_cut(db->wal, &sealed);
-    if (rc != BDB_OK) {
-        if (rc != BDB_ERR_NOMEM)
-            db_set_readonly(db, rc, "WAL segment cut (state index)");
-        goto out;
-    }
-    size_t bound = ZSTD_compressBound(img.len);
-    if ((rc = bdb_buf_reserve(&out, LT_HEADER + bound + 4)) != BDB_OK)
-        goto out;
-    bdb_buf_append(&out, LT_MAGIC, 8);
-    bdb_buf_put_u32le(&out, LT_VERSION);
-    bdb_buf_put_u64le(&out, wal_upto);
-    bdb_buf_put_u64le(&out, n);
-    bdb_buf_put_u64le(&out, img.len);
-    size_t z = ZSTD_compress(out.data + out.len, bound, img.data, img.len, 1);
-    if (ZSTD_isError(z)) {
-        BDB_ERROR("state index compression failed: %s", ZSTD_getErrorName(z));
-        rc = BDB_ERR_IO;
-        goto out;
-    }
-    out.len += z;
-    bdb_buf_put_u32le(&out, (uint32_t)crc32(0, out.data, (uInt)out.len));
-    rc = bdb_vfs_write_atomic(db->vfs, db->dir, "latest", out.data, out.len);
-out:
-    if (rc != BDB_OK)
-        BDB_ERROR("state index save failed: %s; WAL segments kept", bdb_strerror(rc));
-    bdb_buf_free(&img);
-    bdb_buf_free(&out);
-    return rc;
-}
-
-/* Without a file (a data directory from before the index, or the file moved away):
- * states and event times from the catalog. Metric values come back from the WAL
- * segments that remain, and from each device's next report. */
-static int seed_nomem; /* out of memory seeding (open only, single-threaded) */
-
-static void seed_from_catalog(void *ctx, device *d)
-{
-    bdb_db *db = ctx;
-    if (!d->state && d->last_ts == INT64_MIN)
-        return;
-    lt_dev *e = entry(db->latest, d, 1);
-    if (!e) {
-        seed_nomem = 1;
-        return;
-    }
-    e->event_ts = d->last_ts;
-    if (d->state && apply_state(db->latest, e, d->state, strlen(d->state), d->state_ts))
-        seed_nomem = 1;
-}
-
-static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t len, uint64_t ndev)
-{
-    bdb_dec d;
-    bdb_dec_init(&d, img, len);
-    for (uint64_t i = 0; i < ndev && !d.err; i++) {
-        size_t tl, dl, sl = 0;
-        const char *tn = bdb_dec_str(&d, &tl);
-        const char *dn = bdb_dec_str(&d, &dl);
-        int64_t ets = bdb_dec_varint(&d);
-        const char *st = NULL;
-        int64_t sts = INT64_MIN;
-        if (bdb_dec_u8(&d)) {
-            st = bdb_dec_str(&d, &sl);
-            sts = bdb_dec_varint(&d);
-        }
-        uint64_t nm = bdb_dec_uvarint(&d);
-        if (d.err || tl == 0 || nm > LT_MAX_METRICS || nm > bdb_dec_left(&d))
-            break;
-        tenant *t = cat_tenant(db, tn, tl, 1);
-        device *dv = t ? cat_device(db, t, dn, dl, 1) : NULL;
-        lt_dev *e = dv ? entry(db->latest, dv, 1) : NULL;
-        if (!e)
-            return BDB_ERR_NOMEM; /* the open fails (alloc.h) */
-        if (ets > e->event_ts)
-            e->event_ts = ets;
-        for (uint64_t k = 0; k < nm && !d.err; k++) {
-            size_t ml;
-            const char *m = bdb_dec_str(&d, &ml);
-            int64_t ts = bdb_dec_varint(&d);
-            double v = bdb_dec_f64(&d);
-            series *se = d.err ? NULL : cat_series(db, dv, m, ml, 1);
-            if (!d.err && (!se || metric_set(db->latest, e, se, ts, v) != BDB_OK))
-                return BDB_ERR_NOMEM;
-        }
-        if (st && !d.err && apply_state(db->latest, e, st, sl, sts) != BDB_OK)
-            return BDB_ERR_NOMEM;
-    }
-    if (d.err || bdb_dec_left(&d)) {
-        BDB_ERROR("state index %s: truncated or malformed content", path);
-        return BDB_ERR_CORRUPT;
-    }
-    return BDB_OK;
-}
-
-static int load_file(bdb_db *db, const char *path)
-{
-    void *data;
-    size_t len;
-    int rc = bdb_vfs_read_all(db->vfs, path, &data, &len);
-    if (rc != BDB_OK) {
-        BDB_ERROR("state index %s: cannot read: %s", path, bdb_strerror(rc));
-        return rc;
-    }
-    const uint8_t *p = data;
-    void *img = NULL;
-    rc = BDB_ERR_CORRUPT;
-    if (len < LT_HEADER + 4 || memcmp(p, LT_MAGIC, 8) != 0) {
-        BDB_ERROR("state index %s: bad magic or too short (%zu bytes)", path, len);
-        goto out;
-    }
-    if ((uint32_t)crc32(0, p, (uInt)(len - 4)) != bdb_get_u32le(p + len - 4)) {
-        BDB_ERROR("state index %s: checksum mismatch", path);
-        goto out;
-    }
-    if (bdb_get_u32le(p + 8) != LT_VERSION) {
-        BDB_ERROR("state index %s: unsupported version %u", path, bdb_get_u32le(p + 8));
-        goto out;
-    }
-    uint64_t upto = bdb_get_u64le(p + 12), ndev = bdb_get_u64le(p + 20);
-    uint64_t raw = bdb_get_u64le(p + 28);
-    size_t zlen = len - LT_HEADER - 4;
-    unsigned long long fcs = ZSTD_getFrameContentSize(p + LT_HEADER, zlen);
-    if (raw > LT_MAX_IMAGE || fcs != raw || ndev > raw) {
-        BDB_ERROR("state index %s: bad image length", path);
-        goto out;
-    }
-    img = bdb_malloc(raw ? raw : 1);
-    if (!img) {
-        rc = BDB_ERR_NOMEM;
-        goto out;
-    }
-    size_t got = ZSTD_decompress(img, raw, p + LT_HEADER, zlen);
-    if (ZSTD_isError(got) || got != raw) {
-        BDB_ERROR("state index %s: cannot decompress", path);
-        goto out;
-    }
-    if ((rc = load_image(db, path, img, raw, ndev)) != BDB_OK)
-        goto out;
-    if (upto < db->wal_upto) {
-        /* The catalog was saved by a flush whose save of this file failed; that flush
-         * kept the WAL, so replay from here covers the difference. */
-        BDB_WARN("state index %s covers WAL segments up to %llu, the catalog %llu: "
-                 "replaying from %llu",
-                 path, (unsigned long long)upto, (unsigned long long)db->wal_upto,
-                 (unsigned long long)upto + 1);
-        db->wal_upto = upto;
-    }
-out:
-    free(img);
-    free(data);
-    return rc;
-}
-
-int db_latest_open(bdb_db *db)
-{
-    struct db_latest *L = xcalloc(1, sizeof *L);
-    if (!L)
-        return BDB_ERR_NOMEM;
-    pthread_mutex_init(&L->mu, NULL);
-    L->tenants = bdb_map_new();
-    account(L, sizeof *L);
-    db->latest = L; /* freed by db_latest_free even when the open fails */
-    if (!L->tenants)
-        return BDB_ERR_NOMEM;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/latest", db->dir);
-    if (bdb_vfs_exists(db->vfs, path)) {
-        int rc = load_file(db, path);
-        if (rc == BDB_ERR_CORRUPT)
-            BDB_ERROR("state index %s is damaged; refusing to start. Move it away to "
-                      "rebuild it from the catalog and the WAL (latest metric values of "
-                      "devices that have not reported since the last flush are then lost "
-                      "until they report again)",
-                      path);
-        return rc;
-    }
-    uint64_t devices = atomic_load(&db->device_count);
-    if (devices) {
-        BDB_WARN("state index %s missing: rebuilding states from the catalog (%llu devices) "
-                 "and metric values from the WAL",
-                 path, (unsigned long long)devices);
-        seed_nomem = 0;
-        cat_each_device(db, seed_from_catalog, db);
-        if (seed_nomem)
-            return BDB_ERR_NOMEM;
-        db->wal_upto = 0; /* replay every segment that is left */
-    }
-    return BDB_OK;
-}
-
-void db_latest_free(bdb_db *db)
-{
-    struct db_latest *L = db->latest;
-    if (!L)
-        return;
-    for (uint32_t s = 0; s < DB_STRIPES; s++) {
-        lt_table *tb = &L->tables[s];
-        for (uint32_t i = 0; i < tb->cap; i++)
-            if (tb->slot[i]) {
-                free(tb->slot[i]->m);
-                free(tb->slot[i]);
-            }
-        free(tb->slot);
-    }
-    size_t tp = 0, kl;
-    const void *key;
-    void *tv;
-    while (L->tenants && bdb_map_next(L->tenants, &tp, &key, &kl, &tv)) {
-        lt_tenant *t = tv;
-        size_t sp = 0;
-        void *sv;
-        while (bdb_map_next(t->states, &sp, &key, &kl, &sv)) {
-            lt_state *st = sv;
-            free(st->name);
-            free(st);
-        }
-        bdb_map_free(t->states);
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-    }
-    bdb_map_free(L->tenants);
-    pthread_mutex_destroy(&L->mu);
-    free(L);
-    db->latest = NULL;
+    return atomic_load(&db->latest->bytes);
 }
 
 /* ---------------------------------------------------------------- sink (db_state_sink.c) */
 
 uint64_t db_latest_round(bdb_db *db)
 {
-    return db->latest ? atomic_fetch_add(&db->latest->round, 1) + 1 : 0;
+    return atomic_fetch_add(&db->latest->round, 1) + 1;
 }
 
 void db_latest_round_sent(bdb_db *db, uint64_t round)
 {
-    if (db->latest)
-        atomic_store(&db->latest->sent, round);
+    atomic_store(&db->latest->sent, round);
 }
 
 int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud)
 {
     struct db_latest *L = db->latest;
-    if (!L)
-        return BDB_OK;
     uint64_t sent = atomic_load(&L->sent);
     bdb_latest_metric *mv = NULL;
     uint32_t mcap = 0;
@@ -913,7 +693,7 @@ int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_
         lt_table *tb = &L->tables[s];
         for (uint32_t i = 0; i < tb->cap; i++) {
             lt_dev *e = tb->slot[i];
-            if (!e || (changed_only && e->gen <= sent) ||
+            if (!e || !e->live || (changed_only && e->gen <= sent) ||
                 (tn && strcmp(e->dev->tenant->name, tn) != 0))
                 continue;
             if (e->nm > mcap) {

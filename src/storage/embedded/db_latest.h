@@ -9,7 +9,7 @@
  * so the index after a restart is the saved file plus the replayed WAL. The file
  * <data>/latest is saved by every flush (db_latest_save) after the catalog and before
  * the WAL segments it covers are deleted. Format and recovery rules: the header
- * comment of db_latest.c and docs/STORAGE.md#current-state.
+ * comment of db_latest_file.c and docs/STORAGE.md#current-state.
  *
  * Locking: db_latest_apply runs under the device's stripe lock, which also guards the
  * device's entry. Two leaf mutexes follow the stripe in the locking order: the index's
@@ -23,6 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* db->latest is set for every open db: db_latest_open runs at open before anything
+ * can use it, so the functions below (except db_latest_free) rely on it. */
+
 /* Creates db->latest and loads <data>/latest. Call after the catalog is loaded and
  * before WAL replay. When the file is older than the catalog (a flush saved the
  * catalog but failed to save this file), db->wal_upto is lowered so that replay also
@@ -34,10 +37,32 @@ int db_latest_open(bdb_db *db);
 /* Safe when db->latest is NULL. */
 void db_latest_free(bdb_db *db);
 
+/* What applying one report needs, held from before the write's WAL append until
+ * after its apply (db_latest_reserve): the device's entry, free metric slots in it and
+ * the set of the report's state. Zeroed when nothing is held. */
+typedef struct db_latest_resv {
+    struct lt_dev *e;
+    uint32_t metrics;
+    struct lt_state *st;
+} db_latest_resv;
+
+/* Allocates and holds everything db_latest_apply will need for this report of d
+ * (state may be NULL; m: the report's nm metrics), so that the apply, run later with
+ * the reservation still held, allocates nothing even if other writers apply to d in
+ * between. Caller holds d's stripe lock. What it creates stays invisible to readers
+ * until a report is applied to it. BDB_OK, or BDB_ERR_NOMEM with nothing held and no
+ * trace left. */
+int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
+                      const bdb_metric_val *m, uint32_t nm, db_latest_resv *r);
+/* Lets go of a reservation, applied or not (an unapplied one leaves no trace). Caller
+ * holds the device's stripe lock. Safe on a zeroed reservation. */
+void db_latest_release(bdb_db *db, db_latest_resv *r);
+
 /* Applies one report of device d at ts. Caller holds d's stripe lock and has created
- * every metric's series (cat_series). O(nm log metrics of d); allocates only when the
- * device or a metric is new or the device enters a state no device of its tenant is
- * in. BDB_OK or BDB_ERR_NOMEM (the report applied in part: the write path then
+ * every metric's series (cat_series). O(nm log metrics of d). With a reservation of
+ * this report held it allocates nothing; without one (WAL replay) it allocates when
+ * the device or a metric is new or the device enters a state no device of its tenant
+ * is in. BDB_OK or BDB_ERR_NOMEM (the report applied in part: the write path then
  * makes the engine read-only, see bdb_db_write). */
 int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
                     const char *const *names, const size_t *nlens, const double *vals, uint32_t nm);

@@ -12,10 +12,14 @@
  *     readable and succeeds when repeated; a read returns BDB_OK with exactly the
  *     acknowledged samples, or an error, never a partial answer;
  *   - the directory closes and reopens with exactly the acknowledged data.
- * A write whose failure comes after its WAL append (an allocation the write path does
- * not reserve beforehand) makes the engine read-only, as after a failed fsync; then
- * the reopened directory must hold the write whole or not at all, and the run is
- * counted as "read-only".
+ * A failed write must also leave the current-state index as it was (latest events,
+ * states, counts: the swept write brings a new device, a new metric and a new state),
+ * and must not be in the WAL (a reopen before the retry shows none of it).
+ * The write path reserves everything its apply allocates before the WAL append, so a
+ * write that turns the engine read-only (a failure after the append, the fallback the
+ * engine keeps for what a concurrent writer can take meanwhile) fails the sweep; the
+ * child still checks that the reopened directory holds such a write whole or not at
+ * all.
  * Leaks: the ASan build runs every unit test with detect_leaks=1, so a leak on any
  * error path fails this binary at exit. Figures: "alloc sweep <path>: ...". */
 #include <stdarg.h>
@@ -126,7 +130,13 @@ static bdb_batch *make_batch(int k, int ndev, int add)
                 if (add)
                     model_put(d, m, ts, v);
             }
-            bdb_batch_state(b, i % 2 ? "on" : "off", i % 2 ? 2 : 3);
+            /* the swept batch: a metric d0 never had, and a state nobody was in */
+            if (k == 3 && d == 0 && i == 1)
+                bdb_batch_metric(b, "m.c", 3, 1.5);
+            if (k == 3 && d == 2 && i == 0)
+                bdb_batch_state(b, "boot", 4);
+            else
+                bdb_batch_state(b, i % 2 ? "on" : "off", i % 2 ? 2 : 3);
             CHECK((bdb_batch_end(b)) == (1));
         }
     CHECK((bdb_batch_failed(b)) == (BDB_OK));
@@ -176,6 +186,71 @@ static int diff(bdb_db *db, const struct sample *mod, int nmod)
             bdb_samples_free(&out);
         }
     return bad;
+}
+
+/* ---------------------------------------------------------------- state index */
+
+struct snap {
+    char s[4096];
+    size_t n;
+};
+
+static void snap_add(struct snap *sn, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(sn->s + sn->n, sizeof sn->s - sn->n, fmt, ap);
+    va_end(ap);
+    CHECK(w >= 0 && (size_t)w < sizeof sn->s - sn->n);
+    sn->n += (size_t)w;
+}
+
+static int snap_latest(void *ctx, const bdb_latest *l)
+{
+    snap_add(ctx, "ev=%lld st=%s@%lld", (long long)l->event_ts, l->state ? l->state : "-",
+             (long long)l->state_ts);
+    for (size_t i = 0; i < l->nmetrics; i++)
+        snap_add(ctx, " %s=%g@%lld", l->metrics[i].name, l->metrics[i].value,
+                 (long long)l->metrics[i].ts);
+    return 0;
+}
+
+static int snap_count(void *ctx, const char *state, uint64_t devices)
+{
+    snap_add(ctx, " %s:%llu", state, (unsigned long long)devices);
+    return 0;
+}
+
+static int snap_dev(void *ctx, const char *device, int64_t ts)
+{
+    snap_add(ctx, " %s@%lld", device, (long long)ts);
+    return 0;
+}
+
+/* Everything the current-state index answers for the test's tenant, as text. */
+static void state_snapshot(bdb_db *db, struct snap *sn)
+{
+    sn->n = 0;
+    sn->s[0] = 0;
+    for (int d = 0; d < NDEV; d++) {
+        snap_add(sn, "\n%s: ", DEVS[d]);
+        int rc = bdb_db_latest(db, TEN, DEVS[d], snap_latest, sn);
+        if (rc != BDB_OK)
+            snap_add(sn, "%s", bdb_strerror(rc));
+    }
+    uint64_t none = 0;
+    snap_add(sn, "\ncounts:");
+    CHECK(bdb_db_state_counts(db, TEN, snap_count, sn, &none) == BDB_OK);
+    snap_add(sn, " none:%llu", (unsigned long long)none);
+    const char *states[] = {"on", "off", "boot"};
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+        int more = 0;
+        uint64_t total = 0;
+        snap_add(sn, "\n%s:", states[i]);
+        CHECK(bdb_db_state_devices(db, TEN, states[i], NULL, 100, snap_dev, sn, &more, &total) ==
+              BDB_OK);
+        snap_add(sn, " total %llu more %d", (unsigned long long)total, more);
+    }
 }
 
 /* ---------------------------------------------------------------- directories */
@@ -365,6 +440,9 @@ static void one_run(enum op op, int n)
         }
     }
     int wrote, code;
+    struct snap snap0, snap1;
+    if (op == OP_WRITE)
+        state_snapshot(db, &snap0);
     bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, (uint64_t)n);
     int rc = run_op(&db, op, &wrote);
     bdb_alloc_fail_disarm();
@@ -400,6 +478,23 @@ static void one_run(enum op op, int n)
             if (d != 0)
                 FAILF("%s, allocation %d failing: %d samples differ after the failed call",
                       OP_NAME[op], n, d);
+            if (op == OP_WRITE) {
+                /* no trace in the state index, and nothing of it in the WAL */
+                state_snapshot(db, &snap1);
+                if (strcmp(snap0.s, snap1.s) != 0)
+                    FAILF("%s, allocation %d failing: state index changed:%s\n-- now:%s",
+                          OP_NAME[op], n, snap0.s, snap1.s);
+                CHECK(bdb_db_close(db) == BDB_OK);
+                CHECK(open_db(workdir, &db) == BDB_OK);
+                if ((d = diff(db, model, nmodel)) != 0)
+                    FAILF("%s, allocation %d failing: %d samples of the refused write "
+                          "came back from the WAL",
+                          OP_NAME[op], n, d);
+                state_snapshot(db, &snap1);
+                if (strcmp(snap0.s, snap1.s) != 0)
+                    FAILF("%s, allocation %d failing: state index after reopen:%s\n-- now:%s",
+                          OP_NAME[op], n, snap0.s, snap1.s);
+            }
             CHECK(run_op(&db, op, &wrote) == BDB_OK);
         }
     }
@@ -473,6 +568,9 @@ static void sweep(enum op op)
         int code = WEXITSTATUS(st);
         nomem += code == CHILD_NOMEM || code == CHILD_READONLY;
         readonly += code == CHILD_READONLY;
+        if (code == CHILD_READONLY) /* the write path must reserve it before the append */
+            fprintf(stderr, "%s, allocation %d failing: read-only after the WAL append\n",
+                    OP_NAME[op], n);
         if (code == CHILD_DONE)
             break;
     }
@@ -483,6 +581,7 @@ static void sweep(enum op op)
            OP_NAME[op], n - 1, nomem, readonly, aborts, first_abort, LEAKS);
     CHECK(n > 1);
     CHECK(failed == 0);
+    CHECK(readonly == 0); /* every allocation of a write fails it cleanly (always strict) */
     /* strict by default: an allocation site of a swept path that aborts fails the test
      * (ALLOC_SWEEP_STRICT=0 only counts them, to look at the other checks meanwhile) */
     const char *strict = getenv("ALLOC_SWEEP_STRICT");
