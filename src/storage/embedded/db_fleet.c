@@ -1,5 +1,6 @@
-/* db_fleet: fleet files, the flush hook and reads merged with the head (see
- * db_fleet.h for the crash rules; compaction and retention in db_fleet_maint.c).
+/* db_fleet: the fleet state (files loaded at first use, the recomputed-window list),
+ * head samples and reads merged with the head (see db_fleet.h for the crash rules; the
+ * flush hook in db_fleet_flush.c, compaction and retention in db_fleet_maint.c).
  *
  * Locking: fleet_lock (rwlock, one per db) guards the file list and the coverage
  * marks. Readers hold it shared across the whole read: files, then flush_lock (shared),
@@ -172,8 +173,6 @@ static int scan_one(void *ctx, const char *name)
 
 /* ---------------------------------------------------------------- dirty windows */
 
-static fstate *fleet_get(bdb_db *db);
-
 static int dirty_cmp(const fdirty *a, const char *tn, const char *mn, int ri, int64_t start)
 {
     int c = fl_rec_cmp(a->tenant, a->metric, tn, mn);
@@ -207,7 +206,7 @@ static void on_recompute(void *ctx, const char *tn, const char *dn, const char *
     int ri = idx_of(res);
     if (ri < 0)
         return;
-    fstate *t = fleet_get(ctx);
+    fstate *t = fl_get(ctx);
     if (!t) /* loaded by the fleet hook earlier in this flush: not reached in practice */
         return;
     pthread_rwlock_wrlock(&t->lock);
@@ -241,7 +240,7 @@ static void on_recompute(void *ctx, const char *tn, const char *dn, const char *
 
 void bdb_db_fleet_attach(bdb_db *db)
 {
-    fleet_get(db);
+    fl_get(db);
     bdb_db_tier_set_recompute_hook(db, on_recompute, db);
 }
 
@@ -263,7 +262,7 @@ int bdb_db_fleet_dirty(bdb_db *db, const char *tn, const char *mn, enum bdb_res 
     int rc = from < to ? bdb_db_late_marked_windows(db, tn, res, from, to, &mk, &nmk) : BDB_OK;
     if (rc != BDB_OK)
         return rc;
-    fstate *t = fleet_get(db);
+    fstate *t = fl_get(db);
     if (!t) {
         free(mk);
         return BDB_ERR_NOMEM;
@@ -346,7 +345,7 @@ static fstate *state_new(bdb_db *db)
 /* Loaded on first use, which is before this process's first fleet write (the flush
  * hook calls it first), so db->wal_upto here is the catalog's committed value. NULL
  * when memory runs out (tried again at the next use). */
-static fstate *fleet_get(bdb_db *db)
+fstate *fl_get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
     if (!db->fleet)
@@ -388,7 +387,7 @@ static void state_free(fstate *t)
 
 void bdb_db_fleet_get_stats(bdb_db *db, bdb_fleet_file_stats *st)
 {
-    fstate *t = fleet_get(db);
+    fstate *t = fl_get(db);
     memset(st, 0, sizeof *st);
     if (!t)
         return; /* out of memory loading them: no figures this time */
@@ -408,24 +407,9 @@ void bdb_db_fleet_get_stats(bdb_db *db, bdb_fleet_file_stats *st)
 
 /* ---------------------------------------------------------------- head samples */
 
-struct samp {
-    int64_t ts;
-    uint64_t prio, order;
-    double v;
-};
-
-struct gather {
-    struct samp *s;
-    size_t n, cap;
-    int64_t *ts;
-    double *v;
-    size_t tn, tcap;
-    int oom; /* a sample was dropped for lack of memory: gather_into fails */
-};
-
 static int samp_cmp(const void *a, const void *b)
 {
-    const struct samp *x = a, *y = b;
+    const struct fl_samp *x = a, *y = b;
     if (x->ts != y->ts)
         return x->ts < y->ts ? -1 : 1;
     if (x->prio != y->prio)
@@ -433,7 +417,7 @@ static int samp_cmp(const void *a, const void *b)
     return (x->order > y->order) - (x->order < y->order);
 }
 
-static int ptr_cmp(const void *a, const void *b)
+int fl_ptr_cmp(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t) * (const hchunk *const *)a,
               y = (uintptr_t) * (const hchunk *const *)b;
@@ -442,13 +426,13 @@ static int ptr_cmp(const void *a, const void *b)
 
 static int covered(const fstate *t, const hchunk *c)
 {
-    return t->ncov && bsearch(&c, t->cov, t->ncov, sizeof *t->cov, ptr_cmp) != NULL;
+    return t->ncov && bsearch(&c, t->cov, t->ncov, sizeof *t->cov, fl_ptr_cmp) != NULL;
 }
 
 /* Appends a chunk list (newest first) oldest first, so later writes get higher
  * priorities, skipping chunks in skip's covered set (skip may be NULL). */
-static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, int64_t hi,
-                            uint64_t base, const fstate *skip)
+uint64_t fl_gather_list(fl_gather *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
+                        const fstate *skip)
 {
     size_t nc = 0, k = 0;
     for (const hchunk *c = list; c; c = c->next)
@@ -460,7 +444,7 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
         if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
             g->oom = 1;
         if (g->n + g->tn > g->cap) {
-            struct samp *ns = fl_realloc(g->s, (g->n + g->tn) * 2 * sizeof *g->s);
+            struct fl_samp *ns = fl_realloc(g->s, (g->n + g->tn) * 2 * sizeof *g->s);
             if (!ns) {
                 g->oom = 1; /* gather_into fails */
                 continue;
@@ -469,7 +453,7 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
             g->cap = (g->n + g->tn) * 2;
         }
         for (size_t i = 0; i < g->tn; i++)
-            g->s[g->n++] = (struct samp){g->ts[i], base + nc - k, i, g->v[i]};
+            g->s[g->n++] = (struct fl_samp){g->ts[i], base + nc - k, i, g->v[i]};
     }
     return base + nc;
 }
@@ -477,7 +461,7 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
 /* Sorts the gathered samples, keeps the newest write of each time (as raw reads do)
  * and adds each window's statistics (width w) of device dev to every fleet in fl[0..nf)
  * (widths multiples of w). Empties the gather. Non-finite samples are skipped. */
-static int gather_into(struct gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
+int fl_gather_into(fl_gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
 {
     if (g->oom) { /* never windows from part of the samples */
         g->oom = 0;
@@ -511,7 +495,7 @@ static int gather_into(struct gather *g, int64_t w, const char *dev, bdb_fleet *
     return rc;
 }
 
-static void gather_free(struct gather *g)
+void fl_gather_free(fl_gather *g)
 {
     free(g->s);
     free(g->ts);
@@ -529,7 +513,7 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
         return BDB_ERR_INVALID;
     bdb_fleet_reset(out);
     int64_t lo = bdb_align_down(from, width), hi = to;
-    fstate *t = fleet_get(db);
+    fstate *t = fl_get(db);
     if (!t)
         return BDB_ERR_NOMEM;
     int rc = BDB_OK;
@@ -553,7 +537,7 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
             BDB_ERROR("fleet file %s: record %s/%s failed to decode", f->path, tn, mn);
     }
     /* the head: samples not yet in fleet files */
-    struct gather g;
+    fl_gather g;
     memset(&g, 0, sizeof g);
     pthread_rwlock_rdlock(&db->flush_lock);
     const fstate *skip = t->covered_at == atomic_load(&db->flushes) ? t : NULL;
@@ -568,270 +552,16 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
         pthread_mutex_lock(dev_lock(db, d));
         series *s = cat_series(db, d, mn, mlen, 0);
         if (s) {
-            uint64_t base = gather_list(&g, s->frozen, lo, hi, 0, skip);
-            gather_list(&g, s->active, lo, hi, base, NULL);
+            uint64_t base = fl_gather_list(&g, s->frozen, lo, hi, 0, skip);
+            fl_gather_list(&g, s->active, lo, hi, base, NULL);
         }
         pthread_mutex_unlock(dev_lock(db, d));
         if (g.n || g.oom)
-            rc = gather_into(&g, width, d->name, out, 1);
+            rc = fl_gather_into(&g, width, d->name, out, 1);
     }
     pthread_rwlock_unlock(&db->cat_lock);
     pthread_rwlock_unlock(&db->flush_lock);
     pthread_rwlock_unlock(&t->lock);
-    gather_free(&g);
+    fl_gather_free(&g);
     return rc;
-}
-
-/* ---------------------------------------------------------------- writing files */
-
-struct builder {
-    int ri;
-    int64_t start;
-    bdb_buf body;
-    size_t nrec;
-};
-
-/* ---------------------------------------------------------------- flush hook */
-
-struct acc {
-    char *tenant, *metric;
-    bdb_fleet f[NRES];
-};
-
-static int acc_cmp(const void *x, const void *y)
-{
-    const struct acc *a = *(struct acc *const *)x, *b = *(struct acc *const *)y;
-    return fl_rec_cmp(a->tenant, a->metric, b->tenant, b->metric);
-}
-
-/* Withdraws the files of a publish whose flush failed (see the header comment). */
-static int withdraw(fstate *t)
-{
-    ffile **gone = fl_realloc(NULL, (t->npend + 1) * sizeof *gone);
-    if (!gone) /* nothing changed: the flush fails and the next one withdraws them */
-        return BDB_ERR_NOMEM;
-    size_t ng = 0, k = 0;
-    pthread_rwlock_wrlock(&t->lock);
-    for (size_t i = 0; i < t->n; i++) {
-        int pend = 0;
-        for (size_t j = 0; j < t->npend; j++)
-            pend |= t->files[i]->seq == t->pend[j];
-        if (pend)
-            gone[ng++] = t->files[i];
-        else
-            t->files[k++] = t->files[i];
-    }
-    t->n = k;
-    t->covered_at = UINT64_MAX;
-    t->ncov = 0;
-    pthread_rwlock_unlock(&t->lock);
-    for (size_t i = 0; i < ng; i++) {
-        BDB_INFO("fleet: withdrawing %s (its flush failed; the retry recomputes it)",
-                 gone[i]->path);
-        bdb_vfs_unlink(t->db->vfs, gone[i]->path);
-        bdb_vfs_sync_dir(t->db->vfs, t->sub[gone[i]->ri]);
-        fl_file_free(gone[i]);
-        atomic_fetch_add(&t->withdrawn, 1);
-    }
-    free(gone);
-    t->npend = 0;
-    return BDB_OK;
-}
-
-int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
-{
-    if (rc != BDB_OK)
-        return rc;
-    fstate *t = fleet_get(db);
-    if (!t)
-        return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
-    if (agg_sink_fleet(db)) { /* sink: the files answer until this flush's rows are put */
-        pthread_rwlock_wrlock(&t->lock);
-        t->sink_synced = 0;
-        pthread_rwlock_unlock(&t->lock);
-    }
-    if (t->npend && t->covered_at == atomic_load(&db->flushes) && withdraw(t) != BDB_OK)
-        return BDB_ERR_NOMEM;
-    t->npend = 0;
-    bdb_map *accs = bdb_map_new();
-    if (!accs)
-        rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
-    struct gather g;
-    memset(&g, 0, sizeof g);
-    const hchunk **cov = NULL;
-    size_t ncov = 0, capcov = 0;
-    char key[1024];
-    /* The frozen chunks are read-only until the flush frees them: no lock needed. */
-    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        const series *s = v[i];
-        for (const hchunk *c = s->frozen; c; c = c->next) {
-            if (ncov == capcov) {
-                const hchunk **nc = fl_realloc(cov, (capcov ? capcov * 2 : 256) * sizeof *cov);
-                if (!nc) {
-                    rc = BDB_ERR_NOMEM;
-                    break;
-                }
-                cov = nc;
-                capcov = capcov ? capcov * 2 : 256;
-            }
-            cov[ncov++] = c;
-        }
-        if (rc != BDB_OK)
-            break;
-        const char *tn = s->dev->tenant->name;
-        size_t tl = strlen(tn);
-        if (tl + 1 + s->mlen > sizeof key)
-            continue; /* names are bounded far below this by ingestion */
-        memcpy(key, tn, tl);
-        key[tl] = 0;
-        memcpy(key + tl + 1, s->metric, s->mlen);
-        size_t kl = tl + 1 + s->mlen;
-        struct acc *a = bdb_map_get(accs, key, kl);
-        if (!a) {
-            a = bdb_calloc(1, sizeof *a);
-            if (!a) {
-                rc = BDB_ERR_NOMEM;
-                break;
-            }
-            a->tenant = fl_strndup(tn, tl);
-            a->metric = fl_strndup(s->metric, s->mlen);
-            for (int ri = 0; ri < NRES; ri++)
-                bdb_fleet_init(&a->f[ri], bdb_res_width(res_of(ri)));
-            if (!a->tenant || !a->metric || bdb_map_set(accs, key, kl, a) != BDB_OK) {
-                free(a->tenant);
-                free(a->metric);
-                free(a);
-                rc = BDB_ERR_NOMEM;
-                break;
-            }
-        }
-        gather_list(&g, s->frozen, INT64_MIN, INT64_MAX, 0, NULL);
-        /* hours of this device, added to its hour and its day */
-        rc = gather_into(&g, bdb_res_width(BDB_RES_1H), s->dev->name, a->f, NRES);
-    }
-    gather_free(&g);
-    size_t na = accs ? bdb_map_count(accs) : 0, k = 0;
-    struct acc **av = fl_realloc(NULL, (na + 1) * sizeof *av);
-    size_t pos = 0, kl;
-    const void *kp;
-    void *val;
-    while (accs && bdb_map_next(accs, &pos, &kp, &kl, &val)) {
-        if (av) {
-            av[k++] = val;
-            continue;
-        }
-        struct acc *a = val; /* no room to list them: freed here, the flush fails */
-        for (int ri = 0; ri < NRES; ri++)
-            bdb_fleet_free(&a->f[ri]);
-        free(a->tenant);
-        free(a->metric);
-        free(a);
-    }
-    bdb_map_free(accs);
-    if (!av) {
-        na = 0;
-        rc = BDB_ERR_NOMEM;
-    }
-    if (na > 1)
-        qsort(av, na, sizeof *av, acc_cmp);
-    /* one file per (resolution, file window), records in (tenant, metric) order */
-    struct builder *bs = NULL;
-    size_t nb = 0;
-    for (int ri = 0; ri < NRES && rc == BDB_OK; ri++) {
-        int64_t span = bdb_tier_file_span(res_of(ri));
-        for (size_t i = 0; i < na && rc == BDB_OK; i++) {
-            const bdb_fleet *f = &av[i]->f[ri];
-            for (size_t w = 0; w < f->n && rc == BDB_OK;) {
-                int64_t fs = bdb_align_down(f->w[w].start, span);
-                struct builder *b = NULL;
-                for (size_t x = 0; x < nb; x++)
-                    if (bs[x].ri == ri && bs[x].start == fs)
-                        b = &bs[x];
-                if (!b) {
-                    struct builder *nbs = fl_realloc(bs, (nb + 1) * sizeof *bs);
-                    if (!nbs) {
-                        rc = BDB_ERR_NOMEM;
-                        break;
-                    }
-                    bs = nbs;
-                    b = &bs[nb++];
-                    b->ri = ri;
-                    b->start = fs;
-                    b->nrec = 0;
-                    bdb_buf_init_checked(&b->body); /* fl_write checks its oom flag */
-                }
-                bdb_buf rec;
-                bdb_buf_init_checked(&rec);
-                bdb_fleet_write(f, fs, fs + span, &rec);
-                if (rec.oom)
-                    b->body.oom = 1; /* the record is missing: fl_write fails */
-                bdb_buf_put_str(&b->body, av[i]->tenant, strlen(av[i]->tenant));
-                bdb_buf_put_str(&b->body, av[i]->metric, strlen(av[i]->metric));
-                bdb_buf_put_uvarint(&b->body, rec.len);
-                bdb_buf_append(&b->body, rec.data, rec.len);
-                bdb_buf_free(&rec);
-                b->nrec++;
-                while (w < f->n && f->w[w].start < fs + span)
-                    w++;
-            }
-        }
-    }
-    for (size_t i = 0; i < na; i++) {
-        for (int ri = 0; ri < NRES; ri++)
-            bdb_fleet_free(&av[i]->f[ri]);
-        free(av[i]->tenant);
-        free(av[i]->metric);
-        free(av[i]);
-    }
-    free(av);
-    ffile **out = fl_realloc(NULL, (nb + 1) * sizeof *out);
-    uint64_t *seqs = fl_realloc(NULL, (nb + 1) * sizeof *seqs);
-    if (rc == BDB_OK) { /* room to publish them, so that publishing cannot fail */
-        pthread_rwlock_wrlock(&t->lock);
-        if (!out || !seqs || fl_files_reserve(t, nb) != BDB_OK)
-            rc = BDB_ERR_NOMEM;
-        pthread_rwlock_unlock(&t->lock);
-    }
-    size_t done = 0;
-    for (size_t i = 0; i < nb && rc == BDB_OK; i++) {
-        seqs[i] = t->next_seq++;
-        rc = fl_write(t, bs[i].ri, bs[i].start, seqs[i], sealed, NULL, 0, bs[i].nrec, &bs[i].body,
-                      &out[done]);
-        if (rc == BDB_OK)
-            done++;
-    }
-    for (size_t i = 0; i < nb; i++)
-        bdb_buf_free(&bs[i].body);
-    free(bs);
-    if (rc == BDB_OK && agg_sink_fleet(db)) /* sink: complete windows before publishing */
-        rc = agg_sink_put_fleet(db, t, out, done);
-    if (rc != BDB_OK) {
-        for (size_t i = 0; i < done; i++) {
-            bdb_vfs_unlink(db->vfs, out[i]->path);
-            fl_file_free(out[i]);
-        }
-        free(out);
-        free(seqs);
-        free(cov);
-        BDB_ERROR("fleet write failed: %s; the flush will be retried", bdb_strerror(rc));
-        return rc;
-    }
-    if (ncov > 1)
-        qsort(cov, ncov, sizeof *cov, ptr_cmp);
-    pthread_rwlock_wrlock(&t->lock);
-    for (size_t i = 0; i < done; i++)
-        fl_files_add(t, out[i]);
-    free(t->cov);
-    t->cov = cov;
-    t->ncov = ncov;
-    t->covered_at = atomic_load(&db->flushes);
-    t->sink_synced = 1; /* sink: every window of the published files was put */
-    pthread_rwlock_unlock(&t->lock);
-    free(t->pend);
-    t->pend = seqs;
-    t->npend = done;
-    atomic_fetch_add(&t->written, done);
-    free(out);
-    fl_maintain(t); /* db_fleet_maint.c */
-    return BDB_OK;
 }

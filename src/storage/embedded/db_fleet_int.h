@@ -1,6 +1,7 @@
-/* Private to db_fleet*.c: the fleet state, one fleet file in memory, the file
- * formats (db_fleet_file.c): fleet files and the list of windows late data recomputed,
- * and retention and compaction (db_fleet_maint.c).
+/* Private to db_fleet*.c: the fleet state, one fleet file in memory, head samples
+ * (db_fleet.c), the file formats (db_fleet_file.c): fleet files and the list of windows
+ * late data recomputed, retention and compaction (db_fleet_maint.c), the flush hook
+ * (db_fleet_flush.c).
  * Layout in docs/AGGREGATION.md#fleet-aggregates. */
 #ifndef BDB_DB_FLEET_INT_H
 #define BDB_DB_FLEET_INT_H
@@ -87,6 +88,37 @@ const frec *fl_find(const ffile *f, const char *tenant, const char *metric);
  * resolution's directory and parses it back: *out is the file as published. */
 int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, const uint64_t *in,
              size_t nin, size_t nrec, const bdb_buf *body, ffile **out);
+/* The state of db, loaded from disk at first use (db_fleet.c); NULL when memory runs
+ * out (tried again at the next use). */
+fstate *fl_get(bdb_db *db);
+
+/* Head samples (db_fleet.c), shared by the reads and the flush hook. */
+struct fl_samp {
+    int64_t ts;
+    uint64_t prio, order;
+    double v;
+};
+typedef struct fl_gather {
+    struct fl_samp *s;
+    size_t n, cap;
+    int64_t *ts;
+    double *v;
+    size_t tn, tcap;
+    int oom; /* a sample was dropped for lack of memory: fl_gather_into fails */
+} fl_gather;
+/* Appends a chunk list (newest first) oldest first, so later writes get higher
+ * priorities, skipping chunks in skip's covered set (skip may be NULL); returns the
+ * priority base for a list of newer chunks. */
+uint64_t fl_gather_list(fl_gather *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
+                        const fstate *skip);
+/* Adds the gathered samples (the newest write of each time) as per-window statistics
+ * (width w) of device dev to fl[0..nf); empties the gather. BDB_ERR_NOMEM when a
+ * sample was dropped for lack of memory. */
+int fl_gather_into(fl_gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf);
+void fl_gather_free(fl_gather *g);
+/* Orders chunk addresses (the covered set is sorted by it). */
+int fl_ptr_cmp(const void *a, const void *b);
+
 /* The file list (db_fleet.c), kept sorted; callers hold t->lock exclusively. Reserve
  * the room first (BDB_OK or BDB_ERR_NOMEM), so that adding cannot fail. */
 int fl_files_reserve(fstate *t, size_t extra);

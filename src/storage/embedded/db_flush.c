@@ -531,7 +531,7 @@ int db_flush(bdb_db *db)
     }
     size_t nblocks = ws.n;
     rc = db_writers_finish(db, &ws, rc, NULL, 0);
-    /* fleet: fleet files (db_fleet.c) */
+    /* fleet: fleet files (db_fleet_flush.c) */
     rc = db_fleet_flush(db, f.v, f.n, sealed, rc);
     rc = db_tier_flush(db, f.v, f.n, sealed, rc); /* rollup: tier files (db_tier.c) */
     db_merger_free(&m);

@@ -84,8 +84,9 @@ int64_t tier_retention(bdb_db *db, const char *tn, enum bdb_res res);
 int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
                      size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out);
 
-/* db_tier_late.c (flush thread only). late_frozen_sort prepares the dirty marks frozen
- * by the flush; late_recompute takes a series' partial windows of this flush (part[0]
+/* db_tier_late.c (flush thread only, from db_tier_flush after db_late_freeze succeeded in
+ * the same flush, which created the late state they use). late_frozen_sort prepares the dirty marks
+ * frozen by the flush; late_recompute takes a series' partial windows of this flush (part[0]
  * minutes from its frozen samples; part[1], part[2] their hours and days) and, when it
  * has dirty minutes, fills rep[0..2] (empty, of the tier widths) with the windows
  * recomputed from raw and coarser tiers, removing from part what they replace;

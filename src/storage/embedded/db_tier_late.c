@@ -73,9 +73,25 @@ static lstate *late_get(bdb_db *db)
         db->late = l;
     }
     pthread_mutex_unlock(&db->ext_mu);
-    /* NULL only when out of memory before the first mark: then there is no mark to
-     * read, so readers answer "none"; markers fail (alloc.h). */
+    return l; /* NULL only when out of memory: markers fail (alloc.h) */
+}
+
+/* Readers never create the state: without it no mark was ever made and no flush
+ * froze one, so they answer "none" (and cannot fail for lack of memory). */
+static lstate *late_peek(bdb_db *db)
+{
+    pthread_mutex_lock(&db->ext_mu);
+    lstate *l = db->late;
+    pthread_mutex_unlock(&db->ext_mu);
     return l;
+}
+
+/* The flush thread's functions (late_frozen_sort ... late_frozen_done) run only from
+ * db_tier_flush once the flush succeeded so far, so db_late_freeze has created the
+ * state earlier in the same flush, on the same thread. */
+static lstate *late_flushing(bdb_db *db)
+{
+    return db->late;
 }
 
 void db_late_close(bdb_db *db)
@@ -139,10 +155,9 @@ int db_late_reserve(bdb_db *db, size_t n)
     return rc;
 }
 
+/* db.c calls it only for ts <= d->last_ts (an event not newer than the device's newest). */
 int db_late_note(bdb_db *db, struct device *d, int64_t ts)
 {
-    if (d->last_ts == INT64_MIN || ts > d->last_ts)
-        return BDB_OK;
     int64_t thr = db_late_threshold(db);
     int late = d->last_ts - ts > thr; /* both are event times: no overflow in practice */
     int rewrite = d->late_frozen_ts == 0 || ts <= d->late_frozen_ts;
@@ -230,9 +245,7 @@ static int mark_cmp(const void *a, const void *b)
 
 void late_frozen_sort(bdb_db *db)
 {
-    lstate *l = late_get(db);
-    if (!l) /* no mark was ever made */
-        return;
+    lstate *l = late_flushing(db);
     pthread_mutex_lock(&l->mu);
     if (l->nfrz > 1)
         qsort(l->frz, l->nfrz, sizeof *l->frz, mark_cmp);
@@ -265,9 +278,7 @@ static const struct mark *frozen_marks(lstate *l, const device *d, size_t *n)
 
 void late_frozen_done(bdb_db *db)
 {
-    lstate *l = late_get(db);
-    if (!l)
-        return;
+    lstate *l = late_flushing(db);
     pthread_mutex_lock(&l->mu);
     l->nfrz = 0;
     pthread_mutex_unlock(&l->mu);
@@ -449,9 +460,7 @@ static int complete_from(bdb_db *db, const char *tn, enum bdb_res res, int64_t s
 
 int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *rep)
 {
-    lstate *l = late_get(db);
-    if (!l)
-        return BDB_OK; /* no mark was ever made: nothing to recompute */
+    lstate *l = late_flushing(db);
     size_t nm;
     const struct mark *m = frozen_marks(l, s->dev, &nm);
     const char *tn = s->dev->tenant->name;
@@ -486,9 +495,7 @@ int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *re
 
 void late_recomputed(bdb_db *db, const series *s, const bdb_rollup *rep)
 {
-    lstate *l = late_get(db);
-    if (!l)
-        return;
+    lstate *l = late_flushing(db);
     for (int k = 0; k < BDB_TIERS; k++) {
         atomic_fetch_add(&l->recomputed[k], rep[k].n);
         if (l->cb)
@@ -515,8 +522,9 @@ void bdb_db_tier_set_recompute_hook(bdb_db *db, bdb_tier_recompute_fn cb, void *
 
 void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st)
 {
-    lstate *l = late_get(db);
+    lstate *l = late_peek(db);
     memset(st, 0, sizeof *st);
+    st->threshold_ms = db_late_threshold(db);
     if (!l)
         return;
     st->late_events = atomic_load(&l->late_events);
@@ -527,12 +535,11 @@ void bdb_db_late_get_stats(bdb_db *db, bdb_late_stats *st)
     pthread_mutex_lock(&l->mu);
     st->pending = l->npend + l->nfrz;
     pthread_mutex_unlock(&l->mu);
-    st->threshold_ms = db_late_threshold(db);
 }
 
 void db_late_unsent(bdb_db *db, void (*fn)(void *ud, const bdb_late_event *e), void *ud)
 {
-    lstate *l = late_get(db);
+    lstate *l = late_peek(db);
     if (!l)
         return;
     pthread_mutex_lock(&l->mu);
@@ -552,7 +559,7 @@ void db_late_unsent(bdb_db *db, void (*fn)(void *ud, const bdb_late_event *e), v
 
 void db_late_sent(bdb_db *db)
 {
-    lstate *l = late_get(db);
+    lstate *l = late_peek(db);
     if (!l)
         return;
     pthread_mutex_lock(&l->mu);
@@ -564,9 +571,9 @@ void db_late_sent(bdb_db *db)
 int db_late_recent_local(bdb_db *db, const char *tn, const char *dn,
                          int (*cb)(void *ctx, const bdb_late_event *e), void *ctx)
 {
-    lstate *l = late_get(db);
-    if (!l)
-        return BDB_ERR_NOMEM;
+    lstate *l = late_peek(db);
+    if (!l) /* no late event yet */
+        return BDB_OK;
     pthread_mutex_lock(&l->mu);
     int stop = 0;
     for (size_t i = 0; i < l->ring_n && !stop; i++) {
@@ -598,7 +605,7 @@ size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **
     pthread_rwlock_unlock(&db->cat_lock);
     if (!d)
         return 0;
-    lstate *l = late_get(db);
+    lstate *l = late_peek(db);
     if (!l) /* no mark was ever made */
         return 0;
     size_t n = 0, cap = 0;
@@ -646,7 +653,7 @@ int bdb_db_late_marked_windows(bdb_db *db, const char *tn, enum bdb_res res, int
     pthread_rwlock_rdlock(&db->cat_lock);
     const tenant *te = cat_tenant(db, tn, strlen(tn), 0);
     pthread_rwlock_unlock(&db->cat_lock);
-    lstate *l = te ? late_get(db) : NULL;
+    lstate *l = te ? late_peek(db) : NULL;
     if (!l) /* no such tenant, or no mark was ever made */
         return BDB_OK;
     size_t k = 0, cap = 0;
