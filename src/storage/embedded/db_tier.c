@@ -168,6 +168,10 @@ static int scan_one(void *ctx, const char *name)
     void *data = NULL;
     size_t len = 0;
     int rc = bdb_vfs_read_all(vfs, path, &data, &len);
+    if (rc == BDB_ERR_NOMEM) { /* skipping the file would make a flush rewrite its windows */
+        s->nomem = 1;
+        return 1;
+    }
     if (rc != BDB_OK) {
         BDB_ERROR("cannot read tier file %s: %s", path, bdb_strerror(rc));
         return 0;
@@ -230,9 +234,13 @@ static int scan_one(void *ctx, const char *name)
         return 0;
     }
     if ((rc = bdb_vfs_open(vfs, path, BDB_O_RDONLY, &f->f)) != BDB_OK) {
-        BDB_ERROR("cannot open tier file %s: %s", path, bdb_strerror(rc));
         tf_free(f);
         free(f);
+        if (rc == BDB_ERR_NOMEM) {
+            s->nomem = 1;
+            return 1;
+        }
+        BDB_ERROR("cannot open tier file %s: %s", path, bdb_strerror(rc));
         return 0;
     }
     f->path = bdb_strdup(path);
@@ -273,7 +281,8 @@ static tstate *state_new(bdb_db *db)
                 BDB_ERROR("cannot create %s: %s", t->sub[r], strerror(errno));
             s.res = r + 1;
             s.dir = t->sub[r];
-            bdb_vfs_list(db->vfs, t->sub[r], scan_one, &s);
+            if (bdb_vfs_list(db->vfs, t->sub[r], scan_one, &s) == BDB_ERR_NOMEM)
+                s.nomem = 1; /* a file left unlisted would be missed like one skipped */
         }
     }
     free(s.dead);

@@ -168,16 +168,12 @@ static void fresh_work(void)
     assert_int_equal(cu_copy_tree(g_image, g_work), 0);
 }
 
-/* Opens the work copy over f, its tier state loaded: that load (db_tier.c) is not the
- * glue's, and alloc_fail_test.c sweeps it where it is first used. */
+/* Opens the work copy over f. The tier state is left to load inside the swept flush:
+ * a tier file skipped there for lack of memory made the flush send windows without
+ * that file's samples (db_tier.c scan_one; this sweep found it). */
 static bdb_db *open_work(fakesink *f)
 {
     bdb_db *db = open_db("work", f);
-    bdb_rollup r;
-    bdb_rollup_init(&r, bdb_res_width(BDB_RES_1H));
-    assert_int_equal(bdb_db_tier_read(db, "t1", devs[0], &mets[0], 1, BDB_RES_1H, LO, HI, &r),
-                     BDB_OK);
-    bdb_rollup_free(&r);
     return db;
 }
 
