@@ -17,10 +17,12 @@
 typedef int (*bdb_gzip_grow_fn)(void *ctx, size_t extra);
 
 /* Appends the inflated form of in[0..n) to out. grow may be NULL.
- * Returns 0, BDB_ERR_LIMIT (more than max bytes would come out; out then holds
- * max + 1 bytes), BDB_ERR_CORRUPT (not valid gzip/zlib, truncated, or trailing
- * bytes that are not a member) or BDB_ERR_AGAIN (grow refused). On error out holds
- * whatever was inflated so far; the caller discards it. */
+ * Returns 0, BDB_ERR_LIMIT (more than max bytes would come out, counting only what
+ * this call appends; out then holds max + 1 new bytes; also n > UINT_MAX),
+ * BDB_ERR_CORRUPT (not valid gzip/zlib, truncated, trailing bytes that are not a
+ * member, or a zlib stream that needs a preset dictionary), BDB_ERR_AGAIN (grow
+ * refused) or BDB_ERR_NOMEM (zlib's memory or a checked out buffer's growth failed).
+ * On error out holds whatever was inflated so far; the caller discards it. */
 int bdb_gzip_inflate(const void *in, size_t n, size_t max, bdb_buf *out, bdb_gzip_grow_fn grow,
                      void *ctx);
 

@@ -3,7 +3,12 @@
  * Each report is validated completely before anything is added to the batch, so a
  * rejected report leaves no trace in it. Integers are decoded as doubles
  * (JSON_DECODE_INT_AS_REAL): metric values are doubles anyway, and a metric like
- * 1e20 written out in full must not make jansson reject the whole body. */
+ * 1e20 written out in full must not make jansson reject the whole body.
+ *
+ * Members are looked up through json_kind(), which calls a missing member JSON_NULL
+ * (the format treats an absent field and null alike), so each test below is one
+ * comparison of a type instead of jansson's json_is_* macros, whose null-pointer
+ * checks would be repeated on values that can never be NULL. */
 #include "ingest/json_ingest.h"
 
 #include "bucketdb/bdb.h"
@@ -54,6 +59,33 @@ static const char *printable(char out[80], const char *s)
     return out;
 }
 
+/* The type of a member; a missing one (NULL) counts as null. */
+static json_type json_kind(const json_t *v)
+{
+    return v ? json_typeof(v) : JSON_NULL;
+}
+
+/* A metric's value as a double: numbers (finite), and booleans as 1/0. */
+static int metric_value(const json_t *v, double *d)
+{
+    switch (json_typeof(v)) {
+    case JSON_TRUE:
+        *d = 1.0;
+        return 0;
+    case JSON_FALSE:
+        *d = 0.0;
+        return 0;
+    case JSON_REAL:
+    case JSON_INTEGER:
+        /* jansson never yields NaN or infinity from text; the check keeps that
+         * guarantee local instead of relying on the decoder. */
+        *d = json_number_value(v);
+        return isfinite(*d) ? 0 : -1;
+    default:
+        return -1;
+    }
+}
+
 static int check_key(const char *what, const char *k, size_t max, char *err, size_t errlen)
 {
     char name[80];
@@ -68,25 +100,27 @@ static int check_key(const char *what, const char *k, size_t max, char *err, siz
 
 static int report_time(json_t *t, int64_t now_ms, int64_t *ts, char *err, size_t errlen)
 {
-    if (!t || json_is_null(t)) {
+    double v;
+    switch (json_kind(t)) {
+    case JSON_NULL:
         *ts = now_ms;
         return 0;
-    }
-    if (json_is_number(t)) {
-        double v = json_number_value(t);
+    case JSON_REAL:
+    case JSON_INTEGER:
+        v = json_number_value(t);
         /* 2^63 is exactly representable, so the bounds test is exact. */
         if (v != floor(v) || v < -9223372036854775808.0 || v >= 9223372036854775808.0)
             return bad(err, errlen, "field \"time\": must be integer Unix milliseconds");
         *ts = (int64_t)v;
         return 0;
-    }
-    if (json_is_string(t)) {
+    case JSON_STRING:
         if (bdb_parse_time_ms(json_string_value(t), ts) != BDB_OK)
             return bad(err, errlen,
                        "field \"time\": must be Unix milliseconds or an RFC 3339 time");
         return 0;
+    default:
+        return bad(err, errlen, "field \"time\": must be Unix milliseconds or an RFC 3339 time");
     }
-    return bad(err, errlen, "field \"time\": must be Unix milliseconds or an RFC 3339 time");
 }
 
 /* Checks a report without touching the batch. */
@@ -94,10 +128,10 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
                     size_t errlen)
 {
     char name[80];
-    if (!json_is_object(r))
+    if (json_typeof(r) != JSON_OBJECT)
         return bad(err, errlen, "must be an object");
     json_t *dev = json_object_get(r, "device");
-    if (!json_is_string(dev))
+    if (json_kind(dev) != JSON_STRING)
         return bad(err, errlen, "field \"device\": required string");
     size_t dn = json_string_length(dev);
     if (dn == 0)
@@ -127,42 +161,38 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
 
     json_t *mets = json_object_get(r, "metrics");
     size_t nmets = 0;
-    if (mets && !json_is_null(mets)) {
-        if (!json_is_object(mets))
+    if (json_kind(mets) != JSON_NULL) {
+        if (json_typeof(mets) != JSON_OBJECT)
             return bad(err, errlen, "field \"metrics\": must be an object");
         nmets = json_object_size(mets);
         if (nmets > lim->max_metrics)
             return bad(err, errlen, "field \"metrics\": %zu metrics exceed max-fields %zu", nmets,
                        lim->max_metrics);
-        const char *k;
-        json_t *v;
-        json_object_foreach(mets, k, v)
-        {
+        for (void *it = json_object_iter(mets); it; it = json_object_iter_next(mets, it)) {
+            const char *k = json_object_iter_key(it);
+            double d;
             if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0)
                 return -1;
-            /* jansson never yields NaN or infinity from text; the check keeps that
-             * guarantee local instead of relying on the decoder. */
-            if (!(json_is_boolean(v) || (json_is_number(v) && isfinite(json_number_value(v)))))
+            if (metric_value(json_object_iter_value(it), &d) < 0)
                 return bad(err, errlen, "field \"metrics.%s\": value must be a finite number",
                            printable(name, k));
         }
     }
 
     json_t *tags = json_object_get(r, "tags");
-    if (tags && !json_is_null(tags)) {
-        if (!json_is_object(tags))
+    if (json_kind(tags) != JSON_NULL) {
+        if (json_typeof(tags) != JSON_OBJECT)
             return bad(err, errlen, "field \"tags\": must be an object");
         size_t n = json_object_size(tags);
         if (n > lim->max_tags)
             return bad(err, errlen, "field \"tags\": %zu tags exceed max-tags %zu", n,
                        lim->max_tags);
-        const char *k;
-        json_t *v;
-        json_object_foreach(tags, k, v)
-        {
+        for (void *it = json_object_iter(tags); it; it = json_object_iter_next(tags, it)) {
+            const char *k = json_object_iter_key(it);
+            json_t *v = json_object_iter_value(it);
             if (check_key("tags.", k, lim->max_key_len, err, errlen) < 0)
                 return -1;
-            if (!json_is_string(v))
+            if (json_typeof(v) != JSON_STRING)
                 return bad(err, errlen, "field \"tags.%s\": value must be a string",
                            printable(name, k));
             if (json_string_length(v) > lim->max_value_len)
@@ -174,8 +204,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
 
     json_t *state = json_object_get(r, "state");
     int has_state = 0;
-    if (state && !json_is_null(state)) {
-        if (!json_is_string(state))
+    if (json_kind(state) != JSON_NULL) {
+        if (json_typeof(state) != JSON_STRING)
             return bad(err, errlen, "field \"state\": must be a string");
         if (json_string_length(state) > lim->max_value_len)
             return bad(err, errlen, "field \"state\": length %zu exceeds max-tag-value-bytes %zu",
@@ -210,25 +240,27 @@ static void add(bdb_batch *b, json_t *r, int64_t ts, size_t index)
 {
     json_t *dev = json_object_get(r, "device");
     bdb_batch_begin(b, json_string_value(dev), json_string_length(dev), ts, index);
-    const char *k;
-    json_t *v;
+    /* validate() passed: tags and metrics are objects or absent/null, their values
+     * strings and numbers or booleans, and a state is a string or absent/null. */
     json_t *tags = json_object_get(r, "tags");
-    if (json_is_object(tags)) {
-        json_object_foreach(tags, k, v)
-        {
+    if (json_kind(tags) == JSON_OBJECT) {
+        for (void *it = json_object_iter(tags); it; it = json_object_iter_next(tags, it)) {
+            const char *k = json_object_iter_key(it);
+            json_t *v = json_object_iter_value(it);
             bdb_batch_tag(b, k, strlen(k), json_string_value(v), json_string_length(v));
         }
     }
     json_t *mets = json_object_get(r, "metrics");
-    if (json_is_object(mets)) {
-        json_object_foreach(mets, k, v)
-        {
-            double d = json_is_boolean(v) ? (json_is_true(v) ? 1.0 : 0.0) : json_number_value(v);
+    if (json_kind(mets) == JSON_OBJECT) {
+        for (void *it = json_object_iter(mets); it; it = json_object_iter_next(mets, it)) {
+            const char *k = json_object_iter_key(it);
+            double d = 0;
+            (void)metric_value(json_object_iter_value(it), &d);
             bdb_batch_metric(b, k, strlen(k), d);
         }
     }
     json_t *state = json_object_get(r, "state");
-    if (json_is_string(state))
+    if (json_kind(state) == JSON_STRING)
         bdb_batch_state(b, json_string_value(state), json_string_length(state));
     bdb_batch_end(b);
 }
@@ -248,7 +280,9 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
     json_error_t jerr;
     json_oom = 0;
     json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL, &jerr);
-    if (!root && (json_oom || json_error_code(&jerr) == json_error_out_of_memory)) {
+    /* every allocation jansson makes goes through json_alloc, so json_oom is set
+     * whenever one failed (json_error_out_of_memory or not) */
+    if (!root && json_oom) {
         snprintf(res->first_error, sizeof res->first_error, "out of memory parsing the body");
         return BDB_ERR_NOMEM;
     }
@@ -261,12 +295,13 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
 
     /* {"reports": [...]}, a bare array, or one report object. */
     json_t *list = root;
-    if (json_is_object(root) && json_object_get(root, "reports"))
+    if (json_typeof(root) == JSON_OBJECT && json_object_get(root, "reports"))
         list = json_object_get(root, "reports");
+    int is_array = json_typeof(list) == JSON_ARRAY;
     size_t n;
-    if (json_is_array(list)) {
+    if (is_array) {
         n = json_array_size(list);
-    } else if (json_is_object(list) && list == root) {
+    } else if (list == root) { /* without JSON_DECODE_ANY a root is an object or array */
         n = 1;
     } else {
         res->fatal = 1;
@@ -283,7 +318,7 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
     }
 
     for (size_t i = 0; i < n; i++) {
-        json_t *r = json_is_array(list) ? json_array_get(list, i) : list;
+        json_t *r = is_array ? json_array_get(list, i) : list;
         char why[400];
         int64_t ts;
         if (validate(r, lim, now_ms, &ts, why, sizeof why) < 0) {

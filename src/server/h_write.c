@@ -51,6 +51,11 @@ static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req 
         *res = respond_json_error(s, c, 413, msg, 1);
         return NULL;
     }
+    if (g == BDB_ERR_NOMEM) { /* the server's fault, not the body's: retryable */
+        *res =
+            respond_json_error(s, c, 500, "write failed: out of memory decompressing the body", 1);
+        return NULL;
+    }
     if (g < 0) {
         *res = respond_json_error(s, c, 400, "unable to parse body: invalid gzip data", 1);
         return NULL;
