@@ -218,15 +218,14 @@ static size_t relearn_bound(const device *d)
 {
     size_t names = 10 + strlen(d->tenant->name) + 10 + d->nlen;
     size_t history = 1 + names + 10 + 10 + ((size_t)d->hist.n + 1) * 20;
-    size_t hot = 1 + names + 10 + 10 + (size_t)d->hs.nsubs * 20;
+    size_t hot = 1 + names + 10 + 10 + ((size_t)d->hs.nsubs + 1) * 20;
     return history + hot;
 }
 
 /* Caller holds flush_lock shared. BDB_OK or BDB_ERR_NOMEM; on failure the catalog
- * may hold new devices and series without samples (invisible to reads), nothing else.
- * hist gets room for every history record apply_relearn may write for the batch. */
+ * may hold new devices and series without samples (invisible to reads), nothing else. */
 static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps, size_t nrep,
-                         struct prep **out, bdb_buf *hist)
+                         struct prep **out)
 {
     struct prep *p = bdb_calloc(nrep, sizeof *p);
     *out = p;
@@ -237,7 +236,6 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         return BDB_ERR_NOMEM;
     }
     size_t maybe_late = 0; /* reports that may mark a late minute (db_late_note) */
-    size_t hist_room = 0;
     int64_t batch_max = INT64_MIN;
     for (size_t i = 0; i < nrep; i++) {
         const bdb_report *r = &reps[i];
@@ -269,18 +267,6 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         if (rc == BDB_OK) /* state: the current-state index (db_latest.c) */
             rc =
                 db_latest_reserve(db, d, r->state, r->state_len, r->metrics, r->nmetrics, &p[i].lr);
-        if (rc == BDB_OK) { /* once per device: the map tells a device key by its length */
-            char key[sizeof d + 1] = {'d'};
-            memcpy(key + 1, &d, sizeof d);
-            if (!per)
-                hist_room += relearn_bound(d);
-            else if (!bdb_map_get(per, key, sizeof key)) {
-                if (bdb_map_set(per, key, sizeof key, d) != BDB_OK)
-                    rc = BDB_ERR_NOMEM;
-                else
-                    hist_room += relearn_bound(d);
-            }
-        }
         pthread_mutex_unlock(dev_lock(db, d));
         if (rc != BDB_OK) {
             bdb_map_free(per);
@@ -288,8 +274,6 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         }
     }
     bdb_map_free(per);
-    if (bdb_buf_reserve(hist, hist_room) != BDB_OK)
-        return BDB_ERR_NOMEM;
     return maybe_late ? db_late_reserve(db, maybe_late) : BDB_OK;
 }
 
@@ -365,6 +349,15 @@ static void apply_relearn(bdb_db *db, const struct prep *prep, size_t nrep, bdb_
         device *d = prep[i].d; /* made by prepare_batch */
         pthread_mutex_lock(dev_lock(db, d));
         if (d->relearn || d->hs.promote) {
+            /* Room for the records first. Out of memory leaves the device as it is (its
+             * size, its promotion), as bdb_bucket_change does itself, and a later write
+             * tries again: nothing is applied that is not logged. Not reserved before
+             * the WAL append, where every write would pay for what few ever need. */
+            if (bdb_buf_reserve(hist_out, relearn_bound(d)) != BDB_OK) {
+                hist_out->oom = 0; /* the records already in hist_out are whole */
+                pthread_mutex_unlock(dev_lock(db, d));
+                continue;
+            }
             /* db_hot_next_size: the learner's size, or a promotion, capped by an
              * earlier promotion so the learner does not undo it. */
             int promote = d->hs.promote;
@@ -583,7 +576,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     pthread_rwlock_rdlock(&db->flush_lock);
     /* Everything the apply below needs is allocated first: out of memory here leaves
      * the db as if the write never came (alloc.h). */
-    rc = prepare_batch(db, tenant_name, tl, reps, nrep, &prep, &hist);
+    rc = prepare_batch(db, tenant_name, tl, reps, nrep, &prep);
     if (rc == BDB_OK)
         rc = bdb_wal_append(db->wal, rec.data, rec.len, &lsn);
     if (rc != BDB_OK) {
