@@ -7,17 +7,24 @@
 #   scripts/fuzz-long.sh                        every harness, 3600 CPU-seconds each
 #   scripts/fuzz-long.sh fuzz_wal fuzz_mqtt     only these
 #   FUZZ_CPU_SECONDS=600 scripts/fuzz-long.sh   another budget
-#   FUZZ_WALL_CAP=28800 ...                     give up on a harness after this many
+#   FUZZ_WALL_CAP=28800 ...                     give up on a segment after this many
 #                                               wall seconds (default 8 x the budget)
+#
+# A run survives being killed (a machine that stops at a fixed hour): the working
+# corpus lives in build-fuzz-long/work/<harness>/corpus, where libFuzzer writes each
+# new input as it finds it, and build-fuzz-long/work/<harness>/state holds the CPU
+# seconds and executions done so far, rewritten every 5 s. Running the script again
+# resumes from there as a new segment until the budget is spent; at most 5 s of
+# fuzzing is lost per kill, and is not counted.
 #
 # New inputs that add coverage are merged into the committed corpus under
 # tests/fuzz/corpus/<harness> (libFuzzer -merge=1), so every later test run replays
-# them. A line per harness is appended to build-fuzz-long/results.txt:
-#   <date> <harness> cpu=<s> execs=<n> corpus=<before>-><after> crashes=<n>
+# them. A line per finished harness is appended to build-fuzz-long/results.txt:
+#   <date> <harness> cpu=<s> execs=<n> corpus=<before>-><after> crashes=<n> segments=<n>
 # and any crash input is kept under build-fuzz-long/artifacts/. Exit status 1 if a
 # harness crashed.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUDGET=${FUZZ_CPU_SECONDS:-3600}
 WALL_CAP=${FUZZ_WALL_CAP:-$((BUDGET * 8))}
 OUT=build-fuzz-long
@@ -50,41 +57,78 @@ cpu_seconds() { # pid -> user+system CPU seconds so far (fields 14, 15 of /proc/
     echo $(((${12} + ${13}) / $(getconf CLK_TCK)))
 }
 
+last_execs() { # libFuzzer log -> executions of its last status line ("#123 ...")
+    local n
+    n=$(grep -ao '^#[0-9]*' "$1" 2>/dev/null | tail -1)
+    n=${n#\#}
+    echo "${n:-0}"
+}
+
 RC=0
 for name in "${HARNESSES[@]}"; do
-    work=$(mktemp -d /tmp/bucketdb-fuzzlong.XXXXXX)
-    cp -r "tests/fuzz/corpus/$name" "$work/corpus"
-    before=$(find "tests/fuzz/corpus/$name" -type f | wc -l)
-    log="$OUT/$name.log"
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-        UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
-        nice -n 19 "$OUT/$name" -max_len="$(max_len "$name")" -timeout=20 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$OUT/artifacts/$name-" "$work/corpus" \
-        >"$log" 2>&1 &
-    pid=$!
-    start=$(date +%s)
-    cpu=0
-    while kill -0 "$pid" 2>/dev/null; do
-        cpu=$(cpu_seconds "$pid")
-        if [ "$cpu" -ge "$BUDGET" ] || [ $(($(date +%s) - start)) -ge "$WALL_CAP" ]; then
-            kill -INT "$pid" 2>/dev/null # libFuzzer prints its final stats and exits
-            break
-        fi
-        sleep 5
-    done
-    wait "$pid"
-    status=$?
-    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1)
-    execs=${execs##* }
-    crashes=$(find "$OUT/artifacts" -name "$name-*" -newer "$work/corpus" | wc -l)
+    work="$OUT/work/$name"
+    # state: cpu=<s> execs=<n> segments=<n> before=<committed corpus size at start>
+    cpu0=0 execs0=0 segments=0 before=$(find "tests/fuzz/corpus/$name" -type f | wc -l)
+    if [ -f "$work/state" ]; then
+        # shellcheck disable=SC1091 # the file is this script's own key=value lines
+        . "$work/state"
+        cpu0=$cpu execs0=$execs
+    else
+        rm -rf "$work"
+        mkdir -p "$work"
+        cp -r "tests/fuzz/corpus/$name" "$work/corpus"
+    fi
+    segments=$((segments + 1))
+    save_state() { # cpu execs
+        printf 'cpu=%s\nexecs=%s\nsegments=%s\nbefore=%s\n' "$1" "$2" "$segments" "$before" \
+            >"$work/state.tmp" && mv "$work/state.tmp" "$work/state"
+    }
+    save_state "$cpu0" "$execs0"
+    touch "$work/stamp"
+    log="$OUT/$name.$segments.log"
+    if [ "$cpu0" -lt "$BUDGET" ]; then
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
+            nice -n 19 "$OUT/$name" -max_len="$(max_len "$name")" -timeout=20 -rss_limit_mb=2048 \
+            -print_final_stats=1 -artifact_prefix="$OUT/artifacts/$name-" "$work/corpus" \
+            >"$log" 2>&1 &
+        pid=$!
+        start=$(date +%s)
+        cpu=0
+        while kill -0 "$pid" 2>/dev/null; do
+            c=$(cpu_seconds "$pid")
+            [ "$c" -ge 0 ] && cpu=$c
+            save_state $((cpu0 + cpu)) $((execs0 + $(last_execs "$log")))
+            if [ $((cpu0 + cpu)) -ge "$BUDGET" ] || [ $(($(date +%s) - start)) -ge "$WALL_CAP" ]; then
+                kill -INT "$pid" 2>/dev/null # libFuzzer prints its final stats and exits
+                break
+            fi
+            sleep 5
+        done
+        wait "$pid"
+        status=$?
+        n=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1)
+        n=${n##* }
+        [ -n "$n" ] || n=$(last_execs "$log")
+        save_state $((cpu0 + cpu)) $((execs0 + n))
+    else
+        status=72
+    fi
+    . "$work/state"
+    crashes=$(find "$OUT/artifacts" -name "$name-*" -newer "$work/stamp" | wc -l)
     # 72 is libFuzzer's exit status after SIGINT; anything else non-zero is a finding.
     if [ "$status" -ne 0 ] && [ "$status" -ne 72 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi
-    nice -n 19 "$OUT/$name" -merge=1 -max_len="$(max_len "$name")" "tests/fuzz/corpus/$name" \
-        "$work/corpus" >"$OUT/$name.merge.log" 2>&1
-    after=$(find "tests/fuzz/corpus/$name" -type f | wc -l)
-    line="$(date -u +%FT%TZ) $name cpu=${cpu}s execs=${execs:-?} corpus=$before->$after crashes=$crashes"
-    echo "$line" | tee -a "$OUT/results.txt"
+    if [ "$crashes" -ne 0 ] || [ "$cpu" -ge "$BUDGET" ]; then
+        nice -n 19 "$OUT/$name" -merge=1 -max_len="$(max_len "$name")" "tests/fuzz/corpus/$name" \
+            "$work/corpus" >"$OUT/$name.merge.log" 2>&1
+        after=$(find "tests/fuzz/corpus/$name" -type f | wc -l)
+        line="$(date -u +%FT%TZ) $name cpu=${cpu}s execs=$execs corpus=$before->$after"
+        line="$line crashes=$crashes segments=$segments"
+        echo "$line" | tee -a "$OUT/results.txt"
+        rm -rf "$work"
+    else
+        echo "$name: stopped at ${cpu}s of ${BUDGET}s (wall cap); run again to resume" >&2
+    fi
     [ "$crashes" -eq 0 ] || RC=1
-    rm -rf "$work"
 done
 exit "$RC"

@@ -24,7 +24,7 @@ int bdb_log_parse_level(const char *s)
 
 void bdb_log(enum bdb_log_level lvl, const char *fmt, ...)
 {
-    if (lvl < min_level)
+    if (lvl < min_level || lvl >= BDB_LOG_OFF)
         return;
     char line[2048];
     struct timespec ts;
