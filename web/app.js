@@ -321,8 +321,20 @@ async function describeWho() {
 const rateHistory = []; /* {t, v}: samples/s between two scrapes of /metrics */
 let lastScrape = null;
 
+let metricsDenied = null; /* why /metrics refused this token (403), else null */
+
 async function scrape() {
-  const text = await api("/metrics");
+  let text;
+  try {
+    text = await api("/metrics");
+    metricsDenied = null;
+  } catch (e) {
+    /* /metrics covers every tenant and takes the admin token (metrics_auth = auto):
+     * with a tenant token the server-wide figures are left out, not the page. */
+    if (e.status !== 403) throw e;
+    metricsDenied = e.message;
+    return new Map();
+  }
   const m = parseMetrics(text);
   const now = Date.now();
   const total = msum(m, "bucketdb_samples_ingested_total");
@@ -390,6 +402,8 @@ async function renderOverview(gen) {
   }
 
   const tenEl = clear($("ov-tenants"));
+  if (metricsDenied)
+    tenEl.append(el("p", { class: "muted" }, "Server-wide figures need the admin token (the server said: " + metricsDenied + ")."));
   const ingested = new Map((m.get("bucketdb_tenant_samples_ingested_total") || [])
     .map((r) => [r.labels.tenant, r.value]));
   if (tenants.error) {
@@ -434,7 +448,7 @@ async function renderOverview(gen) {
   setSummary({ page: "overview", ready: true, devices: mone(m, "bucketdb_devices"),
                tenants: mone(m, "bucketdb_tenants"), samples: total, rate, rate_points: ratePoints,
                hot: hotNow, quota_rejections: quota, backpressure_events: bpEvents,
-               health: health.status || null });
+               health: health.status || null, metrics_denied: metricsDenied });
   setStatus("updated " + fmtTime(Date.now()));
 }
 

@@ -65,6 +65,8 @@ static const struct key {
     S(auth, "auto (token required off loopback) | on | off (default auto)"),
     N(allow_insecure_listen, K_BOOL,
       "let a non-loopback listen start with auth=off (default false)"),
+    S(metrics_auth, "auto (/metrics takes the admin token where tokens are required or tenants "
+                    "are registered) | open (no token: names tenants) (default auto)"),
     S(mqtt_broker, "MQTT broker to consume from, host:port; empty = no MQTT (default empty)"),
     S(mqtt_client_id, "MQTT client id of the persistent session (default bucketdb)"),
     S(mqtt_topics, "comma-separated MQTT topic filters (default bucketdb/+/+/telemetry)"),
@@ -137,6 +139,7 @@ void bdb_config_default(bdb_config *c)
     snprintf(c->metric_naming, sizeof c->metric_naming, "measurement.field");
     snprintf(c->default_tenant, sizeof c->default_tenant, "default");
     snprintf(c->auth, sizeof c->auth, "auto");
+    snprintf(c->metrics_auth, sizeof c->metrics_auth, "auto");
     snprintf(c->mqtt_client_id, sizeof c->mqtt_client_id, "bucketdb");
     snprintf(c->mqtt_topics, sizeof c->mqtt_topics, "bucketdb/+/+/telemetry");
     snprintf(c->mqtt_version, sizeof c->mqtt_version, "5");
@@ -349,6 +352,10 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
     }
     if (strcmp(c->auth, "auto") && strcmp(c->auth, "on") && strcmp(c->auth, "off")) {
         snprintf(err, errlen, "auth: must be auto, on or off");
+        return -1;
+    }
+    if (strcmp(c->metrics_auth, "auto") && strcmp(c->metrics_auth, "open")) {
+        snprintf(err, errlen, "metrics_auth: must be auto or open, not '%.64s'", c->metrics_auth);
         return -1;
     }
     if (c->block_window_ms <= 0 || BDB_MS_DAY % c->block_window_ms != 0 ||

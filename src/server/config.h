@@ -45,6 +45,7 @@ typedef struct bdb_config {
     char default_tenant[128];
     char auth[16];             /* auto | on | off */
     int allow_insecure_listen; /* 1: a non-loopback listen with auth=off may start */
+    char metrics_auth[16];     /* auto (the admin token where tokens matter) | open */
     /* MQTT gateway (docs/MQTT.md); mqtt_broker empty = off */
     char mqtt_broker[1024]; /* comma-separated host:port or mqtts://host:port */
     char mqtt_client_id[128];

@@ -1,4 +1,5 @@
-/* h_status: /health and /metrics (Prometheus text exposition 0.0.4). */
+/* h_status: /health and /metrics (Prometheus text exposition 0.0.4). Who may read
+ * /metrics is decided before h_metrics (metrics_gate in server.c, metrics_auth). */
 #include "server/server_int.h"
 
 #include "bucketdb/bdb.h"
@@ -127,9 +128,16 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
                        (unsigned long long)bs.events[i]);
     bdb_buf_puts(&b, "},\"last_tenant_refusal\":");
     if (bs.last_tenant_reason != BDB_BP_NONE) {
-        bdb_buf_printf(&b, "{\"tenant\":\"");
-        bdb_buf_json_str(&b, bs.last_tenant, strlen(bs.last_tenant));
-        bdb_buf_printf(&b, "\",\"reason\":\"%s\",\"ms_ago\":%lld}",
+        /* /health needs no token (liveness probes), so the tenant is named to the admin
+         * token only; anyone else gets null: B must not learn A's name here. */
+        if (req_is_admin(s, c)) {
+            bdb_buf_puts(&b, "{\"tenant\":\"");
+            bdb_buf_json_str(&b, bs.last_tenant, strlen(bs.last_tenant));
+            bdb_buf_putc(&b, '"');
+        } else {
+            bdb_buf_puts(&b, "{\"tenant\":null");
+        }
+        bdb_buf_printf(&b, ",\"reason\":\"%s\",\"ms_ago\":%lld}",
                        bdb_bp_reason_name(bs.last_tenant_reason),
                        (long long)(now - bs.last_tenant_ms));
     } else {

@@ -244,6 +244,42 @@ const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result 
     return t;
 }
 
+int req_is_admin(bdb_server *s, struct MHD_Connection *c)
+{
+    req_ident id;
+    return auth_ident(s, c, &id) == 0 && id.who == WHO_ADMIN;
+}
+
+int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
+{
+    if (!strcmp(s->cfg.metrics_auth, "open"))
+        return 0; /* the operator chose a closed monitoring network: tokens ignored */
+    req_ident id;
+    if (req_auth(s, c, &id, r) != 0)
+        return -1;
+    if (id.who == WHO_ADMIN)
+        return 0;
+    if (id.who == WHO_TENANT) {
+        atomic_fetch_add(&s->forbidden, 1);
+        *r = respond_json_error(s, c, 403,
+                                "forbidden: /metrics covers every tenant and needs the admin "
+                                "token, not a tenant token (or metrics_auth = open)",
+                                0);
+        return -1;
+    }
+    /* No token where none is required: fine while no tenant is registered, since the
+     * per-tenant families name registered tenants only, and registering a tenant
+     * protects it even where auth is optional. */
+    if (bdb_tenants_count(s->tenants) == 0)
+        return 0;
+    atomic_fetch_add(&s->auth_failures, 1);
+    *r = respond_json_error(s, c, 401,
+                            "authorization failed: missing token (/metrics names the registered "
+                            "tenants: send Authorization: Token <admin token>)",
+                            0);
+    return -1;
+}
+
 /* The tenant a request will be accounted to, from its headers and parameters as
  * req_tenant decides it but without answering: 0, or -1 when req_tenant will refuse
  * the request (it is then accounted to no tenant). */
@@ -473,8 +509,12 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
         return h_admin(s, c, url + 13, method, r);
     if (!strcmp(url, "/health"))
         return h_health(s, c);
-    if (!strcmp(url, "/metrics"))
+    if (!strcmp(url, "/metrics")) {
+        enum MHD_Result mr;
+        if (metrics_gate(s, c, &mr) != 0) /* metrics_auth */
+            return mr;
         return h_metrics(s, c);
+    }
     if (!strcmp(url, "/api/v1/partitions/hot")) { /* hot partitions (h_partitions.c) */
         if (!get)
             return respond_json_error(s, c, 405, "use GET", 0);

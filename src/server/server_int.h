@@ -116,6 +116,11 @@ typedef struct req_ident {
 /* Authenticates: 0 with *id filled, or -1 with a 401 queued (wrong token, or none
  * when one is required). */
 int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r);
+/* 1 when the request carries the admin token, else 0; answers nothing (/health). */
+int req_is_admin(bdb_server *s, struct MHD_Connection *c);
+/* metrics_auth: 0 when the request may read /metrics, or -1 with a 401 (no or a wrong
+ * token where the admin token is needed) or 403 (a tenant token) queued. */
+int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
 /* Tenant of the request after authentication and the isolation check (a tenant token
  * naming another tenant gets 403); NULL if a response was queued. The pointer stays
  * valid until the next call on the same thread (handlers run on their connection's

@@ -201,22 +201,34 @@ def state_partitions_overview_pages():
         biggest = sorted(counts["states"].items(), key=lambda kv: (-kv[1], kv[0]))[0]
         eq((s["selected"], s["listed"]), biggest, "the largest state is listed")
 
+        # the partition histogram comes from /metrics, which spans every tenant and
+        # takes the admin token (metrics_auth = auto): a tenant's token gets the 403
         s = summary(chromium(page_url(srv, "page=partitions&token=" + tok), dump_dom=True))
+        eq(s.get("status"), 403, "partitions page with a tenant token")
+        s = summary(chromium(page_url(srv, "page=partitions&token=" + srv.token), dump_dom=True))
         m = re.search(r"^bucketdb_partition_size_bytes_count (\d+)", srv.metrics_text(), re.M)
         check(int(m.group(1)) > 0 or ON_CASSANDRA, "partitions measured on block files")
         eq(s["partitions"], int(m.group(1)), "partitions in the histogram")
         eq(s["counted"], s["partitions"], "bars add up to the partition count")
         eq(s["bars"], 10, "one bar per histogram bucket")
 
+        # a tenant's token: the page without the server-wide figures of /metrics
+        dom = chromium(page_url(srv, "page=overview&token=" + tok), dump_dom=True)
+        s = summary(dom)
+        eq(s["health"], "ok")
+        eq(s["devices"], None, "server-wide device count hidden from a tenant token")
+        contains(s.get("metrics_denied") or "", "admin token")
+        contains(dom, "The tenant list needs the admin token")
+        contains(dom, "Server-wide figures need the admin token")
         shot = os.path.join(OUT_DIR, "overview.png")
-        dom = chromium(page_url(srv, "page=overview&token=" + tok), dump_dom=True,
+        dom = chromium(page_url(srv, "page=overview&token=" + srv.token), dump_dom=True,
                        screenshot=shot)
         s = summary(dom)
         eq(s["devices"], len(DEVICES) + 8, "devices of both tenants")
         eq(s["samples"], len(DEVICES) * REPORTS * 2 + sim["samples"], "samples ingested")
         eq(s["health"], "ok")
         eq(s["hot"], 0)
-        contains(dom, "The tenant list needs the admin token")
+        eq(s.get("metrics_denied"), None)
         check(os.path.getsize(shot) > 20000, "overview screenshot too small")
         print("  screenshot: %s" % shot)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Isolation: tenant B sees nothing of tenant A through any endpoint, parameter or
-header; every endpoint except /ping, /health and /metrics refuses a request without
-a valid token; tokens never appear in the server's log or data files.
+header; every endpoint except /ping and /health refuses a request without a valid
+token (/metrics takes the admin token, metrics_auth = auto); /health names no tenant
+but to the admin token; tokens never appear in the server's log or data files.
 
 Tenant A writes data whose every name (devices, metrics, tag values, states) carries
 a marker. Then tenant B's token is used against every route registered in
@@ -12,11 +13,14 @@ B's own data, never a byte of A's markers; and A's data is unchanged afterwards.
 import base64
 import json
 import os
+import re
+import socket
 import sys
+import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Server, Suite, check, eq  # noqa: E402
+from bdbtest import Server, Suite, check, contains, eq  # noqa: E402
 
 suite = Suite("isolation")
 T0 = 1705327200000  # 2024-01-15T14:00:00Z
@@ -152,7 +156,7 @@ def tenant_b_sees_nothing_of_tenant_a():
         after = alpha_view(s, ta)
         eq(after, before, "tenant A's data or settings changed by tenant B's requests")
         print("isolation: 0 of %d attempts by tenant B saw or changed tenant A's data" % len(tried))
-        # the unauthenticated endpoints name no device, metric, tag or state of A
+        # without a token: /health, /ping and the 401 of /metrics name nothing of A
         for p in ("/health", "/metrics", "/ping"):
             text = s.get(p).body.decode()
             for m in (DEV, MARK + "env", MARK + "site", MARK + "state", MARK + "tag"):
@@ -170,7 +174,7 @@ def routes():
             ("GET", "/api/v1/fleet/query?metric=m.v"), ("GET", "/api/v1/export"),
             ("GET", "/api/v1/admin/tenants"), ("POST", "/api/v1/admin/tenants"),
             ("GET", "/api/v1/partitions/hot"), ("GET", "/api/v1/telemetry_by_tenant"),
-            ("POST", "/internal/flush")]
+            ("POST", "/internal/flush"), ("GET", "/metrics")]
 
 
 @suite.test
@@ -197,9 +201,161 @@ def no_valid_token_no_answer():
                 wrong.append((method, path, "p=wrong", r.status, r.body[:120]))
         eq(wrong, [], "requests without a valid token answered")
         print("auth: %d of %d requests without a valid token refused with 401" % (n, n))
-        for p in ("/ping", "/health", "/metrics"):
+        for p in ("/ping", "/health"):
             check(s.get(p).status in (200, 204), p + " needs no token")
         eq(s.request("GET", "/api/v1/devices", None, tok(s.token)).status, 200)
+
+
+def hold_write(port, token, n=4096):
+    """A write of n bytes sent but for its last byte: it holds one of the tenant's
+    in-flight writes until finished ((socket, rest) to finish it)."""
+    body = ("m,device=held v=1 %d\n" % T0).encode()
+    body += b"#" + b"x" * (n - len(body) - 2) + b"\n"
+    so = socket.create_connection(("127.0.0.1", port), timeout=60)
+    so.sendall(("POST /write?precision=ms HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Authorization: Token %s\r\nContent-Length: %d\r\n\r\n" % (token, n)).encode())
+    so.sendall(body[:-1])
+    return so, body[-1:]
+
+
+def finish_write(so, rest):
+    so.sendall(rest)
+    data = b""
+    deadline = time.monotonic() + 60
+    while b"\r\n" not in data and time.monotonic() < deadline:
+        part = so.recv(4096)
+        if not part:
+            break
+        data += part
+    so.close()
+    return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else None
+
+
+def wait_inflight_writes(s, n):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if re.search(r"^bucketdb_inflight_write_requests %d$" % n, s.metrics_text(), re.M):
+            return
+        time.sleep(0.02)
+    check(False, "in-flight writes never became %d" % n)
+
+
+def metric_lines(text, tenant):
+    return [ln for ln in text.splitlines() if 'tenant="%s"' % tenant in ln]
+
+
+@suite.test
+def metrics_and_health_name_no_tenant_without_the_admin_token():
+    """/metrics (per-tenant families) and /health (last_tenant_refusal) showed tenant
+    A's name and figures to anyone; now only the admin token sees them."""
+    # 2 writes server-wide, 50 %: each tenant may have one write in flight
+    with Server(args=["--auth", "on", "--max-inflight-writes", "2",
+                      "--tenant-inflight-share", "50"]) as s:
+        ta = make_tenant(s, "alpha")
+        tb = make_tenant(s, "beta")
+        for t in (ta, tb):  # one write each (a write just answered may still hold its slot)
+            deadline = time.monotonic() + 60
+            while True:
+                r = s.request("POST", "/write?precision=ms", "m,device=d v=1 %d" % T0, tok(t))
+                if r.status != 429 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            eq(r.status, 204, repr(r))
+        # a 429 of alpha: its one in-flight write is held, a second one is refused
+        wait_inflight_writes(s, 0)  # the writes above have let go of their slots
+        so, rest = hold_write(s.port, ta)
+        wait_inflight_writes(s, 1)
+        deadline = time.monotonic() + 60
+        r = None
+        while time.monotonic() < deadline:
+            r = s.request("POST", "/write?precision=ms", "m,device=x v=2 %d" % T0, tok(ta))
+            if r.status == 429:
+                break
+            time.sleep(0.05)
+        eq(r.status, 429, "alpha's second write while one is held (%r)" % r)
+        eq(finish_write(so, rest), 204, "the held write")
+        n = refused = nameless = 0
+        basic_b = {"Authorization": "Basic " + base64.b64encode(("alpha:" + tb).encode()).decode()}
+        # /metrics: no token, wrong tokens 401; a tenant token (B's, A's own) 403
+        tries = []
+        for path in ("/metrics", "/metrics?tenant=alpha"):
+            tries += [(path, {}, 401), (path, tok("0" * 64), 401),
+                      (path, {"Authorization": "Bearer x"}, 401), (path, tok(tb), 403),
+                      (path, {"Authorization": "Bearer " + tb}, 403), (path, basic_b, 403),
+                      (path, tok(ta), 403)]
+        tries += [("/metrics?u=alpha&p=" + tb, {}, 403), ("/metrics?u=alpha&p=nope", {}, 401)]
+        for path, hdrs, want in tries:
+            r = s.request("GET", path, None, hdrs)
+            n += 1
+            eq(r.status, want, "GET %s with %r (%r)" % (path, hdrs, r.body[:200]))
+            text = r.body.decode()
+            for name in ("alpha", "beta"):
+                if name not in path:
+                    check(name not in text, "%s answer names %s: %r" % (path, name, text))
+            contains(json.loads(text)["error"],
+                     "needs the admin token" if want == 403 else "authorization failed")
+            refused += 1
+        # the admin token, in every form the API takes, sees every tenant
+        admin_basic = base64.b64encode(("x:" + s.token).encode()).decode()
+        for hdrs, path in [(tok(s.token), "/metrics"),
+                           ({"Authorization": "Bearer " + s.token}, "/metrics"),
+                           ({"Authorization": "Basic " + admin_basic}, "/metrics"),
+                           ({}, "/metrics?p=" + s.token)]:
+            r = s.request("GET", path, None, hdrs)
+            n += 1
+            eq(r.status, 200, "admin %s %r" % (path, hdrs))
+            text = r.body.decode()
+            check(metric_lines(text, "alpha") and metric_lines(text, "beta"),
+                  "admin's /metrics names both tenants")
+        check(re.search(r'^bucketdb_tenant_samples_ingested_total\{tenant="alpha"\} [1-9]', text,
+                        re.M), "alpha's ingestion counter for the admin")
+        # /health: no token, a wrong one, B's and A's own: the refusal without a name
+        for hdrs in ({}, tok("0" * 64), tok(tb), basic_b, tok(ta)):
+            r = s.request("GET", "/health", None, hdrs)
+            n += 1
+            eq(r.status, 200, "/health with %r" % hdrs)
+            last = r.json()["backpressure"]["last_tenant_refusal"]
+            eq(last["tenant"], None, "last_tenant_refusal.tenant with %r" % hdrs)
+            eq(last["reason"], "tenant_writes")
+            check(last["ms_ago"] >= 0, "ms_ago %r" % last)
+            check("alpha" not in r.body.decode(), "/health names alpha: %r" % r.body)
+            nameless += 1
+        r = s.request("GET", "/health", None, tok(s.token))
+        n += 1
+        eq(r.json()["backpressure"]["last_tenant_refusal"]["tenant"], "alpha",
+           "the admin token sees the tenant")
+        print("metrics: %d of %d requests without the admin token refused (401/403), none "
+              "naming another tenant; health: %d of %d named no tenant; the admin token saw "
+              "them in %d of %d" % (refused, refused, nameless, nameless, n - refused - nameless,
+                                    n - refused - nameless))
+
+
+@suite.test
+def metrics_auth_modes():
+    # loopback, auth = auto: /metrics is open while no tenant is registered ...
+    with Server() as s:
+        eq(s.get("/metrics").status, 200, "open without tenants")
+        eq(s.request("GET", "/metrics", None, tok("0" * 64)).status, 401, "a wrong token")
+        make_tenant(s, "alpha")
+        # ... and takes the admin token once one is (its name is in the families)
+        r = s.get("/metrics")
+        eq(r.status, 401, "no token with a registered tenant (%r)" % r.body[:200])
+        check(b"alpha" not in r.body, "401 names the tenant")
+        eq(s.request("GET", "/metrics", None, tok(s.token)).status, 200)
+    # auth = off: registered tenants are still protected, so /metrics too
+    with Server(args=["--auth", "off"]) as s:
+        eq(s.get("/metrics").status, 200, "auth off, no tenant")
+        make_tenant(s, "alpha")
+        eq(s.get("/metrics").status, 401, "auth off, a registered tenant")
+    # metrics_auth = open: no token (as before this setting), tokens ignored; /health
+    # still names no tenant without the admin token
+    with Server(args=["--auth", "on", "--metrics-auth", "open"]) as s:
+        ta = make_tenant(s, "alpha")
+        for hdrs in ({}, tok("0" * 64), tok(ta)):
+            r = s.request("GET", "/metrics", None, hdrs)
+            eq(r.status, 200, "metrics_auth = open with %r" % hdrs)
+            contains(r.body.decode(), 'tenant="alpha"')
+        eq(s.get("/api/v1/devices").status, 401, "the rest of the API still needs a token")
 
 
 @suite.test

@@ -7,6 +7,10 @@
   histogram, the backpressure counters) must be queryable through Prometheus's HTTP
   API with the values bucketdb reports. Missing prometheus is a failure that says
   how to install it, never a skip.
+- The server has a registered tenant, so /metrics takes the admin token
+  (metrics_auth = auto): the scrape sends it as `authorization: {type: Bearer,
+  credentials: ...}`, the way docs/OPERATIONS.md shows; a second job scraping with
+  the tenant's token is refused (target down, 403).
 - `promtool check metrics` (same package) accepts the exposition.
 - Every metric family named in the metrics reference of docs/API.md is exposed, and
   per-tenant labels stay bounded: registered tenants plus one "(other)" series,
@@ -25,7 +29,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Server, Suite, TestFailure, check, eq, tmpdir  # noqa: E402
+from bdbtest import Server, Suite, TestFailure, check, contains, eq, tmpdir  # noqa: E402
 from bdbtest import ON_CASSANDRA  # noqa: E402
 
 suite = Suite("prometheus")
@@ -62,7 +66,7 @@ def tok(t):
 class Prometheus:
     """The prometheus binary on 127.0.0.1, scraping one target every second."""
 
-    def __init__(self, target_port):
+    def __init__(self, target_port, token=None, tenant_token=None):
         self.dir = tmpdir("bdbprom-")
         self.port = None
         self.proc = None
@@ -78,6 +82,19 @@ class Prometheus:
                     "    scrape_timeout: 1s\n"
                     "    static_configs:\n"
                     "      - targets: ['127.0.0.1:%d']\n" % target_port)
+            # the bearer token of docs/OPERATIONS.md (Authorization: Bearer <token>)
+            for job, t in (("bucketdb", token), ("bucketdb-tenant", tenant_token)):
+                if not t:
+                    continue
+                if job != "bucketdb":
+                    f.write("  - job_name: %s\n"
+                            "    scrape_interval: 1s\n"
+                            "    scrape_timeout: 1s\n"
+                            "    static_configs:\n"
+                            "      - targets: ['127.0.0.1:%d']\n" % (job, target_port))
+                f.write("    authorization:\n"
+                        "      type: Bearer\n"
+                        "      credentials: %s\n" % t)
 
     def start(self):
         binary = tool("prometheus")
@@ -161,22 +178,28 @@ def prometheus_scrapes_bucketdb():
         r = s.request("POST", "/write?precision=ms", lines, tok(acme))
         eq(r.status, 204, "acme write (%r)" % r.body[:200])
         s.write("env,device=x temp=1 %d" % T0, precision="ms", db="someone")
-        prom = Prometheus(s.port)
+        # a registered tenant: /metrics takes the admin token (metrics_auth = auto)
+        eq(s.get("/metrics").status, 401, "/metrics without a token")
+        prom = Prometheus(s.port, token=s.token, tenant_token=acme)
         try:
             prom.start()
             deadline = time.monotonic() + WAIT
             targets = None
             while time.monotonic() < deadline:
-                targets = http_json(prom.url("/api/v1/targets"))["data"]["activeTargets"]
-                if targets and targets[0]["health"] == "up":
+                targets = {t["labels"]["job"]: t for t in
+                           http_json(prom.url("/api/v1/targets"))["data"]["activeTargets"]}
+                if (targets.get("bucketdb", {}).get("health") == "up" and
+                        targets.get("bucketdb-tenant", {}).get("health") == "down"):
                     break
                 time.sleep(0.25)
             else:
-                raise TestFailure("the bucketdb target never became healthy: %r\n%s"
-                                  % (targets, prom.log()[-2000:]))
-            eq(targets[0]["scrapeUrl"], "http://127.0.0.1:%d/metrics" % s.port)
-            eq(targets[0]["lastError"], "", "scrape error")
+                raise TestFailure("the bucketdb target never became healthy (and the "
+                                  "tenant-token one down): %r\n%s" % (targets, prom.log()[-2000:]))
+            eq(targets["bucketdb"]["scrapeUrl"], "http://127.0.0.1:%d/metrics" % s.port)
+            eq(targets["bucketdb"]["lastError"], "", "scrape error")
+            contains(targets["bucketdb-tenant"]["lastError"], "403")
             prom.wait_value('up{job="bucketdb"}', 1)
+            prom.wait_value('up{job="bucketdb-tenant"}', 0)
             prom.wait_value('bucketdb_tenant_samples_ingested_total{tenant="acme"}', 50)
             prom.wait_value('bucketdb_tenant_write_requests_total{tenant="acme"}', 1)
             prom.wait_value('bucketdb_tenant_samples_ingested_total{tenant="(other)"}', 1)

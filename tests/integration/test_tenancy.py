@@ -240,10 +240,13 @@ def wrong_token_is_401_even_without_auth():
         contains(r.json()["error"], "registered")
         eq(get(s, "/api/v1/devices", None, tenant="acme").status, 401)
         write(s, "m,device=x v=1 %d" % T0, ta)
-        # /ping, /health and /metrics need no token.
+        # /ping and /health need no token; /metrics names the registered tenants, so
+        # with one registered it takes the admin token (metrics_auth = auto).
         eq(s.get("/ping").status, 204)
         eq(s.get("/health").status, 200)
-        eq(s.get("/metrics").status, 200)
+        eq(s.get("/metrics").status, 401)
+        eq(get(s, "/metrics", ta).status, 403)
+        eq(get(s, "/metrics", s.token).status, 200)
 
 
 @suite.test

@@ -275,6 +275,54 @@ static void test_check_rules(void **state)
     }
 }
 
+/* metrics_auth: who may read /metrics (auto = the admin token where tokens matter,
+ * open = no token); both spellings of the key, the file, and bad values refused by
+ * the check with the key and the value in the message. */
+static void test_metrics_auth(void **state)
+{
+    (void)state;
+    bdb_config c;
+    bdb_config_default(&c);
+    assert_string_equal(c.metrics_auth, "auto");
+    char err[256] = "";
+    static const char *const good[] = {"auto", "open"};
+    for (size_t i = 0; i < 2; i++) {
+        bdb_config_default(&c);
+        assert_int_equal(bdb_config_set(&c, "metrics_auth", good[i], err, sizeof err), 0);
+        assert_string_equal(c.metrics_auth, good[i]);
+        if (bdb_config_check(&c, err, sizeof err) != 0)
+            fail_msg("metrics_auth = %s failed the check: %s", good[i], err);
+    }
+    bdb_config_default(&c);
+    assert_int_equal(bdb_config_set(&c, "metrics-auth", "open", err, sizeof err), 0); /* flag */
+    assert_string_equal(c.metrics_auth, "open");
+    static const char *const bad[] = {"closed", "on", "off", "Open", "auto ", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bdb_config_default(&c);
+        assert_int_equal(bdb_config_set(&c, "metrics_auth", bad[i], err, sizeof err), 0);
+        err[0] = '\0';
+        if (bdb_config_check(&c, err, sizeof err) != -1)
+            fail_msg("metrics_auth = '%s' passed the check", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "not '%s'", bad[i]);
+        if (!strstr(err, "metrics_auth: must be auto or open") || !strstr(err, want))
+            fail_msg("metrics_auth = '%s': message '%s'", bad[i], err);
+    }
+    bdb_config_default(&c);
+    err[0] = '\0';
+    assert_int_equal(bdb_config_set(&c, "metrics_auth", "a-value-of-sixteen", err, sizeof err), -1);
+    assert_non_null(strstr(err, "metrics_auth: value too long"));
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.conf", tmpdir);
+    write_file(path, "auth = on\nmetrics_auth = open\n");
+    bdb_config_default(&c);
+    assert_int_equal(bdb_config_load(&c, path, err, sizeof err), 0);
+    assert_string_equal(c.metrics_auth, "open");
+    assert_string_equal(c.auth, "on");
+    assert_int_equal(bdb_config_check(&c, err, sizeof err), 0);
+    assert_non_null(bdb_config_help("metrics_auth"));
+}
+
 static void test_load_file(void **state)
 {
     (void)state;
@@ -362,6 +410,7 @@ static void test_print_round_trip(void **state)
         {"device_tag", "dev"},
         {"metric_naming", "field"},
         {"auth", "on"},
+        {"metrics_auth", "open"},
         {"max_query_samples", "5000"},
     };
     for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
@@ -390,6 +439,7 @@ static void test_print_round_trip(void **state)
     assert_string_equal(b.device_tag, a.device_tag);
     assert_string_equal(b.metric_naming, a.metric_naming);
     assert_string_equal(b.auth, a.auth);
+    assert_string_equal(b.metrics_auth, a.metrics_auth);
     assert_int_equal(b.max_query_samples, a.max_query_samples);
     /* printing again gives the same text */
     f = fopen(p2, "w");
@@ -452,6 +502,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),
         cmocka_unit_test(test_keys_and_help),
+        cmocka_unit_test_setup_teardown(test_metrics_auth, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
