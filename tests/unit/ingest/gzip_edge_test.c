@@ -13,6 +13,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "gzip_testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
 #include "ingest/gzip.h"
@@ -29,31 +31,9 @@
 #define LEAKS "leaks unchecked (release build; the ASan build checks them)"
 #endif
 
-/* Compresses p with the given window bits (31 gzip, 15 zlib, -15 raw deflate),
- * optionally with a preset dictionary, into a new buffer. */
-static uint8_t *deflate_dict(const void *p, size_t n, int wbits, const char *dict, size_t *out_n)
-{
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, wbits, 8, Z_DEFAULT_STRATEGY), Z_OK);
-    if (dict)
-        assert_int_equal(deflateSetDictionary(&z, (const Bytef *)dict, (uInt)strlen(dict)), Z_OK);
-    size_t cap = deflateBound(&z, (uLong)n) + 64;
-    uint8_t *o = malloc(cap);
-    assert_non_null(o);
-    z.next_in = (Bytef *)(uintptr_t)p;
-    z.avail_in = (uInt)n;
-    z.next_out = o;
-    z.avail_out = (uInt)cap;
-    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
-    *out_n = cap - z.avail_out;
-    deflateEnd(&z);
-    return o;
-}
-
 static uint8_t *gz(const void *p, size_t n, size_t *out_n)
 {
-    return deflate_dict(p, n, 31, NULL, out_n);
+    return gzt_deflate(p, n, 31, NULL, out_n);
 }
 
 /* Text that compresses but not to nothing: lines with a counter. */
@@ -150,17 +130,17 @@ static void streams_not_complete_on_their_own(void **state)
     bdb_buf out;
     bdb_buf_init(&out);
     /* zlib framing with a preset dictionary: inflate stops asking for it */
-    uint8_t *dict = deflate_dict(text, strlen(text), 15, "m,device=", &n);
+    uint8_t *dict = gzt_deflate(text, strlen(text), 15, "m,device=", &n);
     assert_int_equal(bdb_gzip_inflate(dict, n, 1000, &out, NULL, NULL), BDB_ERR_CORRUPT);
     free(dict);
     /* the same without a dictionary is fine (control) */
-    uint8_t *plain = deflate_dict(text, strlen(text), 15, NULL, &n);
+    uint8_t *plain = gzt_deflate(text, strlen(text), 15, NULL, &n);
     bdb_buf_reset(&out);
     assert_int_equal(bdb_gzip_inflate(plain, n, 1000, &out, NULL, NULL), 0);
     assert_int_equal(out.len, strlen(text));
     free(plain);
     /* raw deflate, no header: HTTP's "deflate" means zlib framing */
-    uint8_t *raw = deflate_dict(text, strlen(text), -15, NULL, &n);
+    uint8_t *raw = gzt_deflate(text, strlen(text), -15, NULL, &n);
     bdb_buf_reset(&out);
     assert_int_equal(bdb_gzip_inflate(raw, n, 1000, &out, NULL, NULL), BDB_ERR_CORRUPT);
     free(raw);

@@ -6,31 +6,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "gzip_testutil.h"
+
 #include "bucketdb/bdb.h"
 #include "ingest/gzip.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
-
-/* Compresses p with gzip (wbits 31) or zlib (wbits 15) framing into a new buffer. */
-static uint8_t *deflate_to(const void *p, size_t n, int wbits, size_t *out_n)
-{
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, wbits, 8, Z_DEFAULT_STRATEGY), Z_OK);
-    size_t cap = deflateBound(&z, (uLong)n) + 64;
-    uint8_t *o = malloc(cap);
-    assert_non_null(o);
-    z.next_in = (Bytef *)(uintptr_t)p;
-    z.avail_in = (uInt)n;
-    z.next_out = o;
-    z.avail_out = (uInt)cap;
-    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
-    *out_n = cap - z.avail_out;
-    deflateEnd(&z);
-    return o;
-}
 
 static uint8_t *pattern(size_t n)
 {
@@ -49,7 +32,7 @@ static void round_trip(void **state)
         for (int wbits = 15; wbits <= 31; wbits += 16) {
             uint8_t *plain = pattern(sizes[k]);
             size_t gz_n;
-            uint8_t *gz = deflate_to(plain, sizes[k], wbits, &gz_n);
+            uint8_t *gz = gzt_deflate(plain, sizes[k], wbits, NULL, &gz_n);
             bdb_buf out;
             bdb_buf_init(&out);
             assert_int_equal(bdb_gzip_inflate(gz, gz_n, 1 << 20, &out, NULL, NULL), 0);
@@ -71,7 +54,7 @@ static void limit_at_and_past(void **state)
     for (size_t n = max - 1; n <= max + 1; n++) {
         uint8_t *plain = pattern(n);
         size_t gz_n;
-        uint8_t *gz = deflate_to(plain, n, 31, &gz_n);
+        uint8_t *gz = gzt_deflate(plain, n, 31, NULL, &gz_n);
         bdb_buf out;
         bdb_buf_init(&out);
         int rc = bdb_gzip_inflate(gz, gz_n, max, &out, NULL, NULL);
@@ -86,7 +69,7 @@ static void limit_at_and_past(void **state)
     uint8_t *zeros = calloc(1, big);
     assert_non_null(zeros);
     size_t gz_n;
-    uint8_t *gz = deflate_to(zeros, big, 31, &gz_n);
+    uint8_t *gz = gzt_deflate(zeros, big, 31, NULL, &gz_n);
     free(zeros);
     bdb_buf out;
     bdb_buf_init(&out);
@@ -102,8 +85,8 @@ static void multi_member(void **state)
 {
     (void)state;
     size_t a_n, b_n;
-    uint8_t *a = deflate_to("first\n", 6, 31, &a_n);
-    uint8_t *b = deflate_to("second\n", 7, 31, &b_n);
+    uint8_t *a = gzt_deflate("first\n", 6, 31, NULL, &a_n);
+    uint8_t *b = gzt_deflate("second\n", 7, 31, NULL, &b_n);
     uint8_t *ab = malloc(a_n + b_n);
     assert_non_null(ab);
     memcpy(ab, a, a_n);
@@ -125,7 +108,7 @@ static void corrupt_inputs(void **state)
 {
     (void)state;
     size_t gz_n;
-    uint8_t *gz = deflate_to("hello world\n", 12, 31, &gz_n);
+    uint8_t *gz = gzt_deflate("hello world\n", 12, 31, NULL, &gz_n);
     bdb_buf out;
     bdb_buf_init(&out);
     /* every truncation of a valid member is refused, never half-accepted */
@@ -170,7 +153,7 @@ static void growth_is_charged(void **state)
     (void)state;
     size_t n = 500000, gz_n;
     uint8_t *plain = pattern(n);
-    uint8_t *gz = deflate_to(plain, n, 31, &gz_n);
+    uint8_t *gz = gzt_deflate(plain, n, 31, NULL, &gz_n);
     bdb_buf out;
     bdb_buf_init(&out);
     size_t budget = SIZE_MAX;

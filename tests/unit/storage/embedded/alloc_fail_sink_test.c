@@ -28,12 +28,6 @@
 
 #define MAX_SITES 20000 /* bound of every sweep */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LEAKS "0 leaks"
-#else
-#define LEAKS "leaks unchecked (release build; the ASan build checks them)"
-#endif
-
 static fakesink *g_fake; /* after round 0: every flush run starts from a copy */
 /* The base, kept open for the whole file: closing flushes, which would change the
  * fake. */
@@ -397,7 +391,7 @@ static void sweep(const char *what, int (*run)(uint64_t))
     assert_true(n > 1 && n <= MAX_SITES);
     printf("alloc sweep %s: %llu allocation sites failed in turn (%u answered NOMEM; 0 still "
            "abort), 0 crashes, %s, 0 lost\n",
-           what, (unsigned long long)(n - 1), nomem, LEAKS);
+           what, (unsigned long long)(n - 1), nomem, EU_LEAKS);
 }
 
 static void flush_sweep(void **st)

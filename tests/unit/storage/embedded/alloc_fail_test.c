@@ -28,7 +28,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
@@ -57,12 +57,6 @@
 #define NMET 2
 #define PER 3
 #define MAX_SITES 20000 /* bound of every sweep */
-
-#if defined(__SANITIZE_ADDRESS__)
-#define LEAKS "0 leaks"
-#else
-#define LEAKS "leaks unchecked (release build; the ASan build checks them)"
-#endif
 
 /* Exit codes of one run (a forked child, so that a run ending in abort() is told
  * apart from one that crashes, and LeakSanitizer checks every run at its exit). */
@@ -578,7 +572,7 @@ static void sweep(enum op op)
     CHECK(n <= MAX_SITES);
     printf("alloc sweep %s: %d allocation sites failed in turn (%d answered NOMEM, %d of them "
            "read-only after the WAL append; %d still abort, first at %d), 0 crashes, %s, 0 lost\n",
-           OP_NAME[op], n - 1, nomem, readonly, aborts, first_abort, LEAKS);
+           OP_NAME[op], n - 1, nomem, readonly, aborts, first_abort, EU_LEAKS);
     CHECK(n > 1);
     CHECK(failed == 0);
     CHECK(readonly == 0); /* every allocation of a write fails it cleanly (always strict) */
@@ -605,8 +599,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 #define SWEEP_TEST(name, op)                                                                       \

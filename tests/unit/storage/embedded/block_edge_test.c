@@ -34,95 +34,25 @@
 
 #include <cmocka.h>
 
+#include "storage/embedded/engutil.h"
+
 #define HDR 36
 #define FTR 128
 #define MIB ((size_t)1 << 20)
 #define W0 INT64_C(1700000000000)
 #define WLEN INT64_C(3600000)
 
-/* ---- helpers ---- */
-
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/bdb-block-edge-XXXXXX");
-    assert_non_null(d);
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void remove_tmpdir(char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-    free(dir);
-}
-
-static void fill(uint8_t *p, size_t n, unsigned s, unsigned j)
-{
-    uint32_t x = 2166136261u ^ (s * 131u + j);
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-}
-
-/* POSIX without fsync: the sweeps write hundreds of files (some of 1 MiB), and
- * whether a sync reaches the disk is powerloss_test.c's subject, not this one's (the
- * failing VFS fails syncs before they get here). */
-static struct bdb_vfs_ops nosync_ops;
-static bdb_vfs nosync_vfs = {&nosync_ops};
-
-static int nosync(bdb_file *f)
-{
-    (void)f;
-    return BDB_OK;
-}
-
-static int nosync_dir(bdb_vfs *v, const char *path)
-{
-    (void)v;
-    (void)path;
-    return BDB_OK;
-}
-
-static bdb_vfs *nosync_posix(void)
-{
-    nosync_ops = *bdb_vfs_posix()->ops;
-    nosync_ops.sync = nosync;
-    nosync_ops.sync_dir = nosync_dir;
-    return &nosync_vfs;
-}
+/* The sweeps write hundreds of files (some of 1 MiB) through eu_nosync_vfs (POSIX
+ * without fsync): whether a sync reaches the disk is powerloss_test.c's subject, not
+ * this one's (the failing VFS fails syncs before they get here). */
 
 /* ---- API misuse ---- */
 
 static void test_api_misuse(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
-    bdb_vfs *v = nosync_posix();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-edge");
+    bdb_vfs *v = eu_nosync_vfs();
     bdb_block_writer *w = NULL;
     assert_int_equal(bdb_block_writer_open(NULL, dir, "f", 0, 10, 1, &w), BDB_ERR_INVALID);
     assert_int_equal(bdb_block_writer_open(v, NULL, "f", 0, 10, 1, &w), BDB_ERR_INVALID);
@@ -130,7 +60,7 @@ static void test_api_misuse(void **state)
     assert_int_equal(bdb_block_writer_open(v, dir, "", 0, 10, 1, &w), BDB_ERR_INVALID);
     assert_int_equal(bdb_block_writer_open(v, dir, "f", 0, 10, 1, NULL), BDB_ERR_INVALID);
     assert_int_equal(bdb_block_writer_open(v, dir, "f", 10, 10, 1, &w), BDB_ERR_INVALID);
-    assert_int_equal(count_entries(dir), 0);
+    assert_int_equal(eu_count_entries(dir), 0);
 
     assert_int_equal(bdb_block_writer_open(v, dir, "f", W0, W0 + WLEN, 1, &w), BDB_OK);
     uint8_t data[8] = "payload";
@@ -224,7 +154,7 @@ static void test_api_misuse(void **state)
     bdb_block_part_iter_init(NULL, &pit);
     assert_int_equal(bdb_block_partition_next(&pit, &st), 0);
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 /* ---- large chunks and I/O faults ---- */
@@ -244,7 +174,7 @@ static int write_layout(bdb_vfs *v, const char *dir, const size_t *lens, unsigne
         snprintf(m, sizeof m, "m%u", s);
         bdb_series_key k = {"t", 1, "d", 1, m, strlen(m)};
         for (unsigned j = 0; j < nch; j++) {
-            fill(buf, lens[s], s, j);
+            eu_fill(buf, lens[s], s, j);
             bdb_chunk_ref c = {.bucket_start = W0,
                                .min_ts = W0 + s + 100 * j,
                                .max_ts = W0 + s + 100 * j + 10,
@@ -268,7 +198,7 @@ static void check_layout(const char *dir, const size_t *lens, unsigned n, unsign
     char path[512];
     snprintf(path, sizeof path, "%s/blk", dir);
     bdb_block *b;
-    assert_int_equal(bdb_block_open(nosync_posix(), path, &b), BDB_OK);
+    assert_int_equal(bdb_block_open(eu_nosync_vfs(), path, &b), BDB_OK);
     assert_int_equal(bdb_block_get_meta(b)->nseries, n);
     for (unsigned s = 0; s < n; s++) {
         char m[16];
@@ -281,7 +211,7 @@ static void check_layout(const char *dir, const size_t *lens, unsigned n, unsign
             assert_int_equal(bdb_block_cursor_next(&cur, &c), 1);
             assert_int_equal(c.min_ts, W0 + s + 100 * j);
             assert_int_equal(c.len, lens[s]);
-            fill(buf, lens[s], s, j);
+            eu_fill(buf, lens[s], s, j);
             assert_memory_equal(c.data, buf, lens[s]);
         }
         assert_int_equal(bdb_block_cursor_next(&cur, &c), 0);
@@ -317,9 +247,9 @@ static void test_large_chunks_and_io_faults(void **state)
     assert_non_null(buf);
     int faults = 0;
     for (size_t l = 0; l < nl; l++) {
-        char *dir = make_tmpdir();
+        char *dir = eu_make_flat_dir("/tmp/bdb-block-edge");
         failvfs fv;
-        fv_init(&fv, nosync_posix(), 0, EIO);
+        fv_init(&fv, eu_nosync_vfs(), 0, EIO);
         assert_int_equal(write_layout(&fv.base, dir, lens[l], ns[l], nch[l], buf), BDB_OK);
         check_layout(dir, lens[l], ns[l], nch[l], buf);
         uint64_t calls = fv_calls(&fv);
@@ -328,33 +258,33 @@ static void test_large_chunks_and_io_faults(void **state)
         unlink(path);
         for (uint64_t at = 1; at <= calls; at++) {
             int err = at % 2 ? EIO : ENOSPC;
-            fv_init(&fv, nosync_posix(), at, err);
+            fv_init(&fv, eu_nosync_vfs(), at, err);
             int rc = write_layout(&fv.base, dir, lens[l], ns[l], nch[l], buf);
             assert_int_equal(fv.failed_op != FV_NONE, 1);
             assert_int_equal(rc, err == EIO ? BDB_ERR_IO : BDB_ERR_NOSPACE);
-            assert_int_equal(count_entries(dir), 0);
+            assert_int_equal(eu_count_entries(dir), 0);
             faults++;
         }
-        remove_tmpdir(dir);
+        eu_remove_flat_dir(dir);
     }
     printf("block edge figures: %d injected I/O faults over %zu layouts\n", faults, nl);
     assert_true(faults >= 5 * (int)nl);
 
     /* The reader: a failed open, size or map is returned, nothing leaks (ASan). */
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-edge");
     size_t small[] = {40};
-    assert_int_equal(write_layout(nosync_posix(), dir, small, 1, 1, buf), BDB_OK);
+    assert_int_equal(write_layout(eu_nosync_vfs(), dir, small, 1, 1, buf), BDB_OK);
     char path[512];
     snprintf(path, sizeof path, "%s/blk", dir);
     failvfs fv;
-    fv_init(&fv, nosync_posix(), 0, EIO);
+    fv_init(&fv, eu_nosync_vfs(), 0, EIO);
     bdb_block *b;
     assert_int_equal(bdb_block_open(&fv.base, path, &b), BDB_OK);
     bdb_block_close(b);
     uint64_t calls = fv_calls(&fv);
     int failed_opens = 0;
     for (uint64_t at = 1; at <= calls; at++) {
-        fv_init(&fv, nosync_posix(), at, EIO);
+        fv_init(&fv, eu_nosync_vfs(), at, EIO);
         int rc = bdb_block_open(&fv.base, path, &b);
         if (rc == BDB_OK) { /* the fault is the last call, close's, which returns nothing */
             assert_int_equal(at, calls);
@@ -366,7 +296,7 @@ static void test_large_chunks_and_io_faults(void **state)
         failed_opens++;
     }
     assert_int_equal(failed_opens, calls - 1); /* open, size, map */
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
     free(buf);
 }
 
@@ -384,7 +314,7 @@ static void af_key(unsigned s, char *t, char *d, char *m, bdb_series_key *k)
 
 static void af_chunk(unsigned s, int64_t j, uint8_t *buf, bdb_chunk_ref *c)
 {
-    fill(buf, 24, s, (unsigned)j);
+    eu_fill(buf, 24, s, (unsigned)j);
     *c = (bdb_chunk_ref){.bucket_start = W0 + j * 600000,
                          .min_ts = W0 + j * 600000 + s,
                          .max_ts = W0 + j * 600000 + s + 9,
@@ -408,13 +338,13 @@ static int af_run(const char *dir, uint64_t nth)
 {
     uint8_t buf[32];
     if (nth)
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, nth);
+        eu_arm(nth);
     bdb_block_writer *w;
-    int rc = bdb_block_writer_open(nosync_posix(), dir, "af", W0, W0 + WLEN, 3, &w);
+    int rc = bdb_block_writer_open(eu_nosync_vfs(), dir, "af", W0, W0 + WLEN, 3, &w);
     if (rc != BDB_OK) {
         af_disarm();
         assert_int_equal(rc, BDB_ERR_NOMEM);
-        assert_int_equal(count_entries(dir), 0);
+        assert_int_equal(eu_count_entries(dir), 0);
         return 0;
     }
     for (unsigned s = 0; s < AF_SERIES; s++) {
@@ -435,7 +365,7 @@ static int af_run(const char *dir, uint64_t nth)
                 assert_int_equal(rc, BDB_ERR_NOMEM);
                 af_disarm();
                 assert_int_equal(bdb_block_writer_finish(w, NULL), BDB_ERR_NOMEM);
-                assert_int_equal(count_entries(dir), 0);
+                assert_int_equal(eu_count_entries(dir), 0);
                 return 0;
             }
         }
@@ -444,13 +374,13 @@ static int af_run(const char *dir, uint64_t nth)
     af_disarm();
     if (rc != BDB_OK) {
         assert_int_equal(rc, BDB_ERR_NOMEM);
-        assert_int_equal(count_entries(dir), 0);
+        assert_int_equal(eu_count_entries(dir), 0);
         return 0;
     }
     char path[512];
     snprintf(path, sizeof path, "%s/af", dir);
     bdb_block *b;
-    assert_int_equal(bdb_block_open(nosync_posix(), path, &b), BDB_OK);
+    assert_int_equal(bdb_block_open(eu_nosync_vfs(), path, &b), BDB_OK);
     assert_int_equal(bdb_block_get_meta(b)->nchunks, 2 * AF_SERIES);
     for (unsigned s = 0; s < AF_SERIES; s++) {
         char t[16], d[16], m[16];
@@ -476,7 +406,7 @@ static int af_run(const char *dir, uint64_t nth)
 static void test_alloc_failures(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-edge");
     assert_int_equal(af_run(dir, 0), 1);
     /* Every allocation of the writer's life fails in turn, until a run injects none. */
     int survived = 0, stuck = 0;
@@ -498,14 +428,14 @@ static void test_alloc_failures(void **state)
     /* The reader: an open whose allocation fails says so and leaks nothing. */
     uint8_t buf[32];
     size_t len[] = {24};
-    assert_int_equal(write_layout(nosync_posix(), dir, len, 1, 1, buf), BDB_OK);
+    assert_int_equal(write_layout(eu_nosync_vfs(), dir, len, 1, 1, buf), BDB_OK);
     char path[512];
     snprintf(path, sizeof path, "%s/blk", dir);
     int nomem = 0;
     for (uint64_t at = 1; at <= 8; at++) {
         bdb_block *b;
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, at);
-        int rc = bdb_block_open(nosync_posix(), path, &b);
+        eu_arm(at);
+        int rc = bdb_block_open(eu_nosync_vfs(), path, &b);
         bdb_alloc_fail_disarm();
         if (rc == BDB_OK) {
             bdb_block_close(b);
@@ -515,7 +445,7 @@ static void test_alloc_failures(void **state)
         nomem++;
     }
     assert_true(nomem >= 1);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 int main(void)

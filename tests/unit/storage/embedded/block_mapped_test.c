@@ -31,102 +31,12 @@
 
 #include <cmocka.h>
 
+#include "storage/embedded/engutil.h"
+
 #define HDR 36
 #define FTR 128
 #define W0 INT64_C(1700000000000)
 #define WLEN INT64_C(3600000)
-
-/* ---- helpers ---- */
-
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/bdb-block-mapped-XXXXXX");
-    assert_non_null(d);
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
-static void remove_tmpdir(char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-    free(dir);
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static void write_file(const char *path, const uint8_t *b, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (len)
-        assert_int_equal(fwrite(b, 1, len, f), len);
-    fclose(f);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t uv(const uint8_t **p)
-{
-    uint64_t v = 0;
-    for (int shift = 0;; shift += 7) {
-        uint8_t c = *(*p)++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
-}
-
-/* Deterministic chunk bytes of series s, chunk j. */
-static void fill(uint8_t *p, size_t n, unsigned s, unsigned j)
-{
-    uint32_t x = 2166136261u ^ (s * 131u + j);
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (uint8_t)(x >> 24);
-    }
-}
 
 /* ---- hand-built files ---- */
 
@@ -161,14 +71,14 @@ static void bb_zz(struct bb *b, int64_t v)
 static void bb_u32(struct bb *b, uint32_t v)
 {
     uint8_t x[4];
-    put32(x, v);
+    eu_put32(x, v);
     bb_put(b, x, 4);
 }
 
 static void bb_u64(struct bb *b, uint64_t v)
 {
     uint8_t x[8];
-    put64(x, v);
+    eu_put64(x, v);
     bb_put(b, x, 8);
 }
 
@@ -250,10 +160,10 @@ static size_t spec_assemble(const struct spec *s, uint8_t *out)
     memcpy(out, "BDBBLK", 6);
     out[6] = 2;
     out[7] = 0;
-    put64(out + 8, (uint64_t)W0);
-    put64(out + 16, (uint64_t)(W0 + WLEN));
-    put64(out + 24, 5);
-    put32(out + 32, (uint32_t)crc32(0, out, 32));
+    eu_put64(out + 8, (uint64_t)W0);
+    eu_put64(out + 16, (uint64_t)(W0 + WLEN));
+    eu_put64(out + 24, 5);
+    eu_put32(out + 32, (uint32_t)crc32(0, out, 32));
     n = HDR;
     uint64_t index_off = n + s->data.n;
     memcpy(out + n, s->data.p, s->data.n), n += s->data.n;
@@ -275,11 +185,11 @@ static size_t spec_assemble(const struct spec *s, uint8_t *out)
                     (uint64_t)s->max_ts,
                     5};
     for (int i = 0; i < 13; i++)
-        put64(ft + 8 * i, f[i]);
-    put32(ft + 104, 2);
-    put32(ft + 108, s->stride);
-    put32(ft + 112, (uint32_t)crc32(0, out + f[0], (uInt)(n - f[0]))); /* as claimed */
-    put32(ft + 116, (uint32_t)crc32(0, ft, 116));
+        eu_put64(ft + 8 * i, f[i]);
+    eu_put32(ft + 104, 2);
+    eu_put32(ft + 108, s->stride);
+    eu_put32(ft + 112, (uint32_t)crc32(0, out + f[0], (uInt)(n - f[0]))); /* as claimed */
+    eu_put32(ft + 116, (uint32_t)crc32(0, ft, 116));
     memcpy(ft + 120, "BDBBLKFT", 8);
     return n + FTR;
 }
@@ -287,14 +197,14 @@ static size_t spec_assemble(const struct spec *s, uint8_t *out)
 static int spec_open(const struct spec *s, const char *path, bdb_block **out)
 {
     static uint8_t img[4096];
-    write_file(path, img, spec_assemble(s, img));
+    eu_write_file(path, img, spec_assemble(s, img));
     return bdb_block_open(bdb_vfs_posix(), path, out);
 }
 
 static void test_hand_built_files(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-mapped");
     char path[512];
     snprintf(path, sizeof path, "%s/h", dir);
     bdb_block *b;
@@ -384,28 +294,21 @@ static void test_hand_built_files(void **state)
             break;
         }
         /* Refused, with a warning naming the lie. */
-        fflush(stderr);
-        int saved = dup(2);
-        int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        assert_true(saved >= 0 && fd >= 0);
-        dup2(fd, 2);
-        close(fd);
+        int saved = eu_stderr_to(logpath);
         bdb_log_set_level(BDB_LOG_WARN);
         int rc = spec_open(&s, path, &b);
         bdb_log_set_level(BDB_LOG_ERROR);
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
+        eu_stderr_restore(saved);
         if (rc != BDB_ERR_CORRUPT)
             fail_msg("hand-built case %d was not refused", t);
         size_t n;
-        char *log = (char *)read_file(logpath, &n);
+        char *log = (char *)eu_read_file(logpath, &n);
         log[n] = 0;
         if (!strstr(log, why[t]))
             fail_msg("hand-built case %d: expected \"%s\" in: %s", t, why[t], log);
         free(log);
     }
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 /* ---- a file changed under the mapping ---- */
@@ -424,7 +327,7 @@ struct mfile {
 
 static void mfile_make(struct mfile *m)
 {
-    m->dir = make_tmpdir();
+    m->dir = eu_make_flat_dir("/tmp/bdb-block-mapped");
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(bdb_vfs_posix(), m->dir, "m", W0, W0 + WLEN, 1, &w),
                      BDB_OK);
@@ -434,7 +337,7 @@ static void mfile_make(struct mfile *m)
             snprintf(dev, sizeof dev, "d%02u", d);
             bdb_series_key k = {"t", 1, dev, 3, i ? "b" : "a", 1};
             uint8_t buf[10];
-            fill(buf, sizeof buf, d, i);
+            eu_fill(buf, sizeof buf, d, i);
             bdb_chunk_ref c = {.bucket_start = W0,
                                .min_ts = W0 + 100,
                                .max_ts = W0 + 200,
@@ -446,22 +349,22 @@ static void mfile_make(struct mfile *m)
     }
     assert_int_equal(bdb_block_writer_finish(w, NULL), BDB_OK);
     snprintf(m->path, sizeof m->path, "%s/m", m->dir);
-    m->orig = read_file(m->path, &m->len);
+    m->orig = eu_read_file(m->path, &m->len);
     const uint8_t *ft = m->orig + m->len - FTR;
-    m->index_off = get64(ft);
-    m->groups_len = get64(ft + 8);
-    assert_int_equal(get64(ft + 16), 3);
-    m->nstrings = get64(ft + 24);
+    m->index_off = eu_get64(ft);
+    m->groups_len = eu_get64(ft + 8);
+    assert_int_equal(eu_get64(ft + 16), 3);
+    m->nstrings = eu_get64(ft + 24);
     assert_int_equal(m->nstrings, 3); /* "a", "b", "t" */
     m->sparse = m->index_off + m->groups_len;
     m->stroffs = m->sparse + 3 * 16;
     const uint8_t *p = m->orig + m->index_off;
     for (unsigned g = 0; g < MG; g++) {
         m->grp[g] = (size_t)(p - m->orig);
-        uv(&p);
-        p += uv(&p);
-        uint64_t blen = uv(&p);
-        uv(&p);
+        eu_uvarint(&p);
+        p += eu_uvarint(&p);
+        uint64_t blen = eu_uvarint(&p);
+        eu_uvarint(&p);
         p += blen;
     }
     m->fd = open(m->path, O_WRONLY);
@@ -483,14 +386,14 @@ static void restore(struct mfile *m)
 static size_t first_series(const struct mfile *m, unsigned g)
 {
     const uint8_t *p = m->orig + m->grp[g];
-    uv(&p);
-    p += uv(&p);
-    uv(&p);
-    uv(&p);
-    uv(&p); /* nseries */
-    uint64_t nb = uv(&p);
+    eu_uvarint(&p);
+    p += eu_uvarint(&p);
+    eu_uvarint(&p);
+    eu_uvarint(&p);
+    eu_uvarint(&p); /* nseries */
+    uint64_t nb = eu_uvarint(&p);
     for (uint64_t i = 0; i < nb; i++)
-        uv(&p);
+        eu_uvarint(&p);
     return (size_t)(p - m->orig);
 }
 
@@ -556,7 +459,7 @@ static void test_changed_under_mapping(void **state)
 
     uint8_t x[8];
     /* Every sparse entry points past the group table. */
-    put64(x, m.groups_len + 100);
+    eu_put64(x, m.groups_len + 100);
     for (int e = 0; e < 3; e++)
         poke(&m, m.sparse + 16 * e, x, 8);
     assert_int_equal(find_rc(b, 20, "a"), BDB_ERR_CORRUPT);
@@ -576,24 +479,24 @@ static void test_changed_under_mapping(void **state)
     /* The second sparse entry's data offset beyond the data region (a lookup scans
      * from that entry's group to its target), then inside the header (the group the
      * scan arrives at would start there). */
-    put64(x, m.index_off + 1000);
+    eu_put64(x, m.index_off + 1000);
     poke(&m, m.sparse + 16 + 8, x, 8);
     assert_int_equal(find_rc(b, 16, "a"), BDB_OK); /* scanned to from entry 0 */
     assert_int_equal(find_rc(b, 20, "a"), BDB_ERR_CORRUPT);
     assert_int_equal(seek_rc(b, 20), BDB_ERR_CORRUPT);
-    put64(x, 0);
+    eu_put64(x, 0);
     poke(&m, m.sparse + 16 + 8, x, 8);
     assert_int_equal(find_rc(b, 17, "a"), BDB_ERR_CORRUPT);
     restore(&m);
 
     /* String offsets: name 0 ends before it starts (lookups of "a" fail, of "t"
      * work), then every name runs past the string bytes. */
-    put32(x, 2);
-    put32(x + 4, 1);
+    eu_put32(x, 2);
+    eu_put32(x + 4, 1);
     poke(&m, m.stroffs, x, 8);
     assert_int_equal(find_rc(b, 3, "a"), BDB_ERR_CORRUPT);
     restore(&m);
-    put32(x, 0xffffffffu);
+    eu_put32(x, 0xffffffffu);
     poke(&m, m.stroffs + 4, x, 4);
     poke(&m, m.stroffs + 8, x, 4);
     assert_int_equal(find_rc(b, 3, "b"), BDB_ERR_CORRUPT);
@@ -628,9 +531,9 @@ static void test_changed_under_mapping(void **state)
         key_of(0, "a", dev, &k);
         assert_int_equal(bdb_block_find(b, &k, &cur), BDB_OK);
         const uint8_t *p = m.orig + sh + 2;
-        uv(&p); /* min */
-        uv(&p); /* span */
-        uv(&p); /* count */
+        eu_uvarint(&p); /* min */
+        eu_uvarint(&p); /* span */
+        eu_uvarint(&p); /* count */
         assert_true(*p < 0x40);
         x[0] = t == 0 ? 0x7f : (uint8_t)(*p + 20);
         poke(&m, t == 0 ? sh + 2 : (size_t)(p - m.orig), x, 1);
@@ -644,7 +547,7 @@ static void test_changed_under_mapping(void **state)
     bdb_block_close(b);
     close(m.fd);
     free(m.orig);
-    remove_tmpdir(m.dir);
+    eu_remove_flat_dir(m.dir);
 }
 
 int main(void)

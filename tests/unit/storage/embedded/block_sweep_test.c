@@ -25,7 +25,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 #include "storage/crashutil.h"
 
 #include "bucketdb/bdb.h"
@@ -47,23 +47,6 @@
 
 static char root[64], basedir[128];
 
-/* POSIX without fsync: each trial opens a copy; durability is powerloss_test.c's. */
-static struct bdb_vfs_ops nosync_ops;
-static bdb_vfs nosync_vfs = {&nosync_ops};
-
-static int nosync(bdb_file *f)
-{
-    (void)f;
-    return BDB_OK;
-}
-
-static int nosync_dir(bdb_vfs *v, const char *path)
-{
-    (void)v;
-    (void)path;
-    return BDB_OK;
-}
-
 static int64_t clock_fn(void *ctx)
 {
     (void)ctx;
@@ -72,19 +55,12 @@ static int64_t clock_fn(void *ctx)
 
 static int open_dir(const char *dir, bdb_db **db)
 {
-    if (!nosync_ops.open) {
-        nosync_ops = *bdb_vfs_posix()->ops;
-        nosync_ops.sync = nosync;
-        nosync_ops.sync_dir = nosync_dir;
-    }
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.vfs = &nosync_vfs;
-    o.background = 0;
+    eu_opts(&o, dir, clock_fn, NULL);
+    /* POSIX without fsync: each trial opens a copy; durability is powerloss_test.c's */
+    o.vfs = eu_nosync_vfs();
     o.block_window_ms = HOUR;
     o.chunk_max_samples = 16;
-    o.clock = (bdb_clock){clock_fn, NULL};
     *db = NULL;
     return bdb_db_open(&o, db);
 }
@@ -103,9 +79,7 @@ static int setup(void **st)
 {
     (void)st;
     /* tmpfs when there is one: a thousand trials of copy, open and close */
-    snprintf(root, sizeof root, "%s/bdb_blksweep_XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    assert_non_null(mkdtemp(root));
+    eu_scratch(root, sizeof root, "blksweep", EU_TMPFS, NULL, 0);
     snprintf(basedir, sizeof basedir, "%s/base", root);
     bdb_log_set_level(BDB_LOG_ERROR + 1); /* quarantines log by design */
     bdb_db *db;
@@ -126,8 +100,7 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(root);
-    return 0;
+    return eu_cleanup(root);
 }
 
 static uint64_t get_u64(const unsigned char *p)
@@ -149,28 +122,6 @@ static uint32_t crc(const unsigned char *p, size_t n)
     return (uint32_t)crc32(0L, p, (uInt)n);
 }
 
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)sz);
-    assert_int_equal(fread(p, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return p;
-}
-
-static void spill(const char *path, const unsigned char *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
 enum region { R_HEADER, R_HEADER_CRC, R_RUN, R_RUN_CRC, R_INDEX, R_FOOTER, R_FOOTER_CRC };
 
 static void test_block_content_sweep(void **st)
@@ -182,7 +133,7 @@ static void test_block_content_sweep(void **st)
     char rel[256];
     snprintf(rel, sizeof rel, "%s", files[0] + strlen(basedir));
     size_t size;
-    unsigned char *orig = slurp(files[0], &size);
+    unsigned char *orig = eu_read_file(files[0], &size);
     cu_free_list(files, nf);
     assert_true(size > 36 + 128);
     const unsigned char *ft = orig + size - 128;
@@ -225,7 +176,7 @@ static void test_block_content_sweep(void **st)
         }
         assert_int_equal(cu_copy_tree(basedir, work), 0);
         snprintf(path, sizeof path, "%s%s", work, rel);
-        spill(path, buf, size);
+        eu_write_file(path, buf, size);
         bdb_db *db;
         assert_int_equal(open_dir(work, &db), BDB_OK);
         bdb_samples s[1];

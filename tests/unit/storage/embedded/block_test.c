@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "storage/embedded/engutil.h"
+
 /* Format constants from docs/formats/block.md, used to aim damage at regions. */
 #define HDR 36
 #define FTR 128
@@ -62,121 +64,27 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static char *make_tmpdir(void)
-{
-    char *d = strdup("/tmp/bdb-block-test-XXXXXX");
-    assert_non_null(d);
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void remove_tmpdir(char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-    free(dir);
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static void write_file(const char *path, const uint8_t *b, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (len)
-        assert_int_equal(fwrite(b, 1, len, f), len);
-    fclose(f);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static uint64_t footer_field(const uint8_t *file, size_t len, int i)
 {
-    return get64(file + len - FTR + 8 * i);
+    return eu_get64(file + len - FTR + 8 * i);
 }
 
 static void set_footer_field(uint8_t *file, size_t len, int i, uint64_t v)
 {
-    put64(file + len - FTR + 8 * i, v);
+    eu_put64(file + len - FTR + 8 * i, v);
 }
 
 /* Recomputes the header, index and footer CRCs, so damage reaches the structural
  * checks. */
 static void reseal(uint8_t *file, size_t len)
 {
-    put32(file + 32, (uint32_t)crc32(0, file, 32));
+    eu_put32(file + 32, (uint32_t)crc32(0, file, 32));
     uint8_t *ft = file + len - FTR;
-    uint64_t index_off = get64(ft);
+    uint64_t index_off = eu_get64(ft);
     if (index_off <= len - FTR)
-        put32(ft + FT_INDEX_CRC,
-              (uint32_t)crc32(0, file + index_off, (uInt)(len - FTR - index_off)));
-    put32(ft + FT_FOOTER_CRC, (uint32_t)crc32(0, ft, FT_FOOTER_CRC));
-}
-
-/* LEB128, to walk a group record by hand. */
-static uint64_t uv(const uint8_t **p)
-{
-    uint64_t v = 0;
-    for (int shift = 0;; shift += 7) {
-        uint8_t c = *(*p)++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
+        eu_put32(ft + FT_INDEX_CRC,
+                 (uint32_t)crc32(0, file + index_off, (uInt)(len - FTR - index_off)));
+    eu_put32(ft + FT_FOOTER_CRC, (uint32_t)crc32(0, ft, FT_FOOTER_CRC));
 }
 
 /* Offsets of the fields of the group record at rec. */
@@ -189,14 +97,14 @@ static struct grec group_fields(const uint8_t *file, size_t rec)
     struct grec g;
     const uint8_t *p = file + rec;
     g.tid = rec;
-    uv(&p);
+    eu_uvarint(&p);
     g.dev = (size_t)(p - file);
-    uint64_t dlen = uv(&p);
+    uint64_t dlen = eu_uvarint(&p);
     p += dlen;
     g.body_len = (size_t)(p - file);
-    uv(&p);
+    eu_uvarint(&p);
     g.data_len = (size_t)(p - file);
-    uv(&p);
+    eu_uvarint(&p);
     g.body = (size_t)(p - file);
     return g;
 }
@@ -327,7 +235,7 @@ static bdb_block *open_ok(bdb_vfs *vfs, const char *dir, const char *name)
 static void test_roundtrip(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     size_t n;
     struct ser *v = build_model(4, 25, 11, &n);
@@ -335,7 +243,7 @@ static void test_roundtrip(void **state)
 
     bdb_block_meta wm;
     write_model(vfs, dir, "b1", v, n, &wm);
-    assert_int_equal(count_entries(dir), 1); /* no .tmp left behind */
+    assert_int_equal(eu_count_entries(dir), 1); /* no .tmp left behind */
 
     uint64_t nchunks = 0, nsamples = 0;
     for (size_t s = 0; s < n; s++)
@@ -509,13 +417,13 @@ static void test_roundtrip(void **state)
 
     bdb_block_close(b);
     free(v);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 static void test_empty_block(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(vfs, dir, "e", 0, 10, 1, &w), BDB_OK);
@@ -539,7 +447,7 @@ static void test_empty_block(void **state)
     bdb_partition_stat ps;
     assert_int_equal(bdb_block_partition_next(&pit, &ps), 0);
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 /* Names the encoding must not trip over: empty, with NUL bytes, longer than one
@@ -549,7 +457,7 @@ static void test_empty_block(void **state)
 static void test_names(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     char longname[300];
     memset(longname, 'z', sizeof longname);
@@ -633,7 +541,7 @@ static void test_names(void **state)
     assert_int_equal(bdb_block_iter_seek(b, &it, "solo", 4, "r", 1), BDB_OK);
     assert_int_equal(bdb_block_iter_next(&it, &k, NULL), 0);
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 /* Values at the edges of the delta coding: the widest window, timestamps at both ends,
@@ -642,7 +550,7 @@ static void test_names(void **state)
 static void test_extreme_values(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(vfs, dir, "x", INT64_MIN, INT64_MAX, UINT64_MAX, &w),
@@ -708,13 +616,13 @@ static void test_extreme_values(void **state)
     }
     assert_int_equal(bdb_block_partition_next(&pit, &ps), 0);
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 static void test_order_violations(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(vfs, dir, "o", 0, 1000, 1, &w), BDB_OK);
@@ -777,18 +685,18 @@ static void test_order_violations(void **state)
     assert_memory_equal(got.data, data, sizeof data);
     assert_int_equal(bdb_block_cursor_next(&cur, &got), 0);
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 static void test_window_violations(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(vfs, dir, "w", 1000, 1000, 1, &w), BDB_ERR_INVALID);
     assert_int_equal(bdb_block_writer_open(vfs, dir, "w", 1000, 999, 1, &w), BDB_ERR_INVALID);
-    assert_int_equal(count_entries(dir), 0);
+    assert_int_equal(eu_count_entries(dir), 0);
     assert_int_equal(bdb_block_writer_open(vfs, dir, "w", 1000, 2000, 1, &w), BDB_OK);
     uint8_t data[1] = {7};
     bdb_series_key k = {"t", 1, "d", 1, "m", 1};
@@ -816,19 +724,19 @@ static void test_window_violations(void **state)
     assert_int_equal(m.nchunks, 2);
     assert_int_equal(m.min_ts, 1000);
     assert_int_equal(m.max_ts, 1999);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 static void test_abort_leaves_nothing(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(vfs, dir, "a", 0, 1 << 30, 1, &w), BDB_OK);
-    assert_int_equal(count_entries(dir), 1);
+    assert_int_equal(eu_count_entries(dir), 1);
     bdb_block_writer_abort(w);
-    assert_int_equal(count_entries(dir), 0);
+    assert_int_equal(eu_count_entries(dir), 0);
 
     /* After enough data that staged bytes have reached the file. */
     assert_int_equal(bdb_block_writer_open(vfs, dir, "a", 0, 1 << 30, 1, &w), BDB_OK);
@@ -844,8 +752,8 @@ static void test_abort_leaves_nothing(void **state)
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 0);
     bdb_block_writer_abort(w);
-    assert_int_equal(count_entries(dir), 0);
-    remove_tmpdir(dir);
+    assert_int_equal(eu_count_entries(dir), 0);
+    eu_remove_flat_dir(dir);
 }
 
 /* The fleet shape of bench/: 10,000 devices x 10 metrics, one chunk of 30 samples
@@ -855,7 +763,7 @@ static void test_abort_leaves_nothing(void **state)
 static void test_compact_index(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     bdb_vfs *vfs = bdb_vfs_posix();
     const int64_t ws = 1800000000000LL, we = ws + 2 * 3600 * 1000LL;
     enum { NDEV = 10000, NMET = 10, NSAMP = 30 };
@@ -922,7 +830,7 @@ static void test_compact_index(void **state)
         assert_int_equal(bdb_block_cursor_next(&cur, &c), 0);
     }
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 /* ---- a VFS that counts pwrites and fails a chosen operation ---- */
@@ -1049,7 +957,7 @@ static const struct bdb_vfs_ops t_ops = {
 static void test_buffered_writes(void **state)
 {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
     struct tvfs v = {.base = {&t_ops}, .under = bdb_vfs_posix()};
     bdb_block_writer *w;
     assert_int_equal(bdb_block_writer_open(&v.base, dir, "p", 0, 1 << 30, 1, &w), BDB_OK);
@@ -1091,7 +999,7 @@ static void test_buffered_writes(void **state)
     assert_memory_equal(c.data, data, sizeof data);
     assert_int_equal(bdb_block_cursor_next(&cur, &c), 0);
     bdb_block_close(b);
-    remove_tmpdir(dir);
+    eu_remove_flat_dir(dir);
 }
 
 static void test_io_failures_leave_nothing(void **state)
@@ -1100,7 +1008,7 @@ static void test_io_failures_leave_nothing(void **state)
     int modes[] = {FAIL_PWRITE, FAIL_SYNC, FAIL_RENAME, FAIL_SYNC_DIR};
     static uint8_t data[256 * 1024];
     for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
-        char *dir = make_tmpdir();
+        char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
         struct tvfs v = {
             .base = {&t_ops}, .under = bdb_vfs_posix(), .fail = modes[mi], .fail_after = 1};
         bdb_block_writer *w;
@@ -1124,8 +1032,8 @@ static void test_io_failures_leave_nothing(void **state)
             assert_int_equal(rc, BDB_OK);
         }
         assert_int_equal(bdb_block_writer_finish(w, NULL), BDB_ERR_IO);
-        assert_int_equal(count_entries(dir), 0);
-        remove_tmpdir(dir);
+        assert_int_equal(eu_count_entries(dir), 0);
+        eu_remove_flat_dir(dir);
     }
 }
 
@@ -1143,11 +1051,11 @@ struct corpus {
 /* 120 series in 40 device groups: three sparse-table entries, multi-bucket groups. */
 static void corpus_make(struct corpus *cp)
 {
-    cp->dir = make_tmpdir();
+    cp->dir = eu_make_flat_dir("/tmp/bdb-block-test");
     cp->v = build_model(2, 20, 3, &cp->n);
     write_model(bdb_vfs_posix(), cp->dir, "c", cp->v, cp->n, NULL);
     snprintf(cp->path, sizeof cp->path, "%s/c", cp->dir);
-    cp->file = read_file(cp->path, &cp->len);
+    cp->file = eu_read_file(cp->path, &cp->len);
     assert_int_equal(footer_field(cp->file, cp->len, FT_NSPARSE), 3);
 }
 
@@ -1155,7 +1063,7 @@ static void corpus_free(struct corpus *cp)
 {
     free(cp->file);
     free(cp->v);
-    remove_tmpdir(cp->dir);
+    eu_remove_flat_dir(cp->dir);
 }
 
 /* Region boundaries of the corpus file, from its footer. */
@@ -1179,7 +1087,7 @@ static struct regions regions_of(const uint8_t *file, size_t len)
  * 0 (CRCs were resealed, so only memory safety and sanity are at stake). */
 static int probe(struct corpus *cp, const uint8_t *img, size_t len, int trusted)
 {
-    write_file(cp->path, img, len);
+    eu_write_file(cp->path, img, len);
     bdb_block *b;
     int rc = bdb_block_open(bdb_vfs_posix(), cp->path, &b);
     if (rc == BDB_ERR_CORRUPT)
@@ -1249,7 +1157,7 @@ static int probe(struct corpus *cp, const uint8_t *img, size_t len, int trusted)
 
 static int open_rc(struct corpus *cp, const uint8_t *img, size_t len)
 {
-    write_file(cp->path, img, len);
+    eu_write_file(cp->path, img, len);
     bdb_block *b;
     int rc = bdb_block_open(bdb_vfs_posix(), cp->path, &b);
     if (rc == BDB_OK)
@@ -1316,11 +1224,11 @@ static void test_structural_damage(void **state)
         memcpy(img, cp.file, len);
         switch (t) {
         case 0: /* sparse entry's data offset shifted */
-            put64(img + rg.sparse + SPARSE_ENTRY + 8,
-                  get64(img + rg.sparse + SPARSE_ENTRY + 8) + 1);
+            eu_put64(img + rg.sparse + SPARSE_ENTRY + 8,
+                     eu_get64(img + rg.sparse + SPARSE_ENTRY + 8) + 1);
             break;
         case 1: /* sparse entry's group offset shifted */
-            put64(img + rg.sparse + SPARSE_ENTRY, get64(img + rg.sparse + SPARSE_ENTRY) + 1);
+            eu_put64(img + rg.sparse + SPARSE_ENTRY, eu_get64(img + rg.sparse + SPARSE_ENTRY) + 1);
             break;
         case 2: /* first group's data length off by one */
             img[g0.data_len] ^= 1;
@@ -1342,23 +1250,23 @@ static void test_structural_damage(void **state)
             break;
         case 8: /* window shrunk (header and footer agree) so chunks fall outside it */
             set_footer_field(img, len, FT_WINDOW_END, W0 + 1000);
-            put64(img + 16, W0 + 1000);
+            eu_put64(img + 16, W0 + 1000);
             break;
         case 9: /* footer sample total disagrees */
             set_footer_field(img, len, FT_NSAMPLES, footer_field(img, len, FT_NSAMPLES) + 1);
             break;
         case 10: /* window reversed */
             set_footer_field(img, len, FT_WINDOW_START, W0 + 2 * WINDOW);
-            put64(img + 8, W0 + 2 * WINDOW);
+            eu_put64(img + 8, W0 + 2 * WINDOW);
             break;
         case 11: /* group table one byte shorter: the sparse table shifts */
             set_footer_field(img, len, FT_GROUPS_LEN, footer_field(img, len, FT_GROUPS_LEN) - 1);
             break;
         case 12: /* sparse stride that does not match the table */
-            put32(img + len - FTR + FT_STRIDE, 1);
+            eu_put32(img + len - FTR + FT_STRIDE, 1);
             break;
         case 13: /* stride 0 */
-            put32(img + len - FTR + FT_STRIDE, 0);
+            eu_put32(img + len - FTR + FT_STRIDE, 0);
             break;
         case 14: /* one string fewer: names shift, ids run past the table */
             set_footer_field(img, len, FT_NSTRINGS, footer_field(img, len, FT_NSTRINGS) - 1);
@@ -1379,7 +1287,7 @@ static void test_structural_damage(void **state)
             img[g0.body] = 0;
             break;
         case 20: /* string offsets out of order */
-            put32(img + rg.stroffs + 4, 0xffff);
+            eu_put32(img + rg.stroffs + 4, 0xffff);
             break;
         case 21: /* data region one byte longer than the groups account for */
             set_footer_field(img, len, FT_INDEX_OFF, footer_field(img, len, FT_INDEX_OFF) + 1);
@@ -1425,26 +1333,19 @@ static void test_other_versions_rejected(void **state)
     uint32_t versions[] = {1, 3, 0xffffffffu};
     for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
         memcpy(img, cp.file, cp.len);
-        put32(img + cp.len - FTR + FT_VERSION, versions[i]);
+        eu_put32(img + cp.len - FTR + FT_VERSION, versions[i]);
         img[6] = (uint8_t)versions[i];
         img[7] = (uint8_t)(versions[i] >> 8);
         reseal(img, cp.len);
         /* Capture the warning. */
-        fflush(stderr);
-        int saved = dup(2);
-        int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        assert_true(saved >= 0 && fd >= 0);
-        dup2(fd, 2);
-        close(fd);
+        int saved = eu_stderr_to(logpath);
         bdb_log_set_level(BDB_LOG_WARN);
         int rc = open_rc(&cp, img, cp.len);
         bdb_log_set_level(BDB_LOG_ERROR);
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
+        eu_stderr_restore(saved);
         assert_int_equal(rc, BDB_ERR_CORRUPT);
         size_t n;
-        uint8_t *log = read_file(logpath, &n);
+        uint8_t *log = eu_read_file(logpath, &n);
         log[n] = 0;
         char want[64];
         snprintf(want, sizeof want, "format version %u", versions[i]);

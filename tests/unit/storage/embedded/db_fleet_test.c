@@ -14,7 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/fleet.h"
 #include "bucketdb/bdb.h"
@@ -70,9 +70,7 @@ static int64_t clock_fn(void *ctx)
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb_fleet_XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "fleet", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR);
     rng_state = 88172645463325252ull;
     nwritten = 0;
@@ -83,20 +81,14 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(const char *dir)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    eu_opts(&o, dir, clock_fn, NULL);
+    return eu_open(&o);
 }
 
 /* n reports per device at fresh random times of the first two days (one per

@@ -15,7 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -40,18 +40,14 @@ static char tmpdir[64], datadir[128];
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb-latest-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "latest", EU_TMPFS, datadir, sizeof datadir);
     return 0;
 }
 
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_at(const char *dir, int expect)

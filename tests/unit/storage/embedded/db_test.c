@@ -16,7 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -52,38 +52,6 @@ static uint64_t rng(void)
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
     return rng_state;
-}
-
-/* Copies a directory tree: taken while a db is open, it is what a crash would leave
- * (BATCH sync: every acknowledged write is in the WAL files). */
-static void copy_tree(const char *from, const char *to)
-{
-    mkdir(to, 0755);
-    DIR *d = opendir(from);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char a[1024], b[1024];
-        snprintf(a, sizeof a, "%s/%s", from, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, de->d_name);
-        struct stat st;
-        assert_int_equal(stat(a, &st), 0);
-        if (S_ISDIR(st.st_mode)) {
-            copy_tree(a, b);
-            continue;
-        }
-        int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        assert_true(in >= 0 && out >= 0);
-        char buf[65536];
-        ssize_t n;
-        while ((n = read(in, buf, sizeof buf)) > 0)
-            assert_int_equal(write(out, buf, (size_t)n), n);
-        close(in);
-        close(out);
-    }
-    closedir(d);
 }
 
 struct names {
@@ -316,18 +284,14 @@ static int setup(void **state)
 {
     (void)state;
     bdb_log_set_level(BDB_LOG_ERROR + 1); /* quiet: the tests provoke errors on purpose */
-    strcpy(tmpdir, "/tmp/bdb-db-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "db", EU_TMPFS, datadir, sizeof datadir);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 /* ------------------------------------------------------------ tests */
@@ -549,7 +513,7 @@ static void test_ooo_and_duplicates(void **state)
             want[41] = 4040.0;
             char crash[128];
             snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-            copy_tree(datadir, crash);
+            eu_copy_tree(datadir, crash, EU_WITH_LOCK);
             assert_int_equal(bdb_db_close(db), BDB_OK);
             db = open_dir(crash);
             bdb_db_stats st;
@@ -675,7 +639,7 @@ static void test_tags_and_state(void **state)
         if (pass == 2) { /* crash: catalog + WAL replay */
             char crash[128];
             snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-            copy_tree(datadir, crash);
+            eu_copy_tree(datadir, crash, EU_WITH_LOCK);
             assert_int_equal(bdb_db_close(db), BDB_OK);
             db = open_dir(crash);
         }
@@ -730,7 +694,7 @@ static void test_set_device_bucket(void **state)
             assert_int_equal(bdb_db_set_device_bucket(db, "t", "d", 0), BDB_OK);
             char crash[128];
             snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-            copy_tree(datadir, crash);
+            eu_copy_tree(datadir, crash, EU_WITH_LOCK);
             assert_int_equal(bdb_db_close(db), BDB_OK);
             db = open_dir(crash);
             i = get_info(db, "t", "d");
@@ -951,7 +915,7 @@ static void test_torn_wal_tail(void **state)
         write_run(db, "t", "d", "m", T0 + k * 10 * MIN, MIN, 10, k * 10.0);
     char crash[128], wal[160], path[512];
     snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-    copy_tree(datadir, crash);
+    eu_copy_tree(datadir, crash, EU_WITH_LOCK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 
     snprintf(wal, sizeof wal, "%s/wal", crash);
@@ -975,7 +939,7 @@ static void test_torn_wal_tail(void **state)
     write_run(db, "t", "d", "m", T0 + 40 * MIN, MIN, 10, 40.0);
     char crash2[128];
     snprintf(crash2, sizeof crash2, "%s/crash2", tmpdir);
-    copy_tree(crash, crash2);
+    eu_copy_tree(crash, crash2, EU_WITH_LOCK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     db = open_dir(crash2);
     bdb_db_get_stats(db, &st);
@@ -1136,7 +1100,7 @@ static void test_property_random_history(void **state)
         } else if (what == 6) {
             char next[160];
             snprintf(next, sizeof next, "%s/crash%d", tmpdir, crashes++);
-            copy_tree(cur, next);
+            eu_copy_tree(cur, next, EU_WITH_LOCK);
             assert_int_equal(bdb_db_close(db), BDB_OK);
             snprintf(cur, sizeof cur, "%s", next);
             db = open_opts(&o);
@@ -1179,7 +1143,7 @@ static void test_bucket_change_inside_batch_then_crash(void **state)
     assert_int_equal(i.bucket_ms, 6 * HOUR);
     char crash[128];
     snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-    copy_tree(datadir, crash);
+    eu_copy_tree(datadir, crash, EU_WITH_LOCK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 
     db = open_dir(crash);

@@ -22,7 +22,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
@@ -78,9 +78,7 @@ static bdb_db *open_win(int64_t window_ms, int background)
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
     if (background)
         o.flush_interval_ms = 50;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static bdb_db *open_db(void)
@@ -91,10 +89,7 @@ static bdb_db *open_db(void)
 static int setup(void **state)
 {
     (void)state;
-    strcpy(tmpdir, "/tmp/bdb-engcov-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "engcov", EU_TMPFS, datadir, sizeof datadir);
     snprintf(blocksdir, sizeof blocksdir, "%s/blocks", datadir);
     bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
     W.now = T0 + DAY;
@@ -105,19 +100,12 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    bdb_alloc_fail_disarm();
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static void put(bdb_db *db, const char *tenant, const char *dev, int64_t ts, double v)
 {
-    bdb_batch *b = bdb_batch_new();
-    bdb_batch_begin(b, dev, strlen(dev), ts, 1);
-    bdb_batch_metric(b, "m", 1, v);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, tenant, b), BDB_OK);
-    bdb_batch_free(b);
+    eu_put(db, tenant, dev, "m", ts, v, 1);
 }
 
 /* Reads metric m of dev over [lo, hi): samples into *s (caller frees). */
@@ -251,7 +239,7 @@ static int info_cb(void *ctx, const bdb_device_info *d)
 #define ALLOC_SWEEP(call, on_fail)                                                                 \
     do {                                                                                           \
         for (uint64_t k_ = 1; k_ < 10000; k_++) {                                                  \
-            bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, k_);                                            \
+            eu_arm(k_);                                                                            \
             int rc_ = (call);                                                                      \
             uint64_t inj_ = bdb_alloc_fail_injected();                                             \
             bdb_alloc_fail_disarm();                                                               \
@@ -325,10 +313,9 @@ static void test_flush_out_of_memory(void **state)
         written += 2; /* the head holds the rewrite until a flush merges it */
         rounds++;
         last_k = k;
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, k);
+        eu_arm(k);
         int rc = bdb_db_flush(db);
-        uint64_t inj = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int inj = eu_disarm();
         if (!inj) {
             assert_int_equal(rc, BDB_OK);
             break;
@@ -504,10 +491,9 @@ static void test_regroup_out_of_memory(void **state)
     bdb_db_stats st;
     bdb_db_get_stats(db, &st);
     for (uint64_t k = 1; k <= 40 && st.block_samples != 40; k++) {
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, k);
+        eu_arm(k);
         int rc = bdb_db_maintain(db);
-        uint64_t inj = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int inj = eu_disarm();
         assert_true(rc == BDB_OK || (inj && rc == BDB_ERR_NOMEM));
         bdb_db_get_stats(db, &st);
         failed += inj && st.block_samples != 40;

@@ -14,7 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 #include "storage/failvfs.h"
 
 #include "bucketdb/bdb.h"
@@ -33,23 +33,12 @@
 static char tmpdir[64], datadir[128];
 static int64_t now_ms = T0;
 
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
-
 static bdb_db *open_db(bdb_vfs *vfs)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
+    eu_opts(&o, datadir, eu_clock, &now_ms);
     o.vfs = vfs;
-    o.background = 0;
-    o.clock = (bdb_clock){clock_fn, NULL};
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static int write_one(bdb_db *db, const char *tenant, const char *dev, int64_t ts)
@@ -66,10 +55,7 @@ static int write_one(bdb_db *db, const char *tenant, const char *dev, int64_t ts
 static int setup(void **state)
 {
     (void)state;
-    strcpy(tmpdir, "/tmp/bdb-edge-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "edge", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
     return 0;
 }
@@ -77,8 +63,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static void test_tenant_usage(void **state)

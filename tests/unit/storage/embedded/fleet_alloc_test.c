@@ -12,7 +12,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/fleet.h"
 #include "bucketdb/bdb.h"
@@ -52,14 +52,9 @@ static int64_t clock_fn(void *ctx)
 static bdb_db *open_db(const char *dir)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, dir, clock_fn, NULL);
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 /* Flush k writes PER samples of metric k % 3 for devices a and b (tenant t1 for even
@@ -125,43 +120,11 @@ static void check(bdb_db *db, int nflush)
             }
 }
 
-static void copy_tree(const char *from, const char *to)
-{
-    mkdir(to, 0755);
-    DIR *d = opendir(from);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "LOCK"))
-            continue;
-        char a[1024], b[1024];
-        snprintf(a, sizeof a, "%s/%s", from, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, de->d_name);
-        struct stat sb;
-        assert_int_equal(stat(a, &sb), 0);
-        if (S_ISDIR(sb.st_mode)) {
-            copy_tree(a, b);
-            continue;
-        }
-        int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        assert_true(in >= 0 && out >= 0);
-        char buf[65536];
-        ssize_t k;
-        while ((k = read(in, buf, sizeof buf)) > 0)
-            assert_int_equal(write(out, buf, (size_t)k), k);
-        close(in);
-        close(out);
-    }
-    closedir(d);
-}
-
 static int setup(void **st)
 {
     (void)st;
     /* tmpfs when there is one: every run copies a directory and flushes */
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb_falloc_XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    assert_non_null(mkdtemp(tmpdir));
+    eu_scratch(tmpdir, sizeof tmpdir, "falloc", EU_TMPFS, NULL, 0);
     snprintf(basedir, sizeof basedir, "%s/base", tmpdir);
     snprintf(workdir, sizeof workdir, "%s/work", tmpdir);
     snprintf(snapdir, sizeof snapdir, "%s/snap", tmpdir);
@@ -187,20 +150,19 @@ static void test_compaction_flush(void **st)
         assert_int_equal(bdb_db_flush(db), BDB_OK);
     }
     /* a copy with the eight files uncompacted: the close's own flush would merge them */
-    copy_tree(basedir, snapdir);
+    eu_copy_tree(basedir, snapdir, EU_SKIP_LOCK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     uint64_t n = 0, nomem = 0, skipped = 0;
     for (uint64_t nth = 1; nth < MAX_SITES; nth++) {
         tu_rm_rf(workdir);
-        copy_tree(snapdir, workdir);
+        eu_copy_tree(snapdir, workdir, EU_SKIP_LOCK);
         db = open_db(workdir);
         bdb_fleet_file_stats fs;
         bdb_db_fleet_get_stats(db, &fs); /* loaded before arming: the sweep is the flush */
         write_flush(db, NFLUSH - 1);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, nth);
+        eu_arm(nth);
         int rc = bdb_db_flush(db);
-        uint64_t hit = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int hit = eu_disarm();
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         check(db, NFLUSH);
         if (rc != BDB_OK)
@@ -222,10 +184,8 @@ static void test_compaction_flush(void **st)
             check(db, nf);
             assert_int_equal(bdb_db_close(db), BDB_OK);
         }
-        if (!hit)
+        if (!eu_swept(&n, &nomem, hit, rc))
             break;
-        n++;
-        nomem += rc != BDB_OK;
     }
     assert_true(n > 0 && n < MAX_SITES - 1);
     printf("fleet alloc sweep compaction flush: %llu allocations failed in turn, %llu flushes "

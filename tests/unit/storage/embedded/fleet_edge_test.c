@@ -17,7 +17,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/fleet.h"
 #include "agg/rollup.h"
@@ -59,20 +59,11 @@ struct wr {
 static struct wr w[MAXW];
 static size_t nw;
 
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return fake_now;
-}
-
 static int setup(void **st)
 {
     (void)st;
     /* tmpfs when there is one: every flush fsyncs */
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb_fedge_XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "fedge", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR);
     fake_now = T0 + 2 * DAY;
     memset(tier_ret, 0, sizeof tier_ret);
@@ -83,34 +74,23 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(void)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, datadir, eu_clock, &fake_now);
     o.late_threshold_ms = HOUR;
     memcpy(o.tier_retention_ms, tier_ret, sizeof tier_ret);
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static void put(bdb_db *db, const char *tn, const char *dev, const char *metric, int64_t ts,
                 double v)
 {
-    bdb_batch *b = bdb_batch_new();
-    bdb_batch_begin(b, dev, strlen(dev), ts, 0);
-    bdb_batch_metric(b, metric, strlen(metric), v);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, tn, b), BDB_OK);
-    bdb_batch_free(b);
+    eu_put(db, tn, dev, metric, ts, v, 0);
     for (size_t i = 0; i < nw; i++)
         if (w[i].ts == ts && !strcmp(w[i].tn, tn) && !strcmp(w[i].dev, dev) &&
             !strcmp(w[i].metric, metric)) {
@@ -376,14 +356,7 @@ static void copy_rel(const char *from, const char *to)
     char a[512], b[512];
     path_of(a, sizeof a, from);
     path_of(b, sizeof b, to);
-    int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(in >= 0 && out >= 0);
-    char buf[65536];
-    ssize_t k;
-    while ((k = read(in, buf, sizeof buf)) > 0)
-        assert_int_equal(write(out, buf, (size_t)k), k);
-    close(in);
-    close(out);
+    eu_copy_file(a, b);
 }
 
 /* Names the loaders skip, delete or quarantine, in the fleet and tier directories. */

@@ -15,7 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -43,49 +43,11 @@ static char tmpdir[64];
 static char datadir[128];
 static int64_t now_ms = T0;
 
-static int64_t test_clock(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
-
-static void copy_tree(const char *from, const char *to)
-{
-    mkdir(to, 0755);
-    DIR *d = opendir(from);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "LOCK"))
-            continue;
-        char a[1024], b[1024];
-        snprintf(a, sizeof a, "%s/%s", from, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, de->d_name);
-        struct stat st;
-        assert_int_equal(stat(a, &st), 0);
-        if (S_ISDIR(st.st_mode)) {
-            copy_tree(a, b);
-            continue;
-        }
-        int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        assert_true(in >= 0 && out >= 0);
-        char buf[65536];
-        ssize_t n;
-        while ((n = read(in, buf, sizeof buf)) > 0)
-            assert_int_equal(write(out, buf, (size_t)n), n);
-        close(in);
-        close(out);
-    }
-    closedir(d);
-}
-
 static int setup(void **state)
 {
     (void)state;
     bdb_log_set_level(BDB_LOG_ERROR);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb_hot_XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "hot", EU_TMPFS, datadir, sizeof datadir);
     now_ms = T0;
     return 0;
 }
@@ -93,38 +55,17 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_dir(const char *dir, uint64_t promo)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.clock = (bdb_clock){test_clock, NULL};
+    eu_opts(&o, dir, eu_clock, &now_ms);
     bdb_db *db = NULL;
     assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
     bdb_db_set_promotion_target(db, promo);
     return db;
-}
-
-/* n reports of device dev at t0, t0 + step, ... (metric m = index). */
-static void write_run(bdb_db *db, const char *tenant, const char *dev, int64_t t0, int64_t step,
-                      int n)
-{
-    bdb_batch *b = bdb_batch_new();
-    for (int i = 0; i < n; i++) {
-        bdb_batch_begin(b, dev, strlen(dev), t0 + i * step, (size_t)i);
-        bdb_batch_metric(b, "m", 1, (double)i);
-        assert_int_equal(bdb_batch_end(b), 1);
-        if ((i + 1) % 1000 == 0 || i + 1 == n) {
-            assert_int_equal(bdb_db_write(db, tenant, b), BDB_OK);
-            bdb_batch_reset(b);
-        }
-    }
-    bdb_batch_free(b);
 }
 
 struct qctx {
@@ -199,17 +140,17 @@ static void test_subbuckets_spread_and_read(void **state)
     (void)state;
     bdb_db *db = open_dir(datadir, 0);
     /* 5 s unsplit, then 8 sub-buckets: 1,000 reports/s for 40 s. */
-    write_run(db, "t", "hot", T0, 1, 5000);
+    eu_put_run(db, "t", "hot", T0, 1, 5000);
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "hot", 8), BDB_OK);
     assert_int_equal(bdb_db_subbuckets(db, "t", "hot"), 8);
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "hot", 65), BDB_ERR_INVALID);
-    write_run(db, "t", "hot", T0 + 5000, 1, 35000);
+    eu_put_run(db, "t", "hot", T0 + 5000, 1, 35000);
     assert_int_equal(query_count(db, "t", "hot", T0, T0 + HOUR), 40000);
 
     /* A crash now: the copy holds the WAL only (nothing flushed). */
     char crash[256];
     snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-    copy_tree(datadir, crash);
+    eu_copy_tree(datadir, crash, EU_SKIP_LOCK);
 
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     struct pids p;
@@ -249,7 +190,7 @@ static void test_subbuckets_spread_and_read(void **state)
     /* Back to one: later samples go to the bucket start again. */
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "hot", 1), BDB_OK);
     assert_int_equal(bdb_db_subbuckets(db, "t", "hot"), 1);
-    write_run(db, "t", "hot", T0 + 60000, 1, 3000);
+    eu_put_run(db, "t", "hot", T0 + 60000, 1, 3000);
     assert_int_equal(query_count(db, "t", "hot", T0, T0 + HOUR), 43000);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
@@ -287,10 +228,10 @@ static void test_events_per_partition(void **state)
     bdb_db *db = open_dir(datadir, 0);
     /* Device buckets start at 1 h (unknown class). a: 30 reports in hour 0, 20 in
      * hour 1; b: 7 in hour 0. */
-    write_run(db, "t", "a", T0, MIN, 30);
-    write_run(db, "t", "a", T0 + HOUR, MIN, 20);
-    write_run(db, "t", "b", T0 + 5 * MIN, 1000, 7);
-    write_run(db, "u", "a", T0, MIN, 3); /* another tenant: not listed under t */
+    eu_put_run(db, "t", "a", T0, MIN, 30);
+    eu_put_run(db, "t", "a", T0 + HOUR, MIN, 20);
+    eu_put_run(db, "t", "b", T0 + 5 * MIN, 1000, 7);
+    eu_put_run(db, "u", "a", T0, MIN, 3); /* another tenant: not listed under t */
     struct tbt t = {0};
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", T0, T0 + 2 * HOUR, tbt_cb, &t), 0);
     assert_int_equal(t.n, 3);
@@ -303,8 +244,8 @@ static void test_events_per_partition(void **state)
     char crash[256];
     snprintf(crash, sizeof crash, "%s/crash", tmpdir);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
-    write_run(db, "t", "a", T0 + HOUR + 30 * MIN, 1000, 5); /* after the flush: WAL only */
-    copy_tree(datadir, crash);
+    eu_put_run(db, "t", "a", T0 + HOUR + 30 * MIN, 1000, 5); /* after the flush: WAL only */
+    eu_copy_tree(datadir, crash, EU_SKIP_LOCK);
     assert_int_equal(tbt_events(db, "a", T0 + HOUR), 25);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 
@@ -325,7 +266,7 @@ static void test_promotion(void **state)
     bdb_db *db = open_dir(datadir, 50000);
     /* 1 report/s from T0: the 1 h bucket passes 500 samples after ~8 min. The learner
      * would pick 15 m (HIGH needs > 1/s), so a slower 1/2s device stays MEDIUM: 1 h. */
-    write_run(db, "t", "p", T0, 2000, 900); /* 30 min, 900 samples in hour 0 */
+    eu_put_run(db, "t", "p", T0, 2000, 900); /* 30 min, 900 samples in hour 0 */
     bdb_hot_engine_stats hs;
     bdb_db_hot_stats(db, &hs);
     assert_int_equal(hs.bucket_promotions, 1);
@@ -339,7 +280,7 @@ static void test_promotion(void **state)
                      BDB_OK);
     assert_int_equal(e - s, 15 * MIN);
     /* Keep writing across the change for two hours. */
-    write_run(db, "t", "p", T0 + 30 * MIN, 2000, 3600);
+    eu_put_run(db, "t", "p", T0 + 30 * MIN, 2000, 3600);
     assert_int_equal(query_count(db, "t", "p", T0, T0 + 4 * HOUR), 4500);
     /* The 15 m partitions hold 450 samples: under the target, no further promotion. */
     bdb_db_hot_stats(db, &hs);
@@ -350,7 +291,7 @@ static void test_promotion(void **state)
     /* The cap survives a restart: a slow device would be LOW (6 h) for the learner,
      * but stays at 15 m. */
     db = open_dir(datadir, 50000);
-    write_run(db, "t", "p", T0 + 3 * HOUR, 5 * MIN, 60); /* 5 h at 1 per 5 min */
+    eu_put_run(db, "t", "p", T0 + 3 * HOUR, 5 * MIN, 60); /* 5 h at 1 per 5 min */
     assert_int_equal(bdb_db_partition_at(db, "t", "p", T0 + 7 * HOUR, &s, &e, &subs), BDB_OK);
     assert_true(e - s <= 15 * MIN);
     assert_int_equal(query_count(db, "t", "p", T0, T0 + 9 * HOUR), 4500 + 60);
@@ -361,7 +302,7 @@ static void test_forget_counts(void **state)
 {
     (void)state;
     bdb_db *db = open_dir(datadir, 0);
-    write_run(db, "t", "a", T0, MIN, 180); /* hours 0, 1, 2 */
+    eu_put_run(db, "t", "a", T0, MIN, 180); /* hours 0, 1, 2 */
     assert_int_equal(tbt_events(db, "a", T0), 60);
     assert_int_equal(bdb_db_forget_partition_counts(db, T0 + HOUR + 1), BDB_OK);
     /* Hour 0 ended at or before the cutoff; hour 1 has not. */

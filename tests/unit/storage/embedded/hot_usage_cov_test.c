@@ -19,7 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
@@ -45,35 +45,21 @@
 static char tmpdir[64], datadir[128];
 static int64_t now_ms;
 
-static int64_t test_clock(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
-
 static bdb_db *open_db(int64_t window_ms, int periodic)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
-    o.background = 0;
-    o.clock = (bdb_clock){test_clock, NULL};
+    eu_opts(&o, datadir, eu_clock, &now_ms);
     if (window_ms)
         o.block_window_ms = window_ms;
     if (periodic)
         o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    strcpy(tmpdir, "/tmp/bdb-hotcov-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "hotcov", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
     now_ms = T0 + 60 * DAY;
     return 0;
@@ -82,26 +68,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    bdb_alloc_fail_disarm();
-    tu_rm_rf(tmpdir);
-    return 0;
-}
-
-/* n reports of dev from t0, step apart, value = index (batches of 1000). */
-static void put_run(bdb_db *db, const char *tenant, const char *dev, int64_t t0, int64_t step,
-                    int n)
-{
-    bdb_batch *b = bdb_batch_new();
-    for (int i = 0; i < n; i++) {
-        bdb_batch_begin(b, dev, strlen(dev), t0 + i * step, (size_t)i);
-        bdb_batch_metric(b, "m", 1, (double)i);
-        assert_int_equal(bdb_batch_end(b), 1);
-        if ((i + 1) % 1000 == 0 || i + 1 == n) {
-            assert_int_equal(bdb_db_write(db, tenant, b), BDB_OK);
-            bdb_batch_reset(b);
-        }
-    }
-    bdb_batch_free(b);
+    return eu_cleanup(tmpdir);
 }
 
 struct tbt {
@@ -143,21 +110,21 @@ static void test_partition_count_cap(void **state)
     now_ms = T0 - 2 * DAY;
     assert_int_equal(bdb_db_set_device_bucket(db, "t", "d", 10 * MIN), BDB_OK);
     now_ms = T0 + 60 * DAY;
-    put_run(db, "t", "d", T0, 10 * MIN, 8193);
+    eu_put_run(db, "t", "d", T0, 10 * MIN, 8193);
     struct tbt t = {0};
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
     assert_int_equal(t.rows, 8192);
     assert_int_equal(t.events, 8192);
     assert_int_equal(t.min_start, T0 + 10 * MIN); /* the oldest partition's count went */
     /* an event older than every partition kept is not counted, but it is stored */
-    put_run(db, "t", "d", T0 - DAY, 1, 1);
+    eu_put_run(db, "t", "d", T0 - DAY, 1, 1);
     memset(&t, 0, sizeof t);
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
     assert_int_equal(t.rows, 8192);
     assert_int_equal(t.min_start, T0 + 10 * MIN);
     assert_int_equal(count_m(db, "t", "d"), 8194);
     /* a new partition's event still counts (the oldest kept one goes) */
-    put_run(db, "t", "d", T0 + 8193 * 10 * MIN, 1, 1);
+    eu_put_run(db, "t", "d", T0 + 8193 * 10 * MIN, 1, 1);
     memset(&t, 0, sizeof t);
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
     assert_int_equal(t.rows, 8192);
@@ -171,10 +138,9 @@ static void test_partition_count_cap(void **state)
     int fails = 0;
     for (uint64_t k = 1; k < 100; k++) {
         memset(&t, 0, sizeof t);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, k);
+        eu_arm(k);
         int rc = bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t);
-        uint64_t inj = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int inj = eu_disarm();
         if (!inj) {
             assert_int_equal(rc, BDB_OK);
             assert_int_equal(t.rows, 8192);
@@ -191,8 +157,8 @@ static void test_tbt_several_devices_stop(void **state)
 {
     (void)state;
     bdb_db *db = open_db(0, 1);
-    put_run(db, "t", "a", T0, HOUR, 20);
-    put_run(db, "t", "b", T0, HOUR, 20);
+    eu_put_run(db, "t", "a", T0, HOUR, 20);
+    eu_put_run(db, "t", "b", T0, HOUR, 20);
     struct tbt t = {0};
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
     uint64_t all = t.rows;
@@ -212,16 +178,16 @@ static void test_subbucket_history_edges(void **state)
 {
     (void)state;
     bdb_db *db = open_db(0, 1);
-    put_run(db, "t", "d", T0, 1000, 1);
+    eu_put_run(db, "t", "d", T0, 1000, 1);
     assert_int_equal(bdb_db_subbuckets(db, "t", "d"), 1); /* known, never set */
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "d", 4), BDB_OK);
-    put_run(db, "t", "d", T0 + 5000, 1000, 1);
+    eu_put_run(db, "t", "d", T0 + 5000, 1000, 1);
     /* 8 is pending (from the second after the newest event); 4 again replaces it */
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "d", 8), BDB_OK);
     assert_int_equal(bdb_db_subbuckets(db, "t", "d"), 8);
     assert_int_equal(bdb_db_set_subbuckets(db, "t", "d", 4), BDB_OK);
     assert_int_equal(bdb_db_subbuckets(db, "t", "d"), 4);
-    put_run(db, "t", "d", T0 + 9000, 1000, 1);
+    eu_put_run(db, "t", "d", T0 + 9000, 1000, 1);
     int64_t s, e;
     uint32_t n;
     assert_int_equal(bdb_db_partition_at(db, "t", "d", T0 + 9000, &s, &e, &n), BDB_OK);
@@ -229,7 +195,7 @@ static void test_subbucket_history_edges(void **state)
     /* more changes than the history keeps (256): the newest stay in force */
     for (int i = 0; i < 300; i++) {
         assert_int_equal(bdb_db_set_subbuckets(db, "t", "d", (uint32_t)(2 + i % 3)), BDB_OK);
-        put_run(db, "t", "d", T0 + 10000 + i * 1000, 1, 1);
+        eu_put_run(db, "t", "d", T0 + 10000 + i * 1000, 1, 1);
     }
     uint32_t last = 2 + 299 % 3;
     assert_int_equal(bdb_db_subbuckets(db, "t", "d"), last);
@@ -252,10 +218,9 @@ static void test_subbucket_history_edges(void **state)
     const char *devs[] = {"d", "new"};
     for (int dv = 0; dv < 2; dv++) {
         for (uint64_t k = 1; k < 100; k++) {
-            bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, k);
+            eu_arm(k);
             int rc = bdb_db_set_subbuckets(db, "t", devs[dv], 16);
-            uint64_t inj = bdb_alloc_fail_injected();
-            bdb_alloc_fail_disarm();
+            int inj = eu_disarm();
             if (!inj) {
                 assert_int_equal(rc, BDB_OK);
                 break;
@@ -343,9 +308,9 @@ static void test_far_times_not_counted(void **state)
     (void)state;
     bdb_db *db = open_db(0, 1);
     const int64_t far = INT64_C(200000000000000); /* year 8307: minute > INT32_MAX */
-    put_run(db, "t", "d", T0, 1000, 1);
-    put_run(db, "t", "d", far, 1000, 1);
-    put_run(db, "t", "d", -far, 1000, 1);
+    eu_put_run(db, "t", "d", T0, 1000, 1);
+    eu_put_run(db, "t", "d", far, 1000, 1);
+    eu_put_run(db, "t", "d", -far, 1000, 1);
     struct tbt t = {0};
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
     assert_int_equal(t.rows, 1);
@@ -363,11 +328,11 @@ static void test_usage_many_tenants_and_partitions(void **state)
     char tn[16], dn[16];
     for (int i = 0; i < 20; i++) { /* 20 tenants in one block file */
         snprintf(tn, sizeof tn, "t%02d", i);
-        put_run(db, tn, "d", T0, 1000, 10 + i);
+        eu_put_run(db, tn, "d", T0, 1000, 10 + i);
     }
     for (int i = 0; i < 70; i++) { /* 70 partitions of tenant "w" */
         snprintf(dn, sizeof dn, "w%02d", i);
-        put_run(db, "w", dn, T0, 1000, 3);
+        eu_put_run(db, "w", dn, T0, 1000, 3);
     }
     /* one partition above 64 KiB: values that do not compress */
     bdb_batch *b = bdb_batch_new();
@@ -431,7 +396,7 @@ static void test_usage_many_tenants_and_partitions(void **state)
 
     /* a note for a tenant the tracker does not know yet, lost to out of memory: the
      * next measurement still finds the samples in the head */
-    put_run(db, "fresh", "d", T0, 1000, 5);
+    eu_put_run(db, "fresh", "d", T0, 1000, 5);
     bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
     bdb_db_usage_note(db, "fresh", 5);
     bdb_alloc_fail_disarm();
@@ -453,7 +418,7 @@ static void test_usage_out_of_memory(void **state)
     const char *tn[] = {"a", "b", "c"};
     for (int w = 0; w < 4; w++) { /* four windows, one block file each */
         for (int i = 0; i < 3; i++)
-            put_run(db, tn[i], "d", T0 + w * 2 * HOUR, 1000, 10 * (i + 1));
+            eu_put_run(db, tn[i], "d", T0 + w * 2 * HOUR, 1000, 10 * (i + 1));
         assert_int_equal(bdb_db_flush(db), BDB_OK);
     }
     bdb_usage_opts uo = {.partition_warn_bytes = 1, .manual = 1};
@@ -468,14 +433,13 @@ static void test_usage_out_of_memory(void **state)
     bdb_partition_summary ps0, ps;
     assert_int_equal(bdb_db_partition_summary(db, &ps0), BDB_OK);
     assert_int_equal(ps0.count, 12);
-    put_run(db, "b", "d", T0 + 9 * HOUR, 1000, 7);
-    put_run(db, "new", "d", T0 + 9 * HOUR, 1000, 3);
+    eu_put_run(db, "b", "d", T0 + 9 * HOUR, 1000, 7);
+    eu_put_run(db, "new", "d", T0 + 9 * HOUR, 1000, 3);
     int fails = 0;
     for (uint64_t k = 1; k < 1000; k++) {
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, k);
+        eu_arm(k);
         int rc = bdb_db_usage_refresh(db);
-        uint64_t inj = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int inj = eu_disarm();
         if (!inj) {
             assert_int_equal(rc, BDB_OK);
             break;
@@ -509,7 +473,7 @@ static void test_usage_out_of_memory(void **state)
     bdb_batch_metric(b, "m", 1, 1.0);
     assert_int_equal(bdb_batch_end(b), 1);
     uint64_t devs = 0, fresh = 0;
-    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 1);
+    eu_arm(1);
     assert_int_equal(bdb_db_tenant_usage(db, "a", b, &devs, &fresh), BDB_ERR_NOMEM);
     bdb_alloc_fail_disarm();
     assert_int_equal(bdb_db_tenant_usage(db, "a", b, &devs, &fresh), BDB_OK);
@@ -523,7 +487,7 @@ static void test_usage_thread_options_later(void **state)
 {
     (void)state;
     bdb_db *db = open_db(0, 1);
-    put_run(db, "t", "d", T0, 1000, 10);
+    eu_put_run(db, "t", "d", T0, 1000, 10);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     bdb_db_usage_start(db, NULL); /* thread, no warning size yet */
     bdb_partition_summary ps;

@@ -19,7 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/fleet.h"
 #include "agg/rollup.h"
@@ -56,10 +56,7 @@ static int setup(void **st)
 {
     (void)st;
     /* tmpfs when there is one: every flush fsyncs */
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb_lalloc_XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "lalloc", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR + 1);
     return 0;
 }
@@ -67,23 +64,16 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    bdb_alloc_fail_disarm();
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(void)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, datadir, clock_fn, NULL);
     o.late_threshold_ms = HOUR;
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static bdb_batch *batch_of(const char *dev, const int64_t *ts, const double *v, size_t n)
@@ -99,45 +89,14 @@ static bdb_batch *batch_of(const char *dev, const int64_t *ts, const double *v, 
 
 static void put(bdb_db *db, const char *dev, int64_t ts, double v)
 {
-    bdb_batch *b = batch_of(dev, &ts, &v, 1);
-    assert_int_equal(bdb_db_write(db, "t1", b), BDB_OK);
-    bdb_batch_free(b);
+    eu_put(db, "t1", dev, "temp", ts, v, 0);
 }
 
 /* Tier windows at res over [T0, T0 + 2 days) that differ from raw (count, min, max,
  * sum), plus windows raw does not have. */
 static size_t diff_res(bdb_db *db, const char *dev, enum bdb_res res)
 {
-    int64_t w = bdb_res_width(res);
-    const char *m[1] = {"temp"};
-    bdb_samples s;
-    memset(&s, 0, sizeof s);
-    assert_int_equal(bdb_db_read(db, "t1", dev, m, 1, T0, T0 + 2 * DAY, &s, NULL), BDB_OK);
-    bdb_rollup r;
-    bdb_rollup_init(&r, w);
-    assert_int_equal(bdb_db_tier_read(db, "t1", dev, m, 1, res, T0, T0 + 2 * DAY, &r), BDB_OK);
-    size_t bad = 0, nw = 0;
-    for (size_t i = 0; i < s.n;) {
-        int64_t ws = bdb_align_down(s.ts[i], w);
-        long double sum = 0;
-        double mn = s.v[i], mx = s.v[i];
-        size_t j = i;
-        for (; j < s.n && s.ts[j] < ws + w; j++) {
-            sum += s.v[j];
-            mn = fmin(mn, s.v[j]);
-            mx = fmax(mx, s.v[j]);
-        }
-        const bdb_window *tw = bdb_rollup_find(&r, ws);
-        bad += !(tw && bdb_stats_count(&tw->st) == j - i && bdb_stats_min(&tw->st) == mn &&
-                 bdb_stats_max(&tw->st) == mx &&
-                 fabsl(bdb_stats_sum(&tw->st) - sum) <= 1e-12L * fabsl(sum) + 1e-12L);
-        nw++;
-        i = j;
-    }
-    bad += r.n != nw;
-    bdb_rollup_free(&r);
-    bdb_samples_free(&s);
-    return bad;
+    return eu_tier_diff(db, "t1", dev, "temp", res, T0, T0 + 2 * DAY, T0, T0 + 2 * DAY);
 }
 
 static size_t diff_all(bdb_db *db, const char *dev)
@@ -196,10 +155,9 @@ static void test_first_late_write(void **st)
         bdb_db *db = open_db();
         put(db, "dev", T0 + 10 * MIN, 0);
         bdb_batch *b = batch_of("dev", ts, v, 3);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, nth);
+        eu_arm(nth);
         int rc = bdb_db_write(db, "t1", b);
-        uint64_t hit = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int hit = eu_disarm();
         bdb_batch_free(b);
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         const char *m[1] = {"temp"};
@@ -218,10 +176,8 @@ static void test_first_late_write(void **st)
         assert_int_equal(bdb_db_flush(db), BDB_OK);
         assert_int_equal(diff_all(db, "dev"), 0);
         assert_int_equal(bdb_db_close(db), BDB_OK);
-        if (!hit)
+        if (!eu_swept(&n, &nomem, hit, rc))
             break;
-        n++;
-        nomem += rc != BDB_OK;
     }
     assert_true(n > 0 && n < MAX_SITES - 1);
     report("first out-of-order write", n, nomem);
@@ -236,7 +192,7 @@ static void test_recompute_flush(void **st)
         bdb_db *db = base();
         late_rewrites(db);
         if (getenv("LATE_ALLOC_COUNT")) {
-            bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, UINT64_MAX);
+            eu_arm(UINT64_MAX);
             bdb_db_flush(db);
             printf("recompute flush: %llu allocations\n",
                    (unsigned long long)bdb_alloc_fail_count());
@@ -244,10 +200,9 @@ static void test_recompute_flush(void **st)
             bdb_db_close(db);
             return;
         }
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, nth);
+        eu_arm(nth);
         int rc = bdb_db_flush(db);
-        uint64_t hit = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int hit = eu_disarm();
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         assert_int_equal(diff_all(db, "dev"), 0); /* right before the retry too */
         if (rc != BDB_OK)
@@ -257,10 +212,8 @@ static void test_recompute_flush(void **st)
         assert_int_equal(ls.pending, 0);
         assert_int_equal(diff_all(db, "dev"), 0);
         assert_int_equal(bdb_db_close(db), BDB_OK);
-        if (!hit)
+        if (!eu_swept(&n, &nomem, hit, rc))
             break;
-        n++;
-        nomem += rc != BDB_OK;
     }
     assert_true(n > 0 && n < MAX_SITES - 1);
     report("recompute flush", n, nomem);
@@ -334,10 +287,9 @@ static void test_reads(void **st)
     for (uint64_t nth = 1; nth < MAX_SITES; nth++) {
         struct answer got;
         answer_init(&got);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, nth);
+        eu_arm(nth);
         int rc = read_all(db, &got);
-        uint64_t hit = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int hit = eu_disarm();
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         if (rc == BDB_OK) {
             for (int k = 0; k < 3; k++)
@@ -347,10 +299,8 @@ static void test_reads(void **st)
             assert_memory_equal(got.fd, want.fd, want.nfd * sizeof *want.fd);
         }
         answer_free(&got);
-        if (!hit)
+        if (!eu_swept(&n, &nomem, hit, rc))
             break;
-        n++;
-        nomem += rc != BDB_OK;
     }
     assert_true(n > 0 && n < MAX_SITES - 1);
     report("tier reads and window lists", n, nomem);
@@ -361,10 +311,9 @@ static void test_reads(void **st)
         db = open_db();
         int64_t *v = NULL;
         size_t nv = 0;
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, nth);
+        eu_arm(nth);
         int rc = bdb_db_fleet_dirty(db, "t1", "temp", BDB_RES_1H, T0, T0 + 2 * DAY, &v, &nv);
-        uint64_t hit = bdb_alloc_fail_injected();
-        bdb_alloc_fail_disarm();
+        int hit = eu_disarm();
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         if (rc == BDB_OK)
             assert_int_equal(nv, want.nfd);
@@ -376,10 +325,8 @@ static void test_reads(void **st)
         assert_int_equal(nv, want.nfd);
         free(v);
         assert_int_equal(bdb_db_close(db), BDB_OK);
-        if (!hit)
+        if (!eu_swept(&nl, &nlnomem, hit, rc))
             break;
-        nl++;
-        nlnomem += rc != BDB_OK;
     }
     assert_true(nl > 0 && nl < MAX_SITES - 1);
     report("fleet list load", nl, nlnomem);

@@ -19,7 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
@@ -46,20 +46,11 @@ static char tmpdir[64], datadir[128];
 static int64_t fake_now;
 static int64_t raw_retention;
 
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return fake_now;
-}
-
 static int setup(void **st)
 {
     (void)st;
     /* tmpfs when there is one: every flush fsyncs */
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb_ledge_XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "ledge", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR);
     raw_retention = 0;
     fake_now = T0 + DAY;
@@ -69,33 +60,22 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(void)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, datadir, eu_clock, &fake_now);
     o.late_threshold_ms = HOUR;
     o.retention_ms = raw_retention;
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static void put(bdb_db *db, const char *tn, const char *dev, int64_t ts, double v)
 {
-    bdb_batch *b = bdb_batch_new();
-    bdb_batch_begin(b, dev, strlen(dev), ts, 0);
-    bdb_batch_metric(b, "temp", 4, v);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, tn, b), BDB_OK);
-    bdb_batch_free(b);
+    eu_put(db, tn, dev, "temp", ts, v, 0);
 }
 
 /* Tier windows of t1/dev/temp at res whose start is in [from, to) that differ from
@@ -103,36 +83,8 @@ static void put(bdb_db *db, const char *tn, const char *dev, int64_t ts, double 
 static size_t diff_res(bdb_db *db, const char *dev, enum bdb_res res, int64_t from, int64_t to)
 {
     int64_t w = bdb_res_width(res);
-    int64_t lo = bdb_align_down(from, w), hi = bdb_align_down(to - 1, w) + w;
-    const char *m[1] = {"temp"};
-    bdb_samples s;
-    memset(&s, 0, sizeof s);
-    assert_int_equal(bdb_db_read(db, "t1", dev, m, 1, lo, hi, &s, NULL), BDB_OK);
-    bdb_rollup r;
-    bdb_rollup_init(&r, w);
-    assert_int_equal(bdb_db_tier_read(db, "t1", dev, m, 1, res, from, to, &r), BDB_OK);
-    size_t bad = 0, nw = 0;
-    for (size_t i = 0; i < s.n;) {
-        int64_t ws = bdb_align_down(s.ts[i], w);
-        long double sum = 0;
-        double mn = s.v[i], mx = s.v[i];
-        size_t j = i;
-        for (; j < s.n && s.ts[j] < ws + w; j++) {
-            sum += s.v[j];
-            mn = fmin(mn, s.v[j]);
-            mx = fmax(mx, s.v[j]);
-        }
-        const bdb_window *tw = bdb_rollup_find(&r, ws);
-        bad += !(tw && bdb_stats_count(&tw->st) == j - i && bdb_stats_min(&tw->st) == mn &&
-                 bdb_stats_max(&tw->st) == mx &&
-                 fabsl(bdb_stats_sum(&tw->st) - sum) <= 1e-12L * fabsl(sum) + 1e-12L);
-        nw++;
-        i = j;
-    }
-    bad += r.n != nw;
-    bdb_rollup_free(&r);
-    bdb_samples_free(&s);
-    return bad;
+    return eu_tier_diff(db, "t1", dev, "temp", res, bdb_align_down(from, w),
+                        bdb_align_down(to - 1, w) + w, from, to);
 }
 
 static size_t diff_all(bdb_db *db, const char *dev, int64_t from, int64_t to)

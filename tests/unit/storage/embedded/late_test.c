@@ -15,7 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
@@ -51,18 +51,10 @@ static uint64_t rng(void)
     return rng_state;
 }
 
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return fake_now;
-}
-
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb_late_XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "late", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR);
     rng_state = 0x9e3779b97f4a7c15ull;
     return 0;
@@ -71,32 +63,21 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(const char *dir)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, dir, eu_clock, &fake_now);
     o.late_threshold_ms = HOUR;
     o.sync_mode = BDB_WAL_SYNC_PERIODIC; /* the crash images are copies, not power cuts */
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 static void put(bdb_db *db, const char *dev, int64_t ts, double temp)
 {
-    bdb_batch *b = bdb_batch_new();
-    bdb_batch_begin(b, dev, strlen(dev), ts, 0);
-    bdb_batch_metric(b, "temp", 4, temp);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, "t1", b), BDB_OK);
-    bdb_batch_free(b);
+    eu_put(db, "t1", dev, "temp", ts, temp, 0);
 }
 
 static double skewed(void)
@@ -272,36 +253,6 @@ static void test_rewrite_of_flushed_time(void **st)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
-static void copy_tree(const char *from, const char *to)
-{
-    mkdir(to, 0755);
-    DIR *d = opendir(from);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "LOCK"))
-            continue;
-        char a[1024], b[1024];
-        snprintf(a, sizeof a, "%s/%s", from, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, de->d_name);
-        struct stat sb;
-        assert_int_equal(stat(a, &sb), 0);
-        if (S_ISDIR(sb.st_mode)) {
-            copy_tree(a, b);
-            continue;
-        }
-        int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        assert_true(in >= 0 && out >= 0);
-        char buf[65536];
-        ssize_t k;
-        while ((k = read(in, buf, sizeof buf)) > 0)
-            assert_int_equal(write(out, buf, (size_t)k), k);
-        close(in);
-        close(out);
-    }
-    closedir(d);
-}
-
 /* A crash image taken while acked late rewrites are only in the WAL: the dirty set is
  * in memory only, and the replay rebuilds it, so the first flush after open still
  * recomputes their windows. */
@@ -315,7 +266,8 @@ static void test_crash_keeps_recompute(void **st)
     late_batch(db, "dev");
     char crash[256];
     snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-    copy_tree(datadir, crash); /* the state kill -9 leaves: WAL fsynced, no flush */
+    /* the state kill -9 leaves: WAL fsynced, no flush */
+    eu_copy_tree(datadir, crash, EU_SKIP_LOCK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     db = open_db(crash);
     assert_int_equal(bdb_db_flush(db), BDB_OK);

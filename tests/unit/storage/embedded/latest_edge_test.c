@@ -15,7 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
@@ -41,11 +41,7 @@ static int setup(void **st)
 {
     (void)st;
     bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1)); /* the refused files are expected */
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb-ledge-XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "ledge", EU_TMPFS, datadir, sizeof datadir);
     snprintf(latest_path, sizeof latest_path, "%s/latest", datadir);
     return 0;
 }
@@ -53,8 +49,7 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static int open_db(bdb_db **db)
@@ -337,13 +332,12 @@ static void readers_nomem(void **st)
             struct calls c = {0, 0, ""};
             int more = 0;
             uint64_t total = 0, none = 0;
-            bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, n);
+            eu_arm(n);
             int rc = r == 0 ? bdb_db_latest(db, TEN, "d", latest_cb, &c)
                      : r == 1
                          ? bdb_db_state_devices(db, TEN, "on", NULL, 10, dev_cb, &c, &more, &total)
                          : bdb_db_state_counts(db, TEN, count_cb, &c, &none);
-            bdb_alloc_fail_disarm();
-            int hit = bdb_alloc_fail_injected() > 0;
+            int hit = eu_disarm();
             if (rc == BDB_ERR_NOMEM) {
                 nomem++;
                 assert_int_equal(c.n, 0);
@@ -378,7 +372,7 @@ static void rebuild_skips_refused_device(void **st)
         bdb_batch_metric(b, "temp", 4, 1);
         bdb_batch_state(b, "on", 2);
         assert_int_equal(bdb_batch_end(b), 1);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, n);
+        eu_arm(n);
         int rc = bdb_db_write(db, TEN, b);
         bdb_alloc_fail_disarm();
         bdb_batch_free(b);

@@ -20,7 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
@@ -47,19 +47,14 @@ static int setup(void **st)
     (void)st;
     bdb_log_set_level(BDB_LOG_ERROR);
     /* tmpfs when there is one: the refused-write sweep opens a db per allocation */
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb-lresv-XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "lresv", EU_TMPFS, datadir, sizeof datadir);
     return 0;
 }
 
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_fresh(int fresh)
@@ -70,9 +65,7 @@ static bdb_db *open_fresh(int fresh)
     bdb_db_opts_default(&o);
     o.data_dir = datadir;
     o.background = 0;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 /* One report of dev with metrics m0..m<nm-1> (value v) and an optional state. */
@@ -458,10 +451,9 @@ static void refused_write_leaves_index(void **st)
         bdb_batch_metric(b, "m2", 2, 4);
         bdb_batch_state(b, "boot", 4);
         assert_int_equal(bdb_batch_end(b), 1);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, n);
+        eu_arm(n);
         int rc = bdb_db_write(db, TEN, b);
-        bdb_alloc_fail_disarm();
-        int hit = bdb_alloc_fail_injected() > 0;
+        int hit = eu_disarm();
         bdb_db_stats s;
         bdb_db_get_stats(db, &s);
         assert_false(s.readonly);

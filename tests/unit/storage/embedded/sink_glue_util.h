@@ -16,7 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 #include "storage/crashutil.h"
 #include "storage/fakesink.h"
 
@@ -86,53 +86,27 @@ static inline void path_of(char *out, size_t cap, const char *name)
     snprintf(out, cap, "%s/%s", tmpdir, name);
 }
 
-/* The POSIX VFS without fsync: the sweep flushes a few hundred times and crash images
- * here are copies of the page cache, so durability to the platter is not under test
- * (powerloss_test.c does that) and a shared disk's fsync latency would be the run's
- * whole cost. */
-static struct bdb_vfs_ops nosync_ops;
-static bdb_vfs nosync_vfs = {&nosync_ops};
-
-static inline int nosync(bdb_file *f)
-{
-    (void)f;
-    return BDB_OK;
-}
-
-static inline int nosync_dir(bdb_vfs *v, const char *path)
-{
-    (void)v;
-    (void)path;
-    return BDB_OK;
-}
-
 /* Set by a test to change the options of the engines open_db makes. */
 static void (*open_tweak)(bdb_db_opts *o);
 
 static inline bdb_db *open_db(const char *name, fakesink *f)
 {
-    if (!nosync_ops.open) {
-        nosync_ops = *bdb_vfs_posix()->ops;
-        nosync_ops.sync = nosync;
-        nosync_ops.sync_dir = nosync_dir;
-    }
     char dir[128];
     path_of(dir, sizeof dir, name);
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.vfs = &nosync_vfs;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, dir, clock_fn, NULL);
+    /* without fsync: the sweep flushes a few hundred times and crash images here are
+     * copies of the page cache, so durability to the platter is not under test
+     * (powerloss_test.c does that) and a shared disk's fsync latency would be the
+     * run's whole cost */
+    o.vfs = eu_nosync_vfs();
     o.late_threshold_ms = HOUR;
     o.chunk_max_samples = 8; /* several head chunks per series */
     o.sink = f ? &f->base : NULL;
     o.sync_mode = BDB_WAL_SYNC_PERIODIC; /* crash images are copies, not power cuts */
     if (open_tweak)
         open_tweak(&o);
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 /* ---- the reports: round 0 spans two days of four devices; round 1 adds newer

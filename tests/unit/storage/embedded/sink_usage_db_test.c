@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "storage/embedded/engutil.h"
 #include "storage/fakesink.h"
 
 #include "bucketdb/bdb.h"
@@ -36,12 +37,6 @@
 static char tmpdir[64], datadir[128];
 static int64_t clock_now;
 
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return clock_now;
-}
-
 /* "ttl" has a 2-day raw TTL, every other tenant keeps its data forever */
 static int64_t retention(void *ctx, const char *tn)
 {
@@ -52,10 +47,7 @@ static int64_t retention(void *ctx, const char *tn)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb-skudb-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "skudb", EU_TMPFS, datadir, sizeof datadir);
     clock_now = bdb_align_down(bdb_now_ms(), DAY) + 12 * HOUR;
     return 0;
 }
@@ -71,15 +63,10 @@ static int teardown(void **state)
 static bdb_db *open_db(fakesink *f)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, datadir, eu_clock, &clock_now);
     o.tenant_retention = retention;
     o.sink = f ? &f->base : NULL;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 /* n reports of device dev, two metrics each, one second apart from ts */

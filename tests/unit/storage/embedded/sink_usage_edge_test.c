@@ -100,7 +100,7 @@ static void test_table_alloc_failures(void **st)
     bdb_sku_encode(src, src, 3, &file);
     unsigned sites = 0, nomem = 0;
     for (uint64_t n = 1; n < 1000; n++) {
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, n);
+        eu_arm(n);
         bdb_sku *t = bdb_sku_new();
         int rc = t ? bdb_sku_merge(t, src, 1) : BDB_ERR_NOMEM;
         bdb_sku *cur = t ? bdb_sku_new() : NULL, *last = cur ? bdb_sku_new() : NULL;
@@ -108,8 +108,7 @@ static void test_table_alloc_failures(void **st)
         char err[160];
         int drc = last ? bdb_sku_decode(file.data, file.len, cur, last, &upto, err, sizeof err)
                        : BDB_ERR_NOMEM;
-        bdb_alloc_fail_disarm();
-        int hit = bdb_alloc_fail_injected() > 0;
+        int hit = eu_disarm();
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         assert_true(drc == BDB_OK || drc == BDB_ERR_NOMEM);
         if (rc == BDB_OK)
@@ -136,7 +135,7 @@ static void test_table_alloc_failures(void **st)
     bdb_sku *t = bdb_sku_new();
     for (uint64_t n = 1; n < 100; n++) {
         uint64_t before = bdb_sku_tenant(t, "x", 1, 0);
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 1);
+        eu_arm(1);
         int rc = bdb_sku_add(t, "x", 1, (int64_t)n, 1);
         bdb_alloc_fail_disarm();
         assert_int_equal(bdb_sku_tenant(t, "x", 1, 0), before + (rc == BDB_OK));
@@ -161,16 +160,6 @@ static uint64_t fake_bytes(fakesink *f, const char *tn)
     return sum;
 }
 
-static void one_report_t1(bdb_db *db, const char *dn, int64_t ts, double v)
-{
-    bdb_batch *b = bdb_batch_new();
-    bdb_batch_begin(b, dn, strlen(dn), ts, 0);
-    bdb_batch_metric(b, "temp", 4, v);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, "t1", b), BDB_OK);
-    bdb_batch_free(b);
-}
-
 static int64_t ttl_of(void *ctx, const char *tn)
 {
     (void)ctx;
@@ -191,7 +180,7 @@ static void test_unreadable_and_unsaved_file(void **st)
     snprintf(path, sizeof path, "%s/%s", dir, BDB_SKU_FILE);
     fake_now = T0 + HOUR;
     bdb_db *db = open_db("un", f);
-    one_report_t1(db, "d0", T0, 1.5);
+    eu_put(db, "t1", "d0", "temp", T0, 1.5, 0);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     uint64_t b1 = db_sku_tenant_bytes(db, "t1");
     assert_true(b1 > 0);
@@ -203,7 +192,7 @@ static void test_unreadable_and_unsaved_file(void **st)
     assert_int_equal(mkdir(path, 0755), 0);
     db = open_db("un", f);
     assert_int_equal(db_sku_tenant_bytes(db, "t1"), 0);
-    one_report_t1(db, "d1", T0, 2.5);
+    eu_put(db, "t1", "d1", "temp", T0, 2.5, 0);
     assert_int_equal(bdb_db_flush(db), BDB_OK); /* committed: the save is retried later */
     uint64_t b2 = db_sku_tenant_bytes(db, "t1");
     assert_true(b2 > 0 && b2 < fake_bytes(f, "t1"));
@@ -255,7 +244,7 @@ static void test_open_alloc_failures(void **st)
     fakesink *f = fakesink_new(1);
     fake_now = T0 + HOUR;
     bdb_db *db = open_db("oa", f);
-    one_report_t1(db, "d0", T0, 1.5);
+    eu_put(db, "t1", "d0", "temp", T0, 1.5, 0);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     uint64_t want = db_sku_tenant_bytes(db, "t1");
     bdb_db_close(db);
@@ -267,18 +256,14 @@ static void test_open_alloc_failures(void **st)
         tu_rm_rf(dir); /* every open starts from the same directory */
         assert_int_equal(cu_copy_tree(img, dir), 0);
         bdb_db_opts o;
-        bdb_db_opts_default(&o);
-        o.data_dir = dir;
-        o.background = 0;
-        o.clock.now_ms = clock_fn;
-        o.vfs = &nosync_vfs; /* set up by open_db above */
+        eu_opts(&o, dir, clock_fn, NULL);
+        o.vfs = eu_nosync_vfs();
         o.sync_mode = BDB_WAL_SYNC_PERIODIC;
         o.sink = &f->base;
         bdb_db *x = NULL;
-        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, n);
+        eu_arm(n);
         int rc = bdb_db_open(&o, &x);
-        bdb_alloc_fail_disarm();
-        int hit = bdb_alloc_fail_injected() > 0;
+        int hit = eu_disarm();
         assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
         if (rc == BDB_OK) {
             /* (when the usage could not be made at open, the first use makes it) */

@@ -16,7 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
@@ -52,14 +52,9 @@ static int64_t clock_fn(void *ctx)
 static bdb_db *open_db(void)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = datadir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
+    eu_opts(&o, datadir, clock_fn, NULL);
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    return eu_open(&o);
 }
 
 /* A fresh directory with 1m tier windows of d1 and d2 (temp) in one flush; tierpath
@@ -95,10 +90,7 @@ static void build(void)
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "%s/bdb_tfedge_XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "tfedge", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR + 1); /* quarantines are expected */
     build();
     FILE *f = fopen(tierpath, "rb");

@@ -15,7 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
@@ -55,18 +55,10 @@ static uint64_t rng(void)
     return rng_state;
 }
 
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return fake_now;
-}
-
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb_tier_XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "tier", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR);
     rng_state = 88172645463325252ull;
     return 0;
@@ -75,20 +67,14 @@ static int setup(void **st)
 static int teardown(void **st)
 {
     (void)st;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(const char *dir)
 {
     bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = dir;
-    o.background = 0;
-    o.clock.now_ms = clock_fn;
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    eu_opts(&o, dir, eu_clock, &fake_now);
+    return eu_open(&o);
 }
 
 /* One report per sample: device d, metrics "temp" and "load". */
@@ -232,38 +218,6 @@ static void test_tiers_equal_raw(void **st)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
-static void copy_tree(const char *from, const char *to)
-{
-    mkdir(to, 0755);
-    DIR *d = opendir(from);
-    assert_non_null(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char a[1024], b[1024];
-        snprintf(a, sizeof a, "%s/%s", from, de->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, de->d_name);
-        struct stat sb;
-        assert_int_equal(stat(a, &sb), 0);
-        if (S_ISDIR(sb.st_mode)) {
-            copy_tree(a, b);
-            continue;
-        }
-        if (!strcmp(de->d_name, "LOCK"))
-            continue;
-        int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        assert_true(in >= 0 && out >= 0);
-        char buf[65536];
-        ssize_t k;
-        while ((k = read(in, buf, sizeof buf)) > 0)
-            assert_int_equal(write(out, buf, (size_t)k), k);
-        close(in);
-        close(out);
-    }
-    closedir(d);
-}
-
 static int count_files(const char *dir, const char *suffix)
 {
     DIR *d = opendir(dir);
@@ -294,7 +248,7 @@ static void test_uncommitted_flush_discarded(void **st)
     n += 300;
     char crash[256], tiers[256], from[1024], to[512];
     snprintf(crash, sizeof crash, "%s/crash", tmpdir);
-    copy_tree(datadir, crash);
+    eu_copy_tree(datadir, crash, EU_SKIP_LOCK);
     /* the live db flushes: its new tier files are what a crash after the tier write
      * but before the catalog save would leave next to the old catalog */
     assert_int_equal(bdb_db_flush(db), BDB_OK);

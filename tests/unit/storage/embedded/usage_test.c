@@ -15,7 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -38,19 +38,10 @@ static char tmpdir[64];
 static char datadir[128];
 static int64_t clock_now; /* the db's wall clock in these tests */
 
-static int64_t test_clock(void *ctx)
-{
-    (void)ctx;
-    return clock_now;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bdb-usage-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(datadir, sizeof datadir, "%s/data", tmpdir);
+    eu_scratch(tmpdir, sizeof tmpdir, "usage", EU_TMPFS, datadir, sizeof datadir);
     clock_now = bdb_align_down(bdb_now_ms(), DAY) + 12 * HOUR;
     return 0;
 }
@@ -58,8 +49,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_db *open_db(int64_t retention_ms)
@@ -69,10 +59,8 @@ static bdb_db *open_db(int64_t retention_ms)
     o.data_dir = datadir;
     o.background = 0;
     o.retention_ms = retention_ms;
-    o.clock = (bdb_clock){test_clock, NULL};
-    bdb_db *db = NULL;
-    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
-    return db;
+    o.clock = (bdb_clock){eu_clock, &clock_now};
+    return eu_open(&o);
 }
 
 static void start(bdb_db *db, uint64_t warn)
@@ -266,16 +254,9 @@ static int warnings_of_refresh(bdb_db *db)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/stderr", tmpdir);
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
+    int saved = eu_stderr_to(path);
     assert_int_equal(bdb_db_usage_refresh(db), BDB_OK);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    eu_stderr_restore(saved);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     char line[2048];

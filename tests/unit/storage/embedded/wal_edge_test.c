@@ -21,7 +21,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 #include "storage/failvfs.h"
 
 #include "bucketdb/bdb.h"
@@ -47,9 +47,7 @@ static char waldir[96];
 static int setup(void **state)
 {
     (void)state;
-    strcpy(tmpdir, "/tmp/bdb-waledge-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
+    eu_scratch(tmpdir, sizeof tmpdir, "waledge", EU_TMPFS, NULL, 0);
     snprintf(waldir, sizeof waldir, "%s/wal", tmpdir);
     bdb_log_set_level((enum bdb_log_level)(BDB_LOG_ERROR + 1));
     return 0;
@@ -58,23 +56,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    bdb_alloc_fail_disarm();
-    tu_rm_rf(tmpdir);
-    return 0;
-}
-
-static const char *seg_file(uint64_t num)
-{
-    static char p[160];
-    snprintf(p, sizeof p, "%s/%020llu", waldir, (unsigned long long)num);
-    return p;
-}
-
-static uint64_t file_size(const char *path)
-{
-    struct stat st;
-    assert_int_equal(stat(path, &st), 0);
-    return (uint64_t)st.st_size;
+    return eu_cleanup(tmpdir);
 }
 
 static bdb_wal *open_wal(bdb_vfs *vfs, uint64_t segment_bytes)
@@ -115,14 +97,6 @@ static void append_filled(bdb_wal *w, size_t len, int fill)
     free(r);
 }
 
-static void write_file(const char *path, const uint8_t *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
 static uint8_t *read_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -154,7 +128,7 @@ static void make_padded_segment(void)
     append_filled(w, PAGE - 10, 'a');
     append_filled(w, 100, 'b');
     bdb_wal_close(w);
-    assert_int_equal(file_size(seg_file(1)), PAGE + HDR + 100);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), PAGE + HDR + 100);
 }
 
 static void test_page_padding(void **state)
@@ -171,26 +145,26 @@ static void test_page_padding(void **state)
 
     /* a non-zero padding byte: bad content, cut after the first record */
     size_t n;
-    uint8_t *p = read_file(seg_file(1), &n);
+    uint8_t *p = read_file(eu_wal_seg(waldir, 1), &n);
     p[PAGE - 2] = 0x55;
-    write_file(seg_file(1), p, n);
+    eu_write_file(eu_wal_seg(waldir, 1), p, n);
     replay_all(&g, &st);
     assert_int_equal(g.n, 1);
     assert_int_equal(g.len[0], PAGE - 10);
     assert_int_equal(st.corruptions, 1);
     assert_non_null(strstr(st.first_error, "non-zero page padding"));
-    assert_int_equal(file_size(seg_file(1)), PAGE - 3);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), PAGE - 3);
 
     /* the file ends inside the (zero) padding: a torn tail, the first record stays */
     p[PAGE - 2] = 0;
-    write_file(seg_file(1), p, PAGE - 1);
+    eu_write_file(eu_wal_seg(waldir, 1), p, PAGE - 1);
     free(p);
     replay_all(&g, &st);
     assert_int_equal(g.n, 1);
     assert_int_equal(st.corruptions, 1);
     assert_non_null(strstr(st.first_error, "torn record"));
     assert_int_equal(st.corrupt_bytes, 2);
-    assert_int_equal(file_size(seg_file(1)), PAGE - 3);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), PAGE - 3);
 }
 
 static void test_first_fragment_at_eof(void **state)
@@ -199,14 +173,14 @@ static void test_first_fragment_at_eof(void **state)
     bdb_wal *w = open_wal(NULL, 0);
     append_filled(w, PAGE + 100, 'x'); /* FIRST fills page 0, LAST in page 1 */
     bdb_wal_close(w);
-    assert_int_equal(truncate(seg_file(1), PAGE), 0);
+    assert_int_equal(truncate(eu_wal_seg(waldir, 1), PAGE), 0);
     got g;
     bdb_wal_replay_stats st;
     replay_all(&g, &st);
     assert_int_equal(g.n, 0);
     assert_int_equal(st.corruptions, 1);
     assert_non_null(strstr(st.first_error, "offset 32768: torn record"));
-    assert_int_equal(file_size(seg_file(1)), 0);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), 0);
 }
 
 /* One hand-made fragment at out + *off. */
@@ -246,7 +220,7 @@ static void check_sequence(uint8_t second, uint8_t third, const char *err)
     } else {
         put_frag(seg, &off, second, pl, 5);
     }
-    write_file(seg_file(1), seg, off);
+    eu_write_file(eu_wal_seg(waldir, 1), seg, off);
     got g;
     bdb_wal_replay_stats st;
     replay_all(&g, &st);
@@ -254,7 +228,7 @@ static void check_sequence(uint8_t second, uint8_t third, const char *err)
     assert_int_equal(g.len[0], 10);
     assert_int_equal(st.corruptions, 1);
     assert_non_null(strstr(st.first_error, err));
-    assert_int_equal(file_size(seg_file(1)), good);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), good);
 }
 
 static void test_fragment_sequences(void **state)
@@ -282,7 +256,7 @@ static void test_fragment_sequences(void **state)
     put_frag(seg, &off, 2, pl, 0);
     assert_int_equal(off, PAGE);
     put_frag(seg, &off, 4, pl, 0);
-    write_file(seg_file(1), seg, off);
+    eu_write_file(eu_wal_seg(waldir, 1), seg, off);
     got g;
     bdb_wal_replay_stats st;
     replay_all(&g, &st);
@@ -300,7 +274,7 @@ static void test_foreign_names_and_many_segments(void **state)
     char p[256];
     for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) {
         snprintf(p, sizeof p, "%s/%s", waldir, foreign[i]);
-        write_file(p, (const uint8_t *)"junk", 4);
+        eu_write_file(p, (const uint8_t *)"junk", 4);
     }
     /* 20 segments of one record each, sealed by cuts (the list grows past 16) */
     bdb_wal *w = open_wal(NULL, 0);
@@ -329,9 +303,9 @@ static void test_foreign_names_and_many_segments(void **state)
     bdb_wal_close(w);
     for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) {
         snprintf(p, sizeof p, "%s/%s", waldir, foreign[i]);
-        assert_int_equal(file_size(p), 4); /* never touched */
+        assert_int_equal(eu_file_size(p), 4); /* never touched */
     }
-    assert_int_equal(access(seg_file(21), F_OK), -1);
+    assert_int_equal(access(eu_wal_seg(waldir, 21), F_OK), -1);
 }
 
 static void test_arguments(void **state)
@@ -375,7 +349,7 @@ static void test_out_of_memory_at_segment_edges(void **state)
     bdb_wal *w = open_wal(NULL, 100);
     append_filled(w, 120, 'a');
     /* the seal's list growth is the first allocation of the next append */
-    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 1);
+    eu_arm(1);
     uint8_t r[16];
     memset(r, 'b', sizeof r);
     assert_int_equal(bdb_wal_append(w, r, sizeof r, NULL), BDB_ERR_NOMEM);
@@ -386,14 +360,14 @@ static void test_out_of_memory_at_segment_edges(void **state)
     assert_int_equal(ws.current_segment, 1); /* still open and current */
     assert_int_equal(ws.failed, 0);
     /* the same for a cut */
-    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 1);
+    eu_arm(1);
     assert_int_equal(bdb_wal_cut(w, NULL), BDB_ERR_NOMEM);
     bdb_alloc_fail_disarm();
     bdb_wal_get_stats(w, &ws);
     assert_int_equal(ws.current_segment, 1);
     /* sealing works, creating the next segment's name does not: the append fails,
      * and the next one creates the segment */
-    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 2);
+    eu_arm(2);
     assert_int_equal(bdb_wal_append(w, r, sizeof r, NULL), BDB_ERR_NOMEM);
     bdb_alloc_fail_disarm();
     bdb_wal_get_stats(w, &ws);
@@ -406,7 +380,7 @@ static void test_out_of_memory_at_segment_edges(void **state)
     assert_int_equal(ws.appends, 2);
     /* a cut whose next segment cannot be named still seals (documented success) */
     uint64_t sealed = 0;
-    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 1);
+    eu_arm(1);
     assert_int_equal(bdb_wal_cut(w, &sealed), BDB_OK);
     bdb_alloc_fail_disarm();
     assert_int_equal(sealed, 2);
@@ -433,7 +407,7 @@ static void write_damaged(void)
     tu_rm_rf(waldir);
     assert_int_equal(mkdir(waldir, 0755), 0);
     for (int i = 0; i < 2; i++)
-        write_file(seg_file((uint64_t)i + 1), damaged[i], damaged_len[i]);
+        eu_write_file(eu_wal_seg(waldir, (uint64_t)i + 1), damaged[i], damaged_len[i]);
 }
 
 static void test_io_failure_during_replay(void **state)
@@ -447,7 +421,7 @@ static void test_io_failure_during_replay(void **state)
     }
     bdb_wal_close(w);
     for (int i = 0; i < 2; i++) {
-        damaged[i] = read_file(seg_file((uint64_t)i + 1), &damaged_len[i]);
+        damaged[i] = read_file(eu_wal_seg(waldir, (uint64_t)i + 1), &damaged_len[i]);
         uint8_t *p = realloc(damaged[i], damaged_len[i] + 9);
         assert_non_null(p);
         memset(p + damaged_len[i], 0x5a, 9); /* garbage after the last record */

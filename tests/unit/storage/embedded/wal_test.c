@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
@@ -51,9 +51,7 @@ static uint64_t rng(void)
 static int setup(void **state)
 {
     (void)state;
-    strcpy(tmpdir, "/tmp/bdb-wal-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
+    eu_scratch(tmpdir, sizeof tmpdir, "wal", EU_TMPFS, NULL, 0);
     snprintf(waldir, sizeof(waldir), "%s/wal", tmpdir);
     return 0;
 }
@@ -61,22 +59,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tu_rm_rf(tmpdir);
-    return 0;
-}
-
-static const char *seg_file(uint64_t num)
-{
-    static char p[160];
-    snprintf(p, sizeof(p), "%s/%020llu", waldir, (unsigned long long)num);
-    return p;
-}
-
-static uint64_t file_size(const char *path)
-{
-    struct stat st;
-    assert_int_equal(stat(path, &st), 0);
-    return (uint64_t)st.st_size;
+    return eu_cleanup(tmpdir);
 }
 
 /* ---- the records we append: content is a pure function of (id, len) ---- */
@@ -219,7 +202,7 @@ static void test_round_trip(void **state)
     bdb_wal_get_stats(w, &ws);
     assert_int_equal(ws.current_segment, 2); /* appends go to a fresh segment */
     assert_int_equal(ws.segments_on_disk, 2);
-    assert_int_equal(ws.bytes_on_disk, file_size(seg_file(1)));
+    assert_int_equal(ws.bytes_on_disk, eu_file_size(eu_wal_seg(waldir, 1)));
 
     /* Records appended after a reopen follow the old ones on the next replay. */
     append_rec(w, &want, id++, 5);
@@ -249,7 +232,7 @@ static void test_layout(void **state)
 
     void *data;
     size_t len;
-    assert_int_equal(bdb_vfs_read_all(bdb_vfs_posix(), seg_file(1), &data, &len), BDB_OK);
+    assert_int_equal(bdb_vfs_read_all(bdb_vfs_posix(), eu_wal_seg(waldir, 1), &data, &len), BDB_OK);
     const uint8_t *p = data;
     assert_int_equal(len, 3 * PAGE + HDR + 10);
     assert_int_equal(p[0], 1); /* FULL */
@@ -292,7 +275,7 @@ static void test_segment_roll(void **state)
     bdb_wal_close(w);
     for (uint64_t s = 1; s < ws.current_segment; s++) {
         /* A segment rolls at the first append past the limit: over by < one record. */
-        uint64_t sz = file_size(seg_file(s));
+        uint64_t sz = eu_file_size(eu_wal_seg(waldir, s));
         assert_true(sz >= seg_bytes && sz < seg_bytes + 20000 + 2 * PAGE);
     }
 
@@ -353,8 +336,8 @@ static void test_cut_replay_from_and_remove(void **state)
     bdb_wal_get_stats(w, &ws);
     assert_int_equal(ws.segments_on_disk, 4);
     assert_int_equal(bdb_wal_remove_upto(w, s1), BDB_OK);
-    assert_false(bdb_vfs_exists(bdb_vfs_posix(), seg_file(1)));
-    assert_true(bdb_vfs_exists(bdb_vfs_posix(), seg_file(2)));
+    assert_false(bdb_vfs_exists(bdb_vfs_posix(), eu_wal_seg(waldir, 1)));
+    assert_true(bdb_vfs_exists(bdb_vfs_posix(), eu_wal_seg(waldir, 2)));
     bdb_wal_get_stats(w, &ws);
     assert_int_equal(ws.segments_on_disk, 3);
     memset(&g, 0, sizeof(g));
@@ -390,12 +373,12 @@ static void build_fixture(recs *want)
     append_rec(w, want, 5, 100);
     append_rec(w, want, 6, 100);
     bdb_wal_close(w);
-    assert_int_equal(file_size(seg_file(1)), r2_end + 2 * R_FULL);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), r2_end + 2 * R_FULL);
 }
 
 static void poke(uint64_t off, const void *bytes, size_t n)
 {
-    FILE *f = fopen(seg_file(1), "r+b");
+    FILE *f = fopen(eu_wal_seg(waldir, 1), "r+b");
     assert_non_null(f);
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
     assert_int_equal(fwrite(bytes, 1, n, f), n);
@@ -417,12 +400,12 @@ static void run_damage(const damage_case *c)
 {
     recs want = {0};
     build_fixture(&want);
-    uint64_t before = file_size(seg_file(1));
+    uint64_t before = eu_file_size(eu_wal_seg(waldir, 1));
     if (c->n == 0)
-        assert_int_equal(truncate(seg_file(1), (off_t)c->off), 0);
+        assert_int_equal(truncate(eu_wal_seg(waldir, 1), (off_t)c->off), 0);
     else
         poke(c->off, c->bytes, c->n);
-    uint64_t damaged = file_size(seg_file(1));
+    uint64_t damaged = eu_file_size(eu_wal_seg(waldir, 1));
     assert_true(c->n == 0 || damaged == before);
 
     got g;
@@ -441,7 +424,7 @@ static void run_damage(const damage_case *c)
              c->message);
     if (strncmp(st.first_error, expect, strlen(expect)) != 0)
         fail_msg("%s: first_error '%s', expected '%s'", c->name, st.first_error, expect);
-    assert_int_equal(file_size(seg_file(1)), c->valid_end);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), c->valid_end);
     bdb_wal_stats ws;
     bdb_wal_get_stats(w, &ws);
     assert_int_equal(ws.current_segment, 3); /* a fresh segment follows */
@@ -493,8 +476,8 @@ static void test_zero_filled_tail(void **state)
     (void)state;
     recs want = {0};
     build_fixture(&want);
-    uint64_t size = file_size(seg_file(1));
-    assert_int_equal(truncate(seg_file(1), (off_t)(size + 5000)), 0);
+    uint64_t size = eu_file_size(eu_wal_seg(waldir, 1));
+    assert_int_equal(truncate(eu_wal_seg(waldir, 1), (off_t)(size + 5000)), 0);
     got g;
     bdb_wal_replay_stats st;
     bdb_wal *w = reopen_replay(&g, &st);
@@ -503,7 +486,7 @@ static void test_zero_filled_tail(void **state)
     assert_int_equal(st.corruptions, 1);
     assert_int_equal(st.corrupt_bytes, 5000);
     assert_non_null(strstr(st.first_error, "zero-filled"));
-    assert_int_equal(file_size(seg_file(1)), size);
+    assert_int_equal(eu_file_size(eu_wal_seg(waldir, 1)), size);
     bdb_wal_close(w);
     recs_free(&g.r);
     recs_free(&want);
@@ -523,7 +506,8 @@ static void test_bit_flips(void **state)
     bdb_wal_close(w);
     void *pristine;
     size_t plen;
-    assert_int_equal(bdb_vfs_read_all(bdb_vfs_posix(), seg_file(1), &pristine, &plen), BDB_OK);
+    assert_int_equal(bdb_vfs_read_all(bdb_vfs_posix(), eu_wal_seg(waldir, 1), &pristine, &plen),
+                     BDB_OK);
     const uint8_t *pp = pristine;
 
     /* Where the headers are, read with the format's own rules. */
@@ -561,7 +545,7 @@ static void test_bit_flips(void **state)
         }
         tu_rm_rf(waldir);
         assert_int_equal(mkdir(waldir, 0755), 0);
-        FILE *f = fopen(seg_file(1), "wb");
+        FILE *f = fopen(eu_wal_seg(waldir, 1), "wb");
         assert_non_null(f);
         assert_int_equal(fwrite(buf, 1, plen, f), plen);
         assert_int_equal(fclose(f), 0);

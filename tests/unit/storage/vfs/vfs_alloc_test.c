@@ -39,18 +39,6 @@ static int disarm(void)
     return hit;
 }
 
-static void expect_disk(const char *path, const char *want)
-{
-    char buf[256];
-    long n = on_disk(path, buf, sizeof buf);
-    if (!want) {
-        assert_int_equal(n, -1);
-        return;
-    }
-    assert_int_equal(n, (long)strlen(want));
-    assert_memory_equal(buf, want, (size_t)n);
-}
-
 static int names_cb(void *ctx, const char *name)
 {
     char *acc = ctx;

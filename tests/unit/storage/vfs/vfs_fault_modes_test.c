@@ -32,18 +32,6 @@ static bdb_file *open_rw(bdb_vfs *v, const char *path)
     return f;
 }
 
-static void expect_disk(const char *path, const char *want)
-{
-    char buf[256];
-    long n = on_disk(path, buf, sizeof buf);
-    if (!want) {
-        assert_int_equal(n, -1);
-        return;
-    }
-    assert_int_equal(n, (long)strlen(want));
-    assert_memory_equal(buf, want, (size_t)n);
-}
-
 /* The next counted call fails once with err: the status and errno that must come back. */
 static void fail_next(bdb_vfs *v, int err)
 {

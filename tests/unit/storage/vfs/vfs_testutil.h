@@ -53,6 +53,20 @@ static inline long on_disk(const char *path, char *buf, size_t cap)
     return (long)n;
 }
 
+/* The real file at path holds exactly want (NULL: there is no such file). Needs
+ * cmocka.h included first. */
+static inline void expect_disk(const char *path, const char *want)
+{
+    char buf[256];
+    long n = on_disk(path, buf, sizeof buf);
+    if (!want) {
+        assert_int_equal(n, -1);
+        return;
+    }
+    assert_int_equal(n, (long)strlen(want));
+    assert_memory_equal(buf, want, (size_t)n);
+}
+
 /* Writes text as the whole real file, past every VFS (fixtures). */
 static inline int put_disk(const char *path, const char *text)
 {
