@@ -5,7 +5,7 @@
  *     and every form of bdb_chunk_encode_as (XOR, old DECIMAL, PACKED deltas and
  *     deltas of deltas), require all to decode to the same bits and the encoder to
  *     pick the smallest of XOR and the two PACKED forms.
- * Needs src/storage/embedded/chunk.c and src/common/buf.c (and -lm). */
+ * Needs src/storage/embedded/chunk*.c and src/common/buf.c (and -lm). */
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "storage/embedded/chunk.h"

@@ -87,8 +87,9 @@ int bdb_block_open(bdb_vfs *vfs, const char *path, bdb_block **out);
 void bdb_block_close(bdb_block *b);
 const bdb_block_meta *bdb_block_get_meta(const bdb_block *b);
 
-/* Decoding position inside one device group. Private to block.c: the fields are here
- * only so that callers can hold cursors and iterators without allocating. */
+/* Decoding position inside one device group. Private to the block files (block*.c):
+ * the fields are here only so that callers can hold cursors and iterators without
+ * allocating. */
 typedef struct bdb_block_gpos_ {
     const bdb_block *b;
     const uint8_t *p, *end;           /* next byte to decode, end of the group record */
