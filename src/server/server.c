@@ -1,4 +1,5 @@
-/* server: lifecycle, routing, authentication and the response helpers. */
+/* server: lifecycle, routing, admission and the response helpers (who is asking:
+ * server_auth.c). */
 #include "server/server_int.h"
 
 #include "bucketdb/bdb.h"
@@ -123,184 +124,6 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
 const char *arg(struct MHD_Connection *c, const char *name)
 {
     return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
-}
-
-/* Token from "Authorization: Token X", "Bearer X", Basic auth's password, or the
- * Influx 1.x `p` parameter. The user name (Basic, or `u`) is not read: the token alone
- * says who is asking, so `u` may carry the tenant name or anything else. An empty
- * token counts as none. */
-static const char *req_token(struct MHD_Connection *c, char *buf, size_t buflen)
-{
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h) {
-        if (!strncasecmp(h, "Token ", 6))
-            return h + 6;
-        if (!strncasecmp(h, "Bearer ", 7))
-            return h + 7;
-    }
-    /* MHD returns the user name and hands the password back through the pointer. */
-    char *pass = NULL;
-    char *user = MHD_basic_auth_get_username_password(c, &pass);
-    if (pass) {
-        snprintf(buf, buflen, "%s", pass);
-        MHD_free(pass);
-        if (user)
-            MHD_free(user);
-        return buf;
-    }
-    if (user)
-        MHD_free(user);
-    return arg(c, "p");
-}
-
-/* Who is asking, without answering: 0 with *id filled, -1 (no token where one is
- * required) or -2 (wrong token). */
-static int auth_ident(bdb_server *s, struct MHD_Connection *c, req_ident *id)
-{
-    char buf[1024];
-    const char *tok = req_token(c, buf, sizeof buf);
-    memset(id, 0, sizeof *id);
-    if (!tok || !*tok) {
-        if (!s->auth_required) {
-            id->who = WHO_ANON;
-            return 0;
-        }
-        return -1;
-    }
-    /* Compare hashes, never the secrets themselves, in constant time. */
-    uint8_t h[BDB_HASH_BYTES];
-    bdb_token_hash(tok, strlen(tok), h);
-    if (bdb_hash_equal(h, s->admin_hash)) {
-        id->who = WHO_ADMIN;
-        return 0;
-    }
-    if (bdb_tenants_find_by_hash(s->tenants, h, id->tenant)) {
-        id->who = WHO_TENANT;
-        return 0;
-    }
-    return -2;
-}
-
-int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r)
-{
-    int a = auth_ident(s, c, id);
-    if (a == 0)
-        return 0;
-    if (a == -1) {
-        atomic_fetch_add(&s->auth_failures, 1);
-        *r = respond_json_error(s, c, 401,
-                                "authorization failed: missing token (send Authorization: "
-                                "Token <token>)",
-                                1);
-        return -1;
-    }
-    /* A wrong token is refused even where none is required: the client meant to
-     * authenticate, and guessing is not rewarded with anonymous access. */
-    atomic_fetch_add(&s->auth_failures, 1);
-    *r = respond_json_error(s, c, 401, "authorization failed: wrong token", 1);
-    return -1;
-}
-
-const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
-{
-    static _Thread_local char tenant_buf[BDB_TENANT_NAME_MAX + 1];
-    req_ident id;
-    if (req_auth(s, c, &id, r) != 0)
-        return NULL;
-    const char *t = arg(c, "tenant");
-    if (!t || !*t)
-        t = arg(c, "db");
-    if (id.who == WHO_TENANT) {
-        /* The token decides the tenant; naming another one is refused, not ignored. */
-        if (t && *t && strcmp(t, id.tenant) != 0) {
-            atomic_fetch_add(&s->forbidden, 1);
-            char msg[400];
-            snprintf(msg, sizeof msg,
-                     "forbidden: the token belongs to tenant '%s' and may not access tenant "
-                     "'%.128s'",
-                     id.tenant, t);
-            *r = respond_json_error(s, c, 403, msg, 1);
-            return NULL;
-        }
-        snprintf(tenant_buf, sizeof tenant_buf, "%s", id.tenant);
-        return tenant_buf;
-    }
-    if (!t || !*t)
-        t = s->cfg.default_tenant;
-    if (!bdb_tenant_name_valid(t)) {
-        *r = respond_json_error(s, c, 400,
-                                "invalid tenant: use 1..128 characters of A-Z a-z 0-9 _ - .", 1);
-        return NULL;
-    }
-    if (id.who == WHO_ANON && bdb_tenants_get(s->tenants, t, &(bdb_tenant_info){0}) == BDB_OK) {
-        /* A registered tenant is protected by its token even where auth is optional. */
-        atomic_fetch_add(&s->auth_failures, 1);
-        char msg[300];
-        snprintf(msg, sizeof msg, "authorization failed: tenant '%s' is registered; send its token",
-                 t);
-        *r = respond_json_error(s, c, 401, msg, 1);
-        return NULL;
-    }
-    return t;
-}
-
-int req_is_admin(bdb_server *s, struct MHD_Connection *c)
-{
-    req_ident id;
-    return auth_ident(s, c, &id) == 0 && id.who == WHO_ADMIN;
-}
-
-int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
-{
-    if (!strcmp(s->cfg.metrics_auth, "open"))
-        return 0; /* the operator chose a closed monitoring network: tokens ignored */
-    req_ident id;
-    if (req_auth(s, c, &id, r) != 0)
-        return -1;
-    if (id.who == WHO_ADMIN)
-        return 0;
-    if (id.who == WHO_TENANT) {
-        atomic_fetch_add(&s->forbidden, 1);
-        *r = respond_json_error(s, c, 403,
-                                "forbidden: /metrics covers every tenant and needs the admin "
-                                "token, not a tenant token (or metrics_auth = open)",
-                                0);
-        return -1;
-    }
-    /* No token where none is required: fine while no tenant is registered, since the
-     * per-tenant families name registered tenants only, and registering a tenant
-     * protects it even where auth is optional. */
-    if (bdb_tenants_count(s->tenants) == 0)
-        return 0;
-    atomic_fetch_add(&s->auth_failures, 1);
-    *r = respond_json_error(s, c, 401,
-                            "authorization failed: missing token (/metrics names the registered "
-                            "tenants: send Authorization: Token <admin token>)",
-                            0);
-    return -1;
-}
-
-/* The tenant a request will be accounted to, from its headers and parameters as
- * req_tenant decides it but without answering: 0, or -1 when req_tenant will refuse
- * the request (it is then accounted to no tenant). */
-static int peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT_NAME_MAX + 1])
-{
-    req_ident id;
-    if (auth_ident(s, c, &id) != 0)
-        return -1;
-    if (id.who == WHO_TENANT) {
-        snprintf(out, BDB_TENANT_NAME_MAX + 1, "%s", id.tenant);
-        return 0;
-    }
-    const char *t = arg(c, "tenant");
-    if (!t || !*t)
-        t = arg(c, "db");
-    if (!t || !*t)
-        t = s->cfg.default_tenant;
-    if (!bdb_tenant_name_valid(t))
-        return -1;
-    snprintf(out, BDB_TENANT_NAME_MAX + 1, "%s", t);
-    return 0;
 }
 
 enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,
@@ -573,7 +396,7 @@ static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char
     if (!write && cl == 0 && !te)
         return MHD_YES; /* no body, no write: nothing to hold */
     char tenant[BDB_TENANT_NAME_MAX + 1] = "";
-    if (write && peek_tenant(s, c, tenant) != 0)
+    if (write && req_peek_tenant(s, c, tenant) != 0)
         tenant[0] = '\0'; /* refused later (401/400): only the server-wide budgets apply */
     enum bdb_bp_reason why = BDB_BP_NONE;
     if (write && head_guard_wait(s) != 0)

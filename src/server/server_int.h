@@ -126,6 +126,10 @@ int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
  * valid until the next call on the same thread (handlers run on their connection's
  * thread). */
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
+/* The tenant a request will be accounted to, from its headers and parameters as
+ * req_tenant decides it but without answering: 0, or -1 when req_tenant will refuse
+ * the request (it is then accounted to no tenant). */
+int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT_NAME_MAX + 1]);
 /* Device quota for a request that may create devices (writes, device profiles):
  * returns 0 when the tenant may add the batch's devices (with *locked set when the
  * caller must call devq_unlock after writing), or -1 with a 429 queued. */
