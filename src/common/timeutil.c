@@ -126,3 +126,12 @@ void bdb_format_time_ms(int64_t ms, char *out, int outlen)
     snprintf(out, (size_t)outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, rem);
 }
+
+void bdb_ts_range_error(int64_t ms, char *out, size_t outlen)
+{
+    char lo[40], hi[40];
+    bdb_format_time_ms(BDB_TS_MIN_MS, lo, sizeof lo);
+    bdb_format_time_ms(BDB_TS_MAX_MS, hi, sizeof hi);
+    snprintf(out, outlen, "timestamp %lld ms is outside the supported range %s..%s", (long long)ms,
+             lo, hi);
+}

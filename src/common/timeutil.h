@@ -2,6 +2,7 @@
 #ifndef BDB_TIMEUTIL_H
 #define BDB_TIMEUTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 int64_t bdb_now_ms(void);       /* wall clock, Unix ms */
@@ -24,6 +25,18 @@ static inline int64_t bdb_clock_now(const bdb_clock *c)
 int bdb_parse_time_ms(const char *s, int64_t *out);
 /* Formats Unix ms as RFC 3339 UTC with milliseconds into out (>= 32 bytes). */
 void bdb_format_time_ms(int64_t ms, char *out, int outlen);
+/* The event times bucketdb stores: the range of int64 nanoseconds, 1677-09-21 to
+ * 2262-04-11 (InfluxDB's range too), so that every time converts to ns and every
+ * bucket, window and file boundary computed from it stays inside int64. Ingestion
+ * refuses a time outside it; the engine refuses it in a write and in a WAL record. */
+#define BDB_TS_MIN_MS (-9223372036854LL)
+#define BDB_TS_MAX_MS 9223372036854LL
+static inline int bdb_ts_valid(int64_t ms)
+{
+    return ms >= BDB_TS_MIN_MS && ms <= BDB_TS_MAX_MS;
+}
+/* "timestamp T ms is outside the supported range <min>..<max>" into out. */
+void bdb_ts_range_error(int64_t ms, char *out, size_t outlen);
 /* Floor division that is correct for negative times. */
 static inline int64_t bdb_floor_div(int64_t a, int64_t b)
 {

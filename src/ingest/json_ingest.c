@@ -148,6 +148,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     }
     if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0)
         return -1;
+    if (!bdb_ts_valid(*ts)) {
+        char why[160];
+        bdb_ts_range_error(*ts, why, sizeof why);
+        return bad(err, errlen, "field \"time\": %s", why);
+    }
     if (lim->max_future_ms > 0 && *ts > now_ms + lim->max_future_ms)
         return bad(err, errlen,
                    "field \"time\": %lld ms is more than max-future-ms %lld ahead of the "

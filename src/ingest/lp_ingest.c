@@ -1,6 +1,7 @@
 #include "ingest/lp_ingest.h"
 
 #include "bucketdb/bdb.h"
+#include "common/timeutil.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -67,6 +68,11 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             continue;
         }
         int64_t ts = pt.has_time ? pt.time_ms : now_ms;
+        if (!bdb_ts_valid(ts)) {
+            bdb_ts_range_error(ts, reason, sizeof reason);
+            reject(res, lineno, line, linelen, reason, 0);
+            continue;
+        }
         if (map->max_future_ms > 0 && ts > now_ms + map->max_future_ms) {
             snprintf(reason, sizeof reason,
                      "timestamp %lld ms is more than max-future-ms %lld ahead of the server "

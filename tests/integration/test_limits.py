@@ -167,6 +167,37 @@ def future_timestamps():
         eq(devices(s), ["f1", "j1"])
 
 
+# The stored time range: int64 nanoseconds, 1677-09-21..2262-04-11 (docs/API.md).
+TS_MIN_MS, TS_MAX_MS = -9223372036854, 9223372036854
+
+
+@suite.test
+def timestamp_range():
+    # Retention 0 and no future limit, so that only the range decides. A time past it
+    # once made every flush of the server fail ("invalid argument", retried forever).
+    with Server(args=["--retention-ms", "0", "--max-future-ms", "0"]) as s:
+        lp(s, "m,device=lo v=1 %d" % TS_MIN_MS, 204)
+        lp(s, "m,device=hi v=2 %d" % TS_MAX_MS, 204)
+        lp(s, "m,device=lo2 v=1 %d" % (TS_MIN_MS - 1), 400, "outside the supported range",
+           "1677-09-21T00:12:43.146Z..2262-04-11T23:47:16.854Z")
+        lp(s, "m,device=hi2 v=1 %d" % (TS_MAX_MS + 1), 400, "outside the supported range")
+        lp(s, "m,device=lo3 v=1 -9223372036854775000", 400, "outside the supported range")
+        lp(s, "m,device=h1 v=1 2562048", 400, "outside the supported range", precision="h")
+        for dev, t in (("j1", TS_MIN_MS - 1), ("j2", TS_MAX_MS + 1)):
+            r = s.write_json([{"device": dev, "time": t, "metrics": {"v": 1}}], expect=None)
+            eq(r.status, 400, repr(r))
+            contains(r.json()["error"],
+                     'field "time": timestamp %d ms is outside the supported range' % t)
+        s.write_json([{"device": "j3", "time": TS_MIN_MS, "metrics": {"v": 3}}])
+        s.flush()  # was a 500 for every flush after such a point
+        eq(devices(s), ["hi", "j3", "lo"])
+        for dev, metric, t, v in (("lo", "m.v", TS_MIN_MS, 1), ("hi", "m.v", TS_MAX_MS, 2),
+                                  ("j3", "v", TS_MIN_MS, 3)):
+            q = s.query(device=dev, metric=metric, **{"from": t, "to": t + 1})
+            eq(q["values"], [[t, metric, v]], "%s after the flush" % dev)
+        check("flush failed" not in s.log(), "a flush failed: " + s.log()[-500:])
+
+
 @suite.test
 def json_report_limits():
     t = now_ms()

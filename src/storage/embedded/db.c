@@ -454,7 +454,9 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         if (bdb_dec_u8(d))
             st = bdb_dec_str(d, &sl);
         uint64_t nm = bdb_dec_uvarint(d);
-        if (d->err || tsi > ntagsets || nm > MAX_REPORT_METRICS)
+        /* a time outside the stored range (a record that passed its CRC but was not
+         * written by this code) would overflow the bucket arithmetic: undecodable */
+        if (d->err || tsi > ntagsets || nm > MAX_REPORT_METRICS || !bdb_ts_valid(ts))
             goto out;
         for (uint64_t k = 0; k < nm; k++) {
             uint64_t idx = bdb_dec_uvarint(d);
@@ -560,9 +562,12 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         return BDB_OK;
     /* Refuse the whole batch rather than store part of a report: the WAL record and
      * the head must hold exactly what was acknowledged. */
-    for (size_t i = 0; i < nrep; i++)
+    for (size_t i = 0; i < nrep; i++) {
         if (reps[i].nmetrics > MAX_REPORT_METRICS)
             return BDB_ERR_LIMIT;
+        if (!bdb_ts_valid(reps[i].ts_ms)) /* ingestion refuses these first */
+            return BDB_ERR_INVALID;
+    }
     bdb_buf rec, hist;
     bdb_buf_init_checked(&rec);
     bdb_buf_init_checked(&hist);

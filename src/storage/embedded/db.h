@@ -79,8 +79,9 @@ int bdb_db_set_device_bucket(bdb_db *db, const char *tenant, const char *device,
 
 /* Writes a batch for one tenant. Returns when durable under the sync mode.
  * Errors: BDB_ERR_READONLY (a previous fsync failed: nothing more is accepted),
- * BDB_ERR_IO, BDB_ERR_NOSPACE, BDB_ERR_INVALID (empty tenant), BDB_ERR_LIMIT (a report
- * with more than BDB_MAX_REPORT_METRICS metrics; nothing is written). */
+ * BDB_ERR_IO, BDB_ERR_NOSPACE, BDB_ERR_INVALID (empty tenant, or a report time outside
+ * BDB_TS_MIN_MS..BDB_TS_MAX_MS; nothing is written), BDB_ERR_LIMIT (a report with more
+ * than BDB_MAX_REPORT_METRICS metrics; nothing is written). */
 int bdb_db_write(bdb_db *db, const char *tenant, const bdb_batch *batch);
 
 typedef struct bdb_device_info {

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/timeutil.h"
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
 #include "ingest/json_ingest.h"
@@ -91,6 +92,16 @@ static void time_window(void **state)
     snprintf(r, sizeof r, "{\"device\": \"d\", \"time\": %lld, \"metrics\": {\"m\": 1}}",
              NOW + 60001);
     assert_true(refused(r, NULL)); /* one past max_future_ms */
+    snprintf(r, sizeof r, "{\"device\": \"d\", \"time\": %lld, \"metrics\": {\"m\": 1}}",
+             (long long)BDB_TS_MIN_MS - 1);
+    assert_true(refused(r, "field \"time\": timestamp -9223372036855 ms is outside the "
+                           "supported range")); /* one past the stored range */
+    snprintf(r, sizeof r, "{\"device\": \"d\", \"time\": %lld, \"metrics\": {\"m\": 1}}",
+             (long long)BDB_TS_MAX_MS + 1);
+    assert_true(refused(r, "outside the supported range"));
+    snprintf(r, sizeof r, "{\"device\": \"d\", \"time\": %lld, \"metrics\": {\"m\": 1}}",
+             (long long)BDB_TS_MIN_MS);
+    assert_true(accepted(r)); /* at the range's end (no age limit in accepted()) */
     snprintf(r, sizeof r, "{\"device\": \"d\", \"time\": %lld, \"metrics\": {\"m\": 1}}",
              NOW - 86400001);
     assert_true(refused(r, NULL)); /* one past max_age_ms */

@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/timeutil.h"
 #include "bucketdb/bdb.h"
 #include "ingest/lineproto.h"
 #include "ingest/lp_ingest.h"
@@ -246,6 +247,20 @@ static void test_time_handling(void **state)
     m.max_future_ms = 0;
     ingest(&x, body, BDB_LP_MS, &m);
     assert_int_equal(x.res.accepted, 2);
+    /* the stored range (int64 ns) at and one past both ends, with no other limit */
+    snprintf(body, sizeof body,
+             "s,device=d v=1 %lld\ns,device=d v=2 %lld\ns,device=d v=3 %lld\ns,device=d v=4 %lld\n",
+             (long long)BDB_TS_MIN_MS, (long long)BDB_TS_MIN_MS - 1, (long long)BDB_TS_MAX_MS,
+             (long long)BDB_TS_MAX_MS + 1);
+    ingest(&x, body, BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 2);
+    assert_int_equal(x.res.rejected, 2);
+    assert_int_equal(x.res.first_bad_line, 2);
+    assert_int_equal(x.r[0].ts_ms, BDB_TS_MIN_MS);
+    assert_int_equal(x.r[1].ts_ms, BDB_TS_MAX_MS);
+    assert_non_null(strstr(x.res.first_error,
+                           "timestamp -9223372036855 ms is outside the supported range "
+                           "1677-09-21T00:12:43.146Z..2262-04-11T23:47:16.854Z"));
     done(&x);
 }
 

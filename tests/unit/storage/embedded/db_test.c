@@ -1187,6 +1187,18 @@ static void test_catalog_compressed_and_checked(void **state)
     bdb_batch_end(b);
     assert_int_equal(bdb_db_write(db, "acme", b), BDB_ERR_LIMIT);
     bdb_batch_free(b);
+    /* a time outside the stored range: refused whole, the good report with it too */
+    b = bdb_batch_new();
+    bdb_batch_begin(b, "good", 4, T0, 1);
+    bdb_batch_metric(b, "v", 1, 1);
+    bdb_batch_end(b);
+    bdb_batch_begin(b, "early", 5, BDB_TS_MIN_MS - 1, 2);
+    bdb_batch_metric(b, "v", 1, 1);
+    bdb_batch_end(b);
+    assert_int_equal(bdb_db_write(db, "acme", b), BDB_ERR_INVALID);
+    bdb_batch_free(b);
+    bdb_device_snapshot snap;
+    assert_int_equal(bdb_db_device_snapshot(db, "acme", "good", &snap), BDB_ERR_NOTFOUND);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 
     char cat[256];
