@@ -302,19 +302,36 @@ static void test_bad_subbucket_records_skipped(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
-/* Events whose partition lies beyond +-4000 years are stored but not counted. */
-static void test_far_times_not_counted(void **state)
+/* A time outside the stored range (BDB_TS_MIN_MS..BDB_TS_MAX_MS) is refused whole:
+ * nothing stored, nothing counted. The range's two ends are stored and counted like
+ * any other time (their minutes fit the counters' int32, which times far outside
+ * the range, once accepted, did not). */
+static void test_far_times_refused_range_ends_counted(void **state)
 {
     (void)state;
     bdb_db *db = open_db(0, 1);
     const int64_t far = INT64_C(200000000000000); /* year 8307: minute > INT32_MAX */
     eu_put_run(db, "t", "d", T0, 1000, 1);
-    eu_put_run(db, "t", "d", far, 1000, 1);
-    eu_put_run(db, "t", "d", -far, 1000, 1);
+    bdb_batch *b = bdb_batch_new();
+    for (int sign = -1; sign <= 1; sign += 2) {
+        bdb_batch_begin(b, "d", 1, sign * far, 0);
+        bdb_batch_metric(b, "m", 1, 1);
+        assert_int_equal(bdb_batch_end(b), 1);
+        assert_int_equal(bdb_db_write(db, "t", b), BDB_ERR_INVALID);
+        bdb_batch_reset(b);
+    }
+    bdb_batch_free(b);
     struct tbt t = {0};
     assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
     assert_int_equal(t.rows, 1);
     assert_int_equal(t.events, 1);
+    assert_int_equal(count_m(db, "t", "d"), 1);
+    eu_put_run(db, "t", "d", BDB_TS_MIN_MS, 1000, 1);
+    eu_put_run(db, "t", "d", BDB_TS_MAX_MS, 1000, 1);
+    memset(&t, 0, sizeof t);
+    assert_int_equal(bdb_db_telemetry_by_tenant(db, "t", INT64_MIN, INT64_MAX, tbt_cb, &t), BDB_OK);
+    assert_int_equal(t.rows, 3);
+    assert_int_equal(t.events, 3);
     assert_int_equal(count_m(db, "t", "d"), 3);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
@@ -518,7 +535,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tbt_several_devices_stop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_subbucket_history_edges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_subbucket_records_skipped, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_far_times_not_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_far_times_refused_range_ends_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_usage_many_tenants_and_partitions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_usage_out_of_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_usage_thread_options_later, setup, teardown),
