@@ -7,12 +7,14 @@
 #ifndef BDB_CONFIG_H
 #define BDB_CONFIG_H
 
+#include "common/path.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct bdb_config {
-    char listen[256]; /* host:port */
-    char data[1024];
+    char listen[256];                /* host:port */
+    char data[BDB_DATA_DIR_MAX + 1]; /* the engine's limit too (common/path.h) */
     char storage[2048]; /* storage: "embedded" or cassandra://... (docs/CASSANDRA.md) */
     char log_level[16];
     char sync[16];            /* batch | periodic */

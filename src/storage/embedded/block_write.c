@@ -8,6 +8,7 @@
  * under its final name. */
 #include "storage/embedded/block_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
@@ -24,15 +25,6 @@ static int same_device(const bdb_series_key *a, const bdb_series_key *b)
 {
     return !bytes_cmp(a->tenant, a->tenant_len, b->tenant, b->tenant_len) &&
            !bytes_cmp(a->device, a->device_len, b->device, b->device_len);
-}
-
-static char *path_join(const char *dir, const char *name, const char *suffix)
-{
-    size_t n = strlen(dir) + strlen(name) + strlen(suffix) + 2;
-    char *p = bdb_malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s%s", dir, name, suffix);
-    return p;
 }
 
 /* A chunk of the open group, kept until the group ends: its entry encoding needs the
@@ -320,8 +312,8 @@ int bdb_block_writer_open(bdb_vfs *vfs, const char *dir, const char *name, int64
     w->last.checked = 1;
     w->name_ids = bdb_map_new();
     w->dir = bdb_strdup(dir);
-    w->tmp_path = path_join(dir, name, ".tmp");
-    w->final_path = path_join(dir, name, "");
+    w->tmp_path = bdb_path_join(dir, name, ".tmp");
+    w->final_path = bdb_path_join(dir, name, NULL);
     if (!w->name_ids || !w->dir || !w->tmp_path || !w->final_path) {
         w_free(w);
         return BDB_ERR_NOMEM;

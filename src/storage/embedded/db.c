@@ -13,6 +13,7 @@
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/db_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 #include "storage/embedded/db_hot.h"
 #include "storage/embedded/db_latest.h" /* state: current-state index */
 #include "storage/sink.h"               /* sink: closed with the db */
@@ -41,17 +42,6 @@ void bdb_db_opts_default(bdb_db_opts *o)
     o->retention_ms = 0;
     o->chunk_max_samples = 2048;
     o->background = 1;
-}
-
-static char *path_join(const char *a, const char *b)
-{
-    if (!a)
-        return NULL; /* a failed allocation before: the caller reports NOMEM */
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = bdb_malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", a, b);
-    return p;
 }
 
 void db_set_readonly(bdb_db *db, int rc, const char *what)
@@ -749,6 +739,13 @@ static void db_free(bdb_db *db)
 
 int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
 {
+    /* The bound that keeps every file name of the engine inside BDB_PATH_BUF. */
+    size_t dirlen = strlen(opts->data_dir);
+    if (dirlen > BDB_DATA_DIR_MAX) {
+        BDB_ERROR("data directory path is %zu bytes long; the limit is %d bytes", dirlen,
+                  BDB_DATA_DIR_MAX);
+        return BDB_ERR_INVALID;
+    }
     bdb_db *db = bdb_calloc(1, sizeof *db);
     if (!db)
         return BDB_ERR_NOMEM;
@@ -759,9 +756,9 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
         db->o.chunk_max_samples = 2048;
     db->vfs = opts->vfs ? opts->vfs : bdb_vfs_posix();
     db->dir = bdb_strdup(opts->data_dir);
-    db->wal_dir = path_join(db->dir, "wal");
-    db->blocks_dir = path_join(db->dir, "blocks");
-    db->quarantine_dir = path_join(db->dir, "quarantine");
+    db->wal_dir = bdb_path_join(db->dir, "wal", NULL);
+    db->blocks_dir = bdb_path_join(db->dir, "blocks", NULL);
+    db->quarantine_dir = bdb_path_join(db->dir, "quarantine", NULL);
     db->lock_fd = -1;
     db->tenants = bdb_map_new();
     db->next_seq = 1;
@@ -788,7 +785,7 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
         goto fail;
     }
     /* An advisory lock keeps two servers from sharing one directory. */
-    char *lockp = path_join(db->dir, "LOCK");
+    char *lockp = bdb_path_join(db->dir, "LOCK", NULL);
     db->lock_fd = lockp ? open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
     rc = lockp ? BDB_ERR_IO : BDB_ERR_NOMEM;
     free(lockp);

@@ -65,7 +65,8 @@ typedef struct bdb_db bdb_db;
 
 /* Opens or creates the data directory, loads the catalog and blocks (a damaged block
  * is moved to <data>/quarantine/ and reported, never read), and replays the WAL.
- * Errors: BDB_ERR_IO, BDB_ERR_EXISTS (directory locked by another process),
+ * Errors: BDB_ERR_INVALID (data_dir longer than BDB_DATA_DIR_MAX bytes, common/path.h),
+ * BDB_ERR_IO, BDB_ERR_EXISTS (directory locked by another process),
  * BDB_ERR_CORRUPT (catalog unreadable), BDB_ERR_NOMEM. */
 int bdb_db_open(const bdb_db_opts *opts, bdb_db **out);
 /* Flushes the head to blocks, fsyncs, closes. Safe on NULL. */

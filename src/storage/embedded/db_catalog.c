@@ -23,6 +23,7 @@
  * are still read. */
 #include "storage/embedded/db_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -376,7 +377,7 @@ static int cat_unwrap(const char *path, void **data, size_t *len)
 
 int cat_load(bdb_db *db)
 {
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/catalog", db->dir);
     if (!bdb_vfs_exists(db->vfs, path))
         return BDB_OK;

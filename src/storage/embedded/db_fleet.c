@@ -19,6 +19,7 @@
  * from the head until the retry publishes them. */
 #include "storage/embedded/db_fleet.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -93,7 +94,7 @@ static int scan_one(void *ctx, const char *name)
     fstate *t = s->t;
     bdb_vfs *vfs = t->db->vfs;
     size_t n = strlen(name);
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/%s", s->dir, name);
     if (n > 4 && !strcmp(name + n - 4, ".tmp")) {
         if (s->pass == 1)
@@ -128,7 +129,7 @@ static int scan_one(void *ctx, const char *name)
         else
             free(data);
         if (s->pass == 2) {
-            char dst[4096];
+            char dst[BDB_PATH_BUF];
             snprintf(dst, sizeof dst, "%s/fleet-%s", t->db->quarantine_dir, name);
             BDB_ERROR("fleet file %s is damaged (%s); moved to %s and not read", path, why, dst);
             if (bdb_vfs_rename(vfs, path, dst) == BDB_OK)
@@ -311,12 +312,12 @@ static fstate *state_new(bdb_db *db)
     t->next_seq = 1;
     t->covered_at = UINT64_MAX;
     pthread_rwlock_init(&t->lock, NULL);
-    t->dir = fl_join(db->dir, "fleet");
+    t->dir = bdb_path_join(db->dir, "fleet", NULL);
     struct scan s = {.t = t, .rc = t->dir ? BDB_OK : BDB_ERR_NOMEM};
     if (s.rc == BDB_OK)
         bdb_vfs_mkdir(db->vfs, t->dir);
     for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
-        t->sub[ri] = fl_join(t->dir, bdb_res_name(res_of(ri)));
+        t->sub[ri] = bdb_path_join(t->dir, bdb_res_name(res_of(ri)), NULL);
         if (!t->sub[ri])
             s.rc = BDB_ERR_NOMEM;
         else

@@ -2,6 +2,7 @@
  * db_fleet_int.h; layouts in docs/AGGREGATION.md#fleet-aggregates). */
 #include "storage/embedded/db_fleet_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -25,15 +26,6 @@ char *fl_strndup(const char *s, size_t n)
         memcpy(p, s, n);
         p[n] = 0;
     }
-    return p;
-}
-
-char *fl_join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = fl_realloc(NULL, n);
-    if (p)
-        snprintf(p, n, "%s/%s", a, b);
     return p;
 }
 
@@ -212,7 +204,7 @@ int fl_dirty_save(fstate *t)
 int fl_dirty_load(fstate *t)
 {
     int rc = BDB_OK;
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/dirty", t->dir);
     void *data = NULL;
     size_t len = 0;
@@ -279,7 +271,7 @@ int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, cons
     char *name = file_name(seq);
     /* every allocation before the file exists, so a failure leaves no file behind */
     ffile *f = bdb_calloc(1, sizeof *f);
-    char *path = name ? fl_join(t->sub[ri], name) : NULL;
+    char *path = name ? bdb_path_join(t->sub[ri], name, NULL) : NULL;
     int rc = b.oom || body->oom || !f || !path ? BDB_ERR_NOMEM : BDB_OK;
     if (rc == BDB_OK)
         rc = bdb_vfs_write_atomic(t->db->vfs, t->sub[ri], name, b.data, b.len);

@@ -76,7 +76,6 @@ typedef struct fstate {
 /* NULL when memory runs out (common/alloc.h): callers fail with BDB_ERR_NOMEM. */
 void *fl_realloc(void *p, size_t n);
 char *fl_strndup(const char *s, size_t n);
-char *fl_join(const char *a, const char *b);
 
 void fl_file_free(ffile *f);
 int fl_rec_cmp(const char *t1, const char *m1, const char *t2, const char *m2);

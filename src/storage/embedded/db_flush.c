@@ -13,6 +13,7 @@
  * and time) to one sample, so nothing is lost or doubled. */
 #include "storage/embedded/db_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 #include "storage/embedded/db_latest.h" /* state: db_latest_save */
 #include "storage/sink.h"               /* sink: flush through db->o.sink */
 
@@ -196,7 +197,7 @@ struct load_ctx {
 
 static void quarantine(bdb_db *db, const char *path, const char *name, const char *why)
 {
-    char dst[4096];
+    char dst[BDB_PATH_BUF];
     snprintf(dst, sizeof dst, "%s/%s", db->quarantine_dir, name);
     BDB_ERROR("block %s is damaged (%s); moved to %s and not read", path, why, dst);
     if (bdb_vfs_rename(db->vfs, path, dst) == BDB_OK)
@@ -209,7 +210,7 @@ static int load_one(void *ctx, const char *name)
     struct load_ctx *lc = ctx;
     bdb_db *db = lc->db;
     size_t n = strlen(name);
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/%s", db->blocks_dir, name);
     if (n > 4 && strcmp(name + n - 4, ".tmp") == 0) {
         /* An unfinished write from before a crash: never published, safe to drop. */
@@ -314,7 +315,7 @@ int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone
         rc = bdb_block_writer_finish(ws->v[i].w, &meta);
         if (rc != BDB_OK)
             continue;
-        char path[4096];
+        char path[BDB_PATH_BUF];
         snprintf(path, sizeof path, "%s/%s", db->blocks_dir, ws->v[i].name);
         rc = bdb_block_open(db->vfs, path, &opened[nopen]);
         if (rc == BDB_OK) {

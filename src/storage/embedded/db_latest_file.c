@@ -14,6 +14,7 @@
  * from the catalog and the metric values from the WAL that is left. */
 #include "storage/embedded/db_latest_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -240,7 +241,7 @@ int db_latest_open(bdb_db *db)
     db->latest = L; /* freed by db_latest_free even when the open fails */
     if (!L->tenants)
         return BDB_ERR_NOMEM;
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/latest", db->dir);
     if (bdb_vfs_exists(db->vfs, path)) {
         int rc = load_file(db, path);

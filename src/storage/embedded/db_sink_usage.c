@@ -2,6 +2,7 @@
 #include "storage/embedded/db_sink_usage.h"
 #include "storage/embedded/db_int.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -305,7 +306,7 @@ static struct skustate *get(bdb_db *db)
     pthread_mutex_init(&s->mu, NULL);
     s->cur = cur;
     s->pending = pend;
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/%s", db->dir, BDB_SKU_FILE);
     if (bdb_vfs_exists(db->vfs, path)) {
         void *data = NULL;

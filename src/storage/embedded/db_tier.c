@@ -17,6 +17,7 @@
  * covered_at equals the current count. */
 #include "storage/embedded/db_tier.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -76,17 +77,6 @@ typedef struct tstate {
 
 /* The state lives in db->tier (created by tier_get, freed by db_tier_close). */
 
-static char *join(const char *a, const char *b)
-{
-    if (!a)
-        return NULL;
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = bdb_malloc(n);
-    if (p) /* NULL: the caller fails with BDB_ERR_NOMEM */
-        snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
-
 static int file_cmp(const void *x, const void *y)
 {
     const tfile *a = *(tfile *const *)x, *b = *(tfile *const *)y;
@@ -141,7 +131,7 @@ static int is_dead(const struct scan *s, uint64_t seq)
 
 static void quarantine_file(tstate *t, const char *dir, const char *name, const char *why)
 {
-    char src[4096], dst[4096];
+    char src[BDB_PATH_BUF], dst[BDB_PATH_BUF];
     snprintf(src, sizeof src, "%s/%s", dir, name);
     snprintf(dst, sizeof dst, "%s/tier-%s", t->db->quarantine_dir, name);
     BDB_ERROR("tier file %s is damaged (%s); moved to %s and not read", src, why, dst);
@@ -156,7 +146,7 @@ static int scan_one(void *ctx, const char *name)
     tstate *t = s->t;
     bdb_vfs *vfs = t->db->vfs;
     size_t n = strlen(name);
-    char path[4096];
+    char path[BDB_PATH_BUF];
     snprintf(path, sizeof path, "%s/%s", s->dir, name);
     if (n > 4 && !strcmp(name + n - 4, ".tmp")) {
         if (s->pass == 1)
@@ -265,9 +255,9 @@ static tstate *state_new(bdb_db *db)
     t->next_seq = 1;
     t->covered_at = UINT64_MAX;
     pthread_rwlock_init(&t->lock, NULL);
-    t->dir = join(db->dir, "tiers");
+    t->dir = bdb_path_join(db->dir, "tiers", NULL);
     for (int r = 0; r < BDB_TIERS; r++)
-        t->sub[r] = join(t->dir, bdb_res_name((enum bdb_res)(r + 1)));
+        t->sub[r] = bdb_path_join(t->dir, bdb_res_name((enum bdb_res)(r + 1)), NULL);
     if (!t->dir || !t->sub[0] || !t->sub[1] || !t->sub[2]) {
         state_free(t);
         return NULL;
@@ -518,7 +508,7 @@ static int write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, t
     for (size_t i = 0; i < n && rc == BDB_OK; i++) {
         const char *dir = t->sub[v[i].res - 1];
         char *name = file_name(seqs[i]);
-        char *path = name ? join(dir, name) : NULL;
+        char *path = name ? bdb_path_join(dir, name, NULL) : NULL;
         /* out of memory before the write: nothing of this file reaches the disk */
         rc = tf_finish(&v[i]) == BDB_OK && path ? BDB_OK : BDB_ERR_NOMEM;
         if (rc == BDB_OK)

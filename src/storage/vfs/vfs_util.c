@@ -2,6 +2,7 @@
  * same over the POSIX VFS and the fault-injecting one. */
 #include "storage/vfs/vfs.h"
 #include "common/alloc.h"
+#include "common/path.h"
 
 #include "bucketdb/bdb.h"
 
@@ -11,20 +12,11 @@
 #include <string.h>
 
 /* Joins dir/name[suffix] into a malloc'd string. */
-static char *join_path(const char *dir, const char *name, const char *suffix)
-{
-    size_t n = strlen(dir) + strlen(name) + strlen(suffix) + 2;
-    char *p = bdb_malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s%s", dir, name, suffix);
-    return p;
-}
-
 int bdb_vfs_write_atomic(bdb_vfs *v, const char *dir, const char *name, const void *data,
                          size_t len)
 {
-    char *path = join_path(dir, name, "");
-    char *tmp = join_path(dir, name, ".tmp");
+    char *path = bdb_path_join(dir, name, NULL);
+    char *tmp = bdb_path_join(dir, name, ".tmp");
     bdb_file *f = NULL;
     int rc = BDB_ERR_NOMEM;
     if (!path || !tmp)

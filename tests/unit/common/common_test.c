@@ -11,6 +11,8 @@
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "common/map.h"
+#include "common/path.h"
+#include "common/alloc.h"
 #include "common/timeutil.h"
 
 #include <float.h>
@@ -765,6 +767,25 @@ static void test_floor_div_align(void **state)
     assert_true(bdb_monotonic_ms() >= a);
 }
 
+static void test_path_join(void **state)
+{
+    (void)state;
+    char *p = bdb_path_join("/data", "blocks", NULL);
+    assert_string_equal(p, "/data/blocks");
+    free(p);
+    p = bdb_path_join("/data/blocks", "0001.blk", ".tmp");
+    assert_string_equal(p, "/data/blocks/0001.blk.tmp");
+    free(p);
+    /* a chain started from a failed allocation fails once, at its end */
+    assert_null(bdb_path_join(NULL, "wal", NULL));
+    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_NTH, 1);
+    assert_null(bdb_path_join("/data", "wal", NULL));
+    assert_int_equal(bdb_alloc_fail_injected(), 1);
+    bdb_alloc_fail_disarm();
+    /* the longest name the limit allows: directory, subdirectory, prefix, NAME_MAX */
+    assert_true(BDB_DATA_DIR_MAX + sizeof "/quarantine/fleet-" + 255 < BDB_PATH_BUF);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -775,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_map_basic),         cmocka_unit_test(test_map_churn_vs_reference),
         cmocka_unit_test(test_parse_unix_ms),     cmocka_unit_test(test_parse_rfc3339),
         cmocka_unit_test(test_format_time),       cmocka_unit_test(test_floor_div_align),
+        cmocka_unit_test(test_path_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

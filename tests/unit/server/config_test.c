@@ -203,6 +203,15 @@ static void test_set_errors(void **state)
     assert_int_equal(bdb_config_set(&c, "listen", longv, err, sizeof err), 0);
     assert_int_equal(strlen(c.listen), 255);
     expect_set_error("sync", "periodically-ish", "too long");
+    /* the data directory: the engine's limit, BDB_DATA_DIR_MAX bytes */
+    char dir[BDB_DATA_DIR_MAX + 2];
+    memset(dir, 'd', sizeof dir);
+    dir[BDB_DATA_DIR_MAX + 1] = '\0';
+    assert_int_equal(bdb_config_set(&c, "data", dir, err, sizeof err), -1);
+    assert_non_null(strstr(err, "data: value too long (max 1023 bytes)"));
+    dir[BDB_DATA_DIR_MAX] = '\0';
+    assert_int_equal(bdb_config_set(&c, "data", dir, err, sizeof err), 0);
+    assert_int_equal(strlen(c.data), BDB_DATA_DIR_MAX);
 }
 
 static void test_check_rules(void **state)

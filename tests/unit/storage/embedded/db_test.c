@@ -20,6 +20,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
+#include "common/path.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
 #include "model/bucket.h"
@@ -1226,6 +1227,45 @@ static void test_catalog_compressed_and_checked(void **state)
     assert_null(bad);
 }
 
+/* The data directory's length limit (common/path.h): a directory of exactly
+ * BDB_DATA_DIR_MAX bytes holds a full cycle (write, flush, maintenance, reopen with
+ * WAL replay), so every name the engine builds under it fits; one byte more is refused
+ * before anything is created. */
+static void test_data_dir_length_limit(void **state)
+{
+    (void)state;
+    char dir[BDB_DATA_DIR_MAX + 2];
+    size_t n = (size_t)snprintf(dir, sizeof dir, "%s", tmpdir);
+    while (n + 1 + 200 < BDB_DATA_DIR_MAX) { /* parents of 200-byte names, made here */
+        dir[n++] = '/';
+        memset(dir + n, 'p', 200);
+        n += 200;
+        dir[n] = 0;
+        assert_int_equal(mkdir(dir, 0755), 0);
+    }
+    dir[n++] = '/';
+    memset(dir + n, 'd', BDB_DATA_DIR_MAX + 1 - n);
+    dir[BDB_DATA_DIR_MAX + 1] = 0;
+
+    bdb_db_opts o = base_opts(dir); /* one byte over */
+    bdb_db *db = NULL;
+    assert_int_equal(bdb_db_open(&o, &db), BDB_ERR_INVALID);
+    assert_null(db);
+    assert_int_equal(access(dir, F_OK), -1);
+
+    dir[BDB_DATA_DIR_MAX] = 0; /* at the limit */
+    assert_int_equal(strlen(dir), BDB_DATA_DIR_MAX);
+    db = open_dir(dir);
+    write_run(db, "acme", "d1", "temp", T0, 60000, 30, 1.0);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    assert_int_equal(bdb_db_maintain(db), BDB_OK);
+    write_run(db, "acme", "d1", "temp", T0 + 30 * 60000, 60000, 30, 31.0);
+    assert_int_equal(bdb_db_close(db), BDB_OK); /* the second run only in the WAL */
+    db = open_dir(dir);
+    expect_run(db, "acme", "d1", "temp", T0, 60000, 60, 1.0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1245,6 +1285,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_property_random_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bucket_change_inside_batch_then_crash, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_data_dir_length_limit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
