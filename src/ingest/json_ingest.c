@@ -139,13 +139,8 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
     if (dn > lim->max_key_len)
         return bad(err, errlen, "field \"device\": length %zu exceeds max-key-bytes %zu", dn,
                    lim->max_key_len);
-    {
-        /* Same rule as line protocol: names never carry control characters. */
-        const unsigned char *dp = (const unsigned char *)json_string_value(dev);
-        for (size_t i = 0; i < dn; i++)
-            if (dp[i] < 0x20 || dp[i] == 0x7f)
-                return bad(err, errlen, "field \"device\": control characters not allowed");
-    }
+    if (!bdb_batch_name_valid(json_string_value(dev), dn))
+        return bad(err, errlen, "field \"device\": control characters not allowed");
     if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0)
         return -1;
     if (!bdb_ts_valid(*ts)) {

@@ -6,16 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int valid_name(const char *s, size_t n)
-{
-    if (n == 0)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t len,
                    const char *reason, int is_limit)
 {
@@ -60,7 +50,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             reject(res, lineno, line, linelen, reason, 0);
             continue;
         }
-        if (!valid_name(dev->p, dev->n) || dev->n > map->max_name_bytes) {
+        if (!bdb_batch_name_valid(dev->p, dev->n) || dev->n > map->max_name_bytes) {
             snprintf(reason, sizeof reason,
                      "device name must be 1..%zu bytes without control characters",
                      map->max_name_bytes);
@@ -132,7 +122,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                     memcpy(name + pt.measurement.n + 1, f->key.p, f->key.n);
                 }
             }
-            if (n == SIZE_MAX || !valid_name(name, n)) {
+            if (n == SIZE_MAX || !bdb_batch_name_valid(name, n)) {
                 snprintf(reason, sizeof reason,
                          "metric name for field '%.*s' is empty, too long or has control "
                          "characters",

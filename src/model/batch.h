@@ -61,4 +61,9 @@ void bdb_batch_cancel(bdb_batch *b);
 const bdb_report *bdb_batch_reports(const bdb_batch *b, size_t *n);
 size_t bdb_batch_samples(const bdb_batch *b); /* total metric values */
 
+/* The rule every way in applies to device and metric names (line protocol, JSON, MQTT
+ * topics, the device profile endpoint): at least one byte and no control characters
+ * (below 0x20, 0x7f). Each caller adds its own length limit. 1 if n bytes at p pass. */
+int bdb_batch_name_valid(const char *p, size_t n);
+
 #endif

@@ -3,6 +3,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
+#include "model/batch.h"
 #include "model/bucket.h"
 #include "query/range.h"
 #include "query/windows.h"
@@ -436,6 +437,9 @@ static int part_cb(void *ctx, int64_t start, int64_t end)
     return l->n >= 100000;
 }
 
+static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                                    char *dev, const char *method);
+
 enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *rest,
                           const char *method)
 {
@@ -443,27 +447,41 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
     const char *tenant = req_tenant(s, c, &res);
     if (!tenant)
         return res;
+    if (*rest && strcmp(rest, "/")) {
+        /* A copy of the whole id, however long: a cut one could name another device. */
+        char *dev = strdup(rest + 1);
+        if (!dev)
+            return respond_json_error(s, c, 503, "out of memory", 1);
+        res = device_route(s, c, tenant, dev, method);
+        free(dev);
+        return res;
+    }
     bdb_buf b;
     bdb_buf_init(&b);
     struct list_ctx l = {&b, 0};
-    if (!*rest || !strcmp(rest, "/")) {
-        bdb_buf_puts(&b, "{\"tenant\":\"");
-        bdb_buf_json_str(&b, tenant, strlen(tenant));
-        bdb_buf_puts(&b, "\",\"devices\":[");
-        if (bdb_db_list_devices(s->db, tenant, list_cb, &l) == BDB_ERR_NOMEM) {
-            bdb_buf_free(&b); /* never a list with devices left out */
-            return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
-        }
-        bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
-        res = respond(s, c, 200, "application/json", b.data, b.len);
-        bdb_buf_free(&b);
-        return res;
+    bdb_buf_puts(&b, "{\"tenant\":\"");
+    bdb_buf_json_str(&b, tenant, strlen(tenant));
+    bdb_buf_puts(&b, "\",\"devices\":[");
+    if (bdb_db_list_devices(s->db, tenant, list_cb, &l) == BDB_ERR_NOMEM) {
+        bdb_buf_free(&b); /* never a list with devices left out */
+        return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
     }
-    /* /<device>[/partitions|/profile]; the device id is URL-decoded by MHD, so an id
-     * may contain '/' (MQTT-style "site/line/unit"): only a final /partitions or
-     * /profile names a sub-resource. */
-    char dev[1024];
-    snprintf(dev, sizeof dev, "%s", rest + 1);
+    bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
+    res = respond(s, c, 200, "application/json", b.data, b.len);
+    bdb_buf_free(&b);
+    return res;
+}
+
+/* /<device>[/partitions|/profile]; the device id is URL-decoded by MHD, so an id may
+ * contain '/' (MQTT-style "site/line/unit"): only a final /partitions or /profile names
+ * a sub-resource. */
+static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                                    char *dev, const char *method)
+{
+    enum MHD_Result res;
+    bdb_buf b;
+    bdb_buf_init(&b);
+    struct list_ctx l = {&b, 0};
     char *sub = strrchr(dev, '/');
     if (sub && (!strcmp(sub + 1, "partitions") || !strcmp(sub + 1, "profile")))
         *sub++ = '\0';
@@ -472,6 +490,13 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
     if (sub && !strcmp(sub, "profile")) {
         if (strcmp(method, "PUT") && strcmp(method, "POST"))
             return respond_json_error(s, c, 405, "use PUT", 0);
+        /* A profile may create the device: the names ingestion accepts, no others. */
+        if (!bdb_batch_name_valid(dev, strlen(dev)) || strlen(dev) > s->cfg.max_key_bytes) {
+            char why[128];
+            snprintf(why, sizeof why, "device name must be 1..%zu bytes without control characters",
+                     s->cfg.max_key_bytes);
+            return respond_json_error(s, c, 400, why, 0);
+        }
         const char *bk = arg(c, "bucket");
         int64_t size = 0;
         if (bk && strcmp(bk, "auto") && !(size = bdb_bucket_parse(bk)))

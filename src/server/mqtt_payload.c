@@ -38,11 +38,10 @@ int bdb_mqtt_topic_names(const bdb_mqtt_scheme *sc, const char *default_tenant, 
         snprintf(why, whylen, "device level is longer than %zu bytes", dcap - 1);
         return -1;
     }
-    for (size_t i = 0; i < dl; i++)
-        if ((unsigned char)dv[i] < 0x20 || dv[i] == 0x7f) {
-            snprintf(why, whylen, "device level has control characters");
-            return -1;
-        }
+    if (dl && !bdb_batch_name_valid(dv, dl)) {
+        snprintf(why, whylen, "device level has control characters");
+        return -1;
+    }
     memcpy(device, dv, dl);
     device[dl] = '\0';
     return 0;

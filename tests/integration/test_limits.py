@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import sys
+import urllib.parse
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +78,44 @@ def tag_field_and_key_counts():
         eq(devices(s), sorted(["t3", "f4", "m16", "tk16", "fk16", "d" * 16, "tv20"]))
         d = s.device("fk16")
         eq(d["metrics"], ["m." + k16])
+
+
+@suite.test
+def device_names_on_the_profile_endpoint():
+    # PUT .../profile may create a device, so it takes the device names ingestion takes
+    # and no others: it once created an empty name, control characters and names over
+    # max_key_bytes.
+    q = urllib.parse.quote
+    with Server(args=SMALL) as s:
+        def put(dev, status, *needles):
+            r = s.request("PUT", "/api/v1/devices/%s/profile?bucket=1h" % q(dev, safe=""))
+            eq(r.status, status, "PUT profile of %r -> %r" % (dev, r.body[:200]))
+            for n in needles:
+                contains(r.text, n)
+        put("d" * 16, 200)
+        put("e" * 17, 400, "device name must be 1..16 bytes without control characters")
+        put("", 400, "device name must be 1..16 bytes")
+        put("a\x01b", 400, "control characters")
+        put("a\x7fb", 400, "control characters")
+        put("site/line/1", 200)  # a '/' inside a device id stays allowed
+        eq(devices(s), ["d" * 16, "site/line/1"])
+
+
+@suite.test
+def long_device_ids_are_not_cut():
+    # The device endpoint once copied the id into 1,024 bytes: with max_key_bytes above
+    # that, GET of a 1,100-byte device answered for its 1,023-byte prefix, another device.
+    t = now_ms()
+    with Server(args=["--max-key-bytes", "2000", "--max-tag-value-bytes", "2000"]) as s:
+        short, longer = "p" * 1023, "p" * 1100
+        lp(s, "m,device=%s v=1 %d" % (short, t), 204)
+        lp(s, "m,device=%s v=2 %d" % (longer, t + 1), 204)
+        eq(s.device(longer)["device"], longer)
+        eq(s.device(short)["device"], short)
+        eq(s.device("p" * 1500, expect=404)["error"], "device not found")
+        r = s.get("/api/v1/devices/%s/partitions" % longer)
+        eq(r.status, 200, "partitions of the 1,100-byte device (%r)" % r.body[:200])
+        eq(r.json()["count"], 1)
 
 
 @suite.test
