@@ -564,7 +564,15 @@ int db_flush(bdb_db *db)
     }
     if (rc == BDB_OK) {
         db->wal_upto = sealed;
-        rc = bdb_wal_remove_upto(db->wal, sealed);
+        /* The flush is committed: the catalog (with wal_upto) and the state index are
+         * synced. Segments left behind are at or below wal_upto, so a reopen does not
+         * replay them, and they stay listed, so the next flush removes them: a failure
+         * here is not a failed flush. */
+        int trc = bdb_wal_remove_upto(db->wal, sealed);
+        if (trc != BDB_OK)
+            BDB_WARN("flush committed, but removing WAL segments up to %llu failed: %s (%s); "
+                     "the next flush retries",
+                     (unsigned long long)sealed, bdb_strerror(trc), strerror(errno));
     }
     atomic_fetch_add(&db->flushes, 1);
     BDB_INFO("flush: %zu series, %llu samples into %zu block(s) in %lld ms", f.n,

@@ -1266,6 +1266,62 @@ static void test_data_dir_length_limit(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* Removing the flushed WAL segments fails (EIO on unlink) after the flush has
+ * committed: the flush still succeeds, the engine stays writable, the next flush
+ * removes the leftovers, and neither a reopen nor a crash image taken while they were
+ * there replays them over the blocks (every sample once). */
+static int wal_unlink_armed, wal_unlinks_failed;
+
+static int unlink_fails_in_wal(bdb_vfs *v, const char *path)
+{
+    if (wal_unlink_armed && strstr(path, "/wal/")) {
+        wal_unlinks_failed++;
+        errno = EIO;
+        return BDB_ERR_IO;
+    }
+    return bdb_vfs_posix()->ops->unlink(v, path);
+}
+
+static void test_wal_trim_failure_is_not_a_failed_flush(void **state)
+{
+    (void)state;
+    static struct bdb_vfs_ops ops;
+    static bdb_vfs vfs = {&ops};
+    ops = *bdb_vfs_posix()->ops;
+    ops.unlink = unlink_fails_in_wal;
+    bdb_db_opts o = base_opts(datadir);
+    o.vfs = &vfs;
+    bdb_db *db = open_opts(&o);
+    char wal[256], crash[256];
+    snprintf(wal, sizeof wal, "%s/wal", datadir);
+    snprintf(crash, sizeof crash, "%s/crash", tmpdir);
+
+    write_run(db, "acme", "d1", "temp", T0, 60000, 30, 1.0);
+    wal_unlink_armed = 1;
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    wal_unlink_armed = 0;
+    assert_true(wal_unlinks_failed > 0);
+    int left = eu_count_entries(wal);
+    assert_true(left >= 2); /* the flushed segment beside the current one */
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    assert_false(st.readonly);
+
+    write_run(db, "acme", "d1", "temp", T0 + 30 * 60000, 60000, 30, 31.0);
+    eu_copy_tree(datadir, crash, EU_SKIP_LOCK); /* kill -9 with the leftover there */
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    assert_true(eu_count_entries(wal) < left);
+    expect_run(db, "acme", "d1", "temp", T0, 60000, 60, 1.0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+
+    db = open_dir(datadir);
+    expect_run(db, "acme", "d1", "temp", T0, 60000, 60, 1.0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    db = open_dir(crash);
+    expect_run(db, "acme", "d1", "temp", T0, 60000, 60, 1.0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1286,6 +1342,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bucket_change_inside_batch_then_crash, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_data_dir_length_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wal_trim_failure_is_not_a_failed_flush, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
