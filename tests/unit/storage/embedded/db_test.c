@@ -9,7 +9,9 @@
  * through bdb_db_set_device_bucket with data readable across the change; read-only
  * after a failed fsync; ENOSPC on a WAL write loses nothing acknowledged; damaged
  * blocks quarantined at reopen; a torn WAL tail cut at reopen; retention dropping whole
- * old windows only (per-tenant TTLs: retention_test.c); the directory lock. */
+ * old windows only (per-tenant TTLs: retention_test.c); the directory lock; the data
+ * directory's length limit; a failure to delete flushed WAL segments after the commit
+ * (not a failed flush, nothing replayed twice). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
