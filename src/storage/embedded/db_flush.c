@@ -451,10 +451,16 @@ static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int
     series_key(s, &key);
     int rc = BDB_OK;
     /* Equal ranges are now side by side, older continuations first; later chunks
-     * get a higher priority. */
+     * get a higher priority. Ranges of one series never overlap unless a damaged WAL
+     * record rewrote the device's bucket history under samples already in the head;
+     * overlapping ranges are merged as one, so that the chunks still reach the writer
+     * in time order (it refuses anything else, and the flush would fail for good). */
     for (size_t a = 0; a < nc && rc == BDB_OK;) {
         size_t b = a;
-        while (b < nc && arr[b]->lo == arr[a]->lo) {
+        int64_t hi = arr[a]->hi;
+        while (b < nc && arr[b]->lo < hi) {
+            if (arr[b]->hi > hi)
+                hi = arr[b]->hi;
             if (head_chunk_samples(arr[b], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap) !=
                 BDB_OK)
                 m->oom = 1; /* emit fails */

@@ -21,6 +21,7 @@
 #include "storage/embedded/engutil.h"
 
 #include "bucketdb/bdb.h"
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/path.h"
 #include "common/timeutil.h"
@@ -1324,6 +1325,58 @@ static void test_wal_trim_failure_is_not_a_failed_flush(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* A WAL bucket-history record (CRC valid) that rewrites a device's sizes under samples
+ * already in the head: a sample at 10:55 went into the 1 h partition [10:00, 11:00),
+ * then the record made the device 15 min, so a sample at 10:20 went into
+ * [10:15, 10:30). The two ranges overlap; the flush emitted them by range start, the
+ * earlier range holding the later sample, the block writer refused the order and
+ * every flush failed (found by fuzz_dbfiles). Now the overlapping ranges are merged:
+ * the flush succeeds and both samples read back, before and after a reopen. */
+static void test_history_record_overlapping_ranges_flush(void **state)
+{
+    (void)state;
+    char crash[256], waldir[300];
+    snprintf(crash, sizeof crash, "%s/crash", tmpdir);
+    snprintf(waldir, sizeof waldir, "%s/wal", crash);
+    const int64_t late = T0 + 10 * HOUR + 55 * MIN, early = T0 + 10 * HOUR + 20 * MIN;
+    bdb_db *db = open_dir(datadir);
+    assert_int_equal(write1(db, "acme", "d1", late, "m", 1.0), BDB_OK);
+    eu_copy_tree(datadir, crash, EU_SKIP_LOCK); /* the WAL holds the sample */
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+
+    bdb_wal_opts wo = {.dir = waldir};
+    bdb_wal *w = NULL;
+    assert_int_equal(bdb_wal_open(&wo, &w), BDB_OK);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_putc(&b, 2); /* bucket history: tenant, device, pinned, n, (from, size)* */
+    bdb_buf_put_str(&b, "acme", 4);
+    bdb_buf_put_str(&b, "d1", 2);
+    bdb_buf_put_varint(&b, 0);
+    bdb_buf_put_uvarint(&b, 1);
+    bdb_buf_put_varint(&b, INT64_MIN);
+    bdb_buf_put_varint(&b, 15 * MIN);
+    assert_int_equal(bdb_wal_append(w, b.data, b.len, NULL), BDB_OK);
+    bdb_buf_free(&b);
+    bdb_wal_close(w);
+
+    db = open_dir(crash);
+    assert_int_equal(write1(db, "acme", "d1", early, "m", 2.0), BDB_OK);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    for (int round = 0; round < 2; round++) {
+        bdb_samples s;
+        assert_int_equal(read1(db, "acme", "d1", "m", T0, T0 + DAY, &s, NULL), BDB_OK);
+        assert_int_equal(s.n, 2);
+        assert_int_equal(s.ts[0], early);
+        assert_true(s.v[0] == 2.0);
+        assert_int_equal(s.ts[1], late);
+        assert_true(s.v[1] == 1.0);
+        bdb_samples_free(&s);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+        db = round == 0 ? open_dir(crash) : NULL;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1345,6 +1398,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_data_dir_length_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wal_trim_failure_is_not_a_failed_flush, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_history_record_overlapping_ranges_flush, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
