@@ -547,7 +547,7 @@ static int cmp_cost(const void *a, const void *b)
 }
 
 int bdb_devlimit_admit(bdb_devlimit *d, const char *tenant, const bdb_batch *b, int64_t now_ms,
-                       char *dev, size_t devcap, uint32_t *limit, uint32_t *value,
+                       const char **dev, size_t *dev_len, uint32_t *limit, uint32_t *value,
                        int64_t *retry_after_s)
 {
     size_t n;
@@ -582,9 +582,8 @@ int bdb_devlimit_admit(bdb_devlimit *d, const char *tenant, const bdb_batch *b, 
     for (size_t i = 0; i < u && v == 1; i++) {
         v = take_locked(d, dc[i].key, dc[i].rps, dc[i].cost, now_ms, retry_after_s, 0);
         if (v != 1) {
-            size_t l = dc[i].dlen < devcap - 1 ? dc[i].dlen : devcap - 1;
-            memcpy(dev, dc[i].dev, l);
-            dev[l] = '\0';
+            *dev = dc[i].dev;
+            *dev_len = dc[i].dlen;
             *limit = dc[i].rps;
             *value = dc[i].cost;
         }

@@ -49,10 +49,11 @@ uint64_t bdb_devlimit_key(const char *tenant, const char *device, size_t dlen);
 
 /* Admission of a whole batch: every device of the batch with a max_rps profile must
  * have room for its reports in this batch, else nothing is taken. 1 admitted; 0 or -1
- * refused (as take) with the first refused device copied into dev (NUL-terminated,
- * truncated to devcap), its limit and the reports it has in the batch. */
+ * refused (as take) with the first refused device's name in *dev and *dev_len (it
+ * points into b, so it is whole whatever max_key_bytes allows, and lives as long as
+ * b), its limit and the reports it has in the batch. */
 int bdb_devlimit_admit(bdb_devlimit *d, const char *tenant, const bdb_batch *b, int64_t now_ms,
-                       char *dev, size_t devcap, uint32_t *limit, uint32_t *value,
+                       const char **dev, size_t *dev_len, uint32_t *limit, uint32_t *value,
                        int64_t *retry_after_s);
 
 /* Entries in the limiter table, its slot count, and bytes of its slots. */

@@ -112,26 +112,30 @@ int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const
     int64_t retry = (v.retry_after_ms + 999) / 1000;
     if (retry < 1)
         retry = 1;
-    char msg[768];
-    snprintf(msg, sizeof msg,
-             "hot partition rate limit: device '%s' of tenant '%s' is hot and may send %llu "
-             "reports per minute while hot; this request holds %zu of its reports, more than "
-             "remain of this minute's allowance; nothing of it was written",
-             v.device, tenant, (unsigned long long)v.limit, v.rejected);
+    /* on the heap: a device name may be as long as max_key_bytes allows */
+    bdb_buf msg;
+    bdb_buf_init(&msg);
+    bdb_buf_printf(&msg,
+                   "hot partition rate limit: device '%.*s' of tenant '%s' is hot and may send "
+                   "%llu reports per minute while hot; this request holds %zu of its reports, "
+                   "more than remain of this minute's allowance; nothing of it was written",
+                   (int)v.device_len, v.device, tenant, (unsigned long long)v.limit, v.rejected);
+    bdb_buf_putc(&msg, '\0');
     bdb_buf o;
     bdb_buf_init(&o);
     bdb_buf_puts(&o, "{\"error\":\"");
-    bdb_buf_json_str(&o, msg, strlen(msg));
+    bdb_buf_json_str(&o, (const char *)msg.data, msg.len - 1);
     bdb_buf_puts(&o, "\",\"tenant\":\"");
     bdb_buf_json_str(&o, tenant, strlen(tenant));
     bdb_buf_puts(&o, "\",\"device\":\"");
-    bdb_buf_json_str(&o, v.device, strlen(v.device));
+    bdb_buf_json_str(&o, v.device, v.device_len);
     bdb_buf_printf(&o,
                    "\",\"limit\":\"hot_rate_limit\",\"hot_rate_limit\":%llu,\"value\":%zu,"
                    "\"retry_after\":%lld}\n",
                    (unsigned long long)v.limit, v.rejected, (long long)retry);
-    *r = respond_retry_error(s, c, 429, retry, msg, o.data, o.len);
+    *r = respond_retry_error(s, c, 429, retry, (const char *)msg.data, o.data, o.len);
     bdb_buf_free(&o);
+    bdb_buf_free(&msg);
     return -1;
 }
 

@@ -206,34 +206,39 @@ static int storage_check(bdb_server *s, struct MHD_Connection *c, const char *te
 static int device_rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
                              const bdb_batch *b, enum MHD_Result *r)
 {
-    char dev[256];
+    const char *dev = NULL;
+    size_t dlen = 0;
     uint32_t limit = 0, value = 0;
     int64_t retry = 1;
-    int v = bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), dev, sizeof dev, &limit,
+    int v = bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), &dev, &dlen, &limit,
                                &value, &retry);
     if (v > 0)
         return 0;
     atomic_fetch_add(&s->device_rate_rejections, 1);
-    char msg[768];
     if (v < 0)
         retry = 1; /* more reports than one second allows: only pacing helps */
-    snprintf(msg, sizeof msg,
-             "device rate limit exceeded: device '%s' of tenant '%s' may send %u reports per "
-             "second; this request holds %u of its reports; nothing of it was written",
-             dev, tenant, limit, value);
+    /* on the heap: a device name may be as long as max_key_bytes allows */
+    bdb_buf msg;
+    bdb_buf_init(&msg);
+    bdb_buf_printf(&msg,
+                   "device rate limit exceeded: device '%.*s' of tenant '%s' may send %u reports "
+                   "per second; this request holds %u of its reports; nothing of it was written",
+                   (int)dlen, dev, tenant, limit, value);
+    bdb_buf_putc(&msg, '\0');
     bdb_buf out;
     bdb_buf_init(&out);
     bdb_buf_puts(&out, "{\"error\":\"");
-    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_json_str(&out, (const char *)msg.data, msg.len - 1);
     bdb_buf_puts(&out, "\",\"tenant\":\"");
     bdb_buf_json_str(&out, tenant, strlen(tenant));
     bdb_buf_puts(&out, "\",\"device\":\"");
-    bdb_buf_json_str(&out, dev, strlen(dev));
+    bdb_buf_json_str(&out, dev, dlen);
     bdb_buf_printf(&out,
                    "\",\"limit\":\"max_rps\",\"max_rps\":%u,\"value\":%u,\"retry_after\":%lld}\n",
                    limit, value, (long long)retry);
-    *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
+    *r = respond_retry_error(s, c, 429, retry, (const char *)msg.data, out.data, out.len);
     bdb_buf_free(&out);
+    bdb_buf_free(&msg);
     return -1;
 }
 

@@ -429,7 +429,8 @@ int bdb_hotpart_decide(bdb_hotpart *h, const char *tenant, const bdb_hot_policy 
                 e->rejected++;
                 t->rejected++;
                 if (!v->rejected++) {
-                    snprintf(v->device, sizeof v->device, "%s", e->device);
+                    v->device = r[i].device;
+                    v->device_len = r[i].device_len;
                     v->limit = e->pol.max_per_minute;
                     v->retry_after_ms = (int64_t)(cur + 1) * 60000 - now;
                 }

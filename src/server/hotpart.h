@@ -73,7 +73,8 @@ enum bdb_hot_decision { BDB_HOT_KEEP = 0, BDB_HOT_DROP = 1, BDB_HOT_REJECT = 2 }
 typedef struct bdb_hot_verdict {
     size_t dropped;         /* sampled out: acknowledged, not stored */
     size_t rejected;        /* reports of the refused device(s) */
-    char device[256];       /* first refused device (truncated), when refused */
+    const char *device;     /* first refused device, when refused: points into the */
+    size_t device_len;      /* reports given, so it is whole and lives as long as they */
     uint64_t limit;         /* its max_per_minute */
     int64_t retry_after_ms; /* until the next minute */
 } bdb_hot_verdict;

@@ -380,8 +380,8 @@ static int hot_check(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_
     if (hot_decide_batch(s, tenant, b, kept, &v))
         return 0;
     snprintf(why, whylen,
-             "hot partition rate limit: device '%s' is hot and may send %llu reports per minute",
-             v.device, (unsigned long long)v.limit);
+             "hot partition rate limit: device '%.*s' is hot and may send %llu reports per minute",
+             (int)v.device_len, v.device, (unsigned long long)v.limit);
     return -1;
 }
 
@@ -462,14 +462,15 @@ int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, ui
     }
     /* device profiles (docs/TENANCY.md): a message over a device's max_rps is
      * rejected, not retried (a retry would only be over it again) */
-    char dev[256];
+    const char *dev = NULL;
+    size_t dlen = 0;
     uint32_t limit = 0, value = 0;
     int64_t retry = 0;
-    if (bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), dev, sizeof dev, &limit,
-                           &value, &retry) <= 0) {
+    if (bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), &dev, &dlen, &limit, &value,
+                           &retry) <= 0) {
         bdb_tenants_refund(s->tenants, tenant, cost);
         atomic_fetch_add(&s->device_rate_rejections, 1);
-        snprintf(why, sizeof why, "device '%s' over its max_rps %u", dev, limit);
+        snprintf(why, sizeof why, "device '%.*s' over its max_rps %u", (int)dlen, dev, limit);
         ret = reject(c, p, 0, topic, MR_DEVICE_RATE, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
         goto out;
     }

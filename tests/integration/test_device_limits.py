@@ -101,6 +101,23 @@ def over_limit_refused_whole_with_retry_after():
 
 
 @suite.test
+def long_device_name_named_whole():
+    # The 429 once copied the device name into 256 bytes: with max_key_bytes above
+    # that, a long device was named by a prefix in its "device" field and message.
+    dev = "L" * 600 + "-end"
+    with Server(args=["--max-key-bytes", "2000", "--max-tag-value-bytes", "2000"]) as s:
+        set_profile(s, dev, max_rps=1)
+        r = s.write([lp(dev, 1), lp(dev, 2)], expect=429)
+        doc = r.json()
+        eq(doc["device"], dev)
+        contains(doc["error"], "device '%s' of tenant" % dev)
+        eq(rows(s, dev), 0)
+        rep = [{"device": dev, "time": BASE + i, "metrics": {"v": i}} for i in range(2)]
+        eq(s.write_json({"reports": rep}, expect=429).json()["device"], dev)
+        eq(rows(s, dev), 0)
+
+
+@suite.test
 def sustained_rate_refused():
     with Server() as s:
         set_profile(s, "one", max_rps=1)

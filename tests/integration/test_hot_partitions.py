@@ -190,5 +190,22 @@ def bad_hot_settings_are_refused():
         contains(r.text, "hot.policy")
 
 
+@suite.test
+def long_hot_device_named_whole():
+    # The 429 once copied the hot device's name into 256 bytes: with max_key_bytes
+    # above that, a long device was named by a prefix.
+    dev = "H" * 600 + "-end"
+    with Server(args=ARGS + ["--max-key-bytes", "2000", "--max-tag-value-bytes", "2000"]) as s:
+        t0 = minute_start()
+        set_clock(s, t0 + 1000)
+        rl = create_tenant(s, "rl", '{"policy":"ratelimit","rate_limit":500}')
+        write(s, burst(dev, t0), token=rl)  # hot from report 601, 400 kept in the episode
+        r = write(s, burst(dev, t0 + 1000), token=rl, expect=429)
+        doc = r.json()
+        eq(doc["device"], dev)
+        contains(doc["error"], "device '%s' of tenant 'rl' is hot" % dev)
+        eq(stored(s, dev, token=rl), 1000)
+
+
 if __name__ == "__main__":
     suite.main()

@@ -134,13 +134,14 @@ static void test_admit_whole_batch(void **state)
 {
     (void)state;
     bdb_devlimit *d = open_mem(600000);
-    char dev[64];
+    const char *dev = NULL;
+    size_t dl = 0;
     uint32_t lim = 0, val = 0;
     int64_t ra = 0;
     const char *none[] = {"a", "b"};
     bdb_batch *b0 = batch_of(none, 2);
     /* no profiles: everything passes */
-    assert_int_equal(bdb_devlimit_admit(d, "t", b0, 0, dev, sizeof dev, &lim, &val, &ra), 1);
+    assert_int_equal(bdb_devlimit_admit(d, "t", b0, 0, &dev, &dl, &lim, &val, &ra), 1);
     assert_int_equal(bdb_devlimit_set_profile(d, "t", "a", 2, 10000), BDB_OK);
     uint32_t r;
     int64_t iv;
@@ -151,26 +152,27 @@ static void test_admit_whole_batch(void **state)
     /* a: 2 reports in one batch pass, a third is refused with the whole batch */
     const char *two_a[] = {"a", "b", "a", "b", "b"};
     bdb_batch *b1 = batch_of(two_a, 5);
-    assert_int_equal(bdb_devlimit_admit(d, "t", b1, 0, dev, sizeof dev, &lim, &val, &ra), 1);
+    assert_int_equal(bdb_devlimit_admit(d, "t", b1, 0, &dev, &dl, &lim, &val, &ra), 1);
     const char *mixed[] = {"b", "a"};
     bdb_batch *b2 = batch_of(mixed, 2);
-    assert_int_equal(bdb_devlimit_admit(d, "t", b2, 100, dev, sizeof dev, &lim, &val, &ra), 0);
-    assert_string_equal(dev, "a");
+    assert_int_equal(bdb_devlimit_admit(d, "t", b2, 100, &dev, &dl, &lim, &val, &ra), 0);
+    assert_int_equal(dl, 1);
+    assert_memory_equal(dev, "a", 1);
     assert_int_equal(lim, 2);
     assert_int_equal(val, 1);
     assert_int_equal(ra, 1);
     /* other tenants' device "a" has no profile */
-    assert_int_equal(bdb_devlimit_admit(d, "u", b1, 100, dev, sizeof dev, &lim, &val, &ra), 1);
+    assert_int_equal(bdb_devlimit_admit(d, "u", b1, 100, &dev, &dl, &lim, &val, &ra), 1);
     /* three reports of a never fit a burst of 2 */
     const char *three[] = {"a", "a", "a"};
     bdb_batch *b3 = batch_of(three, 3);
-    assert_int_equal(bdb_devlimit_admit(d, "t", b3, 99000, dev, sizeof dev, &lim, &val, &ra), -1);
+    assert_int_equal(bdb_devlimit_admit(d, "t", b3, 99000, &dev, &dl, &lim, &val, &ra), -1);
     assert_int_equal(val, 3);
     /* a refusal took nothing: the full burst is still there */
-    assert_int_equal(bdb_devlimit_admit(d, "t", b1, 99000, dev, sizeof dev, &lim, &val, &ra), 1);
+    assert_int_equal(bdb_devlimit_admit(d, "t", b1, 99000, &dev, &dl, &lim, &val, &ra), 1);
     /* max_rps 0 lifts the limit */
     assert_int_equal(bdb_devlimit_set_profile(d, "t", "a", 0, 10000), BDB_OK);
-    assert_int_equal(bdb_devlimit_admit(d, "t", b3, 99000, dev, sizeof dev, &lim, &val, &ra), 1);
+    assert_int_equal(bdb_devlimit_admit(d, "t", b3, 99000, &dev, &dl, &lim, &val, &ra), 1);
     assert_int_equal(bdb_devlimit_set_profile(d, "t", "a", BDB_DEVLIMIT_MAX_RPS + 1, 0),
                      BDB_ERR_INVALID);
     bdb_batch_free(b0);
@@ -221,12 +223,42 @@ static void test_profiles_durable(void **state)
     rmdir(dir);
 }
 
+/* The refused device is named whole, however long max_key_bytes lets names be (the
+ * server once copied it into 256 bytes). */
+static void test_admit_names_long_device_whole(void **state)
+{
+    (void)state;
+    bdb_devlimit *d = open_mem(600000);
+    char name[701];
+    memset(name, 'x', 700);
+    name[699] = 'z';
+    name[700] = '\0';
+    assert_int_equal(bdb_devlimit_set_profile(d, "t", name, 1, 0), BDB_OK);
+    const char *devs[] = {"short", name, name};
+    bdb_batch *b = batch_of(devs, 3);
+    const char *dev = NULL;
+    size_t dl = 0;
+    uint32_t lim = 0, val = 0;
+    int64_t ra = 0;
+    assert_int_equal(bdb_devlimit_admit(d, "t", b, 0, &dev, &dl, &lim, &val, &ra), -1);
+    assert_int_equal(dl, 700);
+    assert_memory_equal(dev, name, 700);
+    assert_int_equal(lim, 1);
+    assert_int_equal(val, 2);
+    bdb_batch_free(b);
+    bdb_devlimit_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bucket_math),       cmocka_unit_test(test_burst_at_least_one),
-        cmocka_unit_test(test_expiry_and_shrink), cmocka_unit_test(test_memory_per_device),
-        cmocka_unit_test(test_admit_whole_batch), cmocka_unit_test(test_profiles_durable),
+        cmocka_unit_test(test_bucket_math),
+        cmocka_unit_test(test_burst_at_least_one),
+        cmocka_unit_test(test_expiry_and_shrink),
+        cmocka_unit_test(test_memory_per_device),
+        cmocka_unit_test(test_admit_whole_batch),
+        cmocka_unit_test(test_admit_names_long_device_whole),
+        cmocka_unit_test(test_profiles_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

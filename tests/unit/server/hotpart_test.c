@@ -157,7 +157,8 @@ static void one_second(bdb_hotpart *h, const bdb_hot_policy *p, struct world *w,
         if (!ok) {
             t->rejected += v.rejected;
             assert_int_equal(v.rejected, HOT_RATE);
-            assert_string_equal(v.device, "hot");
+            assert_int_equal(v.device_len, 3);
+            assert_memory_equal(v.device, "hot", 3);
             assert_true(v.retry_after_ms > 0 && v.retry_after_ms <= 60000);
         } else {
             const bdb_batch *wb = kept ? kept : b;
