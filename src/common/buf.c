@@ -1,5 +1,6 @@
 #include "common/buf.h"
 #include "common/alloc.h"
+#include "common/utf8.h"
 #include "bucketdb/bdb.h"
 
 #include <math.h>
@@ -153,8 +154,18 @@ void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n)
         } else if (c < 0x20) {
             char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
             bdb_buf_append(b, esc, 6);
-        } else {
+        } else if (c < 0x80) {
             bdb_buf_putc(b, c);
+        } else {
+            /* JSON must be UTF-8: ingestion refuses other bytes, but data stored before
+             * it did, or read from elsewhere, must not make a whole answer unreadable */
+            size_t l = bdb_utf8_seq((const unsigned char *)s + i, n - i);
+            if (l) {
+                bdb_buf_append(b, s + i, l);
+                i += l - 1;
+            } else {
+                bdb_buf_append(b, "\\ufffd", 6);
+            }
         }
     }
 }

@@ -12,6 +12,7 @@
  * splits on every '\n'. */
 #include "ingest/lineproto.h"
 #include "common/alloc.h"
+#include "common/utf8.h"
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
@@ -723,6 +724,12 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     const char *s = skip_ws(line, end);
     if (s == end || *s == '#')
         return 0;
+    /* Names, tags and strings end up in JSON answers and Cassandra text columns, which
+     * take UTF-8 only (common/utf8.h); the line protocol is defined as UTF-8 too. */
+    size_t bad;
+    if (!bdb_utf8_valid(s, (size_t)(end - s), &bad))
+        return fail(err, errlen, BDB_ERR_INVALID, "invalid UTF-8 at column %zu (byte 0x%02x)",
+                    (size_t)(s - line) + bad + 1, (unsigned)(unsigned char)s[bad]);
     /* Unescaped text is never longer than the line, so sizing scratch once here means
      * it never moves under pointers already handed out for this line. */
     p->scratch_len = 0;

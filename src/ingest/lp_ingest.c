@@ -1,9 +1,11 @@
 #include "ingest/lp_ingest.h"
 
 #include "bucketdb/bdb.h"
+#include "common/alloc.h"
 #include "common/timeutil.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t len,
@@ -28,15 +30,22 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
     size_t pos = 0, lineno, linelen;
     const char *line;
     size_t dtl = strlen(map->device_tag);
-    char name[1024], reason[512];
+    char reason[512];
+    /* metric names ("measurement.field") are built here; a heap buffer takes over when
+     * max_key_bytes allows longer ones than the stack's */
+    char stackname[1024], *name = stackname, *heapname = NULL;
+    size_t namecap = sizeof stackname;
+    int ret = BDB_OK;
     while (bdb_lp_next_line(body, len, &pos, &line, &linelen, &lineno)) {
         bdb_lp_point pt;
         int rc = bdb_lp_parse_line(p, line, linelen, prec, &pt, reason, sizeof reason);
         if (rc == 0)
             continue;
         res->lines++;
-        if (rc == BDB_ERR_NOMEM)
-            return rc;
+        if (rc == BDB_ERR_NOMEM) {
+            ret = rc;
+            goto out;
+        }
         if (rc < 0) {
             reject(res, lineno, line, linelen, reason, rc == BDB_ERR_LIMIT);
             continue;
@@ -52,7 +61,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
         }
         if (!bdb_batch_name_valid(dev->p, dev->n) || dev->n > map->max_name_bytes) {
             snprintf(reason, sizeof reason,
-                     "device name must be 1..%zu bytes without control characters",
+                     "device name must be 1..%zu bytes of UTF-8 without control characters",
                      map->max_name_bytes);
             reject(res, lineno, line, linelen, reason, 0);
             continue;
@@ -105,16 +114,25 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                 bad = 1;
                 break;
             }
-            size_t n;
+            size_t n = map->field_only ? f->key.n : pt.measurement.n + 1 + f->key.n;
+            size_t max = map->field_only ? map->max_name_bytes : 2 * map->max_name_bytes + 1;
+            if (n <= max && n > namecap) {
+                char *g = bdb_realloc(heapname, n);
+                if (!g) {
+                    bdb_batch_cancel(b);
+                    ret = BDB_ERR_NOMEM;
+                    goto out;
+                }
+                name = heapname = g;
+                namecap = n;
+            }
             if (map->field_only) {
-                n = f->key.n;
-                if (n > map->max_name_bytes || n >= sizeof name)
+                if (n > max)
                     n = SIZE_MAX;
                 else
                     memcpy(name, f->key.p, n);
             } else {
-                n = pt.measurement.n + 1 + f->key.n;
-                if (n > 2 * map->max_name_bytes + 1 || n >= sizeof name) {
+                if (n > max) {
                     n = SIZE_MAX;
                 } else {
                     memcpy(name, pt.measurement.p, pt.measurement.n);
@@ -138,9 +156,13 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             continue;
         }
         bdb_batch_end(b);
-        if (bdb_batch_failed(b) != BDB_OK)
-            return BDB_ERR_NOMEM;
+        if (bdb_batch_failed(b) != BDB_OK) {
+            ret = BDB_ERR_NOMEM;
+            goto out;
+        }
         res->accepted++;
     }
-    return BDB_OK;
+out:
+    free(heapname);
+    return ret;
 }

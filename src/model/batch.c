@@ -205,13 +205,3 @@ size_t bdb_batch_samples(const bdb_batch *b)
 {
     return b->nsamples;
 }
-
-int bdb_batch_name_valid(const char *p, size_t n)
-{
-    if (n == 0)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
-            return 0;
-    return 1;
-}

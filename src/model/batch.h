@@ -8,6 +8,8 @@
 #ifndef BDB_BATCH_H
 #define BDB_BATCH_H
 
+#include "common/utf8.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,8 +64,28 @@ const bdb_report *bdb_batch_reports(const bdb_batch *b, size_t *n);
 size_t bdb_batch_samples(const bdb_batch *b); /* total metric values */
 
 /* The rule every way in applies to device and metric names (line protocol, JSON, MQTT
- * topics, the device profile endpoint): at least one byte and no control characters
- * (below 0x20, 0x7f). Each caller adds its own length limit. 1 if n bytes at p pass. */
-int bdb_batch_name_valid(const char *p, size_t n);
+ * topics, the device profile endpoint): at least one byte, well-formed UTF-8 (names
+ * reach JSON answers and Cassandra text columns) and no control characters (below
+ * 0x20, 0x7f). Each caller adds its own length limit. 1 if n bytes at p pass. */
+static inline int bdb_batch_name_valid(const char *p, size_t n)
+{
+    /* inline, one pass: it runs for every name of every report */
+    if (n == 0)
+        return 0;
+    const unsigned char *q = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        if (q[i] < 0x80) {
+            if (q[i] < 0x20 || q[i] == 0x7f)
+                return 0;
+            i++;
+        } else {
+            size_t l = bdb_utf8_seq(q + i, n - i);
+            if (!l)
+                return 0;
+            i += l;
+        }
+    }
+    return 1;
+}
 
 #endif

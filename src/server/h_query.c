@@ -493,7 +493,8 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
         /* A profile may create the device: the names ingestion accepts, no others. */
         if (!bdb_batch_name_valid(dev, strlen(dev)) || strlen(dev) > s->cfg.max_key_bytes) {
             char why[128];
-            snprintf(why, sizeof why, "device name must be 1..%zu bytes without control characters",
+            snprintf(why, sizeof why,
+                     "device name must be 1..%zu bytes of UTF-8 without control characters",
                      s->cfg.max_key_bytes);
             return respond_json_error(s, c, 400, why, 0);
         }

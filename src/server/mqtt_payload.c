@@ -39,7 +39,7 @@ int bdb_mqtt_topic_names(const bdb_mqtt_scheme *sc, const char *default_tenant, 
         return -1;
     }
     if (dl && !bdb_batch_name_valid(dv, dl)) {
-        snprintf(why, whylen, "device level has control characters");
+        snprintf(why, whylen, "device level is not UTF-8 or has control characters");
         return -1;
     }
     memcpy(device, dv, dl);

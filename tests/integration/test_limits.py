@@ -93,7 +93,7 @@ def device_names_on_the_profile_endpoint():
             for n in needles:
                 contains(r.text, n)
         put("d" * 16, 200)
-        put("e" * 17, 400, "device name must be 1..16 bytes without control characters")
+        put("e" * 17, 400, "device name must be 1..16 bytes of UTF-8 without control characters")
         put("", 400, "device name must be 1..16 bytes")
         put("a\x01b", 400, "control characters")
         put("a\x7fb", 400, "control characters")
@@ -333,6 +333,44 @@ def devices_per_tenant_quota():
            204, "an existing device still writes")
         r = s.request("GET", "/api/v1/devices", None, tok)
         eq(sorted(d["device"] for d in r.json()["devices"]), ["d0", "d1", "d2"])
+
+
+@suite.test
+def names_and_strings_must_be_utf8():
+    # Names and strings reach JSON answers and Cassandra text columns, which take UTF-8
+    # only: one device name with a 0xff byte once made /api/v1/devices invalid JSON for
+    # every client. Such lines are refused (line and column named); the others stay.
+    t = now_ms()
+    dev, town = "Pumpe-Gr\u00f6\u00dfe \U0001f525", "K\u00f6ln"
+    with Server() as s:
+        body = ("m,device=%s,ort=%s v=1,state=\"l\u00e4uft\" %d\n"
+                % (dev.replace(" ", "\\ "), town, t)).encode()
+        body += b"m,device=a\xffb v=2 %d\n" % t
+        body += b"m,device=ok,site=x\xc3 v=3 %d\n" % t
+        body += b"m,device=ok v=4,state=\"\xed\xa0\x80\" %d\n" % (t + 1)
+        body += b"m,device=ok v=5 %d\n" % (t + 2)
+        r = lp(s, body, 400, "invalid UTF-8 at column 11 (byte 0xff)", "line 2")
+        eq(r.json()["accepted"], 2)
+        eq(r.json()["rejected"], 3)
+        s.flush()
+        eq(devices(s), sorted([dev, "ok"]))  # the listing parses: r.json() decodes strictly
+        d = s.device(dev)
+        eq(d["tags"], {"ort": town})
+        eq(d["state"], "l\u00e4uft")
+        eq([v[2] for v in s.query(device=dev, **{"from": 0, "to": t + 10})["values"]], [1])
+        eq([v[2] for v in s.query(device="ok", **{"from": 0, "to": t + 10})["values"]], [5])
+        # JSON bodies: the JSON library refuses bytes that are not UTF-8
+        r = s.write_json(b'{"device":"j\xff","time":%d,"metrics":{"v":1}}' % t, expect=400)
+        contains(r.text, "unable to decode byte 0xff")
+        # the profile endpoint takes the names ingestion takes
+        r = s.request("PUT", "/api/v1/devices/a%FFb/profile?bucket=1h")
+        eq(r.status, 400, repr(r.body[:200]))
+        contains(r.text, "of UTF-8 without control characters")
+        # an answer that echoes such a name is still JSON (U+FFFD in place of the byte)
+        r = s.request("GET", "/api/v1/query?device=a%%FFb&from=0&to=%d" % (t + 10))
+        eq(r.status, 404, repr(r.body[:200]))
+        contains(r.json()["error"], "device 'a\ufffdb' not found")
+        eq(devices(s), sorted([dev, "ok"]))
 
 
 if __name__ == "__main__":

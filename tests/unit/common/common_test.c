@@ -14,6 +14,7 @@
 #include "common/path.h"
 #include "common/alloc.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 
 #include <float.h>
 #include <math.h>
@@ -341,6 +342,15 @@ static void test_json_escaping(void **state)
         {"nul\0x", 5, "nul\\u0000x"},
         {" \x7f", 2, " \x7f"},
         {"caf\xc3\xa9 \xe2\x82\xac", 9, "caf\xc3\xa9 \xe2\x82\xac"}, /* UTF-8 untouched */
+        {"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80"},
+        /* bytes that are not UTF-8 become U+FFFD, one per byte that starts no sequence */
+        {"a\xff"
+         "b",
+         3, "a\\ufffdb"},
+        {"end\xc3", 4, "end\\ufffd"},
+        {"\xc3(", 2, "\\ufffd("},
+        {"\xed\xa0\x80", 3, "\\ufffd\\ufffd\\ufffd"}, /* a surrogate */
+        {"\xc0\xaf", 2, "\\ufffd\\ufffd"},            /* overlong '/' */
         {"</script>", 9, "</script>"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -363,6 +373,82 @@ static void test_json_escaping(void **state)
         }
     }
     free(got);
+}
+
+/* A second, independent reading of UTF-8 for the test: decode by the lead byte's
+ * length, then the bytes are well-formed iff the code point is a scalar value and
+ * its shortest encoding is exactly those bytes. */
+static size_t ref_utf8_seq(const unsigned char *p, size_t n)
+{
+    if (!n)
+        return 0;
+    size_t len = p[0] < 0x80 ? 1 : p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
+    if (!len || len > n || p[0] >= 0xf8)
+        return 0;
+    uint32_t cp = len == 1 ? p[0] : (uint32_t)(p[0] & (0x7f >> len));
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    size_t shortest = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    return shortest == len ? len : 0;
+}
+
+static void test_utf8(void **state)
+{
+    (void)state;
+    unsigned char b[4];
+    size_t checked = 0, valid3 = 0;
+    /* every 1-, 2- and 3-byte string, and every 4-byte one whose last two bytes are
+     * from the edges of each byte class */
+    for (uint32_t x = 0; x < 0x1000000; x++) {
+        b[0] = (unsigned char)(x >> 16), b[1] = (unsigned char)(x >> 8), b[2] = (unsigned char)x;
+        size_t want = ref_utf8_seq(b, 3);
+        assert_int_equal(bdb_utf8_seq(b, 3), want);
+        checked++;
+        valid3 += want == 3;
+        if (!(x & 0xffff))
+            assert_int_equal(bdb_utf8_seq(b, 1), ref_utf8_seq(b, 1));
+        if (!(x & 0xff))
+            assert_int_equal(bdb_utf8_seq(b, 2), ref_utf8_seq(b, 2));
+    }
+    static const unsigned char edge[] = {0x00, 0x7f, 0x80, 0x8f, 0x90, 0xbf, 0xc0, 0xff};
+    size_t valid4 = 0;
+    for (uint32_t x = 0; x < 0x10000; x++)
+        for (size_t i = 0; i < sizeof edge; i++)
+            for (size_t j = 0; j < sizeof edge; j++) {
+                b[0] = (unsigned char)(x >> 8), b[1] = (unsigned char)x, b[2] = edge[i];
+                b[3] = edge[j];
+                size_t want = ref_utf8_seq(b, 4);
+                assert_int_equal(bdb_utf8_seq(b, 4), want);
+                checked++;
+                valid4 += want == 4;
+            }
+    assert_int_equal(bdb_utf8_seq(b, 0), 0);
+    /* 3-byte sequences: U+0800..U+FFFF less the 2,048 surrogates */
+    assert_int_equal(valid3, 0x10000 - 0x800 - 0x800);
+    /* 4-byte: U+10000..U+10FFFF is 256 first-two-byte pairs, 4 x 4 edge tails each */
+    assert_int_equal(valid4, 256 * 4 * 4);
+
+    size_t bad = 99;
+    assert_true(bdb_utf8_valid("", 0, &bad));
+    assert_true(bdb_utf8_valid("plain ascii text, longer than eight", 35, &bad));
+    assert_true(bdb_utf8_valid("Pumpe Gr\xc3\xb6\xc3\x9f"
+                               "e \xf0\x9f\x98\x80",
+                               19, &bad));
+    assert_int_equal(bad, 99);
+    assert_false(bdb_utf8_valid("abcdefghij\xff", 11, &bad));
+    assert_int_equal(bad, 10);
+    assert_false(bdb_utf8_valid("ab\xe2\x82", 4, &bad)); /* cut short */
+    assert_int_equal(bad, 2);
+    assert_false(bdb_utf8_valid("\xc3\xa9\x80", 3, &bad)); /* stray continuation */
+    assert_int_equal(bad, 2);
+    assert_false(bdb_utf8_valid("12345678\xf4\x90\x80\x80", 12, &bad)); /* > U+10FFFF */
+    assert_int_equal(bad, 8);
+    print_message("utf8: %zu strings compared with a reference decoder, 0 differences\n", checked);
 }
 
 static char *fmt_double(double v)
@@ -796,7 +882,7 @@ int main(void)
         cmocka_unit_test(test_map_basic),         cmocka_unit_test(test_map_churn_vs_reference),
         cmocka_unit_test(test_parse_unix_ms),     cmocka_unit_test(test_parse_rfc3339),
         cmocka_unit_test(test_format_time),       cmocka_unit_test(test_floor_div_align),
-        cmocka_unit_test(test_path_join),
+        cmocka_unit_test(test_path_join),         cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

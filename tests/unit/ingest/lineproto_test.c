@@ -276,6 +276,25 @@ static void test_string_fields(void **state)
     assert_int_equal(pt.has_time, 0);
 }
 
+/* Line protocol is UTF-8: a line holding other bytes anywhere is refused, naming the
+ * column and the byte; comment lines are skipped whatever they hold. */
+static void test_invalid_utf8(void **state)
+{
+    (void)state;
+    bdb_lp_point pt;
+    assert_int_equal(
+        parse("caf\xc3\xa9,ort=K\xc3\xb6ln v=1,s=\"\xe2\x82\xac\xf0\x9f\x98\x80\"", &pt), 1);
+    assert_str(pt.measurement, "caf\xc3\xa9");
+    assert_str(pt.tags[0].val, "K\xc3\xb6ln");
+    assert_str(field(&pt, "s")->str, "\xe2\x82\xac\xf0\x9f\x98\x80");
+    assert_int_equal(parse("m,t=a\xff v=1", &pt), BDB_ERR_INVALID);
+    assert_non_null(strstr(ERR, "invalid UTF-8 at column 6 (byte 0xff)"));
+    assert_int_equal(parse("  m v=1,s=\"ab\xe2\x82\"", &pt), BDB_ERR_INVALID); /* cut short */
+    assert_non_null(strstr(ERR, "column 14 (byte 0xe2)"));
+    assert_int_equal(parse("m v=1 1\x80", &pt), BDB_ERR_INVALID);
+    assert_int_equal(parse("# comment \xff\xfe", &pt), 0);
+}
+
 /* ---- values ---- */
 
 static void test_float_values(void **state)
@@ -834,9 +853,17 @@ static void gen(struct gen_point *g)
             break;
         case BDB_LP_STRING:
             g->fsn[i] = rnd_below(sizeof g->fs[i]);
-            for (size_t j = 0; j < g->fsn[i]; j++)
-                g->fs[i][j] = rnd_below(3) ? ALPHA[rnd_below(sizeof ALPHA - 1)]
-                                           : (char)(1 + rnd_below(255)); /* no '\n' below */
+            /* any ASCII but NUL, and a two-byte character now and then: strings are
+             * UTF-8 (a line with other bytes is refused, see test_invalid_utf8) */
+            for (size_t j = 0; j < g->fsn[i]; j++) {
+                if (!rnd_below(8) && j + 1 < g->fsn[i]) {
+                    g->fs[i][j++] = (char)0xc3;
+                    g->fs[i][j] = (char)0xa9;
+                } else {
+                    g->fs[i][j] = rnd_below(3) ? ALPHA[rnd_below(sizeof ALPHA - 1)]
+                                               : (char)(1 + rnd_below(127)); /* no '\n' below */
+                }
+            }
             for (size_t j = 0; j < g->fsn[i]; j++)
                 if (g->fs[i][j] == '\n')
                     g->fs[i][j] = 'n';
@@ -961,6 +988,7 @@ int main(void)
         cmocka_unit_test(test_points_stay_valid_and_scratch_reuse),
         cmocka_unit_test(test_numbers_match_strtod),
         cmocka_unit_test(test_random_round_trips),
+        cmocka_unit_test(test_invalid_utf8),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -378,6 +378,87 @@ static void test_names(void **state)
     done(&x);
 }
 
+/* Line protocol is UTF-8: a line with bytes that are not is refused with the column
+ * of the first one, whichever part of the line holds them; the lines around it stay. */
+static void test_invalid_utf8_refused(void **state)
+{
+    (void)state;
+    struct run x = {0};
+    bdb_lp_map m = default_map();
+    static const char *bad[] = {
+        "s,device=a\xff v=1\n",            /* device */
+        "s,device=d,site=x\xfe v=1\n",     /* tag value */
+        "s,device=d,k\xc3=1 v=1\n",        /* tag key, cut short */
+        "\xed\xa0\x80,device=d v=1\n",     /* measurement: a surrogate */
+        "s,device=d \xc0\xaf=1\n",         /* field key: overlong */
+        "s,device=d state=\"o\xf5n\" 1\n", /* the state string */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "s,device=ok v=1\n%ss,device=ok2 v=2\n", bad[i]);
+        ingest(&x, body, BDB_LP_MS, &m);
+        assert_int_equal(x.res.accepted, 2);
+        assert_int_equal(x.res.rejected, 1);
+        assert_int_equal(x.res.first_bad_line, 2);
+        assert_non_null(strstr(x.res.first_error, "invalid UTF-8 at column "));
+        assert_string_equal(x.r[1].device, "ok2");
+    }
+    ingest(&x, "s,device=d,site=x\xfe v=1\n", BDB_LP_MS, &m);
+    assert_non_null(strstr(x.res.first_error, "invalid UTF-8 at column 18 (byte 0xfe)"));
+    /* well-formed multibyte names are taken as they are */
+    ingest(&x,
+           "Temp\xc3\xa9,device=Pumpe-Gr\xc3\xb6\xc3\x9f"
+           "e,ort=K\xc3\xb6ln v\xe2\x82\xac=1,state=\"\xf0\x9f\x94\xa5\"\n",
+           BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 1);
+    assert_string_equal(x.r[0].device, "Pumpe-Gr\xc3\xb6\xc3\x9f"
+                                       "e");
+    assert_string_equal(tag(&x.r[0], "ort"), "K\xc3\xb6ln");
+    assert_non_null(metric(&x.r[0], "Temp\xc3\xa9.v\xe2\x82\xac"));
+    assert_string_equal(x.r[0].state, "\xf0\x9f\x94\xa5");
+    done(&x);
+}
+
+/* measurement.field may be up to 2 x max_name_bytes + 1 bytes: also past the 1 KiB
+ * the ingest keeps on its stack (such names were once refused as too long). */
+static void test_long_metric_names(void **state)
+{
+    (void)state;
+    struct run x = {0};
+    bdb_lp_limits lim;
+    bdb_lp_limits_default(&lim);
+    lim.max_key_len = 2000;
+    x.p = bdb_lp_parser_new(&lim);
+    bdb_lp_map m = default_map();
+    m.max_name_bytes = 2000;
+    size_t cap = 16384;
+    char *body = malloc(cap), *meas = malloc(2001), *field = malloc(2002), *want = malloc(4100);
+    memset(meas, 'm', 2000);
+    meas[2000] = 0;
+    memset(field, 'f', 2001);
+    field[2001] = 0;
+    /* 2,000 + 1 + 2,000 bytes: at the limit; the field one byte longer: refused */
+    field[2000] = 0;
+    snprintf(body, cap, "%s,device=d %s=1\n%s,device=d %sg=2\n", meas, field, meas, field);
+    ingest(&x, body, BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 1);
+    assert_int_equal(x.res.rejected, 1);
+    snprintf(want, 4100, "%s.%s", meas, field);
+    assert_int_equal(x.r[0].metrics[0].nlen, 4001);
+    assert_memory_equal(x.r[0].metrics[0].name, want, 4001);
+    /* field-only naming: the field key alone, up to max_name_bytes */
+    m.field_only = 1;
+    snprintf(body, cap, "s,device=d %s=1\n", field);
+    ingest(&x, body, BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 1);
+    assert_int_equal(x.r[0].metrics[0].nlen, 2000);
+    free(body);
+    free(meas);
+    free(field);
+    free(want);
+    done(&x);
+}
+
 /* A rejected line in the middle of a body leaves the reports before and after it
  * intact, and a rejected line's tags and metrics do not leak into the next report. */
 static void test_bad_line_leaves_no_trace(void **state)
@@ -415,6 +496,8 @@ int main(void)
         cmocka_unit_test(test_limits_and_long_lines),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_bad_line_leaves_no_trace),
+        cmocka_unit_test(test_invalid_utf8_refused),
+        cmocka_unit_test(test_long_metric_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,17 @@ static void topic_ids(void **state)
     assert_int_equal(
         ids(def, "bucketdb/acme/dev-1/telemetry", t, sizeof t, tiny, sizeof tiny, why, sizeof why),
         -1); /* device longer than the buffer */
+    /* the device level is a device name: UTF-8 (a broker may pass other bytes on) */
+    assert_int_equal(ids(def,
+                         "bucketdb/acme/Gr\xc3\xb6\xc3\x9f"
+                         "e/t",
+                         t, sizeof t, d, sizeof d, why, sizeof why),
+                     0);
+    assert_string_equal(d, "Gr\xc3\xb6\xc3\x9f"
+                           "e");
+    assert_int_equal(ids(def, "bucketdb/acme/a\xff/t", t, sizeof t, d, sizeof d, why, sizeof why),
+                     -1);
+    assert_string_equal(why, "device level is not UTF-8 or has control characters");
 }
 
 static void topic_schemes(void **state)
