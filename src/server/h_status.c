@@ -103,6 +103,19 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     } else {
         bdb_buf_puts(&b, "null");
     }
+    /* A flush that keeps failing (a backend refusing rows, a full disk) leaves writes
+     * acknowledged through the WAL, so the server stays "ok" (it takes writes) until
+     * the head guard sheds load; this says so meanwhile. */
+    bdb_buf_printf(&b, ",\"flush\":{\"failures_total\":%llu,\"failing_in_a_row\":%llu,",
+                   (unsigned long long)st.flush_failures, (unsigned long long)st.flush_fail_streak);
+    if (st.flush_fail_streak) {
+        char since[40];
+        bdb_format_time_ms(st.flush_failing_since_ms, since, (int)sizeof since);
+        bdb_buf_printf(&b, "\"failing_since\":\"%s\",\"last_error\":\"%s\"}", since,
+                       bdb_strerror(st.flush_last_error));
+    } else {
+        bdb_buf_puts(&b, "\"failing_since\":null,\"last_error\":null}");
+    }
     bdb_buf_printf(&b,
                    ",\"devices\":%llu,\"series\":%llu,\"head_samples\":%llu,\"blocks\":%llu,"
                    "\"wal_segments\":%llu,\"wal_corruptions\":%llu,\"quarantined_blocks\":%llu},",
@@ -408,6 +421,12 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     metric_u(&b, "bucketdb_block_bytes", "gauge", "Bytes in block files.", st.block_bytes);
     metric_u(&b, "bucketdb_block_samples", "gauge", "Samples in block files.", st.block_samples);
     metric_u(&b, "bucketdb_flushes_total", "counter", "Head flushes to blocks.", st.flushes);
+    metric_u(&b, "bucketdb_flush_failures_total", "counter",
+             "Head flushes that failed (their samples stay in the WAL; the next flush retries).",
+             st.flush_failures);
+    metric_u(&b, "bucketdb_flush_failing", "gauge",
+             "Flushes failed in a row now (0 once one succeeds); alert when it stays above 0.",
+             st.flush_fail_streak);
     metric_u(&b, "bucketdb_compactions_total", "counter", "Window compactions.", st.compactions);
     metric_u(&b, "bucketdb_pending_compactions", "gauge",
              "Blocks waiting to be merged into their window's block.", st.pending_compactions);

@@ -174,6 +174,13 @@ def disk_full_507_then_resumes_by_itself():
         check(full_seen >= 5, "never saw a full disk: %s" % statuses)
         check(srv.running(), "the server died on a full disk:\n" + srv.log()[-3000:])
         check_acked(srv, "f", acked)
+        # a flush cannot write its blocks either: counted, and /health says so while
+        # the server still answers "ok" for what it can take
+        r = srv.post("/internal/flush")
+        check(r.status >= 500, "a flush on a full disk answered %r" % r)
+        fl = srv.get("/health").json()["storage"]["flush"]
+        check(fl["failing_in_a_row"] >= 1 and fl["failures_total"] >= 1, "/health flush %r" % fl)
+        check(fl["failing_since"] and fl["last_error"], "/health flush %r" % fl)
         # space returns: writes resume without a restart (bounded wait)
         if mounted:
             os.unlink(ballast)
@@ -197,15 +204,24 @@ def disk_full_507_then_resumes_by_itself():
             eq(r.status, 204, "after space returned")
             acked += range(i, i + 200)
             i += 200
+        r = srv.post("/internal/flush")
+        eq(r.status, 204, "a flush once space returned (%r)" % r.body[:300])
+        fl = srv.get("/health").json()["storage"]["flush"]
+        eq((fl["failing_in_a_row"], fl["failing_since"], fl["last_error"]), (0, None, None),
+           "/health flush after a good flush")
+        failures = fl["failures_total"]
+        check("bucketdb_flush_failures_total %d\n" % failures in srv.get("/metrics").text,
+              "/metrics bucketdb_flush_failures_total")
         srv.kill()
         srv.start()
         n = check_acked(srv, "f", acked)
         srv.stop()
         print("io-faults figures: disk full (%s): answers %s; acknowledged samples lost 0 of %d; "
-              "first write accepted %.1f s after space returned, no restart" % (
+              "first write accepted %.1f s after space returned, no restart; %d failed flush(es) "
+              "counted in /health and /metrics, 0 in a row after" % (
                   "4 MiB tmpfs" if mounted else "ENOSPC through LD_PRELOAD, mount not permitted",
                   ", ".join("%d x%d" % kv for kv in sorted(statuses.items())), n,
-                  resumed_after))
+                  resumed_after, failures))
     finally:
         if mounted:
             subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=30)

@@ -187,6 +187,11 @@ typedef struct bdb_db_stats {
     uint64_t head_bytes, head_samples;
     uint64_t blocks, block_bytes, block_samples;
     uint64_t flushes, compactions, retention_drops;
+    /* failed flushes in all and in a row now; the first of those in a row (wall ms, 0
+     * when the last flush succeeded) and the last one's error (a BDB_ERR_* code) */
+    uint64_t flush_failures, flush_fail_streak;
+    int64_t flush_failing_since_ms;
+    int flush_last_error;
     uint64_t pending_compactions;
     uint64_t quarantined;
     uint64_t wal_replayed_records, wal_corruptions, wal_corrupt_bytes;

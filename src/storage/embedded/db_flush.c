@@ -581,9 +581,20 @@ int db_flush(bdb_db *db)
                      (unsigned long long)sealed, bdb_strerror(trc), strerror(errno));
     }
     atomic_fetch_add(&db->flushes, 1);
+    uint64_t failed = atomic_exchange(&db->flush_fail_streak, 0);
+    if (failed)
+        BDB_INFO("flush: succeeded again after %llu failed flush(es) in a row",
+                 (unsigned long long)failed);
+    atomic_store(&db->flush_failing_since, 0);
     BDB_INFO("flush: %zu series, %llu samples into %zu block(s) in %lld ms", f.n,
              (unsigned long long)nsamples, nblocks, (long long)(bdb_monotonic_ms() - t0));
 out:
+    if (rc != BDB_OK) {
+        atomic_fetch_add(&db->flush_failures, 1);
+        if (!atomic_fetch_add(&db->flush_fail_streak, 1))
+            atomic_store(&db->flush_failing_since, bdb_clock_now(&db->o.clock));
+        atomic_store(&db->flush_last_error, rc);
+    }
     db->last_flush_mono = bdb_monotonic_ms();
     free(f.v);
     bdb_buf_free(&cat);

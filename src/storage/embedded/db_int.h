@@ -141,6 +141,13 @@ struct bdb_db {
     /* written by whoever flushes (background or /internal/flush), read by the
      * background thread without flush_mutex: atomic (a TSan-reported race) */
     _Atomic int64_t last_flush_mono;
+    /* flushes that failed (the WAL keeps their samples, the next flush retries): in
+     * all, in a row now, since when (wall ms; 0 = the last flush succeeded) and the
+     * last error, for /health and /metrics: a flush that keeps failing (a backend
+     * refusing rows) must not look like a healthy server until the head fills up */
+    _Atomic uint64_t flush_failures, flush_fail_streak;
+    _Atomic int64_t flush_failing_since;
+    atomic_int flush_last_error;
 
     atomic_int readonly;
     char readonly_reason[256];

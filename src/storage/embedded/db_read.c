@@ -415,6 +415,10 @@ void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st)
     st->head_bytes = atomic_load(&db->head_bytes);
     st->head_samples = atomic_load(&db->head_samples);
     st->flushes = atomic_load(&db->flushes);
+    st->flush_failures = atomic_load(&db->flush_failures);
+    st->flush_fail_streak = atomic_load(&db->flush_fail_streak);
+    st->flush_failing_since_ms = atomic_load(&db->flush_failing_since);
+    st->flush_last_error = atomic_load(&db->flush_last_error);
     st->compactions = atomic_load(&db->compactions);
     st->retention_drops = atomic_load(&db->retention_drops);
     st->quarantined = atomic_load(&db->quarantined);

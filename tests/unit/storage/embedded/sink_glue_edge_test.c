@@ -644,6 +644,48 @@ static void test_many_series_and_fleet_spans(void **st)
     fakesink_free(f);
 }
 
+/* ---------------------------------------------------------------- flush failures */
+
+/* A flush the backend keeps refusing (a Cassandra node rejecting rows) is counted: in
+ * all, in a row since when, and the last error, for /health and /metrics. A success
+ * ends the run; the samples were in the WAL all along and reach the sink. */
+static void test_flush_failures_counted(void **st)
+{
+    (void)st;
+    fakesink *f = fakesink_new(1);
+    bdb_db *db = open_db("ff", f);
+    fake_now = T0 + 2 * HOUR;
+    bdb_db_stats s;
+    one_report(db, "t1", "d0", T0 + HOUR, NULL, 1);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    bdb_db_get_stats(db, &s);
+    assert_int_equal(s.flush_failures, 0);
+    assert_int_equal(s.flush_fail_streak, 0);
+    assert_int_equal(s.flush_failing_since_ms, 0);
+    one_report(db, "t1", "d0", T0 + HOUR + 1000, NULL, 2);
+    f->fail_op = FS_PUT;
+    f->fail_nth = 0;
+    f->fail_rc = BDB_ERR_INVALID;
+    assert_int_equal(bdb_db_flush(db), BDB_ERR_INVALID);
+    fake_now += 60000;
+    assert_int_equal(bdb_db_flush(db), BDB_ERR_INVALID);
+    bdb_db_get_stats(db, &s);
+    assert_int_equal(s.flush_failures, 2);
+    assert_int_equal(s.flush_fail_streak, 2);
+    assert_int_equal(s.flush_failing_since_ms, T0 + 2 * HOUR); /* the first of the run */
+    assert_int_equal(s.flush_last_error, BDB_ERR_INVALID);
+    assert_int_equal(s.flushes, 1);
+    f->fail_op = -1;
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    bdb_db_get_stats(db, &s);
+    assert_int_equal(s.flush_failures, 2);
+    assert_int_equal(s.flush_fail_streak, 0);
+    assert_int_equal(s.flush_failing_since_ms, 0);
+    assert_int_equal(s.flushes, 2);
+    bdb_db_close(db);
+    fakesink_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -654,6 +696,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reader_edges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewrites_and_subbuckets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_series_and_fleet_spans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush_failures_counted, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
