@@ -23,6 +23,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "server/backpressure.h"
 #include "server/devlimit.h"
 #include "server/hotpart.h"
@@ -37,13 +38,36 @@
 
 #define PAUSE_STEP_MS 50
 
-/* Replaces what is not printable ASCII, so a reason built from untrusted bytes is
- * valid UTF-8 in an MQTT 5 user property and one line in the log. */
+/* Replaces control characters (C0, DEL, C1) and bytes that are not UTF-8 with '?', in
+ * place, so a topic or reason built from untrusted bytes is a valid MQTT 5 user
+ * property (well-formed UTF-8; brokers refuse control characters) and one line in the
+ * log, while a topic like "fabrik/K\u00f6ln/..." stays as it was. */
 static void sanitize(char *s)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
-            *s = '?';
+    unsigned char *p = (unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] < 0x80 ? 1 : bdb_utf8_seq(p + i, n - i);
+        if (!l || p[i] < 0x20 || p[i] == 0x7f || (p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            p[i++] = '?'; /* one byte at a time: what follows may be well-formed */
+            continue;
+        }
+        i += l;
+    }
+}
+
+/* The topic as a NUL-terminated string for logs and dead letters: whole (up to the
+ * 65,535 bytes MQTT allows), sanitized; NULL when memory runs out. */
+static char *topic_copy(const char *t, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        s[i] = t[i] ? t[i] : '?'; /* MQTT forbids NUL in topics; a broker might not */
+    s[n] = '\0';
+    sanitize(s);
+    return s;
 }
 
 /* ------------------------------------------------------------ dead letters */
@@ -213,20 +237,32 @@ static int stream_chunk(mq_client *c, int b64, uint8_t carry[3], size_t *ncarry,
     return mq_flush(c);
 }
 
+static int dead_letter_large_named(mq_client *c, const bdb_mqtt_hdr *h, const bdb_mqtt_publish *pp,
+                                   const char *topic);
+
 int mq_dead_letter_large(mq_client *c, const bdb_mqtt_hdr *h, size_t prefix)
 {
     bdb_mqtt_gw *g = c->g;
-    const char *dl = g->s->cfg.mqtt_dead_letter_topic;
     bdb_mqtt_publish p;
     bdb_mqtt_props props;
     if (bdb_mqtt_parse_publish_v(g->version, h->flags, c->rbuf.data + h->hdr_len, prefix, &p,
                                  &props) != 0)
         return 1; /* e.g. MQTT 5 properties longer than the prefix read */
-    char topic[512], why[200];
-    size_t tl = p.topic_len < sizeof topic - 1 ? p.topic_len : sizeof topic - 1;
-    memcpy(topic, p.topic, tl);
-    topic[tl] = '\0';
-    sanitize(topic);
+    char *topic = topic_copy(p.topic, p.topic_len);
+    if (!topic)
+        return -1; /* out of memory: reconnect; the broker redelivers it */
+    int ret = dead_letter_large_named(c, h, &p, topic);
+    free(topic);
+    return ret;
+}
+
+static int dead_letter_large_named(mq_client *c, const bdb_mqtt_hdr *h, const bdb_mqtt_publish *pp,
+                                   const char *topic)
+{
+    bdb_mqtt_gw *g = c->g;
+    const char *dl = g->s->cfg.mqtt_dead_letter_topic;
+    bdb_mqtt_publish p = *pp;
+    char why[200];
     size_t end = h->hdr_len + h->rem_len, off = (size_t)(p.payload - c->rbuf.data);
     size_t total = end - off;
     snprintf(why, sizeof why, "too large: %zu bytes, more than max_body_bytes + 64 KiB (%zu)",
@@ -398,16 +434,27 @@ static const char *sniffed(int format, const bdb_mqtt_publish *p)
     return "empty";
 }
 
+static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
+                          const char *topic, char *device);
+
 int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason)
+{
+    /* the device level is part of the topic, so the topic's length bounds it */
+    char *topic = topic_copy(p->topic, p->topic_len), *device = malloc(p->topic_len + 1);
+    int ret = -1; /* out of memory: not acknowledged, the broker redelivers it */
+    if (topic && device)
+        ret = handle_message(c, p, too_large, reason, topic, device);
+    free(topic);
+    free(device);
+    return ret;
+}
+
+static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
+                          const char *topic, char *device)
 {
     bdb_mqtt_gw *g = c->g;
     bdb_server *s = g->s;
-    char topic[512];
-    size_t tl = p->topic_len < sizeof topic - 1 ? p->topic_len : sizeof topic - 1;
-    memcpy(topic, p->topic, tl);
-    topic[tl] = '\0';
-    sanitize(topic);
-    char why[700], tenant[BDB_TENANT_NAME_MAX + 1], device[1024];
+    char why[700], tenant[BDB_TENANT_NAME_MAX + 1];
     *reason = BDB_MQTT_RC_SUCCESS;
     if (p->dup)
         atomic_fetch_add(&g->duplicates, 1);
@@ -415,8 +462,7 @@ int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, ui
         snprintf(why, sizeof why, "larger than %zu bytes (max_body_bytes)", g->max_packet);
         return reject(c, p, 1, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
     }
-    size_t dcap =
-        s->cfg.max_key_bytes + 1 < sizeof device ? s->cfg.max_key_bytes + 1 : sizeof device;
+    size_t dcap = s->cfg.max_key_bytes < p->topic_len ? s->cfg.max_key_bytes + 1 : p->topic_len + 1;
     if (bdb_mqtt_topic_names(&g->scheme, s->cfg.default_tenant, p->topic, p->topic_len, tenant,
                              sizeof tenant, device, dcap, why, sizeof why) != 0)
         return reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_TOPIC_INVALID, reason);

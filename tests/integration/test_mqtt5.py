@@ -288,6 +288,18 @@ def dead_letter_topic_receives_rejected_messages():
             eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 1)
             eq(metric(s, 'bucketdb_mqtt_messages_total{result="malformed"}'), 1)
             contains(s.log(), "dead-lettered message on 'bucketdb/acme/dl1/telemetry'")
+            # the topic goes whole into the dead letter: UTF-8 letters kept (they were
+            # '?'), and past 511 bytes (it was cut there); here the 600-byte device
+            # level is over max_key_bytes, which is why it is rejected
+            utf = "bucketdb/acme/K\u00f6ln-\u6771\u4eac/telemetry"
+            long_topic = "bucketdb/acme/" + "x" * 600 + "/telemetry"
+            check(b.publish(utf, "{"))
+            check(b.publish(long_topic, '{"time": %d, "metrics": {"v": 1}}' % BASE))
+            out = sub_read(b, "bdbtest-dl-sub", dl, "mqttv5", 2, "%P")
+            contains(out, "topic:" + utf, "UTF-8 topic kept (%r)" % out)
+            contains(out, "topic:" + long_topic, "long topic whole (%r)" % out[:300])
+            contains(out, "reason:device level is longer than 256 bytes")
+            eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 3)
         # MQTT 3.1.1 has no properties: a JSON envelope
         with mqtt_server(b, "bdbtest-dl3", args=["--mqtt-dead-letter-topic", dl,
                                                  "--mqtt-version", "3.1.1"]) as s:
@@ -304,6 +316,20 @@ def dead_letter_topic_receives_rejected_messages():
 
 
 # ------------------------------------------------------------ formats and schemes
+
+
+@suite.test
+def device_level_as_long_as_max_key_bytes():
+    # MQTT device names were cut off at 1,023 bytes (a stack buffer) whatever
+    # max_key_bytes allowed; line protocol and JSON took them
+    dev = "L" * 1100
+    with Broker() as b:
+        with mqtt_server(b, "bdbtest-longdev", args=["--max-key-bytes", "2000"]) as s:
+            wait_connected(s, b)
+            check(b.publish("bucketdb/acme/%s/telemetry" % dev,
+                            '{"time": %d, "metrics": {"v": 1}}' % BASE))
+            wait_for("the 1,100-byte device", lambda: rows(s, "acme", dev) == [(BASE, "v", 1)],
+                     [s.log()])
 
 
 @suite.test
