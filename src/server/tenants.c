@@ -1,44 +1,16 @@
-/* tenants: registry in memory (two maps: by name and by token hash), its file, and
- * the per-tenant write-rate buckets. */
-#include "server/tenants.h"
+/* tenants: the registry in memory (two maps: by name and by token hash), its changes,
+ * reads and the per-tenant write-rate buckets; its file is tenants_file.c. */
+#include "server/tenants_int.h"
 
 #include "bucketdb/bdb.h"
-#include "common/buf.h"
-#include "common/map.h"
 #include "server/hotpart.h"
-#include "server/quota.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
-#define REG_FILE "tenants"
-#define REG_MAGIC "bucketdb-tenants"
-#define REG_VERSION 1
-#define REG_MAX_BYTES (64u << 20) /* refuse absurd files rather than read them */
-
-typedef struct tentry {
-    bdb_tenant_info info;
-    uint8_t hash[BDB_HASH_BYTES];
-    bdb_tbucket tb;
-} tentry;
-
-struct bdb_tenants {
-    char *dir, *path;
-    pthread_mutex_t mu;      /* guards the maps and the entries */
-    pthread_mutex_t save_mu; /* serialises changes (held across the file write) */
-    bdb_map *by_name;        /* name -> tentry */
-    bdb_map *by_hash;        /* hash bytes -> tentry */
-};
 
 static const char *const limit_names[BDB_LIMIT_N] = {"writes_per_second", "burst", "max_devices",
                                                      "storage_bytes"};
@@ -77,7 +49,7 @@ int bdb_hash_equal(const uint8_t a[BDB_HASH_BYTES], const uint8_t b[BDB_HASH_BYT
     return CRYPTO_memcmp(a, b, BDB_HASH_BYTES) == 0;
 }
 
-static void to_hex(const uint8_t *p, size_t n, char *out)
+void tn_to_hex(const uint8_t *p, size_t n, char *out)
 {
     static const char hx[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -87,7 +59,7 @@ static void to_hex(const uint8_t *p, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-static int from_hex(const char *s, size_t slen, uint8_t *out, size_t n)
+int tn_from_hex(const char *s, size_t slen, uint8_t *out, size_t n)
 {
     if (slen != 2 * n)
         return -1;
@@ -109,413 +81,31 @@ int bdb_token_generate(char out[BDB_TOKEN_HEX + 1])
     uint8_t rnd[BDB_TOKEN_BYTES];
     if (RAND_bytes(rnd, sizeof rnd) != 1)
         return BDB_ERR_IO;
-    to_hex(rnd, sizeof rnd, out);
+    tn_to_hex(rnd, sizeof rnd, out);
     OPENSSL_cleanse(rnd, sizeof rnd);
     return BDB_OK;
 }
 
-static int quotas_valid(const bdb_quotas *q)
+int tn_quotas_valid(const bdb_quotas *q)
 {
     /* An effective burst of up to 10 x BDB_QUOTA_MAX_RATE still fits the bucket's
      * milli-sample arithmetic in 64 bits. */
     return q->writes_per_second <= BDB_QUOTA_MAX_RATE && q->burst <= BDB_QUOTA_MAX_RATE;
 }
 
-/* ------------------------------------------------------------------ the file */
-
-static int cmp_entry(const void *a, const void *b)
-{
-    return strcmp((*(tentry *const *)a)->info.name, (*(tentry *const *)b)->info.name);
-}
-
-/* Entries in name order; caller holds mu and frees the array. */
-static tentry **sorted_entries(bdb_tenants *r, size_t *n)
-{
-    size_t cnt = bdb_map_count(r->by_name), k = 0;
-    tentry **v = calloc(cnt ? cnt : 1, sizeof *v);
-    if (!v) {
-        *n = 0;
-        return NULL;
-    }
-    size_t pos = 0;
-    const void *key;
-    size_t klen;
-    void *val;
-    while (k < cnt && bdb_map_next(r->by_name, &pos, &key, &klen, &val))
-        v[k++] = val;
-    qsort(v, k, sizeof *v, cmp_entry);
-    *n = k;
-    return v;
-}
-
-static const char *const tier_key[3] = {"1m", "1h", "1d"}; /* tier_retention_<key> */
-
-static int tier_index(const char *key)
-{
-    for (int k = 0; k < 3; k++)
-        if (!strcmp(key, tier_key[k]))
-            return k;
-    return -1;
-}
-
-static int tier_retention_valid(const int64_t v[3])
-{
-    return v[0] >= -1 && v[1] >= -1 && v[2] >= -1;
-}
-
-/* The optional hot_* keys of a tenant line: only those set, replacing its newline. */
-static void hot_encode(bdb_buf *b, const bdb_tenant_hot *h)
-{
-    if (!h->threshold && !h->policy && !h->subbuckets && !h->rate_limit && h->sample == 0)
-        return;
-    b->len--; /* the line's '\n' */
-    if (h->threshold)
-        bdb_buf_printf(b, " hot_threshold=%llu", (unsigned long long)h->threshold);
-    if (h->policy)
-        bdb_buf_printf(b, " hot_policy=%s", bdb_hot_kind_name(h->policy - 1));
-    if (h->subbuckets)
-        bdb_buf_printf(b, " hot_subbuckets=%u", h->subbuckets);
-    if (h->rate_limit)
-        bdb_buf_printf(b, " hot_rate_limit=%llu", (unsigned long long)h->rate_limit);
-    if (h->sample != 0)
-        bdb_buf_printf(b, " hot_sample=%.6f", h->sample);
-    bdb_buf_putc(b, '\n');
-}
-
-int bdb_tenant_hot_valid(const bdb_tenant_hot *h)
-{
-    return h->threshold <= UINT32_MAX && h->policy >= 0 && h->policy <= BDB_HOT_SAMPLE + 1 &&
-           (h->subbuckets == 0 || (h->subbuckets >= 2 && h->subbuckets <= 64)) &&
-           h->rate_limit <= UINT32_MAX && h->sample >= 0 && h->sample <= 1.0 &&
-           (h->sample == 0 || h->sample >= 0.000001);
-}
-
-/* Encodes the registry; caller holds mu. */
-static int encode(bdb_tenants *r, bdb_buf *b)
-{
-    size_t n;
-    tentry **v = sorted_entries(r, &n);
-    if (!v)
-        return BDB_ERR_NOMEM;
-    bdb_buf_printf(b, "%s %d\n", REG_MAGIC, REG_VERSION);
-    for (size_t i = 0; i < n; i++) {
-        const bdb_tenant_info *t = &v[i]->info;
-        char hx[2 * BDB_HASH_BYTES + 1];
-        to_hex(v[i]->hash, BDB_HASH_BYTES, hx);
-        bdb_buf_printf(b,
-                       "tenant %s sha256=%s created=%lld rotated=%lld writes_per_second=%llu "
-                       "burst=%llu max_devices=%llu storage_bytes=%llu retention_ms=%lld\n",
-                       t->name, hx, (long long)t->created_ms, (long long)t->token_rotated_ms,
-                       (unsigned long long)t->quotas.writes_per_second,
-                       (unsigned long long)t->quotas.burst,
-                       (unsigned long long)t->quotas.max_devices,
-                       (unsigned long long)t->quotas.storage_bytes, (long long)t->retention_ms);
-        hot_encode(b, &t->hot);
-        for (int k = 0; k < 3; k++) /* tier retention: optional keys */
-            if (t->tier_retention_ms[k]) {
-                b->len--;
-                bdb_buf_printf(b, " tier_retention_%s=%lld\n", tier_key[k],
-                               (long long)t->tier_retention_ms[k]);
-            }
-    }
-    free(v);
-    bdb_buf_printf(b, "count %zu\n", n);
-    uint32_t crc = (uint32_t)crc32(0L, b->data, (uInt)b->len);
-    bdb_buf_printf(b, "crc32 %08x\n", crc);
-    return BDB_OK;
-}
-
-/* temp file (0600), write, fsync, rename, fsync the directory */
-static int write_file(bdb_tenants *r, const bdb_buf *b)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return BDB_ERR_IO;
-    size_t off = 0;
-    while (off < b->len) {
-        ssize_t w = write(fd, b->data + off, b->len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            errno = e;
-            return errno == ENOSPC ? BDB_ERR_NOSPACE : BDB_ERR_IO;
-        }
-        off += (size_t)w;
-    }
-    if (fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        errno = e;
-        return BDB_ERR_IO;
-    }
-    if (close(fd) != 0 || rename(tmp, r->path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-        return BDB_ERR_IO;
-    }
-    int dfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return BDB_ERR_IO;
-    int rc = fsync(dfd) == 0 ? BDB_OK : BDB_ERR_IO;
-    close(dfd);
-    return rc;
-}
-
-static int persist(bdb_tenants *r)
-{
-    bdb_buf b;
-    bdb_buf_init(&b);
-    pthread_mutex_lock(&r->mu);
-    int rc = encode(r, &b);
-    pthread_mutex_unlock(&r->mu);
-    if (rc == BDB_OK)
-        rc = write_file(r, &b);
-    bdb_buf_free(&b);
-    return rc;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    if (*s < '0' || *s > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_i64(const char *s, int64_t *out)
-{
-    if (!*s)
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static void put_entry(bdb_tenants *r, tentry *e)
+void tn_put_entry(bdb_tenants *r, tentry *e)
 {
     bdb_map_put(r->by_name, e->info.name, strlen(e->info.name), e);
     bdb_map_put(r->by_hash, e->hash, BDB_HASH_BYTES, e);
 }
 
-static void drop_entry(bdb_tenants *r, tentry *e)
+void tn_drop_entry(bdb_tenants *r, tentry *e)
 {
     bdb_map_del(r->by_name, e->info.name, strlen(e->info.name));
     bdb_map_del(r->by_hash, e->hash, BDB_HASH_BYTES);
 }
 
-/* One optional hot_<k>=v key of a tenant line; -1 if bad or repeated. */
-static int hot_parse(const char *k, const char *v, bdb_tenant_hot *h, unsigned *seen)
-{
-    static const char *const names[] = {"threshold", "policy", "subbuckets", "rate_limit",
-                                        "sample"};
-    unsigned i = 0;
-    while (i < 5 && strcmp(k, names[i]))
-        i++;
-    if (i == 5 || (*seen & (256u << i)))
-        return -1;
-    *seen |= 256u << i;
-    uint64_t u = 0;
-    char *end;
-    switch (i) {
-    case 0:
-        return parse_u64(v, &h->threshold);
-    case 1: {
-        int kind = bdb_hot_kind_parse(v);
-        h->policy = kind + 1;
-        return kind < 0 ? -1 : 0;
-    }
-    case 2:
-        if (parse_u64(v, &u) || u > 64)
-            return -1;
-        h->subbuckets = (uint32_t)u;
-        return 0;
-    case 3:
-        return parse_u64(v, &h->rate_limit);
-    default:
-        h->sample = strtod(v, &end);
-        return end == v || *end ? -1 : 0;
-    }
-}
-
-/* One "tenant ..." line (without "tenant "), split in place. */
-static int parse_tenant_line(char *line, tentry *e)
-{
-    memset(e, 0, sizeof *e);
-    char *save = NULL;
-    char *name = strtok_r(line, " ", &save);
-    if (!name || !bdb_tenant_name_valid(name))
-        return -1;
-    snprintf(e->info.name, sizeof e->info.name, "%s", name);
-    unsigned seen = 0;
-    for (char *kv = strtok_r(NULL, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq)
-            return -1;
-        *eq = '\0';
-        const char *k = kv, *v = eq + 1;
-        int bad;
-        unsigned bit;
-        if (!strcmp(k, "sha256")) {
-            bit = 1, bad = from_hex(v, strlen(v), e->hash, BDB_HASH_BYTES);
-        } else if (!strcmp(k, "created")) {
-            bit = 2, bad = parse_i64(v, &e->info.created_ms);
-        } else if (!strcmp(k, "rotated")) {
-            bit = 4, bad = parse_i64(v, &e->info.token_rotated_ms);
-        } else if (!strcmp(k, "writes_per_second")) {
-            bit = 8, bad = parse_u64(v, &e->info.quotas.writes_per_second);
-        } else if (!strcmp(k, "burst")) {
-            bit = 16, bad = parse_u64(v, &e->info.quotas.burst);
-        } else if (!strcmp(k, "max_devices")) {
-            bit = 32, bad = parse_u64(v, &e->info.quotas.max_devices);
-        } else if (!strcmp(k, "storage_bytes")) {
-            bit = 64, bad = parse_u64(v, &e->info.quotas.storage_bytes);
-        } else if (!strcmp(k, "retention_ms")) {
-            bit = 128, bad = parse_i64(v, &e->info.retention_ms);
-        } else if (!strncmp(k, "hot_", 4)) {
-            bit = 0, bad = hot_parse(k + 4, v, &e->info.hot, &seen);
-        } else if (!strncmp(k, "tier_retention_", 15)) { /* optional, 1m/1h/1d */
-            int t = tier_index(k + 15);
-            bit = t < 0 ? 0 : 256u << t;
-            bad = t < 0 || parse_i64(v, &e->info.tier_retention_ms[t]) ||
-                  e->info.tier_retention_ms[t] == 0;
-        } else {
-            return -1; /* a key this version does not know: not ours to guess */
-        }
-        if (bad || (seen & bit))
-            return -1;
-        seen |= bit;
-    }
-    return (seen & 255) == 255 && quotas_valid(&e->info.quotas) && e->info.retention_ms >= 0 &&
-                   bdb_tenant_hot_valid(&e->info.hot) &&
-                   tier_retention_valid(e->info.tier_retention_ms)
-               ? 0
-               : -1;
-}
-
-static int load(bdb_tenants *r, char *err, size_t errlen)
-{
-    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return BDB_OK;
-        snprintf(err, errlen, "cannot open %s: %s", r->path, strerror(errno));
-        return BDB_ERR_IO;
-    }
-    bdb_buf b;
-    bdb_buf_init(&b);
-    char chunk[65536];
-    ssize_t got;
-    while ((got = read(fd, chunk, sizeof chunk)) != 0) {
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0 || b.len + (size_t)got > REG_MAX_BYTES) {
-            snprintf(err, errlen, "cannot read %s: %s", r->path,
-                     got < 0 ? strerror(errno) : "file too large");
-            close(fd);
-            bdb_buf_free(&b);
-            return got < 0 ? BDB_ERR_IO : BDB_ERR_CORRUPT;
-        }
-        bdb_buf_append(&b, chunk, (size_t)got);
-    }
-    close(fd);
-    bdb_buf_putc(&b, 0);
-    b.len--;
-    char *text = (char *)b.data;
-    int rc = BDB_ERR_CORRUPT;
-    /* The last line is "crc32 XXXXXXXX" over everything before it. */
-    if (b.len < 16 || text[b.len - 1] != '\n' || memchr(text, 0, b.len)) {
-        snprintf(err, errlen, "%s is damaged: truncated or not a tenant registry", r->path);
-        goto out;
-    }
-    text[b.len - 1] = '\0';
-    char *last = strrchr(text, '\n');
-    char *crcline = last ? last + 1 : NULL;
-    unsigned int want;
-    char extra;
-    if (!crcline || sscanf(crcline, "crc32 %8x%c", &want, &extra) != 1 || strlen(crcline) != 14) {
-        snprintf(err, errlen, "%s is damaged: no checksum line", r->path);
-        goto out;
-    }
-    size_t body_len = (size_t)(crcline - text);
-    if ((uint32_t)crc32(0L, b.data, (uInt)body_len) != (uint32_t)want) {
-        snprintf(err, errlen, "%s is damaged: checksum mismatch", r->path);
-        goto out;
-    }
-    *last = '\0';
-    char *save = NULL;
-    char *line = strtok_r(text, "\n", &save);
-    int version = 0;
-    char magic[32];
-    if (!line || sscanf(line, "%31s %d%c", magic, &version, &extra) != 2 ||
-        strcmp(magic, REG_MAGIC)) {
-        snprintf(err, errlen, "%s is not a tenant registry (bad header)", r->path);
-        goto out;
-    }
-    if (version != REG_VERSION) {
-        snprintf(err, errlen, "%s has format version %d; this bucketdb reads version %d", r->path,
-                 version, REG_VERSION);
-        goto out;
-    }
-    size_t n = 0, count = (size_t)-1;
-    int lineno = 1;
-    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
-        lineno++;
-        if (!strncmp(line, "tenant ", 7)) {
-            tentry *e = malloc(sizeof *e);
-            if (!e) {
-                rc = BDB_ERR_NOMEM;
-                goto out;
-            }
-            if (parse_tenant_line(line + 7, e) != 0 ||
-                bdb_map_get(r->by_name, e->info.name, strlen(e->info.name)) ||
-                bdb_map_get(r->by_hash, e->hash, BDB_HASH_BYTES)) {
-                free(e);
-                snprintf(err, errlen, "%s is damaged: line %d is not a valid tenant entry", r->path,
-                         lineno);
-                goto out;
-            }
-            put_entry(r, e);
-            n++;
-        } else if (!strncmp(line, "count ", 6) && count == (size_t)-1) {
-            uint64_t c;
-            if (parse_u64(line + 6, &c)) {
-                snprintf(err, errlen, "%s is damaged: bad count line", r->path);
-                goto out;
-            }
-            count = (size_t)c;
-        } else {
-            snprintf(err, errlen, "%s is damaged: unexpected line %d", r->path, lineno);
-            goto out;
-        }
-    }
-    if (count != n) {
-        snprintf(err, errlen, "%s is damaged: %zu tenant entries, count says %zu", r->path, n,
-                 count);
-        goto out;
-    }
-    rc = BDB_OK;
-out:
-    bdb_buf_free(&b);
-    return rc;
-}
-
-static void free_entries(bdb_tenants *r)
+void tn_free_entries(bdb_tenants *r)
 {
     size_t pos = 0;
     const void *key;
@@ -544,7 +134,7 @@ int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errle
     snprintf(r->path, pl, "%s/%s", dir, REG_FILE);
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->save_mu, NULL);
-    int rc = load(r, err, errlen);
+    int rc = tn_load(r, err, errlen);
     if (rc != BDB_OK) {
         bdb_tenants_close(r);
         return rc;
@@ -558,7 +148,7 @@ void bdb_tenants_close(bdb_tenants *r)
     if (!r)
         return;
     if (r->by_name) {
-        free_entries(r);
+        tn_free_entries(r);
         bdb_map_free(r->by_name);
     }
     if (r->by_hash)
@@ -582,7 +172,7 @@ const char *bdb_tenants_path(const bdb_tenants *r)
 int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
                        int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
 {
-    if (!bdb_tenant_name_valid(name) || !quotas_valid(q) || retention_ms < 0)
+    if (!bdb_tenant_name_valid(name) || !tn_quotas_valid(q) || retention_ms < 0)
         return BDB_ERR_INVALID;
     tentry *e = calloc(1, sizeof *e);
     if (!e)
@@ -608,12 +198,12 @@ int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, in
         token[0] = '\0';
         return BDB_ERR_EXISTS;
     }
-    put_entry(r, e);
+    tn_put_entry(r, e);
     pthread_mutex_unlock(&r->mu);
-    rc = persist(r);
+    rc = tn_persist(r);
     if (rc != BDB_OK) {
         pthread_mutex_lock(&r->mu);
-        drop_entry(r, e);
+        tn_drop_entry(r, e);
         pthread_mutex_unlock(&r->mu);
         free(e);
         token[0] = '\0';
@@ -657,15 +247,15 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
     for (int k = 0; k < 3; k++)
         if (p->has_tier_retention[k])
             nw.tier_retention_ms[k] = p->tier_retention_ms[k];
-    if (!quotas_valid(&nw.quotas) || nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
-        !tier_retention_valid(nw.tier_retention_ms)) {
+    if (!tn_quotas_valid(&nw.quotas) || nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
+        !tn_tier_retention_valid(nw.tier_retention_ms)) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_INVALID;
     }
     e->info = nw;
     pthread_mutex_unlock(&r->mu);
-    int rc = persist(r);
+    int rc = tn_persist(r);
     pthread_mutex_lock(&r->mu);
     if (rc != BDB_OK) {
         /* keep the counters that moved meanwhile, restore the settings */
@@ -691,12 +281,12 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name)
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_NOTFOUND;
     }
-    drop_entry(r, e);
+    tn_drop_entry(r, e);
     pthread_mutex_unlock(&r->mu);
-    int rc = persist(r);
+    int rc = tn_persist(r);
     if (rc != BDB_OK) {
         pthread_mutex_lock(&r->mu);
-        put_entry(r, e);
+        tn_put_entry(r, e);
         pthread_mutex_unlock(&r->mu);
     } else {
         free(e);
@@ -730,7 +320,7 @@ int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
     e->info.token_rotated_ms = now_ms;
     bdb_map_put(r->by_hash, e->hash, BDB_HASH_BYTES, e);
     pthread_mutex_unlock(&r->mu);
-    rc = persist(r);
+    rc = tn_persist(r);
     if (rc != BDB_OK) {
         pthread_mutex_lock(&r->mu);
         bdb_map_del(r->by_hash, e->hash, BDB_HASH_BYTES);
@@ -769,7 +359,7 @@ int bdb_tenants_list(bdb_tenants *r, int (*cb)(void *ctx, const bdb_tenant_info 
 {
     pthread_mutex_lock(&r->mu);
     size_t n;
-    tentry **v = sorted_entries(r, &n);
+    tentry **v = tn_sorted_entries(r, &n);
     bdb_tenant_info *copy = v ? malloc((n ? n : 1) * sizeof *copy) : NULL;
     for (size_t i = 0; copy && i < n; i++)
         copy[i] = v[i]->info;
