@@ -170,13 +170,60 @@ void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n)
     }
 }
 
+/* Values a sensor sends (21.37, 1013, 0.004) are printed here without printf: for
+ * |v| in [1e-4, 1e15) the fewest decimals d such that m = round(|v| x 10^d) has at
+ * most 15 digits and m / 10^d == |v|. That string round-trips (m and 10^d are exact
+ * doubles, and both the division and strtod round the same exact quotient
+ * correctly), and it is what %.15g prints then: fixed notation in that range, no
+ * trailing zeros. 0 when v has no such form (it needs 16 or 17 digits, or is out of
+ * the range), else the length written to out (at least 24 bytes). Formatting doubles
+ * was most of the time of a JSON answer (printf and strtod). */
+static size_t fmt_fixed(double v, char *out)
+{
+    static const double p10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,
+                                 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
+    double a = fabs(v);
+    if (!(a >= 1e-4 && a < 1e15))
+        return 0;
+    for (int d = 0; d < (int)(sizeof p10 / sizeof p10[0]); d++) {
+        double m = rint(a * p10[d]);
+        if (m >= 1e15)
+            return 0;
+        if (m / p10[d] != a)
+            continue;
+        char dig[24];
+        int n = 0;
+        for (uint64_t u = (uint64_t)m; u; u /= 10)
+            dig[n++] = (char)('0' + u % 10);
+        while (n <= d) /* 0.0042: the zeros before the first digit */
+            dig[n++] = '0';
+        size_t len = 0;
+        if (v < 0)
+            out[len++] = '-';
+        while (n > 0) {
+            if (n == d)
+                out[len++] = '.';
+            out[len++] = dig[--n];
+        }
+        return len;
+    }
+    return 0;
+}
+
 void bdb_buf_double(bdb_buf *b, double v)
 {
     char tmp[32];
-    /* %.17g always round-trips; try shorter first so 0.1 prints as 0.1. */
-    for (int prec = 15; prec <= 17; prec++) {
+    size_t n = fmt_fixed(v, tmp);
+    if (n) {
+        bdb_buf_append(b, tmp, n);
+        return;
+    }
+    /* %.17g always round-trips; try shorter first so 0.1 prints as 0.1. In the fast
+     * path's range, its failure means 15 digits do not round-trip: start at 16. */
+    double a = fabs(v);
+    for (int prec = a >= 1e-4 && a < 1e15 ? 16 : 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v)
+        if (prec == 17 || strtod(tmp, NULL) == v)
             break;
     }
     bdb_buf_puts(b, tmp);

@@ -460,6 +460,22 @@ static char *fmt_double(double v)
     return (char *)b.data;
 }
 
+/* What bdb_buf_double printed before its fixed-point fast path: the shortest of %.15g,
+ * %.16g, %.17g that reads back as v. The fast path must print the same. */
+static void same_as_printf_search(double v)
+{
+    char want[32];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(want, sizeof want, "%.*g", prec, v);
+        if (strtod(want, NULL) == v)
+            break;
+    }
+    char *got = fmt_double(v);
+    if (strcmp(got, want))
+        fail_msg("%.17g: got %s, want %s", v, got, want);
+    free(got);
+}
+
 static void test_double_format(void **state)
 {
     (void)state;
@@ -486,6 +502,48 @@ static void test_double_format(void **state)
         char *s = fmt_double(cases[i].v);
         assert_string_equal(s, cases[i].s);
         free(s);
+    }
+    /* the fixed-point fast path prints exactly what the printf search prints */
+    static const double edge[] = {1e-4,
+                                  9.9999999999999e-5,
+                                  1e15,
+                                  999999999999999.0,
+                                  999999999999999.9,
+                                  0.1,
+                                  0.0042,
+                                  123456789012345.0,
+                                  12345678901234.5,
+                                  4503599627370496.0,
+                                  1e14,
+                                  0.30000000000000004};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        for (int sign = 0; sign < 2; sign++)
+            same_as_printf_search(sign ? -edge[i] : edge[i]);
+    rng_state = 4242;
+    for (int i = 0; i < 300000; i++) {
+        double v;
+        switch (i % 4) {
+        case 0: { /* a sensor value: up to 6 decimals at scales 1e-4..1e14 */
+            int dec = (int)(rng() % 7);
+            double scale = pow(10.0, (double)(rng() % 19) - 4.0);
+            v = (double)(int64_t)(rng() % 2000001 - 1000000) / pow(10.0, dec) * scale;
+            break;
+        }
+        case 1: { /* any bit pattern */
+            uint64_t bits = rng();
+            memcpy(&v, &bits, 8);
+            if (!isfinite(v))
+                continue;
+            break;
+        }
+        case 2: /* a computed statistic */
+            v = (double)(rng() % 100000) / (double)(1 + rng() % 977);
+            break;
+        default: /* integers up to 2^53 */
+            v = (double)(rng() >> 11);
+            break;
+        }
+        same_as_printf_search(v);
     }
     /* random bit patterns and decimal-looking values round-trip exactly */
     rng_state = 777;
