@@ -170,44 +170,55 @@ void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n)
     }
 }
 
-/* Values a sensor sends (21.37, 1013, 0.004) are printed here without printf: for
- * |v| in [1e-4, 1e15) the fewest decimals d such that m = round(|v| x 10^d) has at
- * most 15 digits and m / 10^d == |v|. That string round-trips (m and 10^d are exact
+/* Values a sensor sends (21.37, 1013, 0.004) are printed here without printf. For
+ * |v| in [1e-4, 1e15): m = round(|v| x 10^d) with d chosen so that m has exactly 15
+ * digits. If m / 10^d == |v|, that decimal reads back as v (m and 10^d are exact
  * doubles, and both the division and strtod round the same exact quotient
- * correctly), and it is what %.15g prints then: fixed notation in that range, no
- * trailing zeros. 0 when v has no such form (it needs 16 or 17 digits, or is out of
- * the range), else the length written to out (at least 24 bytes). Formatting doubles
- * was most of the time of a JSON answer (printf and strtod). */
+ * correctly), so it is what %.15g prints: fixed notation in that range, and without
+ * its trailing zeros the shortest such form (a shorter one, padded with zeros, would
+ * be this m). If not, no decimal of 15 digits or fewer reads back as v. Returns the
+ * length written to out (at least 24 bytes), or 0 for the printf path. Formatting
+ * doubles was most of the time of a JSON answer (printf and strtod). */
 static size_t fmt_fixed(double v, char *out)
 {
-    static const double p10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,
-                                 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
+    static const double p10[] = {1e-4, 1e-3, 1e-2, 1e-1, 1e0,  1e1,  1e2,  1e3,
+                                 1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
+    const double *pos = p10 + 4; /* pos[d] = 10^d for d in 0..19 */
     double a = fabs(v);
     if (!(a >= 1e-4 && a < 1e15))
         return 0;
-    for (int d = 0; d < (int)(sizeof p10 / sizeof p10[0]); d++) {
-        double m = rint(a * p10[d]);
-        if (m >= 1e15)
-            return 0;
-        if (m / p10[d] != a)
-            continue;
-        char dig[24];
-        int n = 0;
-        for (uint64_t u = (uint64_t)m; u; u /= 10)
-            dig[n++] = (char)('0' + u % 10);
-        while (n <= d) /* 0.0042: the zeros before the first digit */
-            dig[n++] = '0';
-        size_t len = 0;
-        if (v < 0)
-            out[len++] = '-';
-        while (n > 0) {
-            if (n == d)
-                out[len++] = '.';
-            out[len++] = dig[--n];
-        }
-        return len;
+    int k = -4; /* 10^k <= a, about: the checks on m below settle it */
+    while (k < 14 && a >= pos[k + 1])
+        k++;
+    int d = 14 - k;
+    double m = rint(a * pos[d]);
+    if (m >= 1e15 && d > 0)
+        m = rint(a * pos[--d]);
+    else if (m < 1e14 && d < 19)
+        m = rint(a * pos[++d]);
+    if (m >= 1e15 || m < 1e14 || m / pos[d] != a)
+        return 0;
+    uint64_t u = (uint64_t)m;
+    while (d > 0 && u % 10 == 0) { /* the shortest form: drop trailing zeros */
+        u /= 10;
+        d--;
     }
-    return 0;
+    char dig[24];
+    int n = 0;
+    for (; u; u /= 10)
+        dig[n++] = (char)('0' + u % 10);
+    while (n <= d) /* 0.0042: the zeros before the first digit */
+        dig[n++] = '0';
+    size_t len = 0;
+    if (v < 0)
+        out[len++] = '-';
+    while (n > 0) {
+        if (n == d)
+            out[len++] = '.';
+        out[len++] = dig[--n];
+    }
+    return len;
 }
 
 void bdb_buf_double(bdb_buf *b, double v)

@@ -519,6 +519,18 @@ static void test_double_format(void **state)
     for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
         for (int sign = 0; sign < 2; sign++)
             same_as_printf_search(sign ? -edge[i] : edge[i]);
+    /* around every power of ten the fast path's range and digit count touch */
+    for (int e = -6; e <= 17; e++) {
+        double p = pow(10.0, e), lo = p, hi = p;
+        for (int step = 0; step < 4; step++) {
+            same_as_printf_search(lo);
+            same_as_printf_search(hi);
+            same_as_printf_search(p * 0.9999999999999995);
+            same_as_printf_search(p * 9.99999999999999);
+            lo = nextafter(lo, 0.0);
+            hi = nextafter(hi, INFINITY);
+        }
+    }
     rng_state = 4242;
     for (int i = 0; i < 300000; i++) {
         double v;
