@@ -9,6 +9,7 @@
 #include "storage/cassandra/cass_agg.h" /* tiers and fleet */
 #include "storage/cassandra/cass_late.h"
 #include "storage/cassandra/cass_state.h"
+#include "storage/cassandra/cass_uri.h"
 #include "storage/cassandra/cql_session.h"
 #include "storage/cassandra/cql_token.h"
 #include "storage/cassandra/cql_value.h"
@@ -32,14 +33,12 @@ typedef struct job {
     size_t n;
 } job;
 
-typedef struct uri_opts uri_opts;
-
 typedef struct cass_sink {
     bdb_sink base;
     /* NULL until a contact point answered (offline_start): connect() is retried by
      * the first user after next_try_ms. */
     cql_session *_Atomic sess;
-    uri_opts *u;
+    cass_uri *u;
     pthread_mutex_t conn_mu;
     int64_t next_try_ms;
     int offline_logged;
@@ -68,188 +67,6 @@ typedef struct cass_sink {
  * that a scrape never sees a sink being closed. */
 static pthread_mutex_t g_open_mu = PTHREAD_MUTEX_INITIALIZER;
 static cass_sink *g_open;
-
-/* ---------------------------------------------------------------- URI */
-
-struct uri_opts {
-    char hosts[1024];
-    char ks[49];
-    char dc[64];
-    int write_cl, read_cl;
-    char replication[512];
-    char user[128], password[256];
-    int inflight, batch_rows, pool, retries, timeout_ms;
-    int create_schema;
-    int offline_start;
-    int64_t bucket_s;
-    int tls, tls_verify;               /* tls=, tls_verify= */
-    char ca[512], cert[512], key[512]; /* ca=, cert=, key= (PEM files) */
-};
-
-static int parse_int(const char *k, const char *v, int lo, int hi, int *out, char *err,
-                     size_t errlen)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi) {
-        snprintf(err, errlen, "storage URI: %s=%s must be an integer in %d..%d", k, v, lo, hi);
-        return BDB_ERR_INVALID;
-    }
-    *out = (int)x;
-    return BDB_OK;
-}
-
-static int parse_cl(const char *k, const char *v, int *out, char *err, size_t errlen)
-{
-    int cl = cql_consistency_parse(v);
-    if (cl < 0 || cl == CQL_SERIAL || cl == CQL_LOCAL_SERIAL) {
-        snprintf(err, errlen,
-                 "storage URI: %s=%s is not a consistency level (ONE, TWO, THREE, QUORUM, ALL, "
-                 "LOCAL_QUORUM, EACH_QUORUM, LOCAL_ONE)",
-                 k, v);
-        return BDB_ERR_INVALID;
-    }
-    *out = cl;
-    return BDB_OK;
-}
-
-static int parse_uri(const char *uri, uri_opts *o, char *err, size_t errlen)
-{
-    memset(o, 0, sizeof *o);
-    o->write_cl = o->read_cl = CQL_LOCAL_QUORUM;
-    o->inflight = 16;
-    o->batch_rows = 100;
-    o->pool = 2;
-    o->retries = 6;
-    o->timeout_ms = 12000;
-    o->create_schema = 1;
-    o->bucket_s = 3600;
-    o->tls_verify = 1;
-    const char *pre = "cassandra://";
-    if (strncmp(uri, pre, strlen(pre)) != 0) {
-        snprintf(err, errlen, "storage URI '%s' must start with cassandra://", uri);
-        return BDB_ERR_INVALID;
-    }
-    const char *p = uri + strlen(pre);
-    const char *slash = strchr(p, '/');
-    size_t hl = slash ? (size_t)(slash - p) : strlen(p);
-    if (hl == 0 || hl >= sizeof o->hosts) {
-        snprintf(err, errlen, "storage URI '%s': no host (cassandra://HOST[:PORT],.../KEYSPACE)",
-                 uri);
-        return BDB_ERR_INVALID;
-    }
-    memcpy(o->hosts, p, hl);
-    const char *ks = slash ? slash + 1 : "";
-    const char *q = strchr(ks, '?');
-    size_t kl = q ? (size_t)(q - ks) : strlen(ks);
-    if (kl == 0)
-        snprintf(o->ks, sizeof o->ks, "bucketdb");
-    else if (kl >= sizeof o->ks) {
-        snprintf(err, errlen, "storage URI: keyspace longer than 48 characters");
-        return BDB_ERR_INVALID;
-    } else
-        memcpy(o->ks, ks, kl);
-    for (const char *c = o->ks; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '_')) {
-            snprintf(err, errlen, "storage URI: keyspace '%s': letters, digits and _ only", o->ks);
-            return BDB_ERR_INVALID;
-        }
-    const char *env = getenv("CQL_PASSWORD");
-    if (env)
-        snprintf(o->password, sizeof o->password, "%s", env);
-    if (!q)
-        return BDB_OK;
-    char *query = strdup(q + 1), *save = NULL;
-    int rc = BDB_OK;
-    for (char *kv = strtok_r(query, "&", &save); kv && rc == BDB_OK;
-         kv = strtok_r(NULL, "&", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) {
-            snprintf(err, errlen, "storage URI: '%s' is not key=value", kv);
-            rc = BDB_ERR_INVALID;
-            break;
-        }
-        *eq = 0;
-        const char *k = kv, *v = eq + 1;
-        if (!strcmp(k, "dc"))
-            snprintf(o->dc, sizeof o->dc, "%s", v);
-        else if (!strcmp(k, "consistency")) {
-            rc = parse_cl(k, v, &o->write_cl, err, errlen);
-            o->read_cl = o->write_cl;
-        } else if (!strcmp(k, "write_consistency"))
-            rc = parse_cl(k, v, &o->write_cl, err, errlen);
-        else if (!strcmp(k, "read_consistency"))
-            rc = parse_cl(k, v, &o->read_cl, err, errlen);
-        else if (!strcmp(k, "replication"))
-            snprintf(o->replication, sizeof o->replication, "%s", v);
-        else if (!strcmp(k, "user"))
-            snprintf(o->user, sizeof o->user, "%s", v);
-        else if (!strcmp(k, "password"))
-            snprintf(o->password, sizeof o->password, "%s", v);
-        else if (!strcmp(k, "inflight"))
-            rc = parse_int(k, v, 1, 256, &o->inflight, err, errlen);
-        else if (!strcmp(k, "batch_rows"))
-            rc = parse_int(k, v, 1, 1000, &o->batch_rows, err, errlen);
-        else if (!strcmp(k, "pool"))
-            rc = parse_int(k, v, 1, 8, &o->pool, err, errlen);
-        else if (!strcmp(k, "retries"))
-            rc = parse_int(k, v, 0, 20, &o->retries, err, errlen);
-        else if (!strcmp(k, "offline_start")) {
-            if (strcmp(v, "true") && strcmp(v, "false")) {
-                snprintf(err, errlen, "storage URI: offline_start=%s must be true or false", v);
-                rc = BDB_ERR_INVALID;
-            }
-            o->offline_start = !strcmp(v, "true");
-        } else if (!strcmp(k, "timeout_ms"))
-            rc = parse_int(k, v, 100, 600000, &o->timeout_ms, err, errlen);
-        else if (!strcmp(k, "schema")) {
-            if (strcmp(v, "create") && strcmp(v, "none")) {
-                snprintf(err, errlen, "storage URI: schema=%s must be create or none", v);
-                rc = BDB_ERR_INVALID;
-            }
-            o->create_schema = !strcmp(v, "create");
-        } else if (!strcmp(k, "bucket")) {
-            if (sch_parse_duration(v, &o->bucket_s) != BDB_OK || o->bucket_s <= 0) {
-                snprintf(err, errlen, "storage URI: bucket=%s is not a duration (e.g. 1h)", v);
-                rc = BDB_ERR_INVALID;
-            }
-        } else if (!strcmp(k, "tls") || !strcmp(k, "tls_verify")) {
-            if (strcmp(v, "true") && strcmp(v, "false")) {
-                snprintf(err, errlen, "storage URI: %s=%s must be true or false", k, v);
-                rc = BDB_ERR_INVALID;
-            }
-            *(!strcmp(k, "tls") ? &o->tls : &o->tls_verify) = !strcmp(v, "true");
-        } else if (!strcmp(k, "ca") || !strcmp(k, "cert") || !strcmp(k, "key")) {
-            char *dst = !strcmp(k, "ca") ? o->ca : !strcmp(k, "cert") ? o->cert : o->key;
-            if (!*v || strlen(v) >= sizeof o->ca) {
-                snprintf(err, errlen, "storage URI: %s= needs a file path of 1..%zu bytes", k,
-                         sizeof o->ca - 1);
-                rc = BDB_ERR_INVALID;
-            } else {
-                snprintf(dst, sizeof o->ca, "%s", v);
-            }
-        } else {
-            snprintf(err, errlen,
-                     "storage URI: unknown key '%s' (dc, consistency, write_consistency, "
-                     "read_consistency, replication, user, password, inflight, batch_rows, "
-                     "pool, retries, timeout_ms, schema, bucket, offline_start, tls, ca, cert, "
-                     "key, tls_verify)",
-                     k);
-            rc = BDB_ERR_INVALID;
-        }
-    }
-    free(query);
-    if (rc == BDB_OK && !o->tls && (o->ca[0] || o->cert[0] || o->key[0] || !o->tls_verify)) {
-        snprintf(err, errlen, "storage URI: ca=, cert=, key= and tls_verify= need tls=true");
-        rc = BDB_ERR_INVALID;
-    }
-    if (rc == BDB_OK && o->key[0] && !o->cert[0]) {
-        snprintf(err, errlen, "storage URI: key= needs cert= (the client certificate)");
-        rc = BDB_ERR_INVALID;
-    }
-    return rc;
-}
 
 /* ---------------------------------------------------------------- schema */
 
@@ -298,7 +115,7 @@ static int run_ddl(cql_session *sess, char *text, char *err, size_t errlen)
     return rc;
 }
 
-static int create_schema(cql_session *sess, const uri_opts *u, char *err, size_t errlen)
+static int create_schema(cql_session *sess, const cass_uri *u, char *err, size_t errlen)
 {
     const cql_topology *t = cql_session_topology(sess);
     sch_opts so;
@@ -345,7 +162,7 @@ static int create_schema(cql_session *sess, const uri_opts *u, char *err, size_t
 
 static int connect_now(cass_sink *s, char *err, size_t errlen)
 {
-    const uri_opts *u = s->u;
+    const cass_uri *u = s->u;
     cql_session_opts so = {.hosts = u->hosts,
                            .user = u->user[0] ? u->user : NULL,
                            .password = u->user[0] ? u->password : NULL,
@@ -853,8 +670,8 @@ void cass_sink_get_stats(bdb_sink *base, cass_sink_stats *st)
 int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen)
 {
     *out = NULL;
-    uri_opts u;
-    int rc = parse_uri(uri, &u, err, errlen);
+    cass_uri u;
+    int rc = cass_uri_parse(uri, &u, err, errlen);
     if (rc != BDB_OK)
         return rc;
     cass_sink *s = calloc(1, sizeof *s);
