@@ -1,0 +1,156 @@
+/* respond: the answer helpers every handler uses: a body with the headers Influx
+ * clients look for, JSON errors (also in X-Influxdb-Error), 429/503 with Retry-After,
+ * and the refusals of backpressure (docs/TENANCY.md#backpressure). */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
+                        const void *body, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    if (ctype)
+        MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    if (status == 503 || status == 429)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    if (status >= 100 && status < 600)
+        atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
+enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                    int64_t retry_after_s, const char *msg, const void *body,
+                                    size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    if (msg) {
+        /* Influx clients read the reason from this header too; keep it one line. */
+        char hdr[512];
+        snprintf(hdr, sizeof hdr, "%s", msg);
+        for (char *p = hdr; *p; p++)
+            if (*p == '\n' || *p == '\r')
+                *p = ' ';
+        MHD_add_response_header(resp, "X-Influxdb-Error", hdr);
+    }
+    if (retry_after_s > 0) {
+        char ra[24];
+        snprintf(ra, sizeof ra, "%lld", (long long)retry_after_s);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
+enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, const void *body, size_t len)
+{
+    return respond_retry_error(s, c, status, status == 503 || status == 429 ? 1 : 0, msg, body,
+                               len);
+}
+
+enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                   const char *msg, int influx)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_puts(&b, "\"}\n");
+    enum MHD_Result r = respond_body_error(s, c, status, influx ? msg : NULL, b.data, b.len);
+    bdb_buf_free(&b);
+    return r;
+}
+
+const char *arg(struct MHD_Connection *c, const char *name)
+{
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,
+                                     enum bdb_bp_reason why, const char *tenant)
+{
+    bdb_bp_stats st;
+    bdb_bp_get_stats(s->bp, &st);
+    const bdb_config *cf = &s->cfg;
+    unsigned share = (unsigned)cf->tenant_inflight_share;
+    int64_t retry = bdb_bp_retry_after(why);
+    char msg[600];
+    switch (why) {
+    case BDB_BP_TENANT_BYTES:
+        snprintf(msg, sizeof msg,
+                 "too much in flight for tenant '%s': its requests may hold %llu bytes at once "
+                 "(tenant_inflight_share %u%% of max_inflight_bytes %llu); nothing of this "
+                 "request was written; retry after %lld s",
+                 tenant ? tenant : "",
+                 (unsigned long long)bdb_bp_share(cf->max_inflight_bytes, share), share,
+                 (unsigned long long)cf->max_inflight_bytes, (long long)retry);
+        break;
+    case BDB_BP_TENANT_WRITES:
+        snprintf(msg, sizeof msg,
+                 "too much in flight for tenant '%s': it may have %llu write requests in flight "
+                 "(tenant_inflight_share %u%% of max_inflight_writes %d); nothing of this "
+                 "request was written; retry after %lld s",
+                 tenant ? tenant : "",
+                 (unsigned long long)bdb_bp_share((uint64_t)cf->max_inflight_writes, share), share,
+                 cf->max_inflight_writes, (long long)retry);
+        break;
+    case BDB_BP_INFLIGHT_WRITES:
+        snprintf(msg, sizeof msg,
+                 "server overloaded: %llu write requests in flight (max_inflight_writes %d); "
+                 "nothing of this request was written; retry after %lld s",
+                 (unsigned long long)st.writes, cf->max_inflight_writes, (long long)retry);
+        break;
+    case BDB_BP_HEAD_MEMORY:
+        snprintf(msg, sizeof msg,
+                 "server overloaded: the storage head holds %llu bytes, more than %d x "
+                 "head_max_bytes %llu (flushing to disk is behind); nothing of this request was "
+                 "written; retry after %lld s",
+                 (unsigned long long)bdb_db_head_bytes(s->db), BDB_BP_HEAD_FACTOR,
+                 (unsigned long long)cf->head_max_bytes, (long long)retry);
+        break;
+    default:
+        snprintf(msg, sizeof msg,
+                 "server overloaded: requests in flight hold %llu bytes (max_inflight_bytes "
+                 "%llu); nothing of this request was written; retry after %lld s",
+                 (unsigned long long)st.bytes, (unsigned long long)cf->max_inflight_bytes,
+                 (long long)retry);
+        break;
+    }
+    unsigned status = bdb_bp_status(why);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_printf(&b, "\",\"reason\":\"%s\",\"retry_after\":%lld", bdb_bp_reason_name(why),
+                   (long long)retry);
+    if (status == 429 && tenant) {
+        bdb_buf_puts(&b, ",\"tenant\":\"");
+        bdb_buf_json_str(&b, tenant, strlen(tenant));
+        bdb_buf_putc(&b, '"');
+    }
+    bdb_buf_puts(&b, "}\n");
+    enum MHD_Result r = respond_retry_error(s, c, status, retry, msg, b.data, b.len);
+    bdb_buf_free(&b);
+    return r;
+}
