@@ -61,20 +61,6 @@ int64_t bdb_tier_default_retention(enum bdb_res res)
     }
 }
 
-typedef struct tstate {
-    bdb_db *db;
-    char *dir, *sub[BDB_TIERS];
-    pthread_rwlock_t lock;
-    tfile **files; /* sorted by (res, tenant, start, seq) */
-    size_t n, cap;
-    uint64_t next_seq;
-    uint64_t covered_at; /* see the header comment; UINT64_MAX = none */
-    bdb_tier_retention_fn ret_cb;
-    void *ret_ctx;
-    _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
-    int sink_synced; /* sink: reads may use the sink (db_agg_sink.h); under lock */
-} tstate;
-
 /* The state lives in db->tier (created by tier_get, freed by db_tier_close). */
 
 static int file_cmp(const void *x, const void *y)
@@ -90,7 +76,7 @@ static int file_cmp(const void *x, const void *y)
     return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
-static int files_add(tstate *t, tfile *f)
+int tier_files_add(tstate *t, tfile *f)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 32;
@@ -234,7 +220,7 @@ static int scan_one(void *ctx, const char *name)
         return 0;
     }
     f->path = bdb_strdup(path);
-    if (!f->path || files_add(t, f) != BDB_OK) {
+    if (!f->path || tier_files_add(t, f) != BDB_OK) {
         tf_free(f);
         free(f);
         s->nomem = 1;
@@ -287,7 +273,7 @@ static tstate *state_new(bdb_db *db)
 /* The state of db, loaded from disk on first use. The first use is always before the
  * first tier write of this process (the flush hook calls this first), so db->wal_upto
  * read here is the catalog's committed value. */
-static tstate *tier_get(bdb_db *db)
+tstate *tier_state(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
     if (!db->tier)
@@ -324,7 +310,7 @@ static void state_free(tstate *t)
 
 void bdb_db_tier_set_retention_hook(bdb_db *db, bdb_tier_retention_fn cb, void *ctx)
 {
-    tstate *t = tier_get(db);
+    tstate *t = tier_state(db);
     if (!t) { /* at start only; without memory for it the server does not start either */
         BDB_ERROR("out of memory loading the tier files");
         return;
@@ -337,7 +323,7 @@ void bdb_db_tier_set_retention_hook(bdb_db *db, bdb_tier_retention_fn cb, void *
 
 void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st)
 {
-    tstate *t = tier_get(db);
+    tstate *t = tier_state(db);
     memset(st, 0, sizeof *st);
     if (!t)
         return;
@@ -497,7 +483,7 @@ static char *file_name(uint64_t seq)
 
 /* Writes every builder durably and opens the results; on error removes what was
  * written and returns the error with *out empty. */
-static int write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out)
+int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out)
 {
     tfile **files = bdb_calloc(n + 1, sizeof *files);
     *out = NULL;
@@ -547,7 +533,7 @@ static int write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, t
 
 int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
 {
-    tstate *t = tier_get(db);
+    tstate *t = tier_state(db);
     if (rc != BDB_OK)
         return rc;
     if (!t)
@@ -605,7 +591,7 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     gather_free(&g);
     tfile **files = NULL;
     if (rc == BDB_OK)
-        rc = write_files(t, bs.v, bs.seq, bs.n, &files);
+        rc = tier_write_files(t, bs.v, bs.seq, bs.n, &files);
     if (rc == BDB_OK && agg_sink_tiers(db)) { /* sink: complete windows before publishing */
         pthread_rwlock_wrlock(&t->lock);
         t->sink_synced = 0;
@@ -620,7 +606,7 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     if (rc == BDB_OK) {
         pthread_rwlock_wrlock(&t->lock);
         for (size_t i = 0; i < bs.n; i++)
-            files_add(t, files[i]);
+            tier_files_add(t, files[i]);
         t->covered_at = atomic_load(&db->flushes);
         t->sink_synced = 1; /* sink: every window of the published files was put */
         pthread_rwlock_unlock(&t->lock);
@@ -671,7 +657,7 @@ static int read_files(tstate *t, const char *tn, const char *dn, const char *met
 int tier_read_files(bdb_db *db, const char *tn, const char *dn, const char *metric,
                     enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out)
 {
-    tstate *t = tier_get(db);
+    tstate *t = tier_state(db);
     return t ? read_files(t, tn, dn, metric, res, lo, hi, out) : BDB_ERR_NOMEM;
 }
 
@@ -707,7 +693,7 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
             return BDB_ERR_INVALID;
         bdb_rollup_reset(&out[i]);
     }
-    tstate *t = tier_get(db);
+    tstate *t = tier_state(db);
     if (!t)
         return BDB_ERR_NOMEM;
     pthread_rwlock_rdlock(&t->lock);
@@ -749,188 +735,5 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
         gather_free(&g);
     }
     pthread_rwlock_unlock(&t->lock);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- maintenance */
-
-static int64_t retention_of(tstate *t, const char *tn, enum bdb_res res)
-{
-    int64_t dflt = bdb_tier_default_retention(res);
-    int64_t conf = t->db->o.tier_retention_ms[res - 1];
-    if (conf > 0)
-        dflt = conf;
-    else if (conf < 0)
-        dflt = 0;
-    return t->ret_cb ? t->ret_cb(t->ret_ctx, tn, res, dflt) : dflt;
-}
-
-int64_t tier_retention(bdb_db *db, const char *tn, enum bdb_res res)
-{
-    tstate *t = tier_get(db);
-    if (!t) /* without the hook's answer: keep everything this time */
-        return 0;
-    return retention_of(t, tn, res);
-}
-
-static void drop_file(tstate *t, tfile *f, const char *why)
-{
-    BDB_INFO("tier %s: %s %s", bdb_res_name(f->res), why, f->path);
-    bdb_vfs_unlink(t->db->vfs, f->path);
-    tf_free(f);
-    free(f);
-}
-
-static void retention(tstate *t)
-{
-    int64_t now = bdb_clock_now(&t->db->o.clock);
-    tfile **drop = bdb_calloc(t->n + 1, sizeof *drop);
-    if (!drop) /* out of memory: nothing dropped this time, the next maintenance does */
-        return;
-    size_t nd = 0, k = 0;
-    pthread_rwlock_wrlock(&t->lock);
-    for (size_t i = 0; i < t->n; i++) {
-        tfile *f = t->files[i];
-        int64_t keep = retention_of(t, f->tenant, f->res);
-        if (keep > 0 && f->end <= now - keep)
-            drop[nd++] = f;
-        else
-            t->files[k++] = f;
-    }
-    t->n = k;
-    pthread_rwlock_unlock(&t->lock);
-    for (size_t i = 0; i < nd; i++) {
-        int r = drop[i]->res - 1;
-        drop_file(t, drop[i], "retention drops");
-        bdb_vfs_sync_dir(t->db->vfs, t->sub[r]);
-        atomic_fetch_add(&t->dropped, 1);
-    }
-    free(drop);
-}
-
-/* Merges files [a, b) of t->files (one tier, tenant and file window, all committed)
- * into one. The new file lists the inputs' seqs, so a crash after its rename but
- * before the inputs are unlinked does not count them twice at the next open. */
-static int compact(tstate *t, size_t a, size_t b)
-{
-    size_t nin = b - a;
-    tfile **in = bdb_malloc(nin * sizeof *in);
-    uint64_t *seqs = bdb_malloc(nin * sizeof *seqs);
-    size_t *pos = bdb_calloc(nin, sizeof *pos);
-    if (!in || !seqs || !pos) { /* the inputs stay; the next maintenance retries */
-        free(in);
-        free(seqs);
-        free(pos);
-        return BDB_ERR_NOMEM;
-    }
-    uint64_t upto = 0;
-    unsigned flags = 0;
-    for (size_t i = 0; i < nin; i++) {
-        in[i] = t->files[a + i];
-        seqs[i] = in[i]->seq;
-        /* the merge of a replacing file and what it replaced is again complete */
-        flags |= in[i]->flags & TF_REPLACES;
-        if (in[i]->wal_upto > upto)
-            upto = in[i]->wal_upto;
-    }
-    const tfile *f0 = in[0];
-    uint64_t seq = t->next_seq++;
-    tbuilder tb;
-    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin, flags);
-    bdb_rollup r;
-    bdb_rollup_init(&r, bdb_res_width(f0->res));
-    int rc = BDB_OK;
-    /* k-way merge over the inputs' sorted record tables */
-    for (;;) {
-        const trec *low = NULL;
-        for (size_t i = 0; i < nin; i++) {
-            if (pos[i] >= in[i]->nrec)
-                continue;
-            const trec *x = &in[i]->recs[pos[i]];
-            if (!low || strcmp(x->device, low->device) < 0 ||
-                (!strcmp(x->device, low->device) && strcmp(x->metric, low->metric) < 0))
-                low = x;
-        }
-        if (!low)
-            break;
-        trec key = *low;
-        bdb_rollup_reset(&r);
-        for (size_t i = 0; i < nin; i++) {
-            if (pos[i] >= in[i]->nrec)
-                continue;
-            const trec *x = &in[i]->recs[pos[i]];
-            if (strcmp(x->device, key.device) || strcmp(x->metric, key.metric))
-                continue;
-            if (rc == BDB_OK)
-                rc = tf_read_rec(in[i], x, INT64_MIN, INT64_MAX, &r);
-            pos[i]++;
-        }
-        if (rc != BDB_OK)
-            break;
-        tf_add(&tb, key.device, key.dlen, key.metric, key.mlen, &r);
-    }
-    bdb_rollup_free(&r);
-    free(pos);
-    tfile **out = NULL;
-    if (rc == BDB_OK)
-        rc = write_files(t, &tb, &seq, 1, &out);
-    tf_builder_free(&tb);
-    if (rc != BDB_OK) {
-        BDB_ERROR("tier compaction of %s failed: %s", f0->path, bdb_strerror(rc));
-        free(in);
-        free(seqs);
-        return rc;
-    }
-    pthread_rwlock_wrlock(&t->lock);
-    size_t k = 0;
-    for (size_t i = 0; i < t->n; i++)
-        if (i < a || i >= b)
-            t->files[k++] = t->files[i];
-    t->n = k;
-    files_add(t, out[0]); /* cannot fail: the list shrank by nin >= 1 first */
-    pthread_rwlock_unlock(&t->lock);
-    int r0 = in[0]->res - 1;
-    for (size_t i = 0; i < nin; i++)
-        drop_file(t, in[i], "compacted");
-    bdb_vfs_sync_dir(t->db->vfs, t->sub[r0]);
-    atomic_fetch_add(&t->compacted, 1);
-    free(out);
-    free(in);
-    free(seqs);
-    return BDB_OK;
-}
-
-int db_tier_maintain(bdb_db *db)
-{
-    tstate *t = tier_get(db);
-    if (!t)
-        return BDB_ERR_NOMEM;
-    retention(t);
-    /* Only this thread (under flush_mutex) changes the list, so indexes stay valid
-     * without the lock between compactions. Files past the committed catalog (a
-     * catalog save failed) stay out: merged, they would be dropped with the rest at a
-     * restart. */
-    int rc = BDB_OK;
-    for (size_t a = 0; a < t->n;) {
-        size_t b = a;
-        while (b < t->n && t->files[b]->res == t->files[a]->res &&
-               t->files[b]->start == t->files[a]->start &&
-               !strcmp(t->files[b]->tenant, t->files[a]->tenant) &&
-               t->files[b]->wal_upto <= db->wal_upto)
-            b++;
-        if (b - a > 1) {
-            int crc = compact(t, a, b);
-            if (crc != BDB_OK) {
-                rc = crc;
-                a = b;
-            }
-            /* on success the merged file sorts at the position of the first input's
-             * group; whatever follows moved down by b - a - 1 */
-            else
-                a++;
-            continue;
-        }
-        a = b > a ? b : a + 1;
-    }
     return rc;
 }

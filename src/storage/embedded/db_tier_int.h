@@ -6,8 +6,11 @@
 #include "agg/rollup.h"
 #include "common/buf.h"
 #include "storage/embedded/db.h"
+#include "storage/embedded/db_tier.h"
 #include "storage/vfs/vfs.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,6 +80,29 @@ int tf_read_rec(const tfile *t, const trec *rec, int64_t lo, int64_t hi, bdb_rol
 /* db_tier.c, for the late path: the windows of one series at res in [lo, hi) from the
  * committed tier files only (no head), merged (replacing) in seq order into out; and a
  * tenant's resolved retention of a tier (0 = forever). Flush thread only. */
+/* The tier state of a db (db_tier.c; db->tier): the tier files, sorted by (res,
+ * tenant, start, seq), under lock. See db_tier.c for the locking order and covered_at. */
+typedef struct tstate {
+    bdb_db *db;
+    char *dir, *sub[BDB_TIERS];
+    pthread_rwlock_t lock;
+    tfile **files; /* sorted by (res, tenant, start, seq) */
+    size_t n, cap;
+    uint64_t next_seq;
+    uint64_t covered_at; /* see the header comment; UINT64_MAX = none */
+    bdb_tier_retention_fn ret_cb;
+    void *ret_ctx;
+    _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
+    int sink_synced; /* sink: reads may use the sink (db_agg_sink.h); under lock */
+} tstate;
+
+/* db_tier.c, for db_tier_maint.c: the state, loaded on first use (NULL: out of
+ * memory); a file added to the sorted list (BDB_ERR_NOMEM); builders written durably
+ * and opened as *out (on error, what was written is removed and *out is empty). */
+tstate *tier_state(bdb_db *db);
+int tier_files_add(tstate *t, tfile *f);
+int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out);
+
 int tier_read_files(bdb_db *db, const char *tn, const char *dn, const char *metric,
                     enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out);
 int64_t tier_retention(bdb_db *db, const char *tn, enum bdb_res res);
