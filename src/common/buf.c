@@ -170,37 +170,21 @@ void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n)
     }
 }
 
-/* Values a sensor sends (21.37, 1013, 0.004) are printed here without printf. For
- * |v| in [1e-4, 1e15): m = round(|v| x 10^d) with d chosen so that m has exactly 15
- * digits. If m / 10^d == |v|, that decimal reads back as v (m and 10^d are exact
- * doubles, and both the division and strtod round the same exact quotient
- * correctly), so it is what %.15g prints: fixed notation in that range, and without
- * its trailing zeros the shortest such form (a shorter one, padded with zeros, would
- * be this m). If not, no decimal of 15 digits or fewer reads back as v. Returns the
- * length written to out (at least 24 bytes), or 0 for the printf path. Formatting
- * doubles was most of the time of a JSON answer (printf and strtod). */
-static size_t fmt_fixed(double v, char *out)
+/* Doubles for JSON and line protocol: the shortest of %.15g, %.16g and %.17g that
+ * reads back as the same double (what strtod gives), as printf and strtod would
+ * find it, but without them for |v| in [1e-4, 1e15), where %g writes fixed
+ * notation: formatting doubles was most of the time of a JSON answer. The other
+ * values go through printf. common_test compares both ways over many values. */
+
+static const double p10d[] = {1e-4, 1e-3, 1e-2, 1e-1, 1e0,  1e1,  1e2,  1e3,
+                              1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                              1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
+#define P10(d) p10d[(d) + 4] /* 10^d for d in -4..19 */
+
+/* u with d decimals, in fixed notation without trailing zeros; returns the length. */
+static size_t put_fixed(uint64_t u, int d, int neg, char *out)
 {
-    static const double p10[] = {1e-4, 1e-3, 1e-2, 1e-1, 1e0,  1e1,  1e2,  1e3,
-                                 1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
-    const double *pos = p10 + 4; /* pos[d] = 10^d for d in 0..19 */
-    double a = fabs(v);
-    if (!(a >= 1e-4 && a < 1e15))
-        return 0;
-    int k = -4; /* 10^k <= a, about: the checks on m below settle it */
-    while (k < 14 && a >= pos[k + 1])
-        k++;
-    int d = 14 - k;
-    double m = rint(a * pos[d]);
-    if (m >= 1e15 && d > 0)
-        m = rint(a * pos[--d]);
-    else if (m < 1e14 && d < 19)
-        m = rint(a * pos[++d]);
-    if (m >= 1e15 || m < 1e14 || m / pos[d] != a)
-        return 0;
-    uint64_t u = (uint64_t)m;
-    while (d > 0 && u % 10 == 0) { /* the shortest form: drop trailing zeros */
+    while (d > 0 && u % 10 == 0) {
         u /= 10;
         d--;
     }
@@ -211,7 +195,7 @@ static size_t fmt_fixed(double v, char *out)
     while (n <= d) /* 0.0042: the zeros before the first digit */
         dig[n++] = '0';
     size_t len = 0;
-    if (v < 0)
+    if (neg)
         out[len++] = '-';
     while (n > 0) {
         if (n == d)
@@ -221,18 +205,135 @@ static size_t fmt_fixed(double v, char *out)
     return len;
 }
 
+/* Up to 15 digits (what a sensor sends: 21.37, 1013, 0.004): m = round(a x 10^d)
+ * with exactly 15 digits. If m / 10^d == a, that decimal reads back as a (m and
+ * 10^d are exact doubles, and both the division and strtod round the same exact
+ * quotient correctly), so it is what %.15g prints, and without its trailing zeros
+ * the shortest form. If not, no decimal of 15 digits or fewer reads back as a. k is
+ * about log10(a); the checks on m settle it. */
+static size_t fmt_15(double a, int k, int neg, char *out)
+{
+    int d = 14 - k;
+    double m = rint(a * P10(d));
+    if (m >= 1e15 && d > 0)
+        m = rint(a * P10(--d));
+    else if (m < 1e14 && d < 19)
+        m = rint(a * P10(++d));
+    if (m >= 1e15 || m < 1e14 || m / P10(d) != a)
+        return 0;
+    return put_fixed((uint64_t)m, d, neg, out);
+}
+
+__extension__ typedef unsigned __int128 u128;
+
+static const uint64_t pow5[] = {1ull,
+                                5ull,
+                                25ull,
+                                125ull,
+                                625ull,
+                                3125ull,
+                                15625ull,
+                                78125ull,
+                                390625ull,
+                                1953125ull,
+                                9765625ull,
+                                48828125ull,
+                                244140625ull,
+                                1220703125ull,
+                                6103515625ull,
+                                30517578125ull,
+                                152587890625ull,
+                                762939453125ull,
+                                3814697265625ull,
+                                19073486328125ull,
+                                95367431640625ull,
+                                476837158203125ull,
+                                2384185791015625ull};
+
+/* f x 2^e x 10^j rounded to an integer, half to even, exactly (f < 2^53, j <= 22:
+ * f x 5^j < 2^105; the caller keeps the result below 10^17). */
+static uint64_t scaled_round(uint64_t f, int e, int j)
+{
+    u128 num = (u128)f * pow5[j];
+    int s = e + j;
+    if (s >= 0)
+        return (uint64_t)(num << s);
+    if (s < -120)
+        return 0;
+    u128 q = num >> -s, rem = num - (q << -s), half = (u128)1 << (-s - 1);
+    if (rem > half || (rem == half && (q & 1)))
+        q++;
+    return (uint64_t)q;
+}
+
+/* Does the decimal D x 10^-j read back as f x 2^e? Yes when it lies strictly between
+ * the midpoints to the neighbouring doubles, or on one and f is even (strtod rounds
+ * ties to even). Both sides are scaled by 10^j x 2^(2-e) to compare integers. */
+static int reads_back(uint64_t f, int e, uint64_t D, int j)
+{
+    u128 lo = 4 * f - (f == (1ull << 52) ? 1 : 2), hi = 4 * f + 2; /* x 2^(e-2) */
+    u128 x = D;
+    lo *= pow5[j];
+    hi *= pow5[j];
+    int t = e - 2 + j;
+    if (t >= 0) {
+        lo <<= t;
+        hi <<= t;
+    } else {
+        x <<= -t;
+    }
+    if (x > lo && x < hi)
+        return 1;
+    return (x == lo || x == hi) && !(f & 1);
+}
+
+/* 16 or 17 digits, exactly as %.16g (if it reads back) or else %.17g print them:
+ * correctly rounded digits of a = f x 2^e, computed in 128-bit integers. 0 if the
+ * digit count cannot be settled (the printf path then decides). */
+static size_t fmt_17(double a, int k, int neg, char *out)
+{
+    uint64_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    uint64_t f = (bits & ((1ull << 52) - 1)) | (1ull << 52); /* a is normal here */
+    int e = (int)((bits >> 52) & 0x7ff) - 1075;
+    for (int n = 16; n <= 17; n++) {
+        uint64_t lo = (uint64_t)P10(n - 1), hi = (uint64_t)P10(n);
+        int j = n - 1 - k;
+        uint64_t D = scaled_round(f, e, j);
+        if (D >= hi && j > 0)
+            D = scaled_round(f, e, --j);
+        else if (D < lo && j < 22)
+            D = scaled_round(f, e, ++j);
+        if (D == hi && j > 0) { /* 9.99...96 rounded up to the next power of ten */
+            D = lo;
+            j--;
+        }
+        if (D < lo || D >= hi)
+            return 0;
+        if (n == 17 || reads_back(f, e, D, j))
+            return put_fixed(D, j, neg, out);
+    }
+    return 0;
+}
+
 void bdb_buf_double(bdb_buf *b, double v)
 {
     char tmp[32];
-    size_t n = fmt_fixed(v, tmp);
-    if (n) {
-        bdb_buf_append(b, tmp, n);
-        return;
-    }
-    /* %.17g always round-trips; try shorter first so 0.1 prints as 0.1. In the fast
-     * path's range, its failure means 15 digits do not round-trip: start at 16. */
     double a = fabs(v);
-    for (int prec = a >= 1e-4 && a < 1e15 ? 16 : 15; prec <= 17; prec++) {
+    if (a >= 1e-4 && a < 1e15) {
+        int k = -4; /* 10^k <= a, about */
+        while (k < 14 && a >= P10(k + 1))
+            k++;
+        size_t n = fmt_15(a, k, v < 0, tmp);
+        if (!n)
+            n = fmt_17(a, k, v < 0, tmp);
+        if (n) {
+            bdb_buf_append(b, tmp, n);
+            return;
+        }
+    }
+    /* %.17g always round-trips; try shorter first so 0.1 prints as 0.1. */
+    for (int prec = 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
         if (prec == 17 || strtod(tmp, NULL) == v)
             break;

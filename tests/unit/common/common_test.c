@@ -531,6 +531,23 @@ static void test_double_format(void **state)
             hi = nextafter(hi, INFINITY);
         }
     }
+    /* powers of two and their neighbours: the gap below is half the gap above */
+    for (int e = -20; e <= 55; e++)
+        for (int step = -3; step <= 3; step++) {
+            double v = ldexp(1.0, e);
+            for (int t = 0; t < (step < 0 ? -step : step); t++)
+                v = nextafter(v, step < 0 ? 0.0 : INFINITY);
+            same_as_printf_search(v);
+        }
+    /* any double of the range printed without printf, mantissa and exponent at random:
+     * mostly the 16- and 17-digit path */
+    rng_state = 99;
+    for (int i = 0; i < 1500000; i++) {
+        uint64_t bits = (rng() & ((1ull << 52) - 1)) | ((uint64_t)(1023 - 14 + rng() % 64) << 52);
+        double v;
+        memcpy(&v, &bits, 8);
+        same_as_printf_search(i & 1 ? -v : v);
+    }
     rng_state = 4242;
     for (int i = 0; i < 300000; i++) {
         double v;
