@@ -181,6 +181,32 @@ static const double p10d[] = {1e-4, 1e-3, 1e-2, 1e-1, 1e0,  1e1,  1e2,  1e3,
                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19};
 #define P10(d) p10d[(d) + 4] /* 10^d for d in -4..19 */
 
+/* Two digits at a time from a table: put_fixed and the integer writers run for
+ * every value of an answer. */
+static const char digits2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536"
+    "37383940414243444546474849505152535455565758596061626364656667686970717273"
+    "7475767778798081828384858687888990919293949596979899";
+
+/* The decimal digits of u at the end of buf (24 bytes); returns where they start. */
+static char *u64_digits(uint64_t u, char *end)
+{
+    char *p = end;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        *--p = digits2[2 * r + 1];
+        *--p = digits2[2 * r];
+    }
+    if (u >= 10) {
+        *--p = digits2[2 * u + 1];
+        *--p = digits2[2 * u];
+    } else {
+        *--p = (char)('0' + u);
+    }
+    return p;
+}
+
 /* u with d decimals, in fixed notation without trailing zeros; returns the length. */
 static size_t put_fixed(uint64_t u, int d, int neg, char *out)
 {
@@ -188,21 +214,27 @@ static size_t put_fixed(uint64_t u, int d, int neg, char *out)
         u /= 10;
         d--;
     }
-    char dig[24];
-    int n = 0;
-    for (; u; u /= 10)
-        dig[n++] = (char)('0' + u % 10);
-    while (n <= d) /* 0.0042: the zeros before the first digit */
-        dig[n++] = '0';
+    char tmp[24], *end = tmp + sizeof tmp;
+    const char *p = u64_digits(u, end);
+    int n = (int)(end - p);
     size_t len = 0;
     if (neg)
         out[len++] = '-';
-    while (n > 0) {
-        if (n == d)
+    if (n <= d) { /* 0.0042: the zeros before the first digit */
+        out[len++] = '0';
+        out[len++] = '.';
+        for (int z = n; z < d; z++)
+            out[len++] = '0';
+    } else {
+        memcpy(out + len, p, (size_t)(n - d));
+        len += (size_t)(n - d);
+        p += n - d;
+        n = d;
+        if (d)
             out[len++] = '.';
-        out[len++] = dig[--n];
     }
-    return len;
+    memcpy(out + len, p, (size_t)n);
+    return len + (size_t)n;
 }
 
 /* Up to 15 digits (what a sensor sends: 21.37, 1013, 0.004): m = round(a x 10^d)
@@ -314,6 +346,24 @@ static size_t fmt_17(double a, int k, int neg, char *out)
             return put_fixed(D, j, neg, out);
     }
     return 0;
+}
+
+void bdb_buf_u64(bdb_buf *b, uint64_t v)
+{
+    char tmp[24], *end = tmp + sizeof tmp;
+    char *p = u64_digits(v, end);
+    bdb_buf_append(b, p, (size_t)(end - p));
+}
+
+void bdb_buf_i64(bdb_buf *b, int64_t v)
+{
+    char tmp[24], *end = tmp + sizeof tmp;
+    /* the magnitude as unsigned: -INT64_MIN does not fit an int64_t */
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    char *p = u64_digits(u, end);
+    if (v < 0)
+        *--p = '-';
+    bdb_buf_append(b, p, (size_t)(end - p));
 }
 
 void bdb_buf_double(bdb_buf *b, double v)

@@ -38,6 +38,10 @@ void bdb_buf_put_f64(bdb_buf *b, double v);                /* IEEE 754 bits, lit
 void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n); /* uvarint length + bytes */
 /* Appends s as the inside of a JSON string (escapes ", \ and control bytes). */
 void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n);
+/* Appends an integer in decimal, as printf's %lld / %llu would (without printf: these
+ * run for every row of an answer). */
+void bdb_buf_i64(bdb_buf *b, int64_t v);
+void bdb_buf_u64(bdb_buf *b, uint64_t v);
 /* Appends a double the way JSON and line protocol want it (shortest round-trip). */
 void bdb_buf_double(bdb_buf *b, double v);
 

@@ -185,7 +185,9 @@ static int produce(struct exp *e)
                 esc(&e->out, field, strlen(field), ",= ");
                 bdb_buf_putc(&e->out, '=');
                 bdb_buf_double(&e->out, e->samples[m].v[i]);
-                bdb_buf_printf(&e->out, " %lld000000\n", (long long)e->samples[m].ts[i]);
+                bdb_buf_putc(&e->out, ' ');
+                bdb_buf_i64(&e->out, e->samples[m].ts[i]);
+                bdb_buf_puts(&e->out, "000000\n");
             }
         }
     }

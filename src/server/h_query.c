@@ -40,7 +40,8 @@ static int row_cb(void *ctx, const char *metric, int64_t ts, double v)
         return 1;
     }
     if (o->csv) {
-        bdb_buf_printf(o->b, "%lld,", (long long)ts);
+        bdb_buf_i64(o->b, ts);
+        bdb_buf_putc(o->b, ',');
         /* metric names may contain commas or quotes: quote per RFC 4180 when needed */
         if (strpbrk(metric, ",\"\n")) {
             bdb_buf_putc(o->b, '"');
@@ -58,7 +59,8 @@ static int row_cb(void *ctx, const char *metric, int64_t ts, double v)
         bdb_buf_putc(o->b, '\n');
     } else {
         bdb_buf_puts(o->b, o->n ? ",[" : "[");
-        bdb_buf_printf(o->b, "%lld,\"", (long long)ts);
+        bdb_buf_i64(o->b, ts);
+        bdb_buf_puts(o->b, ",\"");
         bdb_buf_json_str(o->b, metric, strlen(metric));
         bdb_buf_puts(o->b, "\",");
         bdb_buf_double(o->b, v);
@@ -133,9 +135,13 @@ static int window_cb(void *ctx, const bdb_window_row *r)
     }
     const double v[] = {r->sum, r->min, r->max, r->mean, r->stddev, r->p50, r->p95, r->p99};
     if (o->csv) {
-        bdb_buf_printf(o->b, "%lld,", (long long)r->start);
+        bdb_buf_i64(o->b, r->start);
+        bdb_buf_putc(o->b, ',');
         csv_field(o->b, r->metric);
-        bdb_buf_printf(o->b, ",%s,%llu", o->tier, (unsigned long long)r->count);
+        bdb_buf_putc(o->b, ',');
+        bdb_buf_puts(o->b, o->tier);
+        bdb_buf_putc(o->b, ',');
+        bdb_buf_u64(o->b, r->count);
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
             bdb_buf_putc(o->b, ',');
             bdb_buf_double(o->b, v[i]);
@@ -143,9 +149,11 @@ static int window_cb(void *ctx, const bdb_window_row *r)
         bdb_buf_puts(o->b, r->final ? ",true\n" : ",false\n");
     } else {
         bdb_buf_puts(o->b, o->n ? ",[" : "[");
-        bdb_buf_printf(o->b, "%lld,\"", (long long)r->start);
+        bdb_buf_i64(o->b, r->start);
+        bdb_buf_puts(o->b, ",\"");
         bdb_buf_json_str(o->b, r->metric, strlen(r->metric));
-        bdb_buf_printf(o->b, "\",%llu", (unsigned long long)r->count);
+        bdb_buf_puts(o->b, "\",");
+        bdb_buf_u64(o->b, r->count);
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
             bdb_buf_putc(o->b, ',');
             bdb_buf_double(o->b, v[i]);

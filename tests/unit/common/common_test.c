@@ -460,6 +460,49 @@ static char *fmt_double(double v)
     return (char *)b.data;
 }
 
+/* bdb_buf_i64 and bdb_buf_u64 write what %lld and %llu write. */
+static void test_integer_format(void **state)
+{
+    (void)state;
+    static const int64_t edge[] = {0,
+                                   1,
+                                   -1,
+                                   9,
+                                   10,
+                                   -10,
+                                   99,
+                                   100,
+                                   999,
+                                   1000,
+                                   1700000000000,
+                                   INT64_MAX,
+                                   INT64_MIN,
+                                   INT64_MIN + 1,
+                                   -9223372036854};
+    char want[32];
+    bdb_buf b;
+    bdb_buf_init(&b);
+    rng_state = 31337;
+    for (int i = 0; i < 200000; i++) {
+        int64_t v =
+            i < (int)(sizeof edge / sizeof edge[0]) ? edge[i] : (int64_t)(rng() >> (rng() % 64));
+        if (i % 3 == 1)
+            v = -v;
+        bdb_buf_reset(&b);
+        bdb_buf_i64(&b, v);
+        snprintf(want, sizeof want, "%lld", (long long)v);
+        if (b.len != strlen(want) || memcmp(b.data, want, b.len))
+            fail_msg("i64 %s: got %.*s", want, (int)b.len, (const char *)b.data);
+        uint64_t u = (uint64_t)v;
+        bdb_buf_reset(&b);
+        bdb_buf_u64(&b, u);
+        snprintf(want, sizeof want, "%llu", (unsigned long long)u);
+        if (b.len != strlen(want) || memcmp(b.data, want, b.len))
+            fail_msg("u64 %s: got %.*s", want, (int)b.len, (const char *)b.data);
+    }
+    bdb_buf_free(&b);
+}
+
 /* What bdb_buf_double printed before its fixed-point fast path: the shortest of %.15g,
  * %.16g, %.17g that reads back as v. The fast path must print the same. */
 static void same_as_printf_search(double v)
@@ -970,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_parse_unix_ms),     cmocka_unit_test(test_parse_rfc3339),
         cmocka_unit_test(test_format_time),       cmocka_unit_test(test_floor_div_align),
         cmocka_unit_test(test_path_join),         cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_integer_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
