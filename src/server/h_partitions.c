@@ -121,20 +121,8 @@ int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const
                    "more than remain of this minute's allowance; nothing of it was written",
                    (int)v.device_len, v.device, tenant, (unsigned long long)v.limit, v.rejected);
     bdb_buf_putc(&msg, '\0');
-    bdb_buf o;
-    bdb_buf_init(&o);
-    bdb_buf_puts(&o, "{\"error\":\"");
-    bdb_buf_json_str(&o, (const char *)msg.data, msg.len - 1);
-    bdb_buf_puts(&o, "\",\"tenant\":\"");
-    bdb_buf_json_str(&o, tenant, strlen(tenant));
-    bdb_buf_puts(&o, "\",\"device\":\"");
-    bdb_buf_json_str(&o, v.device, v.device_len);
-    bdb_buf_printf(&o,
-                   "\",\"limit\":\"hot_rate_limit\",\"hot_rate_limit\":%llu,\"value\":%zu,"
-                   "\"retry_after\":%lld}\n",
-                   (unsigned long long)v.limit, v.rejected, (long long)retry);
-    *r = respond_retry_error(s, c, 429, retry, (const char *)msg.data, o.data, o.len);
-    bdb_buf_free(&o);
+    *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, v.device, v.device_len,
+                              "hot_rate_limit", v.limit, v.rejected);
     bdb_buf_free(&msg);
     return -1;
 }

@@ -225,19 +225,8 @@ static int device_rate_check(bdb_server *s, struct MHD_Connection *c, const char
                    "per second; this request holds %u of its reports; nothing of it was written",
                    (int)dlen, dev, tenant, limit, value);
     bdb_buf_putc(&msg, '\0');
-    bdb_buf out;
-    bdb_buf_init(&out);
-    bdb_buf_puts(&out, "{\"error\":\"");
-    bdb_buf_json_str(&out, (const char *)msg.data, msg.len - 1);
-    bdb_buf_puts(&out, "\",\"tenant\":\"");
-    bdb_buf_json_str(&out, tenant, strlen(tenant));
-    bdb_buf_puts(&out, "\",\"device\":\"");
-    bdb_buf_json_str(&out, dev, dlen);
-    bdb_buf_printf(&out,
-                   "\",\"limit\":\"max_rps\",\"max_rps\":%u,\"value\":%u,\"retry_after\":%lld}\n",
-                   limit, value, (long long)retry);
-    *r = respond_retry_error(s, c, 429, retry, (const char *)msg.data, out.data, out.len);
-    bdb_buf_free(&out);
+    *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, dev, dlen, "max_rps",
+                              limit, value);
     bdb_buf_free(&msg);
     return -1;
 }

@@ -62,6 +62,27 @@ enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, uns
     return r;
 }
 
+enum MHD_Result respond_device_limit(bdb_server *s, struct MHD_Connection *c, int64_t retry_after_s,
+                                     const char *msg, const char *tenant, const char *dev,
+                                     size_t dlen, const char *limit_name, uint64_t limit,
+                                     uint64_t value)
+{
+    bdb_buf out;
+    bdb_buf_init(&out);
+    bdb_buf_puts(&out, "{\"error\":\"");
+    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_puts(&out, "\",\"tenant\":\"");
+    bdb_buf_json_str(&out, tenant, strlen(tenant));
+    bdb_buf_puts(&out, "\",\"device\":\"");
+    bdb_buf_json_str(&out, dev, dlen);
+    bdb_buf_printf(&out, "\",\"limit\":\"%s\",\"%s\":%llu,\"value\":%llu,\"retry_after\":%lld}\n",
+                   limit_name, limit_name, (unsigned long long)limit, (unsigned long long)value,
+                   (long long)retry_after_s);
+    enum MHD_Result r = respond_retry_error(s, c, 429, retry_after_s, msg, out.data, out.len);
+    bdb_buf_free(&out);
+    return r;
+}
+
 enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, const void *body, size_t len)
 {

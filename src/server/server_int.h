@@ -102,6 +102,14 @@ const char *arg(struct MHD_Connection *c, const char *name);
 enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                     int64_t retry_after_s, const char *msg, const void *body,
                                     size_t len);
+/* The 429 of one device over its limit (a max_rps profile, a rate-limited hot
+ * partition): {"error":msg,"tenant","device","limit":limit_name,<limit_name>:limit,
+ * "value":value,"retry_after"}. The device is whole however long it is (it points into
+ * the request's batch, dlen bytes). */
+enum MHD_Result respond_device_limit(bdb_server *s, struct MHD_Connection *c, int64_t retry_after_s,
+                                     const char *msg, const char *tenant, const char *dev,
+                                     size_t dlen, const char *limit_name, uint64_t limit,
+                                     uint64_t value);
 
 /* Who made a request (docs/TENANCY.md). */
 enum req_who {
