@@ -34,6 +34,16 @@ static int parse_text(const char *k, const char *v, char *dst, size_t cap, char 
     return BDB_OK;
 }
 
+static int parse_bool(const char *k, const char *v, int *out, char *err, size_t errlen)
+{
+    if (strcmp(v, "true") && strcmp(v, "false")) {
+        snprintf(err, errlen, "storage URI: %s=%s must be true or false", k, v);
+        return BDB_ERR_INVALID;
+    }
+    *out = !strcmp(v, "true");
+    return BDB_OK;
+}
+
 static int parse_cl(const char *k, const char *v, int *out, char *err, size_t errlen)
 {
     int cl = cql_consistency_parse(v);
@@ -137,13 +147,9 @@ int cass_uri_parse(const char *uri, cass_uri *o, char *err, size_t errlen)
             rc = parse_int(k, v, 1, 8, &o->pool, err, errlen);
         else if (!strcmp(k, "retries"))
             rc = parse_int(k, v, 0, 20, &o->retries, err, errlen);
-        else if (!strcmp(k, "offline_start")) {
-            if (strcmp(v, "true") && strcmp(v, "false")) {
-                snprintf(err, errlen, "storage URI: offline_start=%s must be true or false", v);
-                rc = BDB_ERR_INVALID;
-            }
-            o->offline_start = !strcmp(v, "true");
-        } else if (!strcmp(k, "timeout_ms"))
+        else if (!strcmp(k, "offline_start"))
+            rc = parse_bool(k, v, &o->offline_start, err, errlen);
+        else if (!strcmp(k, "timeout_ms"))
             rc = parse_int(k, v, 100, 600000, &o->timeout_ms, err, errlen);
         else if (!strcmp(k, "schema")) {
             if (strcmp(v, "create") && strcmp(v, "none")) {
@@ -157,11 +163,7 @@ int cass_uri_parse(const char *uri, cass_uri *o, char *err, size_t errlen)
                 rc = BDB_ERR_INVALID;
             }
         } else if (!strcmp(k, "tls") || !strcmp(k, "tls_verify")) {
-            if (strcmp(v, "true") && strcmp(v, "false")) {
-                snprintf(err, errlen, "storage URI: %s=%s must be true or false", k, v);
-                rc = BDB_ERR_INVALID;
-            }
-            *(!strcmp(k, "tls") ? &o->tls : &o->tls_verify) = !strcmp(v, "true");
+            rc = parse_bool(k, v, !strcmp(k, "tls") ? &o->tls : &o->tls_verify, err, errlen);
         } else if (!strcmp(k, "ca") || !strcmp(k, "cert") || !strcmp(k, "key")) {
             char *dst = !strcmp(k, "ca") ? o->ca : !strcmp(k, "cert") ? o->cert : o->key;
             if (!*v || strlen(v) >= sizeof o->ca) {
