@@ -272,7 +272,10 @@ def sub_read(b, client, topic, version, count, fmt):
 def dead_letter_topic_receives_rejected_messages():
     dl = "bucketdb-dead/letters"
     with Broker() as b:
+        # One persistent subscriber per read: a mosquitto_sub -C 1 may leave its last
+        # message unacknowledged, and a second read in the same session would get it again.
         sub_session(b, "bdbtest-dl-sub", dl, "mqttv5")
+        sub_session(b, "bdbtest-dl-sub3", dl, "mqttv5")
         with mqtt_server(b, "bdbtest-dl5", args=["--mqtt-dead-letter-topic", dl]) as s:
             wait_connected(s, b)
             check(b.publish("bucketdb/acme/dl1/telemetry", '{"time": 1, "metrics": '))
@@ -293,7 +296,7 @@ def dead_letter_topic_receives_rejected_messages():
                                                  "--mqtt-version", "3.1.1"]) as s:
             wait_connected(s, b)
             check(b.publish("bucketdb/acme/dl2/telemetry", "not line protocol"))
-            out = sub_read(b, "bdbtest-dl-sub", dl, "mqttv5", 1, "%p")
+            out = sub_read(b, "bdbtest-dl-sub3", dl, "mqttv5", 2, "%p")
             contains(out, '"topic":"bucketdb/acme/dl2/telemetry"', "envelope (%r)" % out)
             contains(out, '"reason":"malformed line-protocol payload')
             contains(out, '"payload_base64":"bm90IGxpbmUgcHJvdG9jb2w="')
