@@ -366,7 +366,7 @@ async function renderOverview(gen) {
   const headBytes = mone(m, "bucketdb_head_bytes"), headMax = mone(m, "bucketdb_head_max_bytes");
   const cards = clear($("ov-cards"));
   cards.append(
-    card("Status", health.status || "-", health.reason || "", health.status === "ok" ? "ok" : "bad"),
+    card("Status", health.status || "-", health.reason || "", health.status === "ok" ? "ok" : health.status === "degraded" ? "warn" : "bad"),
     card("Ingestion rate", rate === null ? "measuring" : fmtNum(rate) + "/s",
          uptime ? "average since start " + fmtNum(total / uptime) + "/s" : ""),
     card("Samples ingested", fmtNum(total), "since the server started"),

@@ -60,6 +60,43 @@ static int health_reasons(bdb_server *s, const bdb_db_stats *st, const bdb_bp_st
     return n;
 }
 
+/* Why the server is degraded now: it takes and keeps writes, but something needs an
+ * operator. Today one thing: flushes failing in a row (a full disk, a backend down or
+ * refusing rows). The samples stay in the head and the WAL and every flush_interval
+ * retries, so a load balancer should keep sending writes (200); a 503 here would take
+ * a single node out of service while it still stores everything durably. Once the
+ * head outgrows its guard the server sheds load and turns unhealthy instead. */
+static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
+{
+    int n = 0;
+    bdb_buf_putc(b, '[');
+    if (st->flush_fail_streak) {
+        char since[40], msg[400];
+        bdb_format_time_ms(st->flush_failing_since_ms, since, (int)sizeof since);
+        snprintf(msg, sizeof msg,
+                 "flushing is failing: %llu flush(es) in a row since %s (last error: %s); "
+                 "writes are kept in the WAL and retried every %lld ms",
+                 (unsigned long long)st->flush_fail_streak, since,
+                 bdb_strerror(st->flush_last_error), (long long)s->cfg.flush_interval_ms);
+        bdb_buf_putc(b, '"');
+        bdb_buf_json_str(b, msg, strlen(msg));
+        bdb_buf_putc(b, '"');
+        n++;
+    }
+    bdb_buf_putc(b, ']');
+    return n;
+}
+
+/* The first string of a JSON array of strings built above, quotes included. */
+static void first_string(bdb_buf *out, const bdb_buf *arr)
+{
+    const char *first = (const char *)arr->data + 1; /* after '[' */
+    const char *end = first + 1;
+    while (*end != '"' || end[-1] == '\\')
+        end++;
+    bdb_buf_append(out, first, (size_t)(end - first) + 1);
+}
+
 enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
 {
     bdb_db_stats st;
@@ -73,25 +110,29 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     bdb_buf reasons;
     bdb_buf_init(&reasons);
     int nr = health_reasons(s, &st, &bs, now, &reasons);
+    bdb_buf warnings;
+    bdb_buf_init(&warnings);
+    int nw = health_warnings(s, &st, &warnings);
     bdb_buf b;
     bdb_buf_init(&b);
-    bdb_buf_printf(&b, "{\"status\":\"%s\",\"version\":\"%s\",\"uptime_seconds\":%lld,",
-                   nr ? "unhealthy" : "ok", BDB_VERSION,
-                   (long long)((bdb_now_ms() - s->start_ms) / 1000));
-    /* "reason": the first reason (null when ok); "reasons": all of them. */
+    const char *status = nr ? "unhealthy" : (nw ? "degraded" : "ok");
+    bdb_buf_printf(&b, "{\"status\":\"%s\",\"version\":\"%s\",\"uptime_seconds\":%lld,", status,
+                   BDB_VERSION, (long long)((bdb_now_ms() - s->start_ms) / 1000));
+    /* "reason": why it is not ok (the first reason, else the first warning; null when
+     * ok); "reasons" and "warnings": all of them. */
     bdb_buf_puts(&b, "\"reason\":");
-    if (nr) {
-        const char *first = (const char *)reasons.data + 1; /* after '[' */
-        const char *end = first + 1;
-        while (*end != '"' || end[-1] == '\\')
-            end++;
-        bdb_buf_append(&b, first, (size_t)(end - first) + 1);
-    } else {
+    if (nr)
+        first_string(&b, &reasons);
+    else if (nw)
+        first_string(&b, &warnings);
+    else
         bdb_buf_puts(&b, "null");
-    }
     bdb_buf_puts(&b, ",\"reasons\":");
     bdb_buf_append(&b, reasons.data, reasons.len);
+    bdb_buf_puts(&b, ",\"warnings\":");
+    bdb_buf_append(&b, warnings.data, warnings.len);
     bdb_buf_free(&reasons);
+    bdb_buf_free(&warnings);
     /* The backend raw samples are flushed to (blocks count block files only). */
     bdb_buf_printf(&b, ",\"storage\":{\"engine\":\"%s\",\"writable\":%s,\"reason\":",
                    strncmp(s->cfg.storage, "cassandra://", 12) ? "embedded" : "cassandra",
@@ -103,9 +144,8 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     } else {
         bdb_buf_puts(&b, "null");
     }
-    /* A flush that keeps failing (a backend refusing rows, a full disk) leaves writes
-     * acknowledged through the WAL, so the server stays "ok" (it takes writes) until
-     * the head guard sheds load; this says so meanwhile. */
+    /* A flush that keeps failing leaves writes acknowledged through the WAL: the
+     * status is "degraded" (see health_warnings) and this says since when and why. */
     bdb_buf_printf(&b, ",\"flush\":{\"failures_total\":%llu,\"failing_in_a_row\":%llu,",
                    (unsigned long long)st.flush_failures, (unsigned long long)st.flush_fail_streak);
     if (st.flush_fail_streak) {

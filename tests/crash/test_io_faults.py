@@ -174,13 +174,19 @@ def disk_full_507_then_resumes_by_itself():
         check(full_seen >= 5, "never saw a full disk: %s" % statuses)
         check(srv.running(), "the server died on a full disk:\n" + srv.log()[-3000:])
         check_acked(srv, "f", acked)
-        # a flush cannot write its blocks either: counted, and /health says so while
-        # the server still answers "ok" for what it can take
+        # a flush cannot write its blocks either: counted, and /health says "degraded"
+        # (200: what was acknowledged is in the WAL, and the flush is retried)
         r = srv.post("/internal/flush")
         check(r.status >= 500, "a flush on a full disk answered %r" % r)
-        fl = srv.get("/health").json()["storage"]["flush"]
+        h = srv.get("/health")
+        doc = h.json()
+        fl = doc["storage"]["flush"]
         check(fl["failing_in_a_row"] >= 1 and fl["failures_total"] >= 1, "/health flush %r" % fl)
         check(fl["failing_since"] and fl["last_error"], "/health flush %r" % fl)
+        eq((h.status, doc["status"]), (200, "degraded"), "/health while flushes fail")
+        check(len(doc["warnings"]) == 1 and doc["warnings"][0].startswith("flushing is failing")
+              and "no space left on device" in doc["warnings"][0]
+              and doc["reason"] == doc["warnings"][0], "/health warnings %r" % doc)
         # space returns: writes resume without a restart (bounded wait)
         if mounted:
             os.unlink(ballast)
@@ -206,9 +212,12 @@ def disk_full_507_then_resumes_by_itself():
             i += 200
         r = srv.post("/internal/flush")
         eq(r.status, 204, "a flush once space returned (%r)" % r.body[:300])
-        fl = srv.get("/health").json()["storage"]["flush"]
+        doc = srv.get("/health").json()
+        fl = doc["storage"]["flush"]
         eq((fl["failing_in_a_row"], fl["failing_since"], fl["last_error"]), (0, None, None),
            "/health flush after a good flush")
+        eq((doc["status"], doc["reason"], doc["warnings"]), ("ok", None, []),
+           "/health after a good flush")
         failures = fl["failures_total"]
         check("bucketdb_flush_failures_total %d\n" % failures in srv.get("/metrics").text,
               "/metrics bucketdb_flush_failures_total")
@@ -218,7 +227,7 @@ def disk_full_507_then_resumes_by_itself():
         srv.stop()
         print("io-faults figures: disk full (%s): answers %s; acknowledged samples lost 0 of %d; "
               "first write accepted %.1f s after space returned, no restart; %d failed flush(es) "
-              "counted in /health and /metrics, 0 in a row after" % (
+              "counted in /health (degraded) and /metrics, 0 in a row after" % (
                   "4 MiB tmpfs" if mounted else "ENOSPC through LD_PRELOAD, mount not permitted",
                   ", ".join("%d x%d" % kv for kv in sorted(statuses.items())), n,
                   resumed_after, failures))

@@ -339,6 +339,12 @@ def cassandra_down_nothing_lost():
         check(len(w.model) > acked, "nothing acknowledged while Cassandra was down")
         r = cas.post("/internal/flush")
         check(r.status >= 500, "a flush with Cassandra down answered %d" % r.status)
+        # /health: the failing flushes as a warning, and shedding (the head is over its
+        # guard) makes it unhealthy rather than degraded
+        doc = cas.get("/health").json()
+        check(doc["status"] == "unhealthy" and
+              any(x.startswith("flushing is failing") for x in doc["warnings"]),
+              "/health with Cassandra down: %r" % doc)
         # /metrics shows the outage: the failed flush, its batch, the session's
         # retries and errors, the node down, the WAL holding what waits for it.
         m = cmetrics(cas)
