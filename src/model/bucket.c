@@ -98,6 +98,13 @@ int bdb_bucket_history_copy(bdb_bucket_history *dst, const bdb_bucket_history *s
     return BDB_OK;
 }
 
+int bdb_bucket_history_next_ok(const bdb_bucket_history *h, int64_t from_ms, int64_t size_ms)
+{
+    if (!strcmp(bdb_bucket_name(size_ms), "?"))
+        return 0;
+    return h->n == 0 || from_ms > h->e[h->n - 1].from_ms;
+}
+
 int bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms)
 {
     if (reserve(h, h->n + 1) != BDB_OK)

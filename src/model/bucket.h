@@ -53,6 +53,11 @@ void bdb_bucket_range(const bdb_bucket_history *h, int64_t ts, int64_t *start, i
  * fills *from_ms with the effective time if the history changed, 0 if nothing to do
  * (or no memory for the change: the size in force stays). */
 int bdb_bucket_change(bdb_bucket_history *h, int64_t newest_ts, int64_t new_size, int64_t *from_ms);
+/* Whether an entry as recorded may follow h's entries: what bdb_bucket_change makes,
+ * a named size (bdb_bucket_name) starting after the last change (the first entry's
+ * time is not used). Decoders refuse anything else: it did not come from here, and a
+ * size like 1 ms would make a query walk billions of partitions. */
+int bdb_bucket_history_next_ok(const bdb_bucket_history *h, int64_t from_ms, int64_t size_ms);
 /* Appends an entry as recorded (replay / catalog load); entries must be in order. */
 int bdb_bucket_history_push(bdb_bucket_history *h, int64_t from_ms, int64_t size_ms);
 /* Calls cb for every partition intersecting [from, to) in time order; stops early if

@@ -495,9 +495,7 @@ static int apply_history_record(bdb_db *db, bdb_dec *d)
     h.n = h.cap = 0;
     for (uint64_t i = 0; i < n; i++) {
         int64_t from = bdb_dec_varint(d), size = bdb_dec_varint(d);
-        /* What bdb_bucket_change writes: allowed sizes, changes in time order (the
-         * first entry's time is not used). Anything else did not come from here. */
-        if (!strcmp(bdb_bucket_name(size), "?") || (i > 0 && from <= h.e[i - 1].from_ms))
+        if (!bdb_bucket_history_next_ok(&h, from, size))
             d->err = 1;
         if (d->err)
             break;

@@ -459,7 +459,7 @@ int cat_load(bdb_db *db)
         dv->hist.n = 0;
         for (uint64_t k = 0; k < nh && !d.err; k++) {
             int64_t from = bdb_dec_varint(&d), size = bdb_dec_varint(&d);
-            if (size <= 0) {
+            if (d.err || !bdb_bucket_history_next_ok(&dv->hist, from, size)) {
                 d.err = 1;
                 break;
             }

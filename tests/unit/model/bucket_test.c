@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "bucketdb/bdb.h"
 #include "model/bucket.h"
 
 #include <stdlib.h>
@@ -757,6 +758,44 @@ static void test_learner_late_events_and_epoch(void **state)
     }
 }
 
+/* Every change bdb_bucket_change makes passes bdb_bucket_history_next_ok (what the
+ * decoders check), and nothing else does. */
+static void test_history_next_ok(void **state)
+{
+    (void)state;
+    bdb_bucket_history h, r;
+    assert_int_equal(bdb_bucket_history_init(&h, HOUR), BDB_OK);
+    assert_int_equal(bdb_bucket_history_init(&r, HOUR), BDB_OK);
+    int64_t ts = 1700000000000;
+    for (int i = 0; i < 200; i++) {
+        int64_t from;
+        ts += (int64_t)(i % 7) * 37 * MIN;
+        if (bdb_bucket_change(&h, ts, all_sizes[(i * 3) % 5], &from)) {
+            /* replay the whole history as a decoder would */
+            r.n = 1;
+            for (uint32_t k = 1; k < h.n; k++) {
+                assert_true(bdb_bucket_history_next_ok(&r, h.e[k].from_ms, h.e[k].size_ms));
+                assert_int_equal(bdb_bucket_history_push(&r, h.e[k].from_ms, h.e[k].size_ms),
+                                 BDB_OK);
+            }
+        }
+    }
+    assert_true(h.n > 2);
+    int64_t last = h.e[h.n - 1].from_ms;
+    assert_false(bdb_bucket_history_next_ok(&h, last, HOUR));     /* not after the last */
+    assert_false(bdb_bucket_history_next_ok(&h, last - 1, HOUR)); /* out of order */
+    assert_true(bdb_bucket_history_next_ok(&h, last + 1, HOUR));
+    const int64_t bad[] = {0, 1, -HOUR, 7 * MIN, 2 * HOUR, 30 * DAY, INT64_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(bdb_bucket_history_next_ok(&h, last + 1, bad[i]));
+    bdb_bucket_history empty = {0};
+    for (size_t i = 0; i < 5; i++)
+        assert_true(bdb_bucket_history_next_ok(&empty, INT64_MIN, all_sizes[i]));
+    assert_false(bdb_bucket_history_next_ok(&empty, INT64_MIN, 1));
+    bdb_bucket_history_free(&h);
+    bdb_bucket_history_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -778,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_learner_two_windows_to_change),
         cmocka_unit_test(test_learner_gaps),
         cmocka_unit_test(test_learner_late_events_and_epoch),
+        cmocka_unit_test(test_history_next_ok),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #define MIN BDB_MS_MIN
@@ -1390,6 +1391,84 @@ static void test_history_record_overlapping_ranges_flush(void **state)
     }
 }
 
+/* A catalog image as cat_encode writes it (uncompressed BDBCAT01, still read) with one
+ * device whose bucket history is the n (from, size) pairs. */
+static void put_catalog(const char *dir, int n, const int64_t *pairs)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_append(&b, "BDBCAT01", 8);
+    bdb_buf_put_u32le(&b, 2);   /* version */
+    bdb_buf_put_u64le(&b, 0);   /* WAL upto */
+    bdb_buf_put_u64le(&b, 1);   /* next block sequence */
+    bdb_buf_put_uvarint(&b, 1); /* devices */
+    bdb_buf_put_str(&b, "acme", 4);
+    bdb_buf_put_str(&b, "d1", 2);
+    bdb_buf_put_varint(&b, T0); /* first, last, samples, no state, no tags, not pinned */
+    bdb_buf_put_varint(&b, T0);
+    bdb_buf_put_uvarint(&b, 1);
+    bdb_buf_putc(&b, 0);
+    bdb_buf_put_uvarint(&b, 0);
+    bdb_buf_put_varint(&b, 0);
+    bdb_buf_put_uvarint(&b, (uint64_t)n);
+    for (int i = 0; i < 2 * n; i++)
+        bdb_buf_put_varint(&b, pairs[i]);
+    bdb_buf_put_uvarint(&b, 1);
+    bdb_buf_put_str(&b, "m", 1);
+    bdb_buf_put_varint(&b, 0); /* hot: no promotion cap, no sub-buckets, no counts */
+    bdb_buf_put_uvarint(&b, 0);
+    bdb_buf_put_uvarint(&b, 0);
+    bdb_buf_put_u32le(&b, (uint32_t)crc32(0, b.data, (uInt)b.len));
+    char path[400];
+    snprintf(path, sizeof path, "%s/catalog", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
+    assert_int_equal(fclose(f), 0);
+    bdb_buf_free(&b);
+}
+
+static void test_catalog_history_validated(void **state)
+{
+    (void)state;
+    /* The catalog takes the histories bdb_bucket_change makes (as the WAL decoder
+     * does): a 1 ms or 7 min size, or changes out of time order, are refused whole. */
+    const struct {
+        int n;
+        int64_t pairs[6];
+        int rc;
+    } cases[] = {
+        {1, {INT64_MIN, HOUR}, BDB_OK},
+        {2, {INT64_MIN, HOUR, T0 + DAY, 15 * MIN}, BDB_OK},
+        {1, {INT64_MIN, 1}, BDB_ERR_CORRUPT},
+        {1, {INT64_MIN, 7 * MIN}, BDB_ERR_CORRUPT},
+        {1, {INT64_MIN, 0}, BDB_ERR_CORRUPT},
+        {2, {INT64_MIN, HOUR, T0, -HOUR}, BDB_ERR_CORRUPT},
+        {3, {INT64_MIN, HOUR, T0, 15 * MIN, T0, HOUR}, BDB_ERR_CORRUPT},
+        {3, {INT64_MIN, HOUR, T0, 15 * MIN, T0 - HOUR, HOUR}, BDB_ERR_CORRUPT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/cat%zu", tmpdir, i);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        put_catalog(dir, cases[i].n, cases[i].pairs);
+        bdb_db_opts o = base_opts(dir);
+        bdb_db *db = NULL;
+        int rc = bdb_db_open(&o, &db);
+        if (rc != cases[i].rc)
+            fail_msg("case %zu: open %s, want %s", i, bdb_strerror(rc), bdb_strerror(cases[i].rc));
+        if (rc != BDB_OK)
+            continue;
+        bdb_device_snapshot snap;
+        assert_int_equal(bdb_db_device_snapshot(db, "acme", "d1", &snap), BDB_OK);
+        assert_int_equal(snap.hist.n, cases[i].n);
+        assert_int_equal(bdb_bucket_size_at(&snap.hist, T0), HOUR);
+        assert_int_equal(snap.hist.e[snap.hist.n - 1].size_ms, cases[i].pairs[2 * cases[i].n - 1]);
+        bdb_device_snapshot_free(&snap);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1414,6 +1493,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_history_record_overlapping_ranges_flush, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_catalog_history_validated, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
