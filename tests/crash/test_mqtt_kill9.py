@@ -44,12 +44,15 @@ def kill9_of_one_shared_subscriber_loses_nothing_acknowledged():
         try:
             wait_connected(s1, b)
             wait_connected(s2, b)
-            pub = Publisher(b.port, "bdbtest-k9-pub", window=10, pace=0.003)
+            # Half the stream, then the publisher holds until the kill: it lands
+            # mid-stream however slowly the servers consume.
+            pub = Publisher(b.port, "bdbtest-k9-pub", window=10, pace=0.003, hold_at=n // 2)
             t = threading.Thread(target=pub.send, args=(seq_msgs(topic, range(n)),))
             t.start()
             wait_for("server 1 storing part of the stream",
                      lambda: len(stored_seqs(s1, "acme", "k9share")) > n // 10, [s1.log()])
             check(t.is_alive(), "the stream is still flowing at the kill")
+            pub.release.set()
             s1.kill()  # SIGKILL mid-stream
             wait_for("server 2 going on alone",
                      lambda: len(stored_seqs(s2, "acme", "k9share")) > n // 3, [s2.log()])

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bdbtest  # noqa: E402
 from bdbtest import Server, Suite, TestFailure, check, contains, eq, tmpdir  # noqa: E402
 from test_mqtt import (BASE, WAIT, Broker, free_port, metric, mqtt_server,  # noqa: E402
-                       read_packet, remlen, rows, wait_connected, wait_for)
+                       read_packet, remlen, rows, settled_metric, wait_connected, wait_for)
 
 suite = Suite("test_mqtt5")
 SHARE = "$share/bdb/bucketdb/+/+/telemetry"
@@ -39,10 +39,13 @@ class Publisher:
     """A QoS 1 MQTT 3.1.1 publisher that records which sequence numbers the broker
     acknowledged (PUBACK), with up to `window` messages in flight."""
 
-    def __init__(self, port, client_id, window=20, pace=0.0):
+    def __init__(self, port, client_id, window=20, pace=0.0, hold_at=None):
         self.port, self.client_id, self.window, self.pace = port, client_id, window, pace
         self.acked, self.unacked = [], []
         self.sock = None
+        # hold_at: after that many messages the publisher waits (bounded) for release,
+        # so a test can act while it is certain the stream is still flowing
+        self.hold_at, self.release, self.sent = hold_at, threading.Event(), 0
 
     def connect(self, deadline):
         while time.monotonic() < deadline:
@@ -74,7 +77,10 @@ class Publisher:
             try:
                 while todo or inflight:
                     while todo and len(inflight) < self.window:
+                        if self.sent == self.hold_at:
+                            self.release.wait(WAIT)
                         seq, topic, payload = todo.pop(0)
+                        self.sent += 1
                         pid = pid % 65535 + 1
                         t = topic.encode()
                         body = mstr(t) + pid.to_bytes(2, "big") + payload
@@ -288,7 +294,7 @@ def dead_letter_topic_receives_rejected_messages():
             contains(out, "reason:malformed json payload", "reason as a user property")
             contains(out, "topic:bucketdb/acme/dl1/telemetry", "original topic as a property")
             contains(out, '|{"time": 1, "metrics": ', "the original payload")
-            eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 1)
+            settled_metric(s, "bucketdb_mqtt_dead_letters_total", 1)
             eq(metric(s, 'bucketdb_mqtt_messages_total{result="malformed"}'), 1)
             contains(s.log(), "dead-lettered message on 'bucketdb/acme/dl1/telemetry'")
         # MQTT 3.1.1 has no properties: a JSON envelope
@@ -300,7 +306,7 @@ def dead_letter_topic_receives_rejected_messages():
             contains(out, '"topic":"bucketdb/acme/dl2/telemetry"', "envelope (%r)" % out)
             contains(out, '"reason":"malformed line-protocol payload')
             contains(out, '"payload_base64":"bm90IGxpbmUgcHJvdG9jb2w="')
-            eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 1)
+            settled_metric(s, "bucketdb_mqtt_dead_letters_total", 1)
     # a dead-letter topic the subscription matches would loop: refused at start
     contains(start_fails(["--mqtt-broker", "127.0.0.1:1", "--mqtt-dead-letter-topic",
                           "bucketdb/x/y/telemetry"]), "would come back forever")
@@ -328,7 +334,7 @@ def dead_letter_keeps_the_whole_topic():
             contains(out, "topic:" + utf, "UTF-8 topic kept (%r)" % out)
             contains(out, "topic:" + long_topic, "long topic whole (%r)" % out[:300])
             contains(out, "reason:device level is longer than 256 bytes")
-            eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 2)
+            settled_metric(s, "bucketdb_mqtt_dead_letters_total", 2)
 
 
 @suite.test
@@ -410,7 +416,7 @@ def saturated_server_pauses_the_consumer_and_loses_nothing():
             wait_for("every message after the pause",
                      lambda: stored_seqs(s, "acme", "bp") == set(pub.acked), [s.log()])
             eq(len(pub.acked), n, "acknowledged by the broker")
-            eq(metric(s, 'bucketdb_mqtt_messages_total{result="accepted"}'), n)
+            settled_metric(s, 'bucketdb_mqtt_messages_total{result="accepted"}', n)
             eq(metric(s, 'bucketdb_mqtt_messages_total{result="malformed"}'), 0)
             contains(s.log(), "server saturated (inflight_writes); consumption from")
 
@@ -452,12 +458,15 @@ def broker_restart_midstream_loses_nothing_acknowledged():
     with Broker() as b:
         with mqtt_server(b, "bdbtest-brs") as s:
             wait_connected(s, b)
-            pub = Publisher(b.port, "bdbtest-brs-pub", window=10, pace=0.003)
+            # Half the stream, then the publisher holds until the broker is stopping:
+            # the stop lands mid-stream however slowly bucketdb consumes.
+            pub = Publisher(b.port, "bdbtest-brs-pub", window=10, pace=0.003, hold_at=n // 2)
             t = threading.Thread(target=pub.send, args=(seq_msgs(topic, range(n)),))
             t.start()
             wait_for("part of the stream stored", lambda: len(stored_seqs(s, "acme", "brs"))
                      > n // 10, [s.log()])
             check(t.is_alive(), "the publisher is still streaming when the broker stops")
+            pub.release.set()
             b.stop()
             b.start()
             t.join(WAIT)

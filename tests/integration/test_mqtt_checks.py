@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import Suite, check, contains, eq, now_ms, path_with, tmpdir  # noqa: E402
 from test_mqtt import (BASE, WAIT, Broker, metric, mqtt_server, rows,  # noqa: E402
-                       wait_connected, wait_for)
+                       settled_metric, wait_connected, wait_for)
 from test_mqtt5 import Publisher, stored_seqs, sub_read, sub_session  # noqa: E402
 
 suite = Suite("test_mqtt_checks")
@@ -141,7 +141,7 @@ def storage_quota_rejects_with_0x97_and_spares_other_tenants():
             contains(out, "reason:quota exceeded: tenant 'sq' stores", "dead letter (%r)" % out)
             contains(out, "topic:bucketdb/sq/q2/telemetry")
             contains(out, "|" + lp("q2", BASE, 7))
-            eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 1)
+            settled_metric(s, "bucketdb_mqtt_dead_letters_total", 1)
             eq(rows(s, "sq", "q2"), [])
 
 
@@ -274,6 +274,9 @@ def tenant_retention_refuses_old_points():
             wait_connected(s, b)
             check(b.publish("bucketdb/short/d1/telemetry", lp("d1", old, 1)))
             wait_for("the rejection", lambda: result(s, "malformed") == 1, [s.log()])
+            # counted before the PUBACK is sent: the broker logs it a moment later
+            wait_for("the PUBACK", lambda: pubacks(b, "bdbtest-ret2", RC_PAYLOAD) >= 1,
+                     [b.logtext_all()])
             eq(pubacks(b, "bdbtest-ret2", RC_PAYLOAD), 1)
 
 
@@ -368,7 +371,7 @@ def oversized_message_is_dead_lettered_whole():
                     contains(env["reason"], "too large: 300000 bytes")
                     check(base64.b64decode(env["payload_base64"]).decode() == big,
                           "the envelope holds the original payload")
-                eq(metric(s, "bucketdb_mqtt_dead_letters_total"), 1)
+                settled_metric(s, "bucketdb_mqtt_dead_letters_total", 1)
                 eq(result(s, "malformed"), 1)
                 settled(s, "accepted", 1)
                 contains(s.log(), "dead-lettered message on 'bucketdb/acme/%s/telemetry'" % dev)
