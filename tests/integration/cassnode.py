@@ -20,6 +20,7 @@ files (or two runs of one file) on the same node never see each other's rows.
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,15 +34,27 @@ SCRIPT = os.path.join(ROOT, "scripts", "cassandra.sh")
 ADDR = "127.0.0.1"
 
 
+def ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(addrs=(ADDR,)):
-    """A port free on every address given (a cluster's nodes share their ports)."""
-    for _ in range(50):
-        s = socket.socket()
-        s.bind((addrs[0], 0))
-        port = s.getsockname()[1]
-        s.close()
+    """A port free on every address given (a cluster's nodes share their ports), below
+    the kernel's ephemeral range: the JVM binds it seconds after it is picked (and
+    again after a restart on the same ports), and every test server binding port 0
+    meanwhile draws from the ephemeral range, so it cannot take this one."""
+    lo, _ = ephemeral_range()
+    top = lo - 1 if lo > 12000 else 32767
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(10000, top)
         ok = True
-        for a in addrs[1:]:
+        for a in addrs:
             t = socket.socket()
             try:
                 t.bind((a, port))
@@ -49,6 +62,8 @@ def free_port(addrs=(ADDR,)):
                 ok = False
             finally:
                 t.close()
+            if not ok:
+                break
         if ok:
             return port
     raise OSError("no port free on all of %r" % (addrs,))
