@@ -12,19 +12,16 @@ burst is refused whatever the clock says, and a run of single-report requests at
 max_rps=1 is only required to contain at least one refusal when the requests come
 faster than one per second, which the test checks from its own clock."""
 
-import getpass
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Server, Suite, TestFailure, check, contains, eq, tmpdir  # noqa: E402
+from bdbtest import Server, Suite, TestFailure, check, contains, eq  # noqa: E402
+from test_mqtt import Broker  # noqa: E402
 
 suite = Suite("test_device_limits")
 BASE = 1700000000000
@@ -161,29 +158,6 @@ def profile_survives_restart_and_zero_lifts():
 WAIT = 90.0  # bound of every wait on the MQTT path
 
 
-def mosquitto(port, d):
-    """Starts mosquitto on 127.0.0.1:port (a test FAILS when it is not installed)."""
-    binp = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    if not os.path.exists(binp) or not shutil.which("mosquitto_pub"):
-        raise TestFailure("mosquitto and mosquitto_pub are needed (scripts/setup.sh --test)")
-    conf = os.path.join(d, "m.conf")
-    with open(conf, "w") as f:
-        f.write("listener %d 127.0.0.1\nallow_anonymous true\nuser %s\n"
-                % (port, getpass.getuser()))
-    log = open(os.path.join(d, "m.log"), "ab")
-    p = subprocess.Popen([binp, "-c", conf], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    log.close()
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return p
-        except OSError:
-            check(p.poll() is None, "mosquitto exited")
-            time.sleep(0.05)
-    raise TestFailure("mosquitto did not listen")
-
-
 def metric(s, name):
     m = re.search(r"^%s (\d+)$" % re.escape(name), s.metrics_text(), re.M)
     return int(m.group(1)) if m else 0
@@ -200,12 +174,8 @@ def wait_for(what, fn):
 
 @suite.test
 def mqtt_message_over_limit_dropped_and_counted():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    broker = mosquitto(port, tmpdir("bdbdl-mqtt-"))
-    try:
+    with Broker() as broker:
+        port = broker.port
         with Server(args=["--mqtt-broker", "127.0.0.1:%d" % port,
                           "--mqtt-client-id", "bdbtest-dl"]) as s:
             auth = {"Authorization": "Token " + s.token}
@@ -234,13 +204,6 @@ def mqtt_message_over_limit_dropped_and_counted():
                 return q.status == 200 and len(q.json()["values"]) == 1
             wait_for("the good message", stored)
             contains(s.log(), "over its max_rps")
-    finally:
-        broker.send_signal(signal.SIGTERM)
-        try:
-            broker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait(timeout=30)
 
 
 suite.main()
