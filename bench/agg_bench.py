@@ -10,6 +10,7 @@ on the same machine. See bench/README.md ("Aggregates and state") for what is me
 Queries (p50/p99 over --runs timed runs after 5 warm-up runs, one at a time on one
 keep-alive connection, from sending the request to the last byte of the answer):
   q30d   one device, 30 days at 1 h resolution (mean, min, max, count per hour)
+  q1h    one device, the last hour at 1 m resolution (a dashboard's refresh)
   qfleet fleet hourly average of one metric over a tenant of --devices devices, 24 h
   qstate devices in a state now (bucketdb only: VictoriaMetrics stores no strings)
 Standard library only; every wait is bounded; servers are stopped by their PID."""
@@ -28,7 +29,7 @@ import tempfile
 import time
 import urllib.parse
 
-HOUR, DAY = 3600000, 86400000
+MINUTE, HOUR, DAY = 60000, 3600000, 86400000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -219,6 +220,9 @@ def main():
                     ("q30d", "q30d 1 device 30 d at 1h", "/api/v1/query?" + urllib.parse.urlencode(
                         {"device": "solo", "metric": "env.temp", "resolution": "1h",
                          "from": frm, "to": end_solo})),
+                    ("q1h", "q1h 1 device last hour at 1m", "/api/v1/query?" + urllib.parse.urlencode(
+                        {"device": "solo", "metric": "env.temp", "resolution": "1m",
+                         "from": end_solo - HOUR, "to": end_solo})),
                     ("qfleet", "qfleet avg/h %d devices (fleet tables)" % a.devices, "/api/v1/fleet?" +
                      urllib.parse.urlencode({"metric": "env.temp", "resolution": "1h",
                                              "from": ffrm, "to": fend})),
@@ -238,6 +242,10 @@ def main():
                     ("q30d", "q30d 1 device 30 d at 1h", "/api/v1/query_range?" + urllib.parse.urlencode(
                         {"query": 'avg_over_time(env_temp{device="solo"}[1h])',
                          "start": (frm + HOUR - 1) / 1000, "end": (end_solo - 1) / 1000, "step": "1h"})),
+                    ("q1h", "q1h 1 device last hour at 1m", "/api/v1/query_range?" + urllib.parse.urlencode(
+                        {"query": 'avg_over_time(env_temp{device="solo"}[1m])',
+                         "start": (end_solo - HOUR + MINUTE - 1) / 1000, "end": (end_solo - 1) / 1000,
+                         "step": "1m"})),
                     ("qfleet", "qfleet avg/h %d devices" % a.devices, "/api/v1/query_range?" +
                      urllib.parse.urlencode(
                          {"query": "sum(sum_over_time(env_temp[1h])) / "
@@ -280,7 +288,7 @@ def main():
         else:
             print("%-10s %-48s %10.3f %10.3f %8d" % (name, label, p50, p99, size))
     by = {(n, q): (p50, p99) for n, q, _, p50, p99, _ in rows if q != "check"}
-    for bq, vq in (("q30d", "q30d"), ("qfleet", "qfleet"), ("qfleet-adhoc", "qfleet"),
+    for bq, vq in (("q30d", "q30d"), ("q1h", "q1h"), ("qfleet", "qfleet"), ("qfleet-adhoc", "qfleet"),
                    ("qtag", "qtag")):
         if ("bucketdb", bq) in by and ("vm", vq) in by:
             b, v = by[("bucketdb", bq)], by[("vm", vq)]

@@ -238,7 +238,9 @@ size_t bdb_rollup_write(const bdb_rollup *r, int64_t lo, int64_t hi, bdb_buf *ou
     return b - a;
 }
 
-int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi)
+/* part: windows before lo are stepped over unbuilt, and reading stops at the first
+ * window at or after hi (*stopped = 1, d left there). */
+static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int part, int *stopped)
 {
     uint64_t n = bdb_dec_uvarint_canon(d);
     /* Every window takes at least 2 + 9 bytes: refuse counts the input cannot hold
@@ -265,6 +267,15 @@ int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi)
             break;
         }
         prev = idx;
+        if (part && idx * r->width >= hi) {
+            *stopped = 1;
+            break;
+        }
+        if (part && idx * r->width < lo) {
+            if ((rc = bdb_stats_skip(d)) != BDB_OK || (rc = bdb_sketch_skip(d)) != BDB_OK)
+                break;
+            continue;
+        }
         if ((rc = bdb_stats_read(&w.st, d)) != BDB_OK || (rc = bdb_sketch_read(&w.sk, d)) != BDB_OK)
             break;
         /* Both parts describe the same samples: their counts and extremes agree. */
@@ -284,4 +295,15 @@ int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi)
     if (rc != BDB_OK)
         d->err = 1;
     return rc;
+}
+
+int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi)
+{
+    return rollup_read(r, d, lo, hi, 0, NULL);
+}
+
+int bdb_rollup_read_part(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int *stopped)
+{
+    *stopped = 0;
+    return rollup_read(r, d, lo, hi, 1, stopped);
 }

@@ -492,6 +492,29 @@ corrupt:
     return BDB_ERR_CORRUPT;
 }
 
+int bdb_sketch_skip(bdb_dec *d)
+{
+    uint8_t version = bdb_dec_u8(d);
+    bdb_dec_u8(d);      /* flags */
+    bdb_dec_uvarint(d); /* alpha */
+    uint64_t maxb = bdb_dec_uvarint(d);
+    uint64_t n_neg = bdb_dec_uvarint(d);
+    uint64_t zero = bdb_dec_uvarint(d);
+    uint64_t n_pos = bdb_dec_uvarint(d);
+    /* two varints per bucket: no count can exceed the bytes left (nor overflow here) */
+    if (d->err || version != BDB_SKETCH_VERSION || n_neg > maxb || n_pos > maxb ||
+        n_neg + n_pos > bdb_dec_left(d)) {
+        d->err = 1;
+        return BDB_ERR_CORRUPT;
+    }
+    if (n_neg + n_pos + (zero ? 1 : 0) == 0)
+        return BDB_OK; /* an empty sketch: no min, max or buckets */
+    bdb_dec_bytes(d, 16);
+    for (uint64_t k = 0; k < 2 * (n_neg + n_pos) && !d->err; k++)
+        bdb_dec_uvarint(d); /* the first index of a store is zigzag: same length */
+    return d->err ? BDB_ERR_CORRUPT : BDB_OK;
+}
+
 int bdb_sketch_decode(bdb_sketch *s, const void *p, size_t n)
 {
     bdb_dec d;

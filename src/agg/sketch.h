@@ -99,6 +99,9 @@ void bdb_sketch_write(const bdb_sketch *s, bdb_buf *out);
  * replaced by the encoded ones. On malformed or non-canonical bytes BDB_ERR_CORRUPT,
  * *s unchanged and d->err set; BDB_ERR_NOMEM. */
 int bdb_sketch_read(bdb_sketch *s, bdb_dec *d);
+/* Steps d over one encoding without building it (see bdb_stats_skip): the framing is
+ * checked, the buckets are not. BDB_OK, or BDB_ERR_CORRUPT with d->err set. */
+int bdb_sketch_skip(bdb_dec *d);
 /* Decodes a buffer holding exactly one encoding (trailing bytes are corruption). */
 int bdb_sketch_decode(bdb_sketch *s, const void *p, size_t n);
 

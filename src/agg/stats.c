@@ -277,6 +277,22 @@ corrupt:
     return BDB_ERR_CORRUPT;
 }
 
+int bdb_stats_skip(bdb_dec *d)
+{
+    uint8_t version = bdb_dec_u8(d);
+    uint64_t count = bdb_dec_uvarint(d);
+    if (!d->err && version == BDB_STATS_VERSION && count > 0) {
+        uint8_t flags = bdb_dec_u8(d);
+        if (flags & ~FLAG_ALL)
+            d->err = 1;
+        size_t n = 2 + ((flags & FLAG_LO) ? 1 : 0) + ((flags & FLAG_SPREAD) ? 2 : 0);
+        bdb_dec_bytes(d, 8 * n);
+    } else if (version != BDB_STATS_VERSION) {
+        d->err = 1;
+    }
+    return d->err ? BDB_ERR_CORRUPT : BDB_OK;
+}
+
 int bdb_stats_decode(bdb_stats *s, const void *p, size_t n)
 {
     bdb_dec d;

@@ -70,6 +70,10 @@ void bdb_stats_write(const bdb_stats *s, bdb_buf *out);
  * and BDB_OK returned; on malformed or non-canonical bytes BDB_ERR_CORRUPT, *s
  * unchanged and d->err set. */
 int bdb_stats_read(bdb_stats *s, bdb_dec *d);
+/* Steps d over one encoding without building it (a reader after other windows of a
+ * record whose checksum it verified): the framing is checked, the values are not.
+ * BDB_OK, or BDB_ERR_CORRUPT with d->err set. */
+int bdb_stats_skip(bdb_dec *d);
 /* Decodes a buffer holding exactly one encoding (trailing bytes are corruption). */
 int bdb_stats_decode(bdb_stats *s, const void *p, size_t n);
 

@@ -4,7 +4,8 @@
  *     overread; whatever is accepted re-encodes to the same bytes (the encodings are
  *     canonical), answers quantiles that are monotone in q and within [min, max], a
  *     mean within [min, max] and a stddev that is not NaN, and merges (with itself and
- *     with a sketch of another alpha, which must be refused);
+ *     with a sketch of another alpha, which must be refused); the skip walkers step
+ *     over exactly the bytes of whatever is accepted;
  *  2. derive values from the bytes, sketch them whole and as two parts split by the
  *     input, at a bucket limit chosen by the input: the merged sketch has the same bytes
  *     as the whole one, and every quantile keeps the relative-error bound against the
@@ -53,6 +54,13 @@ static void decode_any(const uint8_t *p, size_t len)
     bdb_buf_init(&out);
     int rc = bdb_sketch_decode(&s, p, len);
     CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+    /* the skip walkers step over exactly what a read accepts (and never past the end) */
+    bdb_dec d;
+    bdb_dec_init(&d, p, len);
+    int skip = bdb_sketch_skip(&d);
+    CHECK(skip == BDB_OK || skip == BDB_ERR_CORRUPT);
+    if (rc == BDB_OK)
+        CHECK(skip == BDB_OK && bdb_dec_left(&d) == 0);
     if (rc == BDB_OK) {
         bdb_sketch_write(&s, &out);
         CHECK(out.len == len && memcmp(out.data, p, len) == 0);
@@ -73,6 +81,11 @@ static void decode_any(const uint8_t *p, size_t len)
     bdb_stats st;
     rc = bdb_stats_decode(&st, p, len);
     CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+    bdb_dec_init(&d, p, len);
+    skip = bdb_stats_skip(&d);
+    CHECK(skip == BDB_OK || skip == BDB_ERR_CORRUPT);
+    if (rc == BDB_OK)
+        CHECK(skip == BDB_OK && bdb_dec_left(&d) == 0);
     if (rc == BDB_OK) {
         bdb_buf_reset(&out);
         bdb_stats_write(&st, &out);

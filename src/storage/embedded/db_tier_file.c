@@ -293,17 +293,23 @@ int tf_read_rec(const tfile *t, const trec *rec, int64_t lo, int64_t hi, bdb_rol
         if (d.err)
             rc = BDB_ERR_CORRUPT;
         int64_t a = lo < t->start ? t->start : lo, b = hi > t->end ? t->end : hi;
-        if (rc == BDB_OK && !(t->flags & TF_REPLACES)) {
-            rc = bdb_rollup_read(r, &d, a, b);
-        } else if (rc == BDB_OK) {
-            bdb_rollup tmp;
+        /* A read of the whole file window checks every window; a query of part of it
+         * (the checksum above holds for the rest) builds only the windows it wants. */
+        int part = a > t->start || b < t->end, stopped = 0;
+        bdb_rollup tmp, *into = r;
+        if (t->flags & TF_REPLACES) {
             bdb_rollup_init(&tmp, r->width);
-            rc = bdb_rollup_read(&tmp, &d, a, b);
+            into = &tmp;
+        }
+        if (rc == BDB_OK)
+            rc = part ? bdb_rollup_read_part(into, &d, a, b, &stopped)
+                      : bdb_rollup_read(into, &d, a, b);
+        if (into == &tmp) {
             for (size_t i = 0; i < tmp.n && rc == BDB_OK; i++)
                 rc = bdb_rollup_set_window(r, &tmp.w[i]);
             bdb_rollup_free(&tmp);
         }
-        if (rc == BDB_OK && bdb_dec_left(&d) != 0)
+        if (rc == BDB_OK && !stopped && bdb_dec_left(&d) != 0)
             rc = BDB_ERR_CORRUPT;
     }
     free(p);
