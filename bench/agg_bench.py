@@ -9,8 +9,10 @@ on the same machine. See bench/README.md ("Aggregates and state") for what is me
 
 Queries (p50/p99 over --runs timed runs after 5 warm-up runs, one at a time on one
 keep-alive connection, from sending the request to the last byte of the answer):
-  q30d   one device, 30 days at 1 h resolution (mean, min, max, count per hour)
-  q1h    one device, the last hour at 1 m resolution (a dashboard's refresh)
+  q30d   one device, 30 days at 1 h resolution (bucketdb: its nine statistics per hour;
+         VictoriaMetrics: the mean)
+         (and q30d-mean: the same with stats=mean, VM's avg_over_time's one column)
+  q1h    one device, one hour at 1 m resolution (noon yesterday: inside a whole day file)
   qfleet fleet hourly average of one metric over a tenant of --devices devices, 24 h
   qstate devices in a state now (bucketdb only: VictoriaMetrics stores no strings)
 Standard library only; every wait is bounded; servers are stopped by their PID."""
@@ -214,15 +216,22 @@ def main():
             end_solo = now - now % 60000
             frm = end_solo - a.days * DAY
             fend = now - now % HOUR
+            # an hour inside a whole day (the 1m tier keeps a file per day): noon yesterday
+            h1 = now - now % DAY - 12 * HOUR
             ffrm = fend - a.hours * HOUR
             if name == "bucketdb":
                 qs = [
                     ("q30d", "q30d 1 device 30 d at 1h", "/api/v1/query?" + urllib.parse.urlencode(
                         {"device": "solo", "metric": "env.temp", "resolution": "1h",
                          "from": frm, "to": end_solo})),
-                    ("q1h", "q1h 1 device last hour at 1m", "/api/v1/query?" + urllib.parse.urlencode(
-                        {"device": "solo", "metric": "env.temp", "resolution": "1m",
-                         "from": end_solo - HOUR, "to": end_solo})),
+                    ("q30d-mean", "q30d 1 device 30 d at 1h, stats=mean", "/api/v1/query?" +
+                     urllib.parse.urlencode(
+                         {"device": "solo", "metric": "env.temp", "resolution": "1h",
+                          "stats": "mean", "from": frm, "to": end_solo})),
+                    ("q1h", "q1h 1 device 1 hour at 1m (yesterday)", "/api/v1/query?" +
+                     urllib.parse.urlencode(
+                         {"device": "solo", "metric": "env.temp", "resolution": "1m",
+                          "from": h1, "to": h1 + HOUR})),
                     ("qfleet", "qfleet avg/h %d devices (fleet tables)" % a.devices, "/api/v1/fleet?" +
                      urllib.parse.urlencode({"metric": "env.temp", "resolution": "1h",
                                              "from": ffrm, "to": fend})),
@@ -242,10 +251,11 @@ def main():
                     ("q30d", "q30d 1 device 30 d at 1h", "/api/v1/query_range?" + urllib.parse.urlencode(
                         {"query": 'avg_over_time(env_temp{device="solo"}[1h])',
                          "start": (frm + HOUR - 1) / 1000, "end": (end_solo - 1) / 1000, "step": "1h"})),
-                    ("q1h", "q1h 1 device last hour at 1m", "/api/v1/query_range?" + urllib.parse.urlencode(
-                        {"query": 'avg_over_time(env_temp{device="solo"}[1m])',
-                         "start": (end_solo - HOUR + MINUTE - 1) / 1000, "end": (end_solo - 1) / 1000,
-                         "step": "1m"})),
+                    ("q1h", "q1h 1 device 1 hour at 1m (yesterday)", "/api/v1/query_range?" +
+                     urllib.parse.urlencode(
+                         {"query": 'avg_over_time(env_temp{device="solo"}[1m])',
+                          "start": (h1 + MINUTE - 1) / 1000, "end": (h1 + HOUR - 1) / 1000,
+                          "step": "1m"})),
                     ("qfleet", "qfleet avg/h %d devices" % a.devices, "/api/v1/query_range?" +
                      urllib.parse.urlencode(
                          {"query": "sum(sum_over_time(env_temp[1h])) / "
@@ -288,7 +298,7 @@ def main():
         else:
             print("%-10s %-48s %10.3f %10.3f %8d" % (name, label, p50, p99, size))
     by = {(n, q): (p50, p99) for n, q, _, p50, p99, _ in rows if q != "check"}
-    for bq, vq in (("q30d", "q30d"), ("q1h", "q1h"), ("qfleet", "qfleet"), ("qfleet-adhoc", "qfleet"),
+    for bq, vq in (("q30d", "q30d"), ("q30d-mean", "q30d"), ("q1h", "q1h"), ("qfleet", "qfleet"), ("qfleet-adhoc", "qfleet"),
                    ("qtag", "qtag")):
         if ("bucketdb", bq) in by and ("vm", vq) in by:
             b, v = by[("bucketdb", bq)], by[("vm", vq)]

@@ -5,6 +5,7 @@
 #include "common/timeutil.h"
 #include "storage/embedded/db_tier.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,11 +78,16 @@ int bdb_query_windows(bdb_db *db, const bdb_window_query *q,
             .max = bdb_stats_max(&w->st),
             .mean = bdb_stats_mean(&w->st),
             .stddev = bdb_stats_stddev_pop(&w->st),
-            .p50 = bdb_sketch_quantile(&w->sk, 0.50),
-            .p95 = bdb_sketch_quantile(&w->sk, 0.95),
-            .p99 = bdb_sketch_quantile(&w->sk, 0.99),
+            .p50 = NAN,
+            .p95 = NAN,
+            .p99 = NAN,
             .final = wm != INT64_MIN && w->start + width <= wm,
         };
+        if (!q->no_quantiles) {
+            row.p50 = bdb_sketch_quantile(&w->sk, 0.50);
+            row.p95 = bdb_sketch_quantile(&w->sk, 0.95);
+            row.p99 = bdb_sketch_quantile(&w->sk, 0.99);
+        }
         emitted++;
         if (cb(ctx, &row))
             break;

@@ -27,6 +27,8 @@ typedef struct bdb_window_query {
     int64_t lateness_ms;
     uint64_t limit; /* 0 = no limit */
     int desc;
+    int no_quantiles; /* p50/p95/p99 left NaN: walking the sketches costs, and an
+                         answer that does not show them need not pay it */
 } bdb_window_query;
 
 /* Statistics of one window, as reported. */

@@ -109,7 +109,40 @@ struct wout {
     const char *tier;
     uint64_t n, max;
     int overflow;
+    unsigned stats; /* STAT_* bits: the columns asked for (stats=) */
 };
+
+/* The statistics of an aggregated window, in column order (docs/API.md, stats=). */
+static const char *const stat_names[] = {"count",  "sum", "min", "max", "mean",
+                                         "stddev", "p50", "p95", "p99"};
+#define STAT_N 9
+#define STAT_ALL ((1u << STAT_N) - 1)
+#define STAT_QUANTILES (7u << 6) /* p50, p95, p99 */
+
+/* Parses stats=a,b,...; returns the STAT_* mask, or 0 (err filled) on a bad list. */
+static unsigned parse_stats(const char *v, char *err, size_t errlen)
+{
+    unsigned mask = 0;
+    const char *p = v;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        int k = -1;
+        for (int i = 0; i < STAT_N && k < 0; i++)
+            if (strlen(stat_names[i]) == n && !strncmp(p, stat_names[i], n))
+                k = i;
+        if (k < 0) {
+            snprintf(err, errlen,
+                     "unknown statistic '%.*s' in 'stats': use a comma-separated list of "
+                     "count, sum, min, max, mean, stddev, p50, p95, p99",
+                     (int)(n > 64 ? 64 : n), p);
+            return 0;
+        }
+        mask |= 1u << k;
+        if (!p[n])
+            return mask;
+        p += n + 1;
+    }
+}
 
 static void csv_field(bdb_buf *b, const char *v)
 {
@@ -133,40 +166,42 @@ static int window_cb(void *ctx, const bdb_window_row *r)
         o->overflow = 1;
         return 1;
     }
-    const double v[] = {r->sum, r->min, r->max, r->mean, r->stddev, r->p50, r->p95, r->p99};
+    /* count first (an integer), then the doubles, in stat_names order */
+    const double v[] = {0, r->sum, r->min, r->max, r->mean, r->stddev, r->p50, r->p95, r->p99};
     if (o->csv) {
         bdb_buf_i64(o->b, r->start);
         bdb_buf_putc(o->b, ',');
         csv_field(o->b, r->metric);
         bdb_buf_putc(o->b, ',');
         bdb_buf_puts(o->b, o->tier);
-        bdb_buf_putc(o->b, ',');
-        bdb_buf_u64(o->b, r->count);
-        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-            bdb_buf_putc(o->b, ',');
-            bdb_buf_double(o->b, v[i]);
-        }
-        bdb_buf_puts(o->b, r->final ? ",true\n" : ",false\n");
     } else {
         bdb_buf_puts(o->b, o->n ? ",[" : "[");
         bdb_buf_i64(o->b, r->start);
         bdb_buf_puts(o->b, ",\"");
         bdb_buf_json_str(o->b, r->metric, strlen(r->metric));
-        bdb_buf_puts(o->b, "\",");
-        bdb_buf_u64(o->b, r->count);
-        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-            bdb_buf_putc(o->b, ',');
-            bdb_buf_double(o->b, v[i]);
-        }
-        bdb_buf_puts(o->b, r->final ? ",true]" : ",false]");
+        bdb_buf_putc(o->b, '"');
     }
+    for (int i = 0; i < STAT_N; i++) {
+        if (!(o->stats & (1u << i)))
+            continue;
+        bdb_buf_putc(o->b, ',');
+        if (i == 0)
+            bdb_buf_u64(o->b, r->count);
+        else
+            bdb_buf_double(o->b, v[i]);
+    }
+    if (o->csv)
+        bdb_buf_puts(o->b, r->final ? ",true\n" : ",false\n");
+    else
+        bdb_buf_puts(o->b, r->final ? ",true]" : ",false]");
     o->n++;
     return 0;
 }
 
 /* Answers a query from a rollup tier; q is the parsed raw query. */
 static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const bdb_range_query *q,
-                                  enum bdb_res res, const char *asked, int csv, uint64_t t0)
+                                  enum bdb_res res, const char *asked, int csv, unsigned stats,
+                                  uint64_t t0)
 {
     bdb_window_query wq = {.tenant = q->tenant,
                            .device = q->device,
@@ -177,17 +212,27 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
                            .res = res,
                            .lateness_ms = s->cfg.agg_allowed_lateness,
                            .limit = q->limit,
-                           .desc = q->desc};
+                           .desc = q->desc,
+                           .no_quantiles = !(stats & STAT_QUANTILES)};
     bdb_buf body;
     bdb_buf_init(&body);
-    struct wout o = {&body, csv, bdb_res_name(res), 0, s->cfg.max_query_samples, 0};
-    if (csv)
-        bdb_buf_puts(&body, "time,metric,tier,count,sum,min,max,mean,stddev,p50,p95,p99,final\n");
+    struct wout o = {&body, csv, bdb_res_name(res), 0, s->cfg.max_query_samples, 0, stats};
+    bdb_buf cols; /* the chosen statistics' names, comma-separated */
+    bdb_buf_init(&cols);
+    for (int i = 0; i < STAT_N; i++)
+        if (stats & (1u << i))
+            bdb_buf_printf(&cols, csv ? ",%s" : ",\"%s\"", stat_names[i]);
+    if (csv) {
+        bdb_buf_puts(&body, "time,metric,tier");
+        bdb_buf_append(&body, cols.data, cols.len);
+        bdb_buf_puts(&body, ",final\n");
+    }
     int64_t wm = INT64_MIN;
     int rc = bdb_query_windows(s->db, &wq, window_cb, &o, &wm);
     atomic_fetch_add(&s->queries, 1);
     if (rc != BDB_OK) {
         bdb_buf_free(&body);
+        bdb_buf_free(&cols);
         char msg[400];
         if (rc == BDB_ERR_NOTFOUND) {
             snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", q->device,
@@ -199,6 +244,7 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
     }
     if (o.overflow) {
         bdb_buf_free(&body);
+        bdb_buf_free(&cols);
         char msg[200];
         snprintf(msg, sizeof msg,
                  "query returns more than max-query-samples %llu windows; add a limit, narrow "
@@ -211,6 +257,7 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
     if (csv) {
         res_ = respond(s, c, 200, "text/csv", body.data, body.len);
         bdb_buf_free(&body);
+        bdb_buf_free(&cols);
         return res_;
     }
     bdb_buf full;
@@ -228,11 +275,11 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
         bdb_buf_puts(&full, "null");
     else
         bdb_buf_printf(&full, "%lld", (long long)wm);
-    bdb_buf_printf(&full,
-                   ",\"relative_error\":%g,\"count\":%llu,\"columns\":[\"time\",\"metric\","
-                   "\"count\",\"sum\",\"min\",\"max\",\"mean\",\"stddev\",\"p50\",\"p95\","
-                   "\"p99\",\"final\"],\"values\":[",
+    bdb_buf_printf(&full, ",\"relative_error\":%g,\"count\":%llu,\"columns\":[\"time\",\"metric\"",
                    BDB_SKETCH_ALPHA, (unsigned long long)o.n);
+    bdb_buf_append(&full, cols.data, cols.len);
+    bdb_buf_puts(&full, ",\"final\"],\"values\":[");
+    bdb_buf_free(&cols);
     bdb_buf_append(&full, body.data, body.len);
     bdb_buf_puts(&full, "]}\n");
     bdb_buf_free(&body);
@@ -308,8 +355,25 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
         q.nmetrics = sort_unique(metrics, nm);
         q.metrics = metrics;
     }
+    /* stats=: which statistics an aggregated answer carries (default all) */
+    unsigned stats = STAT_ALL;
+    const char *sv = arg(c, "stats");
+    if (sv) {
+        char err[300];
+        if (tier == BDB_RES_RAW && !(rs && !strcmp(rs, "auto"))) {
+            free(mlist);
+            return respond_json_error(s, c, 400,
+                                      "'stats' applies to aggregated windows: add "
+                                      "resolution=1m, 1h, 1d or auto",
+                                      0);
+        }
+        if (!(stats = parse_stats(sv, err, sizeof err))) {
+            free(mlist);
+            return respond_json_error(s, c, 400, err, 0);
+        }
+    }
     if (tier != BDB_RES_RAW) {
-        enum MHD_Result r = query_tier(s, c, &q, (enum bdb_res)tier, rs, csv, t0);
+        enum MHD_Result r = query_tier(s, c, &q, (enum bdb_res)tier, rs, csv, stats, t0);
         free(mlist);
         return r;
     }

@@ -184,6 +184,56 @@ def auto_routing_and_explicit():
         s.query(expect=404, device="nope", resolution="1h")
 
 
+@suite.test
+def stats_choose_the_columns():
+    with Server() as s:
+        data = gen(3, 60000, 5)
+        write(s, data)
+        s.flush()
+        # parts of a file window (the reader steps over the windows before and stops
+        # after) agree with raw: one hour of a day's 1m file, a day of a 30-day 1h file
+        check_tier(s, "1m", T0 + DAY + 12 * HOUR, T0 + DAY + 13 * HOUR)
+        check_tier(s, "1h", T0 + DAY + 5 * HOUR, T0 + 2 * DAY + 1)
+        rng = {"from": T0, "to": T0 + 2 * DAY}
+        full = s.query(device="d1", resolution="1h", **rng)
+        allc = full["columns"]
+        eq(allc, ["time", "metric", "count", "sum", "min", "max", "mean", "stddev", "p50",
+                  "p95", "p99", "final"])
+        rows = {(r[0], r[1]): dict(zip(allc, r)) for r in full["values"]}
+        # any subset, in the columns' order whatever the order asked; repeats once
+        for asked, cols in (("mean", ["mean"]), ("p99,count", ["count", "p99"]),
+                            ("max,min,max", ["min", "max"]),
+                            ("count,sum,min,max,mean,stddev,p50,p95,p99", allc[2:-1])):
+            doc = s.query(device="d1", resolution="1h", stats=asked, **rng)
+            eq(doc["columns"], ["time", "metric"] + cols + ["final"], "columns for %s" % asked)
+            eq(doc["count"], full["count"])
+            for r in doc["values"]:
+                want = rows[(r[0], r[1])]
+                eq(r[2:], [want[c] for c in cols + ["final"]], "row %r for %s" % (r[:2], asked))
+        r = s.query(device="d1", resolution="1h", stats="p95,mean", format="csv", **rng)
+        lines = r.text.strip().split("\n")
+        eq(lines[0], "time,metric,tier,mean,p95,final")
+        eq(len(lines) - 1, full["count"])
+        # auto: honoured when a tier answers, not asked of a raw answer
+        doc = s.query(device="d1", resolution="auto", stats="max",
+                      **{"from": T0, "to": T0 + DAY})
+        eq((doc["tier"], doc["columns"]), ("1m", ["time", "metric", "max", "final"]))
+        doc = s.query(device="d1", resolution="auto", stats="max",
+                      **{"from": T0, "to": T0 + HOUR})
+        eq((doc["tier"], doc["columns"]), ("raw", ["time", "metric", "value"]))
+        # refusals name what is wrong
+        for bad, word in (("avg", "'avg'"), ("", "''"), ("mean,", "''"), ("MEAN", "'MEAN'")):
+            r = s.query(expect=400, device="d1", resolution="1h", stats=bad, **rng)
+            contains(r.json()["error"], "unknown statistic %s" % word)
+            contains(r.json()["error"], "count, sum, min, max, mean, stddev, p50, p95, p99")
+        for res in (None, "raw"):
+            params = dict(rng, device="d1", stats="mean")
+            if res:
+                params["resolution"] = res
+            r = s.query(expect=400, **params)
+            contains(r.json()["error"], "'stats' applies to aggregated windows")
+
+
 def crash_rounds(s, flush_before_kill):
     data = gen(1, 20000, 11)
     write(s, data)
