@@ -271,12 +271,13 @@ def main():
                 rows.append((name, qid, label, p50, p99, size))
                 log("%s %s: p50 %.3f ms, p99 %.3f ms" % (name, label, p50, p99))
             # the same question: bucketdb's fleet average of the first hour beside VM's
+            fleet_path = next(path for qid, _, path in qs if qid == "qfleet")
             if name == "bucketdb":
-                _, d = p.req("GET", qs[1][2])
+                _, d = p.req("GET", fleet_path)
                 rows.append((name, "check", "(check) first hour fleet avg",
                              json.loads(d)["values"][0][5], 0, 0))
             else:
-                _, d = p.req("GET", qs[1][2])
+                _, d = p.req("GET", fleet_path)
                 r = json.loads(d)["data"]["result"]
                 rows.append((name, "check", "(check) first hour fleet avg",
                              float(r[0]["values"][0][1]) if r else float("nan"), 0, 0))

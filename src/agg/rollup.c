@@ -276,13 +276,23 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
                 break;
             continue;
         }
-        if ((rc = bdb_stats_read(&w.st, d)) != BDB_OK || (rc = bdb_sketch_read(&w.sk, d)) != BDB_OK)
-            break;
-        /* Both parts describe the same samples: their counts and extremes agree. */
-        if (w.st.count == 0 || w.st.count != bdb_sketch_count(&w.sk) ||
-            w.st.min != bdb_sketch_min(&w.sk) || w.st.max != bdb_sketch_max(&w.sk)) {
-            rc = BDB_ERR_CORRUPT;
-            break;
+        if (r->stats_only) {
+            if ((rc = bdb_stats_read(&w.st, d)) != BDB_OK || (rc = bdb_sketch_skip(d)) != BDB_OK)
+                break;
+            if (w.st.count == 0) {
+                rc = BDB_ERR_CORRUPT;
+                break;
+            }
+        } else {
+            if ((rc = bdb_stats_read(&w.st, d)) != BDB_OK ||
+                (rc = bdb_sketch_read(&w.sk, d)) != BDB_OK)
+                break;
+            /* Both parts describe the same samples: their counts and extremes agree. */
+            if (w.st.count == 0 || w.st.count != bdb_sketch_count(&w.sk) ||
+                w.st.min != bdb_sketch_min(&w.sk) || w.st.max != bdb_sketch_max(&w.sk)) {
+                rc = BDB_ERR_CORRUPT;
+                break;
+            }
         }
         w.start = idx * r->width;
         if (w.start >= lo && w.start < hi)

@@ -42,6 +42,11 @@ typedef struct bdb_rollup {
     bdb_window *w; /* sorted by start, unique */
     size_t n, cap;
     uint64_t skipped; /* non-finite samples not aggregated */
+    /* Set by a reader whose answer shows no quantile: bdb_rollup_read and _read_part
+     * step over the encoded sketches (bdb_sketch_skip) and keep the statistics only,
+     * so the windows' sketches hold only what was added or merged in memory. Decoding
+     * the sketches is most of the cost of reading a tier record. */
+    int stats_only;
 } bdb_rollup;
 
 /* Width in ms of a resolution (0 for RAW), its name ("raw", "1m", "1h", "1d"), and

@@ -46,8 +46,10 @@ int bdb_query_windows(bdb_db *db, const bdb_window_query *q,
     size_t *pos = calloc(n + 1, sizeof *pos);
     if (!r || !pos)
         abort();
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         bdb_rollup_init(&r[i], width);
+        r[i].stats_only = q->no_quantiles;
+    }
     if (n)
         rc = bdb_db_tier_read(db, q->tenant, q->device, names, n, q->res, q->from, q->to, r);
     if (q->desc)

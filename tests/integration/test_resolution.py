@@ -190,6 +190,8 @@ def stats_choose_the_columns():
         data = gen(3, 60000, 5)
         write(s, data)
         s.flush()
+        # and samples still in the head, inside windows the files hold too
+        write(s, gen(1, 3600000 + 11, 6, start=T0 + 7))
         # parts of a file window (the reader steps over the windows before and stops
         # after) agree with raw: one hour of a day's 1m file, a day of a 30-day 1h file
         check_tier(s, "1m", T0 + DAY + 12 * HOUR, T0 + DAY + 13 * HOUR)

@@ -299,6 +299,7 @@ int tf_read_rec(const tfile *t, const trec *rec, int64_t lo, int64_t hi, bdb_rol
         bdb_rollup tmp, *into = r;
         if (t->flags & TF_REPLACES) {
             bdb_rollup_init(&tmp, r->width);
+            tmp.stats_only = r->stats_only;
             into = &tmp;
         }
         if (rc == BDB_OK)

@@ -360,6 +360,29 @@ static void test_encoding_part(void **st)
         bdb_rollup_free(&full);
         bdb_rollup_free(&part);
     }
+    /* stats_only: the same statistics, the sketches stepped over (left empty) */
+    for (int q = 0; q < 50; q++) {
+        int64_t lo = T0 + (int64_t)(rng() % (uint64_t)(m + 20)) * MIN_MS - 10 * MIN_MS;
+        int64_t hi = q % 2 ? INT64_MAX : lo + (int64_t)(rng() % 300) * MIN_MS;
+        bdb_rollup full, lean;
+        bdb_rollup_init(&full, MIN_MS);
+        bdb_rollup_init(&lean, MIN_MS);
+        lean.stats_only = 1;
+        bdb_dec_init(&d, b.data, b.len);
+        assert_int_equal(bdb_rollup_read(&full, &d, lo, hi), BDB_OK);
+        bdb_dec_init(&d, b.data, b.len);
+        int rc = q % 3 ? bdb_rollup_read_part(&lean, &d, lo, hi, &stopped)
+                       : bdb_rollup_read(&lean, &d, lo, hi);
+        assert_int_equal(rc, BDB_OK);
+        assert_int_equal(lean.n, full.n);
+        for (size_t k = 0; k < full.n; k++) {
+            assert_int_equal(lean.w[k].start, full.w[k].start);
+            assert_memory_equal(&lean.w[k].st, &full.w[k].st, sizeof full.w[k].st);
+            assert_int_equal(bdb_sketch_count(&lean.w[k].sk), 0);
+        }
+        bdb_rollup_free(&full);
+        bdb_rollup_free(&lean);
+    }
     /* cut anywhere: an error or a clean read of what is there, never past the end */
     for (size_t cut = 0; cut < b.len; cut += 7) {
         bdb_rollup_init(&x, MIN_MS);
