@@ -77,6 +77,7 @@ static void read_one(void *arg, size_t i)
     struct dres *r = &j->dev[i];
     bdb_rollup ro;
     bdb_rollup_init(&ro, j->width);
+    ro.stats_only = 1; /* nor decoded from the tier files */
     const char *m = j->q->metric;
     int rc =
         bdb_db_tier_read(j->db, j->q->tenant, r->name, &m, 1, j->q->res, j->q->from, j->q->to, &ro);
