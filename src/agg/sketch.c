@@ -495,14 +495,16 @@ corrupt:
 int bdb_sketch_skip(bdb_dec *d)
 {
     uint8_t version = bdb_dec_u8(d);
-    bdb_dec_u8(d);      /* flags */
+    uint8_t flags = bdb_dec_u8(d);
     bdb_dec_uvarint(d); /* alpha */
     uint64_t maxb = bdb_dec_uvarint(d);
     uint64_t n_neg = bdb_dec_uvarint(d);
     uint64_t zero = bdb_dec_uvarint(d);
     uint64_t n_pos = bdb_dec_uvarint(d);
-    /* two varints per bucket: no count can exceed the bytes left (nor overflow here) */
-    if (d->err || version != BDB_SKETCH_VERSION || n_neg > maxb || n_pos > maxb ||
+    /* the header rules of bdb_sketch_read (maxb below 2^32 also keeps the sums below
+     * exact); two varints per bucket bound the counts by the bytes left */
+    if (d->err || version != BDB_SKETCH_VERSION || (flags & ~FLAG_ALL) || maxb > UINT32_MAX ||
+        n_neg > maxb || n_pos > maxb || n_neg + n_pos + (zero ? 1 : 0) > maxb ||
         n_neg + n_pos > bdb_dec_left(d)) {
         d->err = 1;
         return BDB_ERR_CORRUPT;

@@ -70,7 +70,8 @@ static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
 {
     int n = 0;
     bdb_buf_putc(b, '[');
-    if (st->flush_fail_streak) {
+    /* a streak that ended while the figures were read leaves since at 0: not failing */
+    if (st->flush_fail_streak && st->flush_failing_since_ms) {
         char since[40], msg[400];
         bdb_format_time_ms(st->flush_failing_since_ms, since, (int)sizeof since);
         snprintf(msg, sizeof msg,
@@ -87,14 +88,18 @@ static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
     return n;
 }
 
-/* The first string of a JSON array of strings built above, quotes included. */
+/* The first string of a non-empty JSON array of strings built above, quotes
+ * included: up to the first quote that is not escaped (a backslash skips the byte
+ * after it), never past the array. */
 static void first_string(bdb_buf *out, const bdb_buf *arr)
 {
     const char *first = (const char *)arr->data + 1; /* after '[' */
-    const char *end = first + 1;
-    while (*end != '"' || end[-1] == '\\')
-        end++;
-    bdb_buf_append(out, first, (size_t)(end - first) + 1);
+    const char *lim = (const char *)arr->data + arr->len, *p = first + 1;
+    while (p < lim && *p != '"')
+        p += *p == '\\' ? 2 : 1;
+    if (p >= lim)
+        p = lim - 1;
+    bdb_buf_append(out, first, (size_t)(p - first) + 1);
 }
 
 enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)

@@ -590,10 +590,14 @@ int db_flush(bdb_db *db)
              (unsigned long long)nsamples, nblocks, (long long)(bdb_monotonic_ms() - t0));
 out:
     if (rc != BDB_OK) {
+        /* The error and the start time before the streak: a reader (bdb_db_get_stats
+         * loads the streak first) that sees a streak sees them too. Flushes are
+         * serialized by flush_mutex, so only readers race with this. */
         atomic_fetch_add(&db->flush_failures, 1);
-        if (!atomic_fetch_add(&db->flush_fail_streak, 1))
-            atomic_store(&db->flush_failing_since, bdb_clock_now(&db->o.clock));
         atomic_store(&db->flush_last_error, rc);
+        if (atomic_load(&db->flush_fail_streak) == 0)
+            atomic_store(&db->flush_failing_since, bdb_clock_now(&db->o.clock));
+        atomic_fetch_add(&db->flush_fail_streak, 1);
     }
     db->last_flush_mono = bdb_monotonic_ms();
     free(f.v);

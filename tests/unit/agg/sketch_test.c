@@ -862,6 +862,47 @@ static void test_corruption_loop(void **state)
     bdb_buf_free(&again);
 }
 
+/* bdb_sketch_skip refuses the headers bdb_sketch_read refuses, including counts that
+ * would wrap around when summed. */
+static void test_skip_rejects(void **st)
+{
+    (void)st;
+    const uint64_t big = UINT64_C(1) << 63;
+    const struct {
+        uint8_t version, flags;
+        uint64_t maxb, n_neg, zero, n_pos;
+    } bad[] = {
+        {BDB_SKETCH_VERSION, 0, UINT64_MAX, big, 5, big},    /* the sum wraps to 0 */
+        {BDB_SKETCH_VERSION, 0, UINT64_C(1) << 33, 1, 0, 1}, /* maxb past 2^32 */
+        {BDB_SKETCH_VERSION, 0x80, 2048, 1, 0, 1},           /* unknown flag */
+        {BDB_SKETCH_VERSION, 0, 2, 1, 1, 1},                 /* more buckets than maxb */
+        {BDB_SKETCH_VERSION + 1, 0, 2048, 1, 0, 1},          /* another version */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bdb_buf b;
+        bdb_buf_init(&b);
+        bdb_buf_putc(&b, bad[i].version);
+        bdb_buf_putc(&b, bad[i].flags);
+        bdb_buf_put_uvarint(&b, 10000);
+        bdb_buf_put_uvarint(&b, bad[i].maxb);
+        bdb_buf_put_uvarint(&b, bad[i].n_neg);
+        bdb_buf_put_uvarint(&b, bad[i].zero);
+        bdb_buf_put_uvarint(&b, bad[i].n_pos);
+        for (int k = 0; k < 40; k++)
+            bdb_buf_putc(&b, 1);
+        bdb_dec d;
+        bdb_dec_init(&d, b.data, b.len);
+        if (bdb_sketch_skip(&d) != BDB_ERR_CORRUPT)
+            fail_msg("case %zu: skip accepted a header read refuses", i);
+        assert_true(d.err);
+        bdb_sketch sk;
+        bdb_sketch_init_default(&sk);
+        assert_int_equal(bdb_sketch_decode(&sk, b.data, b.len), BDB_ERR_CORRUPT);
+        bdb_sketch_free(&sk);
+        bdb_buf_free(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -876,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_encode_roundtrip),
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_corruption_loop),
+        cmocka_unit_test(test_skip_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
