@@ -299,17 +299,22 @@ static void fill_info(const device *d, bdb_device_info *inf, const char **metric
 static int call_with_device(bdb_db *db, device *d, int (*cb)(void *, const bdb_device_info *),
                             void *ctx)
 {
+    /* A listing calls this for every device of a tenant: the metric names of a
+     * typical device fit on the stack, so most calls allocate nothing. */
+    const char *local[32];
     pthread_mutex_lock(dev_lock(db, d));
-    const char **names = bdb_calloc(d->nseries + 1, sizeof *names);
+    const char **names = d->nseries < 32 ? local : bdb_calloc(d->nseries + 1, sizeof *names);
     if (!names) {
         pthread_mutex_unlock(dev_lock(db, d));
         return BDB_ERR_NOMEM;
     }
+    names[d->nseries] = NULL; /* as calloc left it */
     bdb_device_info inf;
     fill_info(d, &inf, names);
     int rc = cb(ctx, &inf);
     pthread_mutex_unlock(dev_lock(db, d));
-    free(names);
+    if (names != local)
+        free(names);
     return rc;
 }
 
@@ -325,7 +330,7 @@ int db_read_get_device_local(bdb_db *db, const char *tn, const char *dn,
 static int dev_cmp(const void *a, const void *b)
 {
     const device *x = *(device *const *)a, *y = *(device *const *)b;
-    int c = strcmp(x->tenant->name, y->tenant->name);
+    int c = x->tenant == y->tenant ? 0 : strcmp(x->tenant->name, y->tenant->name);
     return c ? c : strcmp(x->name, y->name);
 }
 
