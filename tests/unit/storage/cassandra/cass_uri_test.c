@@ -130,6 +130,25 @@ static void test_ranges(void **state)
     }
 }
 
+/* fmt (one %s) with n bytes of fill parses (into *o); with n + 1 it is refused with
+ * want in the message. */
+static void at_limit_then_refused(const char *fmt, char fill, size_t n, const char *want,
+                                  cass_uri *o)
+{
+    char *v = malloc(n + 2), *uri = malloc(n + 256);
+    assert_non_null(v);
+    assert_non_null(uri);
+    memset(v, fill, n + 1);
+    v[n + 1] = 0;
+    snprintf(uri, n + 256, fmt, v);
+    refused(uri, want);
+    v[n] = 0;
+    snprintf(uri, n + 256, fmt, v);
+    assert_int_equal(parse(uri, o), BDB_OK);
+    free(uri);
+    free(v);
+}
+
 /* Text values at their field's size are kept whole; one byte more is refused (they
  * were cut: a password cut short fails authentication with no word of why). */
 static void test_text_lengths(void **state)
@@ -161,27 +180,14 @@ static void test_text_lengths(void **state)
     refused("cassandra://h/k", "$CQL_PASSWORD= is longer than 255 bytes");
     unsetenv("CQL_PASSWORD");
     /* hosts: 1,023 bytes, then one more */
-    memset(v, 'h', 1023);
-    v[1023] = 0;
-    snprintf(uri, 4096, "cassandra://%s/k", v);
-    assert_int_equal(parse(uri, &o), BDB_OK);
+    at_limit_then_refused("cassandra://%s/k", 'h', 1023, "the host list is longer than 1023 bytes",
+                          &o);
     assert_int_equal(strlen(o.hosts), 1023);
-    snprintf(uri, 4096, "cassandra://%sh/k", v);
-    refused(uri, "the host list is longer than 1023 bytes");
     /* keyspace: 48 characters, then 49 */
-    memset(v, 'k', 48);
-    v[48] = 0;
-    snprintf(uri, 4096, "cassandra://h/%s", v);
-    assert_int_equal(parse(uri, &o), BDB_OK);
-    snprintf(uri, 4096, "cassandra://h/%sk", v);
-    refused(uri, "keyspace longer than 48 characters");
+    at_limit_then_refused("cassandra://h/%s", 'k', 48, "keyspace longer than 48 characters", &o);
     /* ca/cert/key: 511 bytes of path */
-    memset(v, 'c', 511);
-    v[511] = 0;
-    snprintf(uri, 4096, "cassandra://h/k?tls=true&ca=%s", v);
-    assert_int_equal(parse(uri, &o), BDB_OK);
-    snprintf(uri, 4096, "cassandra://h/k?tls=true&ca=%sc", v);
-    refused(uri, "ca= needs a file path of 1..511 bytes");
+    at_limit_then_refused("cassandra://h/k?tls=true&ca=%s", 'c', 511,
+                          "ca= needs a file path of 1..511 bytes", &o);
     free(uri);
     free(v);
 }
