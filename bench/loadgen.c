@@ -1,9 +1,12 @@
 /* loadgen: load generator for bench/run.
  *
- *   loadgen write [options]   pre-generates a device fleet's line-protocol bodies in
- *                             memory, then sends them over N keep-alive HTTP/1.1
- *                             connections (one thread each) and counts the samples
- *                             acknowledged with 2xx.
+ *   loadgen write [options]   sends a device fleet's line-protocol bodies over N
+ *                             keep-alive HTTP/1.1 connections (one thread each) and
+ *                             counts the samples acknowledged with 2xx. The bodies are
+ *                             generated in memory before the timed phase (--gen ahead),
+ *                             or by the sending threads as they go (--gen stream), which
+ *                             --pace also spreads over the wall clock, one round of all
+ *                             devices per interval.
  *   loadgen query [options]   sends GET queries one after another on one keep-alive
  *                             connection and reports latency percentiles.
  *
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -373,6 +377,157 @@ static int http_do(conn *c, const char *method, const char *target, const char *
 
 /* ---------------------------------------------------------------- write mode */
 
+/* The fleet: one line per device and round, round r of every device before round
+ * r + 1, `lines` lines per request, generated request by request in that order from
+ * one random stream (the seed's): the initial values of every device and metric, then
+ * one step per line and metric. The bytes depend only on the options, so every peer
+ * and every repetition gets the same bodies, whether they are generated before the
+ * timed phase (--gen ahead) or by the sending threads while it runs (--gen stream:
+ * a lock hands out the requests in order and each thread generates the one it took).
+ *
+ * Values are random walks with two decimals, kept in hundredths (integers) and printed
+ * by hand: the same bytes as printf("%.2f") of the doubles this generator used before
+ * (floor(u * 10000) / 100, then round((v + step) * 100) / 100 with step =
+ * floor(u * 101 - 50) / 100), at a fraction of the CPU. */
+typedef struct {
+    long devices;
+    int metrics;
+    long lines;
+    long long interval;
+    long long t0; /* device d reports round r at t0 + r * interval + phase(d) */
+    unsigned long long total_lines, next_line;
+    uint64_t rs;
+    int32_t *cents; /* devices x metrics current values, in hundredths */
+    const char *meas;
+    size_t meas_len;
+    char (*fname)[16]; /* "f0=", ",f1=", ...: field name with its separators */
+    uint8_t *fname_len;
+    size_t line_max; /* bytes one line can take at most */
+    long long first_ts, last_ts;
+} fleet;
+
+static char *put_uint(char *p, unsigned long long v, int min_digits)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n < min_digits && n < (int)sizeof tmp)
+        tmp[n++] = '0';
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_cents(char *p, int32_t c)
+{
+    uint32_t a = c < 0 ? (uint32_t)(-(int64_t)c) : (uint32_t)c;
+    if (c < 0)
+        *p++ = '-';
+    p = put_uint(p, a / 100, 1);
+    *p++ = '.';
+    *p++ = (char)('0' + (a % 100) / 10);
+    *p++ = (char)('0' + a % 10);
+    return p;
+}
+
+static void fleet_init(fleet *f, long devices, int metrics, long lines, long long interval,
+                       long long t0, unsigned long long total_lines, uint64_t seed,
+                       const char *meas)
+{
+    memset(f, 0, sizeof *f);
+    f->devices = devices;
+    f->metrics = metrics;
+    f->lines = lines;
+    f->interval = interval;
+    f->t0 = t0;
+    f->total_lines = total_lines;
+    f->rs = seed * 0x9E3779B97F4A7C15ULL + 1;
+    f->meas = meas;
+    f->meas_len = strlen(meas);
+    f->first_ts = INT64_MAX;
+    f->last_ts = INT64_MIN;
+    size_t nv = (size_t)devices * (size_t)metrics;
+    f->cents = xmalloc(sizeof(int32_t) * nv);
+    for (size_t i = 0; i < nv; i++)
+        f->cents[i] = (int32_t)floor(rng_unit(&f->rs) * 10000.0); /* 0.00 .. 99.99 */
+    f->fname = xmalloc(sizeof *f->fname * (size_t)metrics);
+    f->fname_len = xmalloc((size_t)metrics);
+    for (int m = 0; m < metrics; m++)
+        f->fname_len[m] =
+            (uint8_t)snprintf(f->fname[m], sizeof f->fname[m], "%sf%d=", m ? "," : "", m);
+    /* measurement + ",device=dev" + index + ' ' + fields (name, sign, 10 digits, '.',
+     * 2 decimals) + ' ' + timestamp (sign and 19 digits) + '\n' */
+    f->line_max = f->meas_len + 11 + 20 + 1 + (size_t)metrics * (16 + 14) + 1 + 20 + 1;
+}
+
+static void fleet_free(fleet *f)
+{
+    free(f->cents);
+    free(f->fname);
+    free(f->fname_len);
+}
+
+/* Appends the next request's body to b. Returns its samples, 0 when all is sent. */
+static uint32_t fleet_next(fleet *f, buf *b)
+{
+    uint32_t samples = 0;
+    buf_reserve(b, (size_t)f->lines * f->line_max < ((size_t)64 << 20)
+                       ? (size_t)f->lines * f->line_max
+                       : f->line_max);
+    for (long k = 0; k < f->lines && f->next_line < f->total_lines; k++, f->next_line++) {
+        long r = (long)(f->next_line / (unsigned long long)f->devices);
+        long d = (long)(f->next_line % (unsigned long long)f->devices);
+        /* each device reports at its own phase inside the interval */
+        long long ts = f->t0 + (long long)r * f->interval + (long long)((d * 7919L) % f->interval);
+        if (ts < f->first_ts)
+            f->first_ts = ts;
+        if (ts > f->last_ts)
+            f->last_ts = ts;
+        buf_reserve(b, f->line_max);
+        char *p = b->p + b->len;
+        memcpy(p, f->meas, f->meas_len);
+        p += f->meas_len;
+        memcpy(p, ",device=dev", 11);
+        p = put_uint(p + 11, (unsigned long long)d, 7);
+        *p++ = ' ';
+        int32_t *v = &f->cents[(size_t)d * (size_t)f->metrics];
+        for (int m = 0; m < f->metrics; m++) {
+            /* random walk in steps of -0.50 .. +0.50 */
+            v[m] += (int32_t)floor(rng_unit(&f->rs) * 101.0 - 50.0);
+            memcpy(p, f->fname[m], f->fname_len[m]);
+            p = put_cents(p + f->fname_len[m], v[m]);
+        }
+        *p++ = ' ';
+        if (ts < 0) {
+            *p++ = '-';
+            ts = -ts;
+        }
+        p = put_uint(p, (unsigned long long)ts, 1);
+        *p++ = '\n';
+        b->len = (size_t)(p - b->p);
+        samples += (uint32_t)f->metrics;
+    }
+    return samples;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double process_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 typedef struct {
     char *data;
     size_t len;
@@ -383,36 +538,103 @@ typedef struct {
     const char *host;
     int port;
     const char *path;
+    /* --gen ahead: every body generated before the timed phase */
     request *reqs;
     size_t nreqs;
     atomic_size_t next;
+    /* --gen stream: the sending threads generate the next request under gen_lock */
+    fleet *gen;
+    pthread_mutex_t gen_lock;
+    size_t gen_req;
+    double gen_cpu; /* under gen_lock */
+    /* --pace: line L is due at s0 + L * line_s (one round per interval) */
+    int pace;
+    double s0, line_s;
+    pthread_mutex_t lag_lock;
+    double lag_max, lag_sum, last_due;
+    unsigned long long lag_n;
     double deadline;
     atomic_ullong ok_samples, fail_samples, ok_reqs, fail_reqs, bytes_sent;
-    atomic_int first_errors;
+    atomic_int first_errors, threads_done;
     int verbose;
 } wctx;
+
+/* Sleeps until monotonic time t (or the deadline); returns 0 if t was reached. */
+static int sleep_until(double t, double deadline)
+{
+    for (int i = 0; i < 1000000; i++) {
+        double n = now_s();
+        if (n >= t)
+            return 0;
+        if (n >= deadline)
+            return -1;
+        double d = t - n;
+        if (d > 0.2)
+            d = 0.2;
+        struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
 
 static void *writer(void *arg)
 {
     wctx *w = arg;
     conn c = {.fd = -1, .port = w->port, .tmo = 120};
     snprintf(c.host, sizeof c.host, "%s", w->host);
-    buf resp = {0};
+    buf resp = {0}, own = {0};
     for (;;) {
         if (now_s() >= w->deadline)
             break;
-        size_t i = atomic_fetch_add(&w->next, 1);
-        if (i >= w->nreqs)
-            break;
-        request *r = &w->reqs[i];
-        resp.len = 0;
-        int st = http_do(&c, "POST", w->path, "text/plain; charset=utf-8", r->data, r->len, &resp);
-        if (st >= 200 && st < 300) {
-            atomic_fetch_add(&w->ok_samples, r->samples);
-            atomic_fetch_add(&w->ok_reqs, 1);
-            atomic_fetch_add(&w->bytes_sent, r->len);
+        size_t i;
+        const char *data;
+        size_t len;
+        uint32_t samples;
+        if (w->reqs) {
+            i = atomic_fetch_add(&w->next, 1);
+            if (i >= w->nreqs)
+                break;
+            data = w->reqs[i].data;
+            len = w->reqs[i].len;
+            samples = w->reqs[i].samples;
         } else {
-            atomic_fetch_add(&w->fail_samples, r->samples);
+            pthread_mutex_lock(&w->gen_lock);
+            if (w->gen->next_line >= w->gen->total_lines) {
+                pthread_mutex_unlock(&w->gen_lock);
+                break;
+            }
+            i = w->gen_req++;
+            unsigned long long first = w->gen->next_line;
+            double c0 = thread_cpu_s();
+            own.len = 0;
+            samples = fleet_next(w->gen, &own);
+            w->gen_cpu += thread_cpu_s() - c0;
+            pthread_mutex_unlock(&w->gen_lock);
+            data = own.p;
+            len = own.len;
+            if (w->pace) {
+                double due = w->s0 + (double)first * w->line_s;
+                if (sleep_until(due, w->deadline) < 0)
+                    break; /* past the time limit: the rest is unsent */
+                double lag = now_s() - due;
+                pthread_mutex_lock(&w->lag_lock);
+                if (lag > w->lag_max)
+                    w->lag_max = lag;
+                w->lag_sum += lag;
+                w->lag_n++;
+                if (due > w->last_due)
+                    w->last_due = due;
+                pthread_mutex_unlock(&w->lag_lock);
+            }
+        }
+        resp.len = 0;
+        int st = http_do(&c, "POST", w->path, "text/plain; charset=utf-8", data, len, &resp);
+        if (st >= 200 && st < 300) {
+            atomic_fetch_add(&w->ok_samples, samples);
+            atomic_fetch_add(&w->ok_reqs, 1);
+            atomic_fetch_add(&w->bytes_sent, len);
+        } else {
+            atomic_fetch_add(&w->fail_samples, samples);
             atomic_fetch_add(&w->fail_reqs, 1);
             if (atomic_fetch_add(&w->first_errors, 1) < 5)
                 fprintf(stderr, "loadgen: request %zu failed: status %d %.*s\n", i, st,
@@ -423,7 +645,9 @@ static void *writer(void *arg)
     }
     conn_close(&c);
     free(resp.p);
+    free(own.p);
     free(c.in.p);
+    atomic_fetch_add(&w->threads_done, 1);
     return NULL;
 }
 
@@ -434,11 +658,18 @@ static void usage(void)
             "  loadgen write --port P [--host 127.0.0.1] [--devices 10000] [--metrics 10]\n"
             "                [--rounds 30] [--interval-ms 10000] [--end-ms MS] [--lines 5000]\n"
             "                [--conns 4] [--max-samples N] [--time-limit S]\n"
+            "                [--gen ahead|stream] [--pace]\n"
             "                [--path /write?precision=ms] [--measurement sensor] [--seed 1]\n"
             "  loadgen query --port P --kind a|b --peer bucketdb|vm [--host 127.0.0.1]\n"
             "                [--devices 10000] [--metrics 10] [--count 200] [--warmup 10]\n"
             "                [--from-ms MS --to-ms MS] [--time-limit S] [--seed 7]\n"
-            "                [--measurement sensor]\n");
+            "                [--measurement sensor]\n"
+            "\n"
+            "  --gen ahead    generate every body before the timed phase (default)\n"
+            "  --gen stream   the sending threads generate each body when they take it\n"
+            "  --pace         (implies --gen stream) send at the wall clock: one round of\n"
+            "                 all devices per interval, spread evenly; round 0's event times\n"
+            "                 are the interval before the start; --end-ms is ignored\n");
     exit(2);
 }
 
@@ -448,6 +679,14 @@ static const char *argval(int argc, char **argv, const char *name, const char *d
         if (!strcmp(argv[i], name))
             return argv[i + 1];
     return def;
+}
+
+static int argflag(int argc, char **argv, const char *name)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], name))
+            return 1;
+    return 0;
 }
 
 static int cmd_write(int argc, char **argv)
@@ -466,11 +705,14 @@ static int cmd_write(int argc, char **argv)
     const char *path = argval(argc, argv, "--path", "/write?precision=ms");
     const char *meas = argval(argc, argv, "--measurement", "sensor");
     uint64_t seed = strtoull(argval(argc, argv, "--seed", "1"), NULL, 10);
-    if (port <= 0 || devices <= 0 || metrics <= 0 || metrics > 1000 || rounds <= 0 ||
-        interval <= 0 || lines <= 0 || conns <= 0 || conns > 256 || tlimit <= 0)
+    const char *genmode = argval(argc, argv, "--gen", "ahead");
+    int pace = argflag(argc, argv, "--pace");
+    int stream = pace || !strcmp(genmode, "stream");
+    if (port <= 0 || devices <= 0 || devices > 100000000 || metrics <= 0 || metrics > 1000 ||
+        rounds <= 0 || rounds > 10000000 || interval <= 0 || lines <= 0 || lines > 1000000 ||
+        conns <= 0 || conns > 256 || tlimit <= 0 || strlen(meas) > 200 ||
+        (strcmp(genmode, "ahead") && strcmp(genmode, "stream")))
         usage();
-    if (end_ms <= 0)
-        end_ms = wall_ms() - 60000;
     unsigned long long total_lines = (unsigned long long)devices * (unsigned long long)rounds;
     if (max_samples) {
         unsigned long long cap = max_samples / (unsigned long long)metrics;
@@ -479,87 +721,113 @@ static int cmd_write(int argc, char **argv)
     }
     if (total_lines == 0)
         die("nothing to send");
+    unsigned long long planned = total_lines * (unsigned long long)metrics;
+    if (pace)
+        end_ms = wall_ms() + (long long)(rounds - 1) * interval; /* round 0: the last interval */
+    else if (end_ms <= 0)
+        end_ms = wall_ms() - 60000;
     long long t0 = end_ms - (long long)rounds * interval;
+    fleet f;
+    fleet_init(&f, devices, metrics, lines, interval, t0, total_lines, seed, meas);
 
-    /* ---- pre-generation (not timed) */
-    double g0 = now_s();
-    uint64_t rs = seed * 0x9E3779B97F4A7C15ULL + 1;
-    double *val = xmalloc(sizeof(double) * (size_t)devices * (size_t)metrics);
-    for (size_t i = 0; i < (size_t)devices * (size_t)metrics; i++)
-        val[i] = floor(rng_unit(&rs) * 10000.0) / 100.0; /* 0.00 .. 99.99 */
+    wctx w = {.host = host, .port = port, .path = path, .pace = pace};
+    atomic_init(&w.next, 0);
+    pthread_mutex_init(&w.gen_lock, NULL);
+    pthread_mutex_init(&w.lag_lock, NULL);
     size_t nreqs =
         (size_t)((total_lines + (unsigned long long)lines - 1) / (unsigned long long)lines);
-    request *reqs = calloc(nreqs, sizeof *reqs);
-    if (!reqs)
-        die("out of memory");
-    unsigned long long line = 0;
-    long long first_ts = INT64_MAX, last_ts = INT64_MIN;
-    size_t total_bytes = 0;
-    char tmp[64];
-    for (size_t q = 0; q < nreqs; q++) {
-        buf b = {0};
-        buf_reserve(&b, (size_t)lines * (size_t)(40 + metrics * 12));
-        uint32_t samples = 0;
-        for (long k = 0; k < lines && line < total_lines; k++, line++) {
-            long r = (long)(line / (unsigned long long)devices);
-            long d = (long)(line % (unsigned long long)devices);
-            /* each device reports at its own phase inside the interval */
-            long long ts = t0 + (long long)r * interval + (long long)((d * 7919L) % interval);
-            if (ts < first_ts)
-                first_ts = ts;
-            if (ts > last_ts)
-                last_ts = ts;
-            int n = snprintf(tmp, sizeof tmp, "%s,device=dev%07ld ", meas, d);
-            buf_add(&b, tmp, (size_t)n);
-            for (int m = 0; m < metrics; m++) {
-                double *v = &val[(size_t)d * (size_t)metrics + (size_t)m];
-                /* random walk in steps of 0.01..0.50, kept to two decimals */
-                double step = floor(rng_unit(&rs) * 101.0 - 50.0) / 100.0;
-                *v = round((*v + step) * 100.0) / 100.0;
-                n = snprintf(tmp, sizeof tmp, "%sf%d=%.2f", m ? "," : "", m, *v);
-                buf_add(&b, tmp, (size_t)n);
-                samples++;
-            }
-            n = snprintf(tmp, sizeof tmp, " %lld\n", ts);
-            buf_add(&b, tmp, (size_t)n);
+    double gen_s = 0, gen_cpu = 0;
+    if (!stream) {
+        /* ---- pre-generation (not timed) */
+        double g0 = now_s(), c0 = thread_cpu_s();
+        w.reqs = calloc(nreqs, sizeof *w.reqs);
+        if (!w.reqs)
+            die("out of memory");
+        w.nreqs = nreqs;
+        size_t total_bytes = 0;
+        for (size_t q = 0; q < nreqs; q++) {
+            buf b = {0};
+            w.reqs[q].samples = fleet_next(&f, &b);
+            w.reqs[q].data = b.p;
+            w.reqs[q].len = b.len;
+            total_bytes += b.len;
         }
-        reqs[q].data = b.p;
-        reqs[q].len = b.len;
-        reqs[q].samples = samples;
-        total_bytes += b.len;
+        gen_s = now_s() - g0;
+        gen_cpu = thread_cpu_s() - c0;
+        fprintf(stderr,
+                "loadgen: generated %zu requests, %llu samples, %.1f MiB in %.2f s (not timed)\n",
+                nreqs, planned, (double)total_bytes / 1048576.0, gen_s);
+    } else {
+        w.gen = &f;
+        fprintf(stderr,
+                "loadgen: %zu requests, %llu samples, generated by the sending threads as they "
+                "go%s\n",
+                nreqs, planned,
+                pace ? "; paced at one round per interval" : "");
     }
-    free(val);
-    double gen_s = now_s() - g0;
-    unsigned long long planned = total_lines * (unsigned long long)metrics;
-    fprintf(stderr,
-            "loadgen: generated %zu requests, %llu samples, %.1f MiB in %.2f s (not timed)\n",
-            nreqs, planned, (double)total_bytes / 1048576.0, gen_s);
 
     /* ---- timed phase */
-    wctx w = {.host = host, .port = port, .path = path, .reqs = reqs, .nreqs = nreqs};
-    atomic_init(&w.next, 0);
     pthread_t *th = xmalloc(sizeof(pthread_t) * (size_t)conns);
+    double pc0 = process_cpu_s();
     double s0 = now_s();
+    w.s0 = s0;
+    w.line_s = (double)interval / 1000.0 / (double)devices;
     w.deadline = s0 + tlimit;
     for (int i = 0; i < conns; i++)
         if (pthread_create(&th[i], NULL, writer, &w) != 0)
             die("pthread_create failed");
+    /* progress once a minute; the writers stop at the deadline, and a request in flight
+     * ends within the socket time-out (120 s), so this loop is bounded */
+    double next_report = s0 + 60;
+    while (atomic_load(&w.threads_done) < conns && now_s() < w.deadline + 240) {
+        usleep(100000);
+        if (now_s() >= next_report) {
+            next_report += 60;
+            pthread_mutex_lock(&w.lag_lock);
+            double lag_max = w.lag_max;
+            pthread_mutex_unlock(&w.lag_lock);
+            fprintf(stderr, "loadgen: %.0f s: %llu samples acknowledged, %llu failed%s",
+                    now_s() - s0, (unsigned long long)atomic_load(&w.ok_samples),
+                    (unsigned long long)atomic_load(&w.fail_samples), pace ? "" : "\n");
+            if (pace)
+                fprintf(stderr, ", largest lag so far %.2f s\n", lag_max);
+        }
+    }
     for (int i = 0; i < conns; i++)
         pthread_join(th[i], NULL);
     double el = now_s() - s0;
+    double timed_cpu = process_cpu_s() - pc0;
+    if (stream)
+        gen_cpu = w.gen_cpu;
     unsigned long long ok = atomic_load(&w.ok_samples), fail = atomic_load(&w.fail_samples);
     unsigned long long sent = ok + fail;
+    /* paced: how late the sends were against the schedule, and how long after the last
+     * request was due its answer (and every other) had come; kept up = every request
+     * sent less than one interval late and nothing left unsent. The accepted rate of a
+     * paced run is over the whole schedule (rounds x interval), not just until the last
+     * answer, so a server that keeps up shows the offered rate. */
+    double sched_s = (double)total_lines * w.line_s;
+    double behind_end = pace && w.lag_n ? el - (w.last_due - s0) : 0;
+    double rate_s = pace && sched_s > el ? sched_s : el;
+    double lag_mean = w.lag_n ? w.lag_sum / (double)w.lag_n : 0;
+    int kept_up = pace ? (sent == planned && w.lag_max < (double)interval / 1000.0) : -1;
     printf("RESULT planned_samples=%llu ok_samples=%llu failed_samples=%llu unsent_samples=%llu "
            "ok_requests=%llu failed_requests=%llu seconds=%.3f samples_per_s=%.0f "
-           "mib_per_s=%.1f timed_out=%d first_ts=%lld last_ts=%lld gen_seconds=%.2f\n",
+           "mib_per_s=%.1f timed_out=%d first_ts=%lld last_ts=%lld gen=%s gen_seconds=%.2f "
+           "gen_cpu_s=%.2f timed_cpu_s=%.2f paced=%d offered_per_s=%.0f lag_max_s=%.3f "
+           "lag_mean_s=%.3f behind_end_s=%.3f kept_up=%d\n",
            planned, ok, fail, planned - sent, (unsigned long long)atomic_load(&w.ok_reqs),
-           (unsigned long long)atomic_load(&w.fail_reqs), el, (double)ok / el,
-           (double)atomic_load(&w.bytes_sent) / 1048576.0 / el, sent < planned, first_ts, last_ts,
-           gen_s);
-    for (size_t q = 0; q < nreqs; q++)
-        free(reqs[q].data);
-    free(reqs);
+           (unsigned long long)atomic_load(&w.fail_reqs), el, (double)ok / rate_s,
+           (double)atomic_load(&w.bytes_sent) / 1048576.0 / el, sent < planned,
+           f.first_ts == INT64_MAX ? 0 : f.first_ts, f.last_ts == INT64_MIN ? 0 : f.last_ts,
+           stream ? "stream" : "ahead", gen_s, gen_cpu, timed_cpu, pace,
+           pace ? (double)planned / sched_s : 0.0, w.lag_max, lag_mean, behind_end, kept_up);
+    if (w.reqs)
+        for (size_t q = 0; q < nreqs; q++)
+            free(w.reqs[q].data);
+    free(w.reqs);
     free(th);
+    fleet_free(&f);
     return fail || sent < planned ? 1 : 0;
 }
 
@@ -669,7 +937,8 @@ static int cmd_query(int argc, char **argv)
         long d = (long)(rng_next(&rs) % (uint64_t)devices);
         int m = (int)(rng_next(&rs) % (uint64_t)metrics);
         long long f = from, t = to;
-        if (last_hour) {
+        if (last_hour && (from <= 0 || to <= from)) {
+            /* without --from-ms/--to-ms: the hour before the wall clock */
             t = wall_ms();
             f = t - 3600000;
         }
