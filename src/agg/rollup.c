@@ -98,7 +98,8 @@ static bdb_window *slot(bdb_rollup *r, int64_t start)
     if (i < r->n && r->w[i].start == start)
         return &r->w[i];
     if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 16;
+        /* most rollups of a flush hold a window or two (120 bytes each) */
+        size_t cap = r->cap ? r->cap * 2 : 2;
         bdb_window *p = bdb_realloc(r->w, cap * sizeof *p);
         if (!p)
             return NULL;
@@ -240,12 +241,13 @@ size_t bdb_rollup_write(const bdb_rollup *r, int64_t lo, int64_t hi, bdb_buf *ou
 
 /* part: windows before lo are stepped over unbuilt, and reading stops at the first
  * window at or after hi (*stopped = 1, d left there). */
-static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int part, int *stopped)
+static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int part, int *stopped,
+                       const int64_t *base)
 {
     uint64_t n = bdb_dec_uvarint_canon(d);
-    /* Every window takes at least 2 + 9 bytes: refuse counts the input cannot hold
-     * before looping over them. */
-    if (d->err || n > bdb_dec_left(d) / 11)
+    /* Every window takes at least 2 + 9 bytes (compact: 5): refuse counts the input
+     * cannot hold before looping over them. */
+    if (d->err || n > bdb_dec_left(d) / (base ? 5 : 11) || (base && n == 0))
         return BDB_ERR_CORRUPT;
     /* An index this large would overflow start = index * width. */
     const int64_t max_idx = INT64_MAX / 2 / r->width;
@@ -256,7 +258,10 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
     int rc = BDB_OK;
     for (uint64_t i = 0; i < n && rc == BDB_OK; i++) {
         int64_t idx;
-        if (i == 0) {
+        if (i == 0 && base) {
+            uint64_t off = bdb_dec_uvarint_canon(d);
+            idx = off > (uint64_t)(max_idx - *base) ? INT64_MAX : *base + (int64_t)off;
+        } else if (i == 0) {
             idx = bdb_dec_varint_canon(d);
         } else {
             uint64_t gap = bdb_dec_uvarint_canon(d);
@@ -271,12 +276,31 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
             *stopped = 1;
             break;
         }
-        if (part && idx * r->width < lo) {
+        if (base) {
+            if (part && idx * r->width < lo) {
+                if ((rc = bdb_stats_read_c(&w.st, d)) != BDB_OK ||
+                    (rc = bdb_sketch_skip_c(d, w.st.count)) != BDB_OK)
+                    break;
+                continue;
+            }
+            if ((rc = bdb_stats_read_c(&w.st, d)) != BDB_OK)
+                break;
+            rc = r->stats_only ? bdb_sketch_skip_c(d, w.st.count)
+                               : bdb_sketch_read_c(&w.sk, d, w.st.count, w.st.min, w.st.max);
+            if (rc != BDB_OK)
+                break;
+            /* a full-form sketch must describe the same samples */
+            if (!r->stats_only &&
+                (w.st.count != bdb_sketch_count(&w.sk) || w.st.min != bdb_sketch_min(&w.sk) ||
+                 w.st.max != bdb_sketch_max(&w.sk))) {
+                rc = BDB_ERR_CORRUPT;
+                break;
+            }
+        } else if (part && idx * r->width < lo) {
             if ((rc = bdb_stats_skip(d)) != BDB_OK || (rc = bdb_sketch_skip(d)) != BDB_OK)
                 break;
             continue;
-        }
-        if (r->stats_only) {
+        } else if (r->stats_only) {
             if ((rc = bdb_stats_read(&w.st, d)) != BDB_OK || (rc = bdb_sketch_skip(d)) != BDB_OK)
                 break;
             if (w.st.count == 0) {
@@ -309,11 +333,41 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
 
 int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi)
 {
-    return rollup_read(r, d, lo, hi, 0, NULL);
+    return rollup_read(r, d, lo, hi, 0, NULL, NULL);
 }
 
 int bdb_rollup_read_part(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int *stopped)
 {
     *stopped = 0;
-    return rollup_read(r, d, lo, hi, 1, stopped);
+    return rollup_read(r, d, lo, hi, 1, stopped, NULL);
+}
+
+size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t base, bdb_buf *out)
+{
+    size_t a = lower_bound(r, lo), b = lower_bound(r, hi);
+    if (a == b)
+        return 0;
+    bdb_buf_put_uvarint(out, b - a);
+    int64_t prev = 0;
+    for (size_t i = a; i < b; i++) {
+        int64_t idx = bdb_floor_div(r->w[i].start, r->width);
+        if (i == a)
+            bdb_buf_put_uvarint(out, (uint64_t)(idx - base));
+        else
+            bdb_buf_put_uvarint(out, (uint64_t)(idx - prev - 1));
+        prev = idx;
+        bdb_stats_write_c(&r->w[i].st, out);
+        bdb_sketch_write_c(&r->w[i].sk, out);
+    }
+    return b - a;
+}
+
+int bdb_rollup_read_c(bdb_rollup *r, bdb_dec *d, int64_t base, int64_t lo, int64_t hi, int part,
+                      int *stopped)
+{
+    int st = 0;
+    int rc = rollup_read(r, d, lo, hi, part, &st, &base);
+    if (stopped)
+        *stopped = st;
+    return rc;
 }

@@ -517,6 +517,119 @@ int bdb_sketch_skip(bdb_dec *d)
     return d->err ? BDB_ERR_CORRUPT : BDB_OK;
 }
 
+/* ---------------------------------------------------------------- compact form */
+
+static int compactable(const bdb_sketch *s)
+{
+    return s->alpha_ppm == (uint32_t)(BDB_SKETCH_ALPHA * 1e6 + 0.5) &&
+           s->max_buckets == BDB_SKETCH_MAX_BUCKETS && !s->collapsed && s->n > 0;
+}
+
+void bdb_sketch_write_c(const bdb_sketch *s, bdb_buf *out)
+{
+    if (!compactable(s)) {
+        bdb_buf_putc(out, 0);
+        bdb_sketch_write(s, out);
+        return;
+    }
+    bdb_buf_put_uvarint(out, s->n);
+    bdb_buf_put_varint(out, (int64_t)s->b[0].key - key_of(s->ln_gamma, s->min));
+    for (uint32_t i = 1; i < s->n; i++)
+        bdb_buf_put_uvarint(out, (uint64_t)((int64_t)s->b[i].key - s->b[i - 1].key - 1));
+    if (s->n < s->count)
+        for (uint32_t i = 0; i < s->n; i++)
+            bdb_buf_put_uvarint(out, s->b[i].count - 1);
+}
+
+int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double max)
+{
+    uint64_t nb = bdb_dec_uvarint_canon(d);
+    if (d->err)
+        goto corrupt;
+    if (nb == 0) {
+        bdb_sketch t;
+        bdb_sketch_init_default(&t);
+        int rc = bdb_sketch_read(&t, d);
+        if (rc == BDB_OK && (compactable(&t) || t.count != count || t.min != min || t.max != max))
+            rc = BDB_ERR_CORRUPT; /* the compact form's, or not the stats' samples */
+        if (rc != BDB_OK) {
+            bdb_sketch_free(&t);
+            d->err = 1;
+            return rc;
+        }
+        bdb_sketch_free(s);
+        *s = t;
+        return BDB_OK;
+    }
+    /* every bucket past the first takes at least a byte: no allocation for garbage */
+    if (nb > count || nb > BDB_SKETCH_MAX_BUCKETS || nb - 1 > bdb_dec_left(d) || count == 0)
+        goto corrupt;
+    bdb_sketch t;
+    bdb_sketch_init_default(&t);
+    if (reserve(&t, (uint32_t)nb) != BDB_OK) {
+        d->err = 1;
+        return BDB_ERR_NOMEM;
+    }
+    t.n = (uint32_t)nb;
+    const int64_t kmax = (int64_t)index_of(t.ln_gamma, DBL_MAX) + 1 + KEY_BIAS;
+    const int64_t kmin = (int64_t)index_of(t.ln_gamma, DBL_TRUE_MIN) - 1 + KEY_BIAS;
+    int64_t key = (int64_t)key_of(t.ln_gamma, min) + bdb_dec_varint_canon(d);
+    for (uint32_t i = 0; i < t.n && !d->err; i++) {
+        if (i > 0) {
+            uint64_t gap = bdb_dec_uvarint_canon(d);
+            key = gap >= (uint64_t)(kmax - key) ? kmax + 1 : key + 1 + (int64_t)gap;
+        }
+        if (key < -kmax || key > kmax || (key != 0 && llabs(key) < kmin))
+            d->err = 1; /* not the key of a finite double */
+        else
+            t.b[i] = (bdb_sketch_bucket){(int32_t)key, 1};
+    }
+    uint64_t total = nb;
+    if (nb < count) {
+        total = 0;
+        for (uint32_t i = 0; i < t.n && !d->err; i++) {
+            uint64_t c = bdb_dec_uvarint_canon(d);
+            if (c >= count - total)
+                d->err = 1;
+            else
+                total += (t.b[i].count = c + 1);
+        }
+    }
+    t.count = total;
+    t.min = min;
+    t.max = max;
+    /* as bdb_sketch_read: the extremes lie in the end buckets, one value is one bucket */
+    if (d->err || total != count || !near_key(key_of(t.ln_gamma, max), t.b[t.n - 1].key) ||
+        !near_key(key_of(t.ln_gamma, min), t.b[0].key) || (min == max && t.n != 1) ||
+        (count == 1 && min != max)) {
+        bdb_sketch_free(&t);
+        goto corrupt;
+    }
+    bdb_sketch_free(s);
+    *s = t;
+    return BDB_OK;
+corrupt:
+    d->err = 1;
+    return BDB_ERR_CORRUPT;
+}
+
+int bdb_sketch_skip_c(bdb_dec *d, uint64_t count)
+{
+    uint64_t nb = bdb_dec_uvarint_canon(d);
+    if (!d->err && nb == 0)
+        return bdb_sketch_skip(d);
+    if (d->err || nb > count || nb > BDB_SKETCH_MAX_BUCKETS) {
+        d->err = 1;
+        return BDB_ERR_CORRUPT;
+    }
+    bdb_dec_varint(d);
+    for (uint64_t i = 1; i < nb && !d->err; i++)
+        bdb_dec_uvarint(d);
+    for (uint64_t i = 0; nb < count && i < nb && !d->err; i++)
+        bdb_dec_uvarint(d);
+    return d->err ? BDB_ERR_CORRUPT : BDB_OK;
+}
+
 int bdb_sketch_decode(bdb_sketch *s, const void *p, size_t n)
 {
     bdb_dec d;

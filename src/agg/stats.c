@@ -293,6 +293,110 @@ int bdb_stats_skip(bdb_dec *d)
     return d->err ? BDB_ERR_CORRUPT : BDB_OK;
 }
 
+/* ---------------------------------------------------------------- compact form
+ *
+ *   uvarint count (>= 1); count 1: num min, nothing else (sum = min, m2 = 0)
+ *   otherwise u8 flags (C_SPREAD, C_LO, C_RAWSUM), num min,
+ *     C_SPREAD: num max, f64 m2
+ *     num sum (the unscaled sum_hi), or with C_RAWSUM f64 sum_hi when unscaling it
+ *     overflows; C_LO: sum_lo = odd * 2^exp as zvarint odd, zvarint exp
+ * num = bdb_buf_put_num. */
+#define C_SPREAD 0x01
+#define C_LO 0x02
+#define C_RAWSUM 0x04
+#define C_ALL (C_SPREAD | C_LO | C_RAWSUM)
+
+void bdb_stats_write_c(const bdb_stats *s, bdb_buf *out)
+{
+    bdb_buf_put_uvarint(out, s->count);
+    if (s->count == 1) {
+        bdb_buf_put_num(out, s->min);
+        return;
+    }
+    double sum = ldexp(s->sum_hi, SCALE);
+    uint8_t flags = (s->min < s->max ? C_SPREAD : 0) | (s->sum_lo != 0.0 ? C_LO : 0) |
+                    (isfinite(sum) ? 0 : C_RAWSUM);
+    bdb_buf_putc(out, flags);
+    bdb_buf_put_num(out, s->min);
+    if (flags & C_SPREAD) {
+        bdb_buf_put_num(out, s->max);
+        bdb_buf_put_f64(out, s->m2);
+    }
+    if (flags & C_RAWSUM)
+        bdb_buf_put_f64(out, s->sum_hi);
+    else
+        bdb_buf_put_num(out, sum);
+    if (flags & C_LO) {
+        int e;
+        double m = frexp(s->sum_lo, &e); /* |m| in [0.5, 1): 53 bits as an integer */
+        int64_t odd = (int64_t)ldexp(m, 53);
+        e -= 53;
+        while (!(odd & 1)) {
+            odd /= 2;
+            e++;
+        }
+        bdb_buf_put_varint(out, odd);
+        bdb_buf_put_varint(out, e);
+    }
+}
+
+int bdb_stats_read_c(bdb_stats *s, bdb_dec *d)
+{
+    bdb_stats t;
+    bdb_stats_init(&t);
+    t.count = bdb_dec_uvarint_canon(d);
+    if (d->err || t.count == 0 || t.count > BDB_STATS_MAX_COUNT)
+        goto corrupt;
+    uint8_t flags = 0;
+    if (t.count == 1) {
+        t.min = t.max = bdb_dec_num(d);
+        t.sum_hi = ldexp(t.min, -SCALE);
+    } else {
+        flags = bdb_dec_u8(d);
+        if (flags & ~C_ALL)
+            goto corrupt;
+        t.min = t.max = bdb_dec_num(d);
+        if (flags & C_SPREAD) {
+            t.max = bdb_dec_num(d);
+            t.m2 = bdb_dec_f64(d);
+        }
+        if (flags & C_RAWSUM) {
+            t.sum_hi = bdb_dec_f64(d);
+            if (isfinite(ldexp(t.sum_hi, SCALE)))
+                goto corrupt; /* the writer uses the raw sum only when it must */
+        } else {
+            double sum = bdb_dec_num(d);
+            t.sum_hi = ldexp(sum, -SCALE);
+            if (ldexp(t.sum_hi, SCALE) != sum)
+                goto corrupt; /* bits the scaled sum cannot hold */
+        }
+        if (flags & C_LO) {
+            int64_t odd = bdb_dec_varint_canon(d), e = bdb_dec_varint_canon(d);
+            if (d->err || !(odd & 1) || odd >= (INT64_C(1) << 53) || odd <= -(INT64_C(1) << 53) ||
+                e < -1200 || e > 1100)
+                goto corrupt;
+            t.sum_lo = ldexp((double)odd, (int)e);
+        }
+    }
+    /* the version 1 checks, with its flags: spread, and sum_lo when not zero */
+    if (d->err ||
+        !plausible(&t, (flags & C_SPREAD ? FLAG_SPREAD : 0) | (flags & C_LO ? FLAG_LO : 0)))
+        goto corrupt;
+    *s = t;
+    return BDB_OK;
+corrupt:
+    d->err = 1;
+    return BDB_ERR_CORRUPT;
+}
+
+int bdb_stats_skip_c(bdb_dec *d)
+{
+    bdb_stats t;
+    /* The values are a few bytes each; decoding them is as cheap as stepping over
+     * their forms and gives the same framing checks. */
+    return bdb_stats_read_c(&t, d);
+}
+
 int bdb_stats_decode(bdb_stats *s, const void *p, size_t n)
 {
     bdb_dec d;

@@ -480,6 +480,78 @@ double bdb_dec_f64(bdb_dec *d)
     return v;
 }
 
+/* ---------------------------------------------------------------- exact numbers */
+
+#define NUM_RAW 15u
+#define NUM_MAX_M 9007199254740992.0 /* 2^53: every integer up to it is a double */
+
+static const double num_p10[15] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
+                                   1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14};
+
+/* The form bdb_buf_put_num writes: the smallest e with v == m / 10^e (a correctly
+ * rounded division of two exact doubles, so the reader gets the same bits), or
+ * NUM_RAW. */
+static unsigned num_form(double v, int64_t *m)
+{
+    if (!isfinite(v) || (v == 0.0 && signbit(v)) || fabs(v) > NUM_MAX_M)
+        return NUM_RAW;
+    for (unsigned e = 0; e < NUM_RAW; e++) {
+        double x = nearbyint(v * num_p10[e]);
+        if (fabs(x) > NUM_MAX_M)
+            break; /* larger e only grows it */
+        if (x / num_p10[e] == v) {
+            *m = (int64_t)x;
+            return e;
+        }
+    }
+    return NUM_RAW;
+}
+
+void bdb_buf_put_num(bdb_buf *b, double v)
+{
+    int64_t m = 0;
+    unsigned e = num_form(v, &m);
+    if (e == NUM_RAW) {
+        bdb_buf_putc(b, NUM_RAW);
+        bdb_buf_put_f64(b, v);
+        return;
+    }
+    uint64_t zz = ((uint64_t)m << 1) ^ (uint64_t)(m >> 63);
+    bdb_buf_put_uvarint(b, zz << 4 | e);
+}
+
+double bdb_dec_num(bdb_dec *d)
+{
+    uint64_t u = bdb_dec_uvarint_canon(d);
+    if (d->err)
+        return 0.0;
+    unsigned e = (unsigned)(u & 15u), want;
+    int64_t m = 0;
+    double v;
+    if (e == NUM_RAW) {
+        if (u != NUM_RAW) {
+            d->err = 1;
+            return 0.0;
+        }
+        v = bdb_dec_f64(d);
+        want = num_form(v, &m);
+    } else {
+        uint64_t zz = u >> 4;
+        int64_t k = (int64_t)(zz >> 1) ^ -(int64_t)(zz & 1);
+        if (k > (int64_t)NUM_MAX_M || k < -(int64_t)NUM_MAX_M) {
+            d->err = 1;
+            return 0.0;
+        }
+        v = (double)k / num_p10[e];
+        want = num_form(v, &m);
+        if (want == e && m != k)
+            want = NUM_RAW; /* another m of the same e: not what the writer made */
+    }
+    if (want != e)
+        d->err = 1; /* not the writer's form (canonical) */
+    return d->err ? 0.0 : v;
+}
+
 int64_t bdb_dec_varint(bdb_dec *d)
 {
     uint64_t u = bdb_dec_uvarint(d);

@@ -36,6 +36,12 @@ void bdb_buf_put_uvarint(bdb_buf *b, uint64_t v);
 void bdb_buf_put_varint(bdb_buf *b, int64_t v);            /* zigzag */
 void bdb_buf_put_f64(bdb_buf *b, double v);                /* IEEE 754 bits, little-endian */
 void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n); /* uvarint length + bytes */
+/* A finite or non-finite double, exactly and compactly (bdb_dec_num reads it back bit
+ * for bit): a value that is m / 10^e for an integer |m| <= 2^53 and e <= 14 (readings
+ * such as 21.5 or 1013.25) is uvarint(zigzag(m) << 4 | e), 1 to 4 bytes for telemetry;
+ * anything else (-0.0, NaN, 1/3) is the byte 15 and the 8 bytes of bdb_buf_put_f64. The
+ * smallest e is used, and the decoder refuses any other form (canonical). */
+void bdb_buf_put_num(bdb_buf *b, double v);
 /* Appends s as the inside of a JSON string (escapes ", \ and control bytes). */
 void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n);
 /* Appends an integer in decimal, as printf's %lld / %llu would (without printf: these
@@ -64,6 +70,7 @@ int64_t bdb_dec_varint(bdb_dec *d);
 uint64_t bdb_dec_uvarint_canon(bdb_dec *d);
 int64_t bdb_dec_varint_canon(bdb_dec *d); /* zigzag, shortest form only */
 double bdb_dec_f64(bdb_dec *d);
+double bdb_dec_num(bdb_dec *d); /* bdb_buf_put_num's form; err if not canonical */
 /* Returns a pointer into the decoded range (not copied) and its length. */
 const char *bdb_dec_str(bdb_dec *d, size_t *n);
 const uint8_t *bdb_dec_bytes(bdb_dec *d, size_t n);

@@ -1,8 +1,10 @@
-/* libFuzzer harness for the tier file format (docs/formats/tier.md): tf_parse and
- * tf_read_rec, the decoders that read 1m/1h/1d rollup files at open and per query.
- * Two modes chosen by the first byte:
- *  - even: the rest of the input is a file image; parse it, and if it parses, read
- *    every record back through a real file (bounds, CRC and window decoding);
+/* libFuzzer harness for the tier file format (docs/formats/tier.md): tf_parse,
+ * tf_read_rec and tf_iter (version 3, what the engine writes and reads) and tf_upgrade
+ * (versions 1 and 2, rewritten as version 3 at open). Two modes chosen by the first
+ * byte:
+ *  - even: the rest of the input is a file image; a version 1 or 2 image is upgraded
+ *    first (an upgraded image must parse); if it parses, read every series back
+ *    through a real file (bounds, CRC and window decoding), by lookup and by iterator;
  *  - odd: the rest of the input describes series and samples; the harness builds a
  *    file with tf_begin/tf_add/tf_finish, requires it to parse and every record to
  *    read back with the same windows (count, min and max bit for bit), then flips one
@@ -28,24 +30,44 @@ static void read_all(const uint8_t *img, size_t n, const tfile *t)
     FZ_CHECK(bdb_vfs_open(bdb_vfs_posix(), path, BDB_O_RDONLY, &f) == BDB_OK);
     tfile tt = *t;
     tt.f = f;
-    for (size_t i = 0; i < t->nrec; i++) {
+    for (size_t i = 0; i < t->ndev; i++) {
+        for (uint32_t m = 0; m < t->nmet; m++) {
+            tloc loc = {i, m};
+            bdb_rollup r;
+            bdb_rollup_init(&r, bdb_res_width(t->res));
+            int rc = tf_read_rec(&tt, &loc, INT64_MIN, INT64_MAX, &r);
+            FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+            for (size_t w = 0; rc == BDB_OK && w < r.n; w++)
+                FZ_CHECK(r.w[w].start >= t->start && r.w[w].start < t->end);
+            bdb_rollup_free(&r);
+            /* a query of the middle third: windows before it stepped over, the rest unread */
+            int64_t third = (t->end - t->start) / 3;
+            bdb_rollup_init(&r, bdb_res_width(t->res));
+            rc = tf_read_rec(&tt, &loc, t->start + third, t->end - third, &r);
+            FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+            for (size_t w = 0; rc == BDB_OK && w < r.n; w++)
+                FZ_CHECK(r.w[w].start >= t->start + third && r.w[w].start < t->end - third);
+            bdb_rollup_free(&r);
+            tloc found;
+            FZ_CHECK(tf_find(t, t->names + t->devs[i].name, t->names + t->mets[m], &found));
+            FZ_CHECK(found.dev == i && found.met == m);
+        }
+    }
+    /* the iterator: every series once, in (device, metric) order */
+    titer it;
+    tf_iter_init(&it, &tt);
+    int k;
+    size_t seen = 0;
+    while ((k = tf_iter_next(&it)) == 1) {
         bdb_rollup r;
         bdb_rollup_init(&r, bdb_res_width(t->res));
-        int rc = tf_read_rec(&tt, &t->recs[i], INT64_MIN, INT64_MAX, &r);
+        int rc = tf_iter_read(&it, &r);
         FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
-        for (size_t w = 0; rc == BDB_OK && w < r.n; w++)
-            FZ_CHECK(r.w[w].start >= t->start && r.w[w].start < t->end);
         bdb_rollup_free(&r);
-        /* a query of the middle third: windows before it stepped over, the rest unread */
-        int64_t third = (t->end - t->start) / 3;
-        bdb_rollup_init(&r, bdb_res_width(t->res));
-        rc = tf_read_rec(&tt, &t->recs[i], t->start + third, t->end - third, &r);
-        FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
-        for (size_t w = 0; rc == BDB_OK && w < r.n; w++)
-            FZ_CHECK(r.w[w].start >= t->start + third && r.w[w].start < t->end - third);
-        bdb_rollup_free(&r);
-        FZ_CHECK(tf_find(t, t->recs[i].device, t->recs[i].metric) != NULL);
+        FZ_CHECK(++seen <= t->ndev * t->nmet);
     }
+    FZ_CHECK(k == 0);
+    tf_iter_free(&it);
     bdb_file_close(f);
 }
 
@@ -53,6 +75,22 @@ static void parse_raw(const uint8_t *p, size_t n)
 {
     tfile t;
     const char *why = NULL;
+    uint32_t ver = tf_version(p, n);
+    if (ver == TIER_VERSION || ver == TIER_VERSION_FLAGS) {
+        bdb_buf up;
+        bdb_buf_init_checked(&up);
+        int urc = tf_upgrade(p, n, &up, &why);
+        FZ_CHECK(urc == BDB_OK || urc == BDB_ERR_CORRUPT);
+        if (urc != BDB_OK) {
+            FZ_CHECK(why && *why);
+        } else {
+            FZ_CHECK(tf_parse(up.data, up.len, &t, &why) == BDB_OK);
+            read_all(up.data, up.len, &t);
+            tf_free(&t);
+        }
+        bdb_buf_free(&up);
+        return;
+    }
     int rc = tf_parse(p, n, &t, &why);
     FZ_CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
     if (rc != BDB_OK) {
@@ -119,22 +157,31 @@ static void build_and_damage(const uint8_t *p, size_t n)
     fz_write_file(path, img, len);
     FZ_CHECK(bdb_vfs_open(bdb_vfs_posix(), path, BDB_O_RDONLY, &t.f) == BDB_OK);
     for (unsigned i = 0; i < nseries; i++) {
-        const trec *rec = tf_find(&t, dev[i], met[i]);
+        tloc loc;
+        int found = tf_find(&t, dev[i], met[i], &loc);
         size_t inside = 0;
         for (size_t w = 0; w < built[i].n; w++)
             inside += built[i].w[w].start >= start && built[i].w[w].start < end;
-        FZ_CHECK((rec != NULL) == (inside > 0));
-        if (!rec)
+        FZ_CHECK(found || inside == 0);
+        if (!found)
             continue;
         bdb_rollup r;
         bdb_rollup_init(&r, width);
-        FZ_CHECK(tf_read_rec(&t, rec, INT64_MIN, INT64_MAX, &r) == BDB_OK);
+        FZ_CHECK(tf_read_rec(&t, &loc, INT64_MIN, INT64_MAX, &r) == BDB_OK);
         FZ_CHECK(r.n == inside);
         for (size_t w = 0; w < r.n; w++) {
             const bdb_window *b = bdb_rollup_find(&built[i], r.w[w].start);
             FZ_CHECK(b && b->st.count == r.w[w].st.count);
             FZ_CHECK(!b->st.count || (memcmp(&b->st.min, &r.w[w].st.min, sizeof(double)) == 0 &&
                                       memcmp(&b->st.max, &r.w[w].st.max, sizeof(double)) == 0));
+            /* the compact encoding is exact: every statistic and bucket bit for bit */
+            FZ_CHECK(b->st.count == r.w[w].st.count && b->st.sum_lo == r.w[w].st.sum_lo &&
+                     memcmp(&b->st.sum_hi, &r.w[w].st.sum_hi, sizeof(double)) == 0 &&
+                     memcmp(&b->st.m2, &r.w[w].st.m2, sizeof(double)) == 0);
+            FZ_CHECK(b->sk.n == r.w[w].sk.n && b->sk.count == r.w[w].sk.count);
+            for (uint32_t k = 0; k < b->sk.n; k++)
+                FZ_CHECK(b->sk.b[k].key == r.w[w].sk.b[k].key &&
+                         b->sk.b[k].count == r.w[w].sk.b[k].count);
         }
         bdb_rollup_free(&r);
     }

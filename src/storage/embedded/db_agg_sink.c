@@ -58,9 +58,9 @@ static int put_series(bdb_db *db, const series *s, enum bdb_res res, tfile *cons
     for (size_t i = 0; i < nn && rc == BDB_OK; i++) {
         if (nf[i]->res != res || strcmp(nf[i]->tenant, tn) != 0)
             continue;
-        const trec *rec = tf_find(nf[i], dn, s->metric);
-        if (rec)
-            rc = tf_read_rec(nf[i], rec, INT64_MIN, INT64_MAX, touched);
+        tloc loc;
+        if (tf_find(nf[i], dn, s->metric, &loc))
+            rc = tf_read_rec(nf[i], &loc, INT64_MIN, INT64_MAX, touched);
     }
     if (rc != BDB_OK || touched->n == 0)
         return rc;
@@ -70,9 +70,9 @@ static int put_series(bdb_db *db, const series *s, enum bdb_res res, tfile *cons
     for (size_t i = 0; i < nn && rc == BDB_OK; i++) {
         if (nf[i]->res != res || strcmp(nf[i]->tenant, tn) != 0)
             continue;
-        const trec *rec = tf_find(nf[i], dn, s->metric);
-        if (rec)
-            rc = tf_read_rec(nf[i], rec, lo, hi, full);
+        tloc loc;
+        if (tf_find(nf[i], dn, s->metric, &loc))
+            rc = tf_read_rec(nf[i], &loc, lo, hi, full);
     }
     if (rc != BDB_OK)
         return rc;

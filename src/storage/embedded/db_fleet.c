@@ -201,7 +201,7 @@ static size_t dirty_pos(const fstate *t, const char *tn, const char *mn, int ri,
 /* The late path recomputed a device's window: the fleet window of that start now
  * holds a stale partial of that device, so reads answer it from the device tiers. */
 static void on_recompute(void *ctx, const char *tn, const char *dn, const char *mn,
-                         enum bdb_res res, const bdb_window *w)
+                         enum bdb_res res, int64_t start)
 {
     (void)dn;
     int ri = idx_of(res);
@@ -211,8 +211,8 @@ static void on_recompute(void *ctx, const char *tn, const char *dn, const char *
     if (!t) /* loaded by the fleet hook earlier in this flush: not reached in practice */
         return;
     pthread_rwlock_wrlock(&t->lock);
-    size_t i = dirty_pos(t, tn, mn, ri, w->start);
-    int fresh = i == t->ndirty || dirty_cmp(&t->dirty[i], tn, mn, ri, w->start) != 0;
+    size_t i = dirty_pos(t, tn, mn, ri, start);
+    int fresh = i == t->ndirty || dirty_cmp(&t->dirty[i], tn, mn, ri, start) != 0;
     if (fresh) {
         /* The hook cannot fail the flush: out of memory, the window goes unrecorded,
          * as when saving the list fails below, and the error is logged. */
@@ -220,7 +220,7 @@ static void on_recompute(void *ctx, const char *tn, const char *dn, const char *
         if (nd)
             t->dirty = nd;
         fdirty x = {nd ? fl_strndup(tn, strlen(tn)) : NULL, nd ? fl_strndup(mn, strlen(mn)) : NULL,
-                    ri, w->start};
+                    ri, start};
         if (x.tenant && x.metric) {
             memmove(&t->dirty[i + 1], &t->dirty[i], (t->ndirty - i) * sizeof *t->dirty);
             t->dirty[i] = x;
@@ -230,7 +230,7 @@ static void on_recompute(void *ctx, const char *tn, const char *dn, const char *
             free(x.metric);
             fresh = 0;
             BDB_ERROR("fleet: out of memory recording recomputed window %s/%s at %lld", tn, mn,
-                      (long long)w->start);
+                      (long long)start);
         }
     }
     pthread_rwlock_unlock(&t->lock);

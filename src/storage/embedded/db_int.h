@@ -89,7 +89,8 @@ typedef struct device {
     series **series;
     uint32_t nseries, cap_series;
     dev_hot hs;             /* db_hot.c */
-    int64_t late_frozen_ts; /* db_tier_late.c: newest event time at the last freeze; 0 = none */
+    int64_t late_frozen_ts; /* db_tier_late.c: newest event time frozen by a committed or
+                             * running flush; INT64_MIN nothing, 0 unknown */
 } device;
 
 typedef struct tenant {

@@ -181,9 +181,38 @@ static int scan_one(void *ctx, const char *name)
         free(data);
         return 0;
     }
-    tfile *f = bdb_calloc(1, sizeof *f);
     const char *why = NULL;
-    rc = f ? tf_parse(data, len, f, &why) : BDB_ERR_NOMEM;
+    uint32_t ver = tf_version(data, len);
+    if (ver == TIER_VERSION || ver == TIER_VERSION_FLAGS) {
+        /* an older version: rewritten in place as version 3 (same name, seq and header
+         * fields; atomic, so a crash leaves the old or the new file) */
+        bdb_buf up;
+        bdb_buf_init_checked(&up);
+        rc = tf_upgrade(data, len, &up, &why);
+        if (rc == BDB_OK)
+            rc = bdb_vfs_write_atomic(vfs, s->dir, name, up.data, up.len);
+        if (rc == BDB_OK) {
+            BDB_INFO("tier file %s rewritten as version 3 (%zu -> %zu bytes)", path, len, up.len);
+            free(data);
+            data = up.data;
+            len = up.len;
+        } else {
+            bdb_buf_free(&up);
+            if (rc == BDB_ERR_NOMEM) {
+                free(data);
+                s->nomem = 1;
+                return 1;
+            }
+            if (rc != BDB_ERR_CORRUPT) { /* left as it is: the next open tries again */
+                BDB_ERROR("cannot rewrite tier file %s: %s", path, bdb_strerror(rc));
+                free(data);
+                return 0;
+            }
+        }
+    }
+    tfile *f = bdb_calloc(1, sizeof *f);
+    if (rc == BDB_OK)
+        rc = f ? tf_parse(data, len, f, &why) : BDB_ERR_NOMEM;
     free(data);
     if (rc == BDB_ERR_NOMEM) { /* not damage: never quarantined for it */
         free(f);
@@ -545,17 +574,23 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_init(&r[i], bdb_res_width((enum bdb_res)(i + 1)));
     uint64_t skipped = 0;
-    /* late path: windows recomputed from raw, kept per series until published */
+    /* late path: windows recomputed from raw; only which ones, until published */
     late_frozen_sort(db);
-    struct fixed {
+    struct redone {
         const series *s;
-        bdb_rollup rep[BDB_TIERS];
-    } *fx = NULL;
-    size_t nfx = 0;
+        enum bdb_res res;
+        int64_t start;
+    } *rd = NULL;
+    size_t nrd = 0, caprd = 0;
+    bdb_rollup rep[BDB_TIERS];
+    for (int k = 0; k < BDB_TIERS; k++)
+        bdb_rollup_init(&rep[k], r[k].width);
     /* The frozen chunks are read-only until the flush frees them: no lock needed. */
     for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        for (int k = 0; k < BDB_TIERS; k++)
+        for (int k = 0; k < BDB_TIERS; k++) {
             bdb_rollup_reset(&r[k]);
+            bdb_rollup_reset(&rep[k]);
+        }
         gather_list(&g, v[i]->frozen, INT64_MIN, INT64_MAX, 0);
         rc = gather_into(&g, &r[0]);
         skipped += r[0].skipped;
@@ -564,28 +599,26 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
             rc = bdb_rollup_merge(&r[1], &r[0]);
         if (rc == BDB_OK)
             rc = bdb_rollup_merge(&r[2], &r[1]);
-        struct fixed *nf = rc == BDB_OK ? bdb_realloc(fx, (nfx + 1) * sizeof *fx) : NULL;
-        if (rc == BDB_OK && !nf)
-            rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL */
-        if (rc == BDB_OK) {
-            fx = nf;
-            fx[nfx].s = v[i];
-            for (int k = 0; k < BDB_TIERS; k++)
-                bdb_rollup_init(&fx[nfx].rep[k], r[k].width);
-            rc = late_recompute(db, v[i], r, fx[nfx].rep);
-            nfx++;
-            if (rc == BDB_OK && fx[nfx - 1].rep[0].n == 0) {
-                nfx--; /* nothing dirty: only partial windows */
-                for (int k = 0; k < BDB_TIERS; k++)
-                    bdb_rollup_free(&fx[nfx].rep[k]);
-            }
-        }
+        if (rc == BDB_OK)
+            rc = late_recompute(db, v[i], r, rep);
         for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
             rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
-        for (int k = 0; k < BDB_TIERS && rc == BDB_OK && nfx && fx[nfx - 1].s == v[i]; k++)
-            rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &fx[nfx - 1].rep[k], sealed,
-                            TF_REPLACES);
+        for (int k = 0; k < BDB_TIERS && rc == BDB_OK && rep[0].n; k++) {
+            rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &rep[k], sealed, TF_REPLACES);
+            if (rc == BDB_OK && nrd + rep[k].n > caprd) {
+                size_t cap = (nrd + rep[k].n) * 2;
+                struct redone *p = bdb_realloc(rd, cap * sizeof *p);
+                if (!p)
+                    rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL */
+                else
+                    rd = p, caprd = cap;
+            }
+            for (size_t w = 0; rc == BDB_OK && w < rep[k].n; w++)
+                rd[nrd++] = (struct redone){v[i], (enum bdb_res)(k + 1), rep[k].w[w].start};
+        }
     }
+    for (int k = 0; k < BDB_TIERS; k++)
+        bdb_rollup_free(&rep[k]);
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_free(&r[i]);
     gather_free(&g);
@@ -611,8 +644,8 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
         t->sink_synced = 1; /* sink: every window of the published files was put */
         pthread_rwlock_unlock(&t->lock);
         atomic_fetch_add(&t->written, bs.n);
-        for (size_t i = 0; i < nfx; i++)
-            late_recomputed(db, fx[i].s, fx[i].rep);
+        for (size_t i = 0; i < nrd; i++)
+            late_recomputed(db, rd[i].s, rd[i].res, rd[i].start);
         late_frozen_done(db);
         if (skipped)
             BDB_WARN("tiers: %llu non-finite samples not aggregated", (unsigned long long)skipped);
@@ -620,10 +653,7 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
         BDB_ERROR("tier write failed: %s; the flush will be retried", bdb_strerror(rc));
     }
     free(files);
-    for (size_t i = 0; i < nfx; i++)
-        for (int k = 0; k < BDB_TIERS; k++)
-            bdb_rollup_free(&fx[i].rep[k]);
-    free(fx);
+    free(rd);
     for (size_t i = 0; i < bs.n; i++)
         tf_builder_free(&bs.v[i]);
     free(bs.v);
@@ -645,9 +675,9 @@ static int read_files(tstate *t, const char *tn, const char *dn, const char *met
         const tfile *f = t->files[i];
         if (f->res != res || f->end <= lo || f->start >= hi || strcmp(f->tenant, tn) != 0)
             continue;
-        const trec *rec = tf_find(f, dn, metric);
-        if (rec)
-            rc = tf_read_rec(f, rec, lo, hi, out);
+        tloc loc;
+        if (tf_find(f, dn, metric, &loc))
+            rc = tf_read_rec(f, &loc, lo, hi, out);
         if (rc == BDB_ERR_CORRUPT)
             BDB_ERROR("tier file %s: record %s/%s failed its check", f->path, dn, metric);
     }

@@ -62,12 +62,12 @@ void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st);
 
 /* Called once per window recomputed by the late path, after its file is published,
  * from the flush thread (under the engine's flush mutex: it must not flush or call
- * bdb_db_tier_set_recompute_hook; reading tiers is fine). w is the whole window as it
- * now stands at tier res for (tenant, device, metric): it replaces every window of
- * that start seen before. The fleet aggregates use it to recompute their hours and
- * days. NULL removes the hook. */
+ * bdb_db_tier_set_recompute_hook; reading tiers is fine). The window of that start at
+ * tier res for (tenant, device, metric) now replaces every window of that start seen
+ * before (bdb_db_tier_read gives it). The fleet aggregates use it to recompute their
+ * hours and days. NULL removes the hook. */
 typedef void (*bdb_tier_recompute_fn)(void *ctx, const char *tenant, const char *device,
-                                      const char *metric, enum bdb_res res, const bdb_window *w);
+                                      const char *metric, enum bdb_res res, int64_t start);
 void bdb_db_tier_set_recompute_hook(bdb_db *db, bdb_tier_recompute_fn cb, void *ctx);
 
 /* The window starts at res (1M, 1H or 1D) in [align_down(from), to) holding a minute

@@ -16,18 +16,23 @@
 
 #define TIER_VERSION 1
 /* Version 2 adds a flags byte; it is written only when a flag is set, so files without
- * one keep the version 1 bytes. */
+ * one keep the version 1 bytes. Both are read only to be rewritten as version 3 when
+ * the tier is loaded (tf_upgrade). */
 #define TIER_VERSION_FLAGS 2
+/* Version 3, the one written: one record per device, metric names once per file, the
+ * compact window encoding (docs/formats/tier.md). */
+#define TIER_VERSION_3 3
 /* Every window in the file replaces the windows of the same series and start in files
  * of lower seq: it was recomputed from raw data (late data, rewrites). */
 #define TF_REPLACES 1u
 
-typedef struct trec {
-    char *device, *metric; /* NUL-terminated copies */
-    size_t dlen, mlen;
+/* A device's record in a file: 24 bytes in memory per device and file, and no
+ * allocation of its own (its name lies in the file's names block). */
+typedef struct tdev {
     uint64_t off;
-    uint32_t len; /* record bytes including its CRC */
-} trec;
+    uint32_t len;  /* record bytes including its CRC */
+    uint32_t name; /* offset of the NUL-terminated name in tfile.names */
+} tdev;
 
 typedef struct tfile {
     char *path;
@@ -38,44 +43,91 @@ typedef struct tfile {
     uint64_t *inputs; /* seqs of the files this one replaced (compaction) */
     size_t ninputs;
     unsigned flags; /* TF_REPLACES */
-    trec *recs;     /* sorted by (device, metric) */
-    size_t nrec;
+    char *names;    /* device names, then metric names, each NUL-terminated */
+    tdev *devs;     /* sorted by name */
+    size_t ndev;
+    uint32_t *mets; /* metric id -> offset of its name in names; sorted by name */
+    size_t nmet;
     bdb_file *f; /* open for pread while the file is in the list */
 } tfile;
 
+/* Where a series lies in a file: its device's record and its metric id. */
+typedef struct tloc {
+    size_t dev;
+    uint32_t met;
+} tloc;
+
+/* One series' encoded windows in a builder, until tf_finish sorts them. */
+typedef struct tpiece {
+    size_t dname, mname; /* offsets in tbuilder.names */
+    size_t off, len;     /* in tbuilder.pieces */
+} tpiece;
+
 /* Builds a file in memory: tf_begin, then tf_add per series in any order, then
- * tf_finish, which appends index and footer. */
+ * tf_finish, which groups the series by device and appends records, index and footer. */
 typedef struct tbuilder {
     enum bdb_res res;
     char *tenant;
     int64_t start, end;
     unsigned flags;
-    bdb_buf b;
-    bdb_buf idx;
-    size_t nrec;
+    bdb_buf b;      /* the file: the header until tf_finish */
+    bdb_buf pieces; /* the series' window encodings */
+    bdb_buf names;  /* their device and metric names, NUL-terminated */
+    tpiece *pc;
+    size_t npc, cap;
+    int oom;
 } tbuilder;
 
 void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start, int64_t end,
               uint64_t seq, uint64_t wal_upto, const uint64_t *inputs, size_t ninputs,
               unsigned flags);
-/* Adds the windows of r inside the file window; nothing when there are none. */
+/* Adds the windows of r inside the file window; nothing when there are none. A series
+ * must be added once per builder. */
 void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, size_t mlen,
             const bdb_rollup *r);
-int tf_finish(tbuilder *tb); /* BDB_OK, or BDB_ERR_NOMEM: some append was dropped */
+/* BDB_OK; BDB_ERR_NOMEM (some append was dropped); BDB_ERR_INVALID (a series twice). */
+int tf_finish(tbuilder *tb);
 void tf_builder_free(tbuilder *tb);
 
-/* Parses and checks a whole file image (header, index and every record's CRC).
- * BDB_ERR_CORRUPT with a reason in why. On success *out is filled (f NULL). */
+/* Parses and checks a whole version 3 file image (header, index, every record's CRC
+ * and framing). BDB_ERR_CORRUPT with a reason in why. On success *out is filled (f
+ * NULL). */
 int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why);
-/* Only the header (for the superseded-file scan at load). */
+/* Only the header, of any version (for the superseded-file scan at load). */
 int tf_parse_header(const uint8_t *p, size_t n, tfile *out);
+/* The version of a file image that has a valid magic, else 0. */
+uint32_t tf_version(const uint8_t *p, size_t n);
+/* A version 1 or 2 image, checked whole as those versions were, rewritten as version 3
+ * with the same header fields and windows into *out (initialized by the caller).
+ * BDB_ERR_CORRUPT with why; BDB_ERR_NOMEM. */
+int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why);
 void tf_free(tfile *t);
-/* The record of (device, metric) or NULL. */
-const trec *tf_find(const tfile *t, const char *device, const char *metric);
-/* Reads one record from the open file and merges its windows in [lo, hi) into r (with
- * TF_REPLACES: puts them in place of r's windows of the same start).
- * BDB_ERR_CORRUPT if the CRC or the decoding fails. */
-int tf_read_rec(const tfile *t, const trec *rec, int64_t lo, int64_t hi, bdb_rollup *r);
+/* Whether the file may hold (device, metric), and where: 0 when it cannot. */
+int tf_find(const tfile *t, const char *device, const char *metric, tloc *loc);
+/* Reads the record of loc->dev from the open file and merges the windows of loc->met in
+ * [lo, hi) into r (with TF_REPLACES: puts them in place of r's windows of the same
+ * start); nothing when the device has no such series. BDB_ERR_CORRUPT if the CRC or
+ * the decoding fails. */
+int tf_read_rec(const tfile *t, const tloc *loc, int64_t lo, int64_t hi, bdb_rollup *r);
+
+/* Every series of a file in (device, metric) order, reading one device record at a
+ * time (compaction). tf_iter_next: 1 with a series current, 0 at the end, or an error
+ * code; tf_iter_read merges the current series' windows into r as tf_read_rec does. */
+typedef struct titer {
+    const tfile *t;
+    size_t dev; /* the current device record */
+    uint8_t *rec;
+    size_t rlen, pos;
+    uint32_t met;      /* the current series */
+    size_t woff, wlen; /* its windows in rec */
+    int started;
+} titer;
+void tf_iter_init(titer *it, const tfile *t);
+int tf_iter_next(titer *it);
+const char *tf_iter_device(const titer *it);
+const char *tf_iter_metric(const titer *it);
+int tf_iter_read(const titer *it, bdb_rollup *r);
+void tf_iter_free(titer *it);
 
 /* db_tier.c, for the late path: the windows of one series at res in [lo, hi) from the
  * committed tier files only (no head), merged (replacing) in seq order into out; and a
@@ -116,12 +168,12 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
  * minutes from its frozen samples; part[1], part[2] their hours and days) and, when it
  * has dirty minutes, fills rep[0..2] (empty, of the tier widths) with the windows
  * recomputed from raw and coarser tiers, removing from part what they replace;
- * late_recomputed counts them (and calls the recompute hook) once published;
+ * late_recomputed counts one (and calls the recompute hook) once published;
  * late_frozen_done forgets the marks once the flush's tier files are written. */
 struct series;
 void late_frozen_sort(bdb_db *db);
 int late_recompute(bdb_db *db, const struct series *s, bdb_rollup *part, bdb_rollup *rep);
-void late_recomputed(bdb_db *db, const struct series *s, const bdb_rollup *rep);
+void late_recomputed(bdb_db *db, const struct series *s, enum bdb_res res, int64_t start);
 void late_frozen_done(bdb_db *db);
 /* Reads (any thread): the device's minutes marked and not recomputed yet, sorted and
  * unique, into *out (malloc'd; the count is returned). late_fix_read puts in out the

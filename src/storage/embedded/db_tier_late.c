@@ -15,8 +15,13 @@
  * Durability: the dirty set lives in memory only, and that is enough. A mark is made
  * for a sample in the head, which the WAL holds until the flush that recomputes its
  * minute commits (the catalog save). After a crash the replay applies the sample
- * again, and until the first flush after open every out-of-order sample counts as a
- * possible rewrite (late_frozen_ts is 0), so the mark is made again.
+ * again, and the mark is made again: a device's horizon (late_frozen_ts) after open is
+ * the newest event time in the committed catalog, which was encoded under the flush
+ * lock right after that flush's freeze (db_catalog.c), so every sample a committed
+ * tier file may hold lies at or before it; a device the catalog does not know has
+ * nothing in committed tier files (INT64_MIN). With a sink, such a device is unknown
+ * (0) and every out-of-order sample of it counts as a possible rewrite until the first
+ * flush: the sink may hold its windows though this directory does not know it.
  *
  * Locking: `mu` is a leaf lock (taken under a device stripe by the write path and under
  * flush_lock by the freeze). The frozen set is read and cleared only by the flush
@@ -493,16 +498,12 @@ int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *re
     return rc;
 }
 
-void late_recomputed(bdb_db *db, const series *s, const bdb_rollup *rep)
+void late_recomputed(bdb_db *db, const series *s, enum bdb_res res, int64_t start)
 {
     lstate *l = late_flushing(db);
-    for (int k = 0; k < BDB_TIERS; k++) {
-        atomic_fetch_add(&l->recomputed[k], rep[k].n);
-        if (l->cb)
-            for (size_t i = 0; i < rep[k].n; i++)
-                l->cb(l->cb_ctx, s->dev->tenant->name, s->dev->name, s->metric,
-                      (enum bdb_res)(k + 1), &rep[k].w[i]);
-    }
+    atomic_fetch_add(&l->recomputed[res - 1], 1);
+    if (l->cb)
+        l->cb(l->cb_ctx, s->dev->tenant->name, s->dev->name, s->metric, res, start);
 }
 
 /* ---------------------------------------------------------------- public */

@@ -76,11 +76,13 @@ static int compact(tstate *t, size_t a, size_t b)
     size_t nin = b - a;
     tfile **in = bdb_malloc(nin * sizeof *in);
     uint64_t *seqs = bdb_malloc(nin * sizeof *seqs);
-    size_t *pos = bdb_calloc(nin, sizeof *pos);
-    if (!in || !seqs || !pos) { /* the inputs stay; the next maintenance retries */
+    titer *it = bdb_calloc(nin, sizeof *it);
+    int *live = bdb_calloc(nin, sizeof *live);
+    if (!in || !seqs || !it || !live) { /* the inputs stay; the next maintenance retries */
         free(in);
         free(seqs);
-        free(pos);
+        free(it);
+        free(live);
         return BDB_ERR_NOMEM;
     }
     uint64_t upto = 0;
@@ -100,37 +102,45 @@ static int compact(tstate *t, size_t a, size_t b)
     bdb_rollup r;
     bdb_rollup_init(&r, bdb_res_width(f0->res));
     int rc = BDB_OK;
-    /* k-way merge over the inputs' sorted record tables */
-    for (;;) {
-        const trec *low = NULL;
-        for (size_t i = 0; i < nin; i++) {
-            if (pos[i] >= in[i]->nrec)
-                continue;
-            const trec *x = &in[i]->recs[pos[i]];
-            if (!low || strcmp(x->device, low->device) < 0 ||
-                (!strcmp(x->device, low->device) && strcmp(x->metric, low->metric) < 0))
-                low = x;
-        }
-        if (!low)
-            break;
-        trec key = *low;
-        bdb_rollup_reset(&r);
-        for (size_t i = 0; i < nin; i++) {
-            if (pos[i] >= in[i]->nrec)
-                continue;
-            const trec *x = &in[i]->recs[pos[i]];
-            if (strcmp(x->device, key.device) || strcmp(x->metric, key.metric))
-                continue;
-            if (rc == BDB_OK)
-                rc = tf_read_rec(in[i], x, INT64_MIN, INT64_MAX, &r);
-            pos[i]++;
-        }
-        if (rc != BDB_OK)
-            break;
-        tf_add(&tb, key.device, key.dlen, key.metric, key.mlen, &r);
+    for (size_t i = 0; i < nin; i++) {
+        tf_iter_init(&it[i], in[i]);
+        if (rc == BDB_OK && (live[i] = tf_iter_next(&it[i])) < 0)
+            rc = live[i];
     }
+    /* k-way merge over the inputs' series, each walked in (device, metric) order; the
+     * inputs are in seq order, so replacing windows land after what they replace */
+    while (rc == BDB_OK) {
+        size_t low = nin;
+        for (size_t i = 0; i < nin; i++) {
+            if (live[i] != 1)
+                continue;
+            int c = -1;
+            if (low < nin && !(c = strcmp(tf_iter_device(&it[i]), tf_iter_device(&it[low]))))
+                c = strcmp(tf_iter_metric(&it[i]), tf_iter_metric(&it[low]));
+            if (c < 0)
+                low = i;
+        }
+        if (low == nin)
+            break;
+        /* the names live in the input file, not in the iterator: valid after it moves */
+        const char *dn = tf_iter_device(&it[low]), *mn = tf_iter_metric(&it[low]);
+        bdb_rollup_reset(&r);
+        for (size_t i = 0; i < nin && rc == BDB_OK; i++) {
+            if (live[i] != 1 || strcmp(tf_iter_device(&it[i]), dn) ||
+                strcmp(tf_iter_metric(&it[i]), mn))
+                continue;
+            rc = tf_iter_read(&it[i], &r);
+            if (rc == BDB_OK && (live[i] = tf_iter_next(&it[i])) < 0)
+                rc = live[i];
+        }
+        if (rc == BDB_OK)
+            tf_add(&tb, dn, strlen(dn), mn, strlen(mn), &r);
+    }
+    for (size_t i = 0; i < nin; i++)
+        tf_iter_free(&it[i]);
+    free(it);
+    free(live);
     bdb_rollup_free(&r);
-    free(pos);
     tfile **out = NULL;
     if (rc == BDB_OK)
         rc = tier_write_files(t, &tb, &seq, 1, &out);

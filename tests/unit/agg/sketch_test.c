@@ -903,6 +903,81 @@ static void test_skip_rejects(void **st)
     }
 }
 
+/* The compact form: every sample sketch (collapsed ones and other parameters take the
+ * full form behind a 0 byte) back as it was, its bytes again from the decoded one,
+ * skip_c over exactly one, truncations refused, the full form of a sketch that has a
+ * compact one refused, and six distinct readings in 7 bytes. */
+static void test_compact_roundtrip(void **state)
+{
+    (void)state;
+    bdb_sketch w[64];
+    size_t nw = sample_sketches(w, 64);
+    bdb_buf b, again;
+    bdb_buf_init(&b);
+    bdb_buf_init(&again);
+    int full = 0, compact = 0;
+    for (size_t k = 0; k < nw; k++) {
+        if (w[k].count == 0)
+            continue;
+        bdb_buf_reset(&b);
+        bdb_sketch_write_c(&w[k], &b);
+        size_t len = b.len;
+        if (b.data[0] == 0)
+            full++;
+        else
+            compact++;
+        bdb_buf_putc(&b, 0x7f); /* what follows is left alone */
+        bdb_sketch d;
+        bdb_sketch_init_default(&d);
+        bdb_dec dec;
+        bdb_dec_init(&dec, b.data, b.len);
+        assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count, w[k].min, w[k].max), BDB_OK);
+        assert_int_equal(bdb_dec_left(&dec), 1);
+        assert_same_sketch(&d, &w[k]);
+        assert_int_equal(d.alpha_ppm, w[k].alpha_ppm);
+        assert_int_equal(d.max_buckets, w[k].max_buckets);
+        bdb_buf_reset(&again);
+        bdb_sketch_write_c(&d, &again);
+        assert_int_equal(again.len, len);
+        assert_memory_equal(again.data, b.data, len);
+        bdb_dec_init(&dec, b.data, b.len);
+        assert_int_equal(bdb_sketch_skip_c(&dec, w[k].count), BDB_OK);
+        assert_int_equal(bdb_dec_left(&dec), 1);
+        for (size_t cut = 0; cut < len; cut++) {
+            bdb_dec_init(&dec, b.data, cut);
+            assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count, w[k].min, w[k].max),
+                             BDB_ERR_CORRUPT);
+        }
+        /* another count than the stats': refused */
+        bdb_dec_init(&dec, b.data, len);
+        assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count + 1, w[k].min, w[k].max),
+                         BDB_ERR_CORRUPT);
+        if (b.data[0] != 0) { /* the full form where the compact one exists: refused */
+            bdb_buf_reset(&again);
+            bdb_buf_putc(&again, 0);
+            bdb_sketch_write(&w[k], &again);
+            bdb_dec_init(&dec, again.data, again.len);
+            assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count, w[k].min, w[k].max),
+                             BDB_ERR_CORRUPT);
+        }
+        bdb_sketch_free(&d);
+    }
+    assert_true(full > 0 && compact > 0);
+    bdb_sketch s;
+    bdb_sketch_init_default(&s);
+    const double v[6] = {51.27, 53.31, 55.18, 57.4, 59.33, 61.29};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(bdb_sketch_add(&s, v[i]), BDB_OK);
+    bdb_buf_reset(&b);
+    bdb_sketch_write_c(&s, &b);
+    assert_int_equal(b.len, 7); /* nb, first key, five gaps */
+    bdb_sketch_free(&s);
+    bdb_buf_free(&b);
+    bdb_buf_free(&again);
+    for (size_t k = 0; k < nw; k++)
+        bdb_sketch_free(&w[k]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_corruption_loop),
         cmocka_unit_test(test_skip_rejects),
+        cmocka_unit_test(test_compact_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -744,6 +744,87 @@ static void test_corruption_loop(void **state)
                accepted);
 }
 
+/* The compact form (tier files of version 3): every sample window back bit for bit,
+ * the bytes again from the decoded window, skip_c steps over exactly one, every
+ * truncation refused, and a decimal minute in the documented size. */
+static void test_compact_roundtrip(void **state)
+{
+    (void)state;
+    bdb_stats w[64];
+    size_t n = sample_windows(w, 64);
+    size_t tried = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (w[k].count == 0)
+            continue; /* a tier window is never empty */
+        tried++;
+        bdb_buf b, again;
+        bdb_buf_init(&b);
+        bdb_buf_init(&again);
+        bdb_stats_write_c(&w[k], &b);
+        size_t len = b.len;
+        bdb_stats_write_c(&w[k], &b); /* a second one after it */
+        bdb_dec d;
+        bdb_dec_init(&d, b.data, b.len);
+        bdb_stats r;
+        assert_int_equal(bdb_stats_read_c(&r, &d), BDB_OK);
+        assert_int_equal(b.len - bdb_dec_left(&d), len);
+        assert_memory_equal(&r, &w[k], sizeof r);
+        bdb_stats_write_c(&r, &again);
+        assert_int_equal(again.len, len);
+        assert_memory_equal(again.data, b.data, len);
+        bdb_dec_init(&d, b.data, b.len);
+        assert_int_equal(bdb_stats_skip_c(&d), BDB_OK);
+        assert_int_equal(b.len - bdb_dec_left(&d), len);
+        for (size_t cut = 0; cut < len; cut++) {
+            bdb_dec_init(&d, b.data, cut);
+            assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+        }
+        bdb_buf_free(&b);
+        bdb_buf_free(&again);
+    }
+    assert_true(tried > 10);
+    /* six readings of two decimals: count, flags, three 3-byte numbers, sum_lo, m2 */
+    bdb_stats s;
+    bdb_stats_init(&s);
+    const double v[6] = {51.27, 51.31, 51.18, 51.4, 51.33, 51.29};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(bdb_stats_add(&s, v[i]), BDB_OK);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_stats_write_c(&s, &b);
+    assert_true(b.len <= 1 + 1 + 3 * 3 + 8 + (s.sum_lo != 0 ? 4 : 0));
+    bdb_buf_reset(&b);
+    bdb_stats_init(&s);
+    assert_int_equal(bdb_stats_add(&s, 21.5), BDB_OK);
+    bdb_stats_write_c(&s, &b);
+    assert_int_equal(b.len, 1 + 2); /* count 1 and the reading */
+    /* not canonical: C_RAWSUM with a sum that unscales to a finite double */
+    bdb_buf_reset(&b);
+    bdb_buf_put_uvarint(&b, 2);
+    bdb_buf_putc(&b, 0x04);
+    bdb_buf_put_num(&b, 21.5);
+    bdb_buf_put_f64(&b, ldexp(43.0, -64));
+    bdb_dec d;
+    bdb_dec_init(&d, b.data, b.len);
+    bdb_stats r;
+    assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+    /* the same window written right reads back */
+    bdb_stats two;
+    bdb_stats_init(&two);
+    bdb_stats_add(&two, 21.5);
+    bdb_stats_add(&two, 21.5);
+    bdb_buf_reset(&b);
+    bdb_stats_write_c(&two, &b);
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_stats_read_c(&r, &d), BDB_OK);
+    assert_memory_equal(&r, &two, sizeof r);
+    /* an even sum_lo mantissa, and a count of 0, are not the writer's */
+    const uint8_t zero[] = {0};
+    bdb_dec_init(&d, zero, 1);
+    assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+    bdb_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -758,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_encode_roundtrip),
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_corruption_loop),
+        cmocka_unit_test(test_compact_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

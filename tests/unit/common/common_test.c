@@ -1002,17 +1002,108 @@ static void test_path_join(void **state)
     assert_true(BDB_DATA_DIR_MAX + sizeof "/quarantine/fleet-" + 255 < BDB_PATH_BUF);
 }
 
+/* bdb_buf_put_num: every double back bit for bit, in the documented sizes, and only
+ * the writer's form accepted. */
+static void num_roundtrip(double v, size_t want_len)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_put_num(&b, v);
+    if (want_len)
+        assert_int_equal(b.len, want_len);
+    bdb_dec d;
+    bdb_dec_init(&d, b.data, b.len);
+    double r = bdb_dec_num(&d);
+    assert_false(d.err);
+    assert_int_equal(bdb_dec_left(&d), 0);
+    assert_memory_equal(&r, &v, sizeof v);
+    bdb_buf_free(&b);
+}
+
+static int num_refused(const uint8_t *p, size_t n)
+{
+    bdb_dec d;
+    bdb_dec_init(&d, p, n);
+    bdb_dec_num(&d);
+    return d.err;
+}
+
+static void test_exact_numbers(void **state)
+{
+    (void)state;
+    num_roundtrip(0.0, 1);
+    num_roundtrip(21.5, 2);      /* 215 / 10 */
+    num_roundtrip(51.27, 3);     /* 5127 / 100 */
+    num_roundtrip(1013.25, 4);   /* 101325 / 100: 22 bits */
+    num_roundtrip(-40.0, 2);     /* -40 */
+    num_roundtrip(1e15, 8);      /* an integer */
+    num_roundtrip(0.1, 1);       /* 1 / 10 */
+    num_roundtrip(-0.0, 9);      /* raw */
+    num_roundtrip(1.0 / 3.0, 9); /* raw */
+    num_roundtrip(NAN, 9);
+    num_roundtrip(INFINITY, 9);
+    num_roundtrip(-INFINITY, 9);
+    num_roundtrip(DBL_MAX, 9);
+    num_roundtrip(DBL_TRUE_MIN, 9);
+    num_roundtrip(9007199254740992.0, 0); /* 2^53 */
+    num_roundtrip(9007199254740994.0, 0); /* past 2^53 */
+    num_roundtrip(21.299999237060547, 0); /* a float32 reading */
+    num_roundtrip(0.00000000000001, 0);   /* 1e-14: e = 14 */
+    num_roundtrip(0.000000000000001, 9);  /* 1e-15: past e = 14, raw */
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double v;
+        if (i % 3 == 0) { /* any bit pattern */
+            memcpy(&v, &x, sizeof v);
+        } else { /* decimal readings of 0 to 6 digits after the point */
+            static const double p10[7] = {1, 10, 100, 1000, 1e4, 1e5, 1e6};
+            v = (double)(int64_t)(x % 20000001) - 10000000.0;
+            v /= p10[x % 7];
+        }
+        num_roundtrip(v, 0);
+    }
+    /* not the writer's form: 10 / 10 (1 is e = 0), a raw 21.5, an overlong varint, a
+     * tag of 15 with bits above it, a mantissa past 2^53 */
+    const uint8_t ten_tenths[] = {0xc1, 0x02}; /* zigzag(10) = 20; 20 << 4 | 1 = 321 */
+    assert_true(num_refused(ten_tenths, sizeof ten_tenths));
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_putc(&b, 15);
+    bdb_buf_put_f64(&b, 21.5);
+    assert_true(num_refused(b.data, b.len));
+    const uint8_t overlong[] = {0x80, 0x00};
+    assert_true(num_refused(overlong, sizeof overlong));
+    const uint8_t tag_hi[] = {0x1f, 0, 0, 0, 0, 0, 0, 0, 0};
+    assert_true(num_refused(tag_hi, sizeof tag_hi));
+    bdb_buf_reset(&b);
+    bdb_buf_put_uvarint(&b, ((uint64_t)1 << 55) << 4);
+    assert_true(num_refused(b.data, b.len));
+    bdb_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_buf_basics),        cmocka_unit_test(test_fixed_width),
-        cmocka_unit_test(test_varints),           cmocka_unit_test(test_strings_and_bytes),
-        cmocka_unit_test(test_dec_sticky_errors), cmocka_unit_test(test_json_escaping),
-        cmocka_unit_test(test_double_format),     cmocka_unit_test(test_status_strings),
-        cmocka_unit_test(test_map_basic),         cmocka_unit_test(test_map_churn_vs_reference),
-        cmocka_unit_test(test_parse_unix_ms),     cmocka_unit_test(test_parse_rfc3339),
-        cmocka_unit_test(test_format_time),       cmocka_unit_test(test_floor_div_align),
-        cmocka_unit_test(test_path_join),         cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_buf_basics),
+        cmocka_unit_test(test_fixed_width),
+        cmocka_unit_test(test_varints),
+        cmocka_unit_test(test_strings_and_bytes),
+        cmocka_unit_test(test_dec_sticky_errors),
+        cmocka_unit_test(test_exact_numbers),
+        cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_double_format),
+        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_map_basic),
+        cmocka_unit_test(test_map_churn_vs_reference),
+        cmocka_unit_test(test_parse_unix_ms),
+        cmocka_unit_test(test_parse_rfc3339),
+        cmocka_unit_test(test_format_time),
+        cmocka_unit_test(test_floor_div_align),
+        cmocka_unit_test(test_path_join),
+        cmocka_unit_test(test_utf8),
         cmocka_unit_test(test_integer_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

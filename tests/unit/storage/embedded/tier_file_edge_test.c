@@ -1,15 +1,23 @@
-/* Tier files (docs/formats/tier.md) rebuilt field by field from a real one, every
- * CRC right, so that each check of the loader is what rejects them.
+/* Tier files (docs/formats/tier.md) rebuilt field by field, every CRC right, so that
+ * each check of the loader is what rejects them.
  *
- * The test re-encodes a flushed 1-minute tier file with one change at a time: header
- * fields (version 2 with its flags byte: the known flag, none, an unknown one; an
- * empty tenant or one with a NUL; a resolution or file window that does not fit),
- * a file cut after its header, index counts and offsets that do not describe the
- * records, a series twice. Documented outcome: a rebuilt file without a change (v1,
- * and v2 with the known flag) is served exactly as the original; any other is
- * quarantined at open, never read, and the engine serves the rest. A record that
- * changes on disk after open (cut short, or a byte flipped) makes the tier read fail
- * with BDB_ERR_CORRUPT instead of answering wrong numbers. */
+ * Versions 1 and 2 (read only to be rewritten as version 3 at open): a version 1 file
+ * of two series, made here with the version 1 window encoding, re-encoded with one
+ * change at a time: header fields (version 2 with its flags byte: the known flag,
+ * none, an unknown one; an empty tenant or one with a NUL; a resolution or file window
+ * that does not fit), a file cut after its header, index counts and offsets that do
+ * not describe the records, a series twice. Documented outcome: a file without a
+ * change (v1, and v2 with the known flag) is rewritten as version 3 and served with
+ * the same windows; any other is quarantined at open, never read, and the engine
+ * serves the rest.
+ *
+ * Version 3: the flushed file re-encoded with one change at a time: an unknown flag,
+ * a metric table unsorted or with an empty name, devices unsorted or twice, a series
+ * whose metric id is past the table or not increasing, a record length that does not
+ * reach its neighbour, a byte after the index. The same outcome: the unchanged file is
+ * served, every other one quarantined. A record that changes on disk after open (cut
+ * short, or a byte flipped) makes the tier read fail with BDB_ERR_CORRUPT instead of
+ * answering wrong numbers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,8 +48,10 @@
 #define T0 INT64_C(1699920000000) /* 2023-11-14T00:00:00Z */
 
 static char tmpdir[64], datadir[128], tierpath[1024];
-static uint8_t *orig;
+static uint8_t *orig; /* a version 1 file of the same windows (make_v1) */
 static size_t norig;
+static uint8_t *cur; /* the version 3 file the flush wrote */
+static size_t ncur;
 
 static int64_t clock_fn(void *ctx)
 {
@@ -87,18 +97,27 @@ static void build(void)
     assert_true(tierpath[0] != 0);
 }
 
+static void read_cur(void)
+{
+    FILE *f = fopen(tierpath, "rb");
+    assert_non_null(f);
+    ncur = fread(cur, 1, 1 << 20, f);
+    fclose(f);
+    assert_true(ncur > 45 && ncur < (1 << 20));
+}
+
+static void make_v1(void);
+
 static int setup(void **st)
 {
     (void)st;
     eu_scratch(tmpdir, sizeof tmpdir, "tfedge", EU_TMPFS, datadir, sizeof datadir);
     bdb_log_set_level(BDB_LOG_ERROR + 1); /* quarantines are expected */
     build();
-    FILE *f = fopen(tierpath, "rb");
-    assert_non_null(f);
     orig = malloc(1 << 20);
-    norig = fread(orig, 1, 1 << 20, f);
-    fclose(f);
-    assert_true(norig > 45 && norig < (1 << 20));
+    cur = malloc(1 << 20);
+    read_cur();
+    make_v1();
     return 0;
 }
 
@@ -106,6 +125,7 @@ static int teardown(void **st)
 {
     (void)st;
     free(orig);
+    free(cur);
     tu_rm_rf(tmpdir);
     return 0;
 }
@@ -130,12 +150,63 @@ static uint64_t u64at(const uint8_t *p)
     return v;
 }
 
+/* The windows build() writes, as a version 1 file of the same header fields (read from
+ * the flushed file): two records, d1/temp and d2/temp, of three one-reading minutes. */
+static void make_v1(void)
+{
+    size_t pos = 8 + 4;
+    uint8_t res = cur[pos++];
+    uint64_t start = u64at(cur + pos), end = u64at(cur + pos + 8);
+    uint64_t seq = u64at(cur + pos + 16), upto = u64at(cur + pos + 24);
+    bdb_buf b, idx;
+    bdb_buf_init(&b);
+    bdb_buf_init(&idx);
+    bdb_buf_append(&b, "BDBTIER1", 8);
+    bdb_buf_put_u32le(&b, 1);
+    bdb_buf_putc(&b, res);
+    bdb_buf_put_u64le(&b, start);
+    bdb_buf_put_u64le(&b, end);
+    bdb_buf_put_u64le(&b, seq);
+    bdb_buf_put_u64le(&b, upto);
+    bdb_buf_put_str(&b, "acme", 4);
+    bdb_buf_put_uvarint(&b, 0);
+    bdb_buf_put_u32le(&b, (uint32_t)crc32(0L, b.data, (uInt)b.len));
+    bdb_buf_put_uvarint(&idx, 2);
+    for (int d = 1; d <= 2; d++) {
+        const char *dev = d == 1 ? "d1" : "d2";
+        bdb_rollup r;
+        bdb_rollup_init(&r, MIN);
+        for (int i = d == 1 ? 1 : 0; i < 6; i += 2)
+            assert_int_equal(bdb_rollup_add(&r, T0 + i * MIN, 20.0 + i), BDB_OK);
+        size_t off = b.len;
+        bdb_buf_put_str(&b, dev, 2);
+        bdb_buf_put_str(&b, "temp", 4);
+        assert_int_equal(bdb_rollup_write(&r, (int64_t)start, (int64_t)end, &b), 3);
+        bdb_buf_put_u32le(&b, (uint32_t)crc32(0L, b.data + off, (uInt)(b.len - off)));
+        bdb_buf_put_str(&idx, dev, 2);
+        bdb_buf_put_str(&idx, "temp", 4);
+        bdb_buf_put_uvarint(&idx, off);
+        bdb_buf_put_uvarint(&idx, b.len - off);
+        bdb_rollup_free(&r);
+    }
+    uint64_t ioff = b.len;
+    bdb_buf_append(&b, idx.data, idx.len);
+    bdb_buf_put_u64le(&b, ioff);
+    bdb_buf_put_u64le(&b, idx.len);
+    bdb_buf_put_u32le(&b, (uint32_t)crc32(0L, idx.data, (uInt)idx.len));
+    bdb_buf_append(&b, "BDTE", 4);
+    memcpy(orig, b.data, b.len);
+    norig = b.len;
+    bdb_buf_free(&b);
+    bdb_buf_free(&idx);
+}
+
 enum change {
     SAME,         /* re-encoded unchanged: served */
     V2_REPLACES,  /* version 2, flags = TF_REPLACES: served */
     V2_NOFLAG,    /* version 2, flags 0 (not canonical) */
     V2_UNKNOWN,   /* version 2, an unknown flag */
-    VERSION3,     /* an unknown version */
+    VERSION4,     /* an unknown version */
     EMPTY_TENANT, /* tenant "" */
     NUL_TENANT,   /* a NUL inside the tenant */
     BAD_RES,      /* resolution 4 */
@@ -188,7 +259,7 @@ static size_t rebuild(enum change c, bdb_buf *out)
     bdb_buf_reset(out);
     bdb_buf_append(out, "BDBTIER1", 8);
     int v2 = c == V2_REPLACES || c == V2_NOFLAG || c == V2_UNKNOWN;
-    bdb_buf_put_u32le(out, c == VERSION3 ? 3 : v2 ? 2 : 1);
+    bdb_buf_put_u32le(out, c == VERSION4 ? 4 : v2 ? 2 : 1);
     bdb_buf_putc(out, c == BAD_RES ? 4 : res);
     bdb_buf_put_u64le(out, start);
     bdb_buf_put_u64le(out, c == BAD_SPAN ? start + 3600000 : end);
@@ -283,9 +354,149 @@ static void test_rebuilt_files(void **st)
         if (c == SAME || c == V2_REPLACES) {
             assert_int_equal(ts.quarantined, 0);
             assert_true(n1 == 3 && n2 == 3);
+            read_cur(); /* rewritten in place as version 3 */
+            assert_int_equal(cur[8], 3);
         } else {
             if (ts.quarantined != 1)
                 fail_msg("change %d: not quarantined", c);
+            assert_true(n1 == 0 && n2 == 0); /* never read */
+        }
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+    }
+    bdb_buf_free(&b);
+}
+
+enum change3 {
+    V3_SAME,         /* re-encoded unchanged: served */
+    V3_FLAG,         /* an unknown flag */
+    V3_MET_UNSORTED, /* metric table "temp", "aaa" */
+    V3_MET_EMPTY,    /* metric table "", "temp" (ids shifted to match) */
+    V3_DEV_UNSORTED, /* records and index d2 before d1 */
+    V3_DEV_TWICE,    /* d1's record twice */
+    V3_DEV_EMPTY,    /* a device named "" */
+    V3_BAD_ID,       /* a series' metric id past the table */
+    V3_ID_TWICE,     /* one series twice in a record */
+    V3_NO_SERIES,    /* a record of nothing but its CRC */
+    V3_TRAILING,     /* a byte after the last index entry */
+    V3_CUT,          /* nothing after the header */
+    NCHANGES3
+};
+
+/* The flushed version 3 file (two devices, one metric) re-encoded with change c. */
+static void rebuild3(enum change3 c, bdb_buf *out)
+{
+    size_t pos = 8 + 4 + 1 + 32;
+    uint64_t tl = uvar(cur, &pos);
+    pos += tl;
+    assert_int_equal(uvar(cur, &pos), 0); /* no inputs */
+    assert_int_equal(cur[pos], 0);        /* no flags */
+    size_t hlen = pos + 1 + 4;
+    uint64_t ioff = u64at(cur + ncur - 24), ilen = u64at(cur + ncur - 16);
+    size_t ip = ioff;
+    assert_int_equal(uvar(cur, &ip), 1);
+    assert_int_equal(uvar(cur, &ip), 4);
+    assert_memory_equal(cur + ip, "temp", 4);
+    ip += 4;
+    assert_int_equal(uvar(cur, &ip), 2);
+    const uint8_t *rec[2];
+    uint64_t rlen[2];
+    size_t off = hlen;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(uvar(cur, &ip), 2);
+        assert_memory_equal(cur + ip, i ? "d2" : "d1", 2);
+        ip += 2;
+        rlen[i] = uvar(cur, &ip);
+        rec[i] = cur + off;
+        off += rlen[i];
+    }
+    assert_int_equal(ip, ioff + ilen);
+    assert_int_equal(off, ioff);
+    bdb_buf_reset(out);
+    bdb_buf_append(out, cur, hlen - 5);
+    bdb_buf_putc(out, c == V3_FLAG ? 2 : 0);
+    bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data, (uInt)out->len));
+    if (c == V3_CUT)
+        return;
+    /* records: each one's series bytes (without the CRC), changed, then a new CRC */
+    int order[3] = {0, 1, -1};
+    if (c == V3_DEV_UNSORTED)
+        order[0] = 1, order[1] = 0;
+    if (c == V3_DEV_TWICE)
+        order[1] = 0, order[2] = 1;
+    uint64_t nlen[3];
+    int n = order[2] >= 0 ? 3 : 2;
+    for (int k = 0; k < n; k++) {
+        const uint8_t *r = rec[order[k]];
+        size_t len = rlen[order[k]] - 4, at = out->len;
+        assert_int_equal(r[0], 0); /* the series of metric id 0 */
+        if (c == V3_MET_EMPTY || (c == V3_BAD_ID && k == 0))
+            bdb_buf_putc(out, 1);
+        else if (!(c == V3_NO_SERIES && k == 0))
+            bdb_buf_putc(out, 0);
+        if (!(c == V3_NO_SERIES && k == 0))
+            bdb_buf_append(out, r + 1, len - 1);
+        if (c == V3_ID_TWICE && k == 0)
+            bdb_buf_append(out, r, len);
+        bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data + at, (uInt)(out->len - at)));
+        nlen[k] = out->len - at;
+    }
+    bdb_buf idx;
+    bdb_buf_init(&idx);
+    if (c == V3_MET_UNSORTED || c == V3_MET_EMPTY) {
+        bdb_buf_put_uvarint(&idx, 2);
+        bdb_buf_put_str(&idx, c == V3_MET_EMPTY ? "" : "temp", c == V3_MET_EMPTY ? 0 : 4);
+        bdb_buf_put_str(&idx, c == V3_MET_EMPTY ? "temp" : "aaa", c == V3_MET_EMPTY ? 4 : 3);
+    } else {
+        bdb_buf_put_uvarint(&idx, 1);
+        bdb_buf_put_str(&idx, "temp", 4);
+    }
+    bdb_buf_put_uvarint(&idx, (uint64_t)n);
+    for (int k = 0; k < n; k++) {
+        if (c == V3_DEV_EMPTY && k == 0)
+            bdb_buf_put_str(&idx, "", 0);
+        else
+            bdb_buf_put_str(&idx, order[k] ? "d2" : "d1", 2);
+        bdb_buf_put_uvarint(&idx, nlen[k]);
+    }
+    if (c == V3_TRAILING)
+        bdb_buf_putc(&idx, 0);
+    uint64_t nioff = out->len;
+    bdb_buf_append(out, idx.data, idx.len);
+    bdb_buf_put_u64le(out, nioff);
+    bdb_buf_put_u64le(out, idx.len);
+    bdb_buf_put_u32le(out, (uint32_t)crc32(0L, idx.data, (uInt)idx.len));
+    bdb_buf_append(out, "BDTE", 4);
+    bdb_buf_free(&idx);
+}
+
+static void test_rebuilt_v3_files(void **st)
+{
+    (void)st;
+    bdb_buf b;
+    bdb_buf_init(&b);
+    for (int c = 0; c < NCHANGES3; c++) {
+        build();
+        read_cur();
+        rebuild3((enum change3)c, &b);
+        if (c == V3_SAME) {
+            assert_int_equal(b.len, ncur);
+            assert_memory_equal(b.data, cur, ncur); /* the test's encoder is right */
+        }
+        put_file(&b);
+        bdb_db *db = open_db();
+        bdb_tier_stats ts;
+        bdb_db_tier_get_stats(db, &ts);
+        int rc;
+        size_t n1 = windows(db, "d1", &rc);
+        assert_int_equal(rc, BDB_OK);
+        size_t n2 = windows(db, "d2", &rc);
+        assert_int_equal(rc, BDB_OK);
+        if (c == V3_SAME) {
+            assert_int_equal(ts.quarantined, 0);
+            assert_true(n1 == 3 && n2 == 3);
+        } else {
+            if (ts.quarantined != 1)
+                fail_msg("v3 change %d: not quarantined", c);
             assert_true(n1 == 0 && n2 == 0); /* never read */
         }
         assert_int_equal(bdb_db_close(db), BDB_OK);
@@ -308,7 +519,8 @@ static void test_changed_after_open(void **st)
         } else {
             int fd = open(tierpath, O_RDWR);
             assert_true(fd >= 0);
-            uint64_t ioff = u64at(orig + norig - 24);
+            read_cur();
+            uint64_t ioff = u64at(cur + ncur - 24);
             uint8_t x;
             assert_int_equal(pread(fd, &x, 1, (off_t)ioff - 8), 1);
             x ^= 0x10; /* inside the last record, before its CRC */
@@ -329,6 +541,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rebuilt_files),
+        cmocka_unit_test(test_rebuilt_v3_files),
         cmocka_unit_test(test_changed_after_open),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -35,6 +35,7 @@
 #include <zlib.h>
 
 static sw_dirs dirs = {.name = "tiersweep"};
+static enum bdb_res sweep_res = BDB_RES_1M; /* the tier of the swept file: its reads */
 
 static void build_base(void)
 {
@@ -95,18 +96,21 @@ static size_t parts_of(const uint8_t *p, size_t n, part *v, size_t cap)
     size_t ninputs = uvarint(p, &pos);
     for (size_t i = 0; i < ninputs; i++)
         uvarint(p, &pos);
-    if (ver == 2)
-        pos++;
+    assert_int_equal(ver, 3); /* the version the engine writes (records per device) */
+    pos++;                    /* flags */
     assert_int_equal(get32(p + pos), (uint32_t)crc32(0, p, (uInt)pos));
     v[np++] = (part){0, pos};
     size_t ioff = (size_t)get64(p + n - 24), ilen = (size_t)get64(p + n - 16);
-    size_t ip = ioff;
-    size_t nrec = uvarint(p, &ip);
-    for (size_t r = 0; r < nrec && np + 1 < cap; r++) {
+    size_t ip = ioff, off = pos + 4;
+    size_t nmet = uvarint(p, &ip);
+    for (size_t m = 0; m < nmet; m++)
+        ip += uvarint(p, &ip); /* metric names */
+    size_t ndev = uvarint(p, &ip);
+    for (size_t r = 0; r < ndev && np + 1 < cap; r++) {
         ip += uvarint(p, &ip); /* device */
-        ip += uvarint(p, &ip); /* metric */
-        size_t off = uvarint(p, &ip), len = uvarint(p, &ip);
+        size_t len = uvarint(p, &ip);
         v[np++] = (part){off, off + len - 4};
+        off += len;
     }
     v[np++] = (part){ioff, ioff + ilen}; /* its CRC sits in the footer */
     return np;
@@ -122,6 +126,7 @@ static void fix_crcs(uint8_t *p, size_t n, const part *v, size_t np)
 
 typedef struct tally {
     uint64_t runs, quarantined, read_corrupt, bad, fleet_quarantined, fleet_corrupt;
+    uint64_t runs_read, windows;
 } tally;
 
 static void check(tally *t, const char *what)
@@ -140,10 +145,12 @@ static void check(tally *t, const char *what)
     const char *m[2] = {"temp", "rpm"};
     for (int d = 0; d < 2; d++) {
         bdb_rollup r[2];
-        bdb_rollup_init(&r[0], bdb_res_width(BDB_RES_1M));
-        bdb_rollup_init(&r[1], bdb_res_width(BDB_RES_1M));
-        rc = bdb_db_tier_read(db, "acme", d ? "d1" : "d2", m, 2, BDB_RES_1M, SW_T0 - 3600000,
-                              SW_T0 + 7200000, r);
+        bdb_rollup_init(&r[0], bdb_res_width(sweep_res));
+        bdb_rollup_init(&r[1], bdb_res_width(sweep_res));
+        rc = bdb_db_tier_read(db, "acme", d ? "d1" : "d2", m, 2, sweep_res, SW_T0 - 86400000,
+                              SW_T0 + 86400000, r);
+        if (rc == BDB_OK && !t->runs_read) /* the undamaged file: what a read finds */
+            t->windows = r[0].n + r[1].n;
         if (rc == BDB_ERR_CORRUPT)
             t->read_corrupt++;
         else if (rc != BDB_OK) {
@@ -153,6 +160,7 @@ static void check(tally *t, const char *what)
         bdb_rollup_free(&r[0]);
         bdb_rollup_free(&r[1]);
     }
+    t->runs_read++;
     bdb_fleet_file_stats fs;
     bdb_db_fleet_get_stats(db, &fs);
     t->fleet_quarantined += fs.quarantined;
@@ -209,7 +217,8 @@ static void test_every_byte_of_a_tier_file(void **state)
     (void)state;
     build_base();
     char rel[256];
-    pick_file("tiers", rel, sizeof rel); /* whichever tier comes first */
+    pick_file("tiers/1m", rel, sizeof rel);
+    sweep_res = BDB_RES_1M;
     char path[512];
     snprintf(path, sizeof path, "%s%s", dirs.base, rel);
     FILE *fp = fopen(path, "rb");
@@ -227,6 +236,7 @@ static void test_every_byte_of_a_tier_file(void **state)
     sw_fresh_work(&dirs);
     check(&t, "undamaged");
     assert_int_equal(t.quarantined + t.read_corrupt + t.bad, 0);
+    assert_int_equal(t.windows, 8); /* 4 minutes of 2 metrics for each device read */
     char what[320];
     for (size_t i = 0; i < n; i++) {
         for (int k = 0; k < 2; k++) {
