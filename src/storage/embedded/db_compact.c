@@ -57,6 +57,35 @@ int64_t bdb_db_retention_cutoff(bdb_db *db, const char *tn)
     return cutoff_for(bdb_clock_now(&db->o.clock), db_tenant_ttl(db, tn));
 }
 
+/* Whether block b holds a series of tenant tn (a seek in its index, no scan). */
+static int block_has_tenant(const bdb_block *b, const char *tn, size_t tl)
+{
+    bdb_block_iter it;
+    bdb_series_key k;
+    return bdb_block_iter_seek(b, &it, tn, tl, NULL, 0) == BDB_OK &&
+           bdb_block_iter_next(&it, &k, NULL) == 1 && k.tenant_len == tl &&
+           !memcmp(k.tenant, tn, tl);
+}
+
+int64_t db_raw_floor(bdb_db *db, const char *tn)
+{
+    int64_t cut = bdb_db_retention_cutoff(db, tn);
+    if (cut == INT64_MIN)
+        return INT64_MIN;
+    int64_t floor = bdb_align_down(cut, db->o.block_window_ms);
+    size_t tl = strlen(tn);
+    /* expired windows whose blocks maintenance has not dropped yet (it writes their
+     * minutes to the 1m tier first): usually none */
+    pthread_rwlock_rdlock(&db->blocks_lock);
+    for (size_t i = 0; i < db->nblocks; i++) {
+        int64_t ws = bdb_block_get_meta(db->blocks[i].b)->window_start;
+        if (ws < floor && block_has_tenant(db->blocks[i].b, tn, tl))
+            floor = ws;
+    }
+    pthread_rwlock_unlock(&db->blocks_lock);
+    return floor;
+}
+
 void db_blockent_free(blockent *e)
 {
     bdb_block_close(e->b);
@@ -295,6 +324,30 @@ static void drop_blocks(bdb_db *db, blockent *v, size_t n)
         bdb_vfs_sync_dir(db->vfs, db->blocks_dir);
 }
 
+/* Before the raw data of tenants expired for the whole window [a, b) goes (dropped, or
+ * left out of a compaction), their minutes go to the 1m tier (db_tier.c). */
+static int keep_expired_minutes(bdb_db *db, size_t a, size_t b, int64_t now)
+{
+    const bdb_block_meta *m = bdb_block_get_meta(db->blocks[a].b);
+    int rc = BDB_OK;
+    for (size_t i = a; i < b && rc == BDB_OK; i++) {
+        const blockent *e = &db->blocks[i];
+        for (size_t k = 0; k < e->ntenants && rc == BDB_OK; k++) {
+            const char *tn = e->tenants[k];
+            if (m->window_end > cutoff_for(now, db_tenant_ttl(db, tn)))
+                continue;
+            int seen = 0; /* once per tenant: its blocks of the window are read together */
+            for (size_t j = a; j <= i && !seen; j++)
+                for (size_t q = 0; q < db->blocks[j].ntenants && !seen; q++)
+                    seen = (j < i || q < k) && !strcmp(db->blocks[j].tenants[q], tn);
+            if (!seen)
+                rc = db_tier_keep_minutes(db, tn, &db->blocks[a], b - a, m->window_start,
+                                          m->window_end);
+        }
+    }
+    return rc;
+}
+
 /* One window's blocks [a, b): drop what expired whole, then compact when two blocks
  * share a class, a block mixes classes, or part of a block expired. */
 static int maintain_window(bdb_db *db, size_t a, size_t b, int64_t now)
@@ -325,8 +378,13 @@ static int maintain_window(bdb_db *db, size_t a, size_t b, int64_t now)
         keep[nk++] = db->blocks[i];
     }
     pthread_rwlock_unlock(&db->blocks_lock);
+    int rc = keep_expired_minutes(db, a, b, now);
+    if (rc != BDB_OK) { /* the raw data stays until its minutes are kept */
+        free(drop);
+        free(keep);
+        return rc;
+    }
     drop_blocks(db, drop, nd);
-    int rc = BDB_OK;
     if (need && nk > 0)
         rc = compact_blocks(db, keep, nk, now);
     free(drop);

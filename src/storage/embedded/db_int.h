@@ -269,6 +269,18 @@ void *db_background(void *arg);
 int db_maintain(bdb_db *db);
 /* The tenant's resolved raw TTL in ms (0 = forever). */
 int64_t db_tenant_ttl(bdb_db *db, const char *tn);
+/* The time from which every raw sample of tenant tn is still in the blocks and the
+ * head (db_compact.c): the start of the block window holding its retention cutoff, or
+ * of an older window maintenance has not dropped yet; INT64_MIN without a cutoff. The
+ * 1m tier reads raw data from there on and its files before (db_tier.c). */
+int64_t db_raw_floor(bdb_db *db, const char *tn);
+/* db_tier.c, for maintenance (under flush_mutex) before it drops or rewrites away the
+ * raw data of tenant tn in the block window [ws, we), held by blocks v[0..n): writes
+ * the tenant's minutes of that window to 1m tier files (REPLACES), which the derived
+ * 1m tier reads once the raw data is gone. Nothing with a sink or when the 1m tier's
+ * retention has passed the window. On error the raw data must stay. */
+int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n, int64_t ws,
+                         int64_t we);
 void db_blockent_free(blockent *e);
 
 /* db_hot.c (caller holds the device's stripe lock unless said otherwise) */

@@ -601,10 +601,14 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
             rc = bdb_rollup_merge(&r[2], &r[1]);
         if (rc == BDB_OK)
             rc = late_recompute(db, v[i], r, rep);
-        for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
+        /* the derived 1m tier is read from raw data: minutes stay in memory only, to make
+         * the hours */
+        int k0 = tier_1m_derived(db) ? 1 : 0;
+        for (int k = k0; k < BDB_TIERS && rc == BDB_OK; k++)
             rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
         for (int k = 0; k < BDB_TIERS && rc == BDB_OK && rep[0].n; k++) {
-            rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &rep[k], sealed, TF_REPLACES);
+            if (k >= k0)
+                rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &rep[k], sealed, TF_REPLACES);
             if (rc == BDB_OK && nrd + rep[k].n > caprd) {
                 size_t cap = (nrd + rep[k].n) * 2;
                 struct redone *p = bdb_realloc(rd, cap * sizeof *p);
@@ -661,6 +665,147 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     return rc;
 }
 
+/* ---------------------------------------------------------------- raw to 1m */
+
+struct mkey {
+    char *dev, *met;
+};
+
+static int mkey_cmp(const void *a, const void *b)
+{
+    const struct mkey *x = a, *y = b;
+    int c = strcmp(x->dev, y->dev);
+    return c ? c : strcmp(x->met, y->met);
+}
+
+/* The (device, metric) pairs of tenant tn in blocks v[0..n), sorted and unique. */
+static int tenant_keys(const blockent *v, size_t n, const char *tn, struct mkey **out, size_t *nout)
+{
+    size_t tl = strlen(tn), nk = 0, cap = 0;
+    struct mkey *k = NULL;
+    int rc = BDB_OK;
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
+        bdb_block_iter it;
+        bdb_series_key sk;
+        rc = bdb_block_iter_seek(v[i].b, &it, tn, tl, NULL, 0);
+        int x;
+        while (rc == BDB_OK && (x = bdb_block_iter_next(&it, &sk, NULL)) == 1 &&
+               sk.tenant_len == tl && !memcmp(sk.tenant, tn, tl)) {
+            if (nk == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                struct mkey *p = bdb_realloc(k, nc * sizeof *p);
+                if (!p) {
+                    rc = BDB_ERR_NOMEM;
+                    break;
+                }
+                k = p;
+                cap = nc;
+            }
+            k[nk].dev = bdb_strndup(sk.device, sk.device_len);
+            k[nk].met = bdb_strndup(sk.metric, sk.metric_len);
+            if (!k[nk].dev || !k[nk].met) {
+                free(k[nk].dev);
+                free(k[nk].met);
+                rc = BDB_ERR_NOMEM;
+                break;
+            }
+            nk++;
+        }
+        if (rc == BDB_OK && x < 0)
+            rc = x;
+    }
+    if (rc == BDB_OK && nk > 1) {
+        qsort(k, nk, sizeof *k, mkey_cmp);
+        size_t u = 1;
+        for (size_t i = 1; i < nk; i++) {
+            if (mkey_cmp(&k[u - 1], &k[i]) == 0) {
+                free(k[i].dev);
+                free(k[i].met);
+            } else {
+                k[u++] = k[i];
+            }
+        }
+        nk = u;
+    }
+    if (rc != BDB_OK) {
+        for (size_t i = 0; i < nk; i++) {
+            free(k[i].dev);
+            free(k[i].met);
+        }
+        free(k);
+        k = NULL;
+        nk = 0;
+    }
+    *out = k;
+    *nout = nk;
+    return rc;
+}
+
+int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n, int64_t ws,
+                         int64_t we)
+{
+    if (!tier_1m_derived(db))
+        return BDB_OK; /* with a sink the minutes were stored at flush */
+    int64_t keep = tier_retention(db, tn, BDB_RES_1M);
+    int64_t now = bdb_clock_now(&db->o.clock);
+    if (keep > 0 && now > INT64_MIN + keep && we <= now - keep)
+        return BDB_OK; /* the 1m tier would not keep them either */
+    tstate *t = tier_state(db);
+    if (!t)
+        return BDB_ERR_NOMEM;
+    struct mkey *keys;
+    size_t nk;
+    int rc = tenant_keys(v, n, tn, &keys, &nk);
+    struct builders bs = {NULL, NULL, 0};
+    bdb_rollup r;
+    bdb_rollup_init(&r, BDB_MS_MIN);
+    int64_t span = bdb_tier_file_span(BDB_RES_1M);
+    size_t tl = strlen(tn);
+    for (size_t i = 0; i < nk && rc == BDB_OK; i++) {
+        size_t dl = strlen(keys[i].dev), ml = strlen(keys[i].met);
+        bdb_series_key sk = {tn, tl, keys[i].dev, dl, keys[i].met, ml};
+        bdb_rollup_reset(&r);
+        rc = tier_raw_key_minutes(db, &sk, ws, we, &r);
+        /* REPLACES: complete minutes from raw take the place of any window of theirs in
+         * older files (a pass repeated after a crash, minutes of an older version) */
+        for (size_t w = 0; w < r.n && rc == BDB_OK;) {
+            int64_t fs = bdb_align_down(r.w[w].start, span);
+            tbuilder *tb = builder_for(t, &bs, BDB_RES_1M, tn, fs, db->wal_upto, TF_REPLACES);
+            if (!tb)
+                rc = BDB_ERR_NOMEM;
+            else
+                tf_add(tb, keys[i].dev, dl, keys[i].met, ml, &r);
+            while (w < r.n && r.w[w].start < fs + span)
+                w++;
+        }
+    }
+    bdb_rollup_free(&r);
+    for (size_t i = 0; i < nk; i++) {
+        free(keys[i].dev);
+        free(keys[i].met);
+    }
+    free(keys);
+    tfile **files = NULL;
+    if (rc == BDB_OK && bs.n)
+        rc = tier_write_files(t, bs.v, bs.seq, bs.n, &files);
+    if (rc == BDB_OK && bs.n) {
+        pthread_rwlock_wrlock(&t->lock);
+        for (size_t i = 0; i < bs.n; i++)
+            tier_files_add(t, files[i]);
+        pthread_rwlock_unlock(&t->lock);
+        atomic_fetch_add(&t->written, bs.n);
+        BDB_INFO("tier 1m: the minutes of %s in [%lld, %lld) kept in %zu file(s) before their raw "
+                 "data goes",
+                 tn, (long long)ws, (long long)we, bs.n);
+    }
+    free(files);
+    for (size_t i = 0; i < bs.n; i++)
+        tf_builder_free(&bs.v[i]);
+    free(bs.v);
+    free(bs.seq);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- read */
 
 /* Merges the records of (tn, dn, metric) of every file of tier res overlapping
@@ -707,6 +852,45 @@ int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *con
     return rc;
 }
 
+int tier_1m_derived(const bdb_db *db)
+{
+    return db->o.sink == NULL;
+}
+
+/* The 1m tier of the embedded engine: minutes from raw data (head and blocks) from the
+ * tenant's raw floor on, from the 1m files before it, where maintenance wrote the
+ * minutes of the raw data it dropped (db_tier_maint.c). A minute is stored only once
+ * its raw samples are gone: at 10 s reports a stored minute (20 bytes and more) costs
+ * more than the six samples it sums up. Windows the tier's retention has dropped stay
+ * unanswered, as the files would be: whole file spans (days) before now - retention. */
+static int read_derived_1m(bdb_db *db, tstate *t, const char *tn, const char *dn,
+                           const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
+                           bdb_rollup *out)
+{
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *te = cat_tenant(db, tn, strlen(tn), 0);
+    device *d = te ? cat_device(db, te, dn, strlen(dn), 0) : NULL;
+    pthread_rwlock_unlock(&db->cat_lock);
+    if (!d)
+        return BDB_ERR_NOTFOUND;
+    int64_t keep = tier_retention(db, tn, BDB_RES_1M), span = bdb_tier_file_span(BDB_RES_1M);
+    int64_t now = bdb_clock_now(&db->o.clock);
+    if (keep > 0 && now > INT64_MIN + keep && lo < bdb_align_down(now - keep, span))
+        lo = bdb_align_down(now - keep, span);
+    int64_t floor = db_raw_floor(db, tn);
+    int64_t fhi = floor < hi ? floor : hi, rlo = floor > lo ? floor : lo;
+    int rc = BDB_OK;
+    if (lo < fhi) {
+        pthread_rwlock_rdlock(&t->lock);
+        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+            rc = read_files(t, tn, dn, metrics[m], BDB_RES_1M, lo, fhi, &out[m]);
+        pthread_rwlock_unlock(&t->lock);
+    }
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK && rlo < hi; m++)
+        rc = tier_raw_minutes(db, d, metrics[m], rlo, hi, &out[m]);
+    return rc;
+}
+
 int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
                      size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out)
 {
@@ -726,6 +910,8 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
     tstate *t = tier_state(db);
     if (!t)
         return BDB_ERR_NOMEM;
+    if (res == BDB_RES_1M && tier_1m_derived(db))
+        return read_derived_1m(db, t, tn, dn, metrics, nmetrics, lo, hi, out);
     pthread_rwlock_rdlock(&t->lock);
     pthread_rwlock_rdlock(&db->cat_lock);
     tenant *te = cat_tenant(db, tn, strlen(tn), 0);

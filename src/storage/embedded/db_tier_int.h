@@ -5,6 +5,7 @@
 
 #include "agg/rollup.h"
 #include "common/buf.h"
+#include "storage/embedded/block.h"
 #include "storage/embedded/db.h"
 #include "storage/embedded/db_tier.h"
 #include "storage/vfs/vfs.h"
@@ -184,5 +185,18 @@ size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **
 int late_fix_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
                   size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, const int64_t *dirty,
                   size_t ndirty, bdb_rollup *out);
+
+/* db_tier_late.c: the 1m windows of (tenant, device, metric) in [lo, hi) from raw data,
+ * head and blocks, the newest write winning per time as in raw reads, merged into r (of
+ * width 1 minute); tier_raw_key_minutes reads the blocks only (maintenance, which holds
+ * flush_mutex, before it drops them). BDB_ERR_NOMEM, BDB_ERR_CORRUPT. */
+struct device;
+int tier_raw_minutes(bdb_db *db, struct device *d, const char *metric, int64_t lo, int64_t hi,
+                     bdb_rollup *r);
+int tier_raw_key_minutes(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                         bdb_rollup *r);
+/* Whether the 1m tier is derived from raw data while it exists (the embedded engine)
+ * rather than stored at each flush (with a sink, whose reads are remote). */
+int tier_1m_derived(const bdb_db *db);
 
 #endif

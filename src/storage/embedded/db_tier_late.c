@@ -337,22 +337,19 @@ static void sink_add(void *ud, size_t metric, int64_t ts, double v)
     rvec_push(r, ts, 0, (uint32_t)r->n, v);
 }
 
-/* Adds the samples of series s in [lo, hi) from the published blocks only, the newest
- * block winning per time as in raw reads, to r. The active head is left out on
- * purpose: its samples reach the tiers with a later flush. */
-static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_rollup *r)
+/* Pushes the samples of key in [lo, hi) from the published blocks, each with its
+ * block's seq as priority (the newest block wins per time, as in raw reads). */
+static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                       struct rvec *rv)
 {
-    struct rvec rv = {NULL, 0, 0, 0};
     int rc = BDB_OK;
-    const char *tn = s->dev->tenant->name;
-    bdb_series_key key = {tn, strlen(tn), s->dev->name, s->dev->nlen, s->metric, s->mlen};
     pthread_rwlock_rdlock(&db->blocks_lock);
     for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
         if (bm->window_end <= lo || bm->window_start >= hi)
             continue;
         bdb_block_cursor cur;
-        int x = bdb_block_find(db->blocks[bi].b, &key, &cur);
+        int x = bdb_block_find(db->blocks[bi].b, key, &cur);
         if (x == BDB_ERR_NOTFOUND)
             continue;
         bdb_chunk_ref c;
@@ -371,7 +368,7 @@ static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_
             int y;
             while ((y = bdb_chunk_iter_next(&it, &t, &val)) == 1)
                 if (t >= lo && t < hi)
-                    rvec_push(&rv, t, bm->seq, k++, val);
+                    rvec_push(rv, t, bm->seq, k++, val);
             if (y < 0)
                 x = BDB_ERR_CORRUPT;
         }
@@ -379,19 +376,98 @@ static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_
             rc = x;
     }
     pthread_rwlock_unlock(&db->blocks_lock);
+    return rc;
+}
+
+/* Sorts rv, keeps the highest priority per time and adds the samples to r; frees rv. */
+static int rvec_into(struct rvec *rv, int rc, bdb_rollup *r)
+{
+    if (rc == BDB_OK && rv->oom) /* never a window from part of its samples */
+        rc = BDB_ERR_NOMEM;
+    if (rc == BDB_OK && rv->n > 1)
+        qsort(rv->v, rv->n, sizeof *rv->v, rsamp_cmp);
+    for (size_t i = 0; i < rv->n && rc == BDB_OK; i++)
+        if (i == 0 || rv->v[i].ts != rv->v[i - 1].ts)
+            rc = bdb_rollup_add(r, rv->v[i].ts, rv->v[i].v);
+    free(rv->v);
+    rv->v = NULL;
+    rv->n = rv->cap = 0;
+    return rc;
+}
+
+/* Adds the samples of series s in [lo, hi) from the published blocks only, the newest
+ * block winning per time as in raw reads, to r. The active head is left out on
+ * purpose: its samples reach the tiers with a later flush. */
+static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_rollup *r)
+{
+    struct rvec rv = {NULL, 0, 0, 0};
+    const char *tn = s->dev->tenant->name;
+    bdb_series_key key = {tn, strlen(tn), s->dev->name, s->dev->nlen, s->metric, s->mlen};
+    int rc = blocks_push(db, &key, lo, hi, &rv);
     if (rc == BDB_OK && db->o.sink) {
         const char *mn[1] = {s->metric};
         rc = db_sink_read(db, s->dev, tn, s->dev->name, mn, 1, lo, hi, sink_add, &rv);
     }
-    if (rc == BDB_OK && rv.oom) /* never a window recomputed from part of its samples */
-        rc = BDB_ERR_NOMEM;
-    if (rv.n > 1)
-        qsort(rv.v, rv.n, sizeof *rv.v, rsamp_cmp);
-    for (size_t i = 0; i < rv.n && rc == BDB_OK; i++)
-        if (i == 0 || rv.v[i].ts != rv.v[i - 1].ts)
-            rc = bdb_rollup_add(r, rv.v[i].ts, rv.v[i].v);
-    free(rv.v);
-    return rc;
+    return rvec_into(&rv, rc, r);
+}
+
+/* Head chunks sit above every block: later writes than anything flushed. */
+#define HEAD_PRIO (UINT64_C(1) << 62)
+
+/* Pushes a chunk list (newest first) with priorities base + 1 (oldest) and up. */
+static uint64_t head_push(const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
+                          struct rvec *rv, int64_t **ts, double **v, size_t *cap)
+{
+    size_t nc = 0;
+    for (const hchunk *c = list; c; c = c->next)
+        nc++;
+    size_t k = 0;
+    for (const hchunk *c = list; c; c = c->next, k++) {
+        if (!(c->hi > lo && c->lo < hi))
+            continue;
+        size_t n = 0;
+        if (head_chunk_samples(c, lo, hi, ts, v, &n, cap) != BDB_OK) {
+            rv->oom = 1;
+            continue;
+        }
+        for (size_t i = 0; i < n; i++)
+            rvec_push(rv, (*ts)[i], base + nc - k, (uint32_t)i, (*v)[i]);
+    }
+    return base + nc;
+}
+
+int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int64_t hi,
+                     bdb_rollup *r)
+{
+    struct rvec rv = {NULL, 0, 0, 0};
+    int64_t *ts = NULL;
+    double *v = NULL;
+    size_t cap = 0, ml = strlen(metric);
+    /* The head before the blocks: a flush that moves samples from one to the other in
+     * between gives them twice (one kept per time), never not at all. */
+    pthread_rwlock_rdlock(&db->flush_lock);
+    pthread_mutex_lock(dev_lock(db, d));
+    series *s = cat_series(db, d, metric, ml, 0);
+    if (s) {
+        uint64_t base = head_push(s->frozen, lo, hi, HEAD_PRIO, &rv, &ts, &v, &cap);
+        head_push(s->active, lo, hi, base, &rv, &ts, &v, &cap);
+    }
+    pthread_mutex_unlock(dev_lock(db, d));
+    pthread_rwlock_unlock(&db->flush_lock);
+    free(ts);
+    free(v);
+    const char *tn = d->tenant->name;
+    bdb_series_key key = {tn, strlen(tn), d->name, d->nlen, metric, ml};
+    int rc = blocks_push(db, &key, lo, hi, &rv);
+    return rvec_into(&rv, rc, r);
+}
+
+int tier_raw_key_minutes(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                         bdb_rollup *r)
+{
+    struct rvec rv = {NULL, 0, 0, 0};
+    int rc = blocks_push(db, key, lo, hi, &rv);
+    return rvec_into(&rv, rc, r);
 }
 
 /* ---------------------------------------------------------------- recompute */
@@ -434,12 +510,19 @@ static int coarse_replace(bdb_db *db, const series *s, int k, const bdb_rollup *
             continue;
         done = a;
         bdb_rollup_reset(&base);
-        rc = tier_read_files(db, s->dev->tenant->name, s->dev->name, s->metric, fine, a, b, &base);
-        for (size_t j = 0; j < part[k - 1].n && rc == BDB_OK; j++)
-            if (part[k - 1].w[j].start >= a && part[k - 1].w[j].start < b)
-                rc = bdb_rollup_merge_window(&base, &part[k - 1].w[j]);
-        for (size_t j = i; j < rep[k - 1].n && rep[k - 1].w[j].start < b && rc == BDB_OK; j++)
-            rc = bdb_rollup_set_window(&base, &rep[k - 1].w[j]);
+        if (k == 1 && tier_1m_derived(db)) {
+            /* no minute files: the hour's minutes from raw, which the blocks hold whole
+             * by now (this flush's samples included) */
+            rc = blocks_into(db, s, a, b, &base);
+        } else {
+            rc = tier_read_files(db, s->dev->tenant->name, s->dev->name, s->metric, fine, a, b,
+                                 &base);
+            for (size_t j = 0; j < part[k - 1].n && rc == BDB_OK; j++)
+                if (part[k - 1].w[j].start >= a && part[k - 1].w[j].start < b)
+                    rc = bdb_rollup_merge_window(&base, &part[k - 1].w[j]);
+            for (size_t j = i; j < rep[k - 1].n && rep[k - 1].w[j].start < b && rc == BDB_OK; j++)
+                rc = bdb_rollup_set_window(&base, &rep[k - 1].w[j]);
+        }
         out.start = a;
         bdb_stats_init(&out.st);
         bdb_sketch_reset(&out.sk);
@@ -475,8 +558,10 @@ int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *re
         int64_t mn = m[i].minute;
         if (!bdb_rollup_find(&part[0], mn))
             continue;
+        /* the hour is rebuilt from its minutes: from raw when the 1m tier is derived */
         if (!complete_from(db, tn, BDB_RES_RAW, mn) ||
-            !complete_from(db, tn, BDB_RES_1M, bdb_align_down(mn, BDB_MS_HOUR)) ||
+            !complete_from(db, tn, tier_1m_derived(db) ? BDB_RES_RAW : BDB_RES_1M,
+                           bdb_align_down(mn, BDB_MS_HOUR)) ||
             !complete_from(db, tn, BDB_RES_1H, bdb_align_down(mn, BDB_MS_DAY))) {
             atomic_fetch_add(&l->fallbacks, 1);
             continue; /* the finer data is gone: keep the partial window */

@@ -148,6 +148,7 @@ static void test_engine_drops_per_tenant(void **st)
     o.background = 0;
     o.sync_mode = BDB_WAL_SYNC_PERIODIC;
     o.clock.now_ms = clock_fn;
+    o.retention_ms = 30 * DAY; /* raw data goes before the 1m tier's 90 days */
     fake_now = T0 + 10 * DAY;
     bdb_db *db = NULL;
     assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
@@ -157,9 +158,11 @@ static void test_engine_drops_per_tenant(void **st)
         for (int d = 0; d < 10; d++)
             put(db, tn[k], T0 + d * DAY + 5000);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
-    for (int k = 0; k < 3; k++)
-        assert_int_equal(minutes(db, tn[k]), 10);
-    /* day 10: a's days 0..7 have ended 2 days ago or more */
+    /* day 10: a's days 0..7 have ended 2 days ago or more. The 1m tier is derived from
+     * raw data, and answers within its retention only, before maintenance too */
+    assert_int_equal(minutes(db, "a"), 2);
+    assert_int_equal(minutes(db, "b"), 10);
+    assert_int_equal(minutes(db, "c"), 10);
     assert_int_equal(bdb_db_maintain(db), BDB_OK);
     assert_int_equal(minutes(db, "a"), 2);
     assert_int_equal(minutes(db, "b"), 10);
@@ -169,11 +172,17 @@ static void test_engine_drops_per_tenant(void **st)
     assert_int_equal(minutes(db, "a"), 0);
     assert_int_equal(minutes(db, "b"), 10);
     assert_int_equal(minutes(db, "c"), 10);
-    /* day 95: b's default 90 days has taken days 0..4; c keeps everything */
+    /* day 95: b's default 90 days has taken days 0..4; c keeps everything. The raw data
+     * (30 days) went at this maintenance: its minutes were written to 1m files first */
     fake_now = T0 + 95 * DAY + 1;
+    assert_true(bdb_db_retention_cutoff(db, "c") > T0 + 10 * DAY);
     assert_int_equal(bdb_db_maintain(db), BDB_OK);
+    bdb_db_stats ds;
+    bdb_db_get_stats(db, &ds);
+    assert_int_equal(ds.blocks, 0); /* no raw data left */
     assert_int_equal(minutes(db, "b"), 5);
     assert_int_equal(minutes(db, "c"), 10);
+    assert_int_equal(minutes(db, "a"), 0);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     bdb_tenants_close(r);
 }

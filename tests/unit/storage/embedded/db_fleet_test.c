@@ -288,10 +288,10 @@ static void test_failed_flush_retried(void **st)
     write_round(db, 10);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     write_round(db, 5);
-    /* the tier write fails after the fleet files of this flush are published: its 1m
+    /* the tier write fails after the fleet files of this flush are published: its 1h
      * directory is replaced by a file */
     char tdir[256];
-    snprintf(tdir, sizeof tdir, "%s/tiers/1m", datadir);
+    snprintf(tdir, sizeof tdir, "%s/tiers/1h", datadir);
     tu_rm_rf(tdir);
     int fd = open(tdir, O_WRONLY | O_CREAT, 0644);
     assert_true(fd >= 0);

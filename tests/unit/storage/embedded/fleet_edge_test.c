@@ -372,10 +372,10 @@ static void test_directory_names(void **st)
     snprintf(from, sizeof from, "fleet/1h/%s", name);
     snprintf(to, sizeof to, "fleet/1d/%s", "0000000000000099.fleet");
     copy_rel(from, to); /* a 1h file in the 1d directory */
-    first_in("tiers/1m", ".tier", name, sizeof name);
-    snprintf(from, sizeof from, "tiers/1m/%s", name);
-    copy_rel(from, "tiers/1h/0000000000000099.tier");
-    const char *dirs[2] = {"fleet/1h", "tiers/1m"};
+    first_in("tiers/1h", ".tier", name, sizeof name);
+    snprintf(from, sizeof from, "tiers/1h/%s", name);
+    copy_rel(from, "tiers/1d/0000000000000099.tier"); /* a 1h file in the 1d directory */
+    const char *dirs[2] = {"fleet/1h", "tiers/1h"};
     for (int i = 0; i < 2; i++) {
         char rel[300];
         snprintf(rel, sizeof rel, "%s/0000000000000098.tmp", dirs[i]);
@@ -435,8 +435,8 @@ static void test_superseded_inputs(void **st)
     snprintf(from, sizeof from, "fleet/1h/%s", keep);
     copy_rel(from, "keep.fleet");
     char tkeep[256];
-    first_in("tiers/1m", ".tier", tkeep, sizeof tkeep);
-    snprintf(from, sizeof from, "tiers/1m/%s", tkeep);
+    first_in("tiers/1h", ".tier", tkeep, sizeof tkeep);
+    snprintf(from, sizeof from, "tiers/1h/%s", tkeep);
     copy_rel(from, "keep.tier");
     /* the ninth flush: the hook merges the window's eight committed files */
     put(db, "t2", "b", "temp", T0 + 20 * HOUR, 3);
@@ -452,7 +452,7 @@ static void test_superseded_inputs(void **st)
     assert_int_equal(count_in("fleet/1h", ".fleet"), 2); /* merged + the ninth */
     snprintf(to, sizeof to, "fleet/1h/%s", keep);
     copy_rel("keep.fleet", to);
-    snprintf(to, sizeof to, "tiers/1m/%s", tkeep);
+    snprintf(to, sizeof to, "tiers/1h/%s", tkeep);
     copy_rel("keep.tier", to);
     db = open_db();
     bdb_db_fleet_get_stats(db, &fs);

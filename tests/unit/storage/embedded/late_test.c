@@ -95,10 +95,10 @@ static int cmp_d(const void *a, const void *b)
 /* Every tier window of dev/temp whose start is in [from, to) against raw. Returns the
  * windows checked at the tier res_only (or all when 0) that differ: the tests assert
  * 0, and use the count to show the check can fail. */
-static size_t mismatches(bdb_db *db, const char *dev, int64_t from, int64_t to)
+static size_t mismatches_from(bdb_db *db, const char *dev, int64_t from, int64_t to, int res0)
 {
     size_t bad = 0;
-    for (int res = BDB_RES_1M; res <= BDB_RES_1D; res++) {
+    for (int res = res0; res <= BDB_RES_1D; res++) {
         int64_t w = bdb_res_width((enum bdb_res)res);
         int64_t lo = bdb_align_down(from, w), hi = bdb_align_down(to - 1, w) + w;
         bdb_samples s[1];
@@ -143,6 +143,11 @@ static size_t mismatches(bdb_db *db, const char *dev, int64_t from, int64_t to)
         bdb_samples_free(s);
     }
     return bad;
+}
+
+static size_t mismatches(bdb_db *db, const char *dev, int64_t from, int64_t to)
+{
+    return mismatches_from(db, dev, from, to, BDB_RES_1M);
 }
 
 /* Two days of one sample a minute at second 30, then "now" is the end of day 2. */
@@ -222,7 +227,8 @@ static void test_late_hours_and_days(void **st)
     assert_int_equal(bdb_db_maintain(db), BDB_OK);
     bdb_tier_stats ts;
     bdb_db_tier_get_stats(db, &ts);
-    assert_int_equal(ts.files[0], 2); /* one file per day: replacing ones merged in */
+    assert_int_equal(ts.files[0], 0); /* the 1m tier is derived from raw: no files */
+    assert_int_equal(ts.files[1], 1); /* one 30-day file: replacing ones merged in */
     assert_int_equal(mismatches(db, "dev", T0, T0 + 2 * DAY), 0);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     db = open_db(datadir);
@@ -355,10 +361,10 @@ static int64_t short_1m(void *ctx, const char *tn, enum bdb_res res, int64_t dfl
     return res == BDB_RES_1M ? DAY : dflt;
 }
 
-/* A late event into an hour whose minute tier has expired cannot be rebuilt from it:
- * its windows stay partial (counted as a fallback) instead of being replaced by a
- * window that lost the other minutes. */
-static void test_fallback_when_minutes_expired(void **st)
+/* A late event into an hour whose minutes are past the 1m tier's retention: the 1m
+ * tier is derived from raw data, which still holds the hour, so the hour and the day
+ * are rebuilt exactly (no fallback). */
+static void test_rebuilt_when_minutes_expired(void **st)
 {
     (void)st;
     fake_now = T0 + 2 * DAY;
@@ -366,15 +372,54 @@ static void test_fallback_when_minutes_expired(void **st)
     bdb_db_tier_set_retention_hook(db, short_1m, NULL);
     write_base(db, "dev");
     assert_int_equal(bdb_db_flush(db), BDB_OK);
-    fake_now = T0 + 3 * DAY; /* the minute tier of day 1 is past its retention */
+    fake_now = T0 + 3 * DAY; /* the minutes of day 1 are past the 1m tier's retention */
+    put(db, "dev", T0 + 2 * HOUR + 1, 42);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    bdb_late_stats ls;
+    bdb_db_late_get_stats(db, &ls);
+    assert_int_equal(ls.fallbacks, 0);
+    assert_true(ls.recomputed[1] >= 1);
+    assert_int_equal(mismatches_from(db, "dev", T0, T0 + 2 * DAY, BDB_RES_1H), 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* A late event into an hour whose raw data has expired cannot be rebuilt from it: its
+ * windows stay partial (counted as a fallback) instead of being replaced by a window
+ * that lost the other minutes. */
+static void test_fallback_when_raw_expired(void **st)
+{
+    (void)st;
+    fake_now = T0 + 2 * DAY;
+    bdb_db_opts o;
+    eu_opts(&o, datadir, eu_clock, &fake_now);
+    o.late_threshold_ms = HOUR;
+    o.sync_mode = BDB_WAL_SYNC_PERIODIC;
+    o.retention_ms = 2 * DAY;
+    bdb_db *db = eu_open(&o);
+    write_base(db, "dev");
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    const char *m[1] = {"temp"};
+    bdb_rollup r;
+    bdb_rollup_init(&r, HOUR);
+    assert_int_equal(
+        bdb_db_tier_read(db, "t1", "dev", m, 1, BDB_RES_1H, T0 + 2 * HOUR, T0 + 3 * HOUR, &r),
+        BDB_OK);
+    assert_int_equal(r.n, 1);
+    uint64_t before = bdb_stats_count(&r.w[0].st);
+    fake_now = T0 + 4 * DAY + 1; /* all of the raw data is past its retention */
     put(db, "dev", T0 + 2 * HOUR + 1, 42);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     bdb_late_stats ls;
     bdb_db_late_get_stats(db, &ls);
     assert_int_equal(ls.fallbacks, 1);
     assert_int_equal(ls.recomputed[0], 0);
-    /* a new time: the partial window still makes the hour and day equal raw */
-    assert_int_equal(mismatches(db, "dev", T0, T0 + 2 * DAY), 0);
+    /* the partial window merged: the hour counts the late sample once more */
+    assert_int_equal(
+        bdb_db_tier_read(db, "t1", "dev", m, 1, BDB_RES_1H, T0 + 2 * HOUR, T0 + 3 * HOUR, &r),
+        BDB_OK);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(bdb_stats_count(&r.w[0].st), before + 1);
+    bdb_rollup_free(&r);
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
@@ -386,7 +431,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crash_keeps_recompute, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewrite_after_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_device_no_marks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fallback_when_minutes_expired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuilt_when_minutes_expired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fallback_when_raw_expired, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

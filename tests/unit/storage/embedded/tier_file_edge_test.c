@@ -45,6 +45,7 @@
 #include <zlib.h>
 
 #define MIN BDB_MS_MIN
+#define HOUR BDB_MS_HOUR
 #define T0 INT64_C(1699920000000) /* 2023-11-14T00:00:00Z */
 
 static char tmpdir[64], datadir[128], tierpath[1024];
@@ -67,8 +68,8 @@ static bdb_db *open_db(void)
     return eu_open(&o);
 }
 
-/* A fresh directory with 1m tier windows of d1 and d2 (temp) in one flush; tierpath
- * is its 1m tier file. */
+/* A fresh directory with 1h tier windows of d1 and d2 (temp) in one flush; tierpath
+ * is its 1h tier file (the 1m tier is derived from raw data, not stored by a flush). */
 static void build(void)
 {
     tu_rm_rf(datadir);
@@ -76,7 +77,7 @@ static void build(void)
     bdb_batch *b = bdb_batch_new();
     for (int i = 0; i < 6; i++) {
         const char *dev = i % 2 ? "d1" : "d2";
-        bdb_batch_begin(b, dev, 2, T0 + i * MIN, 0);
+        bdb_batch_begin(b, dev, 2, T0 + i * HOUR, 0);
         bdb_batch_metric(b, "temp", 4, 20.0 + i);
         assert_int_equal(bdb_batch_end(b), 1);
     }
@@ -85,7 +86,7 @@ static void build(void)
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/tiers/1m", datadir);
+    snprintf(dir, sizeof dir, "%s/tiers/1h", datadir);
     DIR *d = opendir(dir);
     assert_non_null(d);
     struct dirent *de;
@@ -175,9 +176,9 @@ static void make_v1(void)
     for (int d = 1; d <= 2; d++) {
         const char *dev = d == 1 ? "d1" : "d2";
         bdb_rollup r;
-        bdb_rollup_init(&r, MIN);
+        bdb_rollup_init(&r, HOUR);
         for (int i = d == 1 ? 1 : 0; i < 6; i += 2)
-            assert_int_equal(bdb_rollup_add(&r, T0 + i * MIN, 20.0 + i), BDB_OK);
+            assert_int_equal(bdb_rollup_add(&r, T0 + i * HOUR, 20.0 + i), BDB_OK);
         size_t off = b.len;
         bdb_buf_put_str(&b, dev, 2);
         bdb_buf_put_str(&b, "temp", 4);
@@ -318,13 +319,13 @@ static void put_file(const bdb_buf *b)
     fclose(f);
 }
 
-/* The 1m windows of dev/temp the engine serves. */
+/* The 1h windows of dev/temp the engine serves. */
 static size_t windows(bdb_db *db, const char *dev, int *rc)
 {
     const char *m[1] = {"temp"};
     bdb_rollup r;
-    bdb_rollup_init(&r, MIN);
-    *rc = bdb_db_tier_read(db, "acme", dev, m, 1, BDB_RES_1M, T0, T0 + BDB_MS_HOUR, &r);
+    bdb_rollup_init(&r, HOUR);
+    *rc = bdb_db_tier_read(db, "acme", dev, m, 1, BDB_RES_1H, T0, T0 + BDB_MS_DAY, &r);
     size_t n = r.n;
     for (size_t i = 0; i < r.n; i++)
         assert_int_equal(bdb_stats_count(&r.w[i].st), 1);
