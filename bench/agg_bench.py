@@ -13,6 +13,9 @@ keep-alive connection, from sending the request to the last byte of the answer):
          VictoriaMetrics: the mean)
          (and q30d-mean: the same with stats=mean, VM's avg_over_time's one column)
   q1h    one device, one hour at 1 m resolution (noon yesterday: inside a whole day file)
+  q24h1m one device reporting every 10 s (`fast`, 6 samples a minute), the last 24 h at
+         1 m resolution (VictoriaMetrics: avg_over_time(...[1m]) at step 1m)
+  q7d1m  the same over the last 7 days (10,080 minutes)
   qfleet fleet hourly average of one metric over a tenant of --devices devices, 24 h
   qstate devices in a state now (bucketdb only: VictoriaMetrics stores no strings)
 Standard library only; every wait is bounded; servers are stopped by their PID."""
@@ -103,6 +106,20 @@ def lines_solo(now, days):
         t += 60000
 
 
+def lines_fast(now, days):
+    """One device (`fast`, metric env.hum), one reading every 10 s for `days` days up to
+    the current minute: six samples a minute, as devices of real fleets report. Its own
+    metric, so the fleet queries over env.temp see the same data as before."""
+    rnd = random.Random(3)
+    end = now - now % 60000
+    t = end - days * DAY
+    v = 50.0
+    while t < end:
+        v += rnd.uniform(-0.2, 0.2)
+        yield "env,device=fast hum=%.2f %d" % (v, t)
+        t += 10000
+
+
 def lines_fleet(now, devices, per_hour, hours):
     """`devices` devices, `per_hour` readings an hour each for `hours` hours; every
     report also carries a state (bucketdb keeps it; VictoriaMetrics drops strings, so
@@ -169,10 +186,12 @@ def main():
     ap.add_argument("--per-hour", type=int, default=4, help="fleet readings per device-hour")
     ap.add_argument("--hours", type=int, default=24, help="fleet data and query span")
     ap.add_argument("--days", type=int, default=30, help="span of the one-device data")
+    ap.add_argument("--fast-days", type=int, default=7,
+                    help="span of the 10 s device's data and of q7d1m")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--peers", default="bucketdb,vm")
     a = ap.parse_args()
-    for k in ("devices", "per_hour", "hours", "days", "runs"):
+    for k in ("devices", "per_hour", "hours", "days", "fast_days", "runs"):
         if getattr(a, k) < 1:
             raise SystemExit("--%s must be positive" % k.replace("_", "-"))
     peers = a.peers.split(",")
@@ -207,18 +226,25 @@ def main():
             t0 = time.monotonic()
             n1 = ingest(p, lines_solo(now, a.days), False)
             n2 = ingest(p, lines_fleet(now, a.devices, a.per_hour, a.hours), name == "bucketdb")
+            n3 = ingest(p, lines_fast(now, a.fast_days), False)
             if name == "bucketdb":
                 p.req("POST", "/internal/flush")
             else:
                 p.req("GET", "/internal/force_flush")
                 time.sleep(2)  # VM makes flushed rows searchable within a second
-            log("%s: ingested %d + %d samples in %.1f s" % (name, n1, n2, time.monotonic() - t0))
+            log("%s: ingested %d + %d + %d samples in %.1f s" % (name, n1, n2, n3,
+                                                                time.monotonic() - t0))
             end_solo = now - now % 60000
             frm = end_solo - a.days * DAY
             fend = now - now % HOUR
             # an hour inside a whole day (the 1m tier keeps a file per day): noon yesterday
             h1 = now - now % DAY - 12 * HOUR
             ffrm = fend - a.hours * HOUR
+            # the 10 s device's minutes: the last 24 h and the last --fast-days days
+            end_fast = end_solo
+            fast_spans = (("q24h1m", "q24h1m 1 device (10 s) 24 h at 1m", DAY),
+                          ("q7d1m", "q7d1m 1 device (10 s) %d d at 1m" % a.fast_days,
+                           a.fast_days * DAY))
             if name == "bucketdb":
                 qs = [
                     ("q30d", "q30d 1 device 30 d at 1h", "/api/v1/query?" + urllib.parse.urlencode(
@@ -232,6 +258,12 @@ def main():
                      urllib.parse.urlencode(
                          {"device": "solo", "metric": "env.temp", "resolution": "1m",
                           "from": h1, "to": h1 + HOUR})),
+                ] + [
+                    (qid, label, "/api/v1/query?" + urllib.parse.urlencode(
+                        {"device": "fast", "metric": "env.hum", "resolution": "1m",
+                         "from": end_fast - span, "to": end_fast}))
+                    for qid, label, span in fast_spans
+                ] + [
                     ("qfleet", "qfleet avg/h %d devices (fleet tables)" % a.devices, "/api/v1/fleet?" +
                      urllib.parse.urlencode({"metric": "env.temp", "resolution": "1h",
                                              "from": ffrm, "to": fend})),
@@ -256,6 +288,13 @@ def main():
                          {"query": 'avg_over_time(env_temp{device="solo"}[1m])',
                           "start": (h1 + MINUTE - 1) / 1000, "end": (h1 + HOUR - 1) / 1000,
                           "step": "1m"})),
+                ] + [
+                    (qid, label, "/api/v1/query_range?" + urllib.parse.urlencode(
+                        {"query": 'avg_over_time(env_hum{device="fast"}[1m])',
+                         "start": (end_fast - span + MINUTE - 1) / 1000,
+                         "end": (end_fast - 1) / 1000, "step": "1m"}))
+                    for qid, label, span in fast_spans
+                ] + [
                     ("qfleet", "qfleet avg/h %d devices" % a.devices, "/api/v1/query_range?" +
                      urllib.parse.urlencode(
                          {"query": "sum(sum_over_time(env_temp[1h])) / "
@@ -266,8 +305,25 @@ def main():
                                   'sum(count_over_time(env_temp{site="s3"}[1h]))',
                          "start": (ffrm + HOUR - 1) / 1000, "end": (fend - 1) / 1000, "step": "1h"})),
                 ]
+            def minutes_check(qid):
+                """every minute of the span answered, with its six samples"""
+                want = dict((q, span // MINUTE) for q, _, span in fast_spans).get(qid)
+                if want is None:
+                    return None
+
+                def check(d):
+                    if name == "bucketdb":
+                        got = [r[2] for r in d["values"]]
+                    else:
+                        r = d["data"]["result"]
+                        got = [6] * len(r[0]["values"]) if r else []
+                    if len(got) != want or set(got) != {6}:
+                        raise SystemExit("%s %s: %d minutes (counts %s), expected %d of 6" %
+                                         (name, qid, len(got), sorted(set(got))[:5], want))
+                return check
+
             for qid, label, path in qs:
-                p50, p99, size = timed(p, path, a.runs)
+                p50, p99, size = timed(p, path, a.runs, check=minutes_check(qid))
                 rows.append((name, qid, label, p50, p99, size))
                 log("%s %s: p50 %.3f ms, p99 %.3f ms" % (name, label, p50, p99))
             # the same question: bucketdb's fleet average of the first hour beside VM's
@@ -299,7 +355,8 @@ def main():
         else:
             print("%-10s %-48s %10.3f %10.3f %8d" % (name, label, p50, p99, size))
     by = {(n, q): (p50, p99) for n, q, _, p50, p99, _ in rows if q != "check"}
-    for bq, vq in (("q30d", "q30d"), ("q30d-mean", "q30d"), ("q1h", "q1h"), ("qfleet", "qfleet"), ("qfleet-adhoc", "qfleet"),
+    for bq, vq in (("q30d", "q30d"), ("q30d-mean", "q30d"), ("q1h", "q1h"), ("q24h1m", "q24h1m"),
+                   ("q7d1m", "q7d1m"), ("qfleet", "qfleet"), ("qfleet-adhoc", "qfleet"),
                    ("qtag", "qtag")):
         if ("bucketdb", bq) in by and ("vm", vq) in by:
             b, v = by[("bucketdb", bq)], by[("vm", vq)]
