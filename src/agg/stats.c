@@ -19,6 +19,10 @@
  * past DBL_MAX) and the mean is always right. What it costs: readings below 2^-958
  * (about 1e-289) are summed with an absolute error of up to 2^-1011 each. */
 #define SCALE 64
+/* ldexp(v, -SCALE) as a multiplication: a power of two, so the product is the same
+ * correctly rounded value (subnormal results too), without a libm call per reading */
+#define SCALE_DOWN 0x1p-64
+#define SCALE_UP 0x1p64 /* ldexp(v, SCALE): exact, or +-inf where ldexp overflows too */
 
 /* Knuth's TwoSum: s + e == a + b exactly, s = fl(a + b). */
 static void two_sum(double a, double b, double *s, double *e)
@@ -55,8 +59,8 @@ static void mean_dd(const bdb_stats *s, double *q, double *ql)
     double n = (double)s->count;
     double q0 = s->sum_hi / n;
     double r = fma(-q0, n, s->sum_hi) + s->sum_lo; /* the division's remainder */
-    *q = ldexp(q0, SCALE);
-    *ql = ldexp(r / n, SCALE);
+    *q = q0 * SCALE_UP;
+    *ql = (r / n) * SCALE_UP;
     if (!isfinite(*q)) { /* a mean within an ulp of DBL_MAX rounded up */
         *q = clamp(s, *q);
         *ql = 0.0;
@@ -86,7 +90,7 @@ int bdb_stats_add(bdb_stats *s, double v)
     if (s->count == 0) {
         s->count = 1;
         s->min = s->max = v;
-        s->sum_hi = ldexp(v, -SCALE);
+        s->sum_hi = v * SCALE_DOWN;
         s->sum_lo = s->m2 = 0.0;
         return BDB_OK;
     }
@@ -97,7 +101,7 @@ int bdb_stats_add(bdb_stats *s, double v)
         s->min = v;
     if (v > s->max)
         s->max = v;
-    dd_add(&s->sum_hi, &s->sum_lo, ldexp(v, -SCALE), 0.0);
+    dd_add(&s->sum_hi, &s->sum_lo, v * SCALE_DOWN, 0.0);
     mean_dd(s, &aq, &aql);
     /* Welford: (v - mean_before)(v - mean_after) = (n-1)/n (v - mean_before)^2 >= 0 */
     double d = ((v - bq) - bql) * ((v - aq) - aql);

@@ -601,13 +601,14 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
             rc = bdb_rollup_merge(&r[2], &r[1]);
         if (rc == BDB_OK)
             rc = late_recompute(db, v[i], r, rep);
-        /* the derived 1m tier is read from raw data: minutes stay in memory only, to make
-         * the hours */
-        int k0 = tier_1m_derived(db) ? 1 : 0;
-        for (int k = k0; k < BDB_TIERS && rc == BDB_OK; k++)
-            rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
+        /* derived tiers are read from the finer level: their windows stay in memory,
+         * the minutes to make the hours */
+        int only_1h = tier_derived(db);
+        for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
+            if (!only_1h || k + 1 == BDB_RES_1H)
+                rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
         for (int k = 0; k < BDB_TIERS && rc == BDB_OK && rep[0].n; k++) {
-            if (k >= k0)
+            if (!only_1h || k + 1 == BDB_RES_1H)
                 rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &rep[k], sealed, TF_REPLACES);
             if (rc == BDB_OK && nrd + rep[k].n > caprd) {
                 size_t cap = (nrd + rep[k].n) * 2;
@@ -744,7 +745,7 @@ static int tenant_keys(const blockent *v, size_t n, const char *tn, struct mkey 
 int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n, int64_t ws,
                          int64_t we)
 {
-    if (!tier_1m_derived(db))
+    if (!tier_derived(db))
         return BDB_OK; /* with a sink the minutes were stored at flush */
     int64_t keep = tier_retention(db, tn, BDB_RES_1M);
     int64_t now = bdb_clock_now(&db->o.clock);
@@ -852,7 +853,7 @@ int bdb_db_tier_read(bdb_db *db, const char *tn, const char *dn, const char *con
     return rc;
 }
 
-int tier_1m_derived(const bdb_db *db)
+int tier_derived(const bdb_db *db)
 {
     return db->o.sink == NULL;
 }
@@ -891,6 +892,64 @@ static int read_derived_1m(bdb_db *db, tstate *t, const char *tn, const char *dn
     return rc;
 }
 
+/* The start of the oldest 1h file of tenant tn, or of the 1h retention's first file
+ * span: from there on the 1h tier holds every hour (INT64_MIN: kept forever). */
+static int64_t hour_floor(bdb_db *db, tstate *t, const char *tn)
+{
+    int64_t keep = tier_retention(db, tn, BDB_RES_1H), now = bdb_clock_now(&db->o.clock);
+    if (keep <= 0 || now < INT64_MIN + keep)
+        return INT64_MIN;
+    int64_t floor = bdb_align_down(now - keep, bdb_tier_file_span(BDB_RES_1H));
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t i = 0; i < t->n; i++) /* sorted by (res, tenant, start): the first is oldest */
+        if (t->files[i]->res == BDB_RES_1H && !strcmp(t->files[i]->tenant, tn)) {
+            if (t->files[i]->start < floor)
+                floor = t->files[i]->start;
+            break;
+        }
+    pthread_rwlock_unlock(&t->lock);
+    return floor;
+}
+
+/* The 1d tier of the embedded engine: days folded from the 1h tier (files and head)
+ * from the tenant's hour floor on, from 1d files before it, which maintenance writes
+ * before 1h files go (db_tier_maint.c). Stored beside the hours, the days of a fleet's
+ * first day cost as many bytes as its hours. */
+static int read_derived_1d(bdb_db *db, tstate *t, const char *tn, const char *dn,
+                           const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
+                           bdb_rollup *out)
+{
+    int64_t keep = tier_retention(db, tn, BDB_RES_1D), span = bdb_tier_file_span(BDB_RES_1D);
+    int64_t now = bdb_clock_now(&db->o.clock);
+    if (keep > 0 && now > INT64_MIN + keep && lo < bdb_align_down(now - keep, span))
+        lo = bdb_align_down(now - keep, span);
+    int64_t floor = hour_floor(db, t, tn);
+    int64_t fhi = floor < hi ? floor : hi, rlo = floor > lo ? floor : lo;
+    int rc = BDB_OK;
+    if (lo < fhi) {
+        pthread_rwlock_rdlock(&t->lock);
+        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+            rc = read_files(t, tn, dn, metrics[m], BDB_RES_1D, lo, fhi, &out[m]);
+        pthread_rwlock_unlock(&t->lock);
+    }
+    if (rc != BDB_OK || rlo >= hi)
+        return rc;
+    bdb_rollup *h = bdb_calloc(nmetrics, sizeof *h);
+    if (!h)
+        return BDB_ERR_NOMEM;
+    for (size_t m = 0; m < nmetrics; m++) {
+        bdb_rollup_init(&h[m], BDB_MS_HOUR);
+        h[m].stats_only = out[m].stats_only;
+    }
+    rc = tier_read_merged(db, tn, dn, metrics, nmetrics, BDB_RES_1H, rlo, hi, h);
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+        rc = bdb_rollup_merge(&out[m], &h[m]);
+    for (size_t m = 0; m < nmetrics; m++)
+        bdb_rollup_free(&h[m]);
+    free(h);
+    return rc;
+}
+
 int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
                      size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out)
 {
@@ -910,8 +969,10 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
     tstate *t = tier_state(db);
     if (!t)
         return BDB_ERR_NOMEM;
-    if (res == BDB_RES_1M && tier_1m_derived(db))
+    if (res == BDB_RES_1M && tier_derived(db))
         return read_derived_1m(db, t, tn, dn, metrics, nmetrics, lo, hi, out);
+    if (res == BDB_RES_1D && tier_derived(db))
+        return read_derived_1d(db, t, tn, dn, metrics, nmetrics, lo, hi, out);
     pthread_rwlock_rdlock(&t->lock);
     pthread_rwlock_rdlock(&db->cat_lock);
     tenant *te = cat_tenant(db, tn, strlen(tn), 0);

@@ -49,6 +49,7 @@ typedef struct tfile {
     size_t ndev;
     uint32_t *mets; /* metric id -> offset of its name in names; sorted by name */
     size_t nmet;
+    int hold;    /* maintenance: expired, but kept this pass (its days could not be kept) */
     bdb_file *f; /* open for pread while the file is in the list */
 } tfile;
 
@@ -195,8 +196,9 @@ int tier_raw_minutes(bdb_db *db, struct device *d, const char *metric, int64_t l
                      bdb_rollup *r);
 int tier_raw_key_minutes(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
                          bdb_rollup *r);
-/* Whether the 1m tier is derived from raw data while it exists (the embedded engine)
- * rather than stored at each flush (with a sink, whose reads are remote). */
-int tier_1m_derived(const bdb_db *db);
+/* Whether the 1m tier is derived from raw data and the 1d tier from the 1h tier while
+ * those exist (the embedded engine) rather than stored at each flush (with a sink,
+ * whose reads are remote). */
+int tier_derived(const bdb_db *db);
 
 #endif

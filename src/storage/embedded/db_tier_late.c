@@ -384,7 +384,11 @@ static int rvec_into(struct rvec *rv, int rc, bdb_rollup *r)
 {
     if (rc == BDB_OK && rv->oom) /* never a window from part of its samples */
         rc = BDB_ERR_NOMEM;
-    if (rc == BDB_OK && rv->n > 1)
+    /* blocks give time-ordered runs, window after window: usually nothing to sort */
+    size_t run = 1;
+    while (run < rv->n && rv->v[run - 1].ts < rv->v[run].ts)
+        run++;
+    if (rc == BDB_OK && run < rv->n)
         qsort(rv->v, rv->n, sizeof *rv->v, rsamp_cmp);
     for (size_t i = 0; i < rv->n && rc == BDB_OK; i++)
         if (i == 0 || rv->v[i].ts != rv->v[i - 1].ts)
@@ -439,7 +443,7 @@ static uint64_t head_push(const hchunk *list, int64_t lo, int64_t hi, uint64_t b
 int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int64_t hi,
                      bdb_rollup *r)
 {
-    struct rvec rv = {NULL, 0, 0, 0};
+    struct rvec hv = {NULL, 0, 0, 0}, rv = {NULL, 0, 0, 0};
     int64_t *ts = NULL;
     double *v = NULL;
     size_t cap = 0, ml = strlen(metric);
@@ -449,8 +453,8 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
     pthread_mutex_lock(dev_lock(db, d));
     series *s = cat_series(db, d, metric, ml, 0);
     if (s) {
-        uint64_t base = head_push(s->frozen, lo, hi, HEAD_PRIO, &rv, &ts, &v, &cap);
-        head_push(s->active, lo, hi, base, &rv, &ts, &v, &cap);
+        uint64_t base = head_push(s->frozen, lo, hi, HEAD_PRIO, &hv, &ts, &v, &cap);
+        head_push(s->active, lo, hi, base, &hv, &ts, &v, &cap);
     }
     pthread_mutex_unlock(dev_lock(db, d));
     pthread_rwlock_unlock(&db->flush_lock);
@@ -459,6 +463,14 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
     const char *tn = d->tenant->name;
     bdb_series_key key = {tn, strlen(tn), d->name, d->nlen, metric, ml};
     int rc = blocks_push(db, &key, lo, hi, &rv);
+    /* the head's samples (few, sorted here) after the blocks': newer as a rule, so the
+     * whole is in time order and rvec_into need not sort it */
+    if (hv.n > 1)
+        qsort(hv.v, hv.n, sizeof *hv.v, rsamp_cmp);
+    for (size_t i = 0; i < hv.n; i++)
+        rvec_push(&rv, hv.v[i].ts, hv.v[i].prio, hv.v[i].order, hv.v[i].v);
+    rv.oom |= hv.oom;
+    free(hv.v);
     return rvec_into(&rv, rc, r);
 }
 
@@ -510,7 +522,7 @@ static int coarse_replace(bdb_db *db, const series *s, int k, const bdb_rollup *
             continue;
         done = a;
         bdb_rollup_reset(&base);
-        if (k == 1 && tier_1m_derived(db)) {
+        if (k == 1 && tier_derived(db)) {
             /* no minute files: the hour's minutes from raw, which the blocks hold whole
              * by now (this flush's samples included) */
             rc = blocks_into(db, s, a, b, &base);
@@ -560,7 +572,7 @@ int late_recompute(bdb_db *db, const series *s, bdb_rollup *part, bdb_rollup *re
             continue;
         /* the hour is rebuilt from its minutes: from raw when the 1m tier is derived */
         if (!complete_from(db, tn, BDB_RES_RAW, mn) ||
-            !complete_from(db, tn, tier_1m_derived(db) ? BDB_RES_RAW : BDB_RES_1M,
+            !complete_from(db, tn, tier_derived(db) ? BDB_RES_RAW : BDB_RES_1M,
                            bdb_align_down(mn, BDB_MS_HOUR)) ||
             !complete_from(db, tn, BDB_RES_1H, bdb_align_down(mn, BDB_MS_DAY))) {
             atomic_fetch_add(&l->fallbacks, 1);

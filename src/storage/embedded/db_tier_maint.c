@@ -41,74 +41,28 @@ static void drop_file(tstate *t, tfile *f, const char *why)
     free(f);
 }
 
-static void retention(tstate *t)
-{
-    int64_t now = bdb_clock_now(&t->db->o.clock);
-    tfile **drop = bdb_calloc(t->n + 1, sizeof *drop);
-    if (!drop) /* out of memory: nothing dropped this time, the next maintenance does */
-        return;
-    size_t nd = 0, k = 0;
-    pthread_rwlock_wrlock(&t->lock);
-    for (size_t i = 0; i < t->n; i++) {
-        tfile *f = t->files[i];
-        int64_t keep = retention_of(t, f->tenant, f->res);
-        if (keep > 0 && f->end <= now - keep)
-            drop[nd++] = f;
-        else
-            t->files[k++] = f;
-    }
-    t->n = k;
-    pthread_rwlock_unlock(&t->lock);
-    for (size_t i = 0; i < nd; i++) {
-        int r = drop[i]->res - 1;
-        drop_file(t, drop[i], "retention drops");
-        bdb_vfs_sync_dir(t->db->vfs, t->sub[r]);
-        atomic_fetch_add(&t->dropped, 1);
-    }
-    free(drop);
-}
+/* Walks the series of in[0..nin) (one tier, tenant and file window, in seq order) in
+ * (device, metric) order and calls emit with each one's windows merged across the
+ * files (replacing files put in place of what they replace). */
+typedef int (*series_fn)(void *ctx, const char *dn, const char *mn, const bdb_rollup *r);
 
-/* Merges files [a, b) of t->files (one tier, tenant and file window, all committed)
- * into one. The new file lists the inputs' seqs, so a crash after its rename but
- * before the inputs are unlinked does not count them twice at the next open. */
-static int compact(tstate *t, size_t a, size_t b)
+static int merge_series(tfile *const *in, size_t nin, series_fn emit, void *ctx)
 {
-    size_t nin = b - a;
-    tfile **in = bdb_malloc(nin * sizeof *in);
-    uint64_t *seqs = bdb_malloc(nin * sizeof *seqs);
     titer *it = bdb_calloc(nin, sizeof *it);
     int *live = bdb_calloc(nin, sizeof *live);
-    if (!in || !seqs || !it || !live) { /* the inputs stay; the next maintenance retries */
-        free(in);
-        free(seqs);
+    if (!it || !live) {
         free(it);
         free(live);
         return BDB_ERR_NOMEM;
     }
-    uint64_t upto = 0;
-    unsigned flags = 0;
-    for (size_t i = 0; i < nin; i++) {
-        in[i] = t->files[a + i];
-        seqs[i] = in[i]->seq;
-        /* the merge of a replacing file and what it replaced is again complete */
-        flags |= in[i]->flags & TF_REPLACES;
-        if (in[i]->wal_upto > upto)
-            upto = in[i]->wal_upto;
-    }
-    const tfile *f0 = in[0];
-    uint64_t seq = t->next_seq++;
-    tbuilder tb;
-    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin, flags);
     bdb_rollup r;
-    bdb_rollup_init(&r, bdb_res_width(f0->res));
+    bdb_rollup_init(&r, bdb_res_width(in[0]->res));
     int rc = BDB_OK;
     for (size_t i = 0; i < nin; i++) {
         tf_iter_init(&it[i], in[i]);
         if (rc == BDB_OK && (live[i] = tf_iter_next(&it[i])) < 0)
             rc = live[i];
     }
-    /* k-way merge over the inputs' series, each walked in (device, metric) order; the
-     * inputs are in seq order, so replacing windows land after what they replace */
     while (rc == BDB_OK) {
         size_t low = nin;
         for (size_t i = 0; i < nin; i++) {
@@ -134,13 +88,175 @@ static int compact(tstate *t, size_t a, size_t b)
                 rc = live[i];
         }
         if (rc == BDB_OK)
-            tf_add(&tb, dn, strlen(dn), mn, strlen(mn), &r);
+            rc = emit(ctx, dn, mn, &r);
     }
     for (size_t i = 0; i < nin; i++)
         tf_iter_free(&it[i]);
     free(it);
     free(live);
     bdb_rollup_free(&r);
+    return rc;
+}
+
+static int add_series(void *ctx, const char *dn, const char *mn, const bdb_rollup *r)
+{
+    tf_add(ctx, dn, strlen(dn), mn, strlen(mn), r);
+    return BDB_OK;
+}
+
+/* The 1d tier is derived from the 1h tier while that exists (db_tier.c): before the 1h
+ * files of one (tenant, file window) go, their days go to 1d files (REPLACES: a pass
+ * repeated after a crash replaces its own). The days of a 30-day window are whole in
+ * it. Nothing with a sink, or when the 1d tier's retention has passed the window. */
+struct days {
+    tstate *t;
+    const tfile *f0;
+    tbuilder b[2]; /* a 30-day window lies in at most two 365-day files */
+    int64_t start[2];
+    uint64_t seq[2];
+    size_t n;
+    bdb_rollup d;
+};
+
+static int add_days(void *ctx, const char *dn, const char *mn, const bdb_rollup *r)
+{
+    struct days *k = ctx;
+    bdb_rollup_reset(&k->d);
+    int rc = bdb_rollup_merge(&k->d, r);
+    int64_t span = bdb_tier_file_span(BDB_RES_1D);
+    for (size_t w = 0; w < k->d.n && rc == BDB_OK;) {
+        int64_t fs = bdb_align_down(k->d.w[w].start, span);
+        size_t j = 0;
+        while (j < k->n && k->start[j] != fs)
+            j++;
+        if (j == k->n) {
+            if (k->n == 2)
+                return BDB_ERR_INVALID; /* cannot happen: see struct days */
+            k->start[j] = fs;
+            k->seq[j] = k->t->next_seq++;
+            tf_begin(&k->b[j], BDB_RES_1D, k->f0->tenant, fs, fs + span, k->seq[j],
+                     k->t->db->wal_upto, NULL, 0, TF_REPLACES);
+            k->n++;
+        }
+        tf_add(&k->b[j], dn, strlen(dn), mn, strlen(mn), &k->d);
+        while (w < k->d.n && k->d.w[w].start < fs + span)
+            w++;
+    }
+    return rc;
+}
+
+static int keep_days(tstate *t, tfile *const *in, size_t nin, int64_t now)
+{
+    int64_t keep = retention_of(t, in[0]->tenant, BDB_RES_1D);
+    if (!tier_derived(t->db) || (keep > 0 && in[0]->end <= now - keep))
+        return BDB_OK;
+    for (size_t i = 0; i < nin; i++)
+        if (in[i]->wal_upto > t->db->wal_upto)
+            return BDB_ERR_INVALID; /* not committed: left for a later pass */
+    struct days k;
+    memset(&k, 0, sizeof k);
+    k.t = t;
+    k.f0 = in[0];
+    bdb_rollup_init(&k.d, BDB_MS_DAY);
+    int rc = merge_series(in, nin, add_days, &k);
+    bdb_rollup_free(&k.d);
+    tfile **out = NULL;
+    if (rc == BDB_OK && k.n)
+        rc = tier_write_files(t, k.b, k.seq, k.n, &out);
+    if (rc == BDB_OK && k.n) {
+        pthread_rwlock_wrlock(&t->lock);
+        for (size_t j = 0; j < k.n; j++)
+            tier_files_add(t, out[j]);
+        pthread_rwlock_unlock(&t->lock);
+        atomic_fetch_add(&t->written, k.n);
+        BDB_INFO("tier 1d: the days of %s in [%lld, %lld) kept in %zu file(s) before their 1h "
+                 "files go",
+                 in[0]->tenant, (long long)in[0]->start, (long long)in[0]->end, k.n);
+    }
+    free(out);
+    for (size_t j = 0; j < k.n; j++)
+        tf_builder_free(&k.b[j]);
+    return rc;
+}
+
+static void retention(tstate *t)
+{
+    int64_t now = bdb_clock_now(&t->db->o.clock);
+    tfile **drop = bdb_calloc(t->n + 1, sizeof *drop);
+    if (!drop) /* out of memory: nothing dropped this time, the next maintenance does */
+        return;
+    /* 1h files about to go: their days first; a group whose days could not be kept
+     * stays for the next pass (only this thread changes the list: no lock to read it) */
+    for (size_t a = 0; a < t->n;) {
+        tfile *f = t->files[a];
+        size_t b = a + 1;
+        while (b < t->n && t->files[b]->res == f->res && t->files[b]->start == f->start &&
+               !strcmp(t->files[b]->tenant, f->tenant))
+            b++;
+        int64_t keep = retention_of(t, f->tenant, f->res);
+        if (f->res == BDB_RES_1H && keep > 0 && f->end <= now - keep) {
+            int rc = keep_days(t, &t->files[a], b - a, now);
+            if (rc != BDB_OK) {
+                BDB_ERROR("tier 1d: cannot keep the days of %s before its 1h files go: %s; "
+                          "they stay",
+                          f->tenant, bdb_strerror(rc));
+                for (size_t i = a; i < b; i++)
+                    t->files[i]->hold = 1;
+            }
+            /* the 1d files it added sort after every 1h file: [a, b) did not move */
+        }
+        a = b;
+    }
+    size_t nd = 0, k = 0;
+    pthread_rwlock_wrlock(&t->lock);
+    for (size_t i = 0; i < t->n; i++) {
+        tfile *f = t->files[i];
+        int64_t keep = retention_of(t, f->tenant, f->res);
+        if (keep > 0 && f->end <= now - keep && !f->hold)
+            drop[nd++] = f;
+        else
+            t->files[k++] = f;
+        f->hold = 0;
+    }
+    t->n = k;
+    pthread_rwlock_unlock(&t->lock);
+    for (size_t i = 0; i < nd; i++) {
+        int r = drop[i]->res - 1;
+        drop_file(t, drop[i], "retention drops");
+        bdb_vfs_sync_dir(t->db->vfs, t->sub[r]);
+        atomic_fetch_add(&t->dropped, 1);
+    }
+    free(drop);
+}
+
+/* Merges files [a, b) of t->files (one tier, tenant and file window, all committed)
+ * into one. The new file lists the inputs' seqs, so a crash after its rename but
+ * before the inputs are unlinked does not count them twice at the next open. */
+static int compact(tstate *t, size_t a, size_t b)
+{
+    size_t nin = b - a;
+    tfile **in = bdb_malloc(nin * sizeof *in);
+    uint64_t *seqs = bdb_malloc(nin * sizeof *seqs);
+    if (!in || !seqs) { /* the inputs stay; the next maintenance retries */
+        free(in);
+        free(seqs);
+        return BDB_ERR_NOMEM;
+    }
+    uint64_t upto = 0;
+    unsigned flags = 0;
+    for (size_t i = 0; i < nin; i++) {
+        in[i] = t->files[a + i];
+        seqs[i] = in[i]->seq;
+        /* the merge of a replacing file and what it replaced is again complete */
+        flags |= in[i]->flags & TF_REPLACES;
+        if (in[i]->wal_upto > upto)
+            upto = in[i]->wal_upto;
+    }
+    const tfile *f0 = in[0];
+    uint64_t seq = t->next_seq++;
+    tbuilder tb;
+    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin, flags);
+    int rc = merge_series(in, nin, add_series, &tb);
     tfile **out = NULL;
     if (rc == BDB_OK)
         rc = tier_write_files(t, &tb, &seq, 1, &out);
