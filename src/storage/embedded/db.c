@@ -220,21 +220,20 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
 {
     struct prep *p = bdb_calloc(nrep, sizeof *p);
     *out = p;
-    /* samples of the batch per series so far: the head room each series needs */
-    bdb_map *per = nrep > 1 ? bdb_map_new() : NULL;
-    if (!p || (nrep > 1 && !per)) {
-        bdb_map_free(per);
+    if (!p)
         return BDB_ERR_NOMEM;
-    }
+    /* samples of the batch per series so far (series.resv_*): the head room each series
+     * needs. A concurrent batch writing the same series restarts its count; it then
+     * reserves less, and its apply grows the chunk itself: what a concurrent writer took
+     * meanwhile is the one thing the reservation does not cover (ARCHITECTURE.md). */
+    uint64_t bid = atomic_fetch_add(&db->resv_batches, 1) + 1;
     size_t maybe_late = 0; /* reports that may mark a late minute (db_late_note) */
     int64_t batch_max = INT64_MIN;
     for (size_t i = 0; i < nrep; i++) {
         const bdb_report *r = &reps[i];
         device *d = p[i].d = get_device(db, tn, tl, r->device, r->device_len);
-        if (!d) {
-            bdb_map_free(per);
+        if (!d)
             return BDB_ERR_NOMEM;
-        }
         int rc = BDB_OK;
         pthread_mutex_lock(dev_lock(db, d));
         if (r->ts_ms <= d->last_ts || r->ts_ms <= batch_max)
@@ -249,22 +248,22 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             rc = BDB_ERR_NOMEM;
         for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
             series *s = cat_series(db, d, r->metrics[k].name, r->metrics[k].nlen, 1);
-            uintptr_t n = per ? (uintptr_t)bdb_map_get(per, &s, sizeof s) + 1 : 1;
-            if (!s || (per && bdb_map_set(per, &s, sizeof s, (void *)n) != BDB_OK))
+            if (!s) {
                 rc = BDB_ERR_NOMEM;
-            else /* room for every sample of the batch so far, none appended yet */
-                rc = head_reserve(db, s, r->ts_ms, (uint32_t)n);
+                break;
+            }
+            s->resv_n = s->resv_batch == bid ? s->resv_n + 1 : 1;
+            s->resv_batch = bid;
+            /* room for every sample of the batch so far, none appended yet */
+            rc = head_reserve(db, s, r->ts_ms, s->resv_n);
         }
         if (rc == BDB_OK) /* state: the current-state index (db_latest.c) */
             rc =
                 db_latest_reserve(db, d, r->state, r->state_len, r->metrics, r->nmetrics, &p[i].lr);
         pthread_mutex_unlock(dev_lock(db, d));
-        if (rc != BDB_OK) {
-            bdb_map_free(per);
+        if (rc != BDB_OK)
             return rc;
-        }
     }
-    bdb_map_free(per);
     return maybe_late ? db_late_reserve(db, maybe_late) : BDB_OK;
 }
 

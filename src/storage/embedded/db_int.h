@@ -48,6 +48,10 @@ typedef struct series {
     size_t mlen;
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
+    /* db.c, under the device stripe: the samples of write batch resv_batch reserved so
+     * far (head room before the WAL append, without a map allocated per batch) */
+    uint64_t resv_batch;
+    uint32_t resv_n;
 } series;
 
 /* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
@@ -157,6 +161,7 @@ struct bdb_db {
     _Atomic uint64_t samples_written, reports_written, write_batches, series_count, device_count,
         tenant_count, head_bytes, head_samples, flushes, compactions, retention_drops, quarantined,
         replayed, wal_corruptions, wal_corrupt_bytes, bucket_changes, ooo_samples;
+    _Atomic uint64_t resv_batches; /* db.c: ids of write batches for series.resv_batch */
     /* db_hot.c: promotion size target (bytes, 0 = off) and counters */
     _Atomic uint64_t promo_target, bucket_promotions, subbucket_changes;
     struct db_latest *latest; /* db_latest.c: current-state index */
