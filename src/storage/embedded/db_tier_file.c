@@ -373,10 +373,10 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
     for (uint64_t i = 0; i < nmet; i++) {
         size_t ml;
         const char *mn = bdb_dec_str(&d, &ml);
-        if (d.err || ml == 0 || memchr(mn, 0, ml) ||
+        if (d.err || memchr(mn, 0, ml) ||
             (i > 0 && bytes_cmp(out->names + out->mets[i - 1],
                                 strlen(out->names + out->mets[i - 1]), mn, ml) >= 0)) {
-            *why = "metric table (empty, unsorted or repeated name)";
+            *why = "metric table (unsorted or repeated name)";
             goto bad;
         }
         out->mets[i] = (uint32_t)used;
@@ -400,7 +400,8 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         size_t dl;
         const char *dn = bdb_dec_str(&d, &dl);
         uint64_t len = bdb_dec_uvarint(&d);
-        if (d.err || dl == 0 || memchr(dn, 0, dl) || len < 5 || len > ioff - next ||
+        /* names may be empty: the WAL replays what older writers accepted */
+        if (d.err || memchr(dn, 0, dl) || len < 5 || len > ioff - next ||
             len > UINT32_MAX || crc(p + next, len - 4) != bdb_get_u32le(p + next + len - 4)) {
             *why = "record damaged (bounds or CRC)";
             goto bad;
@@ -630,8 +631,8 @@ static int upgrade_records(const uint8_t *p, size_t n, size_t hlen, tbuilder *tb
         size_t dl, ml;
         const char *dn = bdb_dec_str(&d, &dl), *mn = bdb_dec_str(&d, &ml);
         uint64_t off = bdb_dec_uvarint(&d), len = bdb_dec_uvarint(&d);
-        if (d.err || off != next || len < 4 || len > ioff - off || dl == 0 || ml == 0 ||
-            memchr(dn, 0, dl) || memchr(mn, 0, ml) ||
+        if (d.err || off != next || len < 4 || len > ioff - off || memchr(dn, 0, dl) ||
+            memchr(mn, 0, ml) ||
             crc(p + off, len - 4) != bdb_get_u32le(p + off + len - 4)) {
             *why = "record damaged (bounds or CRC)";
             rc = BDB_ERR_CORRUPT;

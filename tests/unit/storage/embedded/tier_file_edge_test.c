@@ -12,7 +12,8 @@
  * serves the rest.
  *
  * Version 3: the flushed file re-encoded with one change at a time: an unknown flag,
- * a metric table unsorted or with an empty name, devices unsorted or twice, a series
+ * a metric table unsorted or with a NUL in a name, devices unsorted, twice or with a
+ * NUL in a name (empty names are accepted, as in version 1), a series
  * whose metric id is past the table or not increasing, a record length that does not
  * reach its neighbour, a byte after the index. The same outcome: the unchanged file is
  * served, every other one quarantined. A record that changes on disk after open (cut
@@ -371,10 +372,10 @@ enum change3 {
     V3_SAME,         /* re-encoded unchanged: served */
     V3_FLAG,         /* an unknown flag */
     V3_MET_UNSORTED, /* metric table "temp", "aaa" */
-    V3_MET_EMPTY,    /* metric table "", "temp" (ids shifted to match) */
+    V3_MET_NUL,      /* a metric name with a NUL in it */
     V3_DEV_UNSORTED, /* records and index d2 before d1 */
     V3_DEV_TWICE,    /* d1's record twice */
-    V3_DEV_EMPTY,    /* a device named "" */
+    V3_DEV_NUL,      /* a device name with a NUL in it */
     V3_BAD_ID,       /* a series' metric id past the table */
     V3_ID_TWICE,     /* one series twice in a record */
     V3_NO_SERIES,    /* a record of nothing but its CRC */
@@ -430,7 +431,7 @@ static void rebuild3(enum change3 c, bdb_buf *out)
         const uint8_t *r = rec[order[k]];
         size_t len = rlen[order[k]] - 4, at = out->len;
         assert_int_equal(r[0], 0); /* the series of metric id 0 */
-        if (c == V3_MET_EMPTY || (c == V3_BAD_ID && k == 0))
+        if (c == V3_BAD_ID && k == 0)
             bdb_buf_putc(out, 1);
         else if (!(c == V3_NO_SERIES && k == 0))
             bdb_buf_putc(out, 0);
@@ -443,18 +444,21 @@ static void rebuild3(enum change3 c, bdb_buf *out)
     }
     bdb_buf idx;
     bdb_buf_init(&idx);
-    if (c == V3_MET_UNSORTED || c == V3_MET_EMPTY) {
+    if (c == V3_MET_UNSORTED) {
         bdb_buf_put_uvarint(&idx, 2);
-        bdb_buf_put_str(&idx, c == V3_MET_EMPTY ? "" : "temp", c == V3_MET_EMPTY ? 0 : 4);
-        bdb_buf_put_str(&idx, c == V3_MET_EMPTY ? "temp" : "aaa", c == V3_MET_EMPTY ? 4 : 3);
+        bdb_buf_put_str(&idx, "temp", 4);
+        bdb_buf_put_str(&idx, "aaa", 3);
+    } else if (c == V3_MET_NUL) {
+        bdb_buf_put_uvarint(&idx, 1);
+        bdb_buf_put_str(&idx, "te\0p", 4);
     } else {
         bdb_buf_put_uvarint(&idx, 1);
         bdb_buf_put_str(&idx, "temp", 4);
     }
     bdb_buf_put_uvarint(&idx, (uint64_t)n);
     for (int k = 0; k < n; k++) {
-        if (c == V3_DEV_EMPTY && k == 0)
-            bdb_buf_put_str(&idx, "", 0);
+        if (c == V3_DEV_NUL && k == 0)
+            bdb_buf_put_str(&idx, "d\0", 2);
         else
             bdb_buf_put_str(&idx, order[k] ? "d2" : "d1", 2);
         bdb_buf_put_uvarint(&idx, nlen[k]);
