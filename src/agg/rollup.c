@@ -251,6 +251,8 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
         return BDB_ERR_CORRUPT;
     /* An index this large would overflow start = index * width. */
     const int64_t max_idx = INT64_MAX / 2 / r->width;
+    if (base && (*base > max_idx || *base < -max_idx))
+        return BDB_ERR_CORRUPT; /* a file window no window index can reach */
     int64_t prev = 0;
     bdb_window w;
     bdb_stats_init(&w.st);

@@ -573,7 +573,9 @@ int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, dou
     t.n = (uint32_t)nb;
     const int64_t kmax = (int64_t)index_of(t.ln_gamma, DBL_MAX) + 1 + KEY_BIAS;
     const int64_t kmin = (int64_t)index_of(t.ln_gamma, DBL_TRUE_MIN) - 1 + KEY_BIAS;
-    int64_t key = (int64_t)key_of(t.ln_gamma, min) + bdb_dec_varint_canon(d);
+    int64_t dk = bdb_dec_varint_canon(d); /* bounded before the sum: no overflow */
+    int64_t key =
+        dk < -2 * kmax || dk > 2 * kmax ? kmax + 1 : (int64_t)key_of(t.ln_gamma, min) + dk;
     for (uint32_t i = 0; i < t.n && !d->err; i++) {
         if (i > 0) {
             uint64_t gap = bdb_dec_uvarint_canon(d);

@@ -377,7 +377,7 @@ int bdb_stats_read_c(bdb_stats *s, bdb_dec *d)
         if (flags & C_LO) {
             int64_t odd = bdb_dec_varint_canon(d), e = bdb_dec_varint_canon(d);
             if (d->err || !(odd & 1) || odd >= (INT64_C(1) << 53) || odd <= -(INT64_C(1) << 53) ||
-                e < -1200 || e > 1100)
+                e < -1074 || e > 1100) /* below 2^-1074 no odd multiple is a double */
                 goto corrupt;
             t.sum_lo = ldexp((double)odd, (int)e);
         }

@@ -110,10 +110,16 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
  * linear scan beats hashing. */
 series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create)
 {
-    for (uint32_t i = 0; i < d->nseries; i++) {
+    uint32_t ns = d->nseries, h = atomic_load_explicit(&d->series_hint, memory_order_relaxed);
+    if (h >= ns)
+        h = 0;
+    for (uint32_t k = 0; k < ns; k++) {
+        uint32_t i = h + k < ns ? h + k : h + k - ns;
         series *s = d->series[i];
-        if (s->mlen == mlen && memcmp(s->metric, metric, mlen) == 0)
+        if (s->mlen == mlen && memcmp(s->metric, metric, mlen) == 0) {
+            atomic_store_explicit(&d->series_hint, i + 1, memory_order_relaxed);
             return s;
+        }
     }
     if (!create)
         return NULL;

@@ -57,35 +57,6 @@ int64_t bdb_db_retention_cutoff(bdb_db *db, const char *tn)
     return cutoff_for(bdb_clock_now(&db->o.clock), db_tenant_ttl(db, tn));
 }
 
-/* Whether block b holds a series of tenant tn (a seek in its index, no scan). */
-static int block_has_tenant(const bdb_block *b, const char *tn, size_t tl)
-{
-    bdb_block_iter it;
-    bdb_series_key k;
-    return bdb_block_iter_seek(b, &it, tn, tl, NULL, 0) == BDB_OK &&
-           bdb_block_iter_next(&it, &k, NULL) == 1 && k.tenant_len == tl &&
-           !memcmp(k.tenant, tn, tl);
-}
-
-int64_t db_raw_floor(bdb_db *db, const char *tn)
-{
-    int64_t cut = bdb_db_retention_cutoff(db, tn);
-    if (cut == INT64_MIN)
-        return INT64_MIN;
-    int64_t floor = bdb_align_down(cut, db->o.block_window_ms);
-    size_t tl = strlen(tn);
-    /* expired windows whose blocks maintenance has not dropped yet (it writes their
-     * minutes to the 1m tier first): usually none */
-    pthread_rwlock_rdlock(&db->blocks_lock);
-    for (size_t i = 0; i < db->nblocks; i++) {
-        int64_t ws = bdb_block_get_meta(db->blocks[i].b)->window_start;
-        if (ws < floor && block_has_tenant(db->blocks[i].b, tn, tl))
-            floor = ws;
-    }
-    pthread_rwlock_unlock(&db->blocks_lock);
-    return floor;
-}
-
 void db_blockent_free(blockent *e)
 {
     bdb_block_close(e->b);

@@ -92,6 +92,9 @@ typedef struct device {
     int relearn;    /* the learner changed class during the current write (db.c) */
     series **series;
     uint32_t nseries, cap_series;
+    /* db_catalog.c: where cat_series looks first, one past its last match (reports list
+     * a device's metrics in the same order as the sorted series); relaxed, a hint only */
+    _Atomic uint32_t series_hint;
     dev_hot hs;             /* db_hot.c */
     int64_t late_frozen_ts; /* db_tier_late.c: newest event time frozen by a committed or
                              * running flush; INT64_MIN nothing, 0 unknown */
@@ -274,11 +277,6 @@ void *db_background(void *arg);
 int db_maintain(bdb_db *db);
 /* The tenant's resolved raw TTL in ms (0 = forever). */
 int64_t db_tenant_ttl(bdb_db *db, const char *tn);
-/* The time from which every raw sample of tenant tn is still in the blocks and the
- * head (db_compact.c): the start of the block window holding its retention cutoff, or
- * of an older window maintenance has not dropped yet; INT64_MIN without a cutoff. The
- * 1m tier reads raw data from there on and its files before (db_tier.c). */
-int64_t db_raw_floor(bdb_db *db, const char *tn);
 /* db_tier.c, for maintenance (under flush_mutex) before it drops or rewrites away the
  * raw data of tenant tn in the block window [ws, we), held by blocks v[0..n): writes
  * the tenant's minutes of that window to 1m tier files (REPLACES), which the derived

@@ -203,10 +203,15 @@ static int scan_one(void *ctx, const char *name)
                 s->nomem = 1;
                 return 1;
             }
-            if (rc != BDB_ERR_CORRUPT) { /* left as it is: the next open tries again */
-                BDB_ERROR("cannot rewrite tier file %s: %s", path, bdb_strerror(rc));
+            if (rc != BDB_ERR_CORRUPT) {
+                /* disk full, I/O: the load stops and fails as without memory, and is
+                 * tried again, rather than leave the file's windows out unnoticed */
+                BDB_ERROR("cannot rewrite tier file %s as version 3: %s; the tiers load again "
+                          "later",
+                          path, bdb_strerror(rc));
                 free(data);
-                return 0;
+                s->nomem = 1;
+                return 1;
             }
         }
     }
@@ -668,6 +673,8 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
 
 /* ---------------------------------------------------------------- raw to 1m */
 
+static int64_t retention_from(bdb_db *db, const char *tn, enum bdb_res res);
+
 struct mkey {
     char *dev, *met;
 };
@@ -747,10 +754,8 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
 {
     if (!tier_derived(db))
         return BDB_OK; /* with a sink the minutes were stored at flush */
-    int64_t keep = tier_retention(db, tn, BDB_RES_1M);
-    int64_t now = bdb_clock_now(&db->o.clock);
-    if (keep > 0 && now > INT64_MIN + keep && we <= now - keep)
-        return BDB_OK; /* the 1m tier would not keep them either */
+    if (we <= retention_from(db, tn, BDB_RES_1M))
+        return BDB_OK; /* the 1m tier would not answer them either */
     tstate *t = tier_state(db);
     if (!t)
         return BDB_ERR_NOMEM;
@@ -767,11 +772,12 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
         bdb_series_key sk = {tn, tl, keys[i].dev, dl, keys[i].met, ml};
         bdb_rollup_reset(&r);
         rc = tier_raw_key_minutes(db, &sk, ws, we, &r);
-        /* REPLACES: complete minutes from raw take the place of any window of theirs in
-         * older files (a pass repeated after a crash, minutes of an older version) */
+        /* KEPT, and REPLACES: complete minutes from raw take the place of any window of
+         * theirs in older files (a pass repeated after a crash, an older version's) */
         for (size_t w = 0; w < r.n && rc == BDB_OK;) {
             int64_t fs = bdb_align_down(r.w[w].start, span);
-            tbuilder *tb = builder_for(t, &bs, BDB_RES_1M, tn, fs, db->wal_upto, TF_REPLACES);
+            tbuilder *tb =
+                builder_for(t, &bs, BDB_RES_1M, tn, fs, db->wal_upto, TF_REPLACES | TF_KEPT);
             if (!tb)
                 rc = BDB_ERR_NOMEM;
             else
@@ -858,12 +864,72 @@ int tier_derived(const bdb_db *db)
     return db->o.sink == NULL;
 }
 
-/* The 1m tier of the embedded engine: minutes from raw data (head and blocks) from the
- * tenant's raw floor on, from the 1m files before it, where maintenance wrote the
- * minutes of the raw data it dropped (db_tier_maint.c). A minute is stored only once
- * its raw samples are gone: at 10 s reports a stored minute (20 bytes and more) costs
- * more than the six samples it sums up. Windows the tier's retention has dropped stay
- * unanswered, as the files would be: whole file spans (days) before now - retention. */
+/* Windows of every file of tier res and tenant tn overlapping [lo, hi) whose flags
+ * match (want, under mask), merged into out for each metric. Caller holds t->lock. */
+static int read_files_if(tstate *t, const char *tn, const char *dn, const char *const *metrics,
+                         size_t nmetrics, enum bdb_res res, unsigned mask, unsigned want,
+                         int64_t lo, int64_t hi, bdb_rollup *out)
+{
+    int rc = BDB_OK;
+    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
+        const tfile *f = t->files[i];
+        if (f->res != res || f->end <= lo || f->start >= hi || (f->flags & mask) != want ||
+            strcmp(f->tenant, tn) != 0)
+            continue;
+        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+            tloc loc;
+            if (tf_find(f, dn, metrics[m], &loc))
+                rc = tf_read_rec(f, &loc, lo, hi, &out[m]);
+        }
+        if (rc == BDB_ERR_CORRUPT)
+            BDB_ERROR("tier file %s: record of %s failed its check", f->path, dn);
+    }
+    return rc;
+}
+
+/* Merges into out the windows of from whose span of width `unit` (a block window, a
+ * 30-day 1h file span) holds no window of busy (which may be out: its spans are taken
+ * before anything is merged): files answer where the finer level has nothing. */
+static int merge_where_free(bdb_rollup *out, const bdb_rollup *from, int64_t unit,
+                            const bdb_rollup *busy)
+{
+    size_t nb = busy->n;
+    int64_t *spans = bdb_malloc((nb + 1) * sizeof *spans);
+    if (!spans)
+        return BDB_ERR_NOMEM;
+    for (size_t i = 0; i < nb; i++) /* busy is sorted: so are its spans */
+        spans[i] = bdb_align_down(busy->w[i].start, unit);
+    int rc = BDB_OK;
+    size_t j = 0;
+    for (size_t i = 0; i < from->n && rc == BDB_OK; i++) {
+        int64_t sp = bdb_align_down(from->w[i].start, unit);
+        while (j < nb && spans[j] < sp)
+            j++;
+        if (j < nb && spans[j] == sp)
+            continue;
+        rc = bdb_rollup_merge_window(out, &from->w[i]);
+    }
+    free(spans);
+    return rc;
+}
+
+/* The first start the retention of tier res leaves answered for tenant tn: whole file
+ * spans, as the files' retention drops them (INT64_MIN: kept forever). */
+static int64_t retention_from(bdb_db *db, const char *tn, enum bdb_res res)
+{
+    int64_t keep = tier_retention(db, tn, res), now = bdb_clock_now(&db->o.clock);
+    if (keep <= 0 || now < INT64_MIN + keep)
+        return INT64_MIN;
+    return bdb_align_down(now - keep, bdb_tier_file_span(res));
+}
+
+/* The 1m tier of the embedded engine: minutes from raw data (head and blocks), the
+ * newest write per time winning; where a block window holds none of the device's raw
+ * samples, from the 1m files, which maintenance wrote before it dropped the raw data
+ * (KEPT), or flushes of older versions wrote. A minute is stored only once its raw
+ * samples are gone: at 10 s reports a stored minute (20 bytes and more) costs more than
+ * the six samples it sums up. A crash between writing kept minutes and dropping their
+ * blocks leaves both: the raw data answers. */
 static int read_derived_1m(bdb_db *db, tstate *t, const char *tn, const char *dn,
                            const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
                            bdb_rollup *out)
@@ -874,77 +940,84 @@ static int read_derived_1m(bdb_db *db, tstate *t, const char *tn, const char *dn
     pthread_rwlock_unlock(&db->cat_lock);
     if (!d)
         return BDB_ERR_NOTFOUND;
-    int64_t keep = tier_retention(db, tn, BDB_RES_1M), span = bdb_tier_file_span(BDB_RES_1M);
-    int64_t now = bdb_clock_now(&db->o.clock);
-    if (keep > 0 && now > INT64_MIN + keep && lo < bdb_align_down(now - keep, span))
-        lo = bdb_align_down(now - keep, span);
-    int64_t floor = db_raw_floor(db, tn);
-    int64_t fhi = floor < hi ? floor : hi, rlo = floor > lo ? floor : lo;
-    int rc = BDB_OK;
-    if (lo < fhi) {
-        pthread_rwlock_rdlock(&t->lock);
-        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
-            rc = read_files(t, tn, dn, metrics[m], BDB_RES_1M, lo, fhi, &out[m]);
-        pthread_rwlock_unlock(&t->lock);
+    int64_t from = retention_from(db, tn, BDB_RES_1M);
+    if (lo < from)
+        lo = from;
+    if (lo >= hi)
+        return BDB_OK;
+    bdb_rollup *f = bdb_calloc(nmetrics, sizeof *f);
+    if (!f)
+        return BDB_ERR_NOMEM;
+    for (size_t m = 0; m < nmetrics; m++)
+        bdb_rollup_init(&f[m], BDB_MS_MIN);
+    pthread_rwlock_rdlock(&t->lock);
+    int rc = read_files_if(t, tn, dn, metrics, nmetrics, BDB_RES_1M, 0, 0, lo, hi, f);
+    pthread_rwlock_unlock(&t->lock);
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+        rc = tier_raw_minutes(db, d, metrics[m], lo, hi, &out[m]);
+        if (rc == BDB_OK && f[m].n)
+            rc = merge_where_free(&out[m], &f[m], db->o.block_window_ms, &out[m]);
     }
-    for (size_t m = 0; m < nmetrics && rc == BDB_OK && rlo < hi; m++)
-        rc = tier_raw_minutes(db, d, metrics[m], rlo, hi, &out[m]);
+    for (size_t m = 0; m < nmetrics; m++)
+        bdb_rollup_free(&f[m]);
+    free(f);
     return rc;
 }
 
-/* The start of the oldest 1h file of tenant tn, or of the 1h retention's first file
- * span: from there on the 1h tier holds every hour (INT64_MIN: kept forever). */
-static int64_t hour_floor(bdb_db *db, tstate *t, const char *tn)
-{
-    int64_t keep = tier_retention(db, tn, BDB_RES_1H), now = bdb_clock_now(&db->o.clock);
-    if (keep <= 0 || now < INT64_MIN + keep)
-        return INT64_MIN;
-    int64_t floor = bdb_align_down(now - keep, bdb_tier_file_span(BDB_RES_1H));
-    pthread_rwlock_rdlock(&t->lock);
-    for (size_t i = 0; i < t->n; i++) /* sorted by (res, tenant, start): the first is oldest */
-        if (t->files[i]->res == BDB_RES_1H && !strcmp(t->files[i]->tenant, tn)) {
-            if (t->files[i]->start < floor)
-                floor = t->files[i]->start;
-            break;
-        }
-    pthread_rwlock_unlock(&t->lock);
-    return floor;
-}
-
-/* The 1d tier of the embedded engine: days folded from the 1h tier (files and head)
- * from the tenant's hour floor on, from 1d files before it, which maintenance writes
- * before 1h files go (db_tier_maint.c). Stored beside the hours, the days of a fleet's
- * first day cost as many bytes as its hours. */
+/* The 1d tier of the embedded engine: days folded from the 1h tier (files and head),
+ * plus the days kept in 1d files when 1h files went (KEPT: published in the step that
+ * removed those, so the two never hold the same hours), plus, where no 1h file of the
+ * tenant covers a 30-day span, the days of 1d files older versions' flushes wrote.
+ * Stored beside the hours, the days of a fleet's first day cost as many bytes. */
 static int read_derived_1d(bdb_db *db, tstate *t, const char *tn, const char *dn,
                            const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
                            bdb_rollup *out)
 {
-    int64_t keep = tier_retention(db, tn, BDB_RES_1D), span = bdb_tier_file_span(BDB_RES_1D);
-    int64_t now = bdb_clock_now(&db->o.clock);
-    if (keep > 0 && now > INT64_MIN + keep && lo < bdb_align_down(now - keep, span))
-        lo = bdb_align_down(now - keep, span);
-    int64_t floor = hour_floor(db, t, tn);
-    int64_t fhi = floor < hi ? floor : hi, rlo = floor > lo ? floor : lo;
-    int rc = BDB_OK;
-    if (lo < fhi) {
-        pthread_rwlock_rdlock(&t->lock);
-        for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
-            rc = read_files(t, tn, dn, metrics[m], BDB_RES_1D, lo, fhi, &out[m]);
-        pthread_rwlock_unlock(&t->lock);
-    }
-    if (rc != BDB_OK || rlo >= hi)
-        return rc;
-    bdb_rollup *h = bdb_calloc(nmetrics, sizeof *h);
+    int64_t from = retention_from(db, tn, BDB_RES_1D);
+    if (lo < from)
+        lo = from;
+    if (lo >= hi)
+        return BDB_OK;
+    int64_t span = bdb_tier_file_span(BDB_RES_1H);
+    bdb_rollup *h = bdb_calloc(2 * nmetrics, sizeof *h), *old = h + nmetrics;
     if (!h)
         return BDB_ERR_NOMEM;
     for (size_t m = 0; m < nmetrics; m++) {
         bdb_rollup_init(&h[m], BDB_MS_HOUR);
         h[m].stats_only = out[m].stats_only;
+        bdb_rollup_init(&old[m], BDB_MS_DAY);
+        old[m].stats_only = out[m].stats_only;
     }
-    rc = tier_read_merged(db, tn, dn, metrics, nmetrics, BDB_RES_1H, rlo, hi, h);
-    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+    /* the 1h spans of the tenant that have files: there, older 1d files are superseded */
+    bdb_rollup spans;
+    bdb_rollup_init(&spans, span);
+    pthread_rwlock_rdlock(&t->lock);
+    int rc = read_files_if(t, tn, dn, metrics, nmetrics, BDB_RES_1D, TF_KEPT, TF_KEPT, lo, hi, out);
+    if (rc == BDB_OK)
+        rc = read_files_if(t, tn, dn, metrics, nmetrics, BDB_RES_1D, TF_KEPT, 0, lo, hi, old);
+    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
+        const tfile *f = t->files[i];
+        if (f->res == BDB_RES_1H && f->end > lo && f->start < hi && !strcmp(f->tenant, tn)) {
+            bdb_window w;
+            memset(&w, 0, sizeof w);
+            bdb_sketch_init_default(&w.sk);
+            w.start = f->start;
+            rc = bdb_stats_add(&w.st, 0.0); /* a marker: the span has a 1h file */
+            if (rc == BDB_OK)
+                rc = bdb_rollup_merge_window(&spans, &w);
+            bdb_sketch_free(&w.sk);
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (rc == BDB_OK)
+        rc = tier_read_merged(db, tn, dn, metrics, nmetrics, BDB_RES_1H, lo, hi, h);
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
         rc = bdb_rollup_merge(&out[m], &h[m]);
-    for (size_t m = 0; m < nmetrics; m++)
+        if (rc == BDB_OK && old[m].n)
+            rc = merge_where_free(&out[m], &old[m], span, &spans);
+    }
+    bdb_rollup_free(&spans);
+    for (size_t m = 0; m < 2 * nmetrics; m++)
         bdb_rollup_free(&h[m]);
     free(h);
     return rc;

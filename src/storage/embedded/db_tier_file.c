@@ -269,8 +269,9 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     unsigned flags = 0;
     if (ver != TIER_VERSION) {
         flags = bdb_dec_u8(&d);
-        /* canonical: version 2 only with a known flag; version 3 always has the byte */
-        if ((ver == TIER_VERSION_FLAGS && flags == 0) || (flags & ~TF_REPLACES))
+        /* canonical: version 2 only with its one flag; version 3 always has the byte */
+        if ((ver == TIER_VERSION_FLAGS && (flags == 0 || (flags & ~TF_REPLACES))) ||
+            (flags & ~(TF_REPLACES | TF_KEPT)))
             d.err = 1;
     }
     size_t hlen = n - bdb_dec_left(&d);
@@ -401,8 +402,8 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         const char *dn = bdb_dec_str(&d, &dl);
         uint64_t len = bdb_dec_uvarint(&d);
         /* names may be empty: the WAL replays what older writers accepted */
-        if (d.err || memchr(dn, 0, dl) || len < 5 || len > ioff - next ||
-            len > UINT32_MAX || crc(p + next, len - 4) != bdb_get_u32le(p + next + len - 4)) {
+        if (d.err || memchr(dn, 0, dl) || len < 5 || len > ioff - next || len > UINT32_MAX ||
+            crc(p + next, len - 4) != bdb_get_u32le(p + next + len - 4)) {
             *why = "record damaged (bounds or CRC)";
             goto bad;
         }
@@ -632,8 +633,7 @@ static int upgrade_records(const uint8_t *p, size_t n, size_t hlen, tbuilder *tb
         const char *dn = bdb_dec_str(&d, &dl), *mn = bdb_dec_str(&d, &ml);
         uint64_t off = bdb_dec_uvarint(&d), len = bdb_dec_uvarint(&d);
         if (d.err || off != next || len < 4 || len > ioff - off || memchr(dn, 0, dl) ||
-            memchr(mn, 0, ml) ||
-            crc(p + off, len - 4) != bdb_get_u32le(p + off + len - 4)) {
+            memchr(mn, 0, ml) || crc(p + off, len - 4) != bdb_get_u32le(p + off + len - 4)) {
             *why = "record damaged (bounds or CRC)";
             rc = BDB_ERR_CORRUPT;
             break;

@@ -26,6 +26,11 @@
 /* Every window in the file replaces the windows of the same series and start in files
  * of lower seq: it was recomputed from raw data (late data, rewrites). */
 #define TF_REPLACES 1u
+/* Version 3 only: the file keeps windows of a derived tier (1m, 1d) whose finer level
+ * (raw data, the 1h tier) is gone: maintenance wrote it before it removed that level
+ * (db_tier_keep_minutes, keep_days). Files without it in 1m/ and 1d/ were written by
+ * flushes of older versions. Compaction never merges the two kinds. */
+#define TF_KEPT 2u
 
 /* A device's record in a file: 24 bytes in memory per device and file, and no
  * allocation of its own (its name lies in the file's names block). */

@@ -105,12 +105,18 @@ static int add_series(void *ctx, const char *dn, const char *mn, const bdb_rollu
 }
 
 /* The 1d tier is derived from the 1h tier while that exists (db_tier.c): before the 1h
- * files of one (tenant, file window) go, their days go to 1d files (REPLACES: a pass
- * repeated after a crash replaces its own). The days of a 30-day window are whole in
- * it. Nothing with a sink, or when the 1d tier's retention has passed the window. */
+ * files of one (tenant, file window) go, their days go to a 1d file flagged KEPT that
+ * lists them as its inputs. It is published in the same locked step that removes them,
+ * so a reader sees the days in one place; a crash before their unlink deletes them at
+ * the next open (a file another lists as input is superseded). Kept days add to the
+ * 1h tier's windows: a 1h file written later into the window (a backfill) is new data.
+ * The days of a 30-day window are whole in it. Nothing with a sink, or when the 1d
+ * tier's retention has passed the window. */
 struct days {
     tstate *t;
-    const tfile *f0;
+    const char *tenant;
+    const uint64_t *inputs;
+    size_t ninputs;
     tbuilder b[2]; /* a 30-day window lies in at most two 365-day files */
     int64_t start[2];
     uint64_t seq[2];
@@ -134,8 +140,8 @@ static int add_days(void *ctx, const char *dn, const char *mn, const bdb_rollup 
                 return BDB_ERR_INVALID; /* cannot happen: see struct days */
             k->start[j] = fs;
             k->seq[j] = k->t->next_seq++;
-            tf_begin(&k->b[j], BDB_RES_1D, k->f0->tenant, fs, fs + span, k->seq[j],
-                     k->t->db->wal_upto, NULL, 0, TF_REPLACES);
+            tf_begin(&k->b[j], BDB_RES_1D, k->tenant, fs, fs + span, k->seq[j], k->t->db->wal_upto,
+                     k->inputs, k->ninputs, TF_KEPT);
             k->n++;
         }
         tf_add(&k->b[j], dn, strlen(dn), mn, strlen(mn), &k->d);
@@ -145,37 +151,56 @@ static int add_days(void *ctx, const char *dn, const char *mn, const bdb_rollup 
     return rc;
 }
 
-static int keep_days(tstate *t, tfile *const *in, size_t nin, int64_t now)
+struct kept {
+    tfile **v;
+    size_t n, cap;
+};
+
+/* Writes the kept days of in[0..nin) (one tenant and 1h window) durably and adds the
+ * files to kp, unpublished. The list of files is not changed. */
+static int keep_days(tstate *t, tfile *const *in, size_t nin, int64_t now, struct kept *kp)
 {
     int64_t keep = retention_of(t, in[0]->tenant, BDB_RES_1D);
     if (!tier_derived(t->db) || (keep > 0 && in[0]->end <= now - keep))
         return BDB_OK;
-    for (size_t i = 0; i < nin; i++)
-        if (in[i]->wal_upto > t->db->wal_upto)
+    uint64_t *seqs = bdb_malloc(nin * sizeof *seqs);
+    if (!seqs)
+        return BDB_ERR_NOMEM;
+    for (size_t i = 0; i < nin; i++) {
+        seqs[i] = in[i]->seq;
+        if (in[i]->wal_upto > t->db->wal_upto) {
+            free(seqs);
             return BDB_ERR_INVALID; /* not committed: left for a later pass */
+        }
+    }
     struct days k;
     memset(&k, 0, sizeof k);
     k.t = t;
-    k.f0 = in[0];
+    k.tenant = in[0]->tenant;
+    k.inputs = seqs;
+    k.ninputs = nin;
     bdb_rollup_init(&k.d, BDB_MS_DAY);
     int rc = merge_series(in, nin, add_days, &k);
     bdb_rollup_free(&k.d);
     tfile **out = NULL;
+    if (rc == BDB_OK && k.n && kp->n + k.n > kp->cap) {
+        size_t cap = (kp->n + k.n) * 2;
+        tfile **p = bdb_realloc(kp->v, cap * sizeof *p);
+        if (p) {
+            kp->v = p;
+            kp->cap = cap;
+        } else {
+            rc = BDB_ERR_NOMEM;
+        }
+    }
     if (rc == BDB_OK && k.n)
         rc = tier_write_files(t, k.b, k.seq, k.n, &out);
-    if (rc == BDB_OK && k.n) {
-        pthread_rwlock_wrlock(&t->lock);
-        for (size_t j = 0; j < k.n; j++)
-            tier_files_add(t, out[j]);
-        pthread_rwlock_unlock(&t->lock);
-        atomic_fetch_add(&t->written, k.n);
-        BDB_INFO("tier 1d: the days of %s in [%lld, %lld) kept in %zu file(s) before their 1h "
-                 "files go",
-                 in[0]->tenant, (long long)in[0]->start, (long long)in[0]->end, k.n);
-    }
+    for (size_t j = 0; rc == BDB_OK && j < k.n; j++)
+        kp->v[kp->n++] = out[j];
     free(out);
     for (size_t j = 0; j < k.n; j++)
         tf_builder_free(&k.b[j]);
+    free(seqs);
     return rc;
 }
 
@@ -187,6 +212,7 @@ static void retention(tstate *t)
         return;
     /* 1h files about to go: their days first; a group whose days could not be kept
      * stays for the next pass (only this thread changes the list: no lock to read it) */
+    struct kept kp = {NULL, 0, 0};
     for (size_t a = 0; a < t->n;) {
         tfile *f = t->files[a];
         size_t b = a + 1;
@@ -195,20 +221,36 @@ static void retention(tstate *t)
             b++;
         int64_t keep = retention_of(t, f->tenant, f->res);
         if (f->res == BDB_RES_1H && keep > 0 && f->end <= now - keep) {
-            int rc = keep_days(t, &t->files[a], b - a, now);
+            int rc = keep_days(t, &t->files[a], b - a, now, &kp);
             if (rc != BDB_OK) {
-                BDB_ERROR("tier 1d: cannot keep the days of %s before its 1h files go: %s; "
-                          "they stay",
-                          f->tenant, bdb_strerror(rc));
+                BDB_ERROR("tier 1d: cannot keep the days of %s in [%lld, %lld) before its 1h "
+                          "files go: %s; they stay",
+                          f->tenant, (long long)f->start, (long long)f->end, bdb_strerror(rc));
                 for (size_t i = a; i < b; i++)
                     t->files[i]->hold = 1;
             }
-            /* the 1d files it added sort after every 1h file: [a, b) did not move */
         }
         a = b;
     }
     size_t nd = 0, k = 0;
     pthread_rwlock_wrlock(&t->lock);
+    /* room for the kept files first, so that publishing them cannot fail; without it
+     * they are unlinked and what they keep stays where it is */
+    int publish = 1;
+    if (kp.n && t->n + kp.n > t->cap) {
+        tfile **p = bdb_realloc(t->files, (t->n + kp.n) * sizeof *p);
+        if (p) {
+            t->files = p;
+            t->cap = t->n + kp.n;
+        } else {
+            publish = 0;
+        }
+    }
+    for (size_t j = 0; !publish && j < kp.n; j++)
+        for (size_t q = 0; q < kp.v[j]->ninputs; q++)
+            for (size_t i = 0; i < t->n; i++)
+                if (t->files[i]->seq == kp.v[j]->inputs[q])
+                    t->files[i]->hold = 1;
     for (size_t i = 0; i < t->n; i++) {
         tfile *f = t->files[i];
         int64_t keep = retention_of(t, f->tenant, f->res);
@@ -219,7 +261,17 @@ static void retention(tstate *t)
         f->hold = 0;
     }
     t->n = k;
+    for (size_t j = 0; publish && j < kp.n; j++)
+        tier_files_add(t, kp.v[j]); /* cannot fail: room made above */
     pthread_rwlock_unlock(&t->lock);
+    if (publish) {
+        atomic_fetch_add(&t->written, kp.n);
+    } else {
+        BDB_ERROR("tier 1d: out of memory publishing kept days; the 1h files stay");
+        for (size_t j = 0; j < kp.n; j++)
+            drop_file(t, kp.v[j], "not published");
+    }
+    free(kp.v);
     for (size_t i = 0; i < nd; i++) {
         int r = drop[i]->res - 1;
         drop_file(t, drop[i], "retention drops");
@@ -247,8 +299,9 @@ static int compact(tstate *t, size_t a, size_t b)
     for (size_t i = 0; i < nin; i++) {
         in[i] = t->files[a + i];
         seqs[i] = in[i]->seq;
-        /* the merge of a replacing file and what it replaced is again complete */
-        flags |= in[i]->flags & TF_REPLACES;
+        /* the merge of a replacing file and what it replaced is again complete; kept
+         * files are merged only with kept files (db_tier_maintain) */
+        flags |= in[i]->flags & (TF_REPLACES | TF_KEPT);
         if (in[i]->wal_upto > upto)
             upto = in[i]->wal_upto;
     }
@@ -302,7 +355,8 @@ int db_tier_maintain(bdb_db *db)
         while (b < t->n && t->files[b]->res == t->files[a]->res &&
                t->files[b]->start == t->files[a]->start &&
                !strcmp(t->files[b]->tenant, t->files[a]->tenant) &&
-               t->files[b]->wal_upto <= db->wal_upto)
+               t->files[b]->wal_upto <= db->wal_upto &&
+               (t->files[b]->flags & TF_KEPT) == (t->files[a]->flags & TF_KEPT))
             b++;
         if (b - a > 1) {
             int crc = compact(t, a, b);

@@ -415,7 +415,7 @@ static void rebuild3(enum change3 c, bdb_buf *out)
     assert_int_equal(off, ioff);
     bdb_buf_reset(out);
     bdb_buf_append(out, cur, hlen - 5);
-    bdb_buf_putc(out, c == V3_FLAG ? 2 : 0);
+    bdb_buf_putc(out, c == V3_FLAG ? 4 : 0); /* bits 0 and 1 are REPLACES and KEPT */
     bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data, (uInt)out->len));
     if (c == V3_CUT)
         return;
