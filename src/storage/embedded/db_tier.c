@@ -950,14 +950,20 @@ static int read_derived_1m(bdb_db *db, tstate *t, const char *tn, const char *dn
         return BDB_ERR_NOMEM;
     for (size_t m = 0; m < nmetrics; m++)
         bdb_rollup_init(&f[m], BDB_MS_MIN);
-    pthread_rwlock_rdlock(&t->lock);
-    int rc = read_files_if(t, tn, dn, metrics, nmetrics, BDB_RES_1M, 0, 0, lo, hi, f);
-    pthread_rwlock_unlock(&t->lock);
-    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+    /* Raw data first, files second: maintenance keeps a window's minutes before it
+     * drops its blocks, so if it does both in between, raw still has the window (and
+     * wins); it is never in neither. */
+    int rc = BDB_OK;
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
         rc = tier_raw_minutes(db, d, metrics[m], lo, hi, &out[m]);
-        if (rc == BDB_OK && f[m].n)
-            rc = merge_where_free(&out[m], &f[m], db->o.block_window_ms, &out[m]);
+    if (rc == BDB_OK) {
+        pthread_rwlock_rdlock(&t->lock);
+        rc = read_files_if(t, tn, dn, metrics, nmetrics, BDB_RES_1M, 0, 0, lo, hi, f);
+        pthread_rwlock_unlock(&t->lock);
     }
+    for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++)
+        if (f[m].n)
+            rc = merge_where_free(&out[m], &f[m], db->o.block_window_ms, &out[m]);
     for (size_t m = 0; m < nmetrics; m++)
         bdb_rollup_free(&f[m]);
     free(f);
@@ -969,9 +975,30 @@ static int read_derived_1m(bdb_db *db, tstate *t, const char *tn, const char *dn
  * removed those, so the two never hold the same hours), plus, where no 1h file of the
  * tenant covers a 30-day span, the days of 1d files older versions' flushes wrote.
  * Stored beside the hours, the days of a fleet's first day cost as many bytes. */
+static int read_derived_1d_once(bdb_db *db, tstate *t, const char *tn, const char *dn,
+                                const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
+                                bdb_rollup *out);
+
+/* Kept days and the 1h files they replace change places in one locked step, but the
+ * days and the hours are read in two: a read that saw that step happen (the tier's
+ * generation moved) is done again, so it never counts an hour twice or not at all. */
 static int read_derived_1d(bdb_db *db, tstate *t, const char *tn, const char *dn,
                            const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
                            bdb_rollup *out)
+{
+    for (;;) {
+        uint64_t g = atomic_load(&t->gen);
+        for (size_t m = 0; m < nmetrics; m++)
+            bdb_rollup_reset(&out[m]);
+        int rc = read_derived_1d_once(db, t, tn, dn, metrics, nmetrics, lo, hi, out);
+        if (rc != BDB_OK || atomic_load(&t->gen) == g)
+            return rc; /* a retention pass is rare and short: this ends */
+    }
+}
+
+static int read_derived_1d_once(bdb_db *db, tstate *t, const char *tn, const char *dn,
+                                const char *const *metrics, size_t nmetrics, int64_t lo, int64_t hi,
+                                bdb_rollup *out)
 {
     int64_t from = retention_from(db, tn, BDB_RES_1D);
     if (lo < from)

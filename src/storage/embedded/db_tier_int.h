@@ -152,7 +152,8 @@ typedef struct tstate {
     bdb_tier_retention_fn ret_cb;
     void *ret_ctx;
     _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
-    int sink_synced; /* sink: reads may use the sink (db_agg_sink.h); under lock */
+    _Atomic uint64_t gen; /* bumped where kept days take the place of 1h files */
+    int sink_synced;      /* sink: reads may use the sink (db_agg_sink.h); under lock */
 } tstate;
 
 /* db_tier.c, for db_tier_maint.c: the state, loaded on first use (NULL: out of

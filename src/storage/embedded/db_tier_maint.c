@@ -263,6 +263,8 @@ static void retention(tstate *t)
     t->n = k;
     for (size_t j = 0; publish && j < kp.n; j++)
         tier_files_add(t, kp.v[j]); /* cannot fail: room made above */
+    if (publish && kp.n)
+        atomic_fetch_add(&t->gen, 1); /* derived 1d reads in flight start again */
     pthread_rwlock_unlock(&t->lock);
     if (publish) {
         atomic_fetch_add(&t->written, kp.n);

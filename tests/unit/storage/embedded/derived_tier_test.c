@@ -10,7 +10,9 @@
  *    next window's minutes are kept and answer;
  *  - kept days and their 1h files both on disk (a crash before the unlink): the 1h
  *    files are superseded at open, each day counted once;
- *  - 32 tenants' days kept in one pass (the file list grows while it is walked). */
+ *  - 32 tenants' days kept in one pass (the file list grows while it is walked);
+ *  - readers of the 1m and 1d tiers while maintenance keeps minutes and days and
+ *    drops their raw data and 1h files: every read counts every sample once. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +30,8 @@
 #include "storage/embedded/db.h"
 #include "storage/embedded/db_tier.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +274,75 @@ static void test_many_tenants_in_one_pass(void **st)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+static struct {
+    bdb_db *db;
+    atomic_int stop, first; /* first: the finest tier read, 1m or 1d (1m past its retention) */
+    _Atomic uint64_t reads, bad;
+} race;
+
+static void *race_reader(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&race.stop)) {
+        for (int res = atomic_load(&race.first); res <= BDB_RES_1D; res += 2) {
+            int rc;
+            uint64_t n = count_rc(race.db, (enum bdb_res)res, T0, T0 + DAY, &rc);
+            if (rc != BDB_OK || n != 1440)
+                atomic_fetch_add(&race.bad, 1);
+            atomic_fetch_add(&race.reads, 1);
+        }
+    }
+    return NULL;
+}
+
+static void test_reads_while_kept_and_dropped(void **st)
+{
+    (void)st;
+    for (int round = 0; round < 20; round++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/r%d", tmpdir, round);
+        fake_now = T0 + DAY;
+        ttl = DAY;
+        bdb_db_opts o;
+        eu_opts(&o, dir, eu_clock, &fake_now);
+        o.tenant_retention = ttl_fn;
+        bdb_db *db = eu_open(&o);
+        bdb_db_tier_set_retention_hook(db, ret_fn, NULL);
+        for (int i = 0; i < 1440; i++)
+            put(db, T0 + i * MIN, i);
+        assert_int_equal(bdb_db_flush(db), BDB_OK);
+        race.db = db;
+        /* phase 1: day 0's raw data past its retention: minutes kept, blocks dropped;
+         * phase 2: its 1h file past the 1h tier's: days kept, 1h file dropped (the 1m
+         * tier, past its own 90 days by then, answers nothing and is not read) */
+        for (int phase = 0; phase < 2; phase++) {
+            atomic_store(&race.stop, 0);
+            atomic_store(&race.first, phase ? BDB_RES_1D : BDB_RES_1M);
+            fake_now = phase ? T0 + 400 * DAY : T0 + 2 * DAY + HOUR;
+            pthread_t th[2];
+            for (int k = 0; k < 2; k++)
+                assert_int_equal(pthread_create(&th[k], NULL, race_reader, NULL), 0);
+            assert_int_equal(bdb_db_maintain(db), BDB_OK);
+            atomic_store(&race.stop, 1);
+            for (int k = 0; k < 2; k++)
+                pthread_join(th[k], NULL);
+        }
+        bdb_tier_stats ts;
+        bdb_db_tier_get_stats(db, &ts);
+        bdb_db_stats ds;
+        bdb_db_get_stats(db, &ds);
+        assert_int_equal(ds.blocks, 0);
+        assert_int_equal(ts.files[1], 0); /* every finer level went */
+        assert_int_equal(count(db, BDB_RES_1D, T0, T0 + DAY), 1440);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+    }
+    printf("derived tier race figures: reads %llu, wrong %llu\n",
+           (unsigned long long)atomic_load(&race.reads),
+           (unsigned long long)atomic_load(&race.bad));
+    assert_int_equal(atomic_load(&race.bad), 0);
+    assert_true(atomic_load(&race.reads) > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +352,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_damaged_block_stays_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_between_kept_days_and_unlink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_tenants_in_one_pass, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reads_while_kept_and_dropped, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
