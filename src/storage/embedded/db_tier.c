@@ -470,6 +470,14 @@ struct builders {
     size_t n;
 };
 
+static void builders_free(struct builders *bs)
+{
+    for (size_t i = 0; i < bs->n; i++)
+        tf_builder_free(&bs->v[i]);
+    free(bs->v);
+    free(bs->seq);
+}
+
 static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, const char *tn,
                              int64_t start, uint64_t sealed, unsigned flags)
 {
@@ -664,10 +672,7 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     }
     free(files);
     free(rd);
-    for (size_t i = 0; i < bs.n; i++)
-        tf_builder_free(&bs.v[i]);
-    free(bs.v);
-    free(bs.seq);
+    builders_free(&bs);
     return rc;
 }
 
@@ -795,21 +800,30 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
     tfile **files = NULL;
     if (rc == BDB_OK && bs.n)
         rc = tier_write_files(t, bs.v, bs.seq, bs.n, &files);
+    size_t added = 0;
     if (rc == BDB_OK && bs.n) {
         pthread_rwlock_wrlock(&t->lock);
-        for (size_t i = 0; i < bs.n; i++)
-            tier_files_add(t, files[i]);
+        while (added < bs.n && tier_files_add(t, files[added]) == BDB_OK)
+            added++;
         pthread_rwlock_unlock(&t->lock);
-        atomic_fetch_add(&t->written, bs.n);
+        atomic_fetch_add(&t->written, added);
+        /* a file not listed would hide its minutes once the blocks go: unlinked, and the
+         * error keeps the blocks (a listed one is harmless: raw wins where it still is) */
+        for (size_t i = added; i < bs.n; i++) {
+            bdb_vfs_unlink(db->vfs, files[i]->path);
+            tf_free(files[i]);
+            free(files[i]);
+        }
+        if (added < bs.n)
+            rc = BDB_ERR_NOMEM;
+    }
+    if (rc == BDB_OK && bs.n) {
         BDB_INFO("tier 1m: the minutes of %s in [%lld, %lld) kept in %zu file(s) before their raw "
                  "data goes",
                  tn, (long long)ws, (long long)we, bs.n);
     }
     free(files);
-    for (size_t i = 0; i < bs.n; i++)
-        tf_builder_free(&bs.v[i]);
-    free(bs.v);
-    free(bs.seq);
+    builders_free(&bs);
     return rc;
 }
 
