@@ -120,6 +120,17 @@ static bdb_db *open_with(bdb_db_opts *o)
     return db;
 }
 
+/* Day 400 (day 0's 1h file past the 1h tier's 365 days; raw data kept forever unless
+ * ttl says otherwise), day 0 holding 100 minutes of t1/dev/temp in the head. */
+static bdb_db *open_day0_at_day400(bdb_db_opts *o)
+{
+    fake_now = T0 + 400 * DAY;
+    bdb_db *db = open_with(o);
+    for (int i = 0; i < 100; i++)
+        put(db, T0 + i * MIN, i);
+    return db;
+}
+
 static void test_raw_ttl_grows(void **st)
 {
     (void)st;
@@ -146,11 +157,8 @@ static void test_raw_ttl_grows(void **st)
 static void test_1h_retention_grows(void **st)
 {
     (void)st;
-    fake_now = T0 + 400 * DAY;
     bdb_db_opts o;
-    bdb_db *db = open_with(&o);
-    for (int i = 0; i < 100; i++)
-        put(db, T0 + i * MIN, i);
+    bdb_db *db = open_day0_at_day400(&o);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     assert_int_equal(bdb_db_maintain(db), BDB_OK); /* 1h past 365 days: days kept */
     bdb_tier_stats ts;
@@ -227,11 +235,8 @@ static void test_damaged_block_stays_alone(void **st)
 static void test_crash_between_kept_days_and_unlink(void **st)
 {
     (void)st;
-    fake_now = T0 + 400 * DAY;
     bdb_db_opts o;
-    bdb_db *db = open_with(&o);
-    for (int i = 0; i < 100; i++)
-        put(db, T0 + i * MIN, i);
+    bdb_db *db = open_day0_at_day400(&o);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     char hours[256], keep[256];
