@@ -1,9 +1,11 @@
 /* chunk: Gorilla-style XOR chunks and exact-decimal chunks. This file holds the XOR
- * appender and bdb_chunk_encode's choice of encoding; the exact-decimal encoders are in
- * chunk_decimal.c, decoding in chunk_iter.c, and what they share in chunk_int.h.
+ * encoder and bdb_chunk_encode's choice of encoding; the head's STREAM appender is in
+ * chunk_stream.c, the exact-decimal encoders in chunk_decimal.c, decoding in
+ * chunk_iter.c, and what they share in chunk_int.h.
  *
  * Layout (all bit streams are MSB-first):
  *   XOR:     u8 enc, u16le count, bits: samples
+ *   STREAM:  u8 enc, u16le count, bits: samples (memory only, never in a file)
  *   PACKED:  u8 enc | flags, uvarint count, zigzag varint t0, zigzag varint m0; with two
  *            samples or more also uvarint tbase, zigzag varint vbase, zigzag varint
  *            d1 (deltas of deltas only), then bits: 6-bit tw, 6-bit vw, and for each
@@ -11,11 +13,16 @@
  *            i >= 2) a value code
  *   DECIMAL: u8 enc, u16le count, u8 exp, uvarint ts_bytes, ts_bytes of timestamp bits,
  *            then one zigzag varint per sample for the mantissa (read only)
- * XOR and DECIMAL timestamps: sample 0 as a zigzag varint written in 8-bit groups,
+ * XOR, STREAM and DECIMAL timestamps: sample 0 as a zigzag varint written in 8-bit groups,
  * sample 1 as an unsigned varint delta, later samples as a delta-of-delta in one of
  * six buckets (prefix 0, 10, 110, 1110, 11110, 11111 with 0, 7, 12, 20, 32, 64 bits).
  * XOR values: sample 0 raw 64 bits, then '0' (same value), '10' + bits inside the
  * previous window, or '11' + 5-bit leading zeros + 6-bit width (0 means 64) + bits.
+ * STREAM values: '0' (mantissa unchanged); '10', '110', '1110', '11110' with 7, 12,
+ * 20, 32 bits: the mantissa delta, two's complement; '111110' + 4-bit exponent e +
+ * bit varint of zigzag(m): a new chain, the value m / 10^e; '111111' + 64 bits: a raw
+ * value, the chain unchanged. Deltas need a chain; the value of a mantissa is
+ * m / 10^e at the chain's exponent.
  * DECIMAL values: mantissa m0, then m1 - m0, then deltas of deltas.
  * PACKED flags: bits 0-3 exponent e, bit 4 deltas of deltas, bits 5-6 timestamp unit
  * (10^0..10^3 ms; timestamps, t0 and tbase are in that unit). A code of width w > 0
@@ -78,65 +85,6 @@ static inline void xor_put(bdb_chunk_app *a, uint8_t *s, int64_t ts, uint64_t bi
         put_value(a, s, bits);
     }
     a->count++;
-}
-
-/* ---- appender ---- */
-
-void bdb_chunk_app_init(bdb_chunk_app *a)
-{
-    memset(a, 0, sizeof(*a));
-    a->lead = NO_WINDOW;
-}
-
-void bdb_chunk_app_free(bdb_chunk_app *a)
-{
-    free(a->buf);
-    bdb_chunk_app_init(a);
-}
-
-static int app_grow(bdb_chunk_app *a, size_t need)
-{
-    size_t cap = a->cap ? a->cap : 32;
-    while (cap < need)
-        cap *= 2;
-    uint8_t *p = bdb_realloc(a->buf, cap);
-    if (!p)
-        return BDB_ERR_NOMEM; /* the chunk is as it was */
-    memset(p + a->cap, 0, cap - a->cap);
-    a->buf = p;
-    a->cap = (uint32_t)cap;
-    return BDB_OK;
-}
-
-int bdb_chunk_app_reserve(bdb_chunk_app *a, uint32_t n)
-{
-    size_t need = HDR_XOR + ((a->nbits + (uint64_t)n * MAX_SAMPLE_BITS) >> 3) + SLACK;
-    return need > a->cap ? app_grow(a, need) : BDB_OK;
-}
-
-int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
-{
-    if (a->count == BDB_CHUNK_MAX_SAMPLES)
-        return BDB_ERR_LIMIT;
-    if (a->count > 0 && ts <= a->t_last)
-        return BDB_ERR_INVALID;
-    size_t need = HDR_XOR + ((a->nbits + MAX_SAMPLE_BITS) >> 3) + SLACK;
-    if (need > a->cap && app_grow(a, need) != BDB_OK)
-        return BDB_ERR_NOMEM;
-    xor_put(a, a->buf + HDR_XOR, ts, dbl_bits(v));
-    write_hdr(a->buf, BDB_CHUNK_XOR, a->count);
-    return BDB_OK;
-}
-
-const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len)
-{
-    static const uint8_t empty[HDR_XOR] = {BDB_CHUNK_XOR, 0, 0};
-    if (!a->buf) {
-        *len = sizeof(empty);
-        return empty;
-    }
-    *len = HDR_XOR + ((a->nbits + 7) >> 3);
-    return a->buf;
 }
 
 /* ---- batch encoder ---- */

@@ -1,9 +1,13 @@
 /* chunk: compressed (timestamp, value) sequences for one series.
  *
- * Three encodings, told apart by the chunk's first byte:
+ * Four encodings, told apart by the chunk's first byte:
  *  - XOR (Gorilla, Pelkonen et al. 2015): delta-of-delta timestamps in variable-width
  *    bit buckets, values XORed with the previous value with leading/trailing-zero
- *    windows. The head appends to it sample by sample.
+ *    windows.
+ *  - STREAM: the head's encoding, appended to sample by sample (chunk_stream.c): XOR's
+ *    timestamps, values as deltas of decimal mantissas at the chunk's current exponent,
+ *    with a restart at a larger exponent and a raw escape for values that are no exact
+ *    decimal. Only in memory: bdb_chunk_encode never writes it, readers accept it.
  *  - PACKED (first byte 0x80..0xff, which also carries the chunk's parameters): when
  *    every value of a chunk is an exact decimal m * 10^-e (|m| < 2^53, 0 <= e <= 15),
  *    the mantissas are stored as deltas (or deltas of deltas, whichever is smaller) and
@@ -25,7 +29,12 @@
 /* Values of a chunk's first byte. A PACKED chunk's byte is BDB_CHUNK_PACKED | flags:
  * bits 0-3 the decimal exponent, bit 4 BDB_CHUNK_PACKED_DOD, bits 5-6 the timestamp
  * unit (1, 10, 100 or 1000 ms). */
-enum bdb_chunk_encoding { BDB_CHUNK_XOR = 1, BDB_CHUNK_DECIMAL = 2, BDB_CHUNK_PACKED = 0x80 };
+enum bdb_chunk_encoding {
+    BDB_CHUNK_XOR = 1,
+    BDB_CHUNK_DECIMAL = 2,
+    BDB_CHUNK_STREAM = 3,
+    BDB_CHUNK_PACKED = 0x80
+};
 #define BDB_CHUNK_PACKED_DOD 0x10
 
 /* The encoding of a chunk from its first byte (flags of PACKED stripped). */
@@ -34,17 +43,21 @@ static inline int bdb_chunk_kind(uint8_t first)
     return first & BDB_CHUNK_PACKED ? BDB_CHUNK_PACKED : first;
 }
 
-/* Appender for an XOR chunk, kept small because the head holds one per live series.
- * Fields are private. */
+/* Appender for a STREAM chunk, kept small because the head holds one per live series.
+ * Fields are private (the XOR encoder of chunk.c uses the same struct). */
 typedef struct bdb_chunk_app {
-    uint8_t *buf;   /* encoded bytes; buf[0] = BDB_CHUNK_XOR, then count (u16le); NULL if empty */
-    uint32_t cap;   /* bytes allocated */
+    uint8_t *buf; /* encoded bytes; buf[0] = BDB_CHUNK_STREAM, then count (u16le); NULL if empty */
+    uint32_t cap; /* bytes allocated */
     uint32_t nbits; /* bits used after the header */
     uint16_t count;
-    uint8_t lead, trail; /* current XOR window; lead == 0xff before the first window */
+    uint8_t lead, trail; /* XOR: current window; lead == 0xff before the first window */
+    uint8_t exp;         /* STREAM: exponent of the mantissa chain, 0xff before one */
+    uint8_t miss;        /* STREAM: raw values in a row, up to a small limit */
+    uint8_t zeros, run;  /* STREAM: decimals the chain's values have not needed so far,
+                          * and how many values said so */
     int64_t t_last;
     uint64_t t_delta; /* last timestamp delta (ms) */
-    uint64_t v_last;  /* bit pattern of the last value */
+    uint64_t v_last;  /* XOR: bit pattern of the last value; STREAM: last mantissa */
 } bdb_chunk_app;
 
 #define BDB_CHUNK_MAX_SAMPLES 65535
@@ -58,6 +71,9 @@ int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v);
 /* Grows the buffer so that n more appends cannot fail for lack of memory:
  * BDB_OK or BDB_ERR_NOMEM (the chunk unchanged). */
 int bdb_chunk_app_reserve(bdb_chunk_app *a, uint32_t n);
+/* Gives back the room kept for appends (a chunk that stops growing); later appends
+ * still work and grow it again. */
+void bdb_chunk_app_trim(bdb_chunk_app *a);
 /* The encoded chunk so far (valid until the next append). */
 const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len);
 
@@ -91,10 +107,12 @@ typedef struct bdb_chunk_iter {
     uint16_t count, i;
     uint8_t enc, lead, trail, exp;
     uint8_t tw, vw, dod; /* PACKED: code widths of timestamps and values; deltas of deltas */
+    uint8_t raw;         /* STREAM: the current sample is rawbits, not a mantissa */
     int err;
     int64_t t;             /* PACKED: in units of t_unit */
     uint64_t t_delta;      /* PACKED: base of the timestamp deltas */
-    uint64_t v;            /* XOR: bits of the last value; DECIMAL, PACKED: last mantissa */
+    uint64_t v;            /* XOR: bits of the last value; the others: last mantissa */
+    uint64_t rawbits;      /* STREAM: bits of the last raw value */
     uint64_t m_delta;      /* DECIMAL, PACKED: last mantissa delta */
     uint64_t v_base;       /* PACKED: base of the value codes */
     int64_t t_unit, t_max; /* PACKED: ms per timestamp unit, largest timestamp in units */

@@ -7,36 +7,8 @@
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Rounds to nearest without a libm call: adding 2^52 leaves no fraction bits, and a
- * double of magnitude >= 2^52 is already an integer. */
-static inline double round_near(double x)
-{
-    if (fabs(x) >= 0x1p52)
-        return x;
-    const double magic = x < 0 ? -0x1p52 : 0x1p52;
-    return (x + magic) - magic;
-}
-
-/* Mantissa of v at exponent e if (double)m / 10^e reproduces v bit for bit, which is
- * exactly what the iterator computes. This rejects -0.0, NaN, infinities, subnormals
- * and anything too large or too fine. */
-static inline int decimal_at(double v, unsigned e, int64_t *m)
-{
-    double x = v * pow10_tab[e];
-    if (!(fabs(x) < 0x1p53))
-        return 0;
-    int64_t mi = (int64_t)round_near(x);
-    if (mi >= (int64_t)MANT_LIMIT || mi <= -(int64_t)MANT_LIMIT)
-        return 0;
-    if (dbl_bits((double)mi / pow10_tab[e]) != dbl_bits(v))
-        return 0;
-    *m = mi;
-    return 1;
-}
 
 /* The smallest exponent at which every value is an exact decimal, or -1. A value exact
  * at e stays exact at a larger exponent unless its mantissa outgrows 2^53, which the

@@ -10,6 +10,7 @@
 
 #include "common/buf.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -23,6 +24,12 @@
 /* Worst case bits of one timestamp after the first two. */
 #define MAX_DOD_BITS 69
 #define NO_WINDOW 0xff
+/* STREAM: no mantissa chain yet (only raw values so far, or none) */
+#define NO_EXP 0xff
+/* STREAM value prefixes past the four delta buckets: '111110' + 4-bit exponent +
+ * mantissa (bit varint), '111111' + 64 raw bits. */
+#define STREAM_RESTART 0x3eu
+#define STREAM_RAW 0x3fu
 #define MANT_LIMIT (1ull << 53)
 
 static const double pow10_tab[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
@@ -68,6 +75,33 @@ static inline uint64_t zigzag(int64_t v)
 static inline uint64_t unzigzag(uint64_t u)
 {
     return (u >> 1) ^ (0 - (u & 1));
+}
+
+/* Rounds to nearest without a libm call: adding 2^52 leaves no fraction bits, and a
+ * double of magnitude >= 2^52 is already an integer. */
+static inline double round_near(double x)
+{
+    if (fabs(x) >= 0x1p52)
+        return x;
+    const double magic = x < 0 ? -0x1p52 : 0x1p52;
+    return (x + magic) - magic;
+}
+
+/* Mantissa of v at exponent e if (double)m / 10^e reproduces v bit for bit, which is
+ * exactly what the iterator computes. This rejects -0.0, NaN, infinities, subnormals
+ * and anything too large or too fine. */
+static inline int decimal_at(double v, unsigned e, int64_t *m)
+{
+    double x = v * pow10_tab[e];
+    if (!(fabs(x) < 0x1p53))
+        return 0;
+    int64_t mi = (int64_t)round_near(x);
+    if (mi >= (int64_t)MANT_LIMIT || mi <= -(int64_t)MANT_LIMIT)
+        return 0;
+    if (dbl_bits((double)mi / pow10_tab[e]) != dbl_bits(v))
+        return 0;
+    *m = mi;
+    return 1;
 }
 
 /* ---- bit writer: OR-ing into zeroed memory lets one unaligned store place any run of

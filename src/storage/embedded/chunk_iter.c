@@ -1,4 +1,4 @@
-/* chunk_iter: decoding chunks of every encoding (XOR, PACKED, DECIMAL; layout in
+/* chunk_iter: decoding chunks of every encoding (XOR, STREAM, PACKED, DECIMAL; layout in
  * chunk.c). Every read is bounded by the chunk's length: damaged bytes end the
  * iteration with BDB_ERR_CORRUPT, never a read outside them. */
 #include "storage/embedded/chunk_int.h"
@@ -126,6 +126,45 @@ static int get_xor_value(bdb_chunk_iter *it)
         it->pos += 13;
     }
     it->v ^= get_bits(it, sig) << it->trail;
+    return 0;
+}
+
+/* A STREAM value: a mantissa delta, a restart or a raw value (it->raw says which
+ * the sample is). Deltas need a chain, which only a restart begins. */
+static int get_stream_value(bdb_chunk_iter *it)
+{
+    static const uint8_t width[5] = {0, 7, 12, 20, 32};
+    uint64_t w = peek(it);
+    unsigned ones = (unsigned)__builtin_clzll(~w | 1ull << 57);
+    it->raw = 0;
+    if (ones == 6) {
+        it->pos += 6;
+        it->rawbits = get_bits(it, 64);
+        it->raw = 1;
+        return 0;
+    }
+    if (ones == 5) {
+        it->pos += 6;
+        uint64_t z;
+        it->exp = (uint8_t)get_bits(it, 4);
+        if (get_bit_uvarint(it, &z) < 0)
+            return -1;
+        it->v = unzigzag(z);
+        it->lead = 0; /* a chain */
+    } else {
+        if (it->lead == NO_WINDOW)
+            return -1;
+        unsigned n = width[ones];
+        uint64_t d = 0;
+        if (n) {
+            uint64_t sign = 1ull << (n - 1);
+            d = ((w << (ones + 1) >> (64 - n)) ^ sign) - sign;
+        }
+        it->pos += ones + 1 + n;
+        it->v += d; /* unsigned: corrupt input may overflow, the range check catches it */
+    }
+    if (it->v + (MANT_LIMIT - 1) >= 2 * MANT_LIMIT - 1)
+        return -1;
     return 0;
 }
 
@@ -271,7 +310,8 @@ int bdb_chunk_iter_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
     if (len < HDR_XOR)
         return BDB_ERR_CORRUPT;
     int kind = bdb_chunk_kind(p[0]);
-    if (kind != BDB_CHUNK_XOR && kind != BDB_CHUNK_DECIMAL && kind != BDB_CHUNK_PACKED)
+    if (kind != BDB_CHUNK_XOR && kind != BDB_CHUNK_STREAM && kind != BDB_CHUNK_DECIMAL &&
+        kind != BDB_CHUNK_PACKED)
         return BDB_ERR_CORRUPT;
     it->enc = (uint8_t)kind;
     if (len > MAX_STREAM_BYTES)
@@ -279,7 +319,7 @@ int bdb_chunk_iter_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
     if (kind == BDB_CHUNK_PACKED) {
         if (packed_init(it, p, len) < 0)
             return BDB_ERR_CORRUPT;
-    } else if (kind == BDB_CHUNK_XOR) {
+    } else if (kind == BDB_CHUNK_XOR || kind == BDB_CHUNK_STREAM) {
         it->count = (uint16_t)(p[1] | p[2] << 8);
         it->bits = p + HDR_XOR;
         it->nbytes = (uint32_t)(len - HDR_XOR);
@@ -321,7 +361,9 @@ int bdb_chunk_iter_next(bdb_chunk_iter *it, int64_t *ts, double *v)
     } else {
         rc = get_ts(it);
         if (rc == 0)
-            rc = it->enc == BDB_CHUNK_XOR ? get_xor_value(it) : get_decimal_value(it);
+            rc = it->enc == BDB_CHUNK_XOR      ? get_xor_value(it)
+                 : it->enc == BDB_CHUNK_STREAM ? get_stream_value(it)
+                                               : get_decimal_value(it);
     }
     if (rc < 0 || it->pos > (uint64_t)it->nbytes * 8) {
         it->err = BDB_ERR_CORRUPT;
@@ -334,6 +376,8 @@ int bdb_chunk_iter_next(bdb_chunk_iter *it, int64_t *ts, double *v)
         *ts = it->t;
         if (it->enc == BDB_CHUNK_XOR)
             *v = bits_dbl(it->v);
+        else if (it->raw)
+            *v = bits_dbl(it->rawbits);
         else
             *v = (double)(int64_t)it->v / pow10_tab[it->exp];
     }
@@ -347,6 +391,7 @@ uint16_t bdb_chunk_count(const uint8_t *p, size_t len)
         return 0;
     switch (bdb_chunk_kind(p[0])) {
     case BDB_CHUNK_XOR:
+    case BDB_CHUNK_STREAM:
         break;
     case BDB_CHUNK_DECIMAL:
         if (len < HDR_DEC || p[3] > 15)

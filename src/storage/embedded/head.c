@@ -26,6 +26,14 @@ static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_star
     return c;
 }
 
+/* Gives back a chunk's append room (its buffer grows by doubling). */
+static void chunk_trim(bdb_db *db, hchunk *c)
+{
+    uint32_t before = c->app.cap;
+    bdb_chunk_app_trim(&c->app);
+    atomic_fetch_sub(&db->head_bytes, before - c->app.cap);
+}
+
 /* A new chunk for [lo, hi) linked in front of `next` (after `prev`, or at the head). */
 static hchunk *chunk_insert(bdb_db *db, series *s, hchunk *prev, hchunk *next, int64_t lo,
                             int64_t hi, int64_t bucket_start)
@@ -34,10 +42,15 @@ static hchunk *chunk_insert(bdb_db *db, series *s, hchunk *prev, hchunk *next, i
     if (!n)
         return NULL;
     n->next = next;
-    if (prev)
+    if (prev) {
         prev->next = n;
-    else
+    } else {
         s->active = n;
+        /* The newest chunk so far is done growing (a new range or a full chunk): reports
+         * move forward in time, and the head holds every chunk until the flush. */
+        if (next)
+            chunk_trim(db, next);
+    }
     return n;
 }
 
@@ -54,11 +67,56 @@ void head_free_chunks(bdb_db *db, hchunk *c)
     }
 }
 
-/* Room for n more side-list samples: BDB_OK or BDB_ERR_NOMEM (the list unchanged). */
+/* Side lists longer than this are merged into the chunk's stream instead of growing:
+ * a side-list sample costs 16 bytes, a STREAM sample about 1.3. */
+#define OOO_MERGE_MIN 8
+
+/* Re-encodes the chunk with its side list merged in (the later write of a time wins),
+ * with room for n more samples in the stream and none in the list. BDB_ERR_NOMEM or
+ * BDB_ERR_LIMIT (too many samples for one chunk) leave the chunk as it was. */
+static int ooo_merge(bdb_db *db, hchunk *c, uint32_t n)
+{
+    int64_t *ts = NULL;
+    double *v = NULL;
+    size_t ns = 0, cap = 0;
+    int rc = head_chunk_samples(c, INT64_MIN, INT64_MAX, &ts, &v, &ns, &cap);
+    if (rc == BDB_OK && ns + n > BDB_CHUNK_MAX_SAMPLES)
+        rc = BDB_ERR_LIMIT;
+    bdb_chunk_app app;
+    bdb_chunk_app_init(&app);
+    for (size_t i = 0; i < ns && rc == BDB_OK; i++)
+        rc = bdb_chunk_app_append(&app, ts[i], v[i]);
+    if (rc == BDB_OK)
+        rc = bdb_chunk_app_reserve(&app, n);
+    free(ts);
+    free(v);
+    if (rc != BDB_OK) {
+        bdb_chunk_app_free(&app);
+        return rc;
+    }
+    uint64_t before = c->app.cap + (uint64_t)c->cap_ooo * sizeof *c->ooo;
+    uint64_t dropped = (uint64_t)c->app.count + c->nooo - ns; /* rewritten times */
+    bdb_chunk_app_free(&c->app);
+    free(c->ooo);
+    c->app = app;
+    c->ooo = NULL;
+    c->nooo = c->cap_ooo = 0;
+    if (c->app.cap > before)
+        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    else
+        atomic_fetch_sub(&db->head_bytes, before - c->app.cap);
+    atomic_fetch_sub(&db->head_samples, dropped);
+    return BDB_OK;
+}
+
+/* Room for n more side-list samples: BDB_OK or BDB_ERR_NOMEM (the list unchanged). A
+ * long list is merged into the stream first when that works. */
 static int ooo_room(bdb_db *db, hchunk *c, uint32_t n)
 {
     if (c->cap_ooo - c->nooo >= n)
         return BDB_OK;
+    if (c->nooo >= OOO_MERGE_MIN)
+        (void)ooo_merge(db, c, n); /* if it fails, the list grows as it would have */
     uint32_t cap = c->cap_ooo ? c->cap_ooo * 2 : 4;
     while (cap - c->nooo < n)
         cap *= 2;
@@ -166,23 +224,22 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v)
         if (!c)
             return BDB_ERR_NOMEM;
     }
-    uint32_t before = c->app.cap;
     if (c->app.count == 0 || ts > c->app.t_last) {
         if (c->app.count >= db->o.chunk_max_samples) {
             /* Full: start a continuation chunk for the same range in front of it. */
             c = chunk_insert(db, s, prev, c, lo, hi, pid);
             if (!c)
                 return BDB_ERR_NOMEM;
-            before = c->app.cap;
         }
+        uint32_t before = c->app.cap;
         int rc = bdb_chunk_app_append(&c->app, ts, v);
         if (rc != BDB_OK)
             return rc;
-    } else if (ooo_add(db, c, ts, v) != BDB_OK) {
+        if (c->app.cap != before)
+            atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    } else if (ooo_add(db, c, ts, v) != BDB_OK) { /* accounts for what it allocates */
         return BDB_ERR_NOMEM;
     }
-    if (c->app.cap != before)
-        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
     return BDB_OK;
 }
 

@@ -208,9 +208,12 @@ static void test_devices_ok(void **state)
     assert_false(bdb_quota_devices_ok(0, UINT64_MAX, 5)); /* no overflow */
 }
 
+/* One reading, each at a new time: rewrites of one time are one stored sample, and the
+ * head may collapse them before the flush. */
 static void add(bdb_batch *b, const char *dev)
 {
-    bdb_batch_begin(b, dev, strlen(dev), 1705327200000, 0);
+    static int64_t n;
+    bdb_batch_begin(b, dev, strlen(dev), 1705327200000 + 1000 * n++, 0);
     bdb_batch_metric(b, "v", 1, 1.0);
     assert_int_equal(bdb_batch_end(b), 1);
 }

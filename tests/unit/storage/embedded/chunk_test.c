@@ -68,6 +68,22 @@ static void check_decodes(const uint8_t *p, size_t len, const int64_t *ts, const
     assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), 0);
 }
 
+/* Appends every sample to a fresh appender; checks the STREAM chunk decodes exactly
+ * and returns its length. */
+static size_t appended_len(const int64_t *ts, const double *vals, size_t n)
+{
+    bdb_chunk_app a;
+    bdb_chunk_app_init(&a);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(bdb_chunk_app_append(&a, ts[i], vals[i]), BDB_OK);
+    size_t len;
+    const uint8_t *p = bdb_chunk_app_bytes(&a, &len);
+    assert_int_equal(p[0], BDB_CHUNK_STREAM);
+    check_decodes(p, len, ts, vals, n);
+    bdb_chunk_app_free(&a);
+    return len;
+}
+
 static int kind_of(const uint8_t *p)
 {
     return bdb_chunk_kind(p[0]);
@@ -106,8 +122,8 @@ static size_t form_len(const int64_t *ts, const double *vals, size_t n, int form
 
 /* Round trip through the appender, bdb_chunk_encode and every form; checks that the
  * encoder picked the smallest of XOR, DELTA and DOD. Returns the encoding the encoder
- * chose (bdb_chunk_kind) and, if asked, the appender's and the encoder's sizes. */
-static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *app_len,
+ * chose (bdb_chunk_kind) and, if asked, the XOR form's and the encoder's sizes. */
+static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *xor_len,
                      size_t *enc_len)
 {
     bdb_chunk_app a;
@@ -116,7 +132,8 @@ static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *ap
         assert_int_equal(bdb_chunk_app_append(&a, ts[i], vals[i]), BDB_OK);
     size_t alen;
     const uint8_t *ap = bdb_chunk_app_bytes(&a, &alen);
-    assert_int_equal(ap[0], BDB_CHUNK_XOR);
+    assert_int_equal(ap[0], BDB_CHUNK_STREAM);
+    assert_int_equal(bdb_chunk_count(ap, alen), n);
     check_decodes(ap, alen, ts, vals, n);
 
     /* A prefix in out must survive: encode appends. */
@@ -129,21 +146,17 @@ static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *ap
     const uint8_t *ep = out.data + 3;
     int enc = kind_of(ep);
     check_decodes(ep, elen, ts, vals, n);
-    /* The encoder never does worse than the appender, and its XOR is the same bytes. */
-    assert_true(elen <= alen);
-    if (enc == BDB_CHUNK_XOR) {
-        assert_int_equal(elen, alen);
-        assert_memory_equal(ep, ap, alen);
-    } else {
-        assert_int_equal(enc, BDB_CHUNK_PACKED);
-    }
+    /* The encoder writes XOR or PACKED, never the head's STREAM. */
+    assert_true(enc == BDB_CHUNK_XOR || enc == BDB_CHUNK_PACKED);
 
     bdb_buf f;
     bdb_buf_init(&f);
     assert_int_equal(form_len(ts, vals, n, BDB_CHUNK_FORM_AUTO, &f), elen);
     assert_memory_equal(f.data, ep, elen);
-    assert_int_equal(form_len(ts, vals, n, BDB_CHUNK_FORM_XOR, &f), alen);
-    assert_memory_equal(f.data, ap, alen);
+    size_t xlen = form_len(ts, vals, n, BDB_CHUNK_FORM_XOR, &f);
+    assert_int_equal(f.data[0], BDB_CHUNK_XOR);
+    if (enc == BDB_CHUNK_XOR)
+        assert_memory_equal(f.data, ep, elen);
     size_t dec = form_len(ts, vals, n, BDB_CHUNK_FORM_DECIMAL, &f);
     size_t delta = form_len(ts, vals, n, BDB_CHUNK_FORM_DELTA, &f);
     const int delta_first = f.len ? f.data[0] : 0;
@@ -152,7 +165,7 @@ static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *ap
     assert_true((dec == 0) == (delta == 0) && (delta == 0) == (dod == 0));
     if (delta == 0)
         assert_int_equal(enc, BDB_CHUNK_XOR);
-    size_t best = alen;
+    size_t best = xlen;
     if (delta && delta < best)
         best = delta;
     if (dod && dod < best)
@@ -168,8 +181,8 @@ static int roundtrip(const int64_t *ts, const double *vals, size_t n, size_t *ap
             assert_int_equal(ep[0], delta_first);
         }
     }
-    if (app_len)
-        *app_len = alen;
+    if (xor_len)
+        *xor_len = xlen;
     if (enc_len)
         *enc_len = elen;
     bdb_buf_free(&f);
@@ -291,11 +304,12 @@ static void test_equal_values(void **state)
         ts[i] = 1700000000000 + 15000 * (int64_t)i;
         vals[i] = 42.125;
     }
-    size_t alen, elen;
-    roundtrip(ts, vals, N, &alen, &elen);
+    size_t xlen, elen;
+    roundtrip(ts, vals, N, &xlen, &elen);
     /* One bit for the regular timestamp and one for the repeated value. */
-    assert_true(alen <= 3 + 6 + 8 + 3 + (N * 2 + 7) / 8);
-    assert_true(elen <= alen);
+    assert_true(xlen <= 3 + 6 + 8 + 3 + (N * 2 + 7) / 8);
+    assert_true(elen <= xlen);
+    assert_true(appended_len(ts, vals, N) <= 3 + 6 + 8 + 5 + (N * 2 + 7) / 8);
 
     /* Runs of equal values between changes of every kind. */
     rng_seed(3);
@@ -354,9 +368,11 @@ static void test_packed_smaller_for_sensors(void **state)
     static double vals[N];
     for (int d = 1; d <= 3; d++) {
         make_sensor(ts, vals, N, d, 100 + (uint64_t)d);
-        size_t alen, elen;
-        assert_int_equal(roundtrip(ts, vals, N, &alen, &elen), BDB_CHUNK_PACKED);
-        assert_true(elen < alen / 3);
+        size_t xlen, elen;
+        assert_int_equal(roundtrip(ts, vals, N, &xlen, &elen), BDB_CHUNK_PACKED);
+        assert_true(elen < xlen / 3);
+        /* The head's STREAM: 9 bits of timestamp jitter and 9 of value step a sample */
+        assert_true(appended_len(ts, vals, N) < 5 * (size_t)N / 2);
         /* 7 bits of timestamp jitter and 3 of value step a sample, far below XOR */
         assert_true(elen < 3 * (size_t)N / 2);
     }
@@ -517,6 +533,55 @@ static void test_appender_small(void **state)
     bdb_chunk_app_free(&a);
 }
 
+/* The head's STREAM chunks: exponents that grow, values that are no exact decimal,
+ * mantissa jumps beyond every delta bucket, long runs of raw values; each decodes to
+ * the same bits, and each costs what the layout says. */
+static void test_stream_appender(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    static int64_t ts[N];
+    static double vals[N];
+    for (size_t i = 0; i < N; i++)
+        ts[i] = 1700000000000 + 10000 * (int64_t)i;
+
+    /* More decimals as it goes (restarts at exponents 0, 1, 2, 3), then fewer (on the
+     * chain at 3). */
+    const double grow[] = {20, 21.5, 21.37, 21.375, 20, 21.5, 0, -7.125};
+    assert_int_equal(appended_len(ts, grow, 8), appended_len(ts, grow, 8));
+    /* 4 restarts of 10 bits + a varint byte or two, 4 deltas of at most 24 bits */
+    assert_true(appended_len(ts, grow, 8) <= 3 + 9 + 4 * 3 + 4 * 3);
+
+    /* No exact decimal: raw 64 bits each, and decimals after them start a chain. */
+    const double odd[] = {1.0 / 3,     NAN,        INFINITY, -INFINITY, -0.0, 1e300,
+                          DBL_MIN / 4, 0x1p53 + 2, 2.5,      1.0 / 7,   2.75, 3};
+    size_t nodd = sizeof(odd) / sizeof(odd[0]);
+    assert_true(appended_len(ts, odd, nodd) <= 3 + 9 + nodd * 9);
+
+    /* Mantissa jumps beyond 32 bits restart the chain at the same exponent. */
+    const double jump[] = {0, 1e15, -1e15, 1e15 + 1, 4503599627370495.0, -4503599627370495.0};
+    appended_len(ts, jump, 6);
+
+    /* Every delta bucket's edges. */
+    const double edges[] = {
+        0, -64, -1, 62, -2049, -1, 524286, -524289, 1.5e9, -6e8, 2147483647 - 6e8, 0, 1, 0};
+    appended_len(ts, edges, sizeof(edges) / sizeof(edges[0]));
+
+    /* A long run of random doubles (the search for an exponent backs off), then
+     * decimals again, then random again. */
+    rng_seed(77);
+    for (size_t i = 0; i < N; i++)
+        vals[i] = i >= 1500 && i < 2500 ? (double)(int64_t)(rng() % 100000) / 100
+                                        : from_bits(rng() & 0x7fefffffffffffffull);
+    size_t len = appended_len(ts, vals, N);
+    assert_true(len <= 3 + 9 + 3000 * 9 + 1000 * 3 + 200);
+
+    /* Any bits at all, NaN payloads included. */
+    for (size_t i = 0; i < N; i++)
+        vals[i] = from_bits(rng());
+    appended_len(ts, vals, N);
+}
+
 static void test_bad_headers(void **state)
 {
     (void)state;
@@ -532,7 +597,7 @@ static void test_bad_headers(void **state)
     assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), BDB_ERR_CORRUPT);
     assert_int_equal(bdb_chunk_iter_next(&it, &t, &v), BDB_ERR_CORRUPT);
 
-    const uint8_t unknown[][4] = {{0, 1, 0, 0}, {3, 1, 0, 0}, {0x7f, 1, 0, 0}};
+    const uint8_t unknown[][4] = {{0, 1, 0, 0}, {4, 1, 0, 0}, {0x7f, 1, 0, 0}};
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(bdb_chunk_iter_init(&it, unknown[i], 4), BDB_ERR_CORRUPT);
         assert_int_equal(bdb_chunk_count(unknown[i], 4), 0);
@@ -867,6 +932,10 @@ static void make_bench_series(int64_t *ts, double *vals, size_t n, int64_t phase
     }
 }
 
+/* Bytes per 100 samples of the head's STREAM chunks on the bench's walk: measured 125.9
+ * (XOR, which the head appended before, takes 6.53 bytes a sample here). */
+#define APPENDED_720 130
+
 static void test_telemetry_sizes(void **state)
 {
     (void)state;
@@ -884,6 +953,14 @@ static void test_telemetry_sizes(void **state)
     /* Measured 1.34 and 0.90 bytes a sample (the old DECIMAL chunks: 1.73 and 1.28). */
     assert_true(total30 <= SERIES * 30 * 140 / 100);
     assert_true(total720 <= SERIES * N * 93 / 100);
+    /* The head's STREAM chunks of the same series: APPENDED_720 bytes a sample. */
+    size_t head720 = 0;
+    rng_seed(2718);
+    for (int s = 0; s < SERIES; s++) {
+        make_bench_series(ts, vals, N, (s * 7919) % 10000);
+        head720 += appended_len(ts, vals, N);
+    }
+    assert_true(head720 <= SERIES * N * APPENDED_720 / 100);
 
     /* A counter: increments of 0..199 every 10 s, 8 bits each. */
     double c = 123456;
@@ -924,6 +1001,23 @@ static void test_format_bytes(void **state)
     assert_int_equal(bdb_chunk_encode(ts, xor_vals, 5, &b), BDB_OK);
     assert_int_equal(b.len, sizeof(old_xor));
     assert_memory_equal(b.data, old_xor, sizeof(old_xor));
+
+    /* STREAM, as chunk.c lays it out: ts 1000 (zigzag varint d0 0f), the value 1.5 as a
+     * chain at exponent 1 ('111110' 0001, varint 1e: zigzag 15), ts delta 1000
+     * (varint e8 07), the same mantissa ('0'). */
+    const int64_t sts[] = {1000, 2000};
+    const double svals[] = {1.5, 1.5};
+    const uint8_t stream[] = {0x03, 0x02, 0x00, 0xd0, 0x0f, 0xf8, 0x47, 0xba, 0x01, 0xc0};
+    bdb_chunk_app a;
+    bdb_chunk_app_init(&a);
+    assert_int_equal(bdb_chunk_app_append(&a, sts[0], svals[0]), BDB_OK);
+    assert_int_equal(bdb_chunk_app_append(&a, sts[1], svals[1]), BDB_OK);
+    size_t slen;
+    const uint8_t *sp = bdb_chunk_app_bytes(&a, &slen);
+    assert_int_equal(slen, sizeof(stream));
+    assert_memory_equal(sp, stream, sizeof(stream));
+    check_decodes(stream, sizeof(stream), sts, svals, 2);
+    bdb_chunk_app_free(&a);
 
     /* Unit 1000 ms, exponent 1; count 4, t0 1700000000 s, m0 237, tbase 10 s, vbase 0;
      * widths 0 and 3, then the codes of +1, -2, +3 (zigzag 2, 3, 6). */
@@ -1106,6 +1200,7 @@ int main(void)
         cmocka_unit_test(test_max_samples),
         cmocka_unit_test(test_non_increasing_rejected),
         cmocka_unit_test(test_appender_small),
+        cmocka_unit_test(test_stream_appender),
         cmocka_unit_test(test_bad_headers),
         cmocka_unit_test(test_corrupt_input),
         cmocka_unit_test(test_bad_packed),

@@ -540,6 +540,70 @@ static void test_ooo_and_duplicates(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* Many late and rewritten samples in one chunk: the head merges its side list into the
+ * chunk's stream as it grows (head.c), and every read, the flush and the block keep
+ * exactly the model: each time once, the last write of it. */
+static void test_ooo_merged_into_stream(void **state)
+{
+    (void)state;
+    enum { SLOTS = 360, WRITES = 1500 };
+    static double model[SLOTS];
+    static unsigned char have[SLOTS];
+    memset(have, 0, sizeof have);
+    bdb_db *db = open_dir(datadir);
+    rng_state = 42;
+    int newest = -1;
+    for (int w = 0; w < WRITES; w++) {
+        /* a step forward now and then, else a time at or before the newest */
+        int slot;
+        if (newest < 0 || (newest + 1 < SLOTS && rng() % 4 == 0))
+            slot = ++newest;
+        else
+            slot = (int)(rng() % (uint64_t)(newest + 1));
+        double v = (double)(int64_t)(rng() % 100000) / 100;
+        assert_int_equal(write1(db, "t", "d", T0 + slot * 10000, "m", v), BDB_OK);
+        model[slot] = v;
+        have[slot] = 1;
+        if (w % 250 == 249 || w == WRITES - 1) {
+            bdb_samples s;
+            assert_int_equal(read1(db, "t", "d", "m", T0, T0 + HOUR, &s, NULL), BDB_OK);
+            size_t k = 0;
+            for (int i = 0; i < SLOTS; i++) {
+                if (!have[i])
+                    continue;
+                if (k >= s.n || s.ts[k] != T0 + i * 10000 || s.v[k] != model[i])
+                    fail_msg("write %d slot %d: got %zu samples", w, i, s.n);
+                k++;
+            }
+            assert_int_equal(k, s.n);
+            bdb_samples_free(&s);
+        }
+    }
+    /* Without the merge the side list alone would hold ~1,100 samples of 16 bytes. */
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    assert_true(st.head_bytes < 4096);
+    size_t n = 0;
+    for (int i = 0; i < SLOTS; i++)
+        n += have[i];
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.head_bytes, 0);
+    assert_int_equal(st.head_samples, 0);
+    assert_int_equal(st.block_samples, n);
+    bdb_samples s;
+    assert_int_equal(read1(db, "t", "d", "m", T0, T0 + HOUR, &s, NULL), BDB_OK);
+    assert_int_equal(s.n, n);
+    for (size_t k = 0, i = 0; i < SLOTS; i++) {
+        if (have[i]) {
+            assert_true(s.ts[k] == T0 + (int64_t)i * 10000 && s.v[k] == model[i]);
+            k++;
+        }
+    }
+    bdb_samples_free(&s);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 static void test_chunk_max_samples(void **state)
 {
     (void)state;
@@ -1476,6 +1540,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_catalog_compressed_and_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_devices_and_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ooo_and_duplicates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ooo_merged_into_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunk_max_samples, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tags_and_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_device_bucket, setup, teardown),
