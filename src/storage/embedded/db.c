@@ -182,6 +182,7 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
  * current-state index entry, metric slots and state set (held until prep_free). */
 struct prep {
     device *d;
+    series **ser; /* the report's series, in the order of its metrics */
     bdb_kv *tags; /* new tags (copy), or NULL when unchanged */
     int set_tags;
     char *state; /* copy of the report's state, or NULL */
@@ -218,10 +219,16 @@ static size_t relearn_bound(const device *d)
 static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps, size_t nrep,
                          struct prep **out)
 {
-    struct prep *p = bdb_calloc(nrep, sizeof *p);
+    /* One allocation: the reports' entries, then the series of all their metrics, which
+     * the apply takes from here instead of looking each up again. */
+    size_t nser = 0;
+    for (size_t i = 0; i < nrep; i++)
+        nser += reps[i].nmetrics;
+    struct prep *p = bdb_calloc(1, nrep * sizeof *p + nser * sizeof(series *));
     *out = p;
     if (!p)
         return BDB_ERR_NOMEM;
+    series **ser = (series **)(p + nrep);
     /* samples of the batch per series so far (series.resv_*): the head room each series
      * needs. A concurrent batch writing the same series restarts its count; it then
      * reserves less, and its apply grows the chunk itself: what a concurrent writer took
@@ -234,6 +241,8 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         device *d = p[i].d = get_device(db, tn, tl, r->device, r->device_len);
         if (!d)
             return BDB_ERR_NOMEM;
+        p[i].ser = ser;
+        ser += r->nmetrics;
         int rc = BDB_OK;
         pthread_mutex_lock(dev_lock(db, d));
         if (r->ts_ms <= d->last_ts || r->ts_ms <= batch_max)
@@ -247,7 +256,7 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         if (rc == BDB_OK && r->state && !(p[i].state = bdb_strndup(r->state, r->state_len)))
             rc = BDB_ERR_NOMEM;
         for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
-            series *s = cat_series(db, d, r->metrics[k].name, r->metrics[k].nlen, 1);
+            series *s = p[i].ser[k] = cat_series(db, d, r->metrics[k].name, r->metrics[k].nlen, 1);
             if (!s) {
                 rc = BDB_ERR_NOMEM;
                 break;
@@ -258,8 +267,7 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             rc = head_reserve(db, s, r->ts_ms, s->resv_n);
         }
         if (rc == BDB_OK) /* state: the current-state index (db_latest.c) */
-            rc =
-                db_latest_reserve(db, d, r->state, r->state_len, r->metrics, r->nmetrics, &p[i].lr);
+            rc = db_latest_reserve(db, d, r->state, r->state_len, p[i].ser, r->nmetrics, &p[i].lr);
         pthread_mutex_unlock(dev_lock(db, d));
         if (rc != BDB_OK)
             return rc;
@@ -273,6 +281,8 @@ device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, siz
 }
 
 /* Applies one report to the head. Caller holds flush_lock shared (or is replaying).
+ * ser: the report's series from prepare_batch (pp set), or room for nm of them, which
+ * this fills (replay).
  * If the learner changed the device's class, the device is marked and *relearn set:
  * the bucket change is made after the whole batch (apply_relearn), because replay
  * applies the batch record before the history record and must place every sample of
@@ -280,7 +290,8 @@ device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, siz
 static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl,
                         int64_t ts, const bdb_kv *tags, uint32_t ntags, const char *state,
                         size_t slen, const char *const *names, const size_t *nlens,
-                        const double *vals, uint32_t nm, int *relearn, struct prep *pp)
+                        const double *vals, uint32_t nm, int *relearn, struct prep *pp,
+                        series **ser)
 {
     device *d = pp ? pp->d : get_device(db, tn, tl, dn, dl);
     if (!d)
@@ -319,14 +330,14 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
     }
     uint32_t i;
     for (i = 0; i < nm && rc == BDB_OK; i++) {
-        series *s = cat_series(db, d, names[i], nlens[i], 1);
+        series *s = pp ? ser[i] : (ser[i] = cat_series(db, d, names[i], nlens[i], 1));
         rc = s ? head_append(db, s, ts, vals[i]) : BDB_ERR_NOMEM;
     }
     atomic_fetch_add(&db->head_samples, rc == BDB_OK ? i : i - 1);
     if (rc == BDB_OK)
         db_hot_count(db, d, ts, nm, relearn); /* telemetry_by_tenant, promotion */
     if (rc == BDB_OK) /* state: latest event and state index (db_latest.c) */
-        rc = db_latest_apply(db, d, ts, state, slen, names, nlens, vals, nm);
+        rc = db_latest_apply(db, d, ts, state, slen, ser, vals, nm);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }
@@ -391,10 +402,11 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
     const char **rn = bdb_malloc(MAX_REPORT_METRICS * sizeof *rn);
     size_t *rl = bdb_malloc(MAX_REPORT_METRICS * sizeof *rl);
     double *rv = bdb_malloc(MAX_REPORT_METRICS * sizeof *rv);
+    series **rs = bdb_malloc(MAX_REPORT_METRICS * sizeof *rs);
     bdb_kv *tagv = NULL;
     uint64_t *tagset_off = NULL;
     int rc = BDB_ERR_CORRUPT;
-    if (!names || !nlens || !rn || !rl || !rv) {
+    if (!names || !nlens || !rn || !rl || !rv || !rs) {
         rc = BDB_ERR_NOMEM;
         goto out;
     }
@@ -461,7 +473,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         /* tagv is NULL when every tag set is empty: no pointer arithmetic on it then */
         const bdb_kv *tags = ntg ? tagv + tagset_off[tsi - 1] : NULL;
         int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv, (uint32_t)nm,
-                               relearn, NULL);
+                               relearn, NULL, rs);
         if (arc != BDB_OK) {
             rc = arc;
             goto out;
@@ -475,6 +487,7 @@ out:
     free(rn);
     free(rl);
     free(rv);
+    free(rs);
     free(tagv);
     free(tagset_off);
     return rc;
@@ -581,22 +594,18 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         goto out;
     }
     /* Apply straight from the batch: decoding our own record again would cost more. */
-    const char *names[MAX_REPORT_METRICS];
-    size_t nlens[MAX_REPORT_METRICS];
     double vals[MAX_REPORT_METRICS];
     uint64_t samples = 0;
     int relearn = 0;
     for (size_t i = 0; i < nrep && rc == BDB_OK; i++) {
         const bdb_report *r = &reps[i];
         uint32_t nm = r->nmetrics;
-        for (uint32_t k = 0; k < nm; k++) {
-            names[k] = r->metrics[k].name;
-            nlens[k] = r->metrics[k].nlen;
+        for (uint32_t k = 0; k < nm; k++)
             vals[k] = r->metrics[k].value;
-        }
-        rc =
-            apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags, r->ntags,
-                         r->state, r->state_len, names, nlens, vals, nm, &relearn, &prep[i]);
+        /* the series come from prepare_batch: no names needed */
+        rc = apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags,
+                          r->ntags, r->state, r->state_len, NULL, NULL, vals, nm, &relearn,
+                          &prep[i], prep[i].ser);
         samples += nm;
     }
     if (relearn && rc == BDB_OK)

@@ -274,6 +274,17 @@ static uint32_t metric_pos(const lt_dev *e, const char *name, size_t nlen, int *
     return lo;
 }
 
+/* Index of series s in e (*found), looked for at hint first: a report's metrics in
+ * name order sit one after another. */
+static uint32_t series_pos(const lt_dev *e, const series *s, uint32_t hint, int *found)
+{
+    if (hint < e->nm && e->m[hint].s == s) {
+        *found = 1;
+        return hint;
+    }
+    return metric_pos(e, s->metric, s->mlen, found);
+}
+
 int lt_metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double v)
 {
     int found;
@@ -362,7 +373,7 @@ int lt_apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t sle
 }
 
 int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
-                    const char *const *names, const size_t *nlens, const double *vals, uint32_t nm)
+                    series *const *ser, const double *vals, uint32_t nm)
 {
     struct db_latest *L = db->latest;
     lt_dev *e = lt_entry(L, d, 1);
@@ -375,9 +386,11 @@ int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t
     if (e->gen <= atomic_load(&L->sent) || ts < e->dirty_lo)
         e->dirty_lo = ts;
     e->gen = atomic_load(&L->round) + 1;
+    uint32_t hint = 0;
     for (uint32_t k = 0; k < nm; k++) {
         int found;
-        uint32_t i = metric_pos(e, names[k], nlens[k], &found);
+        uint32_t i = series_pos(e, ser[k], hint, &found);
+        hint = i + 1;
         if (found) {
             if (ts >= e->m[i].ts) {
                 e->m[i].ts = ts;
@@ -385,9 +398,7 @@ int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t
             }
             continue;
         }
-        series *s = cat_series(db, d, names[k], nlens[k], 0);
-        /* the write path created it; absent only if that append failed */
-        if (s && lt_metric_set(L, e, s, ts, vals[k]) != BDB_OK)
+        if (lt_metric_set(L, e, ser[k], ts, vals[k]) != BDB_OK)
             return BDB_ERR_NOMEM;
     }
     if (state)
@@ -420,8 +431,8 @@ static lt_state *state_pin(struct db_latest *L, lt_tenant *t, const char *name, 
     return st;
 }
 
-int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
-                      const bdb_metric_val *m, uint32_t nm, db_latest_resv *r)
+int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen, series *const *ser,
+                      uint32_t nm, db_latest_resv *r)
 {
     struct db_latest *L = db->latest;
     memset(r, 0, sizeof *r);
@@ -432,10 +443,10 @@ int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
     r->e = e;
     /* Metrics are never removed from an entry, so those missing now bound what this
      * report can add at its apply. */
-    uint32_t add = 0;
+    uint32_t add = 0, hint = 0;
     for (uint32_t k = 0; k < nm; k++) {
         int found;
-        metric_pos(e, m[k].name, m[k].nlen, &found);
+        hint = series_pos(e, ser[k], hint, &found) + 1;
         add += !found;
     }
     uint64_t need = (uint64_t)e->nm + e->mres + add;

@@ -47,25 +47,26 @@ typedef struct db_latest_resv {
 } db_latest_resv;
 
 /* Allocates and holds everything db_latest_apply will need for this report of d
- * (state may be NULL; m: the report's nm metrics), so that the apply, run later with
- * the reservation still held, allocates nothing even if other writers apply to d in
- * between. Caller holds d's stripe lock. What it creates stays invisible to readers
- * until a report is applied to it. BDB_OK, or BDB_ERR_NOMEM with nothing held and no
- * trace left. */
+ * (state may be NULL; ser: the series of the report's nm metrics), so that the apply, run later
+ * with the reservation still held, allocates nothing even if other writers apply to d in between.
+ * Caller holds d's stripe lock. What it creates stays invisible to readers until a report is
+ * applied to it. BDB_OK, or BDB_ERR_NOMEM with nothing held and no trace left. */
 int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
-                      const bdb_metric_val *m, uint32_t nm, db_latest_resv *r);
+                      struct series *const *ser, uint32_t nm, db_latest_resv *r);
 /* Lets go of a reservation, applied or not (an unapplied one leaves no trace). Caller
  * holds the device's stripe lock. Safe on a zeroed reservation. */
 void db_latest_release(bdb_db *db, db_latest_resv *r);
 
-/* Applies one report of device d at ts. Caller holds d's stripe lock and has created
- * every metric's series (cat_series). O(nm log metrics of d). With a reservation of
+/* Applies one report of device d at ts: ser[k] is the series of metric k, valued
+ * vals[k]. Caller holds d's stripe lock. O(nm) when the report lists its metrics in
+ * name order (each is looked for right after the previous one), else O(nm log metrics
+ * of d). With a reservation of
  * this report held it allocates nothing; without one (WAL replay) it allocates when
  * the device or a metric is new or the device enters a state no device of its tenant
  * is in. BDB_OK or BDB_ERR_NOMEM (the report applied in part: the write path then
  * makes the engine read-only, see bdb_db_write). */
 int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
-                    const char *const *names, const size_t *nlens, const double *vals, uint32_t nm);
+                    struct series *const *ser, const double *vals, uint32_t nm);
 
 /* Writes <data>/latest for a flush whose WAL cut sealed segment wal_upto. Call with
  * writers running, after the cut (every report in segments <= wal_upto is applied by

@@ -533,11 +533,9 @@ static void test_memory_per_device(void **st)
     series ser[NM];
     series *sp[NM];
     const char *mn[NM] = {"cpu", "mem", "temp", "volt"};
-    size_t ml[NM];
     for (int k = 0; k < NM; k++) {
         ser[k] = (series){.metric = (char *)mn[k], .mlen = strlen(mn[k])};
         sp[k] = &ser[k];
-        ml[k] = strlen(mn[k]);
     }
     device *devs = calloc(ndev, sizeof *devs);
     char *names = calloc(ndev, 16);
@@ -555,7 +553,7 @@ static void test_memory_per_device(void **st)
     struct mallinfo2 before = mallinfo2();
     for (size_t i = 0; i < ndev; i++) {
         const char *s = states[i % NSTATES];
-        db_latest_apply(db, &devs[i], T0 + (int64_t)i, s, strlen(s), mn, ml, vals, NM);
+        db_latest_apply(db, &devs[i], T0 + (int64_t)i, s, strlen(s), sp, vals, NM);
     }
     struct mallinfo2 after = mallinfo2();
     uint64_t none = 0;

@@ -165,18 +165,21 @@ static device *dev_of(bdb_db *db, const char *name)
 
 static const char *const M[] = {"m0", "m1", "m2", "m3"};
 
-static void metrics_of(bdb_metric_val *mv, int nm, double v)
+/* The series of metrics M[0..nm) of d, made if need be, as prepare_batch does. */
+static void series_of(bdb_db *db, device *d, int nm, series **ser)
 {
-    for (int k = 0; k < nm; k++)
-        mv[k] = (bdb_metric_val){.name = M[k], .nlen = strlen(M[k]), .value = v + k};
+    for (int k = 0; k < nm; k++) {
+        ser[k] = cat_series(db, d, M[k], strlen(M[k]), 1);
+        assert_non_null(ser[k]);
+    }
 }
 
 static int reserve(bdb_db *db, device *d, const char *state, int nm, db_latest_resv *r)
 {
-    bdb_metric_val mv[4];
-    metrics_of(mv, nm, 0);
+    series *ser[4];
     pthread_mutex_lock(dev_lock(db, d));
-    int rc = db_latest_reserve(db, d, state, state ? strlen(state) : 0, mv, (uint32_t)nm, r);
+    series_of(db, d, nm, ser);
+    int rc = db_latest_reserve(db, d, state, state ? strlen(state) : 0, ser, (uint32_t)nm, r);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }
@@ -192,18 +195,14 @@ static void release(bdb_db *db, device *d, db_latest_resv *r)
  * (made before), and every allocation fails meanwhile. */
 static int apply_nomem(bdb_db *db, device *d, int64_t ts, const char *state, int nm, double v)
 {
-    const char *names[4];
-    size_t nlens[4];
+    series *ser[4];
     double vals[4];
-    for (int k = 0; k < nm; k++) {
-        names[k] = M[k];
-        nlens[k] = strlen(M[k]);
+    for (int k = 0; k < nm; k++)
         vals[k] = v + k;
-    }
     pthread_mutex_lock(dev_lock(db, d));
+    series_of(db, d, nm, ser);
     bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
-    int rc = db_latest_apply(db, d, ts, state, state ? strlen(state) : 0, names, nlens, vals,
-                             (uint32_t)nm);
+    int rc = db_latest_apply(db, d, ts, state, state ? strlen(state) : 0, ser, vals, (uint32_t)nm);
     bdb_alloc_fail_disarm();
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
