@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+#include <zstd.h>
 
 void *fl_realloc(void *p, size_t n)
 {
@@ -51,8 +52,11 @@ int fl_rec_cmp(const char *t1, const char *m1, const char *t2, const char *m2)
 }
 
 /* magic, u32 version, u8 res (2 = 1h, 3 = 1d), varint start, varint end, u64 seq,
- * u64 wal_upto, uvarint ninputs, uvarint seq..., uvarint nrec, nrec x (str tenant,
- * str metric, uvarint len, len bytes of bdb_fleet_write), u32 CRC-32 of all before. */
+ * u64 wal_upto, uvarint ninputs, uvarint seq..., uvarint nrec, then the records: nrec x
+ * (str tenant, str metric, uvarint len, len bytes of bdb_fleet_write); in version 2 as
+ * uvarint raw length and one zstd frame of them, in version 1 as they are; u32 CRC-32
+ * of all before. Version 2 because each window lists its devices, and a tenant's
+ * metrics list the same devices again: the frame stores each list about once. */
 static void file_encode(bdb_buf *out, int ri, int64_t start, int64_t end, uint64_t seq,
                         uint64_t upto, const uint64_t *in, size_t nin, size_t nrec,
                         const bdb_buf *body)
@@ -68,8 +72,39 @@ static void file_encode(bdb_buf *out, int ri, int64_t start, int64_t end, uint64
     for (size_t i = 0; i < nin; i++)
         bdb_buf_put_uvarint(out, in[i]);
     bdb_buf_put_uvarint(out, nrec);
-    bdb_buf_append(out, body->data, body->len);
+    bdb_buf_put_uvarint(out, body->len);
+    size_t bound = ZSTD_compressBound(body->len);
+    if (bdb_buf_reserve(out, bound + 4) != BDB_OK)
+        return; /* out->oom */
+    size_t z = ZSTD_compress(out->data + out->len, bound, body->data, body->len, 3);
+    if (ZSTD_isError(z)) { /* only for lack of memory: the caller's check of oom fails */
+        out->oom = 1;
+        return;
+    }
+    out->len += z;
     bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data, (uInt)out->len));
+}
+
+/* The records of a version 2 file: the frame at d decompressed into *body (malloc'd),
+ * exactly raw bytes. BDB_OK, BDB_ERR_NOMEM or BDB_ERR_CORRUPT. */
+static int body_inflate(bdb_dec *d, uint8_t **body, size_t *blen)
+{
+    uint64_t raw = bdb_dec_uvarint(d);
+    size_t zlen = bdb_dec_left(d);
+    const uint8_t *z = d->err ? NULL : bdb_dec_bytes(d, zlen);
+    if (!z || raw > FLEET_MAX_BODY || ZSTD_getFrameContentSize(z, zlen) != raw)
+        return BDB_ERR_CORRUPT;
+    uint8_t *b = fl_realloc(NULL, raw);
+    if (!b)
+        return BDB_ERR_NOMEM;
+    size_t got = ZSTD_decompress(b, raw, z, zlen);
+    if (ZSTD_isError(got) || got != raw) {
+        free(b);
+        return BDB_ERR_CORRUPT;
+    }
+    *body = b;
+    *blen = raw;
+    return BDB_OK;
 }
 
 /* Parses a whole file; takes ownership of data on success. */
@@ -86,8 +121,10 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
     }
     bdb_dec d;
     int rc = BDB_ERR_CORRUPT;
+    uint8_t *body = NULL; /* version 2: the records, decompressed */
     bdb_dec_init(&d, data + 8, len - 8 - 4);
-    if (bdb_dec_u32le(&d) != FLEET_VERSION) {
+    uint32_t version = bdb_dec_u32le(&d);
+    if (version != 1 && version != FLEET_VERSION) {
         *why = "unknown version";
         return BDB_ERR_CORRUPT;
     }
@@ -108,7 +145,21 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
     for (uint64_t i = 0; i < nin; i++)
         f->inputs[i] = bdb_dec_uvarint(&d);
     uint64_t nrec = bdb_dec_uvarint(&d);
-    if (d.err || nrec > bdb_dec_left(&d)) {
+    if (d.err) {
+        *why = "bad header";
+        goto bad;
+    }
+    if (version == 2) {
+        size_t blen = 0;
+        rc = body_inflate(&d, &body, &blen);
+        if (rc != BDB_OK) {
+            *why = "bad compressed records";
+            goto bad;
+        }
+        rc = BDB_ERR_CORRUPT;
+        bdb_dec_init(&d, body, blen);
+    }
+    if (nrec > bdb_dec_left(&d)) {
         *why = "bad header";
         goto bad;
     }
@@ -146,10 +197,15 @@ int fl_parse(uint8_t *data, size_t len, ffile *f, const char **why)
         *why = "trailing bytes";
         goto bad;
     }
+    if (body) { /* the records point into body; the file's bytes are done with */
+        free(data);
+        data = body;
+    }
     f->data = data;
     f->size = len;
     return BDB_OK;
 bad:
+    free(body);
     for (size_t i = 0; i < f->nrec; i++) {
         free(f->recs[i].tenant);
         free(f->recs[i].metric);

@@ -16,7 +16,8 @@
 #include <stdint.h>
 
 #define FLEET_MAGIC "BDBFLT01"
-#define FLEET_VERSION 1
+#define FLEET_VERSION 2 /* 2: records in one zstd frame; 1 (records as they are) still read */
+#define FLEET_MAX_BODY (UINT64_C(1) << 30) /* records of one file, uncompressed */
 #define FLEET_COMPACT_AT 8 /* committed files of one window before they are merged */
 #define NRES 2             /* 1h, 1d */
 

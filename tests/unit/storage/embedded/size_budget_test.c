@@ -69,7 +69,7 @@ static const uint64_t budget[NKIND] = {
     [K_T1M] = 0,          /* 1m is derived from raw while raw exists: no file */
     [K_T1H] = 456000,     /* measured 426,685 */
     [K_T1D] = 0,          /* 1d is folded from 1h while 1h exists: no file */
-    [K_FLEET] = 89000,    /* measured 83,396 (6 flushes x a 1h and a 1d file) */
+    [K_FLEET] = 7800,     /* measured 7,316 (6 flushes x a 1h and a 1d file, zstd) */
     [K_CATALOG] = 2040,   /* measured 1,905 */
     [K_LATEST] = 18400,   /* measured 17,193 .. 17,240: entries in pointer-hash order */
     [K_WAL] = 0,          /* a clean close leaves empty segments */
@@ -80,7 +80,7 @@ static const uint64_t budget[NKIND] = {
  * and the budget the test asserts (the goal when the measurement meets it, else the
  * measured ratio plus the same margin as the bytes). */
 #define PYRAMID_GOAL_PCT 25.0
-#define PYRAMID_MAX_PCT 31.3 /* measured 29.3 */
+#define PYRAMID_MAX_PCT 25.0 /* measured 24.9 */
 
 static char tmpdir[64], datadir[128];
 static uint64_t rng_state;
