@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #define MIN BDB_MS_MIN
 #define HOUR BDB_MS_HOUR
@@ -416,6 +417,112 @@ static void test_directory_names(void **st)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* Rewrites the fleet file at rel (version 2, as the engine writes it) as version 1,
+ * the records uncompressed; with damage set, keeps version 2 but cuts the end of the
+ * zstd frame and recomputes the CRC, so only the frame is wrong (a damaged disk fails
+ * the CRC first). */
+static void rewrite_fleet_file(const char *rel, int damage)
+{
+    char path[512];
+    path_of(path, sizeof path, rel);
+    size_t len;
+    uint8_t *p = eu_read_file(path, &len);
+    assert_non_null(p);
+    bdb_dec d;
+    bdb_dec_init(&d, p + 8, len - 8 - 4);
+    assert_int_equal(bdb_dec_u32le(&d), 2);
+    bdb_dec_u8(&d);
+    bdb_dec_varint(&d);
+    bdb_dec_varint(&d);
+    bdb_dec_u64le(&d);
+    bdb_dec_u64le(&d);
+    uint64_t nin = bdb_dec_uvarint(&d);
+    for (uint64_t i = 0; i < nin; i++)
+        bdb_dec_uvarint(&d);
+    bdb_dec_uvarint(&d); /* nrec */
+    size_t head = (size_t)(d.p - p);
+    uint64_t raw = bdb_dec_uvarint(&d);
+    size_t zoff = (size_t)(d.p - p), zlen = len - 4 - zoff;
+    assert_false(d.err);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    if (damage) {
+        bdb_buf_append(&out, p, len - 4 - 3);
+    } else {
+        uint8_t *body = malloc(raw ? raw : 1);
+        assert_non_null(body);
+        assert_int_equal(ZSTD_decompress(body, raw, p + zoff, zlen), raw);
+        bdb_buf_append(&out, p, head);
+        bdb_put_u32le(out.data + 8, 1);
+        bdb_buf_append(&out, body, raw);
+        free(body);
+    }
+    bdb_buf_put_u32le(&out, (uint32_t)crc32(0L, out.data, (uInt)out.len));
+    write_bytes(rel, out.data, out.len);
+    bdb_buf_free(&out);
+    free(p);
+}
+
+/* Fleet files of version 1 (records not compressed) still answer; a version 2 file
+ * whose frame is cut short under a valid CRC is quarantined, not half read. */
+static void test_version1_files_read(void **st)
+{
+    (void)st;
+    bdb_db *db = open_db();
+    write_base(db);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    const char *dirs[2] = {"fleet/1h", "fleet/1d"};
+    for (int i = 0; i < 2; i++) {
+        DIR *dp;
+        char dir[512];
+        path_of(dir, sizeof dir, dirs[i]);
+        assert_non_null(dp = opendir(dir));
+        struct dirent *de;
+        while ((de = readdir(dp)) != NULL) {
+            if (!strstr(de->d_name, ".fleet"))
+                continue;
+            char rel[300];
+            snprintf(rel, sizeof rel, "%s/%s", dirs[i], de->d_name);
+            rewrite_fleet_file(rel, 0);
+        }
+        closedir(dp);
+    }
+    db = open_db();
+    bdb_fleet_file_stats fs;
+    bdb_db_fleet_get_stats(db, &fs);
+    assert_int_equal(fs.quarantined, 0);
+    assert_int_equal(fleet_diff_all(db, "t1", "temp"), 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+
+    /* now damage one file of the next flush's */
+    db = open_db();
+    write_base(db);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    char name[256], rel[300];
+    DIR *dp;
+    char dir[512];
+    path_of(dir, sizeof dir, "fleet/1h");
+    assert_non_null(dp = opendir(dir));
+    struct dirent *de;
+    name[0] = 0;
+    while ((de = readdir(dp)) != NULL) { /* the newest: version 2 */
+        if (strstr(de->d_name, ".fleet") && strcmp(de->d_name, name) > 0)
+            snprintf(name, sizeof name, "%s", de->d_name);
+    }
+    closedir(dp);
+    snprintf(rel, sizeof rel, "fleet/1h/%s", name);
+    rewrite_fleet_file(rel, 1);
+    db = open_db();
+    bdb_db_fleet_get_stats(db, &fs);
+    assert_int_equal(fs.quarantined, 1);
+    char q[320];
+    snprintf(q, sizeof q, "quarantine/fleet-%s", name);
+    assert_true(exists(q));
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 /* A crash between a compaction's rename and the unlink of its inputs leaves both: at
  * open the inputs are dropped as superseded (fleet and tier files), counted once. */
 static void test_superseded_inputs(void **st)
@@ -522,6 +629,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dirty_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_directory_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_superseded_inputs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version1_files_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_configured_retention, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
