@@ -4,7 +4,10 @@
 #include "server/server_int.h"
 
 #include "bucketdb/bdb.h"
+#include "common/timeutil.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +109,43 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
 const char *arg(struct MHD_Connection *c, const char *name)
 {
     return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+int count_param(const char *v, uint64_t max, uint64_t *out)
+{
+    if (!v || !isdigit((unsigned char)*v)) /* strtoull would take " 5", "+5" and "-5" */
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || errno || n > max)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+int time_param(bdb_server *s, struct MHD_Connection *c, const char *name, int64_t *out,
+               enum MHD_Result *r)
+{
+    const char *v = arg(c, name);
+    if (!v || !*v)
+        return 0;
+    int rc = bdb_parse_query_time(v, out);
+    if (rc == BDB_OK)
+        return 1;
+    char msg[300];
+    if (rc == BDB_ERR_LIMIT) {
+        char lo[40], hi[40];
+        bdb_format_time_ms(BDB_QT_MIN_MS, lo, sizeof lo);
+        bdb_format_time_ms(BDB_QT_MAX_MS, hi, sizeof hi);
+        snprintf(msg, sizeof msg, "'%s' is outside the supported time range %lld..%lld ms (%s..%s)",
+                 name, (long long)BDB_QT_MIN_MS, (long long)BDB_QT_MAX_MS, lo, hi);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "invalid '%s': use RFC 3339 (2024-01-15T14:00:00Z) or Unix milliseconds", name);
+    }
+    *r = respond_json_error(s, c, 400, msg, 0);
+    return -1;
 }
 
 enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,
