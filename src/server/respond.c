@@ -93,6 +93,32 @@ enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsi
                                len);
 }
 
+enum MHD_Result respond_json_error_close(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                         const char *msg)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_puts(&b, "\"}\n");
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
+    bdb_buf_free(&b);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    MHD_add_response_header(resp, "X-Influxdb-Error", msg);
+    /* libmicrohttpd closes the connection after a response carrying this header */
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx)
 {

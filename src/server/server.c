@@ -230,21 +230,81 @@ static int is_write_path(const char *url)
            !strcmp(url, "/api/v1/write/json");
 }
 
-/* First call for a request, headers in, body not read yet: admission against the
- * in-flight budgets and the head guard (backpressure.h). A refused request's body is
- * read and dropped, never buffered, and it is answered at the end; a client that
- * sent "Expect: 100-continue" is answered at once and never sends the body. */
+struct framing {
+    int ncl, nte;
+    const char *te;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    struct framing *f = cls;
+    if (!strcasecmp(key, "Content-Length"))
+        f->ncl++;
+    else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->nte++;
+        f->te = value;
+    }
+    return MHD_YES;
+}
+
+/* RFC 9112 section 6.3: a body whose length two headers state differently is read
+ * one way by us and maybe another way by a proxy in front, which lets a client hide a
+ * request inside another (request smuggling). libmicrohttpd takes the first
+ * Content-Length, prefers chunked over Content-Length and reads a Transfer-Encoding
+ * other than exactly "chunked" as no encoding: refuse all of these and close. 0 when
+ * the framing is sound, else -1 with the answer queued in *res. */
+static int check_framing(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *res)
+{
+    struct framing f = {0, 0, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.ncl > 1) {
+        *res = respond_json_error_close(s, c, 400, "more than one Content-Length header");
+        return -1;
+    }
+    if (f.nte > 1 || (f.nte && f.ncl)) {
+        *res = respond_json_error_close(
+            s, c, 400,
+            f.ncl ? "both Content-Length and Transfer-Encoding: send one of them"
+                  : "more than one Transfer-Encoding header");
+        return -1;
+    }
+    if (f.nte && strcasecmp(f.te, "chunked")) {
+        *res =
+            respond_json_error_close(s, c, 501, "unsupported Transfer-Encoding (only chunked is)");
+        return -1;
+    }
+    return 0;
+}
+
+/* First call for a request, headers in, body not read yet: the framing, the body
+ * size, and admission against the in-flight budgets and the head guard
+ * (backpressure.h). A body over max_body_bytes by its Content-Length, or with unsound
+ * framing, is answered at once and the connection closed, without reading it (a
+ * client that sent "Expect: 100-continue" gets that answer instead of 100). A request
+ * refused by backpressure has its body read and dropped, never buffered, and is
+ * answered at the end, or at once after "Expect: 100-continue". */
 static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char *url,
                              const char *method, req *r)
 {
     r->bp_refused = BDB_BP_NONE;
+    enum MHD_Result res;
+    if (check_framing(s, c, &res) != 0) {
+        r->answered = r->too_large = 1; /* too_large: any body that still comes is dropped */
+        return res;
+    }
     const char *cls = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    /* libmicrohttpd has checked the digits and answered 413 itself past 64 bits */
     unsigned long long cl = cls ? strtoull(cls, NULL, 10) : 0;
-    /* Refuse early what we would refuse anyway (the body is still drained). */
     if (cl > s->cfg.max_body_bytes) {
-        r->too_large = 1;
-        return MHD_YES;
+        r->answered = r->too_large = 1;
+        atomic_fetch_add(&s->body_too_large, 1);
+        char msg[160];
+        snprintf(msg, sizeof msg, "request entity too large: body exceeds max-body-bytes %zu",
+                 s->cfg.max_body_bytes);
+        return respond_json_error_close(s, c, 413, msg);
     }
     int write = !strcmp(method, "POST") && is_write_path(url);
     if (!write && cl == 0 && !te)

@@ -94,6 +94,11 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
                         const void *body, size_t len);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
+/* {"error": msg} (also in X-Influxdb-Error) with "Connection: close": for a request
+ * whose body is not read, or whose framing cannot be trusted, so that no byte of it
+ * is taken for the next request. */
+enum MHD_Result respond_json_error_close(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                         const char *msg);
 /* An error with a prepared JSON body; msg (if not NULL) also goes to X-Influxdb-Error. */
 enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, const void *body, size_t len);
