@@ -5,6 +5,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "server/conn_guard.h"
 #include "server/devlimit.h"
 #include "server/mqtt_gw.h"
 #include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
@@ -374,6 +375,14 @@ static void body_append(bdb_server *s, req *r, const char *data, size_t n)
     r->body.len += n;
 }
 
+/* The slow-client guard's record of a connection (on_connection), or NULL. */
+static bdb_guarded *guarded(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
@@ -387,25 +396,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         r->start_us = now_us();
         *con_cls = r;
+        bdb_conn_guard_body_start(s->guard, guarded(c));
         return admit(s, c, url, method, r);
     }
     if (*upload_size) {
         atomic_fetch_add(&s->bytes_received, *upload_size);
+        bdb_conn_guard_body_bytes(s->guard, guarded(c), *upload_size);
         body_append(s, r, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    bdb_conn_guard_answering(s->guard, guarded(c));
     if (r->answered)
         return MHD_YES;
     return dispatch(s, c, url, method, r);
+}
+
+/* Connections opened and closed: the slow-client guard follows each one. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    bdb_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? bdb_conn_guard_open(s->guard, ci->connect_fd) : NULL;
+    } else {
+        bdb_conn_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     bdb_server *s = cls;
-    (void)c;
     (void)toe;
+    bdb_conn_guard_idle(s->guard, guarded(c)); /* the next request's headers from now */
     req *r = *con_cls;
     if (r) {
         bdb_bp_release(s->bp, &r->bp);
@@ -652,17 +679,21 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     s->bp = bdb_bp_new(&bl);
     if (!s->bp)
         abort();
+    s->guard = bdb_conn_guard_start(cfg->http_header_timeout, cfg->http_body_min_rate);
+    if (!s->guard)
+        abort();
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->mhd =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)cfg->http_threads_max, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_threads_max, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->mhd) {
         BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
+        bdb_conn_guard_stop(s->guard);
         bdb_pool_free(s->pool);
         bdb_bp_free(s->bp);
         bdb_tenants_close(s->tenants);
@@ -705,6 +736,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_mqtt_gw_stop(s->mqtt); /* between messages: nothing half-written */
     /* Stop accepting first, let in-flight requests finish, then close storage. */
     MHD_stop_daemon(s->mhd);
+    bdb_conn_guard_stop(s->guard); /* after the daemon: no connection is left */
     bdb_pool_free(s->pool);
     bdb_bp_free(s->bp);
     hot_stop(s);

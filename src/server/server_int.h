@@ -31,6 +31,7 @@ struct bdb_server {
     bdb_db *db;
     bdb_pool *pool;
     struct MHD_Daemon *mhd;
+    struct bdb_conn_guard *guard; /* slow clients' deadlines (conn_guard.h) */
     int port;
     int auth_required;
     char token[65]; /* the admin token (<data>/token) */
