@@ -47,22 +47,31 @@ static int digits(const char **p, int n, int *out)
     return 1;
 }
 
+/* 1 when s is all digits after an optional '-' (Unix ms, however many). */
+static int unix_ms_form(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return 0;
+    return 1;
+}
+
 int bdb_parse_time_ms(const char *s, int64_t *out)
 {
     if (!s || !*s)
         return BDB_ERR_INVALID;
     const char *p = s;
-    if (*p == '-' || isdigit((unsigned char)*p)) {
-        /* All digits (optionally signed): Unix milliseconds. */
-        char *end;
+    if (unix_ms_form(s)) {
         errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (*end == '\0') {
-            if (errno == ERANGE) /* out of int64 range: not a time we can store */
-                return BDB_ERR_INVALID;
-            *out = v;
-            return BDB_OK;
-        }
+        long long v = strtoll(s, NULL, 10);
+        if (errno == ERANGE) /* out of int64 range: not a time we can store */
+            return BDB_ERR_INVALID;
+        *out = v;
+        return BDB_OK;
     }
     int Y, M, D, h, mi, sec;
     if (!digits(&p, 4, &Y) || *p++ != '-' || !digits(&p, 2, &M) || *p++ != '-' ||
@@ -125,6 +134,18 @@ void bdb_format_time_ms(int64_t ms, char *out, int outlen)
     }
     snprintf(out, (size_t)outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, rem);
+}
+
+int bdb_parse_query_time(const char *s, int64_t *out)
+{
+    int64_t t;
+    if (bdb_parse_time_ms(s, &t) != BDB_OK)
+        /* a number too long for int64 is a time, only far out of range */
+        return s && unix_ms_form(s) ? BDB_ERR_LIMIT : BDB_ERR_INVALID;
+    if (t < BDB_QT_MIN_MS || t > BDB_QT_MAX_MS)
+        return BDB_ERR_LIMIT;
+    *out = t;
+    return BDB_OK;
 }
 
 void bdb_ts_range_error(int64_t ms, char *out, size_t outlen)

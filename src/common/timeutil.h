@@ -37,6 +37,15 @@ static inline int bdb_ts_valid(int64_t ms)
 }
 /* "timestamp T ms is outside the supported range <min>..<max>" into out. */
 void bdb_ts_range_error(int64_t ms, char *out, size_t outlen);
+/* The times a query parameter (from, to, bucket) may name: the stored range, plus one
+ * so that a half-open [from, to) can include BDB_TS_MAX_MS. Inside it every handler's
+ * arithmetic (to - an hour, alignment down to a day, + 1) stays inside int64. */
+#define BDB_QT_MIN_MS BDB_TS_MIN_MS
+#define BDB_QT_MAX_MS (BDB_TS_MAX_MS + 1)
+/* bdb_parse_time_ms, then the range: BDB_OK, BDB_ERR_INVALID (not a time) or
+ * BDB_ERR_LIMIT (a time outside BDB_QT_MIN_MS..BDB_QT_MAX_MS, int64 overflow
+ * included). *out is set only on BDB_OK. */
+int bdb_parse_query_time(const char *s, int64_t *out);
 /* Floor division that is correct for negative times. */
 static inline int64_t bdb_floor_div(int64_t a, int64_t b)
 {

@@ -46,6 +46,10 @@ static const struct key {
       "expire a device's rate-limiter state after this idle time (default 10m)"),
     N(query_workers, K_INT, "partition reads running in parallel, server-wide (default 4)"),
     N(http_threads_max, K_INT, "max concurrent HTTP connections (default 1024)"),
+    N(http_header_timeout, K_MS,
+      "a request's line and headers must arrive within this, 1s..1h (default 20s)"),
+    N(http_body_min_rate, K_U64,
+      "bytes/s a body must average after http_header_timeout; 0 = no limit (default 500)"),
     N(max_inflight_bytes, K_U64,
       "request bytes (bodies, parsed batches) held at once, server-wide (default 268435456)"),
     N(max_inflight_writes, K_INT, "write requests in flight at once, server-wide (default 256)"),
@@ -124,6 +128,8 @@ void bdb_config_default(bdb_config *c)
     c->device_limiter_idle = 10 * BDB_MS_MIN;
     c->query_workers = 4;
     c->http_threads_max = 1024;
+    c->http_header_timeout = 20000; /* as Apache mod_reqtimeout: header=20, body=20,MinRate=500 */
+    c->http_body_min_rate = 500;
     c->max_inflight_bytes = 256u << 20;
     c->max_inflight_writes = 256;
     c->tenant_inflight_share = 50;
@@ -379,6 +385,14 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
     }
     if (c->sync_interval_ms < 1 || c->sync_interval_ms > 60000) {
         snprintf(err, errlen, "sync_interval_ms: must be 1ms..60s");
+        return -1;
+    }
+    if (c->http_header_timeout < 1000 || c->http_header_timeout > 3600000) {
+        snprintf(err, errlen, "http_header_timeout: must be 1s..1h");
+        return -1;
+    }
+    if (c->http_body_min_rate > (1ull << 30)) {
+        snprintf(err, errlen, "http_body_min_rate: at most 1073741824 (bytes per second)");
         return -1;
     }
     if (c->query_workers < 1 || c->query_workers > 256) {

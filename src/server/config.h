@@ -28,6 +28,10 @@ typedef struct bdb_config {
     int64_t device_limiter_idle; /* ms: device limiter entries idle longer expire */
     int query_workers;
     int http_threads_max; /* connection limit (one thread each) */
+    /* slow clients (conn_guard.h): time for a request's line and headers, and the
+     * body's minimum average rate after that much grace (0 = none) */
+    int64_t http_header_timeout;
+    uint64_t http_body_min_rate;
     /* backpressure (src/server/backpressure.h) */
     uint64_t max_inflight_bytes; /* request bytes held server-wide */
     int max_inflight_writes;     /* write requests in flight server-wide */

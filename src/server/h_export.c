@@ -251,12 +251,9 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c)
     e->tenant = need(strdup(tenant));
     e->from = INT64_MIN / 4;
     e->to = INT64_MAX / 4;
-    const char *f = arg(c, "from"), *t = arg(c, "to");
-    if ((f && *f && bdb_parse_time_ms(f, &e->from) != BDB_OK) ||
-        (t && *t && bdb_parse_time_ms(t, &e->to) != BDB_OK)) {
+    if (time_param(s, c, "from", &e->from, &res) < 0 || time_param(s, c, "to", &e->to, &res) < 0) {
         free_exp(e);
-        return respond_json_error(s, c, 400,
-                                  "invalid 'from' or 'to': use RFC 3339 or Unix milliseconds", 0);
+        return res;
     }
     const char *dev = arg(c, "device");
     if (dev && *dev)

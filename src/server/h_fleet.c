@@ -19,14 +19,6 @@
 
 #define FLEET_MAX_TAGS 16
 
-static int time_arg(struct MHD_Connection *c, const char *name, int64_t *out)
-{
-    const char *v = arg(c, name);
-    if (!v || !*v)
-        return 0;
-    return bdb_parse_time_ms(v, out) == BDB_OK ? 1 : -1;
-}
-
 struct tags {
     bdb_kv kv[FLEET_MAX_TAGS];
     size_t n;
@@ -85,13 +77,13 @@ static enum MHD_Result fleet(bdb_server *s, struct MHD_Connection *c, const char
     int64_t span = res == BDB_RES_1D   ? 30 * BDB_MS_DAY
                    : res == BDB_RES_1H ? BDB_MS_DAY
                                        : BDB_MS_HOUR;
-    int64_t to = bdb_now_ms() + 1, from;
-    int tr = time_arg(c, "to", &to), fr;
-    from = to - span;
-    fr = time_arg(c, "from", &from);
-    if (tr < 0 || fr < 0)
-        return respond_json_error(s, c, 400,
-                                  "invalid 'from' or 'to': use RFC 3339 or Unix milliseconds", 0);
+    int64_t to = bdb_now_ms() + 1, from = 0;
+    enum MHD_Result bad;
+    int fr = time_param(s, c, "from", &from, &bad);
+    if (fr < 0 || time_param(s, c, "to", &to, &bad) < 0)
+        return bad;
+    if (!fr)
+        from = to - span; /* to is in range: this cannot overflow */
     if (from >= to)
         return respond_json_error(s, c, 400, "'from' must be before 'to'", 0);
     struct tags tg = {.n = 0};

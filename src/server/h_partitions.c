@@ -17,6 +17,7 @@
 #include "server/hotpart.h"
 #include "storage/embedded/db_hot.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,14 +265,6 @@ static int tbt_cmp(const void *a, const void *b)
     return strcmp(x->device, y->device);
 }
 
-static int time_param(struct MHD_Connection *c, const char *name, int64_t *out)
-{
-    const char *v = arg(c, name);
-    if (!v || !*v)
-        return 0;
-    return bdb_parse_time_ms(v, out) == BDB_OK ? 1 : -1;
-}
-
 enum MHD_Result h_telemetry_by_tenant(bdb_server *s, struct MHD_Connection *c)
 {
     enum MHD_Result r;
@@ -279,13 +272,11 @@ enum MHD_Result h_telemetry_by_tenant(bdb_server *s, struct MHD_Connection *c)
     if (!tenant)
         return r;
     int64_t bucket = 0, from = 0, to = 0;
-    int hb = time_param(c, "bucket", &bucket), hf = time_param(c, "from", &from),
-        ht = time_param(c, "to", &to);
-    if (hb < 0 || hf < 0 || ht < 0)
-        return respond_json_error(s, c, 400,
-                                  "invalid 'bucket', 'from' or 'to': use RFC 3339 "
-                                  "(2024-01-15T14:00:00Z) or Unix milliseconds",
-                                  0);
+    int hb, hf, ht;
+    if ((hb = time_param(s, c, "bucket", &bucket, &r)) < 0 ||
+        (hf = time_param(s, c, "from", &from, &r)) < 0 ||
+        (ht = time_param(s, c, "to", &to, &r)) < 0)
+        return r;
     if (hb && (hf || ht))
         return respond_json_error(s, c, 400, "give either 'bucket' or 'from' and 'to', not both",
                                   0);
@@ -358,16 +349,26 @@ enum MHD_Result h_clock(bdb_server *s, struct MHD_Connection *c)
     }
     const char *now = arg(c, "now_ms"), *adv = arg(c, "advance_ms");
     char *end = NULL;
+    /* The clock stays inside the stored time range: retention and hot minutes
+     * compute with it. */
+    char msg[160];
     if (now && *now) {
+        errno = 0;
         long long v = strtoll(now, &end, 10);
-        if (*end || v <= 0)
-            return respond_json_error(s, c, 400, "'now_ms' must be a positive integer", 0);
+        if (*end || errno || v <= 0 || v > BDB_TS_MAX_MS) {
+            snprintf(msg, sizeof msg, "'now_ms' must be an integer 1..%lld", BDB_TS_MAX_MS);
+            return respond_json_error(s, c, 400, msg, 0);
+        }
         atomic_store(&s->test_now_ms, (int64_t)v);
     } else if (adv && *adv) {
+        errno = 0;
         long long v = strtoll(adv, &end, 10);
-        if (*end || v < 0)
-            return respond_json_error(s, c, 400, "'advance_ms' must be a non-negative integer", 0);
         int64_t cur = test_clock_now(s);
+        if (*end || errno || v < 0 || v > BDB_TS_MAX_MS - cur) {
+            snprintf(msg, sizeof msg, "'advance_ms' must be an integer 0..%lld",
+                     (long long)(BDB_TS_MAX_MS - cur));
+            return respond_json_error(s, c, 400, msg, 0);
+        }
         atomic_store(&s->test_now_ms, cur + (int64_t)v);
     } else {
         return respond_json_error(s, c, 400, "give 'now_ms' or 'advance_ms'", 0);

@@ -11,19 +11,9 @@
 #include "server/config.h"
 #include "server/devlimit.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Parses a time parameter; returns 0 if absent (leaves *out), 1 if set, -1 if bad. */
-static int time_arg(struct MHD_Connection *c, const char *name, int64_t *out)
-{
-    const char *v = arg(c, name);
-    if (!v || !*v)
-        return 0;
-    return bdb_parse_time_ms(v, out) == BDB_OK ? 1 : -1;
-}
 
 struct qout {
     bdb_buf *b;
@@ -303,25 +293,21 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     q.device = device;
     q.to = bdb_now_ms() + 1;
     q.from = q.to - BDB_MS_HOUR;
-    int hf = time_arg(c, "from", &q.from), ht = time_arg(c, "to", &q.to);
-    if (hf < 0 || ht < 0)
-        return respond_json_error(s, c, 400,
-                                  "invalid 'from' or 'to': use RFC 3339 "
-                                  "(2024-01-15T14:00:00Z) or Unix milliseconds",
-                                  0);
-    if (hf && !ht)
-        q.to = INT64_MAX / 2;
+    int hf = time_param(s, c, "from", &q.from, &res), ht;
+    if (hf < 0 || (ht = time_param(s, c, "to", &q.to, &res)) < 0)
+        return res;
+    if (hf && !ht) /* open-ended: to the end of the times a sample can have */
+        q.to = BDB_QT_MAX_MS;
     if (ht && !hf) /* "the hour before to", not "the last hour", which may end before to */
         q.from = q.to - BDB_MS_HOUR;
     if (q.from >= q.to)
         return respond_json_error(s, c, 400, "'from' must be before 'to'", 0);
     const char *lim = arg(c, "limit");
-    if (lim) {
-        char *end;
-        q.limit = strtoull(lim, &end, 10);
-        if (*end || *lim == '-')
-            return respond_json_error(s, c, 400, "invalid 'limit'", 0);
-    }
+    if (lim && count_param(lim, UINT64_MAX, &q.limit) != 0)
+        return respond_json_error(s, c, 400,
+                                  "invalid 'limit': must be an integer "
+                                  "0..18446744073709551615 (0: no limit)",
+                                  0);
     const char *order = arg(c, "order");
     if (order && strcmp(order, "asc") && strcmp(order, "desc"))
         return respond_json_error(s, c, 400, "'order' must be asc or desc", 0);
@@ -578,13 +564,10 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
         /* Device profile: max_rps (reports per second, 0 = no limit) and
          * expected_interval (a duration, kept for operators). */
         const char *rps_s = arg(c, "max_rps"), *iv_s = arg(c, "expected_interval");
-        unsigned long long rps = 0;
+        uint64_t rps = 0;
         int64_t iv = 0;
-        char *endp = NULL;
         if (rps_s) {
-            errno = 0;
-            rps = strtoull(rps_s, &endp, 10);
-            if (!*rps_s || *endp || errno || rps > BDB_DEVLIMIT_MAX_RPS || *rps_s == '-')
+            if (count_param(rps_s, BDB_DEVLIMIT_MAX_RPS, &rps) != 0)
                 return respond_json_error(s, c, 400, "'max_rps' must be an integer 0..1000000", 0);
         }
         if (iv_s && (bdb_config_parse_duration(iv_s, &iv) != 0 || iv < 0))
@@ -634,8 +617,8 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
     }
     if (sub && !strcmp(sub, "partitions")) {
         int64_t from = INT64_MIN, to = INT64_MAX; /* default: the device's data span */
-        if (time_arg(c, "from", &from) < 0 || time_arg(c, "to", &to) < 0)
-            return respond_json_error(s, c, 400, "invalid 'from' or 'to'", 0);
+        if (time_param(s, c, "from", &from, &res) < 0 || time_param(s, c, "to", &to, &res) < 0)
+            return res;
         bdb_buf_puts(&b, "{\"partitions\":[");
         int rc = bdb_db_device_partitions(s->db, tenant, dev, from, to, part_cb, &l);
         if (rc == BDB_ERR_NOTFOUND) {
@@ -689,9 +672,7 @@ enum MHD_Result h_late(bdb_server *s, struct MHD_Connection *c)
     struct late_ctx l = {NULL, 0, 100};
     const char *lim = arg(c, "limit");
     if (lim) {
-        char *end;
-        l.limit = strtoull(lim, &end, 10);
-        if (*end || *lim == '-' || l.limit == 0 || l.limit > 256)
+        if (count_param(lim, 256, &l.limit) != 0 || l.limit == 0)
             return respond_json_error(s, c, 400, "'limit' must be 1..256", 0);
     }
     bdb_late_stats st;

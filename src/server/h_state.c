@@ -8,7 +8,6 @@
 
 #include "bucketdb/bdb.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,10 +122,8 @@ static enum MHD_Result devices(bdb_server *s, struct MHD_Connection *c, const ch
     size_t limit = STATE_PAGE_DEFAULT;
     const char *lim = arg(c, "limit");
     if (lim) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(lim, &end, 10);
-        if (!*lim || *end || *lim == '-' || errno || v < 1 || v > BDB_STATE_PAGE_MAX) {
+        uint64_t v;
+        if (count_param(lim, BDB_STATE_PAGE_MAX, &v) != 0 || v < 1) {
             char msg[120];
             snprintf(msg, sizeof msg, "invalid 'limit': must be an integer 1..%d",
                      BDB_STATE_PAGE_MAX);

@@ -4,6 +4,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
+#include "server/conn_guard.h"
 #include "server/devlimit.h"
 #include "server/mqtt_gw.h"
 #include "storage/cassandra/cass_sink.h" /* storage: cassandra:// metrics */
@@ -373,6 +374,9 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              atomic_load(&s->bytes_received));
     metric_u(&b, "bucketdb_body_too_large_total", "counter", "Requests refused with 413.",
              atomic_load(&s->body_too_large));
+    metric_u(&b, "bucketdb_http_slow_closed_total", "counter",
+             "Connections closed for missing the header deadline or the minimum body rate.",
+             bdb_conn_guard_closed(s->guard));
     metric_u(&b, "bucketdb_auth_failures_total", "counter", "Requests refused with 401.",
              atomic_load(&s->auth_failures));
     metric_u(&b, "bucketdb_write_failures_total", "counter",

@@ -4,7 +4,10 @@
 #include "server/server_int.h"
 
 #include "bucketdb/bdb.h"
+#include "common/timeutil.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +93,32 @@ enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsi
                                len);
 }
 
+enum MHD_Result respond_json_error_close(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                         const char *msg)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_puts(&b, "{\"error\":\"");
+    bdb_buf_json_str(&b, msg, strlen(msg));
+    bdb_buf_puts(&b, "\"}\n");
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
+    bdb_buf_free(&b);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    MHD_add_response_header(resp, "X-Influxdb-Error", msg);
+    /* libmicrohttpd closes the connection after a response carrying this header */
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[status / 100], 1);
+    return r;
+}
+
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx)
 {
@@ -106,6 +135,43 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
 const char *arg(struct MHD_Connection *c, const char *name)
 {
     return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+int count_param(const char *v, uint64_t max, uint64_t *out)
+{
+    if (!v || !isdigit((unsigned char)*v)) /* strtoull would take " 5", "+5" and "-5" */
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || errno || n > max)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+int time_param(bdb_server *s, struct MHD_Connection *c, const char *name, int64_t *out,
+               enum MHD_Result *r)
+{
+    const char *v = arg(c, name);
+    if (!v || !*v)
+        return 0;
+    int rc = bdb_parse_query_time(v, out);
+    if (rc == BDB_OK)
+        return 1;
+    char msg[300];
+    if (rc == BDB_ERR_LIMIT) {
+        char lo[40], hi[40];
+        bdb_format_time_ms(BDB_QT_MIN_MS, lo, sizeof lo);
+        bdb_format_time_ms(BDB_QT_MAX_MS, hi, sizeof hi);
+        snprintf(msg, sizeof msg, "'%s' is outside the supported time range %lld..%lld ms (%s..%s)",
+                 name, (long long)BDB_QT_MIN_MS, (long long)BDB_QT_MAX_MS, lo, hi);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "invalid '%s': use RFC 3339 (2024-01-15T14:00:00Z) or Unix milliseconds", name);
+    }
+    *r = respond_json_error(s, c, 400, msg, 0);
+    return -1;
 }
 
 enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,

@@ -5,6 +5,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "server/conn_guard.h"
 #include "server/devlimit.h"
 #include "server/mqtt_gw.h"
 #include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
@@ -230,21 +231,81 @@ static int is_write_path(const char *url)
            !strcmp(url, "/api/v1/write/json");
 }
 
-/* First call for a request, headers in, body not read yet: admission against the
- * in-flight budgets and the head guard (backpressure.h). A refused request's body is
- * read and dropped, never buffered, and it is answered at the end; a client that
- * sent "Expect: 100-continue" is answered at once and never sends the body. */
+struct framing {
+    int ncl, nte;
+    const char *te;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    struct framing *f = cls;
+    if (!strcasecmp(key, "Content-Length"))
+        f->ncl++;
+    else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->nte++;
+        f->te = value;
+    }
+    return MHD_YES;
+}
+
+/* RFC 9112 section 6.3: a body whose length two headers state differently is read
+ * one way by us and maybe another way by a proxy in front, which lets a client hide a
+ * request inside another (request smuggling). libmicrohttpd takes the first
+ * Content-Length, prefers chunked over Content-Length and reads a Transfer-Encoding
+ * other than exactly "chunked" as no encoding: refuse all of these and close. 0 when
+ * the framing is sound, else -1 with the answer queued in *res. */
+static int check_framing(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *res)
+{
+    struct framing f = {0, 0, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.ncl > 1) {
+        *res = respond_json_error_close(s, c, 400, "more than one Content-Length header");
+        return -1;
+    }
+    if (f.nte > 1 || (f.nte && f.ncl)) {
+        *res = respond_json_error_close(
+            s, c, 400,
+            f.ncl ? "both Content-Length and Transfer-Encoding: send one of them"
+                  : "more than one Transfer-Encoding header");
+        return -1;
+    }
+    if (f.nte && strcasecmp(f.te, "chunked")) {
+        *res =
+            respond_json_error_close(s, c, 501, "unsupported Transfer-Encoding (only chunked is)");
+        return -1;
+    }
+    return 0;
+}
+
+/* First call for a request, headers in, body not read yet: the framing, the body
+ * size, and admission against the in-flight budgets and the head guard
+ * (backpressure.h). A body over max_body_bytes by its Content-Length, or with unsound
+ * framing, is answered at once and the connection closed, without reading it (a
+ * client that sent "Expect: 100-continue" gets that answer instead of 100). A request
+ * refused by backpressure has its body read and dropped, never buffered, and is
+ * answered at the end, or at once after "Expect: 100-continue". */
 static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char *url,
                              const char *method, req *r)
 {
     r->bp_refused = BDB_BP_NONE;
+    enum MHD_Result res;
+    if (check_framing(s, c, &res) != 0) {
+        r->answered = r->too_large = 1; /* too_large: any body that still comes is dropped */
+        return res;
+    }
     const char *cls = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    /* libmicrohttpd has checked the digits and answered 413 itself past 64 bits */
     unsigned long long cl = cls ? strtoull(cls, NULL, 10) : 0;
-    /* Refuse early what we would refuse anyway (the body is still drained). */
     if (cl > s->cfg.max_body_bytes) {
-        r->too_large = 1;
-        return MHD_YES;
+        r->answered = r->too_large = 1;
+        atomic_fetch_add(&s->body_too_large, 1);
+        char msg[160];
+        snprintf(msg, sizeof msg, "request entity too large: body exceeds max-body-bytes %zu",
+                 s->cfg.max_body_bytes);
+        return respond_json_error_close(s, c, 413, msg);
     }
     int write = !strcmp(method, "POST") && is_write_path(url);
     if (!write && cl == 0 && !te)
@@ -314,6 +375,14 @@ static void body_append(bdb_server *s, req *r, const char *data, size_t n)
     r->body.len += n;
 }
 
+/* The slow-client guard's record of a connection (on_connection), or NULL. */
+static bdb_guarded *guarded(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
@@ -327,25 +396,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         r->start_us = now_us();
         *con_cls = r;
+        bdb_conn_guard_body_start(s->guard, guarded(c));
         return admit(s, c, url, method, r);
     }
     if (*upload_size) {
         atomic_fetch_add(&s->bytes_received, *upload_size);
+        bdb_conn_guard_body_bytes(s->guard, guarded(c), *upload_size);
         body_append(s, r, upload_data, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    bdb_conn_guard_answering(s->guard, guarded(c));
     if (r->answered)
         return MHD_YES;
     return dispatch(s, c, url, method, r);
+}
+
+/* Connections opened and closed: the slow-client guard follows each one. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    bdb_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? bdb_conn_guard_open(s->guard, ci->connect_fd) : NULL;
+    } else {
+        bdb_conn_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     bdb_server *s = cls;
-    (void)c;
     (void)toe;
+    bdb_conn_guard_idle(s->guard, guarded(c)); /* the next request's headers from now */
     req *r = *con_cls;
     if (r) {
         bdb_bp_release(s->bp, &r->bp);
@@ -592,17 +679,21 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     s->bp = bdb_bp_new(&bl);
     if (!s->bp)
         abort();
+    s->guard = bdb_conn_guard_start(cfg->http_header_timeout, cfg->http_body_min_rate);
+    if (!s->guard)
+        abort();
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->mhd =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)cfg->http_threads_max, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->http_threads_max, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->mhd) {
         BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
+        bdb_conn_guard_stop(s->guard);
         bdb_pool_free(s->pool);
         bdb_bp_free(s->bp);
         bdb_tenants_close(s->tenants);
@@ -645,6 +736,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_mqtt_gw_stop(s->mqtt); /* between messages: nothing half-written */
     /* Stop accepting first, let in-flight requests finish, then close storage. */
     MHD_stop_daemon(s->mhd);
+    bdb_conn_guard_stop(s->guard); /* after the daemon: no connection is left */
     bdb_pool_free(s->pool);
     bdb_bp_free(s->bp);
     hot_stop(s);

@@ -31,6 +31,7 @@ struct bdb_server {
     bdb_db *db;
     bdb_pool *pool;
     struct MHD_Daemon *mhd;
+    struct bdb_conn_guard *guard; /* slow clients' deadlines (conn_guard.h) */
     int port;
     int auth_required;
     char token[65]; /* the admin token (<data>/token) */
@@ -94,10 +95,23 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
                         const void *body, size_t len);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
+/* {"error": msg} (also in X-Influxdb-Error) with "Connection: close": for a request
+ * whose body is not read, or whose framing cannot be trusted, so that no byte of it
+ * is taken for the next request. */
+enum MHD_Result respond_json_error_close(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                                         const char *msg);
 /* An error with a prepared JSON body; msg (if not NULL) also goes to X-Influxdb-Error. */
 enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, const void *body, size_t len);
 const char *arg(struct MHD_Connection *c, const char *name);
+/* A count (limit, max_rps): decimal digits only, at most max; 0 with *out set, or -1. */
+int count_param(const char *v, uint64_t max, uint64_t *out);
+/* A time query parameter (from, to, bucket): 0 when absent or empty (*out untouched),
+ * 1 when set, -1 with a 400 queued in *r naming the parameter: not a time, or outside
+ * BDB_QT_MIN_MS..BDB_QT_MAX_MS (the range is in the message). Every handler parses
+ * times through it, so none computes with a time the engine cannot hold. */
+int time_param(bdb_server *s, struct MHD_Connection *c, const char *name, int64_t *out,
+               enum MHD_Result *r);
 /* A 429 (or other) error with a prepared JSON body and an explicit Retry-After. */
 enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                     int64_t retry_after_s, const char *msg, const void *body,

@@ -2,12 +2,16 @@
  * or RFC 3339), durations ("10s", "5m"), resolutions ("1m", "auto") and line-protocol
  * precisions. The input is split at newlines and each piece goes to every parser.
  * Beyond "no crash": a time that parses and lies in years 0000..9999 formats back to
- * RFC 3339 and parses to the same instant; a duration is never negative and its
+ * RFC 3339 and parses to the same instant; a query time is inside BDB_QT_MIN_MS..
+ * BDB_QT_MAX_MS and the handlers' arithmetic on it (an hour or 30 days back, + 1,
+ * aligned down to a day) cannot overflow (UBSan aborts if it does); a duration is
+ * never negative and its
  * value in plain ms parses to itself; a known resolution's name parses back to it. */
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
 #include "ingest/lineproto.h"
+#include "model/bucket.h"
 #include "server/config.h"
 
 #include <inttypes.h>
@@ -40,6 +44,18 @@ static void one(const char *s)
         CHECK(t2 == t);
         snprintf(again, sizeof again, "%" PRId64, t);
         CHECK(bdb_parse_time_ms(again, &t2) == BDB_OK && t2 == t);
+    }
+
+    int qr = bdb_parse_query_time(s, &t);
+    CHECK(qr == BDB_OK || qr == BDB_ERR_INVALID || qr == BDB_ERR_LIMIT);
+    CHECK(qr != BDB_OK || rc == BDB_OK);          /* a query time is a time */
+    CHECK(rc != BDB_OK || qr != BDB_ERR_INVALID); /* and a time only too far out */
+    if (qr == BDB_OK) {
+        CHECK(t >= BDB_QT_MIN_MS && t <= BDB_QT_MAX_MS);
+        volatile int64_t w = t - 30 * BDB_MS_DAY; /* h_query, h_fleet defaults */
+        w = t + 1;                                /* telemetry_by_tenant bucket */
+        w = bdb_align_down(t, BDB_MS_DAY);        /* tier and fleet windows */
+        CHECK(w <= t);
     }
 
     int64_t d;

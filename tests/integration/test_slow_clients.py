@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Slow clients and connection floods, on loopback, bounded in count and time:
 slowloris clients (headers or a body dribbled a byte at a time) do not stop the
-server answering /health and taking writes; a flood of idle connections past
+server answering /health and taking writes, and are closed once they miss the header
+deadline or the minimum body rate (docs/API.md#slow-clients); a flood of idle connections past
 `http_threads_max` is capped (the server's connection threads never exceed the cap,
 extra connections are closed) and the server answers again once the flood ends."""
 
@@ -12,7 +13,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Server, Suite, check, eq, now_ms  # noqa: E402
+from bdbtest import Server, Suite, check, contains, eq, now_ms  # noqa: E402
 
 suite = Suite("slow_clients")
 CAP = 24  # http_threads_max in these tests
@@ -176,6 +177,56 @@ def connection_flood_is_capped():
             time.sleep(0.1)
         check(threads(s) <= base + 2, "connection threads released: %d -> %d"
               % (base, threads(s)))
+
+
+def wait_all_closed(conns, limit=30):
+    """Waits (at most `limit` s, generous) until the server has closed every one of
+    conns (Dribblers, whose sends then fail, or idle sockets); returns how many it
+    closed."""
+    deadline = time.monotonic() + limit
+    left = list(conns)
+    while left and time.monotonic() < deadline:
+        left = [c for c in left if (c.is_alive() if isinstance(c, Dribbler)
+                                    else not closed_by_server(c, 0.05))]
+        time.sleep(0.1)
+    return len(conns) - len(left)
+
+
+@suite.test
+def slow_headers_and_bodies_are_closed():
+    """A client dribbling its headers, or its body below http_body_min_rate, is closed
+    (it was held for ever: 300 connections sending a header byte a second, issue 18),
+    and so is a keep-alive connection idle for http_header_timeout."""
+    with Server(args=["--http-threads-max", str(CAP), "--http-header-timeout", "2s",
+                      "--http-body-min-rate", "1000"]) as s:
+        heads = [Dribbler(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000,
+                          0.3) for _ in range(CAP // 3)]
+        req = b"POST /write?precision=ms HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+        bodies = []
+        for _ in range(CAP // 3):
+            d = Dribbler(s.port, b"#" * 1000, 0.3)  # 3 bytes/s, under 1000
+            d.sock.sendall(req)
+            bodies.append(d)
+        idle = open_conn(s.port)
+        idle.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        idle.settimeout(10)
+        check(idle.recv(4096).startswith(b"HTTP/1.1 204"))
+        for d in heads + bodies:
+            d.start()
+        try:
+            check(health_ok(s), "/health while the slow clients hang on")
+            n = wait_all_closed(heads + bodies + [idle])
+            print("slow clients: %d of %d header dribblers, body dribblers and idle keep-alive "
+                  "connections closed by the server" % (n, len(heads) + len(bodies) + 1))
+            eq(n, len(heads) + len(bodies) + 1, "connections closed by the server")
+        finally:
+            for d in heads + bodies:
+                d.close()
+            idle.close()
+        contains(s.metrics_text(), "bucketdb_http_slow_closed_total %d"
+                 % (len(heads) + len(bodies) + 1))
+        s.write("m,device=after v=1 %d" % now_ms(), precision="ms")
+        eq([d["device"] for d in s.devices()["devices"]], ["after"])
 
 
 if __name__ == "__main__":

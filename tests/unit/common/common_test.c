@@ -843,6 +843,32 @@ static void test_parse_unix_ms(void **state)
     assert_int_equal(t, 77); /* untouched on error */
 }
 
+/* Query times: the stored range plus its exclusive end; past it, int64 overflow
+ * included, is BDB_ERR_LIMIT (a 400 naming the range), not BDB_ERR_INVALID. */
+static void test_parse_query_time(void **state)
+{
+    (void)state;
+    int64_t t = 77;
+    assert_int_equal(bdb_parse_query_time("-9223372036854", &t), BDB_OK);
+    assert_int_equal(t, BDB_QT_MIN_MS);
+    assert_int_equal(bdb_parse_query_time("9223372036855", &t), BDB_OK);
+    assert_int_equal(t, BDB_TS_MAX_MS + 1);
+    assert_int_equal(bdb_parse_query_time("2262-04-11T23:47:16.855Z", &t), BDB_OK);
+    assert_int_equal(t, BDB_QT_MAX_MS);
+    t = 77;
+    const char *far[] = {"-9223372036855",       "9223372036856",           "9223372036854775807",
+                         "-9223372036854775808", "99999999999999999999",    "-99999999999999999999",
+                         "9999-12-31T23:59:59Z", "2262-04-11T23:47:16.856Z"};
+    for (size_t i = 0; i < sizeof far / sizeof far[0]; i++)
+        if (bdb_parse_query_time(far[i], &t) != BDB_ERR_LIMIT)
+            fail_msg("'%s' is not refused as out of range", far[i]);
+    const char *bad[] = {"", "-", "abc", " 5", "+5", "1e3", "2024-13-01T00:00:00Z"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (bdb_parse_query_time(bad[i], &t) != BDB_ERR_INVALID)
+            fail_msg("'%s' is not refused as invalid", bad[i]);
+    assert_int_equal(t, 77); /* untouched on error */
+}
+
 static void test_parse_rfc3339(void **state)
 {
     (void)state;
@@ -1099,6 +1125,7 @@ int main(void)
         cmocka_unit_test(test_map_basic),
         cmocka_unit_test(test_map_churn_vs_reference),
         cmocka_unit_test(test_parse_unix_ms),
+        cmocka_unit_test(test_parse_query_time),
         cmocka_unit_test(test_parse_rfc3339),
         cmocka_unit_test(test_format_time),
         cmocka_unit_test(test_floor_div_align),
