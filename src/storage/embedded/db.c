@@ -337,7 +337,7 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
     if (rc == BDB_OK)
         db_hot_count(db, d, ts, nm, relearn); /* telemetry_by_tenant, promotion */
     if (rc == BDB_OK) /* state: latest event and state index (db_latest.c) */
-        rc = db_latest_apply(db, d, ts, state, slen, ser, vals, nm);
+        rc = db_latest_apply(db, d, pp ? &pp->lr : NULL, ts, state, slen, ser, vals, nm);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }

@@ -131,16 +131,12 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
         d->series = n;
         d->cap_series = cap;
     }
-    series *s = bdb_calloc(1, sizeof *s);
+    series *s = bdb_calloc(1, sizeof *s + mlen + 1);
     if (!s)
         return NULL;
     s->dev = d;
-    s->metric = xstrndup(metric, mlen);
+    memcpy(s->metric, metric, mlen);
     s->mlen = mlen;
-    if (!s->metric) {
-        free(s);
-        return NULL;
-    }
     /* Keep the array sorted by name so listings and flushes see metric order. */
     uint32_t i = d->nseries;
     while (i > 0) {
@@ -527,7 +523,6 @@ void cat_free(bdb_db *db)
             for (uint32_t i = 0; i < d->nseries; i++) {
                 head_free_chunks(db, d->series[i]->active);
                 head_free_chunks(db, d->series[i]->frozen);
-                free(d->series[i]->metric);
                 free(d->series[i]);
             }
             free(d->series);

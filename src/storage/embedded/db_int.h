@@ -44,7 +44,6 @@ typedef struct hchunk {
 
 typedef struct series {
     struct device *dev;
-    char *metric;
     size_t mlen;
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
@@ -52,6 +51,9 @@ typedef struct series {
      * far (head room before the WAL append, without a map allocated per batch) */
     uint64_t resv_batch;
     uint32_t resv_n;
+    /* The name inside the struct: looking a series up by name (every write) then
+     * touches one allocation, not two. NUL-terminated. */
+    char metric[];
 } series;
 
 /* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the

@@ -372,11 +372,11 @@ int lt_apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t sle
     return BDB_OK;
 }
 
-int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
-                    series *const *ser, const double *vals, uint32_t nm)
+int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, const char *state,
+                    size_t slen, series *const *ser, const double *vals, uint32_t nm)
 {
     struct db_latest *L = db->latest;
-    lt_dev *e = lt_entry(L, d, 1);
+    lt_dev *e = r && r->e ? r->e : lt_entry(L, d, 1);
     if (!e)
         return BDB_ERR_NOMEM;
     lt_make_live(e);

@@ -57,7 +57,8 @@ int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
  * holds the device's stripe lock. Safe on a zeroed reservation. */
 void db_latest_release(bdb_db *db, db_latest_resv *r);
 
-/* Applies one report of device d at ts: ser[k] is the series of metric k, valued
+/* Applies one report of device d at ts, under the report's reservation r (NULL in
+ * replay; its entry saves looking the device up again): ser[k] is the series of metric k, valued
  * vals[k]. Caller holds d's stripe lock. O(nm) when the report lists its metrics in
  * name order (each is looked for right after the previous one), else O(nm log metrics
  * of d). With a reservation of
@@ -65,8 +66,8 @@ void db_latest_release(bdb_db *db, db_latest_resv *r);
  * the device or a metric is new or the device enters a state no device of its tenant
  * is in. BDB_OK or BDB_ERR_NOMEM (the report applied in part: the write path then
  * makes the engine read-only, see bdb_db_write). */
-int db_latest_apply(bdb_db *db, device *d, int64_t ts, const char *state, size_t slen,
-                    struct series *const *ser, const double *vals, uint32_t nm);
+int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, const char *state,
+                    size_t slen, struct series *const *ser, const double *vals, uint32_t nm);
 
 /* Writes <data>/latest for a flush whose WAL cut sealed segment wal_upto. Call with
  * writers running, after the cut (every report in segments <= wal_upto is applied by

@@ -530,12 +530,15 @@ static void test_memory_per_device(void **st)
     db->tenants = bdb_map_new();
     assert_int_equal(db_latest_open(db), BDB_OK);
     tenant t = {.name = "t1"};
-    series ser[NM];
+    series *ser[NM];
     series *sp[NM];
     const char *mn[NM] = {"cpu", "mem", "temp", "volt"};
     for (int k = 0; k < NM; k++) {
-        ser[k] = (series){.metric = (char *)mn[k], .mlen = strlen(mn[k])};
-        sp[k] = &ser[k];
+        ser[k] = calloc(1, sizeof(series) + strlen(mn[k]) + 1);
+        assert_non_null(ser[k]);
+        strcpy(ser[k]->metric, mn[k]);
+        ser[k]->mlen = strlen(mn[k]);
+        sp[k] = ser[k];
     }
     device *devs = calloc(ndev, sizeof *devs);
     char *names = calloc(ndev, 16);
@@ -553,7 +556,7 @@ static void test_memory_per_device(void **st)
     struct mallinfo2 before = mallinfo2();
     for (size_t i = 0; i < ndev; i++) {
         const char *s = states[i % NSTATES];
-        db_latest_apply(db, &devs[i], T0 + (int64_t)i, s, strlen(s), sp, vals, NM);
+        db_latest_apply(db, &devs[i], NULL, T0 + (int64_t)i, s, strlen(s), sp, vals, NM);
     }
     struct mallinfo2 after = mallinfo2();
     uint64_t none = 0;
@@ -586,6 +589,8 @@ static void test_memory_per_device(void **st)
         pthread_mutex_destroy(&db->stripes[i]);
     free(devs);
     free(names);
+    for (int k = 0; k < NM; k++)
+        free(ser[k]);
     free(db);
 }
 

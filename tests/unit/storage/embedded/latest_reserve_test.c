@@ -202,7 +202,8 @@ static int apply_nomem(bdb_db *db, device *d, int64_t ts, const char *state, int
     pthread_mutex_lock(dev_lock(db, d));
     series_of(db, d, nm, ser);
     bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
-    int rc = db_latest_apply(db, d, ts, state, state ? strlen(state) : 0, ser, vals, (uint32_t)nm);
+    int rc =
+        db_latest_apply(db, d, NULL, ts, state, state ? strlen(state) : 0, ser, vals, (uint32_t)nm);
     bdb_alloc_fail_disarm();
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
