@@ -262,7 +262,10 @@ int db_latest_open(bdb_db *db)
         cat_each_device(db, seed_from_catalog, db);
         if (seed_nomem)
             return BDB_ERR_NOMEM;
-        db->wal_upto = 0; /* replay every segment that is left */
+        /* Replay starts after the catalog's segment as always: the segments before it
+         * are gone after a committed flush, and db->wal_upto is also what tells the
+         * tier, fleet and sink-usage files of committed flushes from those of a flush
+         * that never committed (lowering it here made the open delete them all). */
     }
     return BDB_OK;
 }

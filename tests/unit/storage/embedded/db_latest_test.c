@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "model/batch.h"
 #include "storage/embedded/db.h"
+#include "storage/embedded/db_fleet.h"
 #include "storage/embedded/db_int.h"
 #include "storage/embedded/db_latest.h"
 
@@ -510,6 +511,52 @@ static void test_damaged_file_refused_missing_rebuilt(void **st)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+static bdb_db *open_tiers_kept(const char *dir)
+{
+    bdb_db_opts o;
+    bdb_db_opts_default(&o);
+    o.data_dir = dir;
+    o.background = 0;
+    for (int i = 0; i < 3; i++)
+        o.tier_retention_ms[i] = -1; /* T0 is years ago: keep its windows */
+    bdb_db *db = NULL;
+    assert_int_equal(bdb_db_open(&o, &db), BDB_OK);
+    bdb_db_fleet_attach(db);
+    return db;
+}
+
+/* A missing state file is rebuilt without touching the tier and fleet files of
+ * committed flushes: it once made the open take every one of them for a file of an
+ * uncommitted flush and delete it, with the WAL that could rebuild them long gone. */
+static void test_missing_file_keeps_tiers_and_fleet(void **st)
+{
+    (void)st;
+    model_reset();
+    bdb_db *db = open_tiers_kept(datadir);
+    random_reports(db, 300);
+    assert_int_equal(bdb_db_close(db), BDB_OK); /* flushes: the WAL is gone */
+    db = open_tiers_kept(datadir);
+    bdb_tier_stats ts0, ts1;
+    bdb_fleet_file_stats fs0, fs1;
+    bdb_db_tier_get_stats(db, &ts0);
+    bdb_db_fleet_get_stats(db, &fs0);
+    assert_true(ts0.files[BDB_RES_1H - 1] > 0 && fs0.files[0] > 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    char path[256];
+    snprintf(path, sizeof path, "%s/latest", datadir);
+    assert_int_equal(unlink(path), 0);
+    db = open_tiers_kept(datadir);
+    check_model(db, 0);
+    bdb_db_tier_get_stats(db, &ts1);
+    bdb_db_fleet_get_stats(db, &fs1);
+    assert_int_equal(ts1.files[BDB_RES_1H - 1], ts0.files[BDB_RES_1H - 1]);
+    assert_int_equal(ts1.discarded, 0);
+    assert_int_equal(fs1.files[0], fs0.files[0]);
+    assert_int_equal(fs1.files[1], fs0.files[1]);
+    assert_int_equal(fs1.discarded, 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 /* Module level, with devices built by hand (no head, no WAL), so the allocator's
  * count before and after the reports is the index's memory alone. */
 static void test_memory_per_device(void **st)
@@ -602,6 +649,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_against_model_and_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_save_keeps_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_file_refused_missing_rebuilt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_file_keeps_tiers_and_fleet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_per_device, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
