@@ -2,8 +2,8 @@
 #include "query/fleetq.h"
 
 #include "bucketdb/bdb.h"
-#include "storage/embedded/db_fleet.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/fleet/db_fleet.h"
+#include "storage/embedded/tier/db_tier.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include "agg/fleet.h"
 #include "model/batch.h"
 #include "query/pool.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
 #define BDB_RANGE_H
 
 #include "query/pool.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/tier/db_tier.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #define BDB_WINDOWS_H
 
 #include "agg/rollup.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <stddef.h>
 #include <stdint.h>

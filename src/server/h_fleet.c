@@ -11,7 +11,7 @@
 #include "common/timeutil.h"
 #include "model/bucket.h"
 #include "query/fleetq.h"
-#include "storage/embedded/db_fleet.h"
+#include "storage/embedded/fleet/db_fleet.h"
 
 #include <stdio.h>
 #include <stdlib.h>

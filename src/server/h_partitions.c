@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "server/hotpart.h"
-#include "storage/embedded/db_hot.h"
+#include "storage/embedded/hot/db_hot.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include "model/bucket.h"
 #include "query/range.h"
 #include "query/windows.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/tier/db_tier.h"
 #include "server/config.h"
 #include "server/devlimit.h"
 

@@ -16,7 +16,7 @@
 #include "common/buf.h"
 #include "model/batch.h"
 #include "server/tenants.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <stdint.h>
 

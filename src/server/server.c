@@ -10,8 +10,8 @@
 #include "server/mqtt_gw.h"
 #include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
 #include "storage/cassandra/schema.h"    /* storage: key limits */
-#include "storage/embedded/db_fleet.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/fleet/db_fleet.h"
+#include "storage/embedded/tier/db_tier.h"
 #include "storage/vfs/vfs_fault.h"
 
 #include <arpa/inet.h>

@@ -8,7 +8,7 @@
 #include "server/config.h"
 #include "server/server.h"
 #include "server/tenants.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <microhttpd.h>
 #include <pthread.h>

@@ -95,7 +95,7 @@ typedef struct bdb_sink_ops {
     void (*close)(bdb_sink *s);
 
     /* ---- tiers and fleet (optional: NULL = the sink does not take them and the
-     * engine's tier and fleet files answer; see storage/embedded/db_agg_sink.c).
+     * engine's tier and fleet files answer; see storage/embedded/sink/db_agg_sink.c).
      * Every window handed to a put is the complete value of its window as the engine
      * knows it at that flush (the partials of every flush merged, late recomputes
      * applied), never a partial: writing it again replaces the row. ttl_s[i] is the
@@ -115,7 +115,7 @@ typedef struct bdb_sink_ops {
 
     /* ---- state, registry, counters, late (optional: NULL = the sink does not take
      * them and the engine's local index, catalog and counts answer alone; see
-     * storage/embedded/db_state_sink.c). A put takes the n records of one flush and
+     * storage/embedded/sink/db_state_sink.c). A put takes the n records of one flush and
      * returns once the sink confirmed them all, so the flush that calls it commits
      * after; puts are idempotent (writing the same record again changes nothing) and
      * never let an older event replace a newer one. Reads return what the sink holds;
@@ -139,7 +139,7 @@ typedef struct bdb_sink_ops {
                       bdb_sink_count_fn fn, void *ud);
 
     /* ---- late arrivals (optional: NULL = the engine's in-memory list of recent late
-     * events answers alone; see storage/embedded/db_late_sink.c). A put takes the late
+     * events answers alone; see storage/embedded/sink/db_late_sink.c). A put takes the late
      * events noted since the last confirmed flush and returns once the sink confirmed
      * them all (the flush commits after); a re-sent event writes the same row. ttl_ms:
      * the tenant's raw TTL, counted from the event time (0 = forever). */

@@ -28,7 +28,7 @@ its last record (a torn write), sometimes with the cut tail zero-filled, and the
 server must start, report the cut in its log, truncate the segment where the record
 before it ends, keep every acknowledged sample written before it, and drop the
 samples of the cut record (decoded from the WAL record itself, format in
-src/storage/embedded/db.c and wal.c). Every other round writes batches of thousands
+src/storage/embedded/core/db.c and wal.c). Every other round writes batches of thousands
 of lines, so the cut record often spans 32 KiB WAL pages.
 
 Environment: BUCKETDB_BIN, CRASH_KILLS (default 200, ASan builds too; ASan detected
@@ -828,7 +828,7 @@ class Dec:
 
 
 def batch_record_keys(payload):
-    """The sample keys of a batch WAL record (format in src/storage/embedded/db.c);
+    """The sample keys of a batch WAL record (format in src/storage/embedded/core/db.c);
     an empty list for any other record type."""
     d = Dec(payload)
     if d.u8() != 1:

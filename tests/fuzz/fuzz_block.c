@@ -11,8 +11,8 @@
  * or report BDB_ERR_CORRUPT. */
 #include "bucketdb/bdb.h"
 #include "fuzz_util.h"
-#include "storage/embedded/block.h"
-#include "storage/embedded/chunk.h"
+#include "storage/embedded/block/block.h"
+#include "storage/embedded/chunk/chunk.h"
 
 #include <zlib.h>
 

@@ -8,7 +8,7 @@
  * Needs src/storage/embedded/chunk*.c and src/common/buf.c (and -lm). */
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
-#include "storage/embedded/chunk.h"
+#include "storage/embedded/chunk/chunk.h"
 
 #include <stdint.h>
 #include <stdlib.h>

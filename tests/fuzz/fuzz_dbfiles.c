@@ -17,8 +17,8 @@
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "fuzz_util.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/wal.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/core/wal.h"
 
 #include <zlib.h>
 #include <zstd.h>

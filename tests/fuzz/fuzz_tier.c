@@ -13,8 +13,8 @@
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
 #include "fuzz_util.h"
-#include "storage/embedded/db_tier.h"
-#include "storage/embedded/db_tier_int.h"
+#include "storage/embedded/tier/db_tier.h"
+#include "storage/embedded/tier/db_tier_int.h"
 
 #include <math.h>
 

@@ -9,7 +9,7 @@
  * after the repair is delivered after them. */
 #include "bucketdb/bdb.h"
 #include "fuzz_util.h"
-#include "storage/embedded/wal.h"
+#include "storage/embedded/core/wal.h"
 
 #include <zlib.h>
 

@@ -19,7 +19,7 @@
 #include "model/bucket.h"
 #include "query/pool.h"
 #include "query/range.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -23,8 +23,8 @@
 #include "query/pool.h"
 #include "query/range.h"
 #include "server/hotpart.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_hot.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/hot/db_hot.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
 #include "model/batch.h"
 #include "server/quota.h"
 #include "server/tenants.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <dirent.h>
 #include <stdio.h>

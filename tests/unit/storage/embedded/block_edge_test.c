@@ -13,7 +13,7 @@
  *    same chunk then goes in and the finished file holds every chunk exactly) or the
  *    error sticks and no file is left. The same for a reader's open.
  * Damaged files are block_test.c's and block_mapped_test.c's. */
-#include "storage/embedded/block.h"
+#include "storage/embedded/block/block.h"
 
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"

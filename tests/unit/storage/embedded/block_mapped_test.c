@@ -12,7 +12,7 @@
  *    series and partition iteration and cursors return BDB_ERR_CORRUPT, never a chunk
  *    that was not written, nothing crashes (ASan), and once the bytes are restored
  *    everything reads as before. */
-#include "storage/embedded/block.h"
+#include "storage/embedded/block/block.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"

@@ -32,7 +32,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 #include "storage/vfs/vfs.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * the encoding, writer rule enforcement, failure cleanup, the size of the compact
  * index, and corruption handling (bit flips in every region, structural damage under
  * valid CRCs, other format versions, truncation). */
-#include "storage/embedded/block.h"
+#include "storage/embedded/block/block.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"

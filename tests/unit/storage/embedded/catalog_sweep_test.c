@@ -27,8 +27,8 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_hot.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/hot/db_hot.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  *    overlong value varint is BDB_ERR_CORRUPT, never a sample.
  *  - A chunk handed over with more bytes than any stream may hold (16 MiB) reads the
  *    same samples as its own bytes do. */
-#include "storage/embedded/chunk.h"
+#include "storage/embedded/chunk/chunk.h"
 
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"

@@ -11,7 +11,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
-#include "storage/embedded/chunk.h"
+#include "storage/embedded/chunk/chunk.h"
 
 #include <float.h>
 #include <math.h>

@@ -22,9 +22,9 @@
 #include "common/timeutil.h"
 #include "model/batch.h"
 #include "model/bucket.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 #include "query/fleetq.h"
-#include "storage/embedded/db_fleet.h"
+#include "storage/embedded/fleet/db_fleet.h"
 
 #include <dirent.h>
 #include <fcntl.h>

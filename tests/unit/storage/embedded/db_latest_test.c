@@ -20,10 +20,10 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_fleet.h"
-#include "storage/embedded/db_int.h"
-#include "storage/embedded/db_latest.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/fleet/db_fleet.h"
+#include "storage/embedded/core/db_int.h"
+#include "storage/embedded/state/db_latest.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -27,7 +27,7 @@
 #include "common/timeutil.h"
 #include "model/batch.h"
 #include "model/bucket.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 #include "storage/vfs/vfs.h"
 #include "storage/vfs/vfs_fault.h"
 

@@ -16,8 +16,8 @@
 #include "common/alloc.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/tier/db_tier.h"
 #include "storage/vfs/vfs.h"
 
 #include <dirent.h>

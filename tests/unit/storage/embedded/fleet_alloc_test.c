@@ -20,8 +20,8 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_fleet.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/fleet/db_fleet.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -24,8 +24,8 @@
 #include "model/bucket.h"
 #include "query/pool.h"
 #include "query/range.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_hot.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/hot/db_hot.h"
 
 #include <dirent.h>
 #include <fcntl.h>

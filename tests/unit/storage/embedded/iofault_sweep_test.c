@@ -34,10 +34,10 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_fleet.h"
-#include "storage/embedded/db_hot.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/fleet/db_fleet.h"
+#include "storage/embedded/hot/db_hot.h"
+#include "storage/embedded/tier/db_tier.h"
 #include "storage/vfs/vfs.h"
 
 #include <errno.h>

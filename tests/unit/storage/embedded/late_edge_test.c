@@ -27,9 +27,9 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_fleet.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/fleet/db_fleet.h"
+#include "storage/embedded/tier/db_tier.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <stdio.h>
 #include <stdlib.h>

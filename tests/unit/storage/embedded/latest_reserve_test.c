@@ -26,10 +26,10 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_int.h"
-#include "storage/embedded/db_latest.h"
-#include "storage/embedded/db_state_sink.h" /* db_latest_walk: what a sink is sent */
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/core/db_int.h"
+#include "storage/embedded/state/db_latest.h"
+#include "storage/embedded/sink/db_state_sink.h" /* db_latest_walk: what a sink is sent */
 
 #include <pthread.h>
 #include <stdio.h>

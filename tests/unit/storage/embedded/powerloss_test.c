@@ -31,9 +31,9 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_hot.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/hot/db_hot.h"
+#include "storage/embedded/tier/db_tier.h"
 #include "storage/vfs/vfs.h"
 #include "storage/vfs/vfs_fault.h"
 

@@ -22,9 +22,9 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_int.h"
-#include "storage/embedded/db_sink_usage.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/core/db_int.h"
+#include "storage/embedded/sink/db_sink_usage.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include "storage/embedded/sink_glue_util.h"
 
 #include "common/buf.h"
-#include "storage/embedded/db_sink_usage.h"
+#include "storage/embedded/sink/db_sink_usage.h"
 
 #include <sys/stat.h>
 #include <zlib.h>

@@ -15,7 +15,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
-#include "storage/embedded/db_sink_usage.h"
+#include "storage/embedded/sink/db_sink_usage.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -27,7 +27,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <dirent.h>
 #include <inttypes.h>

@@ -13,7 +13,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 #include "storage/vfs/vfs.h"
 
 #include <stdint.h>

@@ -33,8 +33,8 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/tier/db_tier.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -23,8 +23,8 @@
 #include "common/timeutil.h"
 #include "model/batch.h"
 #include "model/bucket.h"
-#include "storage/embedded/db.h"
-#include "storage/embedded/db_tier.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/tier/db_tier.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -20,7 +20,7 @@
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "storage/embedded/db.h"
+#include "storage/embedded/core/db.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -27,7 +27,7 @@
 #include "bucketdb/bdb.h"
 #include "common/alloc.h"
 #include "common/log.h"
-#include "storage/embedded/wal.h"
+#include "storage/embedded/core/wal.h"
 #include "storage/vfs/vfs.h"
 
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "common/log.h"
-#include "storage/embedded/wal.h"
+#include "storage/embedded/core/wal.h"
 #include "storage/vfs/vfs.h"
 #include "storage/vfs/vfs_fault.h"
 

@@ -1,0 +1,315 @@
+/* Private to the embedded engine (db*.c, head.c): the in-memory catalog and head.
+ *
+ * Locking order (never take an earlier lock while holding a later one):
+ *   flush_mutex -> flush_lock -> cat_lock -> device stripe -> blocks_lock
+ * - cat_lock (rwlock) guards the tenant and device maps (creation of tenants/devices).
+ * - A device's stripe mutex guards everything inside the device: tags, state, bucket
+ *   history, its series array and every head chunk of its series.
+ * - flush_lock (rwlock): writers hold it shared while they append to the WAL and the
+ *   head; a flush holds it exclusively for the instant it cuts the WAL and freezes the
+ *   head, so the frozen head and the sealed segments cover exactly the same writes.
+ * - ext_mu only guards creating and dropping db->tier, late, fleet and usage (state of
+ *   the optional parts, made on first use); nothing else is taken while it is held
+ *   except by the state constructors, which read files.
+ * - blocks_lock (rwlock) guards the block list; readers hold it shared while they read
+ *   blocks, so maintenance can unmap a block only after swapping it out. */
+#ifndef BDB_DB_INT_H
+#define BDB_DB_INT_H
+
+#include "common/buf.h"
+#include "common/map.h"
+#include "model/bucket.h"
+#include "storage/embedded/block/block.h"
+#include "storage/embedded/chunk/chunk.h"
+#include "storage/embedded/core/db.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* One head chunk: samples of one series inside [lo, hi), which lies inside one
+ * partition and one block window. In-order samples go to the XOR appender; samples
+ * older than the newest (out of order, or rewriting a time) go to a small side list
+ * merged at read time, where the later write of a time wins. */
+typedef struct hchunk {
+    struct hchunk *next; /* newer chunks first */
+    int64_t lo, hi;
+    int64_t bucket_start;
+    bdb_chunk_app app;
+    struct ooo_sample {
+        int64_t ts;
+        double v;
+    } * ooo;
+    uint32_t nooo, cap_ooo;
+} hchunk;
+
+typedef struct series {
+    struct device *dev;
+    size_t mlen;
+    hchunk *active;
+    hchunk *frozen; /* being flushed; read-only until the flush frees it */
+    /* db.c, under the device stripe: the samples of write batch resv_batch reserved so
+     * far (head room before the WAL append, without a map allocated per batch) */
+    uint64_t resv_batch;
+    uint32_t resv_n;
+    /* The name inside the struct: looking a series up by name (every write) then
+     * touches one allocation, not two. NUL-terminated. */
+    char metric[];
+} series;
+
+/* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
+ * sub-bucket history and dynamic bucket promotion. Guarded by the device stripe. */
+struct db_pcount {
+    int32_t minute; /* partition (bucket) start / 1 min: bucket starts are minute-aligned */
+    uint32_t events;
+};
+struct db_subent {
+    int64_t from_ms; /* applies from this event time until the next entry */
+    uint32_t n;      /* sub-buckets, 1 = none */
+};
+typedef struct dev_hot {
+    struct db_pcount *pc; /* sorted by minute */
+    uint32_t npc, cap_pc;
+    uint32_t nsubs; /* 0 = one sub-bucket everywhere */
+    struct db_subent *subs;
+    int64_t promo_cap;    /* 0, or the largest bucket the learner may pick */
+    int64_t cur_start;    /* partition of the newest event, for promotion */
+    uint64_t cur_samples; /* samples written into it */
+    int promote;          /* promotion decided during the current write */
+} dev_hot;
+
+typedef struct device {
+    struct tenant *tenant;
+    char *name;
+    size_t nlen;
+    uint32_t stripe;
+    bdb_kv *tags; /* owned strings */
+    uint32_t ntags;
+    char *state;
+    int64_t state_ts;
+    int64_t first_ts, last_ts;
+    uint64_t samples;
+    bdb_bucket_history hist;
+    bdb_rate_learner learner;
+    int64_t pinned; /* 0 = learn */
+    int relearn;    /* the learner changed class during the current write (db.c) */
+    series **series;
+    uint32_t nseries, cap_series;
+    /* db_catalog.c: where cat_series looks first, one past its last match (reports list
+     * a device's metrics in the same order as the sorted series); relaxed, a hint only */
+    _Atomic uint32_t series_hint;
+    dev_hot hs;             /* db_hot.c */
+    int64_t late_frozen_ts; /* db_tier_late.c: newest event time frozen by a committed or
+                             * running flush; INT64_MIN nothing, 0 unknown */
+} device;
+
+typedef struct tenant {
+    char *name;
+    bdb_map *devices;
+} tenant;
+
+/* A published block. cls is its TTL class: the resolved TTL (ms, 0 = forever) shared
+ * by every tenant in it, DB_CLS_MIXED when its tenants' TTLs differ (after a TTL
+ * change; maintenance regroups it), DB_CLS_UNKNOWN until maintenance looks. tenants
+ * caches the tenant names the block holds (immutable file: computed once). */
+#define DB_CLS_MIXED INT64_C(-1)
+#define DB_CLS_UNKNOWN INT64_C(-2)
+typedef struct blockent {
+    bdb_block *b;
+    char *path;
+    char **tenants;
+    size_t ntenants;
+    int64_t cls;
+} blockent;
+
+#define DB_STRIPES 256
+
+struct bdb_db {
+    bdb_db_opts o;
+    char *dir, *wal_dir, *blocks_dir, *quarantine_dir;
+    bdb_vfs *vfs;
+    int lock_fd;
+    bdb_wal *wal;
+
+    pthread_rwlock_t cat_lock;
+    bdb_map *tenants;
+    pthread_mutex_t stripes[DB_STRIPES];
+
+    pthread_mutex_t flush_mutex;
+    pthread_rwlock_t flush_lock;
+    uint64_t wal_upto; /* segments <= this are covered by blocks + catalog */
+
+    pthread_rwlock_t blocks_lock;
+    blockent *blocks; /* sorted by (window_start, seq) */
+    size_t nblocks, cap_blocks;
+    uint64_t next_seq;
+
+    pthread_t bg;
+    int bg_running;
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_cv;
+    int stopping;
+    /* written by whoever flushes (background or /internal/flush), read by the
+     * background thread without flush_mutex: atomic (a TSan-reported race) */
+    _Atomic int64_t last_flush_mono;
+    /* flushes that failed (the WAL keeps their samples, the next flush retries): in
+     * all, in a row now, since when (wall ms; 0 = the last flush succeeded) and the
+     * last error, for /health and /metrics: a flush that keeps failing (a backend
+     * refusing rows) must not look like a healthy server until the head fills up */
+    _Atomic uint64_t flush_failures, flush_fail_streak;
+    _Atomic int64_t flush_failing_since;
+    atomic_int flush_last_error;
+
+    atomic_int readonly;
+    char readonly_reason[256];
+    int replaying;
+
+    _Atomic uint64_t samples_written, reports_written, write_batches, series_count, device_count,
+        tenant_count, head_bytes, head_samples, flushes, compactions, retention_drops, quarantined,
+        replayed, wal_corruptions, wal_corrupt_bytes, bucket_changes, ooo_samples;
+    _Atomic uint64_t resv_batches; /* db.c: ids of write batches for series.resv_batch */
+    /* db_hot.c: promotion size target (bytes, 0 = off) and counters */
+    _Atomic uint64_t promo_target, bucket_promotions, subbucket_changes;
+    struct db_latest *latest; /* db_latest.c: current-state index */
+    /* State of the optional parts (tiers, late path, fleet tables): created on first
+     * use under ext_mu, freed by their close functions when the db closes. */
+    pthread_mutex_t ext_mu;
+    struct tstate *tier;           /* db_tier.c */
+    struct lstate *late;           /* db_tier_late.c */
+    struct fstate *fleet;          /* db_fleet.c */
+    _Atomic(struct usage *) usage; /* db_usage.c (read by writers without a lock) */
+    struct skustate *sku;          /* db_sink_usage.c: sink bytes per tenant */
+};
+
+/* head.c */
+int head_append(bdb_db *db, series *s, int64_t ts, double v);
+/* Makes the room n appends at ts need (the chunk, its continuation, bytes or the
+ * side list), so that head_append after the WAL append cannot run out of memory:
+ * BDB_OK or BDB_ERR_NOMEM (only empty chunks were added). Stripe lock held. */
+int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n);
+void head_free_chunks(bdb_db *db, hchunk *c);
+/* Decodes the samples of chunk c inside [lo, hi) (ooo merged, later write wins),
+ * appending ts/v pairs in time order. BDB_OK, or BDB_ERR_NOMEM with only part of them
+ * appended: the caller must fail, never use a partial list. */
+int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v, size_t *n,
+                       size_t *cap);
+
+/* db_catalog.c. With create set, cat_tenant/cat_device/cat_series return NULL when
+ * out of memory, having added nothing. cat_set_tags/cat_set_state return BDB_OK or
+ * BDB_ERR_NOMEM (the old value kept); the write path copies first (cat_tags_copy,
+ * a strdup) before its WAL append and hands the copies over after it (cat_*_take),
+ * which cannot fail. */
+tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create);
+device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int create);
+series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create);
+int cat_set_tags(device *d, const bdb_kv *tags, uint32_t n);
+int cat_tags_copy(const bdb_kv *tags, uint32_t n, bdb_kv **out);
+void cat_tags_free(bdb_kv *v, uint32_t n);
+void cat_tags_take(device *d, bdb_kv *tags, uint32_t n); /* takes ownership */
+int cat_tags_equal(const device *d, const bdb_kv *tags, uint32_t n);
+int cat_set_state(device *d, const char *s, size_t n, int64_t ts);
+void cat_state_take(device *d, char *s, int64_t ts); /* takes ownership */
+void cat_encode(bdb_db *db, bdb_buf *out);
+int cat_load(bdb_db *db);
+int cat_save(bdb_db *db, const bdb_buf *enc);
+void cat_free(bdb_db *db);
+/* Calls cb for every device (cat_lock must be held by the caller, shared). */
+void cat_each_device(bdb_db *db, void (*cb)(void *ctx, device *d), void *ctx);
+static inline pthread_mutex_t *dev_lock(bdb_db *db, const device *d)
+{
+    return &db->stripes[d->stripe];
+}
+
+/* db_flush.c: the sample merger (newest write wins per time), shared by flush and
+ * compaction. */
+struct db_tagged {
+    int64_t ts;
+    uint64_t prio, order;
+    int64_t bucket;
+    double v;
+};
+typedef struct db_merger {
+    struct db_tagged *t;
+    size_t n, cap;
+    int64_t *ts; /* staging: samples of one source, moved in by db_merger_add */
+    double *v;
+    size_t tn, tcap;
+    bdb_buf enc;
+    int oom; /* a stage or add ran out of memory: emit fails with BDB_ERR_NOMEM */
+} db_merger;
+void db_merger_free(db_merger *m);
+/* Appends one sample to the staging arrays (ts/v/tn). */
+void db_merger_stage(db_merger *m, int64_t ts, double v);
+/* Moves the staged samples (ts/v/tn) in as one source of priority prio. */
+void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket);
+/* Sorts, dedups (highest priority wins) and writes chunks of at most max samples. */
+int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max);
+
+/* Block writers of one flush or compaction, one per (window, TTL class). */
+struct db_wwin {
+    int64_t start, cls;
+    bdb_block_writer *w;
+    char name[64];
+    uint64_t seq;
+};
+typedef struct db_writers {
+    struct db_wwin *v;
+    size_t n;
+} db_writers;
+int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int64_t cls,
+                  bdb_block_writer **out);
+/* Finishes every writer and publishes the new blocks, removing the blocks in gone from
+ * the list in the same step (the caller closes and unlinks them); on error aborts the
+ * rest and publishes nothing. */
+int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone);
+/* Caller holds blocks_lock exclusively (or is single-threaded at open). */
+int db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
+int db_blocks_reserve(bdb_db *db, size_t n);
+
+int db_flush(bdb_db *db);
+/* db_sink.c: flush and read through db->o.sink (storage/sink.h) */
+int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms);
+int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const char *const *metrics,
+                 size_t nmetrics, int64_t lo, int64_t hi,
+                 void (*add)(void *ud, size_t metric, int64_t ts, double v), void *ud);
+int db_blocks_load(bdb_db *db);
+void db_blocks_close(bdb_db *db);
+void *db_background(void *arg);
+
+/* db_compact.c */
+int db_maintain(bdb_db *db);
+/* The tenant's resolved raw TTL in ms (0 = forever). */
+int64_t db_tenant_ttl(bdb_db *db, const char *tn);
+/* db_tier.c, for maintenance (under flush_mutex) before it drops or rewrites away the
+ * raw data of tenant tn in the block window [ws, we), held by blocks v[0..n): writes
+ * the tenant's minutes of that window to 1m tier files (REPLACES), which the derived
+ * 1m tier reads once the raw data is gone. Nothing with a sink or when the 1m tier's
+ * retention has passed the window. On error the raw data must stay. */
+int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n, int64_t ws,
+                         int64_t we);
+void db_blockent_free(blockent *e);
+
+/* db_hot.c (caller holds the device's stripe lock unless said otherwise) */
+/* Partition id of a sample at ts in the bucket starting at bstart: bstart, or
+ * bstart + sub with sub-buckets (sub < 64 < one minute, so ids never collide). */
+int64_t db_partition_id(const device *d, int64_t ts, int64_t bstart);
+/* Counts one report of nm samples at ts (telemetry_by_tenant) and checks the
+ * promotion target; sets *relearn when a promotion is due (made in db_hot_promote). */
+void db_hot_count(bdb_db *db, device *d, int64_t ts, uint32_t nm, int *relearn);
+/* After a batch: the bucket size the device should move to (learner class, promotion,
+ * promotion cap), or 0 for no change. Clears the flags. */
+int64_t db_hot_next_size(bdb_db *db, device *d);
+/* Forgets the event counts of partitions that end at or before cutoff (retention). */
+void db_hot_forget_before(device *d, int64_t cutoff);
+void db_hot_free(device *d);
+/* Catalog part of a device (db_catalog.c) and WAL record type 3. */
+void db_hot_encode(const device *d, bdb_buf *b);
+int db_hot_decode(device *d, bdb_dec *dec);
+void db_hot_encode_record(const device *d, bdb_buf *out);
+int db_hot_apply_record(bdb_db *db, bdb_dec *dec);
+
+/* db.c */
+device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl);
+void db_set_readonly(bdb_db *db, int rc, const char *what);
+int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len);
+
+#endif

@@ -1,0 +1,334 @@
+/* head: the in-memory part of the engine. Each series keeps a short list of chunks,
+ * one per (partition x block window) range it has samples in, newest first. A chunk
+ * is cut when it reaches chunk_max_samples, so long partitions of hot devices become
+ * several chunks. With sub-buckets (db_hot.h) one range holds a chunk chain per
+ * partition id, so chunks are keyed by (range, partition id). */
+#include "storage/embedded/core/db_int.h"
+#include "common/alloc.h"
+
+#include "bucketdb/bdb.h"
+#include "common/timeutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_start)
+{
+    hchunk *c = bdb_calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->lo = lo;
+    c->hi = hi;
+    c->bucket_start = bucket_start;
+    bdb_chunk_app_init(&c->app);
+    atomic_fetch_add(&db->head_bytes, sizeof *c);
+    return c;
+}
+
+/* Gives back a chunk's append room (its buffer grows by doubling). */
+static void chunk_trim(bdb_db *db, hchunk *c)
+{
+    uint32_t before = c->app.cap;
+    bdb_chunk_app_trim(&c->app);
+    atomic_fetch_sub(&db->head_bytes, before - c->app.cap);
+}
+
+/* A new chunk for [lo, hi) linked in front of `next` (after `prev`, or at the head). */
+static hchunk *chunk_insert(bdb_db *db, series *s, hchunk *prev, hchunk *next, int64_t lo,
+                            int64_t hi, int64_t bucket_start)
+{
+    hchunk *n = chunk_new(db, lo, hi, bucket_start);
+    if (!n)
+        return NULL;
+    n->next = next;
+    if (prev) {
+        prev->next = n;
+    } else {
+        s->active = n;
+        /* The newest chunk so far is done growing (a new range or a full chunk): reports
+         * move forward in time, and the head holds every chunk until the flush. */
+        if (next)
+            chunk_trim(db, next);
+    }
+    return n;
+}
+
+void head_free_chunks(bdb_db *db, hchunk *c)
+{
+    while (c) {
+        hchunk *n = c->next;
+        atomic_fetch_sub(&db->head_bytes, sizeof *c + c->app.cap + c->cap_ooo * sizeof *c->ooo);
+        atomic_fetch_sub(&db->head_samples, (uint64_t)c->app.count + c->nooo);
+        bdb_chunk_app_free(&c->app);
+        free(c->ooo);
+        free(c);
+        c = n;
+    }
+}
+
+/* Side lists longer than this are merged into the chunk's stream instead of growing:
+ * a side-list sample costs 16 bytes, a STREAM sample about 1.3. */
+#define OOO_MERGE_MIN 8
+
+/* Re-encodes the chunk with its side list merged in (the later write of a time wins),
+ * with room for n more samples in the stream and none in the list. BDB_ERR_NOMEM or
+ * BDB_ERR_LIMIT (too many samples for one chunk) leave the chunk as it was. */
+static int ooo_merge(bdb_db *db, hchunk *c, uint32_t n)
+{
+    int64_t *ts = NULL;
+    double *v = NULL;
+    size_t ns = 0, cap = 0;
+    int rc = head_chunk_samples(c, INT64_MIN, INT64_MAX, &ts, &v, &ns, &cap);
+    if (rc == BDB_OK && ns + n > BDB_CHUNK_MAX_SAMPLES)
+        rc = BDB_ERR_LIMIT;
+    bdb_chunk_app app;
+    bdb_chunk_app_init(&app);
+    for (size_t i = 0; i < ns && rc == BDB_OK; i++)
+        rc = bdb_chunk_app_append(&app, ts[i], v[i]);
+    if (rc == BDB_OK)
+        rc = bdb_chunk_app_reserve(&app, n);
+    free(ts);
+    free(v);
+    if (rc != BDB_OK) {
+        bdb_chunk_app_free(&app);
+        return rc;
+    }
+    uint64_t before = c->app.cap + (uint64_t)c->cap_ooo * sizeof *c->ooo;
+    uint64_t dropped = (uint64_t)c->app.count + c->nooo - ns; /* rewritten times */
+    bdb_chunk_app_free(&c->app);
+    free(c->ooo);
+    c->app = app;
+    c->ooo = NULL;
+    c->nooo = c->cap_ooo = 0;
+    if (c->app.cap > before)
+        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    else
+        atomic_fetch_sub(&db->head_bytes, before - c->app.cap);
+    atomic_fetch_sub(&db->head_samples, dropped);
+    return BDB_OK;
+}
+
+/* Room for n more side-list samples: BDB_OK or BDB_ERR_NOMEM (the list unchanged). A
+ * long list is merged into the stream first when that works. */
+static int ooo_room(bdb_db *db, hchunk *c, uint32_t n)
+{
+    if (c->cap_ooo - c->nooo >= n)
+        return BDB_OK;
+    if (c->nooo >= OOO_MERGE_MIN)
+        (void)ooo_merge(db, c, n); /* if it fails, the list grows as it would have */
+    uint32_t cap = c->cap_ooo ? c->cap_ooo * 2 : 4;
+    while (cap - c->nooo < n)
+        cap *= 2;
+    void *p = bdb_realloc(c->ooo, cap * sizeof *c->ooo);
+    if (!p)
+        return BDB_ERR_NOMEM;
+    atomic_fetch_add(&db->head_bytes, (cap - c->cap_ooo) * sizeof *c->ooo);
+    c->ooo = p;
+    c->cap_ooo = cap;
+    return BDB_OK;
+}
+
+static int ooo_add(bdb_db *db, hchunk *c, int64_t ts, double v)
+{
+    if (ooo_room(db, c, 1) != BDB_OK)
+        return BDB_ERR_NOMEM;
+    c->ooo[c->nooo++] = (struct ooo_sample){ts, v};
+    atomic_fetch_add(&db->ooo_samples, 1);
+    return BDB_OK;
+}
+
+/* The chunk a sample at ts goes to, created (empty) if the range has none yet; with
+ * in_order set and the newest chunk full, its (empty) continuation. NULL when out of
+ * memory. An empty chunk holds no sample, so creating one changes no answer. */
+static hchunk *chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
+{
+    device *d = s->dev;
+    int64_t bstart, bend;
+    bdb_bucket_range(&d->hist, ts, &bstart, &bend);
+    int64_t w = db->o.block_window_ms;
+    int64_t wstart = bdb_align_down(ts, w);
+    int64_t lo = bstart > wstart ? bstart : wstart;
+    int64_t hi = bend < wstart + w ? bend : wstart + w;
+    int64_t pid = db_partition_id(d, ts, bstart);
+    hchunk *c = s->active, *prev = NULL;
+    while (c && c->lo > lo) {
+        prev = c;
+        c = c->next;
+    }
+    hchunk *g = c, *gprev = prev;
+    while (g && g->lo == lo && g->bucket_start != pid) {
+        gprev = g;
+        g = g->next;
+    }
+    if (g && g->lo == lo) {
+        c = g;
+        prev = gprev;
+    } else {
+        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
+        if (!c)
+            return NULL;
+    }
+    *in_order = c->app.count == 0 || ts > c->app.t_last;
+    if (*in_order && c->app.count >= db->o.chunk_max_samples)
+        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* full: continuation in front */
+    return c;
+}
+
+int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n)
+{
+    int in_order;
+    hchunk *c = chunk_for(db, s, ts, &in_order);
+    if (!c)
+        return BDB_ERR_NOMEM;
+    if (!in_order)
+        return ooo_room(db, c, n);
+    uint32_t before = c->app.cap;
+    int rc = bdb_chunk_app_reserve(&c->app, n);
+    if (c->app.cap != before)
+        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    return rc;
+}
+
+/* Caller holds the device's stripe lock and counts the sample in db->head_samples
+ * (once per report: a shared counter bumped per sample costs more than the append). */
+int head_append(bdb_db *db, series *s, int64_t ts, double v)
+{
+    device *d = s->dev;
+    int64_t bstart, bend;
+    bdb_bucket_range(&d->hist, ts, &bstart, &bend);
+    int64_t w = db->o.block_window_ms;
+    int64_t wstart = bdb_align_down(ts, w);
+    int64_t lo = bstart > wstart ? bstart : wstart;
+    int64_t hi = bend < wstart + w ? bend : wstart + w;
+
+    int64_t pid = db_partition_id(d, ts, bstart);
+
+    /* The newest chunk of the range and partition id takes in-order appends; older
+     * full chunks of the same pair only receive out-of-order samples. */
+    hchunk *c = s->active, *prev = NULL;
+    while (c && c->lo > lo) {
+        prev = c;
+        c = c->next;
+    }
+    hchunk *g = c, *gprev = prev;
+    while (g && g->lo == lo && g->bucket_start != pid) {
+        gprev = g;
+        g = g->next;
+    }
+    if (g && g->lo == lo) {
+        c = g;
+        prev = gprev;
+    } else {
+        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
+        if (!c)
+            return BDB_ERR_NOMEM;
+    }
+    if (c->app.count == 0 || ts > c->app.t_last) {
+        if (c->app.count >= db->o.chunk_max_samples) {
+            /* Full: start a continuation chunk for the same range in front of it. */
+            c = chunk_insert(db, s, prev, c, lo, hi, pid);
+            if (!c)
+                return BDB_ERR_NOMEM;
+        }
+        uint32_t before = c->app.cap;
+        int rc = bdb_chunk_app_append(&c->app, ts, v);
+        if (rc != BDB_OK)
+            return rc;
+        if (c->app.cap != before)
+            atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    } else if (ooo_add(db, c, ts, v) != BDB_OK) { /* accounts for what it allocates */
+        return BDB_ERR_NOMEM;
+    }
+    return BDB_OK;
+}
+
+static int push(int64_t **ts, double **v, size_t *n, size_t *cap, int64_t t, double x)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        int64_t *nt = bdb_realloc(*ts, nc * sizeof **ts);
+        if (nt)
+            *ts = nt;
+        double *nv = nt ? bdb_realloc(*v, nc * sizeof **v) : NULL;
+        if (!nv)
+            return BDB_ERR_NOMEM; /* both arrays still hold *cap */
+        *v = nv;
+        *cap = nc;
+    }
+    (*ts)[*n] = t;
+    (*v)[*n] = x;
+    (*n)++;
+    return BDB_OK;
+}
+
+struct ts_pair {
+    int64_t ts;
+    uint32_t i;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+    const struct ts_pair *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, double **v, size_t *n,
+                       size_t *cap)
+{
+    size_t len;
+    const uint8_t *bytes = bdb_chunk_app_bytes(&c->app, &len);
+    /* Sort a copy of the side list stably by time; among equal times the later write
+     * (higher index) must win, so tag with the index before sorting. */
+    struct ooo_sample *o = NULL;
+    uint32_t no = 0;
+    if (c->nooo) {
+        struct ts_pair *pr = bdb_malloc(c->nooo * sizeof *pr);
+        o = bdb_malloc(c->nooo * sizeof *o);
+        if (!o || !pr) {
+            free(pr);
+            free(o);
+            return BDB_ERR_NOMEM;
+        }
+        for (uint32_t i = 0; i < c->nooo; i++)
+            pr[i] = (struct ts_pair){c->ooo[i].ts, i};
+        qsort(pr, c->nooo, sizeof *pr, pair_cmp);
+        for (uint32_t i = 0; i < c->nooo; i++) {
+            /* keep only the last write of each time */
+            if (i + 1 < c->nooo && pr[i + 1].ts == pr[i].ts)
+                continue;
+            o[no++] = c->ooo[pr[i].i];
+        }
+        free(pr);
+    }
+    bdb_chunk_iter it;
+    int64_t t = 0;
+    double x = 0;
+    int have = 0;
+    if (len && bdb_chunk_iter_init(&it, bytes, len) == BDB_OK)
+        have = bdb_chunk_iter_next(&it, &t, &x) == 1;
+    uint32_t oi = 0;
+    while (have || oi < no) {
+        int64_t ot;
+        double ov;
+        if (have && (oi >= no || t < o[oi].ts)) {
+            ot = t;
+            ov = x;
+            have = bdb_chunk_iter_next(&it, &t, &x) == 1;
+        } else {
+            ot = o[oi].ts;
+            ov = o[oi].v;
+            if (have && t == ot) /* the side list holds the later write */
+                have = bdb_chunk_iter_next(&it, &t, &x) == 1;
+            oi++;
+        }
+        if (ot >= lo && ot < hi && push(ts, v, n, cap, ot, ov) != BDB_OK) {
+            free(o);
+            return BDB_ERR_NOMEM;
+        }
+    }
+    free(o);
+    return BDB_OK;
+}

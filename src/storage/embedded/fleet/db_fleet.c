@@ -1,0 +1,568 @@
+/* db_fleet: the fleet state (files loaded at first use, the recomputed-window list),
+ * head samples and reads merged with the head (see db_fleet.h for the crash rules; the
+ * flush hook in db_fleet_flush.c, compaction and retention in db_fleet_maint.c).
+ *
+ * Locking: fleet_lock (rwlock, one per db) guards the file list and the coverage
+ * marks. Readers hold it shared across the whole read: files, then flush_lock (shared),
+ * cat_lock (shared) and each device stripe for the head. The flush hook runs under
+ * flush_mutex and takes fleet_lock exclusively only to publish, withdraw or swap
+ * files, holding nothing else. Order:
+ *   flush_mutex -> fleet_lock -> flush_lock -> cat_lock -> device stripe.
+ * fleet_lock and the tiers' tier_lock are never held together.
+ *
+ * Frozen chunks and fleet files: after the hook publishes a flush's files and before
+ * that flush frees its frozen chunks, the same samples are in both. The hook records
+ * covered_at = the flush count and the sorted addresses of the frozen chunks it
+ * aggregated; the flush count grows only once those chunks are freed. A reader skips
+ * a frozen chunk exactly when covered_at equals the current count and the chunk is in
+ * the covered set, so chunks frozen by a retry after a failed flush are still read
+ * from the head until the retry publishes them. */
+#include "storage/embedded/fleet/db_fleet.h"
+#include "common/alloc.h"
+#include "common/path.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/map.h"
+#include "common/timeutil.h"
+#include "storage/embedded/fleet/db_fleet_int.h"
+#include "storage/embedded/core/db_int.h"
+#include "storage/embedded/tier/db_tier.h"
+#include "storage/embedded/sink/db_agg_sink.h" /* sink: fleet rows (db_agg_sink.c) */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int file_cmp(const void *x, const void *y)
+{
+    const ffile *a = *(ffile *const *)x, *b = *(ffile *const *)y;
+    if (a->ri != b->ri)
+        return a->ri < b->ri ? -1 : 1;
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+/* Room for extra more files, so that fl_files_add cannot fail where undoing is hard. */
+int fl_files_reserve(fstate *t, size_t extra)
+{
+    if (t->n + extra <= t->cap)
+        return BDB_OK;
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    while (cap < t->n + extra)
+        cap *= 2;
+    ffile **nf = fl_realloc(t->files, cap * sizeof *t->files);
+    if (!nf)
+        return BDB_ERR_NOMEM;
+    t->files = nf;
+    t->cap = cap;
+    return BDB_OK;
+}
+
+/* The caller reserved the room (fl_files_reserve) and holds the lock exclusively. */
+void fl_files_add(fstate *t, ffile *f)
+{
+    t->files[t->n++] = f;
+    qsort(t->files, t->n, sizeof *t->files, file_cmp);
+    if (f->seq >= t->next_seq)
+        t->next_seq = f->seq + 1;
+}
+
+/* ---------------------------------------------------------------- load */
+
+struct scan {
+    fstate *t;
+    int ri, pass;
+    const char *dir;
+    uint64_t *dead;
+    size_t ndead;
+    int rc; /* BDB_ERR_NOMEM stops the load: nothing is quarantined for lack of memory */
+};
+
+static int is_dead(const struct scan *s, uint64_t seq)
+{
+    for (size_t i = 0; i < s->ndead; i++)
+        if (s->dead[i] == seq)
+            return 1;
+    return 0;
+}
+
+static int scan_one(void *ctx, const char *name)
+{
+    struct scan *s = ctx;
+    fstate *t = s->t;
+    bdb_vfs *vfs = t->db->vfs;
+    size_t n = strlen(name);
+    char path[BDB_PATH_BUF];
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    if (n > 4 && !strcmp(name + n - 4, ".tmp")) {
+        if (s->pass == 1)
+            bdb_vfs_unlink(vfs, path); /* never published */
+        return 0;
+    }
+    if (n <= 6 || strcmp(name + n - 6, ".fleet") != 0)
+        return 0;
+    void *data = NULL;
+    size_t len = 0;
+    int rc = bdb_vfs_read_all(vfs, path, &data, &len);
+    if (rc == BDB_ERR_NOMEM) {
+        s->rc = rc;
+        return 1;
+    }
+    if (rc != BDB_OK) {
+        BDB_ERROR("cannot read fleet file %s: %s", path, bdb_strerror(rc));
+        return 0;
+    }
+    ffile *f = bdb_calloc(1, sizeof *f);
+    const char *why = NULL;
+    rc = f ? fl_parse(data, len, f, &why) : BDB_ERR_NOMEM;
+    if (rc == BDB_ERR_NOMEM) {
+        free(data);
+        free(f);
+        s->rc = rc;
+        return 1;
+    }
+    if (rc != BDB_OK || f->ri != s->ri) {
+        if (rc == BDB_OK)
+            why = "resolution does not match its directory";
+        else
+            free(data);
+        if (s->pass == 2) {
+            char dst[BDB_PATH_BUF];
+            snprintf(dst, sizeof dst, "%s/fleet-%s", t->db->quarantine_dir, name);
+            BDB_ERROR("fleet file %s is damaged (%s); moved to %s and not read", path, why, dst);
+            if (bdb_vfs_rename(vfs, path, dst) == BDB_OK)
+                bdb_vfs_sync_dir(vfs, s->dir);
+            atomic_fetch_add(&t->quarantined, 1);
+        }
+        fl_file_free(f);
+        return 0;
+    }
+    if (s->pass == 1) {
+        uint64_t *nd = fl_realloc(s->dead, (s->ndead + f->ninputs + 1) * sizeof *s->dead);
+        if (!nd) {
+            fl_file_free(f);
+            s->rc = BDB_ERR_NOMEM;
+            return 1;
+        }
+        s->dead = nd;
+        for (size_t i = 0; i < f->ninputs; i++)
+            s->dead[s->ndead++] = f->inputs[i];
+        fl_file_free(f);
+        return 0;
+    }
+    if (is_dead(s, f->seq) || f->wal_upto > t->db->wal_upto) {
+        /* superseded by a compacted file, or from a flush that never committed (its
+         * samples come back from the WAL): counting it would count them twice */
+        BDB_INFO("fleet file %s dropped (%s)", path,
+                 is_dead(s, f->seq) ? "superseded by compaction" : "flush did not commit");
+        fl_file_free(f);
+        bdb_vfs_unlink(vfs, path);
+        atomic_fetch_add(&t->discarded, 1);
+        return 0;
+    }
+    f->path = fl_strndup(path, strlen(path));
+    if (!f->path || fl_files_reserve(t, 1) != BDB_OK) {
+        fl_file_free(f);
+        s->rc = BDB_ERR_NOMEM;
+        return 1;
+    }
+    fl_files_add(t, f);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- dirty windows */
+
+static int dirty_cmp(const fdirty *a, const char *tn, const char *mn, int ri, int64_t start)
+{
+    int c = fl_rec_cmp(a->tenant, a->metric, tn, mn);
+    if (c)
+        return c;
+    if (a->ri != ri)
+        return a->ri < ri ? -1 : 1;
+    return (a->start > start) - (a->start < start);
+}
+
+/* Index of the first entry >= key. */
+static size_t dirty_pos(const fstate *t, const char *tn, const char *mn, int ri, int64_t start)
+{
+    size_t lo = 0, hi = t->ndirty;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (dirty_cmp(&t->dirty[mid], tn, mn, ri, start) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The late path recomputed a device's window: the fleet window of that start now
+ * holds a stale partial of that device, so reads answer it from the device tiers. */
+static void on_recompute(void *ctx, const char *tn, const char *dn, const char *mn,
+                         enum bdb_res res, int64_t start)
+{
+    (void)dn;
+    int ri = idx_of(res);
+    if (ri < 0)
+        return;
+    fstate *t = fl_get(ctx);
+    if (!t) /* loaded by the fleet hook earlier in this flush: not reached in practice */
+        return;
+    pthread_rwlock_wrlock(&t->lock);
+    size_t i = dirty_pos(t, tn, mn, ri, start);
+    int fresh = i == t->ndirty || dirty_cmp(&t->dirty[i], tn, mn, ri, start) != 0;
+    if (fresh) {
+        /* The hook cannot fail the flush: out of memory, the window goes unrecorded,
+         * as when saving the list fails below, and the error is logged. */
+        fdirty *nd = fl_realloc(t->dirty, (t->ndirty + 1) * sizeof *t->dirty);
+        if (nd)
+            t->dirty = nd;
+        fdirty x = {nd ? fl_strndup(tn, strlen(tn)) : NULL, nd ? fl_strndup(mn, strlen(mn)) : NULL,
+                    ri, start};
+        if (x.tenant && x.metric) {
+            memmove(&t->dirty[i + 1], &t->dirty[i], (t->ndirty - i) * sizeof *t->dirty);
+            t->dirty[i] = x;
+            t->ndirty++;
+        } else {
+            free(x.tenant);
+            free(x.metric);
+            fresh = 0;
+            BDB_ERROR("fleet: out of memory recording recomputed window %s/%s at %lld", tn, mn,
+                      (long long)start);
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+    /* durable before the flush that recomputed the window commits (we run inside it) */
+    if (fresh && fl_dirty_save(t) != BDB_OK)
+        BDB_ERROR("fleet: cannot save the list of recomputed windows");
+}
+
+void bdb_db_fleet_attach(bdb_db *db)
+{
+    fl_get(db);
+    bdb_db_tier_set_recompute_hook(db, on_recompute, db);
+}
+
+int bdb_db_fleet_dirty(bdb_db *db, const char *tn, const char *mn, enum bdb_res res, int64_t from,
+                       int64_t to, int64_t **starts, size_t *n)
+{
+    int ri = idx_of(res);
+    *starts = NULL;
+    *n = 0;
+    if (ri < 0)
+        return BDB_ERR_INVALID;
+    int64_t lo = bdb_align_down(from, bdb_res_width(res));
+    /* Windows with marks of the late path: a rewrite of a flushed time still in the head
+     * (or in the flush under way) is in a fleet file and in the head, counted twice,
+     * until its flush recomputes the window. Marks first: that flush records the window
+     * below before it forgets the mark, so no window slips between the two looks. */
+    int64_t *mk = NULL;
+    size_t nmk = 0;
+    int rc = from < to ? bdb_db_late_marked_windows(db, tn, res, from, to, &mk, &nmk) : BDB_OK;
+    if (rc != BDB_OK)
+        return rc;
+    fstate *t = fl_get(db);
+    if (!t) {
+        free(mk);
+        return BDB_ERR_NOMEM;
+    }
+    pthread_rwlock_rdlock(&t->lock);
+    size_t i = dirty_pos(t, tn, mn, ri, lo), k = 0;
+    for (;;) { /* both sorted: merged, unique */
+        int rec = i < t->ndirty && dirty_cmp(&t->dirty[i], tn, mn, ri, to) < 0;
+        if (!rec && k == nmk)
+            break;
+        int64_t s;
+        if (rec && (k == nmk || t->dirty[i].start <= mk[k]))
+            s = t->dirty[i++].start;
+        else
+            s = mk[k++];
+        if (*n && (*starts)[*n - 1] == s)
+            continue;
+        int64_t *ns = fl_realloc(*starts, (*n + 1) * sizeof **starts);
+        if (!ns) {
+            rc = BDB_ERR_NOMEM;
+            break;
+        }
+        *starts = ns;
+        (*starts)[(*n)++] = s;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    free(mk);
+    if (rc != BDB_OK) {
+        free(*starts);
+        *starts = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+static void state_free(fstate *t);
+
+/* NULL when memory runs out: the load changed nothing but unlinking leftover .tmp
+ * files and dropping uncommitted files, which a later load would do the same way. */
+static fstate *state_new(bdb_db *db)
+{
+    fstate *t = bdb_calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->db = db;
+    t->next_seq = 1;
+    t->covered_at = UINT64_MAX;
+    pthread_rwlock_init(&t->lock, NULL);
+    t->dir = bdb_path_join(db->dir, "fleet", NULL);
+    struct scan s = {.t = t, .rc = t->dir ? BDB_OK : BDB_ERR_NOMEM};
+    if (s.rc == BDB_OK)
+        bdb_vfs_mkdir(db->vfs, t->dir);
+    for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
+        t->sub[ri] = bdb_path_join(t->dir, bdb_res_name(res_of(ri)), NULL);
+        if (!t->sub[ri])
+            s.rc = BDB_ERR_NOMEM;
+        else
+            bdb_vfs_mkdir(db->vfs, t->sub[ri]);
+    }
+    for (int pass = 1; pass <= 2 && s.rc == BDB_OK; pass++)
+        for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
+            s.pass = pass;
+            s.ri = ri;
+            s.dir = t->sub[ri];
+            bdb_vfs_list(db->vfs, t->sub[ri], scan_one, &s);
+        }
+    free(s.dead);
+    if (s.rc == BDB_OK) {
+        bdb_vfs_sync_dir(db->vfs, t->dir);
+        s.rc = fl_dirty_load(t);
+    }
+    if (s.rc != BDB_OK) {
+        BDB_ERROR("fleet: cannot load the fleet files: %s", bdb_strerror(s.rc));
+        state_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Loaded on first use, which is before this process's first fleet write (the flush
+ * hook calls it first), so db->wal_upto here is the catalog's committed value. NULL
+ * when memory runs out (tried again at the next use). */
+fstate *fl_get(bdb_db *db)
+{
+    pthread_mutex_lock(&db->ext_mu);
+    if (!db->fleet)
+        db->fleet = state_new(db);
+    fstate *t = db->fleet;
+    pthread_mutex_unlock(&db->ext_mu);
+    return t;
+}
+
+void db_fleet_close(bdb_db *db)
+{
+    pthread_mutex_lock(&db->ext_mu);
+    fstate *t = db->fleet;
+    db->fleet = NULL;
+    pthread_mutex_unlock(&db->ext_mu);
+    state_free(t);
+}
+
+static void state_free(fstate *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        fl_file_free(t->files[i]);
+    free(t->files);
+    free(t->cov);
+    free(t->pend);
+    for (size_t i = 0; i < t->ndirty; i++) {
+        free(t->dirty[i].tenant);
+        free(t->dirty[i].metric);
+    }
+    free(t->dirty);
+    for (int ri = 0; ri < NRES; ri++)
+        free(t->sub[ri]);
+    free(t->dir);
+    pthread_rwlock_destroy(&t->lock);
+    free(t);
+}
+
+void bdb_db_fleet_get_stats(bdb_db *db, bdb_fleet_file_stats *st)
+{
+    fstate *t = fl_get(db);
+    memset(st, 0, sizeof *st);
+    if (!t)
+        return; /* out of memory loading them: no figures this time */
+    pthread_rwlock_rdlock(&t->lock);
+    for (size_t i = 0; i < t->n; i++) {
+        st->files[t->files[i]->ri]++;
+        st->bytes[t->files[i]->ri] += t->files[i]->size;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    st->written = atomic_load(&t->written);
+    st->compacted = atomic_load(&t->compacted);
+    st->dropped = atomic_load(&t->dropped);
+    st->quarantined = atomic_load(&t->quarantined);
+    st->discarded = atomic_load(&t->discarded);
+    st->withdrawn = atomic_load(&t->withdrawn);
+}
+
+/* ---------------------------------------------------------------- head samples */
+
+static int samp_cmp(const void *a, const void *b)
+{
+    const struct fl_samp *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    if (x->prio != y->prio)
+        return x->prio > y->prio ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+int fl_ptr_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const hchunk *const *)a,
+              y = (uintptr_t) * (const hchunk *const *)b;
+    return (x > y) - (x < y);
+}
+
+static int covered(const fstate *t, const hchunk *c)
+{
+    return t->ncov && bsearch(&c, t->cov, t->ncov, sizeof *t->cov, fl_ptr_cmp) != NULL;
+}
+
+/* Appends a chunk list (newest first) oldest first, so later writes get higher
+ * priorities, skipping chunks in skip's covered set (skip may be NULL). */
+uint64_t fl_gather_list(fl_gather *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
+                        const fstate *skip)
+{
+    size_t nc = 0, k = 0;
+    for (const hchunk *c = list; c; c = c->next)
+        nc++;
+    for (const hchunk *c = list; c; c = c->next, k++) {
+        if (c->hi <= lo || c->lo >= hi || (skip && covered(skip, c)))
+            continue;
+        g->tn = 0;
+        if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
+            g->oom = 1;
+        if (g->n + g->tn > g->cap) {
+            struct fl_samp *ns = fl_realloc(g->s, (g->n + g->tn) * 2 * sizeof *g->s);
+            if (!ns) {
+                g->oom = 1; /* gather_into fails */
+                continue;
+            }
+            g->s = ns;
+            g->cap = (g->n + g->tn) * 2;
+        }
+        for (size_t i = 0; i < g->tn; i++)
+            g->s[g->n++] = (struct fl_samp){g->ts[i], base + nc - k, i, g->v[i]};
+    }
+    return base + nc;
+}
+
+/* Sorts the gathered samples, keeps the newest write of each time (as raw reads do)
+ * and adds each window's statistics (width w) of device dev to every fleet in fl[0..nf)
+ * (widths multiples of w). Empties the gather. Non-finite samples are skipped. */
+int fl_gather_into(fl_gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
+{
+    if (g->oom) { /* never windows from part of the samples */
+        g->oom = 0;
+        g->n = 0;
+        return BDB_ERR_NOMEM;
+    }
+    if (g->n > 1)
+        qsort(g->s, g->n, sizeof *g->s, samp_cmp);
+    int rc = BDB_OK;
+    bdb_stats st;
+    bdb_stats_init(&st);
+    int64_t cur = INT64_MIN;
+    for (size_t i = 0; i <= g->n && rc == BDB_OK; i++) {
+        int end = i == g->n;
+        if (!end && i > 0 && g->s[i].ts == g->s[i - 1].ts)
+            continue;
+        int64_t ws = end ? INT64_MIN : bdb_align_down(g->s[i].ts, w);
+        if ((end || ws != cur) && st.count) {
+            for (int k = 0; k < nf && rc == BDB_OK; k++)
+                rc = bdb_fleet_add(&fl[k], dev, cur, &st);
+            bdb_stats_init(&st);
+        }
+        if (end)
+            break;
+        cur = ws;
+        int arc = bdb_stats_add(&st, g->s[i].v);
+        if (arc == BDB_ERR_LIMIT)
+            rc = arc; /* BDB_ERR_INVALID: a non-finite value, not aggregated */
+    }
+    g->n = 0;
+    return rc;
+}
+
+void fl_gather_free(fl_gather *g)
+{
+    free(g->s);
+    free(g->ts);
+    free(g->v);
+}
+
+/* ---------------------------------------------------------------- read */
+
+int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res res, int64_t from,
+                      int64_t to, bdb_fleet *out)
+{
+    int ri = idx_of(res);
+    int64_t width = bdb_res_width(res);
+    if (ri < 0 || from >= to || out->width != width)
+        return BDB_ERR_INVALID;
+    bdb_fleet_reset(out);
+    int64_t lo = bdb_align_down(from, width), hi = to;
+    fstate *t = fl_get(db);
+    if (!t)
+        return BDB_ERR_NOMEM;
+    int rc = BDB_OK;
+    pthread_rwlock_rdlock(&t->lock);
+    int from_sink = t->sink_synced && agg_sink_fleet(db);
+    if (from_sink) /* sink: the flushed windows come from the sink (db_agg_sink.c) */
+        from_sink = agg_sink_read_fleet(db, tn, mn, res, lo, hi, out);
+    for (size_t i = 0; i < t->n && rc == BDB_OK && !from_sink; i++) {
+        const ffile *f = t->files[i];
+        if (f->ri != ri || f->end <= lo || f->start >= hi)
+            continue;
+        const frec *r = fl_find(f, tn, mn);
+        if (!r)
+            continue;
+        bdb_dec d;
+        bdb_dec_init(&d, r->p, r->len);
+        rc = bdb_fleet_read(out, &d, lo, hi);
+        if (rc == BDB_OK && bdb_dec_left(&d))
+            rc = BDB_ERR_CORRUPT;
+        if (rc == BDB_ERR_CORRUPT)
+            BDB_ERROR("fleet file %s: record %s/%s failed to decode", f->path, tn, mn);
+    }
+    /* the head: samples not yet in fleet files */
+    fl_gather g;
+    memset(&g, 0, sizeof g);
+    pthread_rwlock_rdlock(&db->flush_lock);
+    const fstate *skip = t->covered_at == atomic_load(&db->flushes) ? t : NULL;
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *te = rc == BDB_OK ? cat_tenant(db, tn, strlen(tn), 0) : NULL;
+    size_t pos = 0, kl;
+    const void *key;
+    void *val;
+    size_t mlen = strlen(mn);
+    while (te && rc == BDB_OK && bdb_map_next(te->devices, &pos, &key, &kl, &val)) {
+        device *d = val;
+        pthread_mutex_lock(dev_lock(db, d));
+        series *s = cat_series(db, d, mn, mlen, 0);
+        if (s) {
+            uint64_t base = fl_gather_list(&g, s->frozen, lo, hi, 0, skip);
+            fl_gather_list(&g, s->active, lo, hi, base, NULL);
+        }
+        pthread_mutex_unlock(dev_lock(db, d));
+        if (g.n || g.oom)
+            rc = fl_gather_into(&g, width, d->name, out, 1);
+    }
+    pthread_rwlock_unlock(&db->cat_lock);
+    pthread_rwlock_unlock(&db->flush_lock);
+    pthread_rwlock_unlock(&t->lock);
+    fl_gather_free(&g);
+    return rc;
+}

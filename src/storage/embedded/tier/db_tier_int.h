@@ -1,0 +1,210 @@
+/* Private to db_tier*.c: one tier file in memory, and the file format functions
+ * (db_tier_file.c; layout in docs/formats/tier.md). */
+#ifndef BDB_DB_TIER_INT_H
+#define BDB_DB_TIER_INT_H
+
+#include "agg/rollup.h"
+#include "common/buf.h"
+#include "storage/embedded/block/block.h"
+#include "storage/embedded/core/db.h"
+#include "storage/embedded/tier/db_tier.h"
+#include "storage/vfs/vfs.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TIER_VERSION 1
+/* Version 2 adds a flags byte; it is written only when a flag is set, so files without
+ * one keep the version 1 bytes. Both are read only to be rewritten as version 3 when
+ * the tier is loaded (tf_upgrade). */
+#define TIER_VERSION_FLAGS 2
+/* Version 3, the one written: one record per device, metric names once per file, the
+ * compact window encoding (docs/formats/tier.md). */
+#define TIER_VERSION_3 3
+/* Every window in the file replaces the windows of the same series and start in files
+ * of lower seq: it was recomputed from raw data (late data, rewrites). */
+#define TF_REPLACES 1u
+/* Version 3 only: the file keeps windows of a derived tier (1m, 1d) whose finer level
+ * (raw data, the 1h tier) is gone: maintenance wrote it before it removed that level
+ * (db_tier_keep_minutes, keep_days). Files without it in 1m/ and 1d/ were written by
+ * flushes of older versions. Compaction never merges the two kinds. */
+#define TF_KEPT 2u
+
+/* A device's record in a file: 24 bytes in memory per device and file, and no
+ * allocation of its own (its name lies in the file's names block). */
+typedef struct tdev {
+    uint64_t off;
+    uint32_t len;  /* record bytes including its CRC */
+    uint32_t name; /* offset of the NUL-terminated name in tfile.names */
+} tdev;
+
+typedef struct tfile {
+    char *path;
+    enum bdb_res res;
+    char *tenant;
+    int64_t start, end; /* file window */
+    uint64_t seq, wal_upto, size;
+    uint64_t *inputs; /* seqs of the files this one replaced (compaction) */
+    size_t ninputs;
+    unsigned flags; /* TF_REPLACES */
+    char *names;    /* device names, then metric names, each NUL-terminated */
+    tdev *devs;     /* sorted by name */
+    size_t ndev;
+    uint32_t *mets; /* metric id -> offset of its name in names; sorted by name */
+    size_t nmet;
+    int hold;    /* maintenance: expired, but kept this pass (its days could not be kept) */
+    bdb_file *f; /* open for pread while the file is in the list */
+} tfile;
+
+/* Where a series lies in a file: its device's record and its metric id. */
+typedef struct tloc {
+    size_t dev;
+    uint32_t met;
+} tloc;
+
+/* One series' encoded windows in a builder, until tf_finish sorts them. */
+typedef struct tpiece {
+    size_t dname, mname; /* offsets in tbuilder.names */
+    size_t off, len;     /* in tbuilder.pieces */
+} tpiece;
+
+/* Builds a file in memory: tf_begin, then tf_add per series in any order, then
+ * tf_finish, which groups the series by device and appends records, index and footer. */
+typedef struct tbuilder {
+    enum bdb_res res;
+    char *tenant;
+    int64_t start, end;
+    unsigned flags;
+    bdb_buf b;      /* the file: the header until tf_finish */
+    bdb_buf pieces; /* the series' window encodings */
+    bdb_buf names;  /* their device and metric names, NUL-terminated */
+    tpiece *pc;
+    size_t npc, cap;
+    int oom;
+} tbuilder;
+
+void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start, int64_t end,
+              uint64_t seq, uint64_t wal_upto, const uint64_t *inputs, size_t ninputs,
+              unsigned flags);
+/* Adds the windows of r inside the file window; nothing when there are none. A series
+ * must be added once per builder. */
+void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, size_t mlen,
+            const bdb_rollup *r);
+/* BDB_OK; BDB_ERR_NOMEM (some append was dropped); BDB_ERR_INVALID (a series twice). */
+int tf_finish(tbuilder *tb);
+void tf_builder_free(tbuilder *tb);
+
+/* Parses and checks a whole version 3 file image (header, index, every record's CRC
+ * and framing). BDB_ERR_CORRUPT with a reason in why. On success *out is filled (f
+ * NULL). */
+int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why);
+/* Only the header, of any version (for the superseded-file scan at load). */
+int tf_parse_header(const uint8_t *p, size_t n, tfile *out);
+/* The version of a file image that has a valid magic, else 0. */
+uint32_t tf_version(const uint8_t *p, size_t n);
+/* A version 1 or 2 image, checked whole as those versions were, rewritten as version 3
+ * with the same header fields and windows into *out (initialized by the caller).
+ * BDB_ERR_CORRUPT with why; BDB_ERR_NOMEM. */
+int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why);
+void tf_free(tfile *t);
+/* Whether the file may hold (device, metric), and where: 0 when it cannot. */
+int tf_find(const tfile *t, const char *device, const char *metric, tloc *loc);
+/* Reads the record of loc->dev from the open file and merges the windows of loc->met in
+ * [lo, hi) into r (with TF_REPLACES: puts them in place of r's windows of the same
+ * start); nothing when the device has no such series. BDB_ERR_CORRUPT if the CRC or
+ * the decoding fails. */
+int tf_read_rec(const tfile *t, const tloc *loc, int64_t lo, int64_t hi, bdb_rollup *r);
+
+/* Every series of a file in (device, metric) order, reading one device record at a
+ * time (compaction). tf_iter_next: 1 with a series current, 0 at the end, or an error
+ * code; tf_iter_read merges the current series' windows into r as tf_read_rec does. */
+typedef struct titer {
+    const tfile *t;
+    size_t dev; /* the current device record */
+    uint8_t *rec;
+    size_t rlen, pos;
+    uint32_t met;      /* the current series */
+    size_t woff, wlen; /* its windows in rec */
+    int started;
+} titer;
+void tf_iter_init(titer *it, const tfile *t);
+int tf_iter_next(titer *it);
+const char *tf_iter_device(const titer *it);
+const char *tf_iter_metric(const titer *it);
+int tf_iter_read(const titer *it, bdb_rollup *r);
+void tf_iter_free(titer *it);
+
+/* db_tier.c, for the late path: the windows of one series at res in [lo, hi) from the
+ * committed tier files only (no head), merged (replacing) in seq order into out; and a
+ * tenant's resolved retention of a tier (0 = forever). Flush thread only. */
+/* The tier state of a db (db_tier.c; db->tier): the tier files, sorted by (res,
+ * tenant, start, seq), under lock. See db_tier.c for the locking order and covered_at. */
+typedef struct tstate {
+    bdb_db *db;
+    char *dir, *sub[BDB_TIERS];
+    pthread_rwlock_t lock;
+    tfile **files; /* sorted by (res, tenant, start, seq) */
+    size_t n, cap;
+    uint64_t next_seq;
+    uint64_t covered_at; /* see the header comment; UINT64_MAX = none */
+    bdb_tier_retention_fn ret_cb;
+    void *ret_ctx;
+    _Atomic uint64_t written, compacted, dropped, quarantined, discarded;
+    _Atomic uint64_t gen; /* bumped where kept days take the place of 1h files */
+    int sink_synced;      /* sink: reads may use the sink (db_agg_sink.h); under lock */
+} tstate;
+
+/* db_tier.c, for db_tier_maint.c: the state, loaded on first use (NULL: out of
+ * memory); a file added to the sorted list (BDB_ERR_NOMEM); builders written durably
+ * and opened as *out (on error, what was written is removed and *out is empty). */
+tstate *tier_state(bdb_db *db);
+int tier_files_add(tstate *t, tfile *f);
+int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out);
+
+int tier_read_files(bdb_db *db, const char *tn, const char *dn, const char *metric,
+                    enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out);
+int64_t tier_retention(bdb_db *db, const char *tn, enum bdb_res res);
+/* bdb_db_tier_read without the late fix: tier files merged with the head. */
+int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
+                     size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, bdb_rollup *out);
+
+/* db_tier_late.c (flush thread only, from db_tier_flush after db_late_freeze succeeded in
+ * the same flush, which created the late state they use). late_frozen_sort prepares the dirty marks
+ * frozen by the flush; late_recompute takes a series' partial windows of this flush (part[0]
+ * minutes from its frozen samples; part[1], part[2] their hours and days) and, when it
+ * has dirty minutes, fills rep[0..2] (empty, of the tier widths) with the windows
+ * recomputed from raw and coarser tiers, removing from part what they replace;
+ * late_recomputed counts one (and calls the recompute hook) once published;
+ * late_frozen_done forgets the marks once the flush's tier files are written. */
+struct series;
+void late_frozen_sort(bdb_db *db);
+int late_recompute(bdb_db *db, const struct series *s, bdb_rollup *part, bdb_rollup *rep);
+void late_recomputed(bdb_db *db, const struct series *s, enum bdb_res res, int64_t start);
+void late_frozen_done(bdb_db *db);
+/* Reads (any thread): the device's minutes marked and not recomputed yet, sorted and
+ * unique, into *out (malloc'd; the count is returned). late_fix_read puts in out the
+ * windows around those minutes as raw data gives them (a rewrite of a flushed time
+ * would otherwise count twice until its flush). */
+size_t late_dirty_minutes(bdb_db *db, const char *tn, const char *dn, int64_t **out);
+#define LATE_NOMEM SIZE_MAX /* late_dirty_minutes out of memory: the read fails */
+int late_fix_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
+                  size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, const int64_t *dirty,
+                  size_t ndirty, bdb_rollup *out);
+
+/* db_tier_late.c: the 1m windows of (tenant, device, metric) in [lo, hi) from raw data,
+ * head and blocks, the newest write winning per time as in raw reads, merged into r (of
+ * width 1 minute); tier_raw_key_minutes reads the blocks only (maintenance, which holds
+ * flush_mutex, before it drops them). BDB_ERR_NOMEM, BDB_ERR_CORRUPT. */
+struct device;
+int tier_raw_minutes(bdb_db *db, struct device *d, const char *metric, int64_t lo, int64_t hi,
+                     bdb_rollup *r);
+int tier_raw_key_minutes(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                         bdb_rollup *r);
+/* Whether the 1m tier is derived from raw data and the 1d tier from the 1h tier while
+ * those exist (the embedded engine) rather than stored at each flush (with a sink,
+ * whose reads are remote). */
+int tier_derived(const bdb_db *db);
+
+#endif
