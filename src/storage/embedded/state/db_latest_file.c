@@ -2,11 +2,14 @@
  * saved by every flush, loaded at open, or rebuilt from the catalog without it.
  *
  * File (written with bdb_vfs_write_atomic: after a crash the old or the new one):
- *   "BDBLAT01" | u32 version=1 | u64 wal_upto | u64 ndevices | u64 image length |
+ *   "BDBLAT01" | u32 version=2 | u64 wal_upto | u64 ndevices | u64 image length |
  *   zstd frame of the image | u32 crc32 of all preceding bytes
  *   image = ndevices x (str tenant | str device | varint event_ts | u8 has_state
  *           [str state | varint state_ts] | uvarint nmetrics
- *           (str metric | varint ts | u64le value bits)*)
+ *           (str metric | varint (event_ts - ts) | num value)*)
+ * with num = bdb_buf_put_num (a decimal reading in about 3 bytes). Version 1 wrote
+ * varint ts and the value's u64le bits, which zstd cannot shrink: version 2 is about
+ * half the size (docs/formats/latest.md); version 1 is still read.
  * wal_upto is the segment the flush's WAL cut sealed: the image holds every report of
  * segments <= wal_upto (and maybe later ones, which replay applies again: applying a
  * report twice changes nothing). A file that fails any check is refused at open
@@ -26,7 +29,7 @@
 #include <zstd.h>
 
 #define LT_MAGIC "BDBLAT01"
-#define LT_VERSION 1
+#define LT_VERSION 2
 #define LT_HEADER (8 + 4 + 8 + 8 + 8)
 #define LT_MAX_IMAGE (UINT64_C(16) << 30) /* refuse absurd lengths from a damaged header */
 #define LT_MAX_METRICS (1u << 20)         /* per device, in a file */
@@ -45,8 +48,9 @@ static void encode_entry(bdb_buf *b, const lt_dev *e)
     bdb_buf_put_uvarint(b, e->nm);
     for (uint32_t i = 0; i < e->nm; i++) {
         bdb_buf_put_str(b, e->m[i].s->metric, e->m[i].s->mlen);
-        bdb_buf_put_varint(b, e->m[i].ts);
-        bdb_buf_put_f64(b, e->m[i].v);
+        /* a metric's time is at most the event time; most are equal (one report) */
+        bdb_buf_put_varint(b, (int64_t)((uint64_t)e->event_ts - (uint64_t)e->m[i].ts));
+        bdb_buf_put_num(b, e->m[i].v);
     }
 }
 
@@ -124,7 +128,8 @@ static void seed_from_catalog(void *ctx, device *d)
         seed_nomem = 1;
 }
 
-static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t len, uint64_t ndev)
+static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t len, uint64_t ndev,
+                      uint32_t version)
 {
     bdb_dec d;
     bdb_dec_init(&d, img, len);
@@ -156,7 +161,14 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
             size_t ml;
             const char *m = bdb_dec_str(&d, &ml);
             int64_t ts = bdb_dec_varint(&d);
-            double v = bdb_dec_f64(&d);
+            double v;
+            if (version == 1) {
+                v = bdb_dec_f64(&d);
+            } else {
+                /* modular, as written: any event time and metric time round-trip */
+                ts = (int64_t)((uint64_t)ets - (uint64_t)ts);
+                v = bdb_dec_num(&d);
+            }
             series *se = d.err ? NULL : cat_series(db, dv, m, ml, 1);
             if (!d.err && (!se || lt_metric_set(db->latest, e, se, ts, v) != BDB_OK))
                 return BDB_ERR_NOMEM;
@@ -191,7 +203,8 @@ static int load_file(bdb_db *db, const char *path)
         BDB_ERROR("state index %s: checksum mismatch", path);
         goto out;
     }
-    if (bdb_get_u32le(p + 8) != LT_VERSION) {
+    uint32_t version = bdb_get_u32le(p + 8);
+    if (version != 1 && version != LT_VERSION) {
         BDB_ERROR("state index %s: unsupported version %u", path, bdb_get_u32le(p + 8));
         goto out;
     }
@@ -213,7 +226,7 @@ static int load_file(bdb_db *db, const char *path)
         BDB_ERROR("state index %s: cannot decompress", path);
         goto out;
     }
-    if ((rc = load_image(db, path, img, raw, ndev)) != BDB_OK)
+    if ((rc = load_image(db, path, img, raw, ndev, version)) != BDB_OK)
         goto out;
     if (upto < db->wal_upto) {
         /* The catalog was saved by a flush whose save of this file failed; that flush

@@ -64,6 +64,9 @@ static int open_db(bdb_db **db)
 
 /* ---------------------------------------------------------------- crafted files */
 
+/* The image layout img_dev writes: version 1 (value bits, absolute times) or 2. */
+static uint32_t img_version = 1;
+
 /* One device of an image: tenant, device, event time, optional state, metrics. */
 static void img_dev(bdb_buf *b, const char *tn, const char *dn, int64_t ets, const char *state,
                     int nm, const char *const *mn, const int64_t *mts, const double *mv)
@@ -79,8 +82,13 @@ static void img_dev(bdb_buf *b, const char *tn, const char *dn, int64_t ets, con
     bdb_buf_put_uvarint(b, (uint64_t)nm);
     for (int k = 0; k < nm; k++) {
         bdb_buf_put_str(b, mn[k], strlen(mn[k]));
-        bdb_buf_put_varint(b, mts[k]);
-        bdb_buf_put_f64(b, mv[k]);
+        if (img_version == 1) {
+            bdb_buf_put_varint(b, mts[k]);
+            bdb_buf_put_f64(b, mv[k]);
+        } else {
+            bdb_buf_put_varint(b, ets - mts[k]);
+            bdb_buf_put_num(b, mv[k]);
+        }
     }
 }
 
@@ -102,7 +110,7 @@ static void put_latest(const bdb_buf *img, uint64_t ndev, enum flaw flaw)
     bdb_buf f;
     bdb_buf_init(&f);
     bdb_buf_append(&f, "BDBLAT01", 8);
-    bdb_buf_put_u32le(&f, flaw == F_VERSION ? 2 : 1);
+    bdb_buf_put_u32le(&f, flaw == F_VERSION ? 3 : img_version);
     bdb_buf_put_u64le(&f, 0);
     bdb_buf_put_u64le(&f, flaw == F_NDEV ? img->len + 1 : ndev);
     bdb_buf_put_u64le(&f, flaw == F_RAWLEN ? img->len + 1 : img->len);
@@ -127,19 +135,41 @@ static void expect_open(int want)
 }
 
 static const char *const MN[] = {"temp", "hum"};
-static const int64_t MTS[] = {T0, T0};
-static const double MV[] = {21.5, 40};
+static const int64_t MTS[] = {T0, T0 - 5000};
+static const double MV[] = {21.5, 1.0 / 3};
 
-/* A well-formed file loads (the control for the flawed ones below). */
+static int got_latest(void *ctx, const bdb_latest *l)
+{
+    bdb_latest *out = ctx;
+    assert_int_equal(l->nmetrics, 2);
+    /* name order: hum, temp */
+    assert_true(l->metrics[0].ts == MTS[1] && l->metrics[0].value == MV[1]);
+    assert_true(l->metrics[1].ts == MTS[0] && l->metrics[1].value == MV[0]);
+    out->event_ts = l->event_ts;
+    return 0;
+}
+
+/* A well-formed file of either version loads with its values (the control for the
+ * flawed ones below): version 1, which earlier servers wrote, and version 2. */
 static void crafted_good_file_loads(void **st)
 {
     (void)st;
-    bdb_buf img;
-    bdb_buf_init(&img);
-    img_dev(&img, TEN, "d1", T0, "on", 2, MN, MTS, MV);
-    put_latest(&img, 1, F_NONE);
-    bdb_buf_free(&img);
-    expect_open(BDB_OK);
+    for (uint32_t v = 1; v <= 2; v++) {
+        img_version = v;
+        bdb_buf img;
+        bdb_buf_init(&img);
+        img_dev(&img, TEN, "d1", T0, "on", 2, MN, MTS, MV);
+        put_latest(&img, 1, F_NONE);
+        bdb_buf_free(&img);
+        bdb_db *db;
+        assert_int_equal(open_db(&db), BDB_OK);
+        bdb_latest l;
+        memset(&l, 0, sizeof l);
+        assert_int_equal(bdb_db_latest(db, TEN, "d1", got_latest, &l), BDB_OK);
+        assert_true(l.event_ts == T0);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+    }
+    img_version = 1;
 }
 
 static void crafted_header_flaws_refused(void **st)
