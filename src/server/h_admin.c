@@ -348,10 +348,9 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
         return respond_json_error(s, c, 400, err, 0);
     }
     char nm[BDB_TENANT_NAME_MAX + 1];
-    if (!bdb_tenant_name_valid(name)) {
+    if (bdb_tenant_name_registrable(name, s->cfg.default_tenant, err, sizeof err) != 0) {
         json_decref(root);
-        return respond_json_error(
-            s, c, 400, "invalid tenant name: use 1..128 characters of A-Z a-z 0-9 _ - .", 0);
+        return respond_json_error(s, c, 400, err, 0);
     }
     snprintf(nm, sizeof nm, "%s", name);
     json_decref(root);

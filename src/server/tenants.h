@@ -95,6 +95,15 @@ typedef struct bdb_tenants bdb_tenants;
 /* 1 if name is 1..128 characters of A-Z a-z 0-9 _ - . */
 int bdb_tenant_name_valid(const char *name);
 
+/* The rule for a name a tenant is registered under (docs/TENANCY.md#tenant-names):
+ * bdb_tenant_name_valid, starting with a letter or a digit (so never ".", ".." or a
+ * hidden-file name), and none of the reserved names admin, api and default (nor
+ * default_tenant, the name anonymous requests act on, when not NULL), in any case.
+ * 0, or -1 with why (when not NULL) saying what is wrong. Only registration checks
+ * this: names registered before the rule, and unregistered names in requests, work. */
+int bdb_tenant_name_registrable(const char *name, const char *default_tenant, char *why,
+                                size_t whylen);
+
 /* SHA-256 of a token (OpenSSL EVP). */
 void bdb_token_hash(const char *token, size_t len, uint8_t out[BDB_HASH_BYTES]);
 /* Constant-time comparison of two hashes (CRYPTO_memcmp): 1 if equal. */
