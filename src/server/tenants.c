@@ -211,7 +211,7 @@ int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, in
                        int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
 {
     if (bdb_tenant_name_registrable(name, NULL, NULL, 0) != 0 || !tn_quotas_valid(q) ||
-        retention_ms < 0)
+        retention_ms < 0 || retention_ms > BDB_TENANT_RETENTION_MAX_MS)
         return BDB_ERR_INVALID;
     tentry *e = calloc(1, sizeof *e);
     if (!e)
@@ -261,6 +261,17 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_NOTFOUND;
+    }
+    /* What this change sets is bounded; a value stored before the bound stays. */
+    int bad =
+        p->has_retention && (p->retention_ms < 0 || p->retention_ms > BDB_TENANT_RETENTION_MAX_MS);
+    for (int k = 0; k < 3; k++)
+        if (p->has_tier_retention[k] && p->tier_retention_ms[k] > BDB_TENANT_RETENTION_MAX_MS)
+            bad = 1;
+    if (bad) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        return BDB_ERR_INVALID;
     }
     bdb_tenant_info old = e->info, nw = e->info;
     if (p->has_writes_per_second)

@@ -90,6 +90,11 @@ typedef struct bdb_tenant_patch {
     int64_t tier_retention_ms[3];
 } bdb_tenant_patch;
 
+/* The longest retention a tenant may be given (retention_ms and each tier's), as the
+ * quotas are bounded by BDB_QUOTA_MAX_RATE: 100 years (36500d). Longer values could
+ * only be typos, and near INT64_MAX they overflow "now - retention". */
+#define BDB_TENANT_RETENTION_MAX_MS (36500 * INT64_C(86400000))
+
 typedef struct bdb_tenants bdb_tenants;
 
 /* 1 if name is 1..128 characters of A-Z a-z 0-9 _ - . */
