@@ -256,6 +256,11 @@ static int parse_settings(json_t *root, int create, bdb_tenant_patch *p, const c
             }
             *name = json_string_value(val);
         } else if (!strcmp(key, "retention_ms") || !strcmp(key, "retention")) {
+            if (p->has_retention) { /* both spellings: the same field twice */
+                snprintf(err, errlen,
+                         "'retention_ms' and 'retention' are the same field; give it once");
+                return -1;
+            }
             if (get_duration(val, &p->retention_ms) ||
                 p->retention_ms > BDB_TENANT_RETENTION_MAX_MS) {
                 snprintf(err, errlen,
@@ -328,7 +333,9 @@ static json_t *parse_body(req *r, char *err, size_t errlen)
         return NULL;
     }
     json_error_t je;
-    json_t *root = json_loadb((const char *)r->body.data, r->body.len, 0, &je);
+    /* A key given twice ({"name":"a","name":"b"}) is refused, never the last one
+     * taken silently (docs/TENANCY.md#admin-api). */
+    json_t *root = json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         snprintf(err, errlen, "invalid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
         return NULL;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The admin API's bounds and JSON rules (issue 18, Tenants): a tenant's retention_ms
 and tier retention are bounded (0..36500d, as quotas are 0..10^12), and a JSON body
-with a duplicate key is refused instead of taking the last value silently."""
+with a duplicate key (or retention_ms and its alias retention together) is refused
+instead of taking the last value silently."""
 
 import json
 import os
@@ -59,6 +60,30 @@ def retention_is_bounded():
         rc, out, err = run_bin(["tenant", "update", "ok3", "--retention", "99999999999d"] + base)
         eq(rc, 1, "%r %r" % (out, err))
         contains(err, "36500d")
+
+
+@suite.test
+def duplicate_keys_are_refused():
+    with Server() as s:
+        for raw in ('{"name":"a1","name":"b1"}',
+                    '{"name":"a1","quotas":{"burst":5,"burst":0}}',
+                    '{"name":"a1","retention_ms":1,"retention_ms":2}',
+                    '{"name":"a1","retention_ms":1,"retention":"2d"}',
+                    '{"name":"a1","tier_retention":{"1h":"2d","1h":"forever"}}',
+                    '{"name":"a1","quotas":{"max_devices":5},"quotas":{}}'):
+            r = admin(s, "POST", "/tenants", raw)
+            eq(r.status, 400, "%s: %r" % (raw, r.body[:300]))
+            err = r.json()["error"]
+            eq("duplicate" in err or "give it once" in err, True, "%s: %s" % (raw, err))
+        eq(names(s), [])
+        eq(admin(s, "POST", "/tenants", '{"name":"a1","quotas":{"max_devices":5}}').status, 201)
+        for raw in ('{"quotas":{"max_devices":1,"max_devices":9}}',
+                    '{"retention":"1d","retention_ms":"9d"}'):
+            r = admin(s, "PATCH", "/tenants/a1", raw)
+            eq(r.status, 400, "%s: %r" % (raw, r.body[:300]))
+        r = s.request("GET", "/api/v1/admin/tenants/a1", None,
+                      {"Authorization": "Token " + s.token})
+        eq((r.json()["quotas"]["max_devices"], r.json()["retention_ms"]), (5, 0))
 
 
 if __name__ == "__main__":
