@@ -121,7 +121,10 @@ async function api(path, params, opts) {
   if (!r.ok) {
     let msg = text.trim();
     try { msg = JSON.parse(text).error || msg; } catch (e) { /* not JSON: keep the text */ }
-    if (r.status === 401) showLogin(msg);
+    /* The admin API needs the admin token even where nothing else needs a token
+     * (loopback, auth = auto): its 401 only means "no admin view", which the callers
+     * show where it matters. Ask for a token where a page's own data needs one. */
+    if (r.status === 401 && !path.startsWith("/api/v1/admin")) showLogin(msg);
     throw new ApiError(r.status, msg || ("HTTP " + r.status));
   }
   return path === "/metrics" ? text : JSON.parse(text);

@@ -138,6 +138,12 @@ int cmd_tenant(int argc, char **argv)
                 name);
         return BDB_EXIT_USAGE;
     }
+    char why[300];
+    if (is_create && bdb_tenant_name_registrable(name, NULL, why, sizeof why) != 0) {
+        /* The server also refuses its own default_tenant, which the CLI cannot know. */
+        fprintf(stderr, "bucketdb tenant create: %s\n", why);
+        return BDB_EXIT_USAGE;
+    }
     int has_settings = retention != NULL;
     for (int q = 0; q < 4; q++) {
         if (!quota_vals[q])

@@ -117,6 +117,9 @@ static enum MHD_Result registry_error(bdb_server *s, struct MHD_Connection *c, i
     }
 }
 
+_Static_assert(BDB_TENANT_RETENTION_MAX_MS == INT64_C(3153600000000),
+               "the retention bound is spelled out in the error messages below");
+
 /* A non-negative integer: a JSON integer, or for durations a string like "30d". */
 static int get_u64(json_t *v, uint64_t *out)
 {
@@ -164,10 +167,10 @@ static int parse_tier_retention(json_t *val, bdb_tenant_patch *p, char *err, siz
             ms = -1;
         else if (json_is_string(v) && !strcmp(json_string_value(v), "default"))
             ms = 0;
-        else if (get_duration(v, &ms)) {
+        else if (get_duration(v, &ms) || ms > BDB_TENANT_RETENTION_MAX_MS) {
             snprintf(err, errlen,
-                     "tier_retention.%s must be milliseconds, a duration such as \"2d\", "
-                     "\"default\" or \"forever\"",
+                     "tier_retention.%s must be milliseconds from 0 to 3153600000000 (36500d, "
+                     "100 years), a duration such as \"2d\", \"default\" or \"forever\"",
                      k);
             return -1;
         }
@@ -253,8 +256,16 @@ static int parse_settings(json_t *root, int create, bdb_tenant_patch *p, const c
             }
             *name = json_string_value(val);
         } else if (!strcmp(key, "retention_ms") || !strcmp(key, "retention")) {
-            if (get_duration(val, &p->retention_ms)) {
-                snprintf(err, errlen, "'%s' must be milliseconds or a duration such as \"30d\"",
+            if (p->has_retention) { /* both spellings: the same field twice */
+                snprintf(err, errlen,
+                         "'retention_ms' and 'retention' are the same field; give it once");
+                return -1;
+            }
+            if (get_duration(val, &p->retention_ms) ||
+                p->retention_ms > BDB_TENANT_RETENTION_MAX_MS) {
+                snprintf(err, errlen,
+                         "'%s' must be milliseconds from 0 (the server's retention_ms) to "
+                         "3153600000000 (36500d, 100 years), or a duration such as \"30d\"",
                          key);
                 return -1;
             }
@@ -322,7 +333,9 @@ static json_t *parse_body(req *r, char *err, size_t errlen)
         return NULL;
     }
     json_error_t je;
-    json_t *root = json_loadb((const char *)r->body.data, r->body.len, 0, &je);
+    /* A key given twice ({"name":"a","name":"b"}) is refused, never the last one
+     * taken silently (docs/TENANCY.md#admin-api). */
+    json_t *root = json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         snprintf(err, errlen, "invalid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
         return NULL;
@@ -348,10 +361,9 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
         return respond_json_error(s, c, 400, err, 0);
     }
     char nm[BDB_TENANT_NAME_MAX + 1];
-    if (!bdb_tenant_name_valid(name)) {
+    if (bdb_tenant_name_registrable(name, s->cfg.default_tenant, err, sizeof err) != 0) {
         json_decref(root);
-        return respond_json_error(
-            s, c, 400, "invalid tenant name: use 1..128 characters of A-Z a-z 0-9 _ - .", 0);
+        return respond_json_error(s, c, 400, err, 0);
     }
     snprintf(nm, sizeof nm, "%s", name);
     json_decref(root);

@@ -85,18 +85,81 @@ int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Re
     return -1;
 }
 
+/* The tenant a request names: its `tenant` and `db` query parameters. Each may be given
+ * at most once and may not hold a NUL byte (%00): MHD hands values out as C strings,
+ * so "tenant=B%00x" would silently be "B", and with a repeated parameter only the
+ * first would count; either could make a client act on another tenant than it meant.
+ * 0 with *tenant and *db set (NULL when absent or empty), or -1 with msg filled (400). */
+struct tparams {
+    const char *tenant, *db;
+    unsigned n_tenant, n_db;
+    int nul;
+};
+
+static enum MHD_Result tparam_it(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    struct tparams *p = cls;
+    int is_t = key && !strcmp(key, "tenant"), is_db = key && !strcmp(key, "db");
+    if (!is_t && !is_db)
+        return MHD_YES;
+    if (key_size != strlen(key) || (value && value_size != strlen(value)))
+        p->nul = 1;
+    if (is_t) {
+        p->n_tenant++;
+        p->tenant = value;
+    } else {
+        p->n_db++;
+        p->db = value;
+    }
+    return MHD_YES;
+}
+
+static int req_tenant_params(struct MHD_Connection *c, const char **tenant, const char **db,
+                             char *msg, size_t msglen)
+{
+    struct tparams p = {0};
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, tparam_it, &p);
+    if (p.n_tenant > 1 || p.n_db > 1) {
+        snprintf(msg, msglen, "invalid tenant: the parameter '%s' is given %u times; give it once",
+                 p.n_tenant > 1 ? "tenant" : "db", p.n_tenant > 1 ? p.n_tenant : p.n_db);
+        return -1;
+    }
+    if (p.nul) {
+        snprintf(msg, msglen,
+                 "invalid tenant: the tenant or db parameter holds a NUL byte (%%00); use "
+                 "1..128 characters of A-Z a-z 0-9 _ - .");
+        return -1;
+    }
+    *tenant = p.tenant && *p.tenant ? p.tenant : NULL;
+    *db = p.db && *p.db ? p.db : NULL;
+    return 0;
+}
+
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
 {
     static _Thread_local char tenant_buf[BDB_TENANT_NAME_MAX + 1];
     req_ident id;
     if (req_auth(s, c, &id, r) != 0)
         return NULL;
-    const char *t = arg(c, "tenant");
-    if (!t || !*t)
-        t = arg(c, "db");
+    const char *tp, *dbp;
+    char perr[200];
+    if (req_tenant_params(c, &tp, &dbp, perr, sizeof perr) != 0) {
+        *r = respond_json_error(s, c, 400, perr, 1);
+        return NULL;
+    }
+    const char *t = tp ? tp : dbp;
     if (id.who == WHO_TENANT) {
-        /* The token decides the tenant; naming another one is refused, not ignored. */
-        if (t && *t && strcmp(t, id.tenant) != 0) {
+        /* The token decides the tenant; naming another one, in `tenant` or in `db`
+         * (Influx clients send `db` with every write), is refused, not ignored. */
+        if (tp && strcmp(tp, id.tenant) != 0)
+            t = tp;
+        else if (dbp && strcmp(dbp, id.tenant) != 0)
+            t = dbp;
+        else
+            t = NULL;
+        if (t) {
             atomic_fetch_add(&s->forbidden, 1);
             char msg[400];
             snprintf(msg, sizeof msg,
@@ -173,10 +236,12 @@ int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT
         snprintf(out, BDB_TENANT_NAME_MAX + 1, "%s", id.tenant);
         return 0;
     }
-    const char *t = arg(c, "tenant");
-    if (!t || !*t)
-        t = arg(c, "db");
-    if (!t || !*t)
+    const char *tp, *dbp;
+    char perr[200];
+    if (req_tenant_params(c, &tp, &dbp, perr, sizeof perr) != 0)
+        return -1;
+    const char *t = tp ? tp : dbp;
+    if (!t)
         t = s->cfg.default_tenant;
     if (!bdb_tenant_name_valid(t))
         return -1;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const limit_names[BDB_LIMIT_N] = {"writes_per_second", "burst", "max_devices",
                                                      "storage_bytes"};
@@ -32,6 +33,43 @@ int bdb_tenant_name_valid(const char *t)
             return 0;
     }
     return 1;
+}
+
+int bdb_tenant_name_registrable(const char *name, const char *default_tenant, char *why,
+                                size_t whylen)
+{
+    static const char *const reserved[] = {"admin", "api", "default"};
+    char dummy[1];
+    if (!why)
+        why = dummy, whylen = sizeof dummy;
+    if (!name || !bdb_tenant_name_valid(name)) {
+        snprintf(why, whylen,
+                 "invalid tenant name: use 1..128 characters of A-Z a-z 0-9 _ - ., starting "
+                 "with a letter or a digit");
+        return -1;
+    }
+    char c0 = name[0];
+    if (!((c0 >= 'a' && c0 <= 'z') || (c0 >= 'A' && c0 <= 'Z') || (c0 >= '0' && c0 <= '9'))) {
+        snprintf(why, whylen,
+                 "invalid tenant name '%.128s': it must start with a letter or a digit", name);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (!strcasecmp(name, reserved[i])) {
+            snprintf(why, whylen,
+                     "invalid tenant name '%.128s': reserved (admin, api and default, in any "
+                     "case, and the server's default_tenant cannot be registered)",
+                     name);
+            return -1;
+        }
+    if (default_tenant && !strcasecmp(name, default_tenant)) {
+        snprintf(why, whylen,
+                 "invalid tenant name '%.128s': it is the server's default_tenant, which "
+                 "requests without a tenant act on; it cannot be registered",
+                 name);
+        return -1;
+    }
+    return 0;
 }
 
 void bdb_token_hash(const char *token, size_t len, uint8_t out[BDB_HASH_BYTES])
@@ -172,7 +210,8 @@ const char *bdb_tenants_path(const bdb_tenants *r)
 int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
                        int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
 {
-    if (!bdb_tenant_name_valid(name) || !tn_quotas_valid(q) || retention_ms < 0)
+    if (bdb_tenant_name_registrable(name, NULL, NULL, 0) != 0 || !tn_quotas_valid(q) ||
+        retention_ms < 0 || retention_ms > BDB_TENANT_RETENTION_MAX_MS)
         return BDB_ERR_INVALID;
     tentry *e = calloc(1, sizeof *e);
     if (!e)
@@ -222,6 +261,17 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_NOTFOUND;
+    }
+    /* What this change sets is bounded; a value stored before the bound stays. */
+    int bad =
+        p->has_retention && (p->retention_ms < 0 || p->retention_ms > BDB_TENANT_RETENTION_MAX_MS);
+    for (int k = 0; k < 3; k++)
+        if (p->has_tier_retention[k] && p->tier_retention_ms[k] > BDB_TENANT_RETENTION_MAX_MS)
+            bad = 1;
+    if (bad) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        return BDB_ERR_INVALID;
     }
     bdb_tenant_info old = e->info, nw = e->info;
     if (p->has_writes_per_second)

@@ -90,10 +90,24 @@ typedef struct bdb_tenant_patch {
     int64_t tier_retention_ms[3];
 } bdb_tenant_patch;
 
+/* The longest retention a tenant may be given (retention_ms and each tier's), as the
+ * quotas are bounded by BDB_QUOTA_MAX_RATE: 100 years (36500d). Longer values could
+ * only be typos, and near INT64_MAX they overflow "now - retention". */
+#define BDB_TENANT_RETENTION_MAX_MS (36500 * INT64_C(86400000))
+
 typedef struct bdb_tenants bdb_tenants;
 
 /* 1 if name is 1..128 characters of A-Z a-z 0-9 _ - . */
 int bdb_tenant_name_valid(const char *name);
+
+/* The rule for a name a tenant is registered under (docs/TENANCY.md#tenant-names):
+ * bdb_tenant_name_valid, starting with a letter or a digit (so never ".", ".." or a
+ * hidden-file name), and none of the reserved names admin, api and default (nor
+ * default_tenant, the name anonymous requests act on, when not NULL), in any case.
+ * 0, or -1 with why (when not NULL) saying what is wrong. Only registration checks
+ * this: names registered before the rule, and unregistered names in requests, work. */
+int bdb_tenant_name_registrable(const char *name, const char *default_tenant, char *why,
+                                size_t whylen);
 
 /* SHA-256 of a token (OpenSSL EVP). */
 void bdb_token_hash(const char *token, size_t len, uint8_t out[BDB_HASH_BYTES]);

@@ -244,5 +244,26 @@ def state_partitions_overview_pages():
             srv.kill()
 
 
+@suite.test
+def loopback_without_token_asks_for_none():
+    """The README's first run: loopback, no token needed. The page must not open with
+    the login panel nor the admin API's 401 (issue 18), and shows the data."""
+    with Server() as srv:
+        srv.write("env,device=d1 temp=21.5 %d" % (int(time.time()) * 1000), precision="ms")
+        for page in ("overview", "devices"):
+            dom = chromium(page_url(srv, "page=" + page), dump_dom=True)
+            s = summary(dom)
+            check(re.search(r'<section id="login" class="panel" hidden', dom),
+                  "%s: login panel shown on a server that needs no token" % page)
+            check("admin API needs the admin token" not in dom,
+                  "%s: the admin API's 401 shown to a user who needs no token" % page)
+            if page == "overview":
+                eq(s["health"], "ok")
+                contains(dom, "The tenant list needs the admin token")
+            else:
+                check(s.get("status") is None, "devices page status %r" % s.get("status"))
+                contains(dom, "d1")
+
+
 if __name__ == "__main__":
     suite.main()
