@@ -89,7 +89,7 @@ static inline void xor_put(bdb_chunk_app *a, uint8_t *s, int64_t ts, uint64_t bi
 
 /* ---- batch encoder ---- */
 
-/* Appends the appender's XOR chunk; returns its length. */
+/* Appends the XOR chunk of the samples; returns its length. */
 static size_t encode_xor(const int64_t *ts, const double *vals, size_t n, bdb_buf *out)
 {
     size_t base = out->len;

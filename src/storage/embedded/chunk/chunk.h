@@ -88,7 +88,7 @@ int bdb_chunk_encode(const int64_t *ts, const double *vals, size_t n, struct bdb
  * DECIMAL layout. */
 enum bdb_chunk_form {
     BDB_CHUNK_FORM_AUTO,    /* same as bdb_chunk_encode */
-    BDB_CHUNK_FORM_XOR,     /* the appender's bytes */
+    BDB_CHUNK_FORM_XOR,     /* Gorilla XOR */
     BDB_CHUNK_FORM_DECIMAL, /* the old DECIMAL layout */
     BDB_CHUNK_FORM_DELTA,   /* PACKED, mantissa deltas */
     BDB_CHUNK_FORM_DOD      /* PACKED, mantissa deltas of deltas */

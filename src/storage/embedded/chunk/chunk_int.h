@@ -1,7 +1,8 @@
-/* chunk_int.h: what the chunk files share (chunk.c, the XOR appender and the choice
- * of encoding; chunk_decimal.c, the exact-decimal encoders; chunk_iter.c, decoding):
- * header sizes and limits, byte and zigzag helpers, the MSB-first bit writer, and the
- * PACKED planner's types. Private to those files; the public interface is chunk.h and
+/* chunk_int.h: what the chunk files share (chunk.c, the XOR encoder and the choice
+ * of encoding; chunk_stream.c, the head's STREAM appender; chunk_decimal.c, the
+ * exact-decimal encoders; chunk_iter.c, decoding): header sizes and limits, byte and
+ * zigzag helpers, the MSB-first bit writer, the exact-decimal test, and the PACKED
+ * planner's types. Private to those files; the public interface is chunk.h and
  * the layout is the header comment of chunk.c. */
 #ifndef BDB_CHUNK_INT_H
 #define BDB_CHUNK_INT_H

@@ -27,9 +27,10 @@
 #include <stdatomic.h>
 
 /* One head chunk: samples of one series inside [lo, hi), which lies inside one
- * partition and one block window. In-order samples go to the XOR appender; samples
+ * partition and one block window. In-order samples go to the STREAM appender; samples
  * older than the newest (out of order, or rewriting a time) go to a small side list
- * merged at read time, where the later write of a time wins. */
+ * merged at read time, where the later write of a time wins, and merged into the
+ * stream when it grows (head.c). */
 typedef struct hchunk {
     struct hchunk *next; /* newer chunks first */
     int64_t lo, hi;
