@@ -461,8 +461,14 @@ let deviceCache = null; /* {at, tenant, devices} */
 
 async function loadDevices() {
   if (deviceCache && Date.now() - deviceCache.at < 30000) return deviceCache;
-  const d = await api("/api/v1/devices");
-  deviceCache = { at: Date.now(), tenant: d.tenant, devices: d.devices };
+  /* the listing is paged (10000 a page at most); the explorer reads up to 10 pages */
+  let d = await api("/api/v1/devices?limit=10000");
+  const devices = d.devices;
+  for (let i = 1; i < 10 && d.next_cursor !== null && d.next_cursor !== undefined; i++) {
+    d = await api("/api/v1/devices?limit=10000&cursor=" + encodeURIComponent(d.next_cursor));
+    devices.push(...d.devices);
+  }
+  deviceCache = { at: Date.now(), tenant: d.tenant, devices };
   return deviceCache;
 }
 

@@ -25,10 +25,12 @@ struct tags {
     int bad, many;
 };
 
-static enum MHD_Result tag_it(void *ctx, enum MHD_ValueKind kind, const char *key,
-                              const char *value)
+static enum MHD_Result tag_it(void *ctx, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                              const char *value, size_t value_size)
 {
     (void)kind;
+    (void)key_size;
+    (void)value_size;
     struct tags *t = ctx;
     if (strcmp(key, "tag") != 0)
         return MHD_YES;
@@ -88,7 +90,7 @@ static enum MHD_Result fleet(bdb_server *s, struct MHD_Connection *c, const char
         return respond_json_error(s, c, 400, "'from' must be before 'to'", 0);
     struct tags tg = {.n = 0};
     if (adhoc) {
-        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, tag_it, &tg);
+        args_each(c, tag_it, &tg);
         if (tg.bad)
             return respond_json_error(s, c, 400, "invalid 'tag': use tag=key:value", 0);
         if (tg.many) {

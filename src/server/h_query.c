@@ -485,14 +485,79 @@ static int list_cb(void *ctx, const bdb_device_info *d)
     return 0;
 }
 
+/* Pages of /api/v1/devices and /partitions: default and most entries per page. */
+#define DEVICES_PAGE_DEFAULT 1000
+#define DEVICES_PAGE_MAX 10000
+
+/* `limit` of a paged listing: 1..DEVICES_PAGE_MAX, DEVICES_PAGE_DEFAULT if absent. */
+static int page_limit(bdb_server *s, struct MHD_Connection *c, size_t *limit, enum MHD_Result *res)
+{
+    *limit = DEVICES_PAGE_DEFAULT;
+    const char *lim = arg(c, "limit");
+    if (!lim)
+        return 0;
+    uint64_t v;
+    if (count_param(lim, DEVICES_PAGE_MAX, &v) != 0 || v < 1) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "invalid 'limit': must be an integer 1..%d", DEVICES_PAGE_MAX);
+        *res = respond_json_error(s, c, 400, msg, 0);
+        return -1;
+    }
+    *limit = (size_t)v;
+    return 0;
+}
+
+/* One page of the device listing: the devices after `cursor` (name order), at most
+ * limit of them; every device is counted in total. */
+struct page_ctx {
+    bdb_buf *b;
+    const char *cursor;
+    size_t limit, n;
+    uint64_t total;
+    int more;
+    char *last;
+};
+
+static int page_cb(void *ctx, const bdb_device_info *d)
+{
+    struct page_ctx *p = ctx;
+    p->total++;
+    if (p->cursor && strcmp(d->device, p->cursor) <= 0)
+        return 0;
+    if (p->n == p->limit) {
+        p->more = 1;
+        return 0; /* keep counting */
+    }
+    if (p->n++)
+        bdb_buf_putc(p->b, ',');
+    device_json(p->b, d);
+    free(p->last);
+    p->last = strdup(d->device);
+    if (!p->last)
+        abort();
+    return 0;
+}
+
+struct part_ctx {
+    bdb_buf *b;
+    size_t limit, n;
+    int more;
+    int64_t last_end;
+};
+
 static int part_cb(void *ctx, int64_t start, int64_t end)
 {
-    struct list_ctx *l = ctx;
-    if (l->n++)
-        bdb_buf_putc(l->b, ',');
-    bdb_buf_printf(l->b, "{\"start\":%lld,\"end\":%lld,\"bucket\":\"%s\"}", (long long)start,
+    struct part_ctx *p = ctx;
+    if (p->n == p->limit) {
+        p->more = 1;
+        return 1;
+    }
+    if (p->n++)
+        bdb_buf_putc(p->b, ',');
+    bdb_buf_printf(p->b, "{\"start\":%lld,\"end\":%lld,\"bucket\":\"%s\"}", (long long)start,
                    (long long)end, bdb_bucket_name(end - start));
-    return l->n >= 100000;
+    p->last_end = end;
+    return 0;
 }
 
 static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, const char *tenant,
@@ -514,18 +579,36 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         free(dev);
         return res;
     }
-    bdb_buf b;
+    size_t limit;
+    if (page_limit(s, c, &limit, &res) != 0)
+        return res;
+    const char *cursor = arg(c, "cursor");
+    bdb_buf rows, b;
+    bdb_buf_init(&rows);
     bdb_buf_init(&b);
-    struct list_ctx l = {&b, 0};
+    struct page_ctx p = {&rows, cursor && *cursor ? cursor : NULL, limit, 0, 0, 0, NULL};
+    if (bdb_db_list_devices(s->db, tenant, page_cb, &p) == BDB_ERR_NOMEM) {
+        free(p.last); /* never a list with devices left out */
+        bdb_buf_free(&rows);
+        return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
+    }
     bdb_buf_puts(&b, "{\"tenant\":\"");
     bdb_buf_json_str(&b, tenant, strlen(tenant));
     bdb_buf_puts(&b, "\",\"devices\":[");
-    if (bdb_db_list_devices(s->db, tenant, list_cb, &l) == BDB_ERR_NOMEM) {
-        bdb_buf_free(&b); /* never a list with devices left out */
-        return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
+    bdb_buf_append(&b, rows.data, rows.len);
+    bdb_buf_printf(&b, "],\"count\":%zu,\"total\":%llu,\"next_cursor\":", p.n,
+                   (unsigned long long)p.total);
+    if (p.more && p.last) {
+        bdb_buf_putc(&b, '"');
+        bdb_buf_json_str(&b, p.last, strlen(p.last));
+        bdb_buf_putc(&b, '"');
+    } else {
+        bdb_buf_puts(&b, "null");
     }
-    bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
+    bdb_buf_puts(&b, "}\n");
     res = respond(s, c, 200, "application/json", b.data, b.len);
+    free(p.last);
+    bdb_buf_free(&rows);
     bdb_buf_free(&b);
     return res;
 }
@@ -617,15 +700,25 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
     }
     if (sub && !strcmp(sub, "partitions")) {
         int64_t from = INT64_MIN, to = INT64_MAX; /* default: the device's data span */
-        if (time_param(s, c, "from", &from, &res) < 0 || time_param(s, c, "to", &to, &res) < 0)
+        int64_t cur = INT64_MIN; /* next_cursor of the previous page: a partition start */
+        size_t limit;
+        if (time_param(s, c, "from", &from, &res) < 0 || time_param(s, c, "to", &to, &res) < 0 ||
+            time_param(s, c, "cursor", &cur, &res) < 0 || page_limit(s, c, &limit, &res) != 0)
             return res;
+        if (cur != INT64_MIN && cur > from)
+            from = cur;
         bdb_buf_puts(&b, "{\"partitions\":[");
-        int rc = bdb_db_device_partitions(s->db, tenant, dev, from, to, part_cb, &l);
+        struct part_ctx p = {&b, limit, 0, 0, 0};
+        int rc = bdb_db_device_partitions(s->db, tenant, dev, from, to, part_cb, &p);
         if (rc == BDB_ERR_NOTFOUND) {
             bdb_buf_free(&b);
             return respond_json_error(s, c, 404, "device not found", 0);
         }
-        bdb_buf_printf(&b, "],\"count\":%zu}\n", l.n);
+        bdb_buf_printf(&b, "],\"count\":%zu,\"next_cursor\":", p.n);
+        if (p.more)
+            bdb_buf_printf(&b, "%lld}\n", (long long)p.last_end);
+        else
+            bdb_buf_puts(&b, "null}\n");
     } else {
         int rc = bdb_db_get_device(s->db, tenant, dev, list_cb, &l);
         if (rc == BDB_ERR_NOTFOUND) {

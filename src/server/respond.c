@@ -134,7 +134,7 @@ enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsi
 
 const char *arg(struct MHD_Connection *c, const char *name)
 {
-    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    return form_arg_or(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name), name);
 }
 
 int count_param(const char *v, uint64_t max, uint64_t *out)

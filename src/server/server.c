@@ -409,6 +409,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bdb_conn_guard_answering(s->guard, guarded(c));
     if (r->answered)
         return MHD_YES;
+    if (!r->too_large && r->bp_refused == BDB_BP_NONE && form_query_request(c, url, method)) {
+        /* a query POSTed as a form: its parameters are the body's (form.c) */
+        if (form_parse(r) != 0)
+            return respond_json_error(s, c, 503, "out of memory reading the form", 0);
+        form_current(&r->form);
+        enum MHD_Result res = dispatch(s, c, url, "GET", r);
+        form_current(NULL);
+        return res;
+    }
     return dispatch(s, c, url, method, r);
 }
 
@@ -437,6 +446,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (r) {
         bdb_bp_release(s->bp, &r->bp);
         bdb_buf_free(&r->body);
+        form_free(r);
         free(r);
         *con_cls = NULL;
     }

@@ -120,7 +120,7 @@ static int req_tenant_params(struct MHD_Connection *c, const char **tenant, cons
                              char *msg, size_t msglen)
 {
     struct tparams p = {0};
-    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, tparam_it, &p);
+    args_each(c, tparam_it, &p);
     if (p.n_tenant > 1 || p.n_db > 1) {
         snprintf(msg, msglen, "invalid tenant: the parameter '%s' is given %u times; give it once",
                  p.n_tenant > 1 ? "tenant" : "db", p.n_tenant > 1 ? p.n_tenant : p.n_db);

@@ -63,8 +63,22 @@ struct bdb_server {
 };
 
 /* One request being received: the body accumulates here up to max_body_bytes. */
+/* Query parameters sent as a POST application/x-www-form-urlencoded body (form.c):
+ * decoded in place in the request's body, each key and value NUL-terminated, sizes
+ * kept (a value may hold %00). val is NULL for a field without '='. */
+typedef struct form_arg {
+    const char *key, *val;
+    size_t klen, vlen;
+} form_arg;
+
+typedef struct form_args {
+    form_arg *v;
+    size_t n;
+} form_args;
+
 typedef struct req {
     bdb_buf body;
+    form_args form; /* a POSTed query's parameters (form.c) */
     int too_large;
     uint64_t start_us;
     bdb_bp_ticket bp;              /* what it holds of the in-flight budgets */
@@ -103,7 +117,23 @@ enum MHD_Result respond_json_error_close(bdb_server *s, struct MHD_Connection *c
 /* An error with a prepared JSON body; msg (if not NULL) also goes to X-Influxdb-Error. */
 enum MHD_Result respond_body_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, const void *body, size_t len);
+/* A query parameter: the URL's, else (for a query POSTed as a form) the body's. */
 const char *arg(struct MHD_Connection *c, const char *name);
+/* Every query parameter, the URL's then the form body's, as MHD_get_connection_values_n
+ * does; stops where it returns MHD_NO. */
+void args_each(struct MHD_Connection *c, MHD_KeyValueIteratorN it, void *cls);
+/* form.c: a POST to a query endpoint (GET only otherwise) with Content-Type
+ * application/x-www-form-urlencoded carries its parameters in the body. 1 if this
+ * request is one. */
+int form_query_request(struct MHD_Connection *c, const char *url, const char *method);
+/* Decodes r->body into r->form: 0, or -1 out of memory. */
+int form_parse(req *r);
+void form_free(req *r);
+/* The form of the request the calling thread handles now (NULL: none); arg and
+ * args_each read it. */
+void form_current(const form_args *f);
+/* url_value if not NULL, else the current form's value of name (or NULL). */
+const char *form_arg_or(const char *url_value, const char *name);
 /* A count (limit, max_rps): decimal digits only, at most max; 0 with *out set, or -1. */
 int count_param(const char *v, uint64_t max, uint64_t *out);
 /* A time query parameter (from, to, bucket): 0 when absent or empty (*out untouched),

@@ -472,9 +472,18 @@ class Server:
         return r.json()
 
     def partitions(self, dev, **params):
-        r = self.get("/api/v1/devices/%s/partitions" % urllib.parse.quote(dev, safe=""), **params)
-        eq(r.status, 200, "GET partitions of %s (%r)" % (dev, r.body[:300]))
-        return r.json()["partitions"]
+        """Every partition in the range, following next_cursor across pages."""
+        path = "/api/v1/devices/%s/partitions" % urllib.parse.quote(dev, safe="")
+        params.setdefault("limit", 10000)
+        out = []
+        while True:
+            r = self.get(path, **params)
+            eq(r.status, 200, "GET partitions of %s (%r)" % (dev, r.body[:300]))
+            doc = r.json()
+            out += doc["partitions"]
+            if doc.get("next_cursor") is None:
+                return out
+            params["cursor"] = doc["next_cursor"]
 
     def set_bucket(self, dev, bucket, **params):
         r = self.request("PUT", path_with("/api/v1/devices/%s/profile"

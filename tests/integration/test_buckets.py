@@ -220,6 +220,22 @@ def learned_bucket_changes_never_hide_data():
 
 
 @suite.test
+def learned_class_survives_a_restart():
+    """A device's learned reporting class is kept across restarts (issue 18: it was
+    "unknown" again after one): a clean restart, and kill -9 after a flush."""
+    with Server() as s:
+        s.write(["m,device=slow v=%d %d" % (i, T0 + i * 5 * MIN) for i in range(36)],
+                precision="ms")
+        eq(s.device("slow")["class"], "low")
+        s.restart()
+        eq(s.device("slow")["class"], "low", "after a restart")
+        s.flush()
+        s.kill()
+        s.start()
+        eq(s.device("slow")["class"], "low", "after kill -9 and a restart")
+
+
+@suite.test
 def out_of_order_and_duplicates_latest_write_wins():
     m = Model()
     dev = "ooo"

@@ -10,9 +10,12 @@
  *            varint pinned_bucket | uvarint nhist (varint from, varint size)* |
  *            uvarint nmetrics (str metric)*
  * (str = uvarint length + bytes; varint = zigzag LEB128.)
- * Image version 2 (written now) appends to each device its hot-partition part
- * (db_hot.c: promotion cap, sub-bucket history, events per partition); version 1
- * images are still read, with no sub-buckets and no counts.
+ * Image version 2 appends to each device its hot-partition part (db_hot.c: promotion
+ * cap, sub-bucket history, events per partition); version 3 (written now) then the
+ * rate learner's state (u8 class | u8 pending | u8 pending_n | varint window start |
+ * uvarint count), so a device keeps its reporting class across a restart. Versions 1
+ * and 2 are still read: version 1 with no sub-buckets and no counts, both with the
+ * learner starting over (class unknown).
  *
  * On disk that image is wrapped and compressed (version 2):
  *   "BDBCAT02" | u32 version=2 | u64 image length | zstd frame of the image |
@@ -35,7 +38,7 @@
 #include <zstd.h>
 
 #define CAT_MAGIC "BDBCAT01"
-#define CAT_VERSION 2 /* image version written; 1 is still read */
+#define CAT_VERSION 3 /* image version written; 1 and 2 are still read */
 #define CAT2_MAGIC "BDBCAT02"
 #define CAT2_VERSION 2
 #define CAT_MAX_IMAGE (UINT64_C(8) << 30) /* refuse absurd lengths from a damaged header */
@@ -293,6 +296,26 @@ static void enc_device(void *ctx, device *d)
     for (uint32_t i = 0; i < d->nseries; i++)
         bdb_buf_put_str(b, d->series[i]->metric, d->series[i]->mlen);
     db_hot_encode(d, b);
+    /* version 3: the rate learner */
+    bdb_buf_putc(b, d->learner.cls);
+    bdb_buf_putc(b, d->learner.pending);
+    bdb_buf_putc(b, d->learner.pending_n);
+    bdb_buf_put_varint(b, d->learner.win_start);
+    bdb_buf_put_uvarint(b, d->learner.count);
+}
+
+/* The rate learner of an image of version 3: classes within the enum, a count that
+ * fits; anything else is a malformed catalog. */
+static void dec_learner(device *dv, bdb_dec *d)
+{
+    uint8_t cls = bdb_dec_u8(d), pending = bdb_dec_u8(d), pending_n = bdb_dec_u8(d);
+    int64_t win = bdb_dec_varint(d);
+    uint64_t count = bdb_dec_uvarint(d);
+    if (d->err || cls > BDB_FREQ_HIGH || pending > BDB_FREQ_HIGH || count > UINT32_MAX) {
+        d->err = 1;
+        return;
+    }
+    dv->learner = (bdb_rate_learner){win, (uint32_t)count, cls, pending, pending_n};
 }
 
 struct enc_ctx {
@@ -411,7 +434,7 @@ int cat_load(bdb_db *db)
     bdb_dec_init(&d, data, len - 4);
     bdb_dec_bytes(&d, 8);
     uint32_t ver = bdb_dec_u32le(&d);
-    if (ver != CAT_VERSION && ver != 1) {
+    if (ver < 1 || ver > CAT_VERSION) {
         BDB_ERROR("catalog %s: unsupported version %u", path, ver);
         goto out;
     }
@@ -492,6 +515,8 @@ int cat_load(bdb_db *db)
             nomem = 1;
         else if (hrc != BDB_OK)
             d.err = 1;
+        if (ver >= 3 && !d.err && !nomem)
+            dec_learner(dv, &d);
     }
     if (nomem) {
         rc = BDB_ERR_NOMEM;

@@ -1455,14 +1455,15 @@ static void test_history_record_overlapping_ranges_flush(void **state)
     }
 }
 
-/* A catalog image as cat_encode writes it (uncompressed BDBCAT01, still read) with one
- * device whose bucket history is the n (from, size) pairs. */
-static void put_catalog(const char *dir, int n, const int64_t *pairs)
+/* A catalog image as cat_encode writes it (uncompressed BDBCAT01, still read) of image
+ * version ver (2 or 3) with one device whose bucket history is the n (from, size)
+ * pairs; version 3 adds the rate learner with class cls. */
+static void put_catalog_v(const char *dir, uint32_t ver, uint8_t cls, int n, const int64_t *pairs)
 {
     bdb_buf b;
     bdb_buf_init(&b);
     bdb_buf_append(&b, "BDBCAT01", 8);
-    bdb_buf_put_u32le(&b, 2);   /* version */
+    bdb_buf_put_u32le(&b, ver); /* version */
     bdb_buf_put_u64le(&b, 0);   /* WAL upto */
     bdb_buf_put_u64le(&b, 1);   /* next block sequence */
     bdb_buf_put_uvarint(&b, 1); /* devices */
@@ -1482,6 +1483,13 @@ static void put_catalog(const char *dir, int n, const int64_t *pairs)
     bdb_buf_put_varint(&b, 0); /* hot: no promotion cap, no sub-buckets, no counts */
     bdb_buf_put_uvarint(&b, 0);
     bdb_buf_put_uvarint(&b, 0);
+    if (ver >= 3) { /* learner: class, no pending change, window start, count */
+        bdb_buf_putc(&b, cls);
+        bdb_buf_putc(&b, 0);
+        bdb_buf_putc(&b, 0);
+        bdb_buf_put_varint(&b, T0);
+        bdb_buf_put_uvarint(&b, 1);
+    }
     bdb_buf_put_u32le(&b, (uint32_t)crc32(0, b.data, (uInt)b.len));
     char path[400];
     snprintf(path, sizeof path, "%s/catalog", dir);
@@ -1490,6 +1498,85 @@ static void put_catalog(const char *dir, int n, const int64_t *pairs)
     assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
     assert_int_equal(fclose(f), 0);
     bdb_buf_free(&b);
+}
+
+static void put_catalog(const char *dir, int n, const int64_t *pairs)
+{
+    put_catalog_v(dir, 2, 0, n, pairs);
+}
+
+static int class_cb(void *ctx, const bdb_device_info *d)
+{
+    *(int *)ctx = d->freq_class;
+    return 0;
+}
+
+static int device_class(bdb_db *db, const char *tenant, const char *dev)
+{
+    int cls = -1;
+    assert_int_equal(bdb_db_get_device(db, tenant, dev, class_cb, &cls), BDB_OK);
+    return cls;
+}
+
+/* A device's learned reporting class survives a restart (issue 18: it came back
+ * "unknown"); the catalog keeps the rate learner since image version 3. */
+static void test_class_survives_restart(void **state)
+{
+    (void)state;
+    bdb_db *db = open_dir(datadir);
+    /* one report every 5 minutes: below 1/60 per second, class low */
+    for (int i = 0; i < 36; i++)
+        assert_int_equal(write1(db, "acme", "slow", T0 + i * 5 * MIN, "m", i), BDB_OK);
+    assert_int_equal(device_class(db, "acme", "slow"), BDB_FREQ_LOW);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    db = open_dir(datadir);
+    assert_int_equal(device_class(db, "acme", "slow"), BDB_FREQ_LOW);
+    /* and once more, with nothing written in between */
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    db = open_dir(datadir);
+    assert_int_equal(device_class(db, "acme", "slow"), BDB_FREQ_LOW);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* Image versions 2 (no learner: class unknown) and 3 load; a version 3 learner with a
+ * class outside the enum is a malformed catalog. */
+static void test_catalog_old_version_loads(void **state)
+{
+    (void)state;
+    const int64_t pairs[2] = {INT64_MIN, HOUR};
+    const struct {
+        uint32_t ver;
+        uint8_t cls;
+        int rc, want;
+    } cases[] = {
+        {2, 0, BDB_OK, BDB_FREQ_UNKNOWN},
+        {3, BDB_FREQ_LOW, BDB_OK, BDB_FREQ_LOW},
+        {3, BDB_FREQ_HIGH, BDB_OK, BDB_FREQ_HIGH},
+        {3, BDB_FREQ_HIGH + 1, BDB_ERR_CORRUPT, 0},
+        {4, 0, BDB_ERR_CORRUPT, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/catv%zu", tmpdir, i);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        put_catalog_v(dir, cases[i].ver, cases[i].cls, 1, pairs);
+        bdb_db_opts o = base_opts(dir);
+        bdb_db *db = NULL;
+        int rc = bdb_db_open(&o, &db);
+        if (rc != cases[i].rc)
+            fail_msg("case %zu: open %s, want %s", i, bdb_strerror(rc), bdb_strerror(cases[i].rc));
+        if (rc != BDB_OK)
+            continue;
+        assert_int_equal(device_class(db, "acme", "d1"), cases[i].want);
+        /* written back as the current version, and read again */
+        assert_int_equal(write1(db, "acme", "d1", T0 + MIN, "m", 1), BDB_OK);
+        assert_int_equal(bdb_db_flush(db), BDB_OK);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+        db = open_dir(dir);
+        assert_int_equal(device_class(db, "acme", "d1"), cases[i].want);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+    }
 }
 
 static void test_catalog_history_validated(void **state)
@@ -1538,6 +1625,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write_read_basic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_catalog_compressed_and_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_class_survives_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_catalog_old_version_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_devices_and_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ooo_and_duplicates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ooo_merged_into_stream, setup, teardown),
