@@ -1,7 +1,7 @@
 /* libFuzzer harness for the tier file format (docs/formats/tier.md): tf_parse,
- * tf_read_rec and tf_iter (version 4, what the engine writes, and version 3, which it
- * still reads) and tf_upgrade (versions 1 and 2, rewritten as version 4 at open). Two modes chosen
- * by the first byte:
+ * tf_read_rec and tf_iter (version 3, what the engine writes and reads) and tf_upgrade
+ * (versions 1 and 2, rewritten as version 3 at open). Two modes chosen by the first
+ * byte:
  *  - even: the rest of the input is a file image; a version 1 or 2 image is upgraded
  *    first (an upgraded image must parse); if it parses, read every series back
  *    through a real file (bounds, CRC and window decoding), by lookup and by iterator;
@@ -69,7 +69,6 @@ static void read_all(const uint8_t *img, size_t n, const tfile *t)
     FZ_CHECK(k == 0);
     tf_iter_free(&it);
     bdb_file_close(f);
-    free(tt.gbuf); /* the copy's decompressed group (version 4) */
 }
 
 static void parse_raw(const uint8_t *p, size_t n)

@@ -184,7 +184,7 @@ static int scan_one(void *ctx, const char *name)
     const char *why = NULL;
     uint32_t ver = tf_version(data, len);
     if (ver == TIER_VERSION || ver == TIER_VERSION_FLAGS) {
-        /* an older version: rewritten in place as version 4 (same name, seq and header
+        /* an older version: rewritten in place as version 3 (same name, seq and header
          * fields; atomic, so a crash leaves the old or the new file) */
         bdb_buf up;
         bdb_buf_init_checked(&up);
@@ -192,7 +192,7 @@ static int scan_one(void *ctx, const char *name)
         if (rc == BDB_OK)
             rc = bdb_vfs_write_atomic(vfs, s->dir, name, up.data, up.len);
         if (rc == BDB_OK) {
-            BDB_INFO("tier file %s rewritten as version 4 (%zu -> %zu bytes)", path, len, up.len);
+            BDB_INFO("tier file %s rewritten as version 3 (%zu -> %zu bytes)", path, len, up.len);
             free(data);
             data = up.data;
             len = up.len;
@@ -206,7 +206,7 @@ static int scan_one(void *ctx, const char *name)
             if (rc != BDB_ERR_CORRUPT) {
                 /* disk full, I/O: the load stops and fails as without memory, and is
                  * tried again, rather than leave the file's windows out unnoticed */
-                BDB_ERROR("cannot rewrite tier file %s as version 4: %s; the tiers load again "
+                BDB_ERROR("cannot rewrite tier file %s as version 3: %s; the tiers load again "
                           "later",
                           path, bdb_strerror(rc));
                 free(data);

@@ -1,22 +1,14 @@
-/* db_tier_file: the tier file format (docs/formats/tier.md). Version 4 is written:
+/* db_tier_file: the tier file format (docs/formats/tier.md). Version 3 is written:
  *
- *   header  "BDBTIER1" | u32 version 4 | u8 res | i64 start | i64 end | u64 seq |
+ *   header  "BDBTIER1" | u32 version 3 | u8 res | i64 start | i64 end | u64 seq |
  *           u64 wal_upto | str tenant | uvarint ninputs | uvarint seq... | u8 flags |
  *           u32 crc
- *   groups  zstd frames back to back, each of whole records (about TF_GROUP_RAW
- *           bytes); a record is one device, by device name: per series of the device,
- *           by metric id: uvarint metric id | uvarint len | len bytes of compact
- *           windows (bdb_rollup_write_c); then u32 crc
+ *   records one per device, by device name: per series of the device, by metric id:
+ *           uvarint metric id | uvarint len | len bytes of compact windows
+ *           (bdb_rollup_write_c); then u32 crc
  *   index   uvarint nmet | str metric... (sorted) | uvarint ndev |
- *           (str device | uvarint record len)... (sorted; records back to back) |
- *           uvarint ngroups | (uvarint devices | uvarint frame len | u32 crc(frame))...
+ *           (str device | uvarint record len)... (sorted; records back to back)
  *   footer  u64 index_off | u64 index_len | u32 crc(index) | "BDTE"
- *
- * Version 3 is version 4 without the frames (records back to back after the header)
- * and without the group table; it is still read. The frames are why version 4 exists:
- * windows of neighbouring devices look alike, and zstd takes about 38% off a file.
- * A query decompresses the one group its device is in. Each frame has a CRC of its
- * own, so damage is found before zstd sees it and every byte of a file stays checked.
  *
  * Names are written once per file (a device's record holds all its metrics), so the
  * bytes and the memory of the index grow with devices, not series. Versions 1 and 2
@@ -33,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
-#include <zstd.h>
 
 #define MAGIC "BDBTIER1"
 #define FOOT_MAGIC "BDTE"
@@ -68,7 +59,7 @@ void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start,
     if (!tb->tenant)
         tb->oom = 1;
     bdb_buf_append(&tb->b, MAGIC, 8);
-    bdb_buf_put_u32le(&tb->b, TIER_VERSION_4);
+    bdb_buf_put_u32le(&tb->b, TIER_VERSION_3);
     bdb_buf_putc(&tb->b, (uint8_t)res);
     bdb_buf_put_u64le(&tb->b, (uint64_t)start);
     bdb_buf_put_u64le(&tb->b, (uint64_t)end);
@@ -137,22 +128,6 @@ static int mname_cmp(const void *x, const void *y)
     return strcmp(sort_names + *(const size_t *)x, sort_names + *(const size_t *)y);
 }
 
-/* Appends grp's records to out as one zstd frame of *zlen bytes (out->oom when out of
- * memory: the caller checks it). */
-static void put_group(bdb_buf *out, const bdb_buf *grp, size_t *zlen)
-{
-    size_t bound = ZSTD_compressBound(grp->len);
-    if (bdb_buf_reserve(out, bound) != BDB_OK)
-        return;
-    size_t z = ZSTD_compress(out->data + out->len, bound, grp->data, grp->len, 3);
-    if (ZSTD_isError(z)) { /* only for lack of memory */
-        out->oom = 1;
-        return;
-    }
-    out->len += z;
-    *zlen = z;
-}
-
 int tf_finish(tbuilder *tb)
 {
     if (tb->oom || tb->pieces.oom || tb->names.oom || tb->b.oom)
@@ -202,42 +177,19 @@ int tf_finish(tbuilder *tb)
         if (i == 0 || strcmp(nm + tb->pc[i].dname, nm + tb->pc[i - 1].dname) != 0)
             ndev++;
     bdb_buf_put_uvarint(&idx, ndev);
-    /* records into grp; each group of about TF_GROUP_RAW bytes becomes a frame */
-    bdb_buf grp, gtab;
-    bdb_buf_init_checked(&grp);
-    bdb_buf_init_checked(&gtab);
-    size_t ngroups = 0, gdevs = 0;
     for (size_t i = 0; i < tb->npc && rc == BDB_OK;) {
-        size_t off = grp.len, j = i;
+        size_t off = tb->b.len, j = i;
         const char *dn = nm + tb->pc[i].dname;
         for (; j < tb->npc && !strcmp(nm + tb->pc[j].dname, dn); j++) {
-            bdb_buf_put_uvarint(&grp, ids[j]);
-            bdb_buf_put_uvarint(&grp, tb->pc[j].len);
-            bdb_buf_append(&grp, tb->pieces.data + tb->pc[j].off, tb->pc[j].len);
+            bdb_buf_put_uvarint(&tb->b, ids[j]);
+            bdb_buf_put_uvarint(&tb->b, tb->pc[j].len);
+            bdb_buf_append(&tb->b, tb->pieces.data + tb->pc[j].off, tb->pc[j].len);
         }
-        bdb_buf_put_u32le(&grp, grp.oom ? 0 : crc(grp.data + off, grp.len - off));
+        bdb_buf_put_u32le(&tb->b, tb->b.oom ? 0 : crc(tb->b.data + off, tb->b.len - off));
         bdb_buf_put_str(&idx, dn, strlen(dn));
-        bdb_buf_put_uvarint(&idx, grp.len - off);
-        gdevs++;
+        bdb_buf_put_uvarint(&idx, tb->b.len - off);
         i = j;
-        if ((grp.len >= TF_GROUP_RAW || i == tb->npc) && !grp.oom) {
-            size_t zlen = 0;
-            put_group(&tb->b, &grp, &zlen);
-            bdb_buf_put_uvarint(&gtab, gdevs);
-            bdb_buf_put_uvarint(&gtab, zlen);
-            bdb_buf_put_u32le(&gtab, tb->b.oom ? 0 : crc(tb->b.data + tb->b.len - zlen, zlen));
-            ngroups++;
-            gdevs = 0;
-            grp.len = 0;
-        }
     }
-    bdb_buf_put_uvarint(&idx, ngroups);
-    bdb_buf_append(&idx, gtab.data, gtab.len);
-    int goom = grp.oom || gtab.oom;
-    bdb_buf_free(&grp);
-    bdb_buf_free(&gtab);
-    if (goom)
-        idx.oom = 1;
     free(mt);
     free(ids);
     if (rc == BDB_OK && !idx.oom && !tb->b.oom) {
@@ -273,10 +225,6 @@ void tf_free(tfile *t)
 {
     if (t->f)
         bdb_file_close(t->f);
-    if (t->gmu_ok)
-        pthread_mutex_destroy(&t->gmu);
-    free(t->groups);
-    free(t->gbuf);
     free(t->names);
     free(t->devs);
     free(t->mets);
@@ -308,8 +256,7 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     const char *tn = bdb_dec_str(&d, &tlen);
     uint64_t ninputs = bdb_dec_uvarint(&d);
     if (d.err || !m || memcmp(m, MAGIC, 8) ||
-        (ver != TIER_VERSION && ver != TIER_VERSION_FLAGS && ver != TIER_VERSION_3 &&
-         ver != TIER_VERSION_4) ||
+        (ver != TIER_VERSION && ver != TIER_VERSION_FLAGS && ver != TIER_VERSION_3) ||
         res < BDB_RES_1M || res > BDB_RES_1D || ninputs > bdb_dec_left(&d) || start >= end ||
         (uint64_t)end - (uint64_t)start != (uint64_t)bdb_tier_file_span((enum bdb_res)res) ||
         tlen == 0 || memchr(tn, 0, tlen)) /* unsigned: end - start may overflow int64 */
@@ -322,7 +269,7 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     unsigned flags = 0;
     if (ver != TIER_VERSION) {
         flags = bdb_dec_u8(&d);
-        /* canonical: version 2 only with its one flag; versions 3 and 4 always have the byte */
+        /* canonical: version 2 only with its one flag; version 3 always has the byte */
         if ((ver == TIER_VERSION_FLAGS && (flags == 0 || (flags & ~TF_REPLACES))) ||
             (flags & ~(TF_REPLACES | TF_KEPT)))
             d.err = 1;
@@ -369,7 +316,7 @@ static int footer(const uint8_t *p, size_t n, size_t hlen, uint64_t *ioff, uint6
            crc(p + *ioff, *ilen) == icrc;
 }
 
-/* ---------------------------------------------------------------- versions 3 and 4 */
+/* ---------------------------------------------------------------- version 3 */
 
 /* The series of a record (without its CRC) are framed right: metric ids strictly
  * increasing and below nmet, lengths inside the record, at least one series. */
@@ -390,74 +337,6 @@ static int record_framed(const uint8_t *p, size_t n, size_t nmet)
     return !d.err && !first;
 }
 
-/* A record of len bytes at p (its CRC last) is whole and framed right. */
-static int record_ok(const uint8_t *p, uint64_t len, size_t nmet)
-{
-    return len >= 5 && crc(p, len - 4) == bdb_get_u32le(p + len - 4) &&
-           record_framed(p, len - 4, nmet);
-}
-
-/* Version 4: the group table at d (after the devices), each frame between the header
- * (hlen) and the index (ioff) decompressed and every record in it checked; devices'
- * offsets become group << 32 | offset in the group. BDB_OK, BDB_ERR_NOMEM or
- * BDB_ERR_CORRUPT with why. */
-static int parse_groups(const uint8_t *p, size_t hlen, uint64_t ioff, bdb_dec *d, tfile *out,
-                        const char **why)
-{
-    uint64_t ng = bdb_dec_uvarint(d);
-    *why = "group table damaged";
-    if (d->err || ng > bdb_dec_left(d) || ng > out->ndev || (ng == 0) != (out->ndev == 0))
-        return BDB_ERR_CORRUPT;
-    out->groups = bdb_malloc((ng + 1) * sizeof *out->groups);
-    if (!out->groups)
-        return BDB_ERR_NOMEM;
-    uint64_t foff = hlen;
-    size_t dev = 0;
-    for (uint64_t g = 0; g < ng; g++) {
-        uint64_t nd = bdb_dec_uvarint(d), zlen = bdb_dec_uvarint(d);
-        uint32_t zcrc = bdb_dec_u32le(d);
-        if (d->err || nd == 0 || nd > out->ndev - dev || zlen == 0 || zlen > ioff - foff ||
-            zlen > UINT32_MAX)
-            return BDB_ERR_CORRUPT;
-        if (crc(p + foff, zlen) != zcrc) {
-            *why = "group frame damaged (CRC)";
-            return BDB_ERR_CORRUPT;
-        }
-        uint64_t raw = 0;
-        for (size_t k = dev; k < dev + nd; k++)
-            raw += out->devs[k].len;
-        if (raw > UINT32_MAX || ZSTD_getFrameContentSize(p + foff, zlen) != raw) {
-            *why = "group frame damaged (length)";
-            return BDB_ERR_CORRUPT;
-        }
-        uint8_t *buf = bdb_malloc(raw);
-        if (!buf)
-            return BDB_ERR_NOMEM;
-        size_t got = ZSTD_decompress(buf, raw, p + foff, zlen);
-        uint64_t roff = 0;
-        int ok = !ZSTD_isError(got) && got == raw;
-        for (size_t k = dev; ok && k < dev + nd; k++) {
-            ok = record_ok(buf + roff, out->devs[k].len, out->nmet);
-            out->devs[k].off = g << 32 | roff;
-            roff += out->devs[k].len;
-        }
-        free(buf);
-        if (!ok) {
-            *why = "record damaged (frame, bounds, CRC or series framing)";
-            return BDB_ERR_CORRUPT;
-        }
-        out->groups[g] = (tgroup){foff, (uint32_t)zlen, (uint32_t)raw, zcrc};
-        out->ngroups++;
-        foff += zlen;
-        dev += nd;
-    }
-    if (dev != out->ndev || foff != ioff) {
-        *why = "group table does not cover the records exactly";
-        return BDB_ERR_CORRUPT;
-    }
-    return BDB_OK;
-}
-
 int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
 {
     memset(out, 0, sizeof *out);
@@ -468,9 +347,8 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         *why = "bad header (magic, version, fields or CRC)";
         return BDB_ERR_CORRUPT;
     }
-    uint32_t ver = tf_version(p, n);
-    if (ver != TIER_VERSION_3 && ver != TIER_VERSION_4) {
-        *why = "not a version 3 or 4 file";
+    if (tf_version(p, n) != TIER_VERSION_3) {
+        *why = "not a version 3 file";
         goto bad;
     }
     uint64_t ioff, ilen;
@@ -518,22 +396,24 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         tf_free(out);
         return BDB_ERR_NOMEM;
     }
-    /* version 3: records back to back from the header to the index; version 4: the
-     * same inside the decompressed groups, whose frames lie there instead */
-    uint64_t next = ver == TIER_VERSION_3 ? hlen : 0, end = ver == TIER_VERSION_3 ? ioff : 0;
+    uint64_t next = hlen; /* records are back to back from the header to the index */
     for (uint64_t i = 0; i < ndev; i++) {
         size_t dl;
         const char *dn = bdb_dec_str(&d, &dl);
         uint64_t len = bdb_dec_uvarint(&d);
         /* names may be empty: the WAL replays what older writers accepted */
-        if (d.err || memchr(dn, 0, dl) || len < 5 || len > UINT32_MAX ||
-            (ver == TIER_VERSION_3 && (len > ioff - next || !record_ok(p + next, len, nmet)))) {
-            *why = "record damaged (bounds, CRC or series framing)";
+        if (d.err || memchr(dn, 0, dl) || len < 5 || len > ioff - next || len > UINT32_MAX ||
+            crc(p + next, len - 4) != bdb_get_u32le(p + next + len - 4)) {
+            *why = "record damaged (bounds or CRC)";
             goto bad;
         }
         if (i > 0 && bytes_cmp(out->names + out->devs[i - 1].name,
                                strlen(out->names + out->devs[i - 1].name), dn, dl) >= 0) {
             *why = "devices unsorted or repeated";
+            goto bad;
+        }
+        if (!record_framed(p + next, len - 4, nmet)) {
+            *why = "record damaged (series framing)";
             goto bad;
         }
         tdev *t = &out->devs[out->ndev++];
@@ -545,27 +425,10 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         used += dl + 1;
         next += len;
     }
-    if (ver == TIER_VERSION_4) {
-        int rc = parse_groups(p, hlen, ioff, &d, out, why);
-        if (rc == BDB_ERR_NOMEM) {
-            tf_free(out);
-            return rc;
-        }
-        if (rc != BDB_OK)
-            goto bad;
-    } else if (next != end) {
+    if (next != ioff || bdb_dec_left(&d) != 0) {
         *why = "index does not cover the records exactly";
         goto bad;
     }
-    if (bdb_dec_left(&d) != 0) {
-        *why = "index does not cover the records exactly";
-        goto bad;
-    }
-    if (pthread_mutex_init(&out->gmu, NULL) != 0) {
-        tf_free(out);
-        return BDB_ERR_NOMEM;
-    }
-    out->gmu_ok = 1;
     return BDB_OK;
 bad:
     tf_free(out);
@@ -604,51 +467,14 @@ int tf_find(const tfile *t, const char *device, const char *metric, tloc *loc)
 }
 
 /* Reads and checks the record of device i: a malloc'd copy without its CRC. */
-/* Version 4: copies the record at roff of group g into p, decompressing the group
- * unless it is the one in t->gbuf. */
-static int group_copy(tfile *t, size_t g, uint64_t roff, uint8_t *p, size_t len)
-{
-    if (g >= t->ngroups)
-        return BDB_ERR_CORRUPT;
-    const tgroup *gr = &t->groups[g];
-    if (roff > gr->raw || len > gr->raw - roff)
-        return BDB_ERR_CORRUPT;
-    int rc = BDB_OK;
-    pthread_mutex_lock(&t->gmu);
-    if (t->gcur != g + 1) {
-        uint8_t *z = bdb_malloc(gr->zlen);
-        uint8_t *b = z ? bdb_realloc(t->gbuf, gr->raw ? gr->raw : 1) : NULL;
-        if (b)
-            t->gbuf = b;
-        t->gcur = 0;
-        size_t got = 0;
-        rc = !z || !b ? BDB_ERR_NOMEM : bdb_file_pread(t->f, z, gr->zlen, gr->foff, &got);
-        /* a file changed since it was checked at open */
-        if (rc == BDB_OK && (got != gr->zlen || crc(z, gr->zlen) != gr->crc ||
-                             ZSTD_decompress(t->gbuf, gr->raw, z, gr->zlen) != gr->raw))
-            rc = BDB_ERR_CORRUPT;
-        if (rc == BDB_OK)
-            t->gcur = g + 1;
-        free(z);
-    }
-    if (rc == BDB_OK)
-        memcpy(p, t->gbuf + roff, len);
-    pthread_mutex_unlock(&t->gmu);
-    return rc;
-}
-
 static int read_record(const tfile *t, size_t i, uint8_t **out, size_t *len)
 {
     const tdev *dv = &t->devs[i];
     uint8_t *p = bdb_malloc(dv->len);
     if (!p)
         return BDB_ERR_NOMEM;
-    size_t got = dv->len;
-    int rc;
-    if (t->ngroups) /* the cache is the file's own, not what it describes: cast away */
-        rc = group_copy((tfile *)t, (size_t)(dv->off >> 32), dv->off & 0xffffffffu, p, dv->len);
-    else
-        rc = bdb_file_pread(t->f, p, dv->len, dv->off, &got);
+    size_t got = 0;
+    int rc = bdb_file_pread(t->f, p, dv->len, dv->off, &got);
     if (rc == BDB_OK && got != dv->len)
         rc = BDB_ERR_CORRUPT;
     if (rc == BDB_OK && crc(p, dv->len - 4) != bdb_get_u32le(p + dv->len - 4))
@@ -844,7 +670,7 @@ int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why)
     size_t hlen = header(p, n, &h);
     if (hlen == HDR_NOMEM)
         return BDB_ERR_NOMEM;
-    if (!hlen || tf_version(p, n) >= TIER_VERSION_3) {
+    if (!hlen || tf_version(p, n) == TIER_VERSION_3) {
         *why = "bad header (magic, version, fields or CRC)";
         tf_free(&h);
         return BDB_ERR_CORRUPT;

@@ -17,16 +17,12 @@
 
 #define TIER_VERSION 1
 /* Version 2 adds a flags byte; it is written only when a flag is set, so files without
- * one keep the version 1 bytes. Both are read only to be rewritten as version 4 when
+ * one keep the version 1 bytes. Both are read only to be rewritten as version 3 when
  * the tier is loaded (tf_upgrade). */
 #define TIER_VERSION_FLAGS 2
-/* Version 3: one record per device, metric names once per file, the compact window
- * encoding (docs/formats/tier.md). Still read. */
+/* Version 3, the one written: one record per device, metric names once per file, the
+ * compact window encoding (docs/formats/tier.md). */
 #define TIER_VERSION_3 3
-/* Version 4, the one written: version 3's records in zstd frames of about
- * TF_GROUP_RAW bytes of whole records each, with a group table in the index. */
-#define TIER_VERSION_4 4
-#define TF_GROUP_RAW (64u << 10)
 /* Every window in the file replaces the windows of the same series and start in files
  * of lower seq: it was recomputed from raw data (late data, rewrites). */
 #define TF_REPLACES 1u
@@ -39,18 +35,10 @@
 /* A device's record in a file: 24 bytes in memory per device and file, and no
  * allocation of its own (its name lies in the file's names block). */
 typedef struct tdev {
-    uint64_t off;  /* version 3: in the file; 4: group << 32 | offset in the group */
+    uint64_t off;
     uint32_t len;  /* record bytes including its CRC */
     uint32_t name; /* offset of the NUL-terminated name in tfile.names */
 } tdev;
-
-/* Version 4: one zstd frame of records. */
-typedef struct tgroup {
-    uint64_t foff; /* of the frame in the file */
-    uint32_t zlen; /* frame bytes */
-    uint32_t raw;  /* the records' bytes */
-    uint32_t crc;  /* of the frame */
-} tgroup;
 
 typedef struct tfile {
     char *path;
@@ -68,14 +56,6 @@ typedef struct tfile {
     size_t nmet;
     int hold;    /* maintenance: expired, but kept this pass (its days could not be kept) */
     bdb_file *f; /* open for pread while the file is in the list */
-    /* version 4: the groups, and the last one decompressed (a scan of the file's
-     * devices decompresses each group once), under gmu */
-    tgroup *groups;
-    size_t ngroups;
-    pthread_mutex_t gmu;
-    int gmu_ok;
-    size_t gcur; /* index + 1 of the group in gbuf, 0 = none */
-    uint8_t *gbuf;
 } tfile;
 
 /* Where a series lies in a file: its device's record and its metric id. */
@@ -116,15 +96,15 @@ void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, s
 int tf_finish(tbuilder *tb);
 void tf_builder_free(tbuilder *tb);
 
-/* Parses and checks a whole version 3 or 4 file image (header, index, every group's
- * frame, every record's CRC and framing). BDB_ERR_CORRUPT with a reason in why. On
- * success *out is filled (f NULL). */
+/* Parses and checks a whole version 3 file image (header, index, every record's CRC
+ * and framing). BDB_ERR_CORRUPT with a reason in why. On success *out is filled (f
+ * NULL). */
 int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why);
 /* Only the header, of any version (for the superseded-file scan at load). */
 int tf_parse_header(const uint8_t *p, size_t n, tfile *out);
 /* The version of a file image that has a valid magic, else 0. */
 uint32_t tf_version(const uint8_t *p, size_t n);
-/* A version 1 or 2 image, checked whole as those versions were, rewritten as version 4
+/* A version 1 or 2 image, checked whole as those versions were, rewritten as version 3
  * with the same header fields and windows into *out (initialized by the caller).
  * BDB_ERR_CORRUPT with why; BDB_ERR_NOMEM. */
 int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why);

@@ -1,18 +1,17 @@
 /* Tier files (docs/formats/tier.md) rebuilt field by field, every CRC right, so that
  * each check of the loader is what rejects them.
  *
- * Versions 1 and 2 (read only to be rewritten as version 4 at open): a version 1 file
+ * Versions 1 and 2 (read only to be rewritten as version 3 at open): a version 1 file
  * of two series, made here with the version 1 window encoding, re-encoded with one
  * change at a time: header fields (version 2 with its flags byte: the known flag,
  * none, an unknown one; an empty tenant or one with a NUL; a resolution or file window
  * that does not fit), a file cut after its header, index counts and offsets that do
  * not describe the records, a series twice. Documented outcome: a file without a
- * change (v1, and v2 with the known flag) is rewritten as version 4 and served with
+ * change (v1, and v2 with the known flag) is rewritten as version 3 and served with
  * the same windows; any other is quarantined at open, never read, and the engine
  * serves the rest.
  *
- * Version 3: the flushed file (version 4, turned into the version 3 file of the same
- * records by v4_to_v3) re-encoded with one change at a time: an unknown flag,
+ * Version 3: the flushed file re-encoded with one change at a time: an unknown flag,
  * a metric table unsorted or with a NUL in a name, devices unsorted, twice or with a
  * NUL in a name (empty names are accepted, as in version 1), a series
  * whose metric id is past the table or not increasing, a record length that does not
@@ -45,7 +44,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-#include <zstd.h>
 
 #define MIN BDB_MS_MIN
 #define HOUR BDB_MS_HOUR
@@ -101,65 +99,6 @@ static void build(void)
     assert_true(tierpath[0] != 0);
 }
 
-static uint32_t cur_version; /* of the file on disk, before v4_to_v3 */
-
-static uint64_t uvar(const uint8_t *p, size_t *pos);
-static uint64_t u64at(const uint8_t *p);
-
-/* The version 4 file in cur, rewritten in place as the version 3 file of the same
- * records (the frames decompressed back to back, the group table dropped), which
- * is what the version 3 changes below start from; version 3 is still read. */
-static void v4_to_v3(void)
-{
-    size_t pos = 8 + 4 + 1 + 32;
-    pos += uvar(cur, &pos);
-    uint64_t nin = uvar(cur, &pos);
-    for (uint64_t i = 0; i < nin; i++)
-        uvar(cur, &pos);
-    size_t hlen = pos + 1 + 4;
-    uint64_t ioff = u64at(cur + ncur - 24), ilen = u64at(cur + ncur - 16);
-    size_t ip = ioff;
-    uint64_t nmet = uvar(cur, &ip);
-    for (uint64_t m = 0; m < nmet; m++)
-        ip += uvar(cur, &ip);
-    uint64_t ndev = uvar(cur, &ip);
-    for (uint64_t d = 0; d < ndev; d++) {
-        ip += uvar(cur, &ip);
-        uvar(cur, &ip);
-    }
-    size_t idx_v3_len = ip - ioff; /* the index without the group table */
-    uint64_t ng = uvar(cur, &ip);
-    bdb_buf out;
-    bdb_buf_init(&out);
-    bdb_buf_append(&out, cur, hlen);
-    out.data[8] = 3;
-    out.data[hlen - 4] = 0; /* the header CRC, recomputed below */
-    bdb_put_u32le(out.data + hlen - 4, (uint32_t)crc32(0L, out.data, (uInt)(hlen - 4)));
-    size_t foff = hlen;
-    for (uint64_t g = 0; g < ng; g++) {
-        uvar(cur, &ip); /* devices */
-        uint64_t zlen = uvar(cur, &ip);
-        ip += 4; /* the frame's CRC */
-        unsigned long long raw = ZSTD_getFrameContentSize(cur + foff, zlen);
-        assert_true(raw < (1u << 20));
-        bdb_buf_reserve(&out, raw);
-        assert_int_equal(ZSTD_decompress(out.data + out.len, raw, cur + foff, zlen), raw);
-        out.len += raw;
-        foff += zlen;
-    }
-    assert_int_equal(ip, ioff + ilen);
-    uint64_t noff = out.len;
-    bdb_buf_append(&out, cur + ioff, idx_v3_len);
-    bdb_buf_put_u64le(&out, noff);
-    bdb_buf_put_u64le(&out, idx_v3_len);
-    bdb_buf_put_u32le(&out, (uint32_t)crc32(0L, cur + ioff, (uInt)idx_v3_len));
-    bdb_buf_append(&out, "BDTE", 4);
-    assert_true(out.len < (1 << 20));
-    memcpy(cur, out.data, out.len);
-    ncur = out.len;
-    bdb_buf_free(&out);
-}
-
 static void read_cur(void)
 {
     FILE *f = fopen(tierpath, "rb");
@@ -167,9 +106,6 @@ static void read_cur(void)
     ncur = fread(cur, 1, 1 << 20, f);
     fclose(f);
     assert_true(ncur > 45 && ncur < (1 << 20));
-    cur_version = cur[8];
-    if (cur_version == 4)
-        v4_to_v3();
 }
 
 static void make_v1(void);
@@ -420,8 +356,8 @@ static void test_rebuilt_files(void **st)
         if (c == SAME || c == V2_REPLACES) {
             assert_int_equal(ts.quarantined, 0);
             assert_true(n1 == 3 && n2 == 3);
-            read_cur(); /* rewritten in place as version 4 */
-            assert_int_equal(cur_version, 4);
+            read_cur(); /* rewritten in place as version 3 */
+            assert_int_equal(cur[8], 3);
         } else {
             if (ts.quarantined != 1)
                 fail_msg("change %d: not quarantined", c);
@@ -573,10 +509,7 @@ static void test_rebuilt_v3_files(void **st)
     bdb_buf_free(&b);
 }
 
-/* A record changed under the engine after open: the read fails, never wrong numbers.
- * (A group of a version 4 file that a read already decompressed answers from memory,
- * with the bytes checked when they were read; so the check before the change runs in
- * an open of its own.) */
+/* A record changed under the engine after open: the read fails, never wrong numbers. */
 static void test_changed_after_open(void **st)
 {
     (void)st;
@@ -586,26 +519,16 @@ static void test_changed_after_open(void **st)
         int rc;
         assert_int_equal(windows(db, "d1", &rc), 3);
         assert_int_equal(rc, BDB_OK);
-        assert_int_equal(bdb_db_close(db), BDB_OK);
-        db = open_db();
-        bdb_tier_stats ts; /* loads (and checks) the files, reads no record */
-        bdb_db_tier_get_stats(db, &ts);
-        assert_int_equal(ts.files[BDB_RES_1H - 1], 1);
         if (mode == 0) {
             assert_int_equal(truncate(tierpath, 60), 0); /* inside the first record */
         } else {
             int fd = open(tierpath, O_RDWR);
             assert_true(fd >= 0);
             read_cur();
-            /* the file on disk (version 4): its index offset, from its own footer */
-            struct stat sb;
-            assert_int_equal(fstat(fd, &sb), 0);
-            uint8_t foot[24];
-            assert_int_equal(pread(fd, foot, 24, sb.st_size - 24), 24);
-            uint64_t ioff = u64at(foot);
+            uint64_t ioff = u64at(cur + ncur - 24);
             uint8_t x;
             assert_int_equal(pread(fd, &x, 1, (off_t)ioff - 8), 1);
-            x ^= 0x10; /* inside the last group's frame */
+            x ^= 0x10; /* inside the last record, before its CRC */
             assert_int_equal(pwrite(fd, &x, 1, (off_t)ioff - 8), 1);
             close(fd);
         }
