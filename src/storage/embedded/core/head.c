@@ -194,43 +194,13 @@ int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n)
  * (once per report: a shared counter bumped per sample costs more than the append). */
 int head_append(bdb_db *db, series *s, int64_t ts, double v)
 {
-    device *d = s->dev;
-    int64_t bstart, bend;
-    bdb_bucket_range(&d->hist, ts, &bstart, &bend);
-    int64_t w = db->o.block_window_ms;
-    int64_t wstart = bdb_align_down(ts, w);
-    int64_t lo = bstart > wstart ? bstart : wstart;
-    int64_t hi = bend < wstart + w ? bend : wstart + w;
-
-    int64_t pid = db_partition_id(d, ts, bstart);
-
     /* The newest chunk of the range and partition id takes in-order appends; older
      * full chunks of the same pair only receive out-of-order samples. */
-    hchunk *c = s->active, *prev = NULL;
-    while (c && c->lo > lo) {
-        prev = c;
-        c = c->next;
-    }
-    hchunk *g = c, *gprev = prev;
-    while (g && g->lo == lo && g->bucket_start != pid) {
-        gprev = g;
-        g = g->next;
-    }
-    if (g && g->lo == lo) {
-        c = g;
-        prev = gprev;
-    } else {
-        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
-        if (!c)
-            return BDB_ERR_NOMEM;
-    }
-    if (c->app.count == 0 || ts > c->app.t_last) {
-        if (c->app.count >= db->o.chunk_max_samples) {
-            /* Full: start a continuation chunk for the same range in front of it. */
-            c = chunk_insert(db, s, prev, c, lo, hi, pid);
-            if (!c)
-                return BDB_ERR_NOMEM;
-        }
+    int in_order;
+    hchunk *c = chunk_for(db, s, ts, &in_order);
+    if (!c)
+        return BDB_ERR_NOMEM;
+    if (in_order) {
         uint32_t before = c->app.cap;
         int rc = bdb_chunk_app_append(&c->app, ts, v);
         if (rc != BDB_OK)
