@@ -68,7 +68,7 @@ format:
 format-check:
 	clang-format --dry-run --Werror $$(find src include tests bench -name '*.[ch]')
 
-# Dashboard (src/server/h_ui.c, docs/DASHBOARD.md): the files of web/ compiled into
+# Dashboard (src/server/http/h_ui.c, docs/DASHBOARD.md): the files of web/ compiled into
 # the library as $(BUILD)/gen/ui_assets.c by web/embed.sh (od and sed only).
 UI_ASSETS := $(sort $(wildcard web/*.html web/*.css web/*.js))
 UI_OBJ    := $(BUILD)/gen/ui_assets.o

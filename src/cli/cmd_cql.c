@@ -6,9 +6,9 @@
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
-#include "storage/cassandra/cql_conn.h"
-#include "storage/cassandra/cql_topology.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/wire/cql_conn.h"
+#include "storage/cassandra/cql/cluster/cql_topology.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <errno.h>
 #include <signal.h>

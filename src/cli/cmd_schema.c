@@ -4,8 +4,8 @@
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
-#include "storage/cassandra/cql_conn.h"
-#include "storage/cassandra/cql_topology.h"
+#include "storage/cassandra/cql/wire/cql_conn.h"
+#include "storage/cassandra/cql/cluster/cql_topology.h"
 #include "storage/cassandra/schema.h"
 
 #include <stdio.h>

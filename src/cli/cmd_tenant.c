@@ -5,7 +5,7 @@
 #include "cli/http_client.h"
 
 #include "common/buf.h"
-#include "server/tenants.h"
+#include "server/tenants/tenants.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 
 #include "common/log.h"
 #include "model/bucket.h"
-#include "server/hotpart.h"
+#include "server/admission/hotpart.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -32,7 +32,7 @@ typedef struct bdb_config {
      * body's minimum average rate after that much grace (0 = none) */
     int64_t http_header_timeout;
     uint64_t http_body_min_rate;
-    /* backpressure (src/server/backpressure.h) */
+    /* backpressure (src/server/admission/backpressure.h) */
     uint64_t max_inflight_bytes; /* request bytes held server-wide */
     int max_inflight_writes;     /* write requests in flight server-wide */
     int tenant_inflight_share;   /* percent of each budget one tenant may hold */
@@ -72,7 +72,7 @@ typedef struct bdb_config {
     int64_t agg_allowed_lateness;
     int64_t tier_retention_1m, tier_retention_1h, tier_retention_1d;
     int64_t late_threshold; /* late data: ms behind the device's newest event */
-    /* hot partitions (src/server/hotpart.h; tenants may override), promotion */
+    /* hot partitions (src/server/admission/hotpart.h; tenants may override), promotion */
     uint64_t hot_threshold;       /* reports per partition per minute; 0 = detection off */
     char hot_policy[16];          /* none | subbucket | ratelimit | sample */
     int hot_subbuckets;           /* subbucket: N, 2..64 */

@@ -5,9 +5,9 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "server/conn_guard.h"
-#include "server/devlimit.h"
-#include "server/mqtt_gw.h"
+#include "server/http/conn_guard.h"
+#include "server/admission/devlimit.h"
+#include "server/mqtt/mqtt_gw.h"
 #include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
 #include "storage/cassandra/schema.h"    /* storage: key limits */
 #include "storage/embedded/fleet/db_fleet.h"

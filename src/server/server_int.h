@@ -4,10 +4,10 @@
 
 #include "common/buf.h"
 #include "query/pool.h"
-#include "server/backpressure.h"
+#include "server/admission/backpressure.h"
 #include "server/config.h"
 #include "server/server.h"
-#include "server/tenants.h"
+#include "server/tenants/tenants.h"
 #include "storage/embedded/core/db.h"
 
 #include <microhttpd.h>

@@ -4,8 +4,8 @@
  * is formatted cell by cell through the value decoders of its column types. Nothing
  * may crash, leak or read out of bounds. */
 #include "bucketdb/bdb.h"
-#include "storage/cassandra/cql_proto.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/wire/cql_proto.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -22,7 +22,7 @@
   password file: a tenant's user cannot publish into another tenant's topics,
   bucketdb's user reads every tenant and writes its dead-letter topic.
 
-Each test can fail: remove a check from src/server/mqtt_msg.c (or acknowledge a
+Each test can fail: remove a check from src/server/mqtt/mqtt_msg.c (or acknowledge a
 failed write in mqtt_gw.c) and the matching test fails."""
 
 import base64

@@ -1,6 +1,6 @@
 /* mqtt_codec: the MQTT 3.1.1 and MQTT 5 packets a QoS 1 subscriber needs (plus the
  * QoS 1 PUBLISH it sends to a dead-letter topic), encoded and decoded with strict
- * bounds (docs/MQTT.md). No I/O here: the gateway (src/server/mqtt_gw.c) owns the
+ * bounds (docs/MQTT.md). No I/O here: the gateway (src/server/mqtt/mqtt_gw.c) owns the
  * socket.
  *
  * Functions with a `version` argument speak BDB_MQTT_V311 (protocol level 4) or

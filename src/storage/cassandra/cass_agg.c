@@ -5,9 +5,9 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "storage/cassandra/cass_sink.h"
-#include "storage/cassandra/cql_session.h"
-#include "storage/cassandra/cql_token.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
+#include "storage/cassandra/cql/cluster/cql_token.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * counters the sink and the session keep. */
 #include "common/buf.h"
 #include "storage/cassandra/cass_sink.h"
-#include "storage/cassandra/cql_session.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -10,9 +10,9 @@
 #include "storage/cassandra/cass_late.h"
 #include "storage/cassandra/cass_state.h"
 #include "storage/cassandra/cass_uri.h"
-#include "storage/cassandra/cql_session.h"
-#include "storage/cassandra/cql_token.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
+#include "storage/cassandra/cql/cluster/cql_token.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 #include "storage/cassandra/schema.h"
 
 #include <pthread.h>

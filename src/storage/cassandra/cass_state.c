@@ -10,10 +10,10 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/bucket.h"
-#include "storage/cassandra/cql_proto.h"
-#include "storage/cassandra/cql_session.h"
-#include "storage/cassandra/cql_token.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/wire/cql_proto.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
+#include "storage/cassandra/cql/cluster/cql_token.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <stddef.h>
 #include <stdio.h>

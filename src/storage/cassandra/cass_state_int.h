@@ -5,8 +5,8 @@
 #define BDB_CASS_STATE_INT_H
 
 #include "common/buf.h"
-#include "storage/cassandra/cql_proto.h"
-#include "storage/cassandra/cql_session.h"
+#include "storage/cassandra/cql/wire/cql_proto.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
 #include "storage/sink.h"
 
 #include <stddef.h>

@@ -6,7 +6,7 @@
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
 #include "model/bucket.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <stdio.h>
 #include <stdlib.h>

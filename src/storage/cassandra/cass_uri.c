@@ -2,7 +2,7 @@
 #include "storage/cassandra/cass_uri.h"
 
 #include "bucketdb/bdb.h"
-#include "storage/cassandra/cql_proto.h"
+#include "storage/cassandra/cql/wire/cql_proto.h"
 #include "storage/cassandra/schema.h"
 
 #include <stdio.h>

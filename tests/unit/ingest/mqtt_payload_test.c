@@ -10,7 +10,7 @@
 #include "model/batch.h"
 #include "server/config.h"
 #include "ingest/mqtt/mqtt_topic.h"
-#include "server/mqtt_gw.h"
+#include "server/mqtt/mqtt_gw.h"
 
 #include <string.h>
 

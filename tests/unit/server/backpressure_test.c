@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "server/backpressure.h"
+#include "server/admission/backpressure.h"
 
 #include <string.h>
 

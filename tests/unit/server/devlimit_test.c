@@ -11,7 +11,7 @@
 
 #include "bucketdb/bdb.h"
 #include "model/batch.h"
-#include "server/devlimit.h"
+#include "server/admission/devlimit.h"
 
 #include <stdio.h>
 #include <stdlib.h>

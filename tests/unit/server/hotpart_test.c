@@ -22,7 +22,7 @@
 #include "model/batch.h"
 #include "query/pool.h"
 #include "query/range.h"
-#include "server/hotpart.h"
+#include "server/admission/hotpart.h"
 #include "storage/embedded/core/db.h"
 #include "storage/embedded/hot/db_hot.h"
 

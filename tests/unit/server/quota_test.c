@@ -12,8 +12,8 @@
 
 #include "bucketdb/bdb.h"
 #include "model/batch.h"
-#include "server/quota.h"
-#include "server/tenants.h"
+#include "server/admission/quota.h"
+#include "server/tenants/tenants.h"
 #include "storage/embedded/core/db.h"
 
 #include <dirent.h>

@@ -13,8 +13,8 @@
 #include "testutil.h"
 
 #include "bucketdb/bdb.h"
-#include "server/quota.h"
-#include "server/tenants.h"
+#include "server/admission/quota.h"
+#include "server/tenants/tenants.h"
 
 #include <dirent.h>
 #include <stdio.h>

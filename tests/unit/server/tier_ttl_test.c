@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
-#include "server/tenants.h"
+#include "server/tenants/tenants.h"
 #include "storage/embedded/core/db.h"
 #include "storage/embedded/tier/db_tier.h"
 

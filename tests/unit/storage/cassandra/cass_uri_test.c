@@ -9,7 +9,7 @@
 
 #include "bucketdb/bdb.h"
 #include "storage/cassandra/cass_uri.h"
-#include "storage/cassandra/cql_proto.h"
+#include "storage/cassandra/cql/wire/cql_proto.h"
 
 #include <stdio.h>
 #include <stdlib.h>

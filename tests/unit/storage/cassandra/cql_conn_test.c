@@ -13,8 +13,8 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
-#include "storage/cassandra/cql_conn.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/wire/cql_conn.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <netinet/in.h>
 #include <poll.h>

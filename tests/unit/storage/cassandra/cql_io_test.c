@@ -13,7 +13,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
-#include "storage/cassandra/cql_io.h"
+#include "storage/cassandra/cql/wire/cql_io.h"
 
 #include <netinet/in.h>
 #include <openssl/evp.h>

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "bucketdb/bdb.h"
-#include "storage/cassandra/cql_proto.h"
+#include "storage/cassandra/cql/wire/cql_proto.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "bucketdb/bdb.h"
-#include "storage/cassandra/cql_session.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,8 +7,8 @@
 #include <cmocka.h>
 
 #include "bucketdb/bdb.h"
-#include "storage/cassandra/cql_token.h"
-#include "storage/cassandra/cql_topology.h"
+#include "storage/cassandra/cql/cluster/cql_token.h"
+#include "storage/cassandra/cql/cluster/cql_topology.h"
 
 #include <stdio.h>
 #include <stdlib.h>

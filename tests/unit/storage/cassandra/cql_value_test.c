@@ -10,8 +10,8 @@
 #include <cmocka.h>
 
 #include "bucketdb/bdb.h"
-#include "storage/cassandra/cql_token.h"
-#include "storage/cassandra/cql_value.h"
+#include "storage/cassandra/cql/cluster/cql_token.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,0 +1,504 @@
+/* h_write: ingestion endpoints. Every path ends in bdb_db_write, which returns only
+ * when the batch is durable under the sync mode; the response is sent after that. */
+#include "server/server_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/map.h"
+#include "common/timeutil.h"
+#include "ingest/gzip.h"
+#include "ingest/json_ingest.h"
+#include "ingest/lp_ingest.h"
+#include "server/admission/devlimit.h"
+#include "server/admission/quota.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Charges the growth of a decompression buffer to the request's in-flight
+ * reservation (bdb_gzip_inflate asks before each growth). */
+static int gunzip_grow(void *ctx, size_t extra)
+{
+    void **sr = ctx;
+    return req_bp_grow(sr[0], sr[1], extra);
+}
+
+/* Returns the body to parse (decompressed if needed) or NULL with a response queued. */
+static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req *r, bdb_buf *tmp,
+                                   enum MHD_Result *res)
+{
+    const char *enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+    if (!enc || !strcasecmp(enc, "identity"))
+        return &r->body;
+    if (strcasecmp(enc, "gzip") && strcasecmp(enc, "deflate")) {
+        *res = respond_json_error(s, c, 415, "unsupported Content-Encoding (use gzip)", 1);
+        return NULL;
+    }
+    void *sr[2] = {s, r};
+    int g =
+        bdb_gzip_inflate(r->body.data, r->body.len, s->cfg.max_body_bytes, tmp, gunzip_grow, sr);
+    if (g == BDB_ERR_AGAIN) {
+        *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+        return NULL;
+    }
+    if (g == BDB_ERR_LIMIT) {
+        atomic_fetch_add(&s->body_too_large, 1);
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "request entity too large: decompressed body exceeds max-body-bytes %zu",
+                 s->cfg.max_body_bytes);
+        *res = respond_json_error(s, c, 413, msg, 1);
+        return NULL;
+    }
+    if (g == BDB_ERR_NOMEM) { /* the server's fault, not the body's: retryable */
+        *res =
+            respond_json_error(s, c, 500, "write failed: out of memory decompressing the body", 1);
+        return NULL;
+    }
+    if (g < 0) {
+        *res = respond_json_error(s, c, 400, "unable to parse body: invalid gzip data", 1);
+        return NULL;
+    }
+    return tmp;
+}
+
+/* Maps a storage failure to HTTP: read-only and I/O errors are the server's fault and
+ * retryable elsewhere (503/500); a full disk is 507. Nothing of the batch counts as
+ * written. */
+static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, int rc)
+{
+    atomic_fetch_add(&s->write_failures, 1);
+    char msg[400];
+    bdb_db_stats st;
+    switch (rc) {
+    case BDB_ERR_READONLY:
+        bdb_db_get_stats(s->db, &st);
+        snprintf(msg, sizeof msg, "storage is read-only, write not accepted: %s",
+                 st.readonly_reason);
+        return respond_json_error(s, c, 503, msg, 1);
+    case BDB_ERR_LIMIT:
+        snprintf(msg, sizeof msg, "a report carries more than %d metrics; nothing written",
+                 BDB_MAX_REPORT_METRICS);
+        return respond_json_error(s, c, 400, msg, 1);
+    case BDB_ERR_NOSPACE:
+        return respond_json_error(s, c, 507, "insufficient storage: disk full, write not accepted",
+                                  1);
+    default:
+        snprintf(msg, sizeof msg, "write failed: %s", bdb_strerror(rc));
+        return respond_json_error(s, c, 500, msg, 1);
+    }
+}
+
+/* ---- quotas (docs/TENANCY.md). Only registered tenants have quotas. ---- */
+
+static pthread_mutex_t *devq_lock_of(bdb_server *s, const char *tenant)
+{
+    return &s->devq_mu[bdb_hash(tenant, strlen(tenant)) %
+                       (sizeof s->devq_mu / sizeof s->devq_mu[0])];
+}
+
+void devq_unlock(bdb_server *s, const char *tenant)
+{
+    pthread_mutex_unlock(devq_lock_of(s, tenant));
+}
+
+int devq_admit(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked, uint64_t *max,
+               uint64_t *have, uint64_t *fresh)
+{
+    *locked = 0;
+    *max = *have = *fresh = 0;
+    bdb_tenant_info ti;
+    if (bdb_tenants_get(s->tenants, tenant, &ti) != BDB_OK || !ti.quotas.max_devices)
+        return 0;
+    *max = ti.quotas.max_devices;
+    if (bdb_db_tenant_usage(s->db, tenant, b, have, fresh) != BDB_OK || *fresh == 0)
+        return 0; /* adds no device: nothing to serialise */
+    /* Check again under the tenant's lock, held until the write is done, so that two
+     * requests cannot both take the last free device. */
+    pthread_mutex_lock(devq_lock_of(s, tenant));
+    if (bdb_db_tenant_usage(s->db, tenant, b, have, fresh) == BDB_OK &&
+        !bdb_quota_devices_ok(*have, *fresh, *max)) {
+        devq_unlock(s, tenant);
+        bdb_tenants_count_rejection(s->tenants, tenant, BDB_LIMIT_DEVICES);
+        return -1;
+    }
+    *locked = 1;
+    return 0;
+}
+
+int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
+               int *locked, enum MHD_Result *r)
+{
+    uint64_t max, have, fresh;
+    if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
+                 "this request would add %llu; nothing of it was written",
+                 tenant, (unsigned long long)max, (unsigned long long)have,
+                 (unsigned long long)fresh);
+        bdb_buf out;
+        bdb_buf_init(&out);
+        /* Waiting does not free a device; the Retry-After only paces retries. */
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_DEVICES), max,
+                             BDB_QUOTA_DEVICES_RETRY_S);
+        *r = respond_retry_error(s, c, 429, BDB_QUOTA_DEVICES_RETRY_S, msg, out.data, out.len);
+        bdb_buf_free(&out);
+        return -1;
+    }
+    return 0; /* *locked as devq_admit set it */
+}
+
+/* Write-rate admission of a whole request; 0, or -1 with a 429 (or 413) queued. */
+static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, uint64_t cost,
+                      enum MHD_Result *r)
+{
+    int64_t retry = 0;
+    uint64_t value = 0;
+    int v = bdb_tenants_admit(s->tenants, tenant, cost, bdb_monotonic_ms(), &retry, &value);
+    if (v > 0)
+        return 0;
+    char msg[512];
+    bdb_buf out;
+    bdb_buf_init(&out);
+    if (v == 0) {
+        snprintf(msg, sizeof msg,
+                 "quota exceeded: tenant '%s' may write %llu samples per second; this request "
+                 "of %llu samples can be accepted in %lld s; nothing of it was written",
+                 tenant, (unsigned long long)value, (unsigned long long)cost, (long long)retry);
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_RATE), value, retry);
+        *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "request too large for the quota: tenant '%s' has a burst of %llu samples and "
+                 "this request holds %llu; split it into smaller requests; nothing of it was "
+                 "written",
+                 tenant, (unsigned long long)value, (unsigned long long)cost);
+        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_BURST), value, -1);
+        *r = respond_retry_error(s, c, 413, 0, msg, out.data, out.len);
+    }
+    bdb_buf_free(&out);
+    return -1;
+}
+
+/* Storage quota (docs/TENANCY.md#storage-quota): a tenant at or over storage_bytes is
+ * refused whole with 429. 0, or -1 with the answer queued. */
+static int storage_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                         enum MHD_Result *r)
+{
+    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
+    uint64_t limit = 0, usage = 0;
+    if (bdb_quota_storage_admit(s->tenants, s->db, &uo, tenant, &limit, &usage))
+        return 0;
+    char msg[512];
+    bdb_buf out;
+    bdb_buf_init(&out);
+    bdb_quota_storage_error(&out, msg, sizeof msg, tenant, limit, usage);
+    *r = respond_retry_error(s, c, 429, BDB_QUOTA_STORAGE_RETRY_S, msg, out.data, out.len);
+    bdb_buf_free(&out);
+    return -1;
+}
+
+/* Device profiles (docs/TENANCY.md, "Device profiles"): every device of the request
+ * with a max_rps profile must have room for its reports, else the whole request is
+ * refused with 429. 0, or -1 with the answer queued. */
+static int device_rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                             const bdb_batch *b, enum MHD_Result *r)
+{
+    const char *dev = NULL;
+    size_t dlen = 0;
+    uint32_t limit = 0, value = 0;
+    int64_t retry = 1;
+    int v = bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), &dev, &dlen, &limit,
+                               &value, &retry);
+    if (v > 0)
+        return 0;
+    atomic_fetch_add(&s->device_rate_rejections, 1);
+    if (v < 0)
+        retry = 1; /* more reports than one second allows: only pacing helps */
+    /* on the heap: a device name may be as long as max_key_bytes allows */
+    bdb_buf msg;
+    bdb_buf_init(&msg);
+    bdb_buf_printf(&msg,
+                   "device rate limit exceeded: device '%.*s' of tenant '%s' may send %u reports "
+                   "per second; this request holds %u of its reports; nothing of it was written",
+                   (int)dlen, dev, tenant, limit, value);
+    bdb_buf_putc(&msg, '\0');
+    *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, dev, dlen, "max_rps",
+                              limit, value);
+    bdb_buf_free(&msg);
+    return -1;
+}
+
+/* What parsing made of a request: how many lines (or reports) were accepted and
+ * rejected, the first problem, and where it was. */
+struct outcome {
+    size_t accepted, rejected;
+    const char *first_error;
+    const char *where; /* "line" (1-based) or "index" (0-based) */
+    long pos;
+    _Atomic uint64_t *samples, *acc, *rej; /* the protocol's counters */
+};
+
+/* Memory that parsing a body will take, reserved before parsing so that a request
+ * the budget cannot hold is refused before it grows: the reports (one per line or
+ * JSON object, with their array's doubling slack), the tags and metrics (one per '='
+ * or ':'; their arrays and copied names), and the WAL record the engine encodes,
+ * about the body's size. An estimate, on the high side for ordinary bodies. */
+#define EST_PER_REPORT 128
+#define EST_PER_ITEM 32
+static uint64_t parse_estimate(const bdb_buf *body, int json)
+{
+    const uint8_t *p = body->data, *end = body->data + body->len;
+    uint64_t reports = 1, items = 0;
+    uint8_t rep = json ? '{' : '\n', item = json ? ':' : '=';
+    for (; p < end; p++) {
+        reports += *p == rep;
+        items += *p == item;
+    }
+    return reports * EST_PER_REPORT + items * EST_PER_ITEM + body->len;
+}
+
+/* Sets the request's parse reservation to the estimate: gives back what admission
+ * reserved beyond it, or asks for the rest. 0, or -1 with a 503/429 queued (nothing
+ * parsed). */
+static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const bdb_buf *body,
+                         int json, enum MHD_Result *res)
+{
+    uint64_t est = parse_estimate(body, json);
+    if (est <= r->parse_reserved) {
+        bdb_bp_shrink(s->bp, &r->bp, r->parse_reserved - est);
+        r->parse_reserved = est;
+        return 0;
+    }
+    if (req_bp_grow(s, r, est - r->parse_reserved) == 0) {
+        r->parse_reserved = est;
+        return 0;
+    }
+    *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+    return -1;
+}
+
+void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
+{
+    bdb_quota_storage_note(s->db, tenant, samples); /* storage quota: usage until measured */
+    if (!bdb_tenants_count_ingest(s->tenants, tenant, samples)) {
+        atomic_fetch_add(&s->other_samples, samples);
+        atomic_fetch_add(&s->other_write_requests, 1);
+    }
+}
+
+/* Writes the accepted part and answers: 204 when nothing was rejected, else 400 with
+ * the Influx phrases ("partial write:" when some of the body was stored) and the
+ * counts, so a client knows exactly what happened to its request. */
+static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c, req *r,
+                                         const char *tenant, bdb_batch *b, const struct outcome *o)
+{
+    if (o->accepted) {
+        /* The head may have grown while the body arrived: check again before
+         * writing (and before the quotas take anything). */
+        if (head_guard_wait(s) != 0)
+            return respond_backpressure(s, c, BDB_BP_HEAD_MEMORY, NULL);
+        /* Quotas decide for the whole request before anything is written. */
+        enum MHD_Result qr;
+        int locked;
+        if (storage_check(s, c, tenant, &qr) != 0)
+            return qr;
+        if (devq_check(s, c, tenant, b, &locked, &qr) != 0)
+            return qr;
+        uint64_t cost = bdb_quota_cost(b);
+        if (rate_check(s, c, tenant, cost, &qr) != 0) {
+            if (locked)
+                devq_unlock(s, tenant);
+            return qr;
+        }
+        if (device_rate_check(s, c, tenant, b, &qr) != 0) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
+            if (locked)
+                devq_unlock(s, tenant);
+            return qr;
+        }
+        /* Hot partitions (h_partitions.c): with the sample policy only the kept reports
+         * are written (the request is still acknowledged); a rate-limited hot device
+         * over its minute refuses the whole request, as a device over max_rps does. */
+        bdb_batch *kept = NULL;
+        if (hot_admit(s, c, tenant, b, &kept, &qr) != 0) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
+            if (locked)
+                devq_unlock(s, tenant);
+            return qr;
+        }
+        const bdb_batch *wb = kept ? kept : b;
+        int rc = bdb_db_write(s->db, tenant, wb);
+        if (locked)
+            devq_unlock(s, tenant);
+        uint64_t written = bdb_batch_samples(wb);
+        bdb_batch_free(kept);
+        if (rc != BDB_OK) {
+            bdb_tenants_refund(s->tenants, tenant, cost);
+            return storage_error(s, c, rc);
+        }
+        atomic_fetch_add(o->samples, written);
+        hist_observe(&s->batch_size, written);
+        count_ingest(s, tenant, written);
+    }
+    atomic_fetch_add(o->acc, o->accepted);
+    atomic_fetch_add(o->rej, o->rejected);
+    hist_observe(&s->write_latency, now_us() - r->start_us);
+    if (o->rejected == 0)
+        return respond(s, c, 204, NULL, "", 0);
+    int lines = !strcmp(o->where, "line");
+    char where[48] = "";
+    if (lines)
+        snprintf(where, sizeof where, "line %ld; ", o->pos);
+    char msg[800];
+    snprintf(msg, sizeof msg, "%s%s (%s%zu %s(s) accepted, %zu rejected)",
+             o->accepted ? "partial write: " : "", o->first_error, where, o->accepted,
+             lines ? "line" : "report", o->rejected);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    bdb_buf_puts(&out, "{\"error\":\"");
+    bdb_buf_json_str(&out, msg, strlen(msg));
+    bdb_buf_printf(&out, "\",\"%s\":%ld,\"accepted\":%zu,\"rejected\":%zu}\n", o->where, o->pos,
+                   o->accepted, o->rejected);
+    enum MHD_Result res = respond_body_error(s, c, 400, msg, out.data, out.len);
+    bdb_buf_free(&out);
+    return res;
+}
+
+enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    const char *ps = arg(c, "precision");
+    int prec = bdb_lp_parse_precision(ps);
+    if (prec < 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "invalid precision '%.20s' (use ns, u, ms, s, m or h)", ps);
+        return respond_json_error(s, c, 400, msg, 1);
+    }
+    bdb_buf tmp;
+    bdb_buf_init(&tmp);
+    const bdb_buf *body = request_body(s, c, r, &tmp, &res);
+    if (!body) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    if (parse_reserve(s, c, r, body, 0, &res) != 0) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    bdb_lp_limits lim;
+    bdb_lp_limits_default(&lim);
+    lim.max_line_len = s->cfg.max_line_bytes;
+    lim.max_tags = s->cfg.max_tags;
+    lim.max_fields = s->cfg.max_fields;
+    lim.max_key_len = s->cfg.max_key_bytes;
+    lim.max_tag_value_len = s->cfg.max_tag_value_bytes;
+    bdb_lp_parser *p = bdb_lp_parser_new(&lim);
+    bdb_batch *b = bdb_batch_new();
+    bdb_lp_map map = {s->cfg.device_tag, !strcmp(s->cfg.metric_naming, "field"),
+                      s->cfg.max_future_ms, s->cfg.max_key_bytes, s->cfg.max_tag_value_bytes};
+    map.max_age_ms = bdb_db_retention_ms(s->db, tenant); /* docs/TENANCY.md#retention */
+    bdb_lp_result lr;
+    int prc = !p || !b ? BDB_ERR_NOMEM
+                       : bdb_lp_ingest(p, (const char *)body->data, body->len,
+                                       (enum bdb_lp_precision)prec, bdb_now_ms(), &map, b, &lr);
+    bdb_lp_parser_free(p);
+    bdb_buf_free(&tmp);
+    if (prc != BDB_OK) { /* out of memory: nothing of the body is written (alloc.h) */
+        bdb_batch_free(b);
+        return storage_error(s, c, prc);
+    }
+    struct outcome o = {lr.accepted,
+                        lr.rejected,
+                        lr.first_error,
+                        "line",
+                        (long)lr.first_bad_line,
+                        &s->lp_samples,
+                        &s->lp_lines_accepted,
+                        &s->lp_lines_rejected};
+    res = commit_and_answer(s, c, r, tenant, b, &o);
+    bdb_batch_free(b);
+    return res;
+}
+
+enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    enum MHD_Result res;
+    const char *tenant = req_tenant(s, c, &res);
+    if (!tenant)
+        return res;
+    bdb_buf tmp;
+    bdb_buf_init(&tmp);
+    const bdb_buf *body = request_body(s, c, r, &tmp, &res);
+    if (!body) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    if (parse_reserve(s, c, r, body, 1, &res) != 0) {
+        bdb_buf_free(&tmp);
+        return res;
+    }
+    bdb_json_limits lim;
+    bdb_json_limits_default(&lim);
+    lim.max_key_len = s->cfg.max_key_bytes;
+    lim.max_value_len = s->cfg.max_tag_value_bytes;
+    lim.max_tags = s->cfg.max_tags;
+    lim.max_metrics = s->cfg.max_fields;
+    lim.max_future_ms = s->cfg.max_future_ms;
+    lim.max_age_ms = bdb_db_retention_ms(s->db, tenant);
+    bdb_batch *b = bdb_batch_new();
+    bdb_json_result jr;
+    int prc = b ? bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr)
+                : BDB_ERR_NOMEM;
+    bdb_buf_free(&tmp);
+    if (prc == BDB_ERR_NOMEM) { /* nothing of the body is written (alloc.h) */
+        bdb_batch_free(b);
+        return storage_error(s, c, prc);
+    }
+    if (prc == BDB_ERR_LIMIT || jr.fatal) {
+        bdb_batch_free(b);
+        char msg[700];
+        snprintf(msg, sizeof msg, "unable to parse JSON body: %s", jr.first_error);
+        return respond_json_error(s, c, prc == BDB_ERR_LIMIT ? 413 : 400, msg, 0);
+    }
+    struct outcome o = {jr.accepted,
+                        jr.rejected,
+                        jr.first_error,
+                        "index",
+                        jr.first_bad_index,
+                        &s->json_samples,
+                        &s->json_reports_accepted,
+                        &s->json_reports_rejected};
+    res = commit_and_answer(s, c, r, tenant, b, &o);
+    bdb_batch_free(b);
+    return res;
+}
+
+/* Influx 1.x /query: only what write-only clients need. Telegraf sends
+ * CREATE DATABASE at start; tenants need no creation, so it simply succeeds. */
+enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    enum MHD_Result res;
+    if (!req_tenant(s, c, &res))
+        return res;
+    const char *q = arg(c, "q");
+    if (!q && r->body.len) {
+        /* form-encoded POST: MHD does not parse it for us without a post processor */
+        bdb_buf_putc(&r->body, 0);
+        const char *b = (const char *)r->body.data;
+        q = strncmp(b, "q=", 2) == 0 ? b + 2 : NULL;
+    }
+    if (q && (!strncasecmp(q, "CREATE DATABASE", 15) || !strncasecmp(q, "CREATE+DATABASE", 15))) {
+        const char body[] = "{\"results\":[{\"statement_id\":0}]}\n";
+        return respond(s, c, 200, "application/json", body, sizeof body - 1);
+    }
+    return respond_json_error(s, c, 400,
+                              "error parsing query: bucketdb answers only CREATE DATABASE on "
+                              "/query; read data with GET /api/v1/query (docs/API.md)",
+                              1);
+}

@@ -1,0 +1,573 @@
+/* mqtt_msg: one MQTT message from topic to durable samples, with every check of the
+ * HTTP write path (docs/MQTT.md#delivery-guarantee):
+ *
+ *   1. topic -> tenant and device (the topic scheme); a topic that does not fit is
+ *      rejected;
+ *   2. in-flight budgets and the head guard (backpressure.h), as a write request
+ *      takes them at admission: when refused the gateway pauses (stops reading, the
+ *      broker holds the stream) and tries again, it never drops;
+ *   3. payload -> batch (the format of the topic's pattern);
+ *   4. the tenant's write rate: pause while it is exceeded; a message over the burst
+ *      can never pass and is rejected;
+ *   5. storage quota, device profiles (max_rps), the tenant's device quota and a hot
+ *      partition's rate limit: rejected (waiting would not help, or would stall
+ *      every other tenant behind one); a hot partition's sample policy stores only
+ *      the kept reports;
+ *   6. bdb_db_write; a storage failure is never acknowledged.
+ *
+ * A rejected message is counted, logged with topic and reason, published to the
+ * dead-letter topic when one is configured (QoS 1, acknowledged by the broker
+ * before the original is), and acknowledged. */
+#include "server/mqtt/mqtt_gw_int.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/utf8.h"
+#include "server/admission/backpressure.h"
+#include "server/admission/devlimit.h"
+#include "server/admission/hotpart.h"
+#include "server/admission/quota.h"
+#include "server/server_int.h"
+#include "server/tenants/tenants.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAUSE_STEP_MS 50
+
+/* Replaces control characters (C0, DEL, C1) and bytes that are not UTF-8 with '?', in
+ * place, so a topic or reason built from untrusted bytes is a valid MQTT 5 user
+ * property (well-formed UTF-8; brokers refuse control characters) and one line in the
+ * log, while a topic like "fabrik/K\u00f6ln/..." stays as it was. */
+static void sanitize(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] < 0x80 ? 1 : bdb_utf8_seq(p + i, n - i);
+        if (!l || p[i] < 0x20 || p[i] == 0x7f || (p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            p[i++] = '?'; /* one byte at a time: what follows may be well-formed */
+            continue;
+        }
+        i += l;
+    }
+}
+
+/* The topic as a NUL-terminated string for logs and dead letters: whole (up to the
+ * 65,535 bytes MQTT allows), sanitized; NULL when memory runs out. */
+static char *topic_copy(const char *t, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        s[i] = t[i] ? t[i] : '?'; /* MQTT forbids NUL in topics; a broker might not */
+    s[n] = '\0';
+    sanitize(s);
+    return s;
+}
+
+/* ------------------------------------------------------------ dead letters */
+
+static void remove_bytes(bdb_buf *b, size_t off, size_t n)
+{
+    memmove(b->data + off, b->data + off + n, b->len - off - n);
+    b->len -= n;
+}
+
+/* Waits for the broker's PUBACK of our packet pid. Packets after the message being
+ * handled (which starts rbuf and ends at `from`) are left in place, except PUBACKs
+ * and PINGRESPs, which are taken out. 0 with *reason, or -1 (connection failed,
+ * timeout, stop). */
+static int await_puback(mq_client *c, size_t from, uint16_t pid, int *reason)
+{
+    bdb_mqtt_gw *g = c->g;
+    int64_t deadline = bdb_monotonic_ms() + MQ_DEAD_LETTER_WAIT_MS;
+    for (;;) {
+        size_t off = from;
+        for (;;) {
+            bdb_mqtt_hdr h;
+            if (bdb_mqtt_decode_header(c->rbuf.data + off, c->rbuf.len - off, g->max_packet, &h) !=
+                    BDB_MQTT_COMPLETE ||
+                c->rbuf.len - off < h.hdr_len + h.rem_len)
+                break;
+            size_t size = h.hdr_len + h.rem_len;
+            if (h.type == BDB_MQTT_PUBACK) {
+                uint16_t id;
+                int rc;
+                if (bdb_mqtt_parse_puback(g->version, c->rbuf.data + off + h.hdr_len, h.rem_len,
+                                          &id, &rc, NULL) != 0)
+                    return -1;
+                remove_bytes(&c->rbuf, off, size);
+                if (id == pid) {
+                    *reason = rc;
+                    return 0;
+                }
+                continue; /* an acknowledgement of an earlier connection's message */
+            }
+            if (h.type == BDB_MQTT_PINGRESP) {
+                remove_bytes(&c->rbuf, off, size);
+                c->ping_out = 0;
+                continue;
+            }
+            off += size;
+        }
+        if (bdb_monotonic_ms() > deadline) {
+            BDB_WARN("mqtt: no PUBACK from %s for the dead-letter message within %d s", c->name,
+                     MQ_DEAD_LETTER_WAIT_MS / 1000);
+            return -1;
+        }
+        if (atomic_load(&g->stop) || mq_keepalive(c) != 0 || mq_read(c, 200) < 0)
+            return -1;
+    }
+}
+
+static uint16_t dead_letter_pid(mq_client *c)
+{
+    if (++c->next_pid < 2) /* 1 is the SUBSCRIBE's */
+        c->next_pid = 2;
+    return c->next_pid;
+}
+
+/* The 3.1.1 envelope up to the base64 of the payload; "\"}" closes it. */
+static void envelope_head(bdb_buf *env, const char *topic, const char *why)
+{
+    bdb_buf_puts(env, "{\"topic\":\"");
+    bdb_buf_json_str(env, topic, strlen(topic));
+    bdb_buf_puts(env, "\",\"reason\":\"");
+    bdb_buf_json_str(env, why, strlen(why));
+    bdb_buf_puts(env, "\",\"payload_base64\":\"");
+}
+
+static void put_base64(bdb_buf *b, const uint8_t *p, size_t n)
+{
+    bdb_buf_reserve(b, 4 * ((n + 2) / 3) + 1);
+    b->len += (size_t)EVP_EncodeBlock(b->data + b->len, p, (int)n);
+}
+
+/* A dead letter that does not fit the broker's maximum packet size: counted, logged,
+ * and the original acknowledged anyway (it could never be dead-lettered). */
+static void dead_letter_too_large(mq_client *c, const char *topic)
+{
+    bdb_buf_reset(&c->wbuf);
+    atomic_fetch_add(&c->g->dead_letter_failures, 1);
+    BDB_ERROR("mqtt: message on '%s' too large for the dead-letter topic '%s'; dropped", topic,
+              c->g->s->cfg.mqtt_dead_letter_topic);
+}
+
+/* After the dead letter pid was sent: waits for the broker's PUBACK and counts the
+ * outcome. 0 (the original may be acknowledged), -1 to reconnect. */
+static int dead_letter_outcome(mq_client *c, uint16_t pid, size_t end, const char *topic)
+{
+    bdb_mqtt_gw *g = c->g;
+    int reason = 0;
+    if (await_puback(c, end, pid, &reason) != 0)
+        return -1;
+    if (reason >= 0x80) {
+        atomic_fetch_add(&g->dead_letter_failures, 1);
+        BDB_ERROR("mqtt: broker %s refused the dead-letter message for '%s' on '%s': %s; the "
+                  "message is dropped",
+                  c->name, topic, g->s->cfg.mqtt_dead_letter_topic, bdb_mqtt_reason_str(reason));
+        return 0;
+    }
+    atomic_fetch_add(&g->dead_letters, 1);
+    return 0;
+}
+
+/* Publishes a rejected message to the dead-letter topic and waits for the broker to
+ * have it. MQTT 5: the original payload with user properties reason and topic; 3.1.1:
+ * a JSON envelope {"topic","reason","payload_base64"}. Returns 0 when the original
+ * may be acknowledged (also when the broker refused the dead letter: logged and
+ * counted, the consumer must not stall), -1 to reconnect. */
+static int dead_letter(mq_client *c, const bdb_mqtt_publish *p, const char *topic, const char *why,
+                       size_t end)
+{
+    bdb_mqtt_gw *g = c->g;
+    const char *dl = g->s->cfg.mqtt_dead_letter_topic;
+    uint16_t pid = dead_letter_pid(c);
+    int rc;
+    if (g->version == BDB_MQTT_V5) {
+        bdb_mqtt_user_prop props[] = {{"reason", why}, {"topic", topic}};
+        rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, p->payload, p->payload_len, 1, 0,
+                                       pid, props, 2);
+    } else {
+        bdb_buf env;
+        bdb_buf_init(&env);
+        envelope_head(&env, topic, why);
+        put_base64(&env, p->payload, p->payload_len);
+        bdb_buf_puts(&env, "\"}");
+        rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, env.data, env.len, 1, 0, pid, NULL,
+                                       0);
+        bdb_buf_free(&env);
+    }
+    if (rc != 0 || (c->broker_max_pkt && c->wbuf.len > c->broker_max_pkt)) {
+        dead_letter_too_large(c, topic);
+        return 0;
+    }
+    if (mq_flush(c) != 0)
+        return -1;
+    return dead_letter_outcome(c, pid, end, topic);
+}
+
+/* Sends n bytes of an oversized message's payload as part of the dead letter being
+ * streamed: as they are (MQTT 5) or as base64 (3.1.1), keeping up to 2 bytes in
+ * carry for the next call unless last. 0, or -1 (connection failed). */
+static int stream_chunk(mq_client *c, int b64, uint8_t carry[3], size_t *ncarry, const uint8_t *p,
+                        size_t n, int last)
+{
+    if (!b64) {
+        bdb_buf_append(&c->wbuf, p, n);
+        return mq_flush(c);
+    }
+    while (n && *ncarry && *ncarry < 3) {
+        carry[(*ncarry)++] = *p++;
+        n--;
+    }
+    if (*ncarry == 3 || (last && *ncarry)) {
+        put_base64(&c->wbuf, carry, *ncarry);
+        *ncarry = 0;
+    }
+    size_t whole = last ? n : n - n % 3;
+    put_base64(&c->wbuf, p, whole);
+    memcpy(carry, p + whole, n - whole);
+    *ncarry += n - whole;
+    return mq_flush(c);
+}
+
+static int dead_letter_large_named(mq_client *c, const bdb_mqtt_hdr *h, const bdb_mqtt_publish *pp,
+                                   const char *topic);
+
+int mq_dead_letter_large(mq_client *c, const bdb_mqtt_hdr *h, size_t prefix)
+{
+    bdb_mqtt_gw *g = c->g;
+    bdb_mqtt_publish p;
+    bdb_mqtt_props props;
+    if (bdb_mqtt_parse_publish_v(g->version, h->flags, c->rbuf.data + h->hdr_len, prefix, &p,
+                                 &props) != 0)
+        return 1; /* e.g. MQTT 5 properties longer than the prefix read */
+    char *topic = topic_copy(p.topic, p.topic_len);
+    if (!topic)
+        return -1; /* out of memory: reconnect; the broker redelivers it */
+    int ret = dead_letter_large_named(c, h, &p, topic);
+    free(topic);
+    return ret;
+}
+
+static int dead_letter_large_named(mq_client *c, const bdb_mqtt_hdr *h, const bdb_mqtt_publish *pp,
+                                   const char *topic)
+{
+    bdb_mqtt_gw *g = c->g;
+    const char *dl = g->s->cfg.mqtt_dead_letter_topic;
+    bdb_mqtt_publish p = *pp;
+    char why[200];
+    size_t end = h->hdr_len + h->rem_len, off = (size_t)(p.payload - c->rbuf.data);
+    size_t total = end - off;
+    snprintf(why, sizeof why, "too large: %zu bytes, more than max_body_bytes + 64 KiB (%zu)",
+             total, g->max_packet);
+    uint16_t pid = dead_letter_pid(c);
+    int b64 = g->version != BDB_MQTT_V5;
+    int rc;
+    if (!b64) {
+        bdb_mqtt_user_prop up[] = {{"reason", why}, {"topic", topic}};
+        rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, NULL, total, 1, 0, pid, up, 2);
+    } else {
+        bdb_buf env;
+        bdb_buf_init(&env);
+        envelope_head(&env, topic, why);
+        rc = bdb_mqtt_encode_publish_v(&c->wbuf, g->version, dl, NULL,
+                                       env.len + 4 * ((total + 2) / 3) + 2, 1, 0, pid, NULL, 0);
+        if (rc == 0)
+            bdb_buf_append(&c->wbuf, env.data, env.len);
+        bdb_buf_free(&env);
+    }
+    uint64_t size = c->wbuf.len + (b64 ? 4 * ((total + 2) / 3) + 2 : total);
+    if (rc != 0 || (c->broker_max_pkt && size > c->broker_max_pkt)) {
+        dead_letter_too_large(c, topic);
+        return 1;
+    }
+    atomic_fetch_add(&g->results[MR_BAD], 1);
+    BDB_WARN("mqtt: dead-lettered message on '%s': %s", topic, why);
+    /* The head, what of the payload is here, then the rest as it arrives: memory stays
+     * bounded by a read (64 KiB) whatever the message's size. */
+    uint8_t carry[3];
+    size_t ncarry = 0, have = (c->rbuf.len < end ? c->rbuf.len : end) - off;
+    if (mq_flush(c) != 0 ||
+        stream_chunk(c, b64, carry, &ncarry, c->rbuf.data + off, have, have == total) != 0)
+        return -1;
+    remove_bytes(&c->rbuf, 0, off + have);
+    size_t left = total - have;
+    int64_t deadline = bdb_monotonic_ms() + MQ_DEAD_LETTER_WAIT_MS;
+    while (left) {
+        if (atomic_load(&g->stop) || bdb_monotonic_ms() > deadline)
+            return -1;
+        int r = mq_read(c, 200);
+        if (r < 0)
+            return -1;
+        size_t take = c->rbuf.len < left ? c->rbuf.len : left;
+        if (!take)
+            continue;
+        if (stream_chunk(c, b64, carry, &ncarry, c->rbuf.data, take, take == left) != 0)
+            return -1;
+        remove_bytes(&c->rbuf, 0, take);
+        left -= take;
+        deadline = bdb_monotonic_ms() + MQ_DEAD_LETTER_WAIT_MS; /* progress */
+    }
+    if (b64) {
+        bdb_buf_puts(&c->wbuf, "\"}");
+        if (mq_flush(c) != 0)
+            return -1;
+    }
+    return dead_letter_outcome(c, pid, 0, topic);
+}
+
+/* Counts and logs a rejected message, dead-letters it when configured. */
+static int reject(mq_client *c, const bdb_mqtt_publish *p, int too_large, const char *topic,
+                  int result, char *why, uint8_t code, uint8_t *reason)
+{
+    bdb_mqtt_gw *g = c->g;
+    sanitize(why);
+    atomic_fetch_add(&g->results[result], 1);
+    int dl = g->s->cfg.mqtt_dead_letter_topic[0] && !too_large;
+    BDB_WARN("mqtt: %s message on '%s': %s", dl ? "dead-lettered" : "dropped", topic, why);
+    *reason = code;
+    if (!dl)
+        return 0;
+    *reason = BDB_MQTT_RC_SUCCESS; /* handled: it is in the dead-letter topic */
+    size_t end = (size_t)(p->payload + p->payload_len - c->rbuf.data);
+    return dead_letter(c, p, topic, why, end);
+}
+
+/* ------------------------------------------------------------ admission */
+
+/* Pauses while the server refuses the message's in-flight reservation or the head
+ * is over its bound. 1 admitted (*t holds the reservation), -1 stopping or the
+ * connection failed while pausing. */
+static int admit_bp(mq_client *c, const char *tenant, uint64_t bytes, bdb_bp_ticket *t,
+                    const char *topic)
+{
+    bdb_server *s = c->g->s;
+    int logged = 0;
+    for (;;) {
+        enum bdb_bp_reason why;
+        if (head_guard_wait(s) != 0)
+            why = BDB_BP_HEAD_MEMORY;
+        else
+            why = bdb_bp_admit(s->bp, t, tenant, bytes, 1, bdb_monotonic_ms());
+        if (why == BDB_BP_NONE)
+            return 1;
+        atomic_fetch_add(&c->g->bp_pauses, 1);
+        if (!logged++)
+            BDB_WARN("mqtt: server saturated (%s); consumption from %s paused (message on '%s' "
+                     "not yet acknowledged)",
+                     bdb_bp_reason_name(why), c->name, topic);
+        if (mq_keepalive(c) != 0 || mq_sleep(c->g, PAUSE_STEP_MS) != 0)
+            return -1;
+    }
+}
+
+/* The tenant's write rate for a message of `cost` samples: 1 admitted, 0 never
+ * admissible (larger than the burst), -1 stopping or the connection failed. */
+static int admit_rate(mq_client *c, const char *tenant, uint64_t cost, const char *topic)
+{
+    bdb_mqtt_gw *g = c->g;
+    int logged = 0;
+    for (;;) {
+        int64_t retry = 0;
+        uint64_t value = 0;
+        int v = bdb_tenants_admit(g->s->tenants, tenant, cost, bdb_monotonic_ms(), &retry, &value);
+        if (v != 0)
+            return v > 0 ? 1 : 0;
+        atomic_fetch_add(&g->quota_pauses, 1);
+        if (!logged++)
+            BDB_WARN("mqtt: tenant '%s' is over its write rate of %llu samples/s; consumption "
+                     "paused (message on '%s' not yet acknowledged)",
+                     tenant, (unsigned long long)value, topic);
+        if (mq_keepalive(c) != 0 || mq_sleep(g, 250) != 0)
+            return -1;
+    }
+}
+
+/* The tenant's device quota, decided by devq_admit (h_write.c) as for HTTP writes
+ * under the same per-tenant lock: 0 admitted (*locked: devq_unlock after the
+ * write), -1 the message would add devices beyond it (why filled). */
+static int devices_check(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked,
+                         char *why, size_t whylen)
+{
+    uint64_t max, have, fresh;
+    if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) == 0)
+        return 0;
+    snprintf(why, whylen,
+             "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
+             "this message would add %llu",
+             tenant, (unsigned long long)max, (unsigned long long)have, (unsigned long long)fresh);
+    return -1;
+}
+
+/* Hot partitions, decided by hot_decide_batch (h_partitions.c) as for HTTP writes:
+ * 0 (write *kept when set, else b), or -1 with why (a rate-limited hot device over
+ * its minute). */
+static int hot_check(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_batch **kept,
+                     char *why, size_t whylen)
+{
+    bdb_hot_verdict v;
+    if (hot_decide_batch(s, tenant, b, kept, &v))
+        return 0;
+    snprintf(why, whylen,
+             "hot partition rate limit: device '%.*s' is hot and may send %llu reports per minute",
+             (int)v.device_len, v.device, (unsigned long long)v.limit);
+    return -1;
+}
+
+/* ------------------------------------------------------------ one message */
+
+/* The format a payload was read as, for the log: auto picks by the first byte. */
+static const char *sniffed(int format, const bdb_mqtt_publish *p)
+{
+    if (format != BDB_MQTT_FMT_AUTO)
+        return format == BDB_MQTT_FMT_JSON ? "json" : "line-protocol";
+    for (size_t i = 0; i < p->payload_len; i++)
+        if (!memchr(" \t\r\n", p->payload[i], 4))
+            return p->payload[i] == '{' || p->payload[i] == '[' ? "json" : "line-protocol";
+    return "empty";
+}
+
+static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
+                          const char *topic, char *device);
+
+int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason)
+{
+    /* the device level is part of the topic, so the topic's length bounds it */
+    char *topic = topic_copy(p->topic, p->topic_len), *device = malloc(p->topic_len + 1);
+    int ret = -1; /* out of memory: not acknowledged, the broker redelivers it */
+    if (topic && device)
+        ret = handle_message(c, p, too_large, reason, topic, device);
+    free(topic);
+    free(device);
+    return ret;
+}
+
+static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
+                          const char *topic, char *device)
+{
+    bdb_mqtt_gw *g = c->g;
+    bdb_server *s = g->s;
+    char why[700], tenant[BDB_TENANT_NAME_MAX + 1];
+    *reason = BDB_MQTT_RC_SUCCESS;
+    if (p->dup)
+        atomic_fetch_add(&g->duplicates, 1);
+    if (too_large) {
+        snprintf(why, sizeof why, "larger than %zu bytes (max_body_bytes)", g->max_packet);
+        return reject(c, p, 1, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
+    }
+    size_t dcap = s->cfg.max_key_bytes < p->topic_len ? s->cfg.max_key_bytes + 1 : p->topic_len + 1;
+    if (bdb_mqtt_topic_names(&g->scheme, s->cfg.default_tenant, p->topic, p->topic_len, tenant,
+                             sizeof tenant, device, dcap, why, sizeof why) != 0)
+        return reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_TOPIC_INVALID, reason);
+
+    bdb_bp_ticket ticket;
+    memset(&ticket, 0, sizeof ticket);
+    if (admit_bp(c, tenant, (uint64_t)p->payload_len * (1 + BDB_BP_PARSE_FACTOR), &ticket, topic) <
+        0)
+        return -1;
+    int ret = -1, locked = 0;
+    uint64_t cost = 0;
+    int format = bdb_mqtt_format_for(&g->formats, p->topic, p->topic_len);
+    bdb_batch *b = bdb_batch_new(), *kept = NULL;
+    char pwhy[600];
+    int pr = !b ? BDB_MQTT_BAD
+                : bdb_mqtt_payload_parse(&s->cfg, format, bdb_db_retention_ms(s->db, tenant),
+                                         (const char *)p->payload, p->payload_len, device,
+                                         bdb_now_ms(), b, pwhy, sizeof pwhy);
+    if (pr == BDB_MQTT_BAD) {
+        snprintf(why, sizeof why, "malformed %s payload%s: %s", sniffed(format, p),
+                 format == BDB_MQTT_FMT_AUTO ? " (format by first byte)" : "", pwhy);
+        ret = reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
+        goto out;
+    }
+    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
+    uint64_t slimit = 0, susage = 0;
+    if (!bdb_quota_storage_admit(s->tenants, s->db, &uo, tenant, &slimit, &susage)) {
+        snprintf(why, sizeof why,
+                 "quota exceeded: tenant '%s' stores %llu bytes, its storage_bytes is %llu", tenant,
+                 (unsigned long long)susage, (unsigned long long)slimit);
+        ret = reject(c, p, 0, topic, MR_STORAGE_QUOTA, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
+        goto out;
+    }
+    cost = bdb_quota_cost(b);
+    int ad = admit_rate(c, tenant, cost, topic);
+    if (ad < 0)
+        goto out; /* not acknowledged: the broker re-sends it */
+    if (ad == 0) {
+        snprintf(why, sizeof why, "%llu samples exceed tenant '%s''s burst",
+                 (unsigned long long)cost, tenant);
+        ret = reject(c, p, 0, topic, MR_OVER_BURST, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
+        goto out;
+    }
+    /* device profiles (docs/TENANCY.md): a message over a device's max_rps is
+     * rejected, not retried (a retry would only be over it again) */
+    const char *dev = NULL;
+    size_t dlen = 0;
+    uint32_t limit = 0, value = 0;
+    int64_t retry = 0;
+    if (bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), &dev, &dlen, &limit, &value,
+                           &retry) <= 0) {
+        bdb_tenants_refund(s->tenants, tenant, cost);
+        atomic_fetch_add(&s->device_rate_rejections, 1);
+        snprintf(why, sizeof why, "device '%.*s' over its max_rps %u", (int)dlen, dev, limit);
+        ret = reject(c, p, 0, topic, MR_DEVICE_RATE, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
+        goto out;
+    }
+    if (devices_check(s, tenant, b, &locked, why, sizeof why) != 0) {
+        bdb_tenants_refund(s->tenants, tenant, cost);
+        ret = reject(c, p, 0, topic, MR_DEVICE_QUOTA, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
+        goto out;
+    }
+    if (hot_check(s, tenant, b, &kept, why, sizeof why) != 0) {
+        bdb_tenants_refund(s->tenants, tenant, cost);
+        if (locked)
+            devq_unlock(s, tenant);
+        ret = reject(c, p, 0, topic, MR_HOT, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
+        goto out;
+    }
+    const bdb_batch *wb = kept ? kept : b; /* hot sample policy: the kept reports */
+    int rc = bdb_db_write(s->db, tenant, wb);
+    if (locked)
+        devq_unlock(s, tenant);
+    if (rc != BDB_OK)
+        bdb_tenants_refund(s->tenants, tenant, cost);
+    if (rc == BDB_ERR_LIMIT || rc == BDB_ERR_INVALID) {
+        /* a property of the message (e.g. too many metrics in one report): retrying
+         * cannot help, so it is rejected like any malformed message */
+        snprintf(why, sizeof why, "%s", bdb_strerror(rc));
+        ret = reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
+        goto out;
+    }
+    if (rc != BDB_OK) {
+        atomic_fetch_add(&g->results[MR_WRITE_FAILED], 1);
+        atomic_fetch_add(&s->write_failures, 1);
+        BDB_ERROR("mqtt: cannot store message on '%s': %s; not acknowledged, the broker keeps "
+                  "it; reconnecting later",
+                  topic, bdb_strerror(rc));
+        goto out;
+    }
+    size_t n = bdb_batch_samples(wb);
+    atomic_fetch_add(&g->samples, n);
+    hist_observe(&s->batch_size, n);
+    count_ingest(s, tenant, n);
+    if (pr == BDB_MQTT_PARTIAL) {
+        atomic_fetch_add(&g->results[MR_PARTIAL], 1);
+        sanitize(pwhy);
+        BDB_WARN("mqtt: partly stored message on '%s': %s", topic, pwhy);
+    } else {
+        atomic_fetch_add(&g->results[MR_OK], 1);
+    }
+    ret = 0;
+out:
+    bdb_batch_free(kept);
+    bdb_batch_free(b);
+    bdb_bp_release(s->bp, &ticket);
+    return ret;
+}

@@ -1,0 +1,233 @@
+/* mqtt_payload: a message's topic and payload to tenant, device and a batch
+ * (docs/MQTT.md#topic-scheme, #payloads). See mqtt_gw.h. */
+#include "server/mqtt/mqtt_gw.h"
+
+#include "bucketdb/bdb.h"
+#include "ingest/json_ingest.h"
+#include "ingest/lp_ingest.h"
+#include "server/tenants/tenants.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int bdb_mqtt_topic_names(const bdb_mqtt_scheme *sc, const char *default_tenant, const char *topic,
+                         size_t len, char *tenant, size_t tcap, char *device, size_t dcap,
+                         char *why, size_t whylen)
+{
+    const char *tv, *dv;
+    size_t tl, dl;
+    if (bdb_mqtt_scheme_ids(sc, topic, len, &tv, &tl, &dv, &dl, why, whylen) != 0)
+        return -1;
+    if (!tl) { /* the scheme has no {tenant}: every device of the broker is one tenant's */
+        tv = default_tenant;
+        tl = strlen(default_tenant);
+    }
+    if (tl >= tcap) {
+        snprintf(why, whylen, "tenant level is longer than %zu bytes", tcap - 1);
+        return -1;
+    }
+    memcpy(tenant, tv, tl);
+    tenant[tl] = '\0';
+    if (!bdb_tenant_name_valid(tenant)) {
+        snprintf(why, whylen, "tenant '%s' is not a valid name (A-Z a-z 0-9 _ - .)", tenant);
+        return -1;
+    }
+    if (dl >= dcap) {
+        snprintf(why, whylen, "device level is longer than %zu bytes", dcap - 1);
+        return -1;
+    }
+    if (dl && !bdb_batch_name_valid(dv, dl)) {
+        snprintf(why, whylen, "device level is not UTF-8 or has control characters");
+        return -1;
+    }
+    memcpy(device, dv, dl);
+    device[dl] = '\0';
+    return 0;
+}
+
+/* Gives the report object r the topic's device when it has none. */
+static void default_device(json_t *r, const char *device)
+{
+    if (json_is_object(r) && !json_object_get(r, "device"))
+        json_object_set_new(r, "device", json_string(device));
+}
+
+static int parse_json(const bdb_config *cfg, int64_t max_age_ms, const char *p, size_t len,
+                      const char *device, int64_t now_ms, bdb_batch *b, char *why, size_t whylen)
+{
+    json_error_t err;
+    json_t *root = json_loadb(p, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        snprintf(why, whylen, "invalid JSON at line %d column %d: %s", err.line, err.column,
+                 err.text);
+        return BDB_MQTT_BAD;
+    }
+    json_t *reps = json_is_object(root) ? json_object_get(root, "reports") : NULL;
+    if (json_is_array(reps) || json_is_array(root)) {
+        json_t *arr = json_is_array(root) ? root : reps, *r;
+        size_t i;
+        json_array_foreach(arr, i, r) default_device(r, device);
+    } else {
+        default_device(root, device);
+    }
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text) {
+        snprintf(why, whylen, "out of memory");
+        return BDB_MQTT_BAD;
+    }
+    bdb_json_limits lim;
+    bdb_json_limits_default(&lim);
+    lim.max_key_len = cfg->max_key_bytes;
+    lim.max_value_len = cfg->max_tag_value_bytes;
+    lim.max_tags = cfg->max_tags;
+    lim.max_metrics = cfg->max_fields;
+    lim.max_future_ms = cfg->max_future_ms;
+    lim.max_age_ms = max_age_ms;
+    bdb_json_result jr;
+    int rc = bdb_json_ingest(text, strlen(text), now_ms, &lim, b, &jr);
+    free(text);
+    if (rc == BDB_ERR_NOMEM) { /* an incomplete batch is never written (alloc.h) */
+        snprintf(why, whylen, "out of memory parsing the payload");
+        return BDB_MQTT_BAD;
+    }
+    if (rc == BDB_ERR_LIMIT || jr.fatal || jr.accepted == 0) {
+        snprintf(why, whylen, "%s", jr.first_error[0] ? jr.first_error : "no report in payload");
+        return BDB_MQTT_BAD;
+    }
+    if (jr.rejected) {
+        snprintf(why, whylen, "%s (%zu report(s) accepted, %zu rejected)", jr.first_error,
+                 jr.accepted, jr.rejected);
+        return BDB_MQTT_PARTIAL;
+    }
+    return BDB_MQTT_OK;
+}
+
+/* Appends s with line-protocol tag escaping (comma, space, equals sign). */
+static void lp_escape(bdb_buf *o, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == ',' || *s == ' ' || *s == '=' || *s == '\\')
+            bdb_buf_putc(o, '\\');
+        bdb_buf_putc(o, (uint8_t)*s);
+    }
+}
+
+/* Copies one line, adding the device tag after the measurement when the line's tag
+ * set does not name one. */
+static void lp_line_with_device(bdb_buf *o, const char *l, size_t n, const char *tag,
+                                const char *device)
+{
+    size_t i = 0;
+    while (i < n && (l[i] == ' ' || l[i] == '\t'))
+        i++;
+    if (i == n || l[i] == '#') {
+        bdb_buf_append(o, l, n);
+        return;
+    }
+    size_t m = i; /* end of the measurement */
+    while (m < n && l[m] != ',' && l[m] != ' ') {
+        if (l[m] == '\\')
+            m++;
+        m++;
+    }
+    if (m > n)
+        m = n;
+    size_t te = m; /* end of the tag set */
+    while (te < n && l[te] != ' ') {
+        if (l[te] == '\\')
+            te++;
+        te++;
+    }
+    if (te > n)
+        te = n;
+    size_t tl = strlen(tag);
+    int has = 0;
+    for (size_t k = m; k + tl + 1 < te && !has; k++)
+        if (l[k] == ',' && l[k - 1] != '\\' && memcmp(l + k + 1, tag, tl) == 0 &&
+            l[k + 1 + tl] == '=')
+            has = 1;
+    if (has) {
+        bdb_buf_append(o, l, n);
+        return;
+    }
+    bdb_buf_append(o, l, m);
+    bdb_buf_putc(o, ',');
+    lp_escape(o, tag);
+    bdb_buf_putc(o, '=');
+    lp_escape(o, device);
+    bdb_buf_append(o, l + m, n - m);
+}
+
+static int parse_lp(const bdb_config *cfg, int64_t max_age_ms, const char *p, size_t len,
+                    const char *device, int64_t now_ms, bdb_batch *b, char *why, size_t whylen)
+{
+    bdb_buf body;
+    bdb_buf_init(&body);
+    size_t i = 0;
+    while (i < len) {
+        const char *nl = memchr(p + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - p) : len;
+        lp_line_with_device(&body, p + i, e - i, cfg->device_tag, device);
+        if (nl)
+            bdb_buf_putc(&body, '\n');
+        i = e + 1;
+    }
+    bdb_lp_limits lim;
+    bdb_lp_limits_default(&lim);
+    lim.max_line_len = cfg->max_line_bytes;
+    lim.max_tags = cfg->max_tags;
+    lim.max_fields = cfg->max_fields;
+    lim.max_key_len = cfg->max_key_bytes;
+    lim.max_tag_value_len = cfg->max_tag_value_bytes;
+    bdb_lp_parser *lp = bdb_lp_parser_new(&lim);
+    bdb_lp_map map = {cfg->device_tag, !strcmp(cfg->metric_naming, "field"), cfg->max_future_ms,
+                      cfg->max_key_bytes, cfg->max_tag_value_bytes};
+    map.max_age_ms = max_age_ms;
+    bdb_lp_result lr;
+    memset(&lr, 0, sizeof lr);
+    int lrc = lp ? bdb_lp_ingest(lp, body.len ? (const char *)body.data : "", body.len, BDB_LP_NS,
+                                 now_ms, &map, b, &lr)
+                 : BDB_ERR_NOMEM;
+    bdb_lp_parser_free(lp);
+    bdb_buf_free(&body);
+    if (lrc == BDB_ERR_NOMEM) { /* an incomplete batch is never written (alloc.h) */
+        snprintf(why, whylen, "out of memory parsing the payload");
+        return BDB_MQTT_BAD;
+    }
+    if (lr.accepted == 0) {
+        snprintf(why, whylen, "%s", lr.first_error[0] ? lr.first_error : "no line in payload");
+        return BDB_MQTT_BAD;
+    }
+    if (lr.rejected) {
+        snprintf(why, whylen, "line %zu: %s (%zu line(s) accepted, %zu rejected)",
+                 lr.first_bad_line, lr.first_error, lr.accepted, lr.rejected);
+        return BDB_MQTT_PARTIAL;
+    }
+    return BDB_MQTT_OK;
+}
+
+int bdb_mqtt_payload_parse(const bdb_config *cfg, int format, int64_t max_age_ms,
+                           const char *payload, size_t len, const char *device, int64_t now_ms,
+                           bdb_batch *b, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    size_t i = 0;
+    while (i < len &&
+           (payload[i] == ' ' || payload[i] == '\t' || payload[i] == '\r' || payload[i] == '\n'))
+        i++;
+    if (i == len) {
+        snprintf(why, whylen, "empty payload");
+        return BDB_MQTT_BAD;
+    }
+    if (memchr(payload, '\0', len)) {
+        snprintf(why, whylen, "payload contains a NUL byte");
+        return BDB_MQTT_BAD;
+    }
+    if (format == BDB_MQTT_FMT_JSON ||
+        (format == BDB_MQTT_FMT_AUTO && (payload[i] == '{' || payload[i] == '[')))
+        return parse_json(cfg, max_age_ms, payload + i, len - i, device, now_ms, b, why, whylen);
+    return parse_lp(cfg, max_age_ms, payload + i, len - i, device, now_ms, b, why, whylen);
+}

@@ -1,0 +1,170 @@
+/* tenants: the tenant registry. Each registered tenant has a name, the SHA-256 of its
+ * token (the token itself is never stored: it is shown once, at creation or
+ * rotation), quotas, a retention setting and its creation time; at run time also its
+ * write-rate token bucket and its quota rejection counters.
+ *
+ * Persisted in <dir>/tenants, rewritten whole at every change (temp file, fsync,
+ * rename, fsync of the directory), in a versioned text format ending in a CRC-32:
+ *
+ *   bucketdb-tenants 1
+ *   tenant <name> sha256=<64 hex> created=<ms> rotated=<ms> writes_per_second=<n>
+ *          burst=<n> max_devices=<n> storage_bytes=<n> retention_ms=<n>
+ *          [hot_threshold=<n>] [hot_policy=<name>] [hot_subbuckets=<n>]
+ *          [hot_rate_limit=<n>] [hot_sample=<fraction>]
+ *          [tier_retention_1m=<ms>] [tier_retention_1h=<ms>] [tier_retention_1d=<ms>]
+ *                                                                            (one line)
+ *   (tier_retention_*: rollup tier TTL, -1 = forever; written only when set)
+ *   (the hot_* keys are written only when set, so a file without them reads as before)
+ *   ...
+ *   count <number of tenant lines>
+ *   crc32 <8 hex: CRC-32 of every byte before this line>
+ *
+ * A damaged file (bad checksum, unknown version, a line that does not parse) is
+ * refused at open rather than read partly: tokens would silently stop working.
+ *
+ * Thread-safety: every function may be called from any thread. Changes (create,
+ * update, delete, rotate) are serialised and persisted before they return; if the
+ * file cannot be written the change is undone and an error returned. */
+#ifndef BDB_TENANTS_H
+#define BDB_TENANTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BDB_TENANT_NAME_MAX 128
+#define BDB_TOKEN_BYTES 32                  /* random bytes in a tenant token */
+#define BDB_TOKEN_HEX (2 * BDB_TOKEN_BYTES) /* its hex length */
+#define BDB_HASH_BYTES 32                   /* SHA-256 */
+
+typedef struct bdb_quotas {
+    uint64_t writes_per_second; /* samples per second; 0 = unlimited */
+    uint64_t burst;             /* samples; 0 = 10 x writes_per_second */
+    uint64_t max_devices;       /* 0 = unlimited */
+    uint64_t storage_bytes;     /* 0 = unlimited; block files + unflushed head (quota.h) */
+} bdb_quotas;
+
+/* The limits a write can be refused for (labels of bucketdb_quota_rejections_total). */
+enum bdb_quota_limit {
+    BDB_LIMIT_RATE,
+    BDB_LIMIT_BURST,
+    BDB_LIMIT_DEVICES,
+    BDB_LIMIT_STORAGE, /* "storage_bytes" (quota.h); run-time counters only, not in the file */
+    BDB_LIMIT_N
+};
+const char *bdb_quota_limit_name(enum bdb_quota_limit l);
+
+/* A tenant's hot partition settings (server/admission/hotpart.h); each 0 = the server's. */
+typedef struct bdb_tenant_hot {
+    uint64_t threshold;  /* reports per partition per minute */
+    int policy;          /* enum bdb_hot_kind + 1 */
+    uint32_t subbuckets; /* 2..64 */
+    uint64_t rate_limit; /* reports kept per minute while hot */
+    double sample;       /* fraction kept while hot, (0, 1] */
+} bdb_tenant_hot;
+
+/* 1 if every set field is in range (threshold and rate_limit <= 2^32-1, subbuckets
+ * 2..64, sample in [0.000001, 1]). */
+int bdb_tenant_hot_valid(const bdb_tenant_hot *h);
+
+typedef struct bdb_tenant_info {
+    char name[BDB_TENANT_NAME_MAX + 1];
+    bdb_quotas quotas;
+    int64_t retention_ms; /* 0 = the server's retention; stored, NOT enforced yet */
+    int64_t created_ms, token_rotated_ms;
+    bdb_tenant_hot hot;               /* optional keys hot_* of the file line */
+    int64_t tier_retention_ms[3];     /* rollup tiers 1m, 1h, 1d: 0 = server's, -1 = forever */
+    uint64_t rejections[BDB_LIMIT_N]; /* since the server started */
+    uint64_t ingested_samples;        /* durably written since the server started */
+    uint64_t ingested_requests;       /* write requests that stored something */
+} bdb_tenant_info;
+
+/* A partial update: only the fields whose has_* flag is set change. */
+typedef struct bdb_tenant_patch {
+    int has_writes_per_second, has_burst, has_max_devices, has_storage_bytes, has_retention;
+    bdb_quotas quotas;
+    int64_t retention_ms;
+    /* hot partition settings: a set flag replaces that field (0 = back to the server's) */
+    int has_hot_threshold, has_hot_policy, has_hot_subbuckets, has_hot_rate_limit, has_hot_sample;
+    bdb_tenant_hot hot;
+    int has_tier_retention[3]; /* rollup tier TTL: 0 = the server's, -1 = forever */
+    int64_t tier_retention_ms[3];
+} bdb_tenant_patch;
+
+/* The longest retention a tenant may be given (retention_ms and each tier's), as the
+ * quotas are bounded by BDB_QUOTA_MAX_RATE: 100 years (36500d). Longer values could
+ * only be typos, and near INT64_MAX they overflow "now - retention". */
+#define BDB_TENANT_RETENTION_MAX_MS (36500 * INT64_C(86400000))
+
+typedef struct bdb_tenants bdb_tenants;
+
+/* 1 if name is 1..128 characters of A-Z a-z 0-9 _ - . */
+int bdb_tenant_name_valid(const char *name);
+
+/* The rule for a name a tenant is registered under (docs/TENANCY.md#tenant-names):
+ * bdb_tenant_name_valid, starting with a letter or a digit (so never ".", ".." or a
+ * hidden-file name), and none of the reserved names admin, api and default (nor
+ * default_tenant, the name anonymous requests act on, when not NULL), in any case.
+ * 0, or -1 with why (when not NULL) saying what is wrong. Only registration checks
+ * this: names registered before the rule, and unregistered names in requests, work. */
+int bdb_tenant_name_registrable(const char *name, const char *default_tenant, char *why,
+                                size_t whylen);
+
+/* SHA-256 of a token (OpenSSL EVP). */
+void bdb_token_hash(const char *token, size_t len, uint8_t out[BDB_HASH_BYTES]);
+/* Constant-time comparison of two hashes (CRYPTO_memcmp): 1 if equal. */
+int bdb_hash_equal(const uint8_t a[BDB_HASH_BYTES], const uint8_t b[BDB_HASH_BYTES]);
+/* A new token: BDB_TOKEN_BYTES random bytes as lower-case hex. BDB_OK or BDB_ERR_IO. */
+int bdb_token_generate(char out[BDB_TOKEN_HEX + 1]);
+
+/* Opens (loads) the registry of <dir>/tenants; a missing file is an empty registry.
+ * Errors: BDB_ERR_CORRUPT (damaged file; err says what), BDB_ERR_IO, BDB_ERR_NOMEM. */
+int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errlen);
+void bdb_tenants_close(bdb_tenants *r);
+const char *bdb_tenants_path(const bdb_tenants *r);
+
+/* Creates a tenant and returns its new token. Errors: BDB_ERR_INVALID (bad name or
+ * quota), BDB_ERR_EXISTS, BDB_ERR_IO (not persisted; nothing changed). */
+int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
+                       int64_t now_ms, char token[BDB_TOKEN_HEX + 1]);
+/* Errors: BDB_ERR_NOTFOUND, BDB_ERR_INVALID, BDB_ERR_IO. out (may be NULL) gets the
+ * updated tenant. */
+int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
+                       bdb_tenant_info *out);
+/* Errors: BDB_ERR_NOTFOUND, BDB_ERR_IO. */
+int bdb_tenants_delete(bdb_tenants *r, const char *name);
+/* A new token for the tenant; the old one stops working at once.
+ * Errors: BDB_ERR_NOTFOUND, BDB_ERR_IO. */
+int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
+                       char token[BDB_TOKEN_HEX + 1]);
+
+/* The rollup tier TTL in ms (0 = forever) for tier 0..2 (1m, 1h, 1d) of a tenant: its
+ * override, or dflt (the server's) when it has none or is not registered. For the
+ * engine's tier retention hook (db_tier.h). */
+int64_t bdb_tenants_tier_retention(bdb_tenants *r, const char *name, int tier, int64_t dflt);
+/* BDB_OK or BDB_ERR_NOTFOUND. */
+int bdb_tenants_get(bdb_tenants *r, const char *name, bdb_tenant_info *out);
+/* Calls cb for every tenant in name order (on copies, outside the lock); a non-zero
+ * return stops. */
+int bdb_tenants_list(bdb_tenants *r, int (*cb)(void *ctx, const bdb_tenant_info *t), void *ctx);
+size_t bdb_tenants_count(bdb_tenants *r);
+
+/* The tenant whose token has this hash: 1 and its name copied, or 0. */
+int bdb_tenants_find_by_hash(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
+                             char name[BDB_TENANT_NAME_MAX + 1]);
+
+/* Write-rate admission for a tenant. Returns 1 (admitted: cost taken from its
+ * bucket, or it has no rate limit, or it is not registered), 0 (refused for
+ * BDB_LIMIT_RATE: *retry_after_s set) or -1 (refused for BDB_LIMIT_BURST: the cost
+ * exceeds the burst). *limit_value receives the limit's value when refused. A
+ * refusal is counted in the tenant's rejections. now_ms: a monotonic clock. */
+int bdb_tenants_admit(bdb_tenants *r, const char *name, uint64_t cost, int64_t now_ms,
+                      int64_t *retry_after_s, uint64_t *limit_value);
+/* Gives back an admitted cost when the write failed. */
+void bdb_tenants_refund(bdb_tenants *r, const char *name, uint64_t cost);
+/* Counts a write request that stored `samples`: 1 if the tenant is registered, 0
+ * if not (nothing counted). */
+int bdb_tenants_count_ingest(bdb_tenants *r, const char *name, uint64_t samples);
+/* Counts a refusal decided outside (the device limit). */
+void bdb_tenants_count_rejection(bdb_tenants *r, const char *name, enum bdb_quota_limit l);
+
+#endif

@@ -1,0 +1,54 @@
+/* tenants_int.h: what tenants.c (the registry in memory, changes, reads, admission)
+ * and tenants_file.c (its file: encode, atomic write, load) share. Not for other
+ * modules: they use tenants.h. */
+#ifndef BDB_TENANTS_INT_H
+#define BDB_TENANTS_INT_H
+
+#include "common/buf.h"
+#include "common/map.h"
+#include "server/admission/quota.h"
+#include "server/tenants/tenants.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define REG_FILE "tenants"
+#define REG_MAGIC "bucketdb-tenants"
+#define REG_VERSION 1
+#define REG_MAX_BYTES (64u << 20) /* refuse absurd files rather than read them */
+
+typedef struct tentry {
+    bdb_tenant_info info;
+    uint8_t hash[BDB_HASH_BYTES];
+    bdb_tbucket tb;
+} tentry;
+
+struct bdb_tenants {
+    char *dir, *path;
+    pthread_mutex_t mu;      /* guards the maps and the entries */
+    pthread_mutex_t save_mu; /* serialises changes (held across the file write) */
+    bdb_map *by_name;        /* name -> tentry */
+    bdb_map *by_hash;        /* hash bytes -> tentry */
+};
+
+/* tenants.c: the maps (caller holds mu), hex, quota bounds */
+void tn_put_entry(bdb_tenants *r, tentry *e);
+void tn_drop_entry(bdb_tenants *r, tentry *e);
+void tn_free_entries(bdb_tenants *r);
+void tn_to_hex(const uint8_t *p, size_t n, char *out);
+int tn_from_hex(const char *s, size_t slen, uint8_t *out, size_t n);
+int tn_quotas_valid(const bdb_quotas *q);
+
+/* tenants_file.c */
+/* Entries in name order; caller holds mu and frees the array (NULL: out of memory). */
+tentry **tn_sorted_entries(bdb_tenants *r, size_t *n);
+int tn_tier_retention_valid(const int64_t v[3]);
+/* Writes the registry to <dir>/tenants (temporary name, fsync, rename, directory
+ * fsync); caller holds save_mu, not mu. BDB_OK, BDB_ERR_IO, BDB_ERR_NOSPACE. */
+int tn_persist(bdb_tenants *r);
+/* Reads <dir>/tenants into the maps (a missing file is an empty registry); err says
+ * what is wrong with a damaged one (BDB_ERR_CORRUPT). */
+int tn_load(bdb_tenants *r, char *err, size_t errlen);
+
+#endif
