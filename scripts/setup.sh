@@ -11,7 +11,10 @@ BUILD_PKGS=(build-essential pkg-config
             libmicrohttpd-dev libjansson-dev zlib1g-dev libzstd-dev libxxhash-dev libssl-dev)
 TEST_PKGS=(libcmocka-dev clang clang-format libclang-rt-14-dev python3 curl ca-certificates
            openjdk-17-jre-headless mosquitto mosquitto-clients openssl
-           gcovr) # gcovr: `make coverage` (docs/TESTING.md#coverage)
+           gcovr # gcovr: `make coverage` (docs/TESTING.md#coverage)
+           # the InfluxDB 1.x server, its CLI and Python client: compatibility tests
+           # run the real clients, and compare answers with influxd's (docs/INFLUX.md)
+           influxdb influxdb-client python3-influxdb python3-pandas)
 WANT=("${BUILD_PKGS[@]}")
 TEST=0
 if [ "${1:-}" = "--test" ]; then
