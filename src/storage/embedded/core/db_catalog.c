@@ -127,7 +127,9 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
     if (!create)
         return NULL;
     if (d->nseries == d->cap_series) {
-        uint32_t cap = d->cap_series ? d->cap_series * 2 : 4;
+        /* Grown by half: a device's metrics arrive in its first reports and then stay,
+         * so doubling would leave up to half the array unused for the device's life. */
+        uint32_t cap = d->cap_series ? d->cap_series + (d->cap_series + 1) / 2 : 4;
         series **n = bdb_realloc(d->series, cap * sizeof *n);
         if (!n)
             return NULL;

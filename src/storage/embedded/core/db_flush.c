@@ -457,14 +457,14 @@ static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int
      * in time order (it refuses anything else, and the flush would fail for good). */
     for (size_t a = 0; a < nc && rc == BDB_OK;) {
         size_t b = a;
-        int64_t hi = arr[a]->hi;
+        int64_t hi = hc_hi(arr[a]);
         while (b < nc && arr[b]->lo < hi) {
-            if (arr[b]->hi > hi)
-                hi = arr[b]->hi;
+            if (hc_hi(arr[b]) > hi)
+                hi = hc_hi(arr[b]);
             if (head_chunk_samples(arr[b], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap) !=
                 BDB_OK)
                 m->oom = 1; /* emit fails */
-            db_merger_add(m, (uint64_t)b + 1, arr[b]->bucket_start);
+            db_merger_add(m, (uint64_t)b + 1, hc_bucket(arr[b]));
             b++;
         }
         bdb_block_writer *w;

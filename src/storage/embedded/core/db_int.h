@@ -31,27 +31,42 @@
  * older than the newest (out of order, or rewriting a time) go to a small side list
  * merged at read time, where the later write of a time wins, and merged into the
  * stream when it grows (head.c). */
+/* A head chunk: the samples of one series in one (partition x block window) range.
+ * The head holds one per live series, so it is packed: the range's end and the
+ * partition id are 32-bit offsets from lo, which a range within one block window
+ * (at most a day) and a partition of at most a day keep in range. */
 typedef struct hchunk {
     struct hchunk *next; /* newer chunks first */
-    int64_t lo, hi;
-    int64_t bucket_start;
-    bdb_chunk_app app;
+    int64_t lo;          /* range [lo, hc_hi) */
     struct ooo_sample {
         int64_t ts;
         double v;
     } * ooo;
-    uint32_t nooo, cap_ooo;
+    bdb_chunk_app app;
+    uint32_t span;          /* hc_hi - lo */
+    int32_t boff;           /* lo - partition id (hc_bucket): a sub-bucket's id may exceed lo */
+    uint16_t nooo, cap_ooo; /* the side list: at most DB_OOO_MAX samples */
 } hchunk;
+#define DB_OOO_MAX 65535u
+static inline int64_t hc_hi(const hchunk *c)
+{
+    return c->lo + (int64_t)c->span;
+}
+/* The partition id: the bucket start, plus the sub-bucket with sub-buckets (db_hot.h). */
+static inline int64_t hc_bucket(const hchunk *c)
+{
+    return c->lo - (int64_t)c->boff;
+}
 
 typedef struct series {
     struct device *dev;
-    size_t mlen;
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
     /* db.c, under the device stripe: the samples of write batch resv_batch reserved so
      * far (head room before the WAL append, without a map allocated per batch) */
     uint64_t resv_batch;
     uint32_t resv_n;
+    uint32_t mlen; /* metric names are short (keys are limited to a few hundred bytes) */
     /* The name inside the struct: looking a series up by name (every write) then
      * touches one allocation, not two. NUL-terminated. */
     char metric[];

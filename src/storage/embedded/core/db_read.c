@@ -213,7 +213,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
         for (int l = 0; l < 2; l++) {
             uint64_t prio = l == 0 ? UINT64_MAX : UINT64_MAX / 2;
             for (hchunk *c = lists[l]; c; c = c->next, prio--) {
-                if (c->hi <= lo || c->lo >= hi)
+                if (hc_hi(c) <= lo || c->lo >= hi)
                     continue;
                 if (head_chunk_samples(c, lo, hi, &g[m].ts, &g[m].v, &g[m].tn, &g[m].tcap))
                     g[m].oom = 1;

@@ -19,8 +19,8 @@ static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_star
     if (!c)
         return NULL;
     c->lo = lo;
-    c->hi = hi;
-    c->bucket_start = bucket_start;
+    c->span = (uint32_t)(hi - lo);
+    c->boff = (int32_t)(lo - bucket_start);
     bdb_chunk_app_init(&c->app);
     atomic_fetch_add(&db->head_bytes, sizeof *c);
     return c;
@@ -113,19 +113,26 @@ static int ooo_merge(bdb_db *db, hchunk *c, uint32_t n)
  * long list is merged into the stream first when that works. */
 static int ooo_room(bdb_db *db, hchunk *c, uint32_t n)
 {
-    if (c->cap_ooo - c->nooo >= n)
+    if ((uint32_t)c->cap_ooo - c->nooo >= n)
         return BDB_OK;
     if (c->nooo >= OOO_MERGE_MIN)
         (void)ooo_merge(db, c, n); /* if it fails, the list grows as it would have */
-    uint32_t cap = c->cap_ooo ? c->cap_ooo * 2 : 4;
+    uint32_t cap = c->cap_ooo ? c->cap_ooo * 2u : 4u;
     while (cap - c->nooo < n)
         cap *= 2;
+    if (cap > DB_OOO_MAX) {
+        /* Only a full chunk whose merge failed gets here: a stream of its own size
+         * would not fit a chunk either. */
+        cap = DB_OOO_MAX;
+        if (cap - c->nooo < n)
+            return BDB_ERR_LIMIT;
+    }
     void *p = bdb_realloc(c->ooo, cap * sizeof *c->ooo);
     if (!p)
         return BDB_ERR_NOMEM;
     atomic_fetch_add(&db->head_bytes, (cap - c->cap_ooo) * sizeof *c->ooo);
     c->ooo = p;
-    c->cap_ooo = cap;
+    c->cap_ooo = (uint16_t)cap;
     return BDB_OK;
 }
 
@@ -157,7 +164,7 @@ static hchunk *chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
         c = c->next;
     }
     hchunk *g = c, *gprev = prev;
-    while (g && g->lo == lo && g->bucket_start != pid) {
+    while (g && g->lo == lo && hc_bucket(g) != pid) {
         gprev = g;
         g = g->next;
     }

@@ -439,7 +439,7 @@ uint64_t fl_gather_list(fl_gather *g, const hchunk *list, int64_t lo, int64_t hi
     for (const hchunk *c = list; c; c = c->next)
         nc++;
     for (const hchunk *c = list; c; c = c->next, k++) {
-        if (c->hi <= lo || c->lo >= hi || (skip && covered(skip, c)))
+        if (hc_hi(c) <= lo || c->lo >= hi || (skip && covered(skip, c)))
             continue;
         g->tn = 0;
         if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)

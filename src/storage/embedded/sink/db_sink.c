@@ -36,7 +36,7 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
     for (size_t k = 0; k < nc; k++) {
         if (head_chunk_samples(arr[k], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap))
             m->oom = 1;
-        db_merger_add(m, (uint64_t)k + 1, arr[k]->bucket_start);
+        db_merger_add(m, (uint64_t)k + 1, hc_bucket(arr[k]));
     }
     free(arr);
     if (m->oom) {

@@ -451,7 +451,9 @@ int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen, ser
     }
     uint64_t need = (uint64_t)e->nm + e->mres + add;
     if (need > e->cap) {
-        uint64_t ncap = e->cap ? e->cap : 2;
+        /* A device's first report names the metrics it usually has: sized to them
+         * exactly (the index holds one entry per live series), doubled later. */
+        uint64_t ncap = e->cap ? e->cap : need;
         while (ncap < need)
             ncap *= 2;
         lt_metric *nmv = ncap <= UINT32_MAX ? bdb_realloc(e->m, ncap * sizeof *nmv) : NULL;

@@ -438,7 +438,7 @@ static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, in
         nc++;
     size_t k = 0;
     for (const hchunk *c = list; c; c = c->next, k++)
-        if (c->hi > lo && c->lo < hi)
+        if (hc_hi(c) > lo && c->lo < hi)
             gather_chunk(g, c, lo, hi, base + nc - k);
     return base + nc;
 }

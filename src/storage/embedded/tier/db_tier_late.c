@@ -427,7 +427,7 @@ static uint64_t head_push(const hchunk *list, int64_t lo, int64_t hi, uint64_t b
         nc++;
     size_t k = 0;
     for (const hchunk *c = list; c; c = c->next, k++) {
-        if (!(c->hi > lo && c->lo < hi))
+        if (!(hc_hi(c) > lo && c->lo < hi))
             continue;
         size_t n = 0;
         if (head_chunk_samples(c, lo, hi, ts, v, &n, cap) != BDB_OK) {
