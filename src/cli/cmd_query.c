@@ -14,7 +14,7 @@
 static void help(void)
 {
     printf("usage: bucketdb query --device ID [options]\n"
-           "       bucketdb query --devices [options]\n"
+           "       bucketdb query --devices [--limit N] [--cursor C] [options]\n"
            "       bucketdb query --export [options]\n"
            "       bucketdb query --latest --device ID [options]\n"
            "       bucketdb query --state STATE [--limit N] [--cursor C] [options]\n"
@@ -33,7 +33,9 @@ static void help(void)
            "  --format json|csv output format (default json)\n"
            "  --resolution R    raw | 1m | 1h | 1d | auto: aggregated windows from a rollup\n"
            "                    tier (auto picks one by the range; default raw)\n"
-           "  --devices         list the tenant's devices instead\n"
+           "  --devices         list the tenant's devices instead, one page (--limit: page\n"
+           "                    size, default 1000; --cursor: next_cursor of the previous\n"
+           "                    page)\n"
            "  --export          stream samples as line protocol instead\n"
            "  --latest          the device's latest event and newest value per metric\n"
            "  --state STATE     devices in STATE now, in name order (--limit: page size,\n"
@@ -169,6 +171,8 @@ int cmd_query(int argc, char **argv)
         param(&path, "resolution", resolution);
     } else if (devices) {
         bdb_buf_puts(&path, "/api/v1/devices");
+        param(&path, "limit", limit);
+        param(&path, "cursor", cursor);
     } else if (export) {
         bdb_buf_puts(&path, "/api/v1/export");
         param(&path, "device", device);

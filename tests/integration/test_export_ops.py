@@ -386,6 +386,15 @@ def query_command_against_running_server():
         devs = {d["device"]: d for d in json.loads(out)["devices"]}
         eq(sorted(devs), ["cli", "cli2"])
         eq((devs["cli2"]["state"], devs["cli2"]["tags"]), ("on", {"site": "s1"}))
+        # Pages: --limit and --cursor reach the server (the list is paged, API.md).
+        rc, out, err = run_bin(["query", "--server", url, "--devices", "--limit", "1"])
+        eq(rc, 0, err)
+        page = json.loads(out)
+        eq(([d["device"] for d in page["devices"]], page["next_cursor"]), (["cli"], "cli"))
+        rc, out, err = run_bin(["query", "--server", url, "--devices", "--limit", "1",
+                                "--cursor", page["next_cursor"]])
+        eq(rc, 0, err)
+        eq([d["device"] for d in json.loads(out)["devices"]], ["cli2"])
         rc, out, err = run_bin(["query", "--server", url, "--export", "--device", "cli",
                                 "--metric", "env.hum", "--from", str(T0), "--to",
                                 str(T0 + 3000)])
