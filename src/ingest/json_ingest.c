@@ -3,7 +3,9 @@
  * Each report is validated completely before anything is added to the batch, so a
  * rejected report leaves no trace in it. Integers are decoded as doubles
  * (JSON_DECODE_INT_AS_REAL): metric values are doubles anyway, and a metric like
- * 1e20 written out in full must not make jansson reject the whole body.
+ * 1e20 written out in full must not make jansson reject the whole body. A key twice in
+ * one object (two devices, two values of one metric) refuses the body: jansson would
+ * otherwise keep the last one without a word.
  *
  * Members are looked up through json_kind(), which calls a missing member JSON_NULL
  * (the format treats an absent field and null alike), so each test below is one
@@ -279,7 +281,7 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
 
     json_error_t jerr;
     json_oom = 0;
-    json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL, &jerr);
+    json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES, &jerr);
     /* every allocation jansson makes goes through json_alloc, so json_oom is set
      * whenever one failed (json_error_out_of_memory or not) */
     if (!root && json_oom) {

@@ -326,8 +326,11 @@ static void test_invalid_bodies(void **state)
 {
     (void)state;
     static const char *const bad_json[] = {
-        "",   "{",          "[{\"device\":}]", "nope", "[1,]", "{\"a\" 1}", "\"just a string\"",
-        "42", "[{}] extra", "[\"\\u0000\"]"};
+        "", "{", "[{\"device\":}]", "nope", "[1,]", "{\"a\" 1}", "\"just a string\"", "42",
+        "[{}] extra", "[\"\\u0000\"]",
+        /* a duplicate key would otherwise be settled silently by the last one (issue 18) */
+        "[{\"device\":\"a\",\"device\":\"b\",\"metrics\":{\"x\":1}}]",
+        "[{\"device\":\"a\",\"metrics\":{\"x\":1,\"x\":2}}]"};
     for (size_t i = 0; i < sizeof bad_json / sizeof *bad_json; i++) {
         assert_int_equal(ingest(bad_json[i]), BDB_ERR_INVALID);
         assert_int_equal(R.fatal, 1);
@@ -335,6 +338,8 @@ static void test_invalid_bodies(void **state)
         if (!strstr(R.first_error, "invalid JSON"))
             fail_msg("body '%s': '%s'", bad_json[i], R.first_error);
     }
+    assert_int_equal(ingest("[{\"device\":\"a\",\"metrics\":{\"x\":1,\"x\":2}}]"), BDB_ERR_INVALID);
+    assert_non_null(strstr(R.first_error, "duplicate object key"));
     /* valid JSON of the wrong shape */
     assert_int_equal(ingest("{\"reports\": 5}"), BDB_ERR_INVALID);
     assert_int_equal(R.fatal, 1);
