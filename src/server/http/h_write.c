@@ -367,14 +367,21 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
     return res;
 }
 
-enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
+enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int v2)
 {
     enum MHD_Result res;
-    const char *tenant = req_tenant(s, c, &res);
+    const char *tenant = req_tenant_in(s, c, &res, v2);
     if (!tenant)
         return res;
     const char *ps = arg(c, "precision");
     int prec = bdb_lp_parse_precision(ps);
+    if (v2 && ps && *ps && strcmp(ps, "ns") && strcmp(ps, "us") && strcmp(ps, "ms") &&
+        strcmp(ps, "s")) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "invalid precision '%.20s' (/api/v2/write takes ns, us, ms or s)",
+                 ps);
+        return respond_json_error(s, c, 400, msg, 1);
+    }
     if (prec < 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "invalid precision '%.20s' (use ns, u, ms, s, m or h)", ps);
@@ -501,4 +508,14 @@ enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
                               "error parsing query: bucketdb answers only CREATE DATABASE on "
                               "/query; read data with GET /api/v1/query (docs/API.md)",
                               1);
+}
+
+enum MHD_Result h_influx_v2_query(bdb_server *s, struct MHD_Connection *c)
+{
+    /* In v2's error shape, which the v2 client libraries read and show. */
+    const char body[] =
+        "{\"code\":\"not implemented\",\"message\":\"the InfluxDB 2 query API (Flux) is not "
+        "served by bucketdb; the InfluxDB 1.x way in, InfluxQL on /query, answers only CREATE "
+        "DATABASE there: read data with GET /api/v1/query (docs/API.md)\"}\n";
+    return respond(s, c, 501, "application/json", body, sizeof body - 1);
 }
