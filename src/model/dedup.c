@@ -90,6 +90,51 @@ static int seen_before(items *it, const bdb_report *reps, uint64_t series, uint3
     }
 }
 
+/* Marks the reports whose (device, time) another report shares: 1 in (*in_dup)[i],
+ * allocated only when there is one (*in_dup stays NULL otherwise), and the number of
+ * items (metrics + 1) they hold in *items_n. One slot of 8 bytes per entry (32 bits
+ * of hash, 32 of index + 1) keeps the table small: this runs for every write. */
+static int find_shared(const bdb_report *reps, size_t n, unsigned char **in_dup, size_t *items_n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    uint64_t *slot = bdb_calloc(cap, sizeof *slot);
+    if (!slot)
+        return BDB_ERR_NOMEM;
+    size_t mask = cap - 1;
+    *in_dup = NULL;
+    *items_n = 0;
+    for (uint32_t ri = 0; ri < n; ri++) {
+        uint64_t h = series_hash(&reps[ri]);
+        uint64_t tag = h >> 32;
+        for (size_t i = h & mask;; i = (i + 1) & mask) {
+            uint64_t e = slot[i];
+            if (!e) {
+                slot[i] = tag << 32 | (ri + 1);
+                break;
+            }
+            uint32_t s = (uint32_t)e - 1;
+            if (e >> 32 != tag || !same_series(&reps[s], &reps[ri]))
+                continue;
+            if (!*in_dup && !(*in_dup = bdb_calloc(n, 1))) {
+                free(slot);
+                return BDB_ERR_NOMEM;
+            }
+            /* the first report of the series is reached through the slot */
+            if (!(*in_dup)[s]) {
+                (*in_dup)[s] = 1;
+                *items_n += reps[s].nmetrics + 1;
+            }
+            (*in_dup)[ri] = 1;
+            *items_n += reps[ri].nmetrics + 1;
+            break;
+        }
+    }
+    free(slot);
+    return BDB_OK;
+}
+
 int bdb_dedup_count(const bdb_batch *b, bdb_dedup *d)
 {
     memset(d, 0, sizeof *d);
@@ -99,73 +144,38 @@ int bdb_dedup_count(const bdb_batch *b, bdb_dedup *d)
         return BDB_OK;
     /* First, per report: is any (device, time) there twice? Nearly always not, and
      * then that is all the work. */
-    table t;
-    if (table_init(&t, n) != BDB_OK)
+    unsigned char *in_dup;
+    size_t items_n;
+    if (find_shared(reps, n, &in_dup, &items_n) != BDB_OK)
         return BDB_ERR_NOMEM;
-    uint64_t *sh = bdb_malloc(n * sizeof *sh);
-    if (!sh) {
-        table_free(&t);
-        return BDB_ERR_NOMEM;
+    if (!in_dup)
+        return BDB_OK;
+    /* Then, only over the reports that share a series: newest first, an item
+     * already seen is overridden. */
+    items it;
+    int rc = table_init(&it.t, items_n);
+    it.item = rc == BDB_OK ? bdb_malloc((it.t.mask + 1) * sizeof *it.item) : NULL;
+    if (rc == BDB_OK && !it.item) {
+        table_free(&it.t);
+        rc = BDB_ERR_NOMEM;
     }
-    size_t dup_series = 0, items_n = 0;
-    unsigned char *in_dup = bdb_calloc(n, 1);
-    if (!in_dup) {
-        free(sh);
-        table_free(&t);
-        return BDB_ERR_NOMEM;
-    }
-    for (uint32_t ri = 0; ri < n; ri++) {
-        uint64_t h = sh[ri] = series_hash(&reps[ri]);
-        for (size_t i = h & t.mask;; i = (i + 1) & t.mask) {
-            uint32_t s = t.slot[i];
-            if (!s) {
-                t.slot[i] = ri + 1;
-                t.hash[i] = h;
-                break;
-            }
-            if (t.hash[i] == h && same_series(&reps[s - 1], &reps[ri])) {
-                /* the first of the series is marked through its slot's index */
-                if (!in_dup[s - 1]) {
-                    in_dup[s - 1] = 1;
-                    items_n += reps[s - 1].nmetrics + 1;
-                }
-                in_dup[ri] = 1;
-                items_n += reps[ri].nmetrics + 1;
-                dup_series++;
-                break;
-            }
+    if (rc == BDB_OK) {
+        for (size_t k = n; k-- > 0;) {
+            if (!in_dup[k])
+                continue;
+            const bdb_report *r = &reps[k];
+            uint64_t sh = series_hash(r);
+            size_t lost = 0;
+            for (uint32_t m = 0; m < r->nmetrics; m++)
+                lost += (size_t)seen_before(&it, reps, sh, (uint32_t)k, (int)m);
+            int state_lost = r->state ? seen_before(&it, reps, sh, (uint32_t)k, -1) : 1;
+            d->samples += lost;
+            d->reports += lost == r->nmetrics && state_lost;
         }
-    }
-    table_free(&t);
-    int rc = BDB_OK;
-    if (dup_series) {
-        /* Then, only over the reports that share a series: newest first, an item
-         * already seen is overridden. */
-        items it;
-        rc = table_init(&it.t, items_n);
-        it.item = rc == BDB_OK ? bdb_malloc((it.t.mask + 1) * sizeof *it.item) : NULL;
-        if (rc == BDB_OK && !it.item) {
-            table_free(&it.t);
-            rc = BDB_ERR_NOMEM;
-        }
-        if (rc == BDB_OK) {
-            for (size_t k = n; k-- > 0;) {
-                if (!in_dup[k])
-                    continue;
-                const bdb_report *r = &reps[k];
-                size_t lost = 0;
-                for (uint32_t m = 0; m < r->nmetrics; m++)
-                    lost += (size_t)seen_before(&it, reps, sh[k], (uint32_t)k, (int)m);
-                int state_lost = r->state ? seen_before(&it, reps, sh[k], (uint32_t)k, -1) : 1;
-                d->samples += lost;
-                d->reports += lost == r->nmetrics && state_lost;
-            }
-            free(it.item);
-            table_free(&it.t);
-        }
+        free(it.item);
+        table_free(&it.t);
     }
     free(in_dup);
-    free(sh);
     if (rc != BDB_OK)
         memset(d, 0, sizeof *d);
     return rc;
