@@ -493,7 +493,8 @@ static int parse_value(bdb_lp_parser *p, const char **sp, const char *end, bdb_l
             return fail(err, errlen, BDB_ERR_INVALID, "unbalanced quotes (field \"%s\")",
                         printable(name, f->key));
         /* A state holding a NUL came back cut at the NUL while the write answered 204
-         * (issue 19): refused whole instead, as nothing downstream keeps one. */
+         * (issue 19): the state index names states as C strings (db_latest.c). Refused
+         * whole instead; JSON ingestion refuses \u0000 the same way. */
         const char *nul = memchr(s + 1, '\0', (size_t)(q - s - 1));
         if (nul)
             return fail(err, errlen, BDB_ERR_INVALID,
