@@ -8,8 +8,12 @@
  * Escapes follow the header: a backslash escapes only the characters listed for the
  * part it is in; before any other byte it is an ordinary character. A successfully
  * parsed key therefore never ends in a lone backslash, which keeps escape/parse round
- * trips exact. Newlines inside string values are not supported: bdb_lp_next_line
- * splits on every '\n'. */
+ * trips exact.
+ *
+ * A newline inside a quoted string value is part of the string, as InfluxDB has it.
+ * Lines are still cut at every '\n' first (memchr, the fast path); only a line that
+ * fails to parse and holds a '"' is measured again with a quote-aware scan
+ * (bdb_lp_next_point), so lines without multi-line strings pay nothing for them. */
 #include "ingest/lineproto.h"
 #include "common/alloc.h"
 #include "common/utf8.h"
@@ -38,7 +42,8 @@ struct bdb_lp_parser {
     size_t scratch_cap, scratch_len;
     char *numbuf; /* NUL-terminated copy of an unusually long number for strtod */
     size_t numbuf_cap;
-    int oom; /* this line ran out of memory: it fails with BDB_ERR_NOMEM */
+    int oom;           /* this line ran out of memory: it fails with BDB_ERR_NOMEM */
+    size_t phys_lines; /* bdb_lp_next_point: physical lines consumed so far */
 };
 
 /* Grows *arr to n elements of sz; on failure keeps it and sets p->oom. */
@@ -232,6 +237,13 @@ static bdb_lp_str take_key(bdb_lp_parser *p, const char *s, const char *e, int m
     }
     p->scratch_len += (size_t)(o - out);
     return (bdb_lp_str){out, (size_t)(o - out)};
+}
+
+/* InfluxQL reads `time` as the timestamp, so InfluxDB refuses it as a tag or field
+ * key; a point stored with one could not be queried back the same way. */
+static inline int is_time_key(bdb_lp_str k)
+{
+    return k.n == 4 && memcmp(k.p, "time", 4) == 0;
 }
 
 static uint32_t key_hash(bdb_lp_str k)
@@ -480,6 +492,14 @@ static int parse_value(bdb_lp_parser *p, const char **sp, const char *end, bdb_l
         if (q == end)
             return fail(err, errlen, BDB_ERR_INVALID, "unbalanced quotes (field \"%s\")",
                         printable(name, f->key));
+        /* A state holding a NUL came back cut at the NUL while the write answered 204
+         * (issue 19): the state index names states as C strings (db_latest.c). Refused
+         * whole instead; JSON ingestion refuses \u0000 the same way. */
+        const char *nul = memchr(s + 1, '\0', (size_t)(q - s - 1));
+        if (nul)
+            return fail(err, errlen, BDB_ERR_INVALID,
+                        "string value holds a NUL byte at offset %zu (field \"%s\")",
+                        (size_t)(nul - s - 1), printable(name, f->key));
         size_t n = (size_t)(q - s - 1) - nesc;
         if (n > p->lim.max_string_len)
             return fail(err, errlen, BDB_ERR_LIMIT,
@@ -628,6 +648,9 @@ static int parse_tags(bdb_lp_parser *p, const char **sp, const char *end, size_t
             return fail(err, errlen, BDB_ERR_LIMIT,
                         "tag key length %zu exceeds max-key-bytes %zu (tag \"%s\")", key.n,
                         lim->max_key_len, printable(name, key));
+        if (is_time_key(key))
+            return fail(err, errlen, BDB_ERR_INVALID,
+                        "invalid tag key \"time\": it names the timestamp (as in InfluxDB)");
         s = e + 1;
         esc = 0;
         e = scan_key(s, end, 0, &esc);
@@ -683,6 +706,9 @@ static int parse_fields(bdb_lp_parser *p, const char **sp, const char *end, size
             return fail(err, errlen, BDB_ERR_LIMIT,
                         "field key length %zu exceeds max-key-bytes %zu (field \"%s\")", f.key.n,
                         lim->max_key_len, printable(name, f.key));
+        if (is_time_key(f.key))
+            return fail(err, errlen, BDB_ERR_INVALID,
+                        "invalid field key \"time\": it names the timestamp (as in InfluxDB)");
         /* Counted before duplicates are folded: the limit bounds the work per line. */
         if (++seen > lim->max_fields)
             return fail(err, errlen, BDB_ERR_LIMIT, "field count exceeds max-fields %zu",
@@ -768,5 +794,106 @@ int bdb_lp_parse_line(bdb_lp_parser *p, const char *line, size_t len, enum bdb_l
     out->ntags = ntags;
     out->fields = p->fields;
     out->nfields = nfields;
+    return 1;
+}
+
+/* ---- lines whose strings hold newlines ---- */
+
+static inline int key_escapable(char c)
+{
+    return c == ',' || c == ' ' || c == '=';
+}
+
+/* The end of the line starting at s, with the parser's notion of where a quoted
+ * string is: only a field value that starts with '"' opens one, and inside it only
+ * `\"` and `\\` are escapes. Returns the '\n' that ends the line (or end) and counts
+ * the newlines inside strings in *inner. One pass, run only for failed lines. */
+static const char *quoted_line_end(const char *s, const char *end, size_t *inner)
+{
+    enum { KEYS, FKEY, VALUE, STRING, UNQUOTED, TAIL } st = KEYS;
+    *inner = 0;
+    while (s < end) {
+        char c = *s;
+        switch (st) {
+        case KEYS: /* measurement and tags, up to the first unescaped space */
+        case FKEY:
+            if (c == '\n')
+                return s;
+            if (c == '\\' && s + 1 < end && key_escapable(s[1])) {
+                s += 2;
+                continue;
+            }
+            if (st == KEYS && c == ' ') {
+                s = skip_ws(s, end);
+                st = FKEY;
+                continue;
+            }
+            if (st == FKEY && c == '=')
+                st = VALUE;
+            else if (st == FKEY && c == ' ')
+                st = TAIL;
+            s++;
+            continue;
+        case VALUE:
+            st = c == '"' ? STRING : UNQUOTED;
+            if (st == STRING)
+                s++;
+            continue;
+        case STRING:
+            if (c == '\\' && s + 1 < end && (s[1] == '"' || s[1] == '\\')) {
+                s += 2;
+                continue;
+            }
+            if (c == '\n')
+                (*inner)++;
+            else if (c == '"')
+                st = UNQUOTED; /* whatever follows the string ends it or is an error */
+            s++;
+            continue;
+        case UNQUOTED:
+            if (c == '\n')
+                return s;
+            if (c == ',')
+                st = FKEY;
+            else if (is_ws(c))
+                st = TAIL;
+            s++;
+            continue;
+        case TAIL:
+            if (c == '\n')
+                return s;
+            s++;
+            continue;
+        }
+    }
+    return end;
+}
+
+int bdb_lp_next_point(bdb_lp_parser *p, const char *body, size_t len, size_t *pos,
+                      enum bdb_lp_precision prec, bdb_lp_point *out, const char **line,
+                      size_t *linelen, size_t *lineno, int *rc, char *err, size_t errlen)
+{
+    if (*pos == 0)
+        p->phys_lines = 0;
+    size_t start = *pos, dummy = 0;
+    if (!bdb_lp_next_line(body, len, pos, line, linelen, &dummy))
+        return 0;
+    *lineno = ++p->phys_lines;
+    *rc = bdb_lp_parse_line(p, *line, *linelen, prec, out, err, errlen);
+    /* A failed line cut at a '\n' may have been cut inside a string: measure it again
+     * knowing quotes. Lines that parse never get here, nor lines without a quote. */
+    if (*rc >= 0 || *rc == BDB_ERR_NOMEM || *pos > len || body[*pos - 1] != '\n' ||
+        !memchr(*line, '"', *linelen))
+        return 1;
+    size_t inner;
+    const char *e = quoted_line_end(body + start, body + len, &inner);
+    if (!inner)
+        return 1;
+    *pos = (size_t)(e - body) + (e < body + len);
+    p->phys_lines += inner;
+    *linelen = (size_t)(e - *line);
+    if (*linelen > 0 && (*line)[*linelen - 1] == '\r')
+        (*linelen)--;
+    *rc = bdb_lp_parse_line(p, *line, *linelen, prec, out, err, errlen);
     return 1;
 }

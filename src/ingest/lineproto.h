@@ -2,6 +2,10 @@
  *
  *   measurement[,tag=v...] field=v[,field=v...] [timestamp]
  *
+ * A quoted string value may hold newlines (they are part of it, as in InfluxDB);
+ * bdb_lp_next_point splits a body that way. `time` is refused as a tag or field key,
+ * and a NUL byte inside a string value is refused (never stored cut short).
+ *
  * Escapes: measurement `\,` `\ `; tag keys/values and field keys `\,` `\=` `\ `;
  * string field values `\"` `\\`. Field values: float (1, 1.5, -1e3), integer (1i),
  * unsigned (1u), boolean (t, T, true, True, TRUE, f, ...), string ("...").
@@ -73,6 +77,17 @@ void bdb_lp_parser_free(bdb_lp_parser *p);
  * line numbers in errors match the client's view. */
 int bdb_lp_next_line(const char *body, size_t len, size_t *pos, const char **line, size_t *linelen,
                      size_t *lineno);
+
+/* Takes the next line of a body and parses it: like bdb_lp_next_line followed by
+ * bdb_lp_parse_line, except that a line cut at a newline inside a quoted string is
+ * joined with what follows up to the string's end (so the text inside the quotes
+ * never becomes a line of its own), and an unterminated string runs to the end of
+ * the body, as InfluxDB reads it. Call with *pos = 0 first. Returns 0 at the end,
+ * else 1 with *rc = bdb_lp_parse_line's result, *line and *linelen the whole line and
+ * *lineno the number of its first physical line (1-based, counting every '\n'). */
+int bdb_lp_next_point(bdb_lp_parser *p, const char *body, size_t len, size_t *pos,
+                      enum bdb_lp_precision prec, bdb_lp_point *out, const char **line,
+                      size_t *linelen, size_t *lineno, int *rc, char *err, size_t errlen);
 
 /* Parses one line. Returns:
  *   1  a point was parsed into *out

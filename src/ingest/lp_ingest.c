@@ -36,9 +36,10 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
     char stackname[1024], *name = stackname, *heapname = NULL;
     size_t namecap = sizeof stackname;
     int ret = BDB_OK;
-    while (bdb_lp_next_line(body, len, &pos, &line, &linelen, &lineno)) {
-        bdb_lp_point pt;
-        int rc = bdb_lp_parse_line(p, line, linelen, prec, &pt, reason, sizeof reason);
+    bdb_lp_point pt;
+    int rc;
+    while (bdb_lp_next_point(p, body, len, &pos, prec, &pt, &line, &linelen, &lineno, &rc, reason,
+                             sizeof reason)) {
         if (rc == 0)
             continue;
         res->lines++;

@@ -154,7 +154,7 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
     if (!strcmp(url, "/write") || !strcmp(url, "/api/v2/write")) {
         if (!post)
             return respond_json_error(s, c, 405, "use POST", 1);
-        return h_write_lp(s, c, r);
+        return h_write_lp(s, c, r, url[1] == 'a');
     }
     if (!strcmp(url, "/api/v1/write/json")) {
         if (!post)
@@ -165,6 +165,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
         return h_ping(s, c);
     if (!strcmp(url, "/query"))
         return h_influx_query(s, c, r);
+    if (!strcmp(url, "/api/v2/query"))
+        return h_influx_v2_query(s, c);
     if (!strcmp(url, "/api/v1/query")) {
         if (!get)
             return respond_json_error(s, c, 405, "use GET", 0);
@@ -311,7 +313,7 @@ static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char
     if (!write && cl == 0 && !te)
         return MHD_YES; /* no body, no write: nothing to hold */
     char tenant[BDB_TENANT_NAME_MAX + 1] = "";
-    if (write && req_peek_tenant(s, c, tenant) != 0)
+    if (write && req_peek_tenant(s, c, !strcmp(url, "/api/v2/write"), tenant) != 0)
         tenant[0] = '\0'; /* refused later (401/400): only the server-wide budgets apply */
     enum bdb_bp_reason why = BDB_BP_NONE;
     if (write && head_guard_wait(s) != 0)

@@ -164,9 +164,12 @@ enum req_who {
 typedef struct req_ident {
     enum req_who who;
     char tenant[BDB_TENANT_NAME_MAX + 1]; /* WHO_TENANT: the token's tenant */
+    int bad_token;                        /* WHO_ANON: credentials were sent but match no token */
 } req_ident;
-/* Authenticates: 0 with *id filled, or -1 with a 401 queued (wrong token, or none
- * when one is required). */
+/* Authenticates: 0 with *id filled, or -1 with a 401 queued (a wrong token or none
+ * where one is required). Where none is required, credentials that match no token
+ * are ignored, as InfluxDB with auth off ignores them: WHO_ANON with bad_token set,
+ * so that whatever then needs a token can say the one sent was wrong. */
 int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r);
 /* 1 when the request carries the admin token, else 0; answers nothing (/health). */
 int req_is_admin(bdb_server *s, struct MHD_Connection *c);
@@ -178,10 +181,15 @@ int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
  * valid until the next call on the same thread (handlers run on their connection's
  * thread). */
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
+/* The same where InfluxDB 2's `bucket` parameter names the tenant as `db` does
+ * (use_bucket = 1, /api/v2/write; elsewhere `bucket` is a bucket width). */
+const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r,
+                          int use_bucket);
 /* The tenant a request will be accounted to, from its headers and parameters as
  * req_tenant decides it but without answering: 0, or -1 when req_tenant will refuse
  * the request (it is then accounted to no tenant). */
-int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT_NAME_MAX + 1]);
+int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, int use_bucket,
+                    char out[BDB_TENANT_NAME_MAX + 1]);
 /* Device quota for a request that may create devices (writes, device profiles):
  * returns 0 when the tenant may add the batch's devices (with *locked set when the
  * caller must call devq_unlock after writing), or -1 with a 429 queued. */
@@ -197,7 +205,8 @@ int devq_admit(bdb_server *s, const char *tenant, const bdb_batch *b, int *locke
 uint64_t now_us(void);
 
 /* handlers */
-enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r);
+/* v2: /api/v2/write, which takes only InfluxDB 2's precisions (ns, us, ms, s). */
+enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int v2);
 enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r);
 enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c);
 /* late data (h_query.c): GET /api/v1/late, and its block of /metrics */
@@ -209,6 +218,8 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r);
+/* InfluxDB 2's query API (Flux), which is not served: a v2-shaped error saying so. */
+enum MHD_Result h_influx_v2_query(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_admin(bdb_server *s, struct MHD_Connection *c, const char *rest,
                         const char *method, req *r);
 /* state: /api/v1/state/{latest,devices,counts} (h_state.c); rest is what follows

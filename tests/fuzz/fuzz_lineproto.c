@@ -3,7 +3,9 @@
  * Splits the input into lines and parses each with every precision, alternating a
  * parser with default limits and one with tiny limits. Beyond "no crash" it checks
  * the contract's invariants and a round trip: every parsed point, written back out
- * with escapes, must parse to exactly the same point. */
+ * with escapes, must parse to exactly the same point. Then the body once more with
+ * bdb_lp_next_point, whose lines may span newlines inside quoted strings: they must
+ * tile the body in order, and a newline in a parsed line must be inside a string. */
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
 #include "ingest/lineproto.h"
@@ -109,8 +111,11 @@ static void check_point(const bdb_lp_point *pt, const bdb_lp_limits *l)
         CHECK(f->key.n > 0 && f->key.n <= l->max_key_len);
         CHECK(f->type <= BDB_LP_STRING);
         CHECK(isfinite(f->num));
-        if (f->type == BDB_LP_STRING)
+        if (f->type == BDB_LP_STRING) {
             CHECK(f->str.n <= l->max_string_len);
+            CHECK(!f->str.n || !memchr(f->str.p, '\0', f->str.n));
+        }
+        CHECK(!(f->key.n == 4 && !memcmp(f->key.p, "time", 4)));
         if (f->type == BDB_LP_BOOL)
             CHECK(f->num == 0 || f->num == 1);
         for (size_t j = 0; j < i; j++)
@@ -140,6 +145,46 @@ static void check_round_trip(const bdb_lp_point *pt, bdb_lp_parser *rp, bdb_buf 
         CHECK(same(q.fields[i].str, pt->fields[i].str));
     }
     CHECK(q.has_time == pt->has_time && q.time_ms == pt->time_ms);
+}
+
+/* Newlines outside the parsed point's strings: the measurement, tags and keys hold
+ * none (a newline ends a line there), so all of the line's newlines are in strings. */
+static size_t newlines_in_strings(const bdb_lp_point *pt)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < pt->nfields; i++)
+        for (size_t j = 0; pt->fields[i].type == BDB_LP_STRING && j < pt->fields[i].str.n; j++)
+            k += pt->fields[i].str.p[j] == '\n';
+    return k;
+}
+
+static void check_next_point(const char *body, size_t size, bdb_lp_parser *p,
+                             const bdb_lp_limits *l, bdb_lp_parser *rp, bdb_buf *b)
+{
+    size_t pos = 0, lineno = 0, prev_no = 0, n;
+    const char *line, *prev_end = body;
+    int rc;
+    bdb_lp_point pt;
+    char err[256];
+    while (bdb_lp_next_point(p, body, size, &pos, BDB_LP_MS, &pt, &line, &n, &lineno, &rc, err,
+                             sizeof err)) {
+        CHECK(line >= prev_end && line + n <= body + size && pos <= size);
+        CHECK(line + n <= body + pos);
+        CHECK(lineno > prev_no);
+        size_t nl = 0;
+        for (size_t i = 0; i < n; i++)
+            nl += line[i] == '\n';
+        if (rc == 1) {
+            check_point(&pt, l);
+            CHECK(nl == newlines_in_strings(&pt));
+            check_round_trip(&pt, rp, b);
+        } else {
+            CHECK(rc == 0 || rc == BDB_ERR_INVALID || rc == BDB_ERR_LIMIT);
+        }
+        prev_no = lineno + nl;
+        prev_end = line + n;
+    }
+    CHECK(pos == size);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -196,5 +241,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         CHECK(pos == size);
     }
+    check_next_point(body, size, def, &def_limits, rt_def, &out);
     return 0;
 }

@@ -139,8 +139,11 @@ def admin_crud_and_token_shown_once():
         eq(admin(s, "DELETE", "/tenants/acme").status, 204)
         eq(admin(s, "GET", "/tenants/acme").status, 404)
         eq(admin(s, "DELETE", "/tenants/acme").status, 404)
-        eq(write(s, "m,device=d1 v=2 %d" % T0, token, expect=None).status, 401)
+        # Where auth is optional a token that matches nothing is no token (issue 19):
+        # the write goes to the default tenant, never to the deleted one.
+        write(s, "m,device=d1 v=2 %d" % T0, token)
         eq(count(s, s.token, "d1", tenant="acme"), 1)
+        eq(count(s, None, "d1"), 1)
 
 
 @suite.test
@@ -216,29 +219,41 @@ def tenant_token_cannot_touch_another_tenant():
 
 
 @suite.test
-def wrong_token_is_401_even_without_auth():
+def wrong_credentials_are_ignored_without_auth():
+    # InfluxDB with auth off ignores credentials, and python3-influxdb sends root/root
+    # by default: where no token is required, one that matches nothing is served as
+    # no token at all (issue 19, item 2). Before, each of these was 401 "wrong token".
     with Server() as s:  # loopback, auth auto: no token required
         contains(s.ready_text, "auth optional")
         # The README quick start: no token at all.
         write(s, "env,device=sensor-1 temp=21.5 %d" % T0)
         eq(count(s, None, "sensor-1"), 1)
         bad = "0" * 64
+        basic = {"Authorization": "Basic " + base64.b64encode(("x:" + bad).encode()).decode()}
         for r in (write(s, "m,device=x v=1 %d" % T0, bad, expect=None),
-                  write_json(s, {"device": "x", "metrics": {"v": 1}}, bad, expect=None),
-                  get(s, "/api/v1/query", bad, device="sensor-1"),
-                  get(s, "/api/v1/devices", bad), get(s, "/api/v1/export", bad),
-                  s.request("POST", "/write?u=x&p=%s" % bad, "m,device=x v=1"),
-                  s.request("POST", "/write", "m,device=x v=1",
-                            {"Authorization": "Basic " + base64.b64encode(
-                                ("x:" + bad).encode()).decode()})):
-            eq(r.status, 401, "wrong token (%r)" % r.body[:200])
-            contains(r.json()["error"], "wrong token")
-        eq(get(s, "/api/v1/devices", None).json()["count"], 1, "nothing written")
+                  write_json(s, {"device": "x", "metrics": {"v": 2}, "time": T0 + 1}, bad,
+                             expect=None),
+                  s.request("POST", "/write?u=x&p=%s&precision=ms" % bad,
+                            "m,device=x v=3 %d" % (T0 + 2)),
+                  s.request("POST", "/write?precision=ms", "m,device=x v=4 %d" % (T0 + 3),
+                            basic)):
+            eq(r.status, 204, "wrong token served as none (%r)" % r.body[:200])
+        for r in (get(s, "/api/v1/query", bad, device="sensor-1"),
+                  get(s, "/api/v1/devices", bad), get(s, "/api/v1/export", bad)):
+            eq(r.status, 200, "wrong token served as none (%r)" % r.body[:200])
+        eq(count(s, None, "x"), 4, "every write stored")
+        # What needs a token even here says the one sent was wrong.
+        r = s.request("GET", "/api/v1/admin/tenants", None, tok(bad))
+        eq(r.status, 401)
+        contains(r.json()["error"], "wrong token")
         # A registered tenant is protected by its token even where auth is optional.
         ta = create(s, "acme")
         r = write(s, "m,device=x v=1 %d" % T0, None, expect=401, db="acme")
         contains(r.json()["error"], "registered")
         eq(get(s, "/api/v1/devices", None, tenant="acme").status, 401)
+        r = write(s, "m,device=x v=1 %d" % T0, bad, expect=401, db="acme")
+        contains(r.json()["error"], "wrong token")
+        contains(r.json()["error"], "registered")
         write(s, "m,device=x v=1 %d" % T0, ta)
         # /ping and /health need no token; /metrics names the registered tenants, so
         # with one registered it takes the admin token (metrics_auth = auto).
@@ -535,7 +550,9 @@ def tenant_command():
         rc, out, err = run_bin(["tenant", "rotate-token", "cli1"] + base)
         eq(rc, 0, err)
         new = json.loads(out)["token"]
-        eq(write(s, "m,device=c v=1 %d" % T0, token, expect=None).status, 401)
+        # the old token is no token now: the registered tenant refuses it
+        r = write(s, "m,device=c v=1 %d" % T0, token, expect=401, db="cli1")
+        contains(r.json()["error"], "wrong token")
         write(s, "m,device=c v=2 %d" % T0, new)
         rc, out, err = run_bin(["tenant", "delete", "cli1"] + base)
         eq(rc, 0, err)

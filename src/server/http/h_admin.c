@@ -501,8 +501,10 @@ enum MHD_Result h_admin(bdb_server *s, struct MHD_Connection *c, const char *res
         /* The admin API needs the admin token even where other requests need none. */
         atomic_fetch_add(&s->auth_failures, 1);
         return respond_json_error(s, c, 401,
-                                  "authorization failed: the admin API needs the admin token "
-                                  "(<data>/token)",
+                                  id.bad_token ? "authorization failed: wrong token (the admin "
+                                                 "API needs the admin token, <data>/token)"
+                                               : "authorization failed: the admin API needs the "
+                                                 "admin token (<data>/token)",
                                   0);
     }
     if (id.who != WHO_ADMIN) {

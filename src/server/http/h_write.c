@@ -9,6 +9,7 @@
 #include "ingest/gzip.h"
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
+#include "model/dedup.h"
 #include "server/admission/devlimit.h"
 #include "server/admission/quota.h"
 
@@ -295,6 +296,7 @@ void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
 static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c, req *r,
                                          const char *tenant, bdb_batch *b, const struct outcome *o)
 {
+    bdb_dedup dd = {0, 0};
     if (o->accepted) {
         /* The head may have grown while the body arrived: check again before
          * writing (and before the quotas take anything). */
@@ -330,10 +332,13 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
             return qr;
         }
         const bdb_batch *wb = kept ? kept : b;
+        /* Reports of one device and millisecond are one sample per metric once stored:
+         * the counters and `accepted` count what is kept (model/dedup.h). */
+        bdb_dedup_count(wb, &dd);
         int rc = bdb_db_write(s->db, tenant, wb);
         if (locked)
             devq_unlock(s, tenant);
-        uint64_t written = bdb_batch_samples(wb);
+        uint64_t written = bdb_batch_samples(wb) - dd.samples;
         bdb_batch_free(kept);
         if (rc != BDB_OK) {
             bdb_tenants_refund(s->tenants, tenant, cost);
@@ -343,38 +348,51 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
         hist_observe(&s->batch_size, written);
         count_ingest(s, tenant, written);
     }
-    atomic_fetch_add(o->acc, o->accepted);
+    size_t accepted = o->accepted - dd.reports;
+    atomic_fetch_add(o->acc, accepted);
     atomic_fetch_add(o->rej, o->rejected);
     hist_observe(&s->write_latency, now_us() - r->start_us);
     if (o->rejected == 0)
         return respond(s, c, 204, NULL, "", 0);
     int lines = !strcmp(o->where, "line");
-    char where[48] = "";
+    char where[48] = "", over[96] = "";
     if (lines)
         snprintf(where, sizeof where, "line %ld; ", o->pos);
-    char msg[800];
-    snprintf(msg, sizeof msg, "%s%s (%s%zu %s(s) accepted, %zu rejected)",
-             o->accepted ? "partial write: " : "", o->first_error, where, o->accepted,
-             lines ? "line" : "report", o->rejected);
+    if (dd.reports)
+        snprintf(over, sizeof over, ", %zu overridden by a later one of the same device and ms",
+                 dd.reports);
+    char msg[900];
+    snprintf(msg, sizeof msg, "%s%s (%s%zu %s(s) accepted%s, %zu rejected)",
+             o->accepted ? "partial write: " : "", o->first_error, where, accepted,
+             lines ? "line" : "report", over, o->rejected);
     bdb_buf out;
     bdb_buf_init(&out);
     bdb_buf_puts(&out, "{\"error\":\"");
     bdb_buf_json_str(&out, msg, strlen(msg));
-    bdb_buf_printf(&out, "\",\"%s\":%ld,\"accepted\":%zu,\"rejected\":%zu}\n", o->where, o->pos,
-                   o->accepted, o->rejected);
+    bdb_buf_printf(&out, "\",\"%s\":%ld,\"accepted\":%zu,", o->where, o->pos, accepted);
+    if (dd.reports)
+        bdb_buf_printf(&out, "\"overridden\":%zu,", dd.reports);
+    bdb_buf_printf(&out, "\"rejected\":%zu}\n", o->rejected);
     enum MHD_Result res = respond_body_error(s, c, 400, msg, out.data, out.len);
     bdb_buf_free(&out);
     return res;
 }
 
-enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
+enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int v2)
 {
     enum MHD_Result res;
-    const char *tenant = req_tenant(s, c, &res);
+    const char *tenant = req_tenant_in(s, c, &res, v2);
     if (!tenant)
         return res;
     const char *ps = arg(c, "precision");
     int prec = bdb_lp_parse_precision(ps);
+    if (v2 && ps && *ps && strcmp(ps, "ns") && strcmp(ps, "us") && strcmp(ps, "ms") &&
+        strcmp(ps, "s")) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "invalid precision '%.20s' (/api/v2/write takes ns, us, ms or s)",
+                 ps);
+        return respond_json_error(s, c, 400, msg, 1);
+    }
     if (prec < 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "invalid precision '%.20s' (use ns, u, ms, s, m or h)", ps);
@@ -501,4 +519,14 @@ enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
                               "error parsing query: bucketdb answers only CREATE DATABASE on "
                               "/query; read data with GET /api/v1/query (docs/API.md)",
                               1);
+}
+
+enum MHD_Result h_influx_v2_query(bdb_server *s, struct MHD_Connection *c)
+{
+    /* In v2's error shape, which the v2 client libraries read and show. */
+    const char body[] =
+        "{\"code\":\"not implemented\",\"message\":\"the InfluxDB 2 query API (Flux) is not "
+        "served by bucketdb; the InfluxDB 1.x way in, InfluxQL on /query, answers only CREATE "
+        "DATABASE there: read data with GET /api/v1/query (docs/API.md)\"}\n";
+    return respond(s, c, 501, "application/json", body, sizeof body - 1);
 }

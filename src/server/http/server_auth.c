@@ -62,7 +62,22 @@ static int auth_ident(bdb_server *s, struct MHD_Connection *c, req_ident *id)
         id->who = WHO_TENANT;
         return 0;
     }
+    if (!s->auth_required) {
+        /* InfluxDB with auth off ignores credentials, and its clients send some by
+         * default (python influxdb: root/root): refusing them broke such clients
+         * while a request without any was served. No more access than none gives. */
+        id->who = WHO_ANON;
+        id->bad_token = 1;
+        return 0;
+    }
     return -2;
+}
+
+/* " (wrong token)" when credentials were sent that match no token, for the answers
+ * of what needs one even where auth is optional. */
+static const char *wrong_note(const req_ident *id)
+{
+    return id->bad_token ? " (wrong token)" : "";
 }
 
 int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Result *r)
@@ -78,8 +93,6 @@ int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Re
                                 1);
         return -1;
     }
-    /* A wrong token is refused even where none is required: the client meant to
-     * authenticate, and guessing is not rewarded with anonymous access. */
     atomic_fetch_add(&s->auth_failures, 1);
     *r = respond_json_error(s, c, 401, "authorization failed: wrong token", 1);
     return -1;
@@ -91,9 +104,10 @@ int req_auth(bdb_server *s, struct MHD_Connection *c, req_ident *id, enum MHD_Re
  * first would count; either could make a client act on another tenant than it meant.
  * 0 with *tenant and *db set (NULL when absent or empty), or -1 with msg filled (400). */
 struct tparams {
-    const char *tenant, *db;
-    unsigned n_tenant, n_db;
+    const char *tenant, *db, *bucket;
+    unsigned n_tenant, n_db, n_bucket;
     int nul;
+    int use_bucket; /* /api/v2/write: `bucket` names the tenant; elsewhere it is a width */
 };
 
 static enum MHD_Result tparam_it(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -102,50 +116,73 @@ static enum MHD_Result tparam_it(void *cls, enum MHD_ValueKind kind, const char 
     (void)kind;
     struct tparams *p = cls;
     int is_t = key && !strcmp(key, "tenant"), is_db = key && !strcmp(key, "db");
-    if (!is_t && !is_db)
+    int is_b = p->use_bucket && key && !strcmp(key, "bucket");
+    if (!is_t && !is_db && !is_b)
         return MHD_YES;
     if (key_size != strlen(key) || (value && value_size != strlen(value)))
         p->nul = 1;
     if (is_t) {
         p->n_tenant++;
         p->tenant = value;
-    } else {
+    } else if (is_db) {
         p->n_db++;
         p->db = value;
+    } else {
+        p->n_bucket++;
+        p->bucket = value;
     }
     return MHD_YES;
 }
 
-static int req_tenant_params(struct MHD_Connection *c, const char **tenant, const char **db,
-                             char *msg, size_t msglen)
+static int req_tenant_params(struct MHD_Connection *c, int use_bucket, const char **tenant,
+                             const char **db, char *msg, size_t msglen)
 {
     struct tparams p = {0};
+    p.use_bucket = use_bucket;
     args_each(c, tparam_it, &p);
-    if (p.n_tenant > 1 || p.n_db > 1) {
+    if (p.n_tenant > 1 || p.n_db > 1 || p.n_bucket > 1) {
+        const char *name = p.n_tenant > 1 ? "tenant" : p.n_db > 1 ? "db" : "bucket";
+        unsigned n = p.n_tenant > 1 ? p.n_tenant : p.n_db > 1 ? p.n_db : p.n_bucket;
         snprintf(msg, msglen, "invalid tenant: the parameter '%s' is given %u times; give it once",
-                 p.n_tenant > 1 ? "tenant" : "db", p.n_tenant > 1 ? p.n_tenant : p.n_db);
+                 name, n);
         return -1;
     }
     if (p.nul) {
         snprintf(msg, msglen,
-                 "invalid tenant: the tenant or db parameter holds a NUL byte (%%00); use "
+                 "invalid tenant: the tenant, db or bucket parameter holds a NUL byte (%%00); use "
                  "1..128 characters of A-Z a-z 0-9 _ - .");
         return -1;
     }
+    /* v2 clients name the tenant in `bucket` as 1.x clients do in `db`: the same
+     * thing twice, so two different names are a mistake to point out, not to pick. */
+    const char *d = p.db && *p.db ? p.db : NULL, *b = p.bucket && *p.bucket ? p.bucket : NULL;
+    if (d && b && strcmp(d, b) != 0) {
+        snprintf(msg, msglen,
+                 "invalid tenant: db '%.128s' and bucket '%.128s' name different tenants; give "
+                 "one of them",
+                 d, b);
+        return -1;
+    }
     *tenant = p.tenant && *p.tenant ? p.tenant : NULL;
-    *db = p.db && *p.db ? p.db : NULL;
+    *db = d ? d : b;
     return 0;
 }
 
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
+{
+    return req_tenant_in(s, c, r, 0);
+}
+
+const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r,
+                          int use_bucket)
 {
     static _Thread_local char tenant_buf[BDB_TENANT_NAME_MAX + 1];
     req_ident id;
     if (req_auth(s, c, &id, r) != 0)
         return NULL;
     const char *tp, *dbp;
-    char perr[200];
-    if (req_tenant_params(c, &tp, &dbp, perr, sizeof perr) != 0) {
+    char perr[400];
+    if (req_tenant_params(c, use_bucket, &tp, &dbp, perr, sizeof perr) != 0) {
         *r = respond_json_error(s, c, 400, perr, 1);
         return NULL;
     }
@@ -183,8 +220,9 @@ const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result 
         /* A registered tenant is protected by its token even where auth is optional. */
         atomic_fetch_add(&s->auth_failures, 1);
         char msg[300];
-        snprintf(msg, sizeof msg, "authorization failed: tenant '%s' is registered; send its token",
-                 t);
+        snprintf(msg, sizeof msg,
+                 "authorization failed%s: tenant '%s' is registered; send its token",
+                 wrong_note(&id), t);
         *r = respond_json_error(s, c, 401, msg, 1);
         return NULL;
     }
@@ -220,14 +258,17 @@ int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r)
     if (bdb_tenants_count(s->tenants) == 0)
         return 0;
     atomic_fetch_add(&s->auth_failures, 1);
-    *r = respond_json_error(s, c, 401,
-                            "authorization failed: missing token (/metrics names the registered "
-                            "tenants: send Authorization: Token <admin token>)",
-                            0);
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "authorization failed: %s (/metrics names the registered tenants: send "
+             "Authorization: Token <admin token>)",
+             id.bad_token ? "wrong token" : "missing token");
+    *r = respond_json_error(s, c, 401, msg, 0);
     return -1;
 }
 
-int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT_NAME_MAX + 1])
+int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, int use_bucket,
+                    char out[BDB_TENANT_NAME_MAX + 1])
 {
     req_ident id;
     if (auth_ident(s, c, &id) != 0)
@@ -237,8 +278,8 @@ int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, char out[BDB_TENANT
         return 0;
     }
     const char *tp, *dbp;
-    char perr[200];
-    if (req_tenant_params(c, &tp, &dbp, perr, sizeof perr) != 0)
+    char perr[400];
+    if (req_tenant_params(c, use_bucket, &tp, &dbp, perr, sizeof perr) != 0)
         return -1;
     const char *t = tp ? tp : dbp;
     if (!t)

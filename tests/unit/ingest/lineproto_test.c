@@ -962,6 +962,133 @@ static void test_random_round_trips(void **state)
     }
 }
 
+/* ---- issue 19, item 6: conformance with influxd 1.6 ---- */
+
+/* A NUL inside a string was stored cut at the NUL with 204: refused whole now. */
+static void test_nul_in_string_refused(void **state)
+{
+    (void)state;
+    static const char line[] = "m,device=d1 state=\"a\0b\" 1";
+    bdb_lp_point pt;
+    int rc = bdb_lp_parse_line(P, line, sizeof line - 1, BDB_LP_MS, &pt, ERR, sizeof ERR);
+    assert_int_equal(rc, BDB_ERR_INVALID);
+    assert_non_null(strstr(ERR, "NUL byte at offset 1 (field \"state\")"));
+    /* a string without one is untouched */
+    assert_int_equal(parse("m,device=d1 state=\"ab\" 1", &pt), 1);
+    assert_str(pt.fields[0].str, "ab");
+}
+
+/* InfluxDB refuses `time` as a tag or a field key; other spellings are ordinary keys. */
+static void test_time_key_refused(void **state)
+{
+    (void)state;
+    expect_error("m,device=d1 time=1 5", BDB_ERR_INVALID, "invalid field key \"time\"", NULL);
+    expect_error("m,device=d1 a=1,time=2i 5", BDB_ERR_INVALID, "invalid field key \"time\"", NULL);
+    expect_error("m,time=x,device=d1 a=1 5", BDB_ERR_INVALID, "invalid tag key \"time\"", NULL);
+    bdb_lp_point pt;
+    assert_int_equal(parse("m,Time=x,times=y timex=1,tim=2 5", &pt), 1);
+    assert_int_equal(pt.ntags, 2);
+    assert_int_equal(pt.nfields, 2);
+}
+
+struct split {
+    size_t n;
+    int rc[8];
+    size_t lineno[8];
+    char text[8][64];
+};
+
+static void split_body(const char *body, struct split *sp)
+{
+    size_t pos = 0, len = strlen(body), lineno, n;
+    const char *line;
+    bdb_lp_point pt;
+    int rc;
+    memset(sp, 0, sizeof *sp);
+    while (bdb_lp_next_point(P, body, len, &pos, BDB_LP_MS, &pt, &line, &n, &lineno, &rc, ERR,
+                             sizeof ERR)) {
+        assert_true(sp->n < 8);
+        sp->rc[sp->n] = rc;
+        sp->lineno[sp->n] = lineno;
+        snprintf(sp->text[sp->n], sizeof sp->text[0], "%.*s", (int)n, line);
+        sp->n++;
+    }
+}
+
+/* A newline inside a quoted string is part of the string: the text inside the quotes
+ * was parsed as a line of its own and stored (with a 400 for the rest). */
+static void test_newline_inside_string(void **state)
+{
+    (void)state;
+    struct split sp;
+    split_body("m,device=d1 state=\"a\nm,device=d1 f=2 T\nb\" 1\nm,device=d2 f=3 2\n", &sp);
+    assert_int_equal(sp.n, 2);
+    assert_int_equal(sp.rc[0], 1);
+    assert_string_equal(sp.text[0], "m,device=d1 state=\"a\nm,device=d1 f=2 T\nb\" 1");
+    assert_int_equal(sp.lineno[0], 1);
+    /* line numbers stay physical: the next point starts on line 4 */
+    assert_int_equal(sp.rc[1], 1);
+    assert_int_equal(sp.lineno[1], 4);
+    bdb_lp_point pt;
+    size_t pos = 0, lineno, n;
+    const char *line;
+    int rc;
+    const char *body = "m,device=d1 state=\"x\r\ny\",g=1 7\r\n";
+    assert_int_equal(bdb_lp_next_point(P, body, strlen(body), &pos, BDB_LP_MS, &pt, &line, &n,
+                                       &lineno, &rc, ERR, sizeof ERR),
+                     1);
+    assert_int_equal(rc, 1);
+    assert_str(pt.fields[0].str, "x\r\ny");
+    assert_int_equal(pt.nfields, 2);
+    assert_int_equal(pt.time_ms, 7);
+    /* escaped quotes and backslashes do not end the string; quotes in tags, keys and
+     * after the fields open none */
+    split_body("m,t=\"q f=\"a\\\"\n\\\\\" 1\nm,t=\"q f=1 2\n", &sp);
+    assert_int_equal(sp.n, 2);
+    assert_int_equal(sp.rc[0], 1);
+    assert_int_equal(sp.rc[1], 1);
+    assert_int_equal(sp.lineno[1], 3);
+    /* an unterminated string runs to the end of the body (InfluxDB reads it so): one
+     * bad line, nothing after it stored */
+    split_body("m,device=d1 state=\"open\nm,device=d1 f=2 3\nm,device=d1 f=4 5\n", &sp);
+    assert_int_equal(sp.n, 1);
+    assert_int_equal(sp.rc[0], BDB_ERR_INVALID);
+    /* a line that fails without a string crossing a newline stays one line */
+    split_body("m,device=d1 state=\"ok\",f=oops 1\nm,device=d1 f=2 3\n", &sp);
+    assert_int_equal(sp.n, 2);
+    assert_int_equal(sp.rc[0], BDB_ERR_INVALID);
+    assert_int_equal(sp.rc[1], 1);
+    assert_int_equal(sp.lineno[1], 2);
+}
+
+/* A multi-line string longer than max-line-bytes fails as one line: its inside does
+ * not come back as lines of its own. */
+static void test_newline_inside_long_string(void **state)
+{
+    (void)state;
+    bdb_lp_limits lim;
+    bdb_lp_limits_default(&lim);
+    lim.max_line_len = 40;
+    bdb_lp_parser *q = bdb_lp_parser_new(&lim);
+    assert_non_null(q);
+    const char *body = "m,device=d1 state=\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"
+                       "m,device=d1 f=2 T\nb\" 1\nm,device=d2 f=3 2\n";
+    size_t pos = 0, lineno, n, got = 0;
+    const char *line;
+    bdb_lp_point pt;
+    int rc, rcs[4];
+    while (bdb_lp_next_point(q, body, strlen(body), &pos, BDB_LP_MS, &pt, &line, &n, &lineno, &rc,
+                             ERR, sizeof ERR)) {
+        assert_true(got < 4);
+        rcs[got++] = rc;
+    }
+    assert_int_equal(got, 2);
+    assert_int_equal(rcs[0], BDB_ERR_LIMIT);
+    assert_int_equal(rcs[1], 1);
+    assert_int_equal(lineno, 4);
+    bdb_lp_parser_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -989,6 +1116,10 @@ int main(void)
         cmocka_unit_test(test_numbers_match_strtod),
         cmocka_unit_test(test_random_round_trips),
         cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_nul_in_string_refused),
+        cmocka_unit_test(test_time_key_refused),
+        cmocka_unit_test(test_newline_inside_string),
+        cmocka_unit_test(test_newline_inside_long_string),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

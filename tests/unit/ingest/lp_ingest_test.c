@@ -483,6 +483,27 @@ static void test_bad_line_leaves_no_trace(void **state)
     done(&x);
 }
 
+/* A state over several physical lines is one report with the newlines in its text;
+ * errors after it name the physical line (issue 19, item 6). */
+static void test_multiline_state(void **state)
+{
+    (void)state;
+    struct run x = {0};
+    bdb_lp_map m = default_map();
+    ingest(&x,
+           "pump,device=p1 state=\"a\npump,device=p1 rpm=2 T\nb\" 1700000000000\n"
+           "pump,device=p2 rpm=oops 1700000000000\n",
+           BDB_LP_MS, &m);
+    assert_int_equal(x.res.lines, 2);
+    assert_int_equal(x.res.accepted, 1);
+    assert_int_equal(x.res.rejected, 1);
+    assert_int_equal(x.res.first_bad_line, 4);
+    assert_int_equal(x.r[0].nmetrics, 0);
+    assert_int_equal(x.r[0].state_len, strlen("a\npump,device=p1 rpm=2 T\nb"));
+    assert_memory_equal(x.r[0].state, "a\npump,device=p1 rpm=2 T\nb", x.r[0].state_len);
+    done(&x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_limits_and_long_lines),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_bad_line_leaves_no_trace),
+        cmocka_unit_test(test_multiline_state),
         cmocka_unit_test(test_invalid_utf8_refused),
         cmocka_unit_test(test_long_metric_names),
     };
