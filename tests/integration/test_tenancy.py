@@ -134,13 +134,14 @@ def admin_crud_and_token_shown_once():
         eq(r.status, 403)
         contains(r.json()["error"], "admin token")
         eq(admin(s, "POST", "/tenants/acme/token", token=token).status, 403)
-        # Delete: the token stops working, the data stays.
+        # Delete: the token stops working, the data goes with the tenant
+        # (test_tenant_delete.py).
         write(s, "m,device=d1 v=1 %d" % T0, token)
         eq(admin(s, "DELETE", "/tenants/acme").status, 204)
         eq(admin(s, "GET", "/tenants/acme").status, 404)
         eq(admin(s, "DELETE", "/tenants/acme").status, 404)
         eq(write(s, "m,device=d1 v=2 %d" % T0, token, expect=None).status, 401)
-        eq(count(s, s.token, "d1", tenant="acme"), 1)
+        eq(count(s, s.token, "d1", tenant="acme"), 0)
 
 
 @suite.test

@@ -112,6 +112,14 @@ static int encode(bdb_tenants *r, bdb_buf *b)
             }
     }
     free(v);
+    size_t nd;
+    tdead **dv = tn_sorted_dead(r, &nd);
+    if (!dv)
+        return BDB_ERR_NOMEM;
+    for (size_t i = 0; i < nd; i++)
+        bdb_buf_printf(b, "deleted %s gen=%llu at=%lld\n", dv[i]->name,
+                       (unsigned long long)dv[i]->gen, (long long)dv[i]->at_ms);
+    free(dv);
     bdb_buf_printf(b, "count %zu\n", n);
     uint32_t crc = (uint32_t)crc32(0L, b->data, (uInt)b->len);
     bdb_buf_printf(b, "crc32 %08x\n", crc);
@@ -289,6 +297,21 @@ static int parse_tenant_line(char *line, tentry *e)
                : -1;
 }
 
+/* One "deleted <name> gen=<n> at=<ms>" line (without "deleted "), split in place. */
+static int parse_dead_line(char *line, tdead *d)
+{
+    memset(d, 0, sizeof *d);
+    char *save = NULL;
+    char *name = strtok_r(line, " ", &save);
+    char *g = strtok_r(NULL, " ", &save);
+    char *at = strtok_r(NULL, " ", &save);
+    if (!name || !bdb_tenant_name_valid(name) || !g || strncmp(g, "gen=", 4) || !at ||
+        strncmp(at, "at=", 3) || strtok_r(NULL, " ", &save))
+        return -1;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    return parse_u64(g + 4, &d->gen) || d->gen == 0 || parse_i64(at + 3, &d->at_ms) ? -1 : 0;
+}
+
 int tn_load(bdb_tenants *r, char *err, size_t errlen)
 {
     int fd = open(r->path, O_RDONLY | O_CLOEXEC);
@@ -373,6 +396,20 @@ int tn_load(bdb_tenants *r, char *err, size_t errlen)
             }
             tn_put_entry(r, e);
             n++;
+        } else if (!strncmp(line, "deleted ", 8)) {
+            tdead *d = malloc(sizeof *d);
+            if (!d) {
+                rc = BDB_ERR_NOMEM;
+                goto out;
+            }
+            if (parse_dead_line(line + 8, d) != 0 ||
+                bdb_map_get(r->dead, d->name, strlen(d->name)) ||
+                bdb_map_set(r->dead, d->name, strlen(d->name), d) != BDB_OK) {
+                free(d);
+                snprintf(err, errlen, "%s is damaged: line %d is not a valid deleted-tenant entry",
+                         r->path, lineno);
+                goto out;
+            }
         } else if (!strncmp(line, "count ", 6) && count == (size_t)-1) {
             uint64_t c;
             if (parse_u64(line + 6, &c)) {

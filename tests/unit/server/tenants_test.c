@@ -247,8 +247,8 @@ static void test_crud_and_persistence(void **state)
     assert_string_equal(nl.v[1], "beta");
 
     /* delete: gone, token with it, and still gone after a reopen */
-    assert_int_equal(bdb_tenants_delete(r, "beta"), BDB_OK);
-    assert_int_equal(bdb_tenants_delete(r, "beta"), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_delete(r, "beta", 1000), BDB_OK);
+    assert_int_equal(bdb_tenants_delete(r, "beta", 1000), BDB_ERR_NOTFOUND);
     assert_false(token_owner(r, tok_b, who));
     bdb_tenants_close(r);
     r = open_ok();
@@ -357,7 +357,7 @@ static void test_failed_save_changes_nothing(void **state)
     assert_int_equal(bdb_tenants_update(r, "acme", &p, &t), BDB_ERR_IO);
     assert_int_equal(bdb_tenants_get(r, "acme", &t), BDB_OK);
     assert_int_equal(t.quotas.max_devices, 5);
-    assert_int_equal(bdb_tenants_delete(r, "acme"), BDB_ERR_IO);
+    assert_int_equal(bdb_tenants_delete(r, "acme", 1000), BDB_ERR_IO);
     assert_int_equal(bdb_tenants_count(r), 1);
     assert_true(token_owner(r, tok, who));
     rmdir(tmp);
