@@ -143,8 +143,15 @@ def deleted_data_is_unreachable_and_a_new_tenant_starts_empty():
                 {"from": T0 - 1, "to": T0 + 86400000}, **params))
             eq(r.status, 200, "new data (%r)" % r.body[:300])
             eq([(v[0], v[2]) for v in r.json()["values"]], [(T0 + 10, 5000.0)])
+            eq(r.json()["tenant"], "t1", "the tenant as answers name it")
             r = get(s, "/api/v1/devices", token, **params)
             eq(sorted(d["device"] for d in r.json()["devices"]), sorted([BOTH, NEW]))
+            eq(r.json()["tenant"], "t1")
+            for path, extra in (("/api/v1/state/counts", {}),
+                                ("/api/v1/state/latest", {"device": NEW}),
+                                ("/api/v1/fleet", {"metric": "m.v"})):
+                r = get(s, path, token, **dict(extra, **params))
+                eq((r.status, r.json()["tenant"]), (200, "t1"), path)
         only_new(s.t1new)
         only_new(s.token, tenant="t1")
         eq(get(s, "/api/v1/query", None, device=BOTH, tenant="t1").status, 401)

@@ -98,6 +98,8 @@ void bdb_quota_error_json(bdb_buf *b, const char *msg, const char *tenant, const
 {
     bdb_buf_puts(b, "{\"error\":\"");
     bdb_buf_json_str(b, msg, strlen(msg));
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+    tenant = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(b, "\",\"tenant\":\"");
     bdb_buf_json_str(b, tenant, strlen(tenant));
     bdb_buf_puts(b, "\",\"limit\":\"");

@@ -153,8 +153,10 @@ static int hot_row(void *ctx, const bdb_hot_info *i)
                                    &subs) == BDB_OK;
     if (h->n++)
         bdb_buf_putc(b, ',');
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+    const char *tn = bdb_tenant_key_name(i->tenant, tname);
     bdb_buf_puts(b, "{\"tenant\":\"");
-    bdb_buf_json_str(b, i->tenant, strlen(i->tenant));
+    bdb_buf_json_str(b, tn, strlen(tn));
     bdb_buf_puts(b, "\",\"device\":\"");
     bdb_buf_json_str(b, i->device, strlen(i->device));
     bdb_buf_puts(b, "\",");
@@ -297,8 +299,10 @@ enum MHD_Result h_telemetry_by_tenant(bdb_server *s, struct MHD_Connection *c)
         qsort(rows.v, rows.n, sizeof *rows.v, tbt_cmp);
     bdb_buf b;
     bdb_buf_init(&b);
+    char tname[BDB_TENANT_NAME_MAX + 1];
+    const char *tn = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(&b, "{\"tenant\":\"");
-    bdb_buf_json_str(&b, tenant, strlen(tenant));
+    bdb_buf_json_str(&b, tn, strlen(tn));
     bdb_buf_printf(&b, "\",\"from_ms\":%lld,\"to_ms\":%lld,\"buckets\":[", (long long)from,
                    (long long)to);
     uint64_t total = 0;
