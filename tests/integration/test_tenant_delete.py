@@ -4,8 +4,8 @@ required), a deleted tenant's data must not be readable by anyone, with no token
 with the admin token, on any read API; a tenant created again under the same name
 starts empty and sees only what it writes; both hold across a flush, a clean restart
 and a restart after SIGKILL (WAL replay), and the old data's block files go at the next
-maintenance (embedded engine). Each check fails on a server where deleting a tenant
-only removes it from the registry."""
+maintenance (embedded engine); MQTT messages for the name reach the new tenant. Each
+test fails on a server where deleting a tenant only removes it from the registry."""
 
 import json
 import os
@@ -208,6 +208,35 @@ def deleting_twice_and_anonymous_use_of_a_deleted_name():
         sees_nothing_old(s, None, tenant="t1")
         with open(os.path.join(s.data, "tenants")) as f:
             check(re.search(r"^deleted t1 gen=2 at=\d+$", f.read(), re.M), "tombstone gen 2")
+
+
+@suite.test
+def mqtt_writes_reach_the_new_tenant_only():
+    """MQTT messages name their tenant in the topic, without a token: after a deletion
+    they must land in the name's new generation, where the re-created tenant reads
+    them, never in the deleted one."""
+    from test_mqtt import Broker, wait_connected, wait_for
+    with Broker() as b:
+        with Server(args=["--mqtt-broker", "127.0.0.1:%d" % b.port, "--mqtt-client-id",
+                          "bdbtest-tdel", "--mqtt-topics", "bucketdb/#"]) as s:
+            s.t1new = None
+            s.t1 = create(s, "t1")
+            wait_connected(s, b)
+
+            def has(token, dev, **params):
+                r = get(s, "/api/v1/query", token, device=dev,
+                        **dict({"from": T0 - 1, "to": T0 + 86400000}, **params))
+                return r.status == 200 and r.json()["count"] > 0
+            check(b.publish("bucketdb/t1/%s/telemetry" % OLD, "m v=1 %d" % (T0 * 10**6)),
+                  "publish (old)")
+            wait_for("the old message", lambda: has(s.t1, OLD))
+            eq(admin(s, "DELETE", "/tenants/t1").status, 204)
+            s.t1new = create(s, "t1")
+            check(b.publish("bucketdb/t1/%s/telemetry" % NEW, "m v=2 %d" % (T0 * 10**6)),
+                  "publish (new)")
+            wait_for("the new message", lambda: has(s.t1new, NEW))
+            check(not has(s.t1new, OLD), "the new t1 reads the deleted one's MQTT data")
+            check(not has(s.token, OLD, tenant="t1"), "the admin token reads deleted data")
 
 
 if __name__ == "__main__":
