@@ -152,6 +152,8 @@ def deleted_data_is_unreachable_and_a_new_tenant_starts_empty():
                                 ("/api/v1/fleet", {"metric": "m.v"})):
                 r = get(s, path, token, **dict(extra, **params))
                 eq((r.status, r.json()["tenant"]), (200, "t1"), path)
+            r = get(s, "/api/v1/query", token, device="nosuch", **params)
+            eq((r.status, r.json()["error"]), (404, "device 'nosuch' not found in tenant 't1'"))
         only_new(s.t1new)
         only_new(s.token, tenant="t1")
         eq(get(s, "/api/v1/query", None, device=BOTH, tenant="t1").status, 401)

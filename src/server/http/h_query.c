@@ -223,10 +223,10 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
     if (rc != BDB_OK) {
         bdb_buf_free(&body);
         bdb_buf_free(&cols);
-        char msg[400];
+        char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
         if (rc == BDB_ERR_NOTFOUND) {
             snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", q->device,
-                     q->tenant);
+                     bdb_tenant_key_name(q->tenant, tname));
             return respond_json_error(s, c, 404, msg, 0);
         }
         snprintf(msg, sizeof msg, "query failed: %s", bdb_strerror(rc));
@@ -378,8 +378,9 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     atomic_fetch_add(&s->queries, 1);
     if (rc == BDB_ERR_NOTFOUND) {
         bdb_buf_free(&body);
-        char msg[400];
-        snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", device, tenant);
+        char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
+        snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", device,
+                 bdb_tenant_key_name(tenant, tname));
         return respond_json_error(s, c, 404, msg, 0);
     }
     if (rc == BDB_ERR_LIMIT) {

@@ -82,8 +82,9 @@ static enum MHD_Result latest(bdb_server *s, struct MHD_Connection *c, const cha
     int rc = bdb_db_latest(s->db, tenant, device, latest_cb, &b);
     enum MHD_Result res;
     if (rc == BDB_ERR_NOTFOUND) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "device '%.200s' has no report in tenant '%s'", device, tenant);
+        char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
+        snprintf(msg, sizeof msg, "device '%.200s' has no report in tenant '%s'", device,
+                 bdb_tenant_key_name(tenant, tname));
         res = respond_json_error(s, c, 404, msg, 0);
     } else if (rc != BDB_OK) {
         res = respond_json_error(s, c, 500, bdb_strerror(rc), 0);
