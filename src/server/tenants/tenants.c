@@ -354,47 +354,47 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms)
     pthread_mutex_lock(&r->save_mu);
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_name, name, strlen(name));
-    if (!e) {
+    tdead *d = e ? bdb_map_get(r->dead, name, strlen(name)) : NULL;
+    if (e && !d) { /* generation 0 until the file says otherwise: the same as none */
+        snprintf(fresh->name, sizeof fresh->name, "%s", name);
+        if (bdb_map_set(r->dead, fresh->name, strlen(fresh->name), fresh) == BDB_OK)
+            d = fresh, fresh = NULL;
+    }
+    if (!e || !d) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         free(fresh);
-        return BDB_ERR_NOTFOUND;
+        return e ? BDB_ERR_NOMEM : BDB_ERR_NOTFOUND;
     }
-    /* The tenant goes and its name's generation moves on in one file write, so no
-     * crash can leave the tenant gone with its data still reachable under the name. */
-    tdead *d = bdb_map_get(r->dead, e->info.name, strlen(e->info.name));
-    tdead old = {0};
-    if (d) {
-        old = *d;
-        free(fresh);
-    } else if (bdb_map_set(r->dead, e->info.name, strlen(e->info.name), fresh) != BDB_OK) {
-        pthread_mutex_unlock(&r->mu);
-        pthread_mutex_unlock(&r->save_mu);
-        free(fresh);
-        return BDB_ERR_NOMEM;
-    } else {
-        d = fresh;
-        snprintf(d->name, sizeof d->name, "%s", e->info.name);
-    }
+    /* The file is written with the tenant gone and its name's generation moved on, in
+     * one atomic write; requests see the change only once it is durable, so none can
+     * write under the new generation a deletion that then fails would leave behind. */
+    bdb_buf b;
+    bdb_buf_init(&b);
+    const tdead before = *d;
+    e->leaving = 1;
     d->gen++;
     d->at_ms = now_ms;
-    tn_drop_entry(r, e);
+    int rc = tn_encode(r, &b);
+    *d = before;
+    e->leaving = 0;
     pthread_mutex_unlock(&r->mu);
-    int rc = tn_persist(r);
+    if (rc == BDB_OK)
+        rc = tn_write(r, &b);
+    bdb_buf_free(&b);
     pthread_mutex_lock(&r->mu);
-    if (rc != BDB_OK) {
-        tn_put_entry(r, e);
-        if (old.gen) {
-            *d = old;
-        } else {
-            bdb_map_del(r->dead, d->name, strlen(d->name));
-            free(d);
-        }
-    } else {
-        free(e);
+    if (rc == BDB_OK) {
+        tn_drop_entry(r, e);
+        d->gen++;
+        d->at_ms = now_ms;
+    } else if (d->gen == 0) {
+        bdb_map_del(r->dead, d->name, strlen(d->name));
+        free(d);
     }
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&r->save_mu);
+    if (rc == BDB_OK)
+        free(e);
     return rc;
 }
 

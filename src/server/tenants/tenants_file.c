@@ -83,15 +83,18 @@ int bdb_tenant_hot_valid(const bdb_tenant_hot *h)
            (h->sample == 0 || h->sample >= 0.000001);
 }
 
-/* Encodes the registry; caller holds mu. */
-static int encode(bdb_tenants *r, bdb_buf *b)
+int tn_encode(bdb_tenants *r, bdb_buf *b)
 {
     size_t n;
     tentry **v = tn_sorted_entries(r, &n);
     if (!v)
         return BDB_ERR_NOMEM;
     bdb_buf_printf(b, "%s %d\n", REG_MAGIC, REG_VERSION);
+    size_t written = 0;
     for (size_t i = 0; i < n; i++) {
+        if (v[i]->leaving)
+            continue;
+        written++;
         const bdb_tenant_info *t = &v[i]->info;
         char hx[2 * BDB_HASH_BYTES + 1];
         tn_to_hex(v[i]->hash, BDB_HASH_BYTES, hx);
@@ -117,17 +120,18 @@ static int encode(bdb_tenants *r, bdb_buf *b)
     if (!dv)
         return BDB_ERR_NOMEM;
     for (size_t i = 0; i < nd; i++)
-        bdb_buf_printf(b, "deleted %s gen=%llu at=%lld\n", dv[i]->name,
-                       (unsigned long long)dv[i]->gen, (long long)dv[i]->at_ms);
+        if (dv[i]->gen) /* 0: made by a deletion still being written */
+            bdb_buf_printf(b, "deleted %s gen=%llu at=%lld\n", dv[i]->name,
+                           (unsigned long long)dv[i]->gen, (long long)dv[i]->at_ms);
     free(dv);
-    bdb_buf_printf(b, "count %zu\n", n);
+    bdb_buf_printf(b, "count %zu\n", written);
     uint32_t crc = (uint32_t)crc32(0L, b->data, (uInt)b->len);
     bdb_buf_printf(b, "crc32 %08x\n", crc);
     return BDB_OK;
 }
 
 /* temp file (0600), write, fsync, rename, fsync the directory */
-static int write_file(bdb_tenants *r, const bdb_buf *b)
+int tn_write(bdb_tenants *r, const bdb_buf *b)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
@@ -174,10 +178,10 @@ int tn_persist(bdb_tenants *r)
     bdb_buf b;
     bdb_buf_init(&b);
     pthread_mutex_lock(&r->mu);
-    int rc = encode(r, &b);
+    int rc = tn_encode(r, &b);
     pthread_mutex_unlock(&r->mu);
     if (rc == BDB_OK)
-        rc = write_file(r, &b);
+        rc = tn_write(r, &b);
     bdb_buf_free(&b);
     return rc;
 }

@@ -119,12 +119,13 @@ int bdb_tenants_deleted(bdb_tenants *r, const char *name, uint64_t *gen, int64_t
 {
     pthread_mutex_lock(&r->mu);
     tdead *d = bdb_map_get(r->dead, name, strlen(name));
-    if (d) {
+    int dead = d && d->gen; /* 0: a deletion being written, not durable yet */
+    if (dead) {
         *gen = d->gen;
         *at_ms = d->at_ms;
     }
     pthread_mutex_unlock(&r->mu);
-    return d != NULL;
+    return dead;
 }
 
 const char *bdb_tenant_key_name(const char *key, char out[BDB_TENANT_NAME_MAX + 1])

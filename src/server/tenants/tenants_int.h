@@ -30,6 +30,7 @@ typedef struct tentry {
     bdb_tenant_info info;
     uint8_t hash[BDB_HASH_BYTES];
     bdb_tbucket tb;
+    int leaving; /* its deletion is being written: left out of the file encoded */
 } tentry;
 
 struct bdb_tenants {
@@ -64,6 +65,10 @@ int tn_tier_retention_valid(const int64_t v[3]);
 /* Writes the registry to <dir>/tenants (temporary name, fsync, rename, directory
  * fsync); caller holds save_mu, not mu. BDB_OK, BDB_ERR_IO, BDB_ERR_NOSPACE. */
 int tn_persist(bdb_tenants *r);
+/* The two steps of tn_persist: encode (caller holds mu) and write (caller holds
+ * save_mu, not mu), for a change that must not be seen before it is durable. */
+int tn_encode(bdb_tenants *r, bdb_buf *b);
+int tn_write(bdb_tenants *r, const bdb_buf *b);
 /* Reads <dir>/tenants into the maps (a missing file is an empty registry); err says
  * what is wrong with a damaged one (BDB_ERR_CORRUPT). */
 int tn_load(bdb_tenants *r, char *err, size_t errlen);

@@ -409,6 +409,27 @@ static void test_deleted_names(void **state)
     assert_int_equal(bdb_tenants_count_ingest(r, "acme@1", 5), 1); /* per-request calls */
     assert_string_equal(bdb_tenant_key_name("acme@1", nm), "acme");
     assert_string_equal(bdb_tenant_key_name("acme", nm), "acme");
+    /* a deletion that cannot be written changes nothing: same generation, same key */
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp", regpath);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(bdb_tenants_delete(r, "acme", 999), BDB_ERR_IO);
+    assert_true(bdb_tenants_deleted(r, "acme", &gen, &at));
+    assert_int_equal(gen, 1);
+    assert_int_equal(at, 777);
+    assert_int_equal(bdb_tenants_storage_key(r, "acme", key, sizeof key), BDB_OK);
+    assert_string_equal(key, "acme@1");
+    assert_int_equal(bdb_tenants_get(r, "acme", &t), BDB_OK);
+    assert_int_equal(bdb_tenants_create(r, "gamma", &q, 0, 3, tok), BDB_ERR_IO);
+    assert_int_equal(bdb_tenants_delete(r, "gamma", 999), BDB_ERR_NOTFOUND);
+    rmdir(tmp);
+    assert_int_equal(bdb_tenants_create(r, "gamma", &q, 0, 3, tok), BDB_OK);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(bdb_tenants_delete(r, "gamma", 999), BDB_ERR_IO);
+    assert_false(bdb_tenants_deleted(r, "gamma", &gen, &at)); /* no generation 0 left */
+    assert_false(bdb_tenants_key_deleted(r, "gamma"));
+    rmdir(tmp);
+    assert_int_equal(bdb_tenants_undo_create(r, "gamma"), BDB_OK);
     /* a second deletion: both older generations are deleted, across a reopen */
     assert_int_equal(bdb_tenants_delete(r, "acme", 888), BDB_OK);
     bdb_tenants_close(r);
