@@ -395,6 +395,7 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms)
     pthread_mutex_unlock(&r->save_mu);
     if (rc == BDB_OK)
         free(e);
+    free(fresh); /* not needed: the name had been deleted before */
     return rc;
 }
 
