@@ -135,7 +135,8 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
 /* Removes the tenant and, in the same file write, starts a new generation of its
  * name (tenants_gen.c): from then on the name's storage key is a fresh one, and every
  * older key counts as deleted (bdb_tenants_key_deleted). now_ms: wall clock, kept as
- * the deletion time. Errors: BDB_ERR_NOTFOUND, BDB_ERR_IO (nothing changed). */
+ * the deletion time. Requests see the change once the file is durable. Errors:
+ * BDB_ERR_NOTFOUND, BDB_ERR_NOMEM, BDB_ERR_IO (nothing changed). */
 int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms);
 
 /* Takes back a create that could not be completed (the caller failed right after
