@@ -261,7 +261,9 @@ int cmd_tenant(int argc, char **argv)
     if (rc == BDB_EXIT_OK && (is_create || !strcmp(verb, "rotate-token")))
         fprintf(stderr, "bucketdb tenant: the token above is shown only once; store it now\n");
     if (rc == BDB_EXIT_OK && !strcmp(verb, "delete"))
-        printf("tenant '%s' deleted (its data stays; its token no longer works)\n", name);
+        printf("tenant '%s' deleted (its data can no longer be read; its token no longer "
+               "works)\n",
+               name);
     bdb_buf_free(&path);
     bdb_buf_free(&body);
     return rc;

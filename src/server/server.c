@@ -554,17 +554,27 @@ int bdb_server_check_listen(const bdb_config *cfg, char *err, size_t errlen)
     return BDB_OK;
 }
 
+/* The TTL given to a deleted tenant's data (a generation of its name older than the
+ * current one, tenants_gen.c): 1 ms, so retention treats all of it (but what is
+ * dated in the future, until then) as expired: reads skip it and maintenance deletes
+ * or rewrites away its blocks and tier windows, the same way as any expired data. */
+#define DELETED_TTL_MS 1
+
 /* A tenant's own raw-data TTL for the engine (db.h tenant_retention): 0 when it has
  * none or is not registered, which means the server's retention_ms. */
 static int64_t tenant_ttl(void *ctx, const char *tenant)
 {
     bdb_tenant_info ti;
+    if (bdb_tenants_key_deleted(ctx, tenant))
+        return DELETED_TTL_MS;
     return bdb_tenants_get(ctx, tenant, &ti) == BDB_OK ? ti.retention_ms : 0;
 }
 
 /* A tenant's own rollup tier TTL (db_tier.h retention hook), else the server's. */
 static int64_t tenant_tier_ttl(void *ctx, const char *tenant, enum bdb_res res, int64_t dflt)
 {
+    if (bdb_tenants_key_deleted(ctx, tenant))
+        return DELETED_TTL_MS;
     return bdb_tenants_tier_retention(ctx, tenant, (int)res - 1, dflt);
 }
 

@@ -177,7 +177,10 @@ int req_is_admin(bdb_server *s, struct MHD_Connection *c);
  * token where the admin token is needed) or 403 (a tenant token) queued. */
 int metrics_gate(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);
 /* Tenant of the request after authentication and the isolation check (a tenant token
- * naming another tenant gets 403); NULL if a response was queued. The pointer stays
+ * naming another tenant gets 403), as its storage key (bdb_tenants_storage_key: the
+ * name, or "<name>@<n>" once a tenant of that name was deleted), which is what the
+ * engine and the registry's per-request functions take; NULL if a response was
+ * queued. The pointer stays
  * valid until the next call on the same thread (handlers run on their connection's
  * thread). */
 const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r);

@@ -98,6 +98,8 @@ void bdb_quota_error_json(bdb_buf *b, const char *msg, const char *tenant, const
 {
     bdb_buf_puts(b, "{\"error\":\"");
     bdb_buf_json_str(b, msg, strlen(msg));
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+    tenant = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(b, "\",\"tenant\":\"");
     bdb_buf_json_str(b, tenant, strlen(tenant));
     bdb_buf_puts(b, "\",\"limit\":\"");
@@ -132,11 +134,13 @@ int bdb_quota_storage_admit(bdb_tenants *reg, bdb_db *db, const bdb_usage_opts *
 void bdb_quota_storage_error(bdb_buf *b, char *msg, size_t msglen, const char *tenant,
                              uint64_t limit, uint64_t usage)
 {
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
     snprintf(msg, msglen,
              "storage quota exceeded: tenant '%s' may store %llu bytes (storage_bytes) and "
              "stores %llu; nothing of this request was written; space frees when retention "
              "drops old data or the quota is raised",
-             tenant, (unsigned long long)limit, (unsigned long long)usage);
+             bdb_tenant_key_name(tenant, tname), (unsigned long long)limit,
+             (unsigned long long)usage);
     bdb_quota_error_json(b, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_STORAGE), limit,
                          BDB_QUOTA_STORAGE_RETRY_S);
     /* one more field: what the tenant stores now */

@@ -4,7 +4,7 @@
  *   GET    /api/v1/admin/tenants                  list
  *   GET    /api/v1/admin/tenants/<name>           show
  *   PATCH  /api/v1/admin/tenants/<name>           change quotas / retention
- *   DELETE /api/v1/admin/tenants/<name>           remove from the registry (data stays)
+ *   DELETE /api/v1/admin/tenants/<name>           delete the tenant and its data
  *   POST   /api/v1/admin/tenants/<name>/token     rotate -> 200 {"name","token",...}
  *
  * A token appears in a response only when it is made (create, rotate); the registry
@@ -25,11 +25,13 @@
 static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, const char *token)
 {
     uint64_t devices = 0, fresh = 0;
-    bdb_db_tenant_usage(s->db, t->name, NULL, &devices, &fresh);
+    char key[BDB_TENANT_KEY_MAX + 1]; /* the engine knows the tenant by it */
+    bdb_tenants_storage_key(s->tenants, t->name, key, sizeof key);
+    bdb_db_tenant_usage(s->db, key, NULL, &devices, &fresh);
     bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
     bdb_db_usage_start(s->db, &uo);
     bdb_storage_usage su;
-    bdb_db_tenant_storage(s->db, t->name, &su);
+    bdb_db_tenant_storage(s->db, key, &su);
     char created[40], rotated[40];
     bdb_format_time_ms(t->created_ms, created, sizeof created);
     bdb_format_time_ms(t->token_rotated_ms, rotated, sizeof rotated);
@@ -384,7 +386,7 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
         memcpy(hp.has_tier_retention, p.has_tier_retention, sizeof hp.has_tier_retention);
         memcpy(hp.tier_retention_ms, p.tier_retention_ms, sizeof hp.tier_retention_ms);
         if ((rc = bdb_tenants_update(s->tenants, nm, &hp, NULL)) != BDB_OK) {
-            bdb_tenants_delete(s->tenants, nm); /* all or nothing */
+            bdb_tenants_undo_create(s->tenants, nm); /* all or nothing */
             OPENSSL_cleanse(token, sizeof token);
             return registry_error(s, c, rc, nm);
         }
@@ -438,10 +440,12 @@ static enum MHD_Result one_tenant(bdb_server *s, struct MHD_Connection *c, const
         return rc == BDB_OK ? send_tenant(s, c, 200, &t, NULL) : registry_error(s, c, rc, name);
     }
     if (!strcmp(method, "DELETE")) {
-        rc = bdb_tenants_delete(s->tenants, name);
+        rc = bdb_tenants_delete(s->tenants, name, bdb_now_ms());
         if (rc != BDB_OK)
             return registry_error(s, c, rc, name);
-        BDB_INFO("tenant '%s' deleted from the registry (its data stays)", name);
+        BDB_INFO("tenant '%s' deleted: its data is unreachable now and goes at the next "
+                 "maintenance (docs/TENANCY.md#deleting-a-tenant)",
+                 name);
         return respond(s, c, 204, NULL, "", 0);
     }
     if (!strcmp(method, "PATCH")) {

@@ -147,8 +147,10 @@ static enum MHD_Result fleet(bdb_server *s, struct MHD_Connection *c, const char
     if (csv) {
         bdb_buf_puts(&b, "time,devices,readings,min,max,avg,stddev,sum\n");
     } else {
+        char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+        const char *tn = bdb_tenant_key_name(tenant, tname);
         bdb_buf_puts(&b, "{\"tenant\":");
-        json_str(&b, tenant, strlen(tenant));
+        json_str(&b, tn, strlen(tn));
         bdb_buf_puts(&b, ",\"metric\":");
         json_str(&b, metric, strlen(metric));
         bdb_buf_printf(&b,

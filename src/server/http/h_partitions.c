@@ -113,6 +113,7 @@ int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const
     int64_t retry = (v.retry_after_ms + 999) / 1000;
     if (retry < 1)
         retry = 1;
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
     /* on the heap: a device name may be as long as max_key_bytes allows */
     bdb_buf msg;
     bdb_buf_init(&msg);
@@ -120,7 +121,8 @@ int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const
                    "hot partition rate limit: device '%.*s' of tenant '%s' is hot and may send "
                    "%llu reports per minute while hot; this request holds %zu of its reports, "
                    "more than remain of this minute's allowance; nothing of it was written",
-                   (int)v.device_len, v.device, tenant, (unsigned long long)v.limit, v.rejected);
+                   (int)v.device_len, v.device, bdb_tenant_key_name(tenant, tname),
+                   (unsigned long long)v.limit, v.rejected);
     bdb_buf_putc(&msg, '\0');
     *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, v.device, v.device_len,
                               "hot_rate_limit", v.limit, v.rejected);
@@ -147,14 +149,20 @@ static int hot_row(void *ctx, const bdb_hot_info *i)
 {
     struct hot_out *h = ctx;
     bdb_buf *b = h->b;
+    /* A deleted tenant's devices stay in the detector until they go quiet; listed, they
+     * would show under the name of the tenant that has it now. */
+    if (bdb_tenants_key_deleted(h->s->tenants, i->tenant))
+        return 0;
     int64_t bs = 0, be = 0;
     uint32_t subs = 1;
     int have = bdb_db_partition_at(h->s->db, i->tenant, i->device, i->last_event_ms, &bs, &be,
                                    &subs) == BDB_OK;
     if (h->n++)
         bdb_buf_putc(b, ',');
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+    const char *tn = bdb_tenant_key_name(i->tenant, tname);
     bdb_buf_puts(b, "{\"tenant\":\"");
-    bdb_buf_json_str(b, i->tenant, strlen(i->tenant));
+    bdb_buf_json_str(b, tn, strlen(tn));
     bdb_buf_puts(b, "\",\"device\":\"");
     bdb_buf_json_str(b, i->device, strlen(i->device));
     bdb_buf_puts(b, "\",");
@@ -297,8 +305,10 @@ enum MHD_Result h_telemetry_by_tenant(bdb_server *s, struct MHD_Connection *c)
         qsort(rows.v, rows.n, sizeof *rows.v, tbt_cmp);
     bdb_buf b;
     bdb_buf_init(&b);
+    char tname[BDB_TENANT_NAME_MAX + 1];
+    const char *tn = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(&b, "{\"tenant\":\"");
-    bdb_buf_json_str(&b, tenant, strlen(tenant));
+    bdb_buf_json_str(&b, tn, strlen(tn));
     bdb_buf_printf(&b, "\",\"from_ms\":%lld,\"to_ms\":%lld,\"buckets\":[", (long long)from,
                    (long long)to);
     uint64_t total = 0;
@@ -397,7 +407,8 @@ struct hm_ctx {
 static void hm_cb(void *ctx, const bdb_hot_tenant_stats *st)
 {
     struct hm_ctx *h = ctx;
-    const char *label = st->tenant;
+    char tname[BDB_TENANT_NAME_MAX + 1];
+    const char *label = bdb_tenant_key_name(st->tenant, tname); /* a name, not a key */
     if (bdb_tenants_get(h->s->tenants, st->tenant, &(bdb_tenant_info){0}) != BDB_OK)
         label = "(other)";
     size_t i = 0;

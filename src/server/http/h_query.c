@@ -223,10 +223,10 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
     if (rc != BDB_OK) {
         bdb_buf_free(&body);
         bdb_buf_free(&cols);
-        char msg[400];
+        char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
         if (rc == BDB_ERR_NOTFOUND) {
             snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", q->device,
-                     q->tenant);
+                     bdb_tenant_key_name(q->tenant, tname));
             return respond_json_error(s, c, 404, msg, 0);
         }
         snprintf(msg, sizeof msg, "query failed: %s", bdb_strerror(rc));
@@ -252,8 +252,10 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
     }
     bdb_buf full;
     bdb_buf_init(&full);
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+    const char *tn = bdb_tenant_key_name(q->tenant, tname);
     bdb_buf_puts(&full, "{\"tenant\":\"");
-    bdb_buf_json_str(&full, q->tenant, strlen(q->tenant));
+    bdb_buf_json_str(&full, tn, strlen(tn));
     bdb_buf_puts(&full, "\",\"device\":\"");
     bdb_buf_json_str(&full, q->device, strlen(q->device));
     bdb_buf_printf(&full,
@@ -376,8 +378,9 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     atomic_fetch_add(&s->queries, 1);
     if (rc == BDB_ERR_NOTFOUND) {
         bdb_buf_free(&body);
-        char msg[400];
-        snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", device, tenant);
+        char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
+        snprintf(msg, sizeof msg, "device '%.200s' not found in tenant '%s'", device,
+                 bdb_tenant_key_name(tenant, tname));
         return respond_json_error(s, c, 404, msg, 0);
     }
     if (rc == BDB_ERR_LIMIT) {
@@ -413,8 +416,10 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
      * query never sends a half response. */
     bdb_buf full;
     bdb_buf_init(&full);
+    char tname[BDB_TENANT_NAME_MAX + 1];
+    const char *tn = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(&full, "{\"tenant\":\"");
-    bdb_buf_json_str(&full, tenant, strlen(tenant));
+    bdb_buf_json_str(&full, tn, strlen(tn));
     bdb_buf_puts(&full, "\",\"device\":\"");
     bdb_buf_json_str(&full, device, strlen(device));
     bdb_buf_printf(
@@ -592,8 +597,10 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
         bdb_buf_free(&rows);
         return respond_json_error(s, c, 503, "out of memory listing the devices", 1);
     }
+    char tname[BDB_TENANT_NAME_MAX + 1];
+    const char *tn = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(&b, "{\"tenant\":\"");
-    bdb_buf_json_str(&b, tenant, strlen(tenant));
+    bdb_buf_json_str(&b, tn, strlen(tn));
     bdb_buf_puts(&b, "\",\"devices\":[");
     bdb_buf_append(&b, rows.data, rows.len);
     bdb_buf_printf(&b, "],\"count\":%zu,\"total\":%llu,\"next_cursor\":", p.n,
@@ -773,8 +780,10 @@ enum MHD_Result h_late(bdb_server *s, struct MHD_Connection *c)
     bdb_buf b;
     bdb_buf_init(&b);
     l.b = &b;
+    char tname[BDB_TENANT_NAME_MAX + 1];
+    const char *tn = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(&b, "{\"tenant\":\"");
-    bdb_buf_json_str(&b, tenant, strlen(tenant));
+    bdb_buf_json_str(&b, tn, strlen(tn));
     bdb_buf_printf(&b,
                    "\",\"threshold_ms\":%lld,\"late_events_total\":%llu,"
                    "\"recompute_pending\":%llu,\"events\":[",

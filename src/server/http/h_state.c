@@ -33,8 +33,9 @@ static void json_num(bdb_buf *b, double v)
 static int latest_cb(void *ctx, const bdb_latest *l)
 {
     bdb_buf *b = ctx;
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
     bdb_buf_puts(b, "{\"tenant\":");
-    json_str(b, l->tenant);
+    json_str(b, bdb_tenant_key_name(l->tenant, tname));
     bdb_buf_puts(b, ",\"device\":");
     json_str(b, l->device);
     bdb_buf_printf(b, ",\"time\":%lld,\"state\":", (long long)l->event_ts);
@@ -81,8 +82,9 @@ static enum MHD_Result latest(bdb_server *s, struct MHD_Connection *c, const cha
     int rc = bdb_db_latest(s->db, tenant, device, latest_cb, &b);
     enum MHD_Result res;
     if (rc == BDB_ERR_NOTFOUND) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "device '%.200s' has no report in tenant '%s'", device, tenant);
+        char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
+        snprintf(msg, sizeof msg, "device '%.200s' has no report in tenant '%s'", device,
+                 bdb_tenant_key_name(tenant, tname));
         res = respond_json_error(s, c, 404, msg, 0);
     } else if (rc != BDB_OK) {
         res = respond_json_error(s, c, 500, bdb_strerror(rc), 0);
@@ -147,8 +149,9 @@ static enum MHD_Result devices(bdb_server *s, struct MHD_Connection *c, const ch
         res = respond_json_error(s, c, 500, bdb_strerror(rc), 0);
         goto out;
     }
+    char tname[BDB_TENANT_NAME_MAX + 1];
     bdb_buf_puts(&b, "{\"tenant\":");
-    json_str(&b, tenant);
+    json_str(&b, bdb_tenant_key_name(tenant, tname));
     bdb_buf_puts(&b, ",\"state\":");
     json_str(&b, state);
     bdb_buf_printf(&b, ",\"total\":%llu,\"count\":%zu,\"devices\":[", (unsigned long long)total,
@@ -189,8 +192,9 @@ static enum MHD_Result counts(bdb_server *s, struct MHD_Connection *c, const cha
 {
     bdb_buf b;
     bdb_buf_init(&b);
+    char tname[BDB_TENANT_NAME_MAX + 1];
     bdb_buf_puts(&b, "{\"tenant\":");
-    json_str(&b, tenant);
+    json_str(&b, bdb_tenant_key_name(tenant, tname));
     bdb_buf_puts(&b, ",\"states\":{");
     struct counts_out o = {&b, 0, 0};
     uint64_t none = 0;

@@ -300,7 +300,9 @@ static int storage_cb(void *ctx, const bdb_tenant_info *t)
 {
     struct storage_ctx *sc = ctx;
     bdb_storage_usage su;
-    bdb_db_tenant_storage(sc->s->db, t->name, &su);
+    char key[BDB_TENANT_KEY_MAX + 1];
+    bdb_tenants_storage_key(sc->s->tenants, t->name, key, sizeof key);
+    bdb_db_tenant_storage(sc->s->db, key, &su);
     bdb_buf_printf(sc->b, "bucketdb_tenant_storage_bytes{tenant=\"%s\"} %llu\n", t->name,
                    (unsigned long long)su.bytes);
     return 0;

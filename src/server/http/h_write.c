@@ -133,12 +133,12 @@ int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, cons
 {
     uint64_t max, have, fresh;
     if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) != 0) {
-        char msg[512];
+        char msg[512], tname[BDB_TENANT_NAME_MAX + 1];
         snprintf(msg, sizeof msg,
                  "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
                  "this request would add %llu; nothing of it was written",
-                 tenant, (unsigned long long)max, (unsigned long long)have,
-                 (unsigned long long)fresh);
+                 bdb_tenant_key_name(tenant, tname), (unsigned long long)max,
+                 (unsigned long long)have, (unsigned long long)fresh);
         bdb_buf out;
         bdb_buf_init(&out);
         /* Waiting does not free a device; the Retry-After only paces retries. */
@@ -160,14 +160,15 @@ static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenan
     int v = bdb_tenants_admit(s->tenants, tenant, cost, bdb_monotonic_ms(), &retry, &value);
     if (v > 0)
         return 0;
-    char msg[512];
+    char msg[512], tname[BDB_TENANT_NAME_MAX + 1];
+    const char *tn = bdb_tenant_key_name(tenant, tname); /* the name, not its storage key */
     bdb_buf out;
     bdb_buf_init(&out);
     if (v == 0) {
         snprintf(msg, sizeof msg,
                  "quota exceeded: tenant '%s' may write %llu samples per second; this request "
                  "of %llu samples can be accepted in %lld s; nothing of it was written",
-                 tenant, (unsigned long long)value, (unsigned long long)cost, (long long)retry);
+                 tn, (unsigned long long)value, (unsigned long long)cost, (long long)retry);
         bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_RATE), value, retry);
         *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
     } else {
@@ -175,7 +176,7 @@ static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenan
                  "request too large for the quota: tenant '%s' has a burst of %llu samples and "
                  "this request holds %llu; split it into smaller requests; nothing of it was "
                  "written",
-                 tenant, (unsigned long long)value, (unsigned long long)cost);
+                 tn, (unsigned long long)value, (unsigned long long)cost);
         bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_BURST), value, -1);
         *r = respond_retry_error(s, c, 413, 0, msg, out.data, out.len);
     }
@@ -218,13 +219,14 @@ static int device_rate_check(bdb_server *s, struct MHD_Connection *c, const char
     atomic_fetch_add(&s->device_rate_rejections, 1);
     if (v < 0)
         retry = 1; /* more reports than one second allows: only pacing helps */
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
     /* on the heap: a device name may be as long as max_key_bytes allows */
     bdb_buf msg;
     bdb_buf_init(&msg);
     bdb_buf_printf(&msg,
                    "device rate limit exceeded: device '%.*s' of tenant '%s' may send %u reports "
                    "per second; this request holds %u of its reports; nothing of it was written",
-                   (int)dlen, dev, tenant, limit, value);
+                   (int)dlen, dev, bdb_tenant_key_name(tenant, tname), limit, value);
     bdb_buf_putc(&msg, '\0');
     *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, dev, dlen, "max_rps",
                               limit, value);

@@ -74,6 +74,8 @@ enum MHD_Result respond_device_limit(bdb_server *s, struct MHD_Connection *c, in
     bdb_buf_init(&out);
     bdb_buf_puts(&out, "{\"error\":\"");
     bdb_buf_json_str(&out, msg, strlen(msg));
+    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
+    tenant = bdb_tenant_key_name(tenant, tname);
     bdb_buf_puts(&out, "\",\"tenant\":\"");
     bdb_buf_json_str(&out, tenant, strlen(tenant));
     bdb_buf_puts(&out, "\",\"device\":\"");
@@ -232,6 +234,8 @@ enum MHD_Result respond_backpressure(bdb_server *s, struct MHD_Connection *c,
     bdb_buf_printf(&b, "\",\"reason\":\"%s\",\"retry_after\":%lld", bdb_bp_reason_name(why),
                    (long long)retry);
     if (status == 429 && tenant) {
+        char tname[BDB_TENANT_NAME_MAX + 1];
+        tenant = bdb_tenant_key_name(tenant, tname);
         bdb_buf_puts(&b, ",\"tenant\":\"");
         bdb_buf_json_str(&b, tenant, strlen(tenant));
         bdb_buf_putc(&b, '"');

@@ -176,7 +176,7 @@ const char *req_tenant(bdb_server *s, struct MHD_Connection *c, enum MHD_Result 
 const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Result *r,
                           int use_bucket)
 {
-    static _Thread_local char tenant_buf[BDB_TENANT_NAME_MAX + 1];
+    static _Thread_local char tenant_buf[BDB_TENANT_KEY_MAX + 1];
     req_ident id;
     if (req_auth(s, c, &id, r) != 0)
         return NULL;
@@ -206,7 +206,7 @@ const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Resu
             *r = respond_json_error(s, c, 403, msg, 1);
             return NULL;
         }
-        snprintf(tenant_buf, sizeof tenant_buf, "%s", id.tenant);
+        bdb_tenants_storage_key(s->tenants, id.tenant, tenant_buf, sizeof tenant_buf);
         return tenant_buf;
     }
     if (!t || !*t)
@@ -226,7 +226,10 @@ const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Resu
         *r = respond_json_error(s, c, 401, msg, 1);
         return NULL;
     }
-    return t;
+    /* Every data path acts on the name's storage key, so what a deleted tenant of this
+     * name stored is never reached again (docs/TENANCY.md#deleting-a-tenant). */
+    bdb_tenants_storage_key(s->tenants, t, tenant_buf, sizeof tenant_buf);
+    return tenant_buf;
 }
 
 int req_is_admin(bdb_server *s, struct MHD_Connection *c)

@@ -454,7 +454,7 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
 {
     bdb_mqtt_gw *g = c->g;
     bdb_server *s = g->s;
-    char why[700], tenant[BDB_TENANT_NAME_MAX + 1];
+    char why[700], tenant[BDB_TENANT_KEY_MAX + 1], tname[BDB_TENANT_NAME_MAX + 1];
     *reason = BDB_MQTT_RC_SUCCESS;
     if (p->dup)
         atomic_fetch_add(&g->duplicates, 1);
@@ -463,9 +463,11 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
         return reject(c, p, 1, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
     }
     size_t dcap = s->cfg.max_key_bytes < p->topic_len ? s->cfg.max_key_bytes + 1 : p->topic_len + 1;
-    if (bdb_mqtt_topic_names(&g->scheme, s->cfg.default_tenant, p->topic, p->topic_len, tenant,
-                             sizeof tenant, device, dcap, why, sizeof why) != 0)
+    if (bdb_mqtt_topic_names(&g->scheme, s->cfg.default_tenant, p->topic, p->topic_len, tname,
+                             sizeof tname, device, dcap, why, sizeof why) != 0)
         return reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_TOPIC_INVALID, reason);
+    /* as HTTP writes: a deleted tenant's data stays out of reach (req_tenant) */
+    bdb_tenants_storage_key(s->tenants, tname, tenant, sizeof tenant);
 
     bdb_bp_ticket ticket;
     memset(&ticket, 0, sizeof ticket);

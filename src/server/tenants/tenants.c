@@ -165,7 +165,8 @@ int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errle
     r->path = malloc(pl);
     r->by_name = bdb_map_new();
     r->by_hash = bdb_map_new();
-    if (!r->dir || !r->path || !r->by_name || !r->by_hash) {
+    r->dead = bdb_map_new();
+    if (!r->dir || !r->path || !r->by_name || !r->by_hash || !r->dead) {
         bdb_tenants_close(r);
         return BDB_ERR_NOMEM;
     }
@@ -191,6 +192,10 @@ void bdb_tenants_close(bdb_tenants *r)
     }
     if (r->by_hash)
         bdb_map_free(r->by_hash);
+    if (r->dead) {
+        tn_free_dead(r);
+        bdb_map_free(r->dead);
+    }
     if (r->path) {
         pthread_mutex_destroy(&r->mu);
         pthread_mutex_destroy(&r->save_mu);
@@ -256,7 +261,7 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
 {
     pthread_mutex_lock(&r->save_mu);
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     if (!e) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
@@ -321,20 +326,16 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
     return rc;
 }
 
-int bdb_tenants_delete(bdb_tenants *r, const char *name)
+int bdb_tenants_undo_create(bdb_tenants *r, const char *name)
 {
     pthread_mutex_lock(&r->save_mu);
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_name, name, strlen(name));
-    if (!e) {
-        pthread_mutex_unlock(&r->mu);
-        pthread_mutex_unlock(&r->save_mu);
-        return BDB_ERR_NOTFOUND;
-    }
-    tn_drop_entry(r, e);
+    if (e)
+        tn_drop_entry(r, e);
     pthread_mutex_unlock(&r->mu);
-    int rc = tn_persist(r);
-    if (rc != BDB_OK) {
+    int rc = e ? tn_persist(r) : BDB_ERR_NOTFOUND;
+    if (e && rc != BDB_OK) {
         pthread_mutex_lock(&r->mu);
         tn_put_entry(r, e);
         pthread_mutex_unlock(&r->mu);
@@ -342,6 +343,59 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name)
         free(e);
     }
     pthread_mutex_unlock(&r->save_mu);
+    return rc;
+}
+
+int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms)
+{
+    tdead *fresh = calloc(1, sizeof *fresh);
+    if (!fresh)
+        return BDB_ERR_NOMEM;
+    pthread_mutex_lock(&r->save_mu);
+    pthread_mutex_lock(&r->mu);
+    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tdead *d = e ? bdb_map_get(r->dead, name, strlen(name)) : NULL;
+    if (e && !d) { /* generation 0 until the file says otherwise: the same as none */
+        snprintf(fresh->name, sizeof fresh->name, "%s", name);
+        if (bdb_map_set(r->dead, fresh->name, strlen(fresh->name), fresh) == BDB_OK)
+            d = fresh, fresh = NULL;
+    }
+    if (!e || !d) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        free(fresh);
+        return e ? BDB_ERR_NOMEM : BDB_ERR_NOTFOUND;
+    }
+    /* The file is written with the tenant gone and its name's generation moved on, in
+     * one atomic write; requests see the change only once it is durable, so none can
+     * write under the new generation a deletion that then fails would leave behind. */
+    bdb_buf b;
+    bdb_buf_init(&b);
+    const tdead before = *d;
+    e->leaving = 1;
+    d->gen++;
+    d->at_ms = now_ms;
+    int rc = tn_encode(r, &b);
+    *d = before;
+    e->leaving = 0;
+    pthread_mutex_unlock(&r->mu);
+    if (rc == BDB_OK)
+        rc = tn_write(r, &b);
+    bdb_buf_free(&b);
+    pthread_mutex_lock(&r->mu);
+    if (rc == BDB_OK) {
+        tn_drop_entry(r, e);
+        d->gen++;
+        d->at_ms = now_ms;
+    } else if (d->gen == 0) {
+        bdb_map_del(r->dead, d->name, strlen(d->name));
+        free(d);
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->save_mu);
+    if (rc == BDB_OK)
+        free(e);
+    free(fresh); /* not needed: the name had been deleted before */
     return rc;
 }
 
@@ -355,7 +409,7 @@ int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
     bdb_token_hash(token, strlen(token), h);
     pthread_mutex_lock(&r->save_mu);
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     if (!e) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
@@ -398,7 +452,7 @@ int64_t bdb_tenants_tier_retention(bdb_tenants *r, const char *name, int tier, i
 int bdb_tenants_get(bdb_tenants *r, const char *name, bdb_tenant_info *out)
 {
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     if (e)
         *out = e->info;
     pthread_mutex_unlock(&r->mu);
@@ -451,7 +505,7 @@ int bdb_tenants_admit(bdb_tenants *r, const char *name, uint64_t cost, int64_t n
                       int64_t *retry_after_s, uint64_t *limit_value)
 {
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     int verdict = 1;
     if (e && e->info.quotas.writes_per_second) {
         uint64_t rate = e->info.quotas.writes_per_second;
@@ -472,7 +526,7 @@ int bdb_tenants_admit(bdb_tenants *r, const char *name, uint64_t cost, int64_t n
 void bdb_tenants_refund(bdb_tenants *r, const char *name, uint64_t cost)
 {
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     if (e && e->info.quotas.writes_per_second)
         bdb_tbucket_refund(
             &e->tb, bdb_quota_burst(e->info.quotas.writes_per_second, e->info.quotas.burst), cost);
@@ -482,7 +536,7 @@ void bdb_tenants_refund(bdb_tenants *r, const char *name, uint64_t cost)
 void bdb_tenants_count_rejection(bdb_tenants *r, const char *name, enum bdb_quota_limit l)
 {
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     if (e && (unsigned)l < BDB_LIMIT_N)
         e->info.rejections[l]++;
     pthread_mutex_unlock(&r->mu);
@@ -491,7 +545,7 @@ void bdb_tenants_count_rejection(bdb_tenants *r, const char *name, enum bdb_quot
 int bdb_tenants_count_ingest(bdb_tenants *r, const char *name, uint64_t samples)
 {
     pthread_mutex_lock(&r->mu);
-    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    tentry *e = tn_find(r, name);
     if (e) {
         e->info.ingested_samples += samples;
         e->info.ingested_requests++;

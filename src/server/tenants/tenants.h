@@ -16,6 +16,8 @@
  *   (tier_retention_*: rollup tier TTL, -1 = forever; written only when set)
  *   (the hot_* keys are written only when set, so a file without them reads as before)
  *   ...
+ *   deleted <name> gen=<deletions so far> at=<ms of the last one>     (tenants_gen.c)
+ *   ...
  *   count <number of tenant lines>
  *   crc32 <8 hex: CRC-32 of every byte before this line>
  *
@@ -130,8 +132,34 @@ int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, in
  * updated tenant. */
 int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
                        bdb_tenant_info *out);
-/* Errors: BDB_ERR_NOTFOUND, BDB_ERR_IO. */
-int bdb_tenants_delete(bdb_tenants *r, const char *name);
+/* Removes the tenant and, in the same file write, starts a new generation of its
+ * name (tenants_gen.c): from then on the name's storage key is a fresh one, and every
+ * older key counts as deleted (bdb_tenants_key_deleted). now_ms: wall clock, kept as
+ * the deletion time. Requests see the change once the file is durable. Errors:
+ * BDB_ERR_NOTFOUND, BDB_ERR_NOMEM, BDB_ERR_IO (nothing changed). */
+int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms);
+
+/* Takes back a create that could not be completed (the caller failed right after
+ * it): the tenant goes from the registry without a deletion being recorded. */
+int bdb_tenants_undo_create(bdb_tenants *r, const char *name);
+
+/* ---- deleted tenants and storage keys (tenants_gen.c; docs/TENANCY.md) ----
+ * A request acts on a tenant name; the storage engine stores it under the name's
+ * storage key: the name itself until a tenant of that name is deleted, then
+ * "<name>@<n>" after the n-th deletion. Every function of this header that takes a
+ * name also takes the current storage key of a registered tenant. */
+#define BDB_TENANT_KEY_MAX (BDB_TENANT_NAME_MAX + 21) /* name, '@', a 64-bit number */
+/* The storage key of name into out: BDB_OK, or BDB_ERR_LIMIT when outlen is short. */
+int bdb_tenants_storage_key(bdb_tenants *r, const char *name, char *out, size_t outlen);
+/* 1 if key is a generation of its name older than the current one: its data belongs
+ * to a deleted tenant and must neither be read nor kept. */
+int bdb_tenants_key_deleted(bdb_tenants *r, const char *key);
+/* 1 (with the number of deletions and the last one's time) if a tenant of this name
+ * was ever deleted, else 0. */
+int bdb_tenants_deleted(bdb_tenants *r, const char *name, uint64_t *gen, int64_t *at_ms);
+/* The tenant name of a storage key, for messages: key itself, or out holding the part
+ * before '@'. */
+const char *bdb_tenant_key_name(const char *key, char out[BDB_TENANT_NAME_MAX + 1]);
 /* A new token for the tenant; the old one stops working at once.
  * Errors: BDB_ERR_NOTFOUND, BDB_ERR_IO. */
 int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,

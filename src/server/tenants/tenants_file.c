@@ -83,15 +83,18 @@ int bdb_tenant_hot_valid(const bdb_tenant_hot *h)
            (h->sample == 0 || h->sample >= 0.000001);
 }
 
-/* Encodes the registry; caller holds mu. */
-static int encode(bdb_tenants *r, bdb_buf *b)
+int tn_encode(bdb_tenants *r, bdb_buf *b)
 {
     size_t n;
     tentry **v = tn_sorted_entries(r, &n);
     if (!v)
         return BDB_ERR_NOMEM;
     bdb_buf_printf(b, "%s %d\n", REG_MAGIC, REG_VERSION);
+    size_t written = 0;
     for (size_t i = 0; i < n; i++) {
+        if (v[i]->leaving)
+            continue;
+        written++;
         const bdb_tenant_info *t = &v[i]->info;
         char hx[2 * BDB_HASH_BYTES + 1];
         tn_to_hex(v[i]->hash, BDB_HASH_BYTES, hx);
@@ -112,14 +115,23 @@ static int encode(bdb_tenants *r, bdb_buf *b)
             }
     }
     free(v);
-    bdb_buf_printf(b, "count %zu\n", n);
+    size_t nd;
+    tdead **dv = tn_sorted_dead(r, &nd);
+    if (!dv)
+        return BDB_ERR_NOMEM;
+    for (size_t i = 0; i < nd; i++)
+        if (dv[i]->gen) /* 0: made by a deletion still being written */
+            bdb_buf_printf(b, "deleted %s gen=%llu at=%lld\n", dv[i]->name,
+                           (unsigned long long)dv[i]->gen, (long long)dv[i]->at_ms);
+    free(dv);
+    bdb_buf_printf(b, "count %zu\n", written);
     uint32_t crc = (uint32_t)crc32(0L, b->data, (uInt)b->len);
     bdb_buf_printf(b, "crc32 %08x\n", crc);
     return BDB_OK;
 }
 
 /* temp file (0600), write, fsync, rename, fsync the directory */
-static int write_file(bdb_tenants *r, const bdb_buf *b)
+int tn_write(bdb_tenants *r, const bdb_buf *b)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
@@ -166,10 +178,10 @@ int tn_persist(bdb_tenants *r)
     bdb_buf b;
     bdb_buf_init(&b);
     pthread_mutex_lock(&r->mu);
-    int rc = encode(r, &b);
+    int rc = tn_encode(r, &b);
     pthread_mutex_unlock(&r->mu);
     if (rc == BDB_OK)
-        rc = write_file(r, &b);
+        rc = tn_write(r, &b);
     bdb_buf_free(&b);
     return rc;
 }
@@ -289,6 +301,21 @@ static int parse_tenant_line(char *line, tentry *e)
                : -1;
 }
 
+/* One "deleted <name> gen=<n> at=<ms>" line (without "deleted "), split in place. */
+static int parse_dead_line(char *line, tdead *d)
+{
+    memset(d, 0, sizeof *d);
+    char *save = NULL;
+    char *name = strtok_r(line, " ", &save);
+    char *g = strtok_r(NULL, " ", &save);
+    char *at = strtok_r(NULL, " ", &save);
+    if (!name || !bdb_tenant_name_valid(name) || !g || strncmp(g, "gen=", 4) || !at ||
+        strncmp(at, "at=", 3) || strtok_r(NULL, " ", &save))
+        return -1;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    return parse_u64(g + 4, &d->gen) || d->gen == 0 || parse_i64(at + 3, &d->at_ms) ? -1 : 0;
+}
+
 int tn_load(bdb_tenants *r, char *err, size_t errlen)
 {
     int fd = open(r->path, O_RDONLY | O_CLOEXEC);
@@ -373,6 +400,20 @@ int tn_load(bdb_tenants *r, char *err, size_t errlen)
             }
             tn_put_entry(r, e);
             n++;
+        } else if (!strncmp(line, "deleted ", 8)) {
+            tdead *d = malloc(sizeof *d);
+            if (!d) {
+                rc = BDB_ERR_NOMEM;
+                goto out;
+            }
+            if (parse_dead_line(line + 8, d) != 0 ||
+                bdb_map_get(r->dead, d->name, strlen(d->name)) ||
+                bdb_map_set(r->dead, d->name, strlen(d->name), d) != BDB_OK) {
+                free(d);
+                snprintf(err, errlen, "%s is damaged: line %d is not a valid deleted-tenant entry",
+                         r->path, lineno);
+                goto out;
+            }
         } else if (!strncmp(line, "count ", 6) && count == (size_t)-1) {
             uint64_t c;
             if (parse_u64(line + 6, &c)) {

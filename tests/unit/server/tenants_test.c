@@ -3,7 +3,8 @@
  * hash (the old token stops working at rotation), persistence across reopen (0600,
  * nothing of the token itself on disk), corruption detection (flipped byte,
  * truncation, unknown version, count mismatch, unknown key, duplicate), a failed save
- * leaving the registry unchanged, and write-rate admission with its counters. */
+ * leaving the registry unchanged, and write-rate admission with its counters; deleted
+ * names: generations, storage keys, lookups by key, their file lines. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -247,8 +248,8 @@ static void test_crud_and_persistence(void **state)
     assert_string_equal(nl.v[1], "beta");
 
     /* delete: gone, token with it, and still gone after a reopen */
-    assert_int_equal(bdb_tenants_delete(r, "beta"), BDB_OK);
-    assert_int_equal(bdb_tenants_delete(r, "beta"), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_delete(r, "beta", 1000), BDB_OK);
+    assert_int_equal(bdb_tenants_delete(r, "beta", 1000), BDB_ERR_NOTFOUND);
     assert_false(token_owner(r, tok_b, who));
     bdb_tenants_close(r);
     r = open_ok();
@@ -357,14 +358,120 @@ static void test_failed_save_changes_nothing(void **state)
     assert_int_equal(bdb_tenants_update(r, "acme", &p, &t), BDB_ERR_IO);
     assert_int_equal(bdb_tenants_get(r, "acme", &t), BDB_OK);
     assert_int_equal(t.quotas.max_devices, 5);
-    assert_int_equal(bdb_tenants_delete(r, "acme"), BDB_ERR_IO);
+    assert_int_equal(bdb_tenants_delete(r, "acme", 1000), BDB_ERR_IO);
     assert_int_equal(bdb_tenants_count(r), 1);
     assert_true(token_owner(r, tok, who));
+    /* the failed deletion moved no generation: the data is where it was */
+    char key[BDB_TENANT_KEY_MAX + 1];
+    assert_int_equal(bdb_tenants_storage_key(r, "acme", key, sizeof key), BDB_OK);
+    assert_string_equal(key, "acme");
+    assert_false(bdb_tenants_key_deleted(r, "acme"));
     rmdir(tmp);
     bdb_tenants_close(r);
     r = open_ok();
     assert_int_equal(bdb_tenants_count(r), 1);
     assert_true(token_owner(r, tok, who));
+    bdb_tenants_close(r);
+}
+
+static void test_deleted_names(void **state)
+{
+    (void)state;
+    bdb_tenants *r = open_ok();
+    char tok[BDB_TOKEN_HEX + 1], key[BDB_TENANT_KEY_MAX + 1], nm[BDB_TENANT_NAME_MAX + 1];
+    bdb_quotas q = {10, 0, 5, 0};
+    bdb_tenant_info t;
+    uint64_t gen = 0;
+    int64_t at = 0;
+    assert_int_equal(bdb_tenants_create(r, "acme", &q, 0, 1, tok), BDB_OK);
+    assert_int_equal(bdb_tenants_storage_key(r, "acme", key, sizeof key), BDB_OK);
+    assert_string_equal(key, "acme"); /* never deleted: the name itself */
+    assert_false(bdb_tenants_deleted(r, "acme", &gen, &at));
+    assert_int_equal(bdb_tenants_delete(r, "acme", 777), BDB_OK);
+    assert_true(bdb_tenants_deleted(r, "acme", &gen, &at));
+    assert_int_equal(gen, 1);
+    assert_int_equal(at, 777);
+    assert_true(bdb_tenants_key_deleted(r, "acme"));
+    assert_false(bdb_tenants_key_deleted(r, "acme@1"));
+    assert_false(bdb_tenants_key_deleted(r, "other"));
+    assert_int_equal(bdb_tenants_storage_key(r, "acme", key, sizeof key), BDB_OK);
+    assert_string_equal(key, "acme@1");
+    assert_int_equal(bdb_tenants_storage_key(r, "acme", key, 6), BDB_ERR_LIMIT);
+    /* unregistered now: neither the name nor a key finds it */
+    assert_int_equal(bdb_tenants_get(r, "acme", &t), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_get(r, "acme@1", &t), BDB_ERR_NOTFOUND);
+    /* created again: found by its name and its current key, not by an old one */
+    assert_int_equal(bdb_tenants_create(r, "acme", &q, 0, 2, tok), BDB_OK);
+    assert_int_equal(bdb_tenants_get(r, "acme", &t), BDB_OK);
+    assert_int_equal(bdb_tenants_get(r, "acme@1", &t), BDB_OK);
+    assert_int_equal(bdb_tenants_get(r, "acme@2", &t), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_get(r, "acme@x", &t), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_count_ingest(r, "acme@1", 5), 1); /* per-request calls */
+    assert_string_equal(bdb_tenant_key_name("acme@1", nm), "acme");
+    assert_string_equal(bdb_tenant_key_name("acme", nm), "acme");
+    /* a deletion that cannot be written changes nothing: same generation, same key */
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp", regpath);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(bdb_tenants_delete(r, "acme", 999), BDB_ERR_IO);
+    assert_true(bdb_tenants_deleted(r, "acme", &gen, &at));
+    assert_int_equal(gen, 1);
+    assert_int_equal(at, 777);
+    assert_int_equal(bdb_tenants_storage_key(r, "acme", key, sizeof key), BDB_OK);
+    assert_string_equal(key, "acme@1");
+    assert_int_equal(bdb_tenants_get(r, "acme", &t), BDB_OK);
+    assert_int_equal(bdb_tenants_create(r, "gamma", &q, 0, 3, tok), BDB_ERR_IO);
+    assert_int_equal(bdb_tenants_delete(r, "gamma", 999), BDB_ERR_NOTFOUND);
+    rmdir(tmp);
+    assert_int_equal(bdb_tenants_create(r, "gamma", &q, 0, 3, tok), BDB_OK);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(bdb_tenants_delete(r, "gamma", 999), BDB_ERR_IO);
+    assert_false(bdb_tenants_deleted(r, "gamma", &gen, &at)); /* no generation 0 left */
+    assert_false(bdb_tenants_key_deleted(r, "gamma"));
+    rmdir(tmp);
+    assert_int_equal(bdb_tenants_undo_create(r, "gamma"), BDB_OK);
+    /* a second deletion: both older generations are deleted, across a reopen */
+    assert_int_equal(bdb_tenants_delete(r, "acme", 888), BDB_OK);
+    bdb_tenants_close(r);
+    r = open_ok();
+    assert_true(bdb_tenants_key_deleted(r, "acme"));
+    assert_true(bdb_tenants_key_deleted(r, "acme@1"));
+    assert_false(bdb_tenants_key_deleted(r, "acme@2"));
+    assert_true(bdb_tenants_deleted(r, "acme", &gen, &at));
+    assert_int_equal(gen, 2);
+    assert_int_equal(at, 888);
+    assert_int_equal(bdb_tenants_count(r), 0);
+    /* undoing a create records no deletion */
+    assert_int_equal(bdb_tenants_create(r, "beta", &q, 0, 3, tok), BDB_OK);
+    assert_int_equal(bdb_tenants_undo_create(r, "beta"), BDB_OK);
+    assert_false(bdb_tenants_deleted(r, "beta", &gen, &at));
+    bdb_tenants_close(r);
+    size_t len;
+    char *txt = read_file(regpath, &len);
+    assert_non_null(strstr(txt, "\ndeleted acme gen=2 at=888\n"));
+    free(txt);
+
+    /* damaged deleted lines stop the open */
+    static const char *const bad[] = {
+        "deleted acme gen=0 at=1",
+        "deleted acme gen=1",
+        "deleted a@b gen=1 at=1",
+        "deleted acme gen=x at=1",
+        "deleted acme at=1 gen=1",
+        "deleted acme gen=1 at=1 x=1",
+        "deleted acme gen=1 at=1\ndeleted acme gen=2 at=1",
+    };
+    char body[512], err[300];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "bucketdb-tenants 1\n%s\ncount 0\n", bad[i]);
+        write_with_crc(regpath, body);
+        err[0] = '\0';
+        assert_int_equal(open_err(err, sizeof err), BDB_ERR_CORRUPT);
+        assert_non_null(strstr(err, "deleted-tenant entry"));
+    }
+    write_with_crc(regpath, "bucketdb-tenants 1\ndeleted acme gen=3 at=5\ncount 0\n");
+    r = open_ok();
+    assert_true(bdb_tenants_key_deleted(r, "acme@2"));
     bdb_tenants_close(r);
 }
 
@@ -420,6 +527,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corruption_detected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_save_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_admission, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deleted_names, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
