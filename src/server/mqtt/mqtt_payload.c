@@ -86,6 +86,10 @@ static int parse_json(const bdb_config *cfg, int64_t max_age_ms, const char *p, 
     lim.max_metrics = cfg->max_fields;
     lim.max_future_ms = cfg->max_future_ms;
     lim.max_age_ms = max_age_ms;
+    bdb_devrule rule;
+    bdb_config_device_rule(cfg, &rule);
+    lim.rule = &rule;
+    lim.device_tag = cfg->device_tag;
     bdb_json_result jr;
     int rc = bdb_json_ingest(text, strlen(text), now_ms, &lim, b, &jr);
     free(text);
@@ -183,8 +187,14 @@ static int parse_lp(const bdb_config *cfg, int64_t max_age_ms, const char *p, si
     lim.max_key_len = cfg->max_key_bytes;
     lim.max_tag_value_len = cfg->max_tag_value_bytes;
     bdb_lp_parser *lp = bdb_lp_parser_new(&lim);
-    bdb_lp_map map = {cfg->device_tag, !strcmp(cfg->metric_naming, "field"), cfg->max_future_ms,
-                      cfg->max_key_bytes, cfg->max_tag_value_bytes};
+    bdb_devrule rule;
+    bdb_config_device_rule(cfg, &rule);
+    bdb_lp_map map = {cfg->device_tag,
+                      &rule,
+                      !strcmp(cfg->metric_naming, "field"),
+                      cfg->max_future_ms,
+                      cfg->max_key_bytes,
+                      cfg->max_tag_value_bytes};
     map.max_age_ms = max_age_ms;
     bdb_lp_result lr;
     memset(&lr, 0, sizeof lr);
