@@ -13,6 +13,11 @@ int bdb_devrule_parse(const char *spec, bdb_devrule *r, char *err, size_t errlen
     for (const char *s = spec; *s; s++) {
         if (*s == ' ' || *s == '\t')
             continue; /* "host + device, host" reads as well as "host+device,host" */
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) {
+            snprintf(err, errlen, "device rule has a control character (byte 0x%02x)",
+                     (unsigned)(unsigned char)*s);
+            return -1;
+        }
         if (n + 1 >= sizeof r->text) {
             snprintf(err, errlen, "device rule longer than %d bytes", BDB_DEVRULE_MAX_TEXT - 1);
             return -1;

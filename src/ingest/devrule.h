@@ -33,8 +33,9 @@ typedef struct bdb_devrule {
     char text[BDB_DEVRULE_MAX_TEXT];
 } bdb_devrule;
 
-/* Parses "a+b,c". 0, or -1 with err naming the problem (empty key, too many
- * alternatives or parts, a key repeated in one alternative, too long). */
+/* Parses "a+b,c"; blanks (space, tab) are dropped. 0, or -1 with err naming the
+ * problem (empty key, too many alternatives or parts, a key repeated in one
+ * alternative, a control character, too long). */
 int bdb_devrule_parse(const char *spec, bdb_devrule *r, char *err, size_t errlen);
 
 /* The rule of one key (device_tag), without parsing: keys may hold any byte. klen

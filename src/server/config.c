@@ -85,7 +85,8 @@ static const struct key {
     N(mqtt_receive_max, K_INT, "MQTT 5 receive maximum: messages in flight to us (default 32)"),
     S(mqtt_topic_scheme,
       "topic levels of tenant and device, e.g. +/{tenant}/{device}/# (the default)"),
-    S(mqtt_formats, "payload format per topic filter: filter=json|lp|auto,... (default auto)"),
+    S(mqtt_formats, "payload format per topic filter: filter=json|lp|object|value[:level]|auto,"
+                    "... (default auto)"),
     S(mqtt_dead_letter_topic, "publish malformed MQTT messages here (default none: drop)"),
     S(mqtt_ca_file, "mqtts:// brokers: CA certificates file (default system CAs)"),
     S(mqtt_cert_file, "mqtts:// brokers: client certificate file (default none)"),

@@ -110,6 +110,10 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
                         const void *body, size_t len);
 /* 204 for a write that stored everything it could, with X-Bucketdb-Not-Stored saying
  * what it could not (docs/API.md#mapping-rule). */
+/* The device rule a tenant's writes follow: its own (admin API device_rule), else the
+ * server's (docs/API.md#mapping-rule). */
+struct bdb_devrule;
+void server_device_rule(bdb_server *s, const char *tenant, struct bdb_devrule *out);
 enum MHD_Result respond_stored_with_warning(bdb_server *s, struct MHD_Connection *c,
                                             const char *not_stored);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,

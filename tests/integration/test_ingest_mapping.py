@@ -6,6 +6,7 @@ the same rule names a JSON report's device the same way; a string field other th
 state costs a line nothing but itself and is reported in X-Bucketdb-Not-Stored; a bad
 rule is refused at start naming the problem."""
 
+import json
 import os
 import re
 import sys
@@ -129,6 +130,47 @@ def string_fields_keep_the_line():
         eq(s.values(device="d1", **SPAN), [(1705327200000, "sys.up", 5.0)])
         r = s.write("sys,device=d1 up=6i 1705327201000000000\n")
         eq(r.headers.get("x-bucketdb-not-stored"), None, "no warning when all was stored")
+
+
+def admin(s, method, path, doc=None, expect=200):
+    r = s.request(method, "/api/v1/admin/tenants" + path,
+                  json.dumps(doc) if doc is not None else None,
+                  {"Authorization": "Token " + s.token, "Content-Type": "application/json"})
+    eq(r.status, expect, "%s %s (%r)" % (method, path, r.body[:300]))
+    return r.json() if r.body else None
+
+
+@suite.test
+def tenant_device_rule_overrides_the_servers():
+    line = "disk,host=h1,device=sda1 used=1 1705327200000000000\n"
+    with Server(args=["--auth", "on"]) as s:
+        t = admin(s, "POST", "", {"name": "tele", "device_rule": " host + device , host"},
+                  expect=201)
+        eq(t["device_rule"], "host+device,host", "stored in canonical form")
+        other = admin(s, "POST", "", {"name": "plain"}, expect=201)
+        eq(other["device_rule"], "", "no rule of its own: the server's")
+        hdr = {"Authorization": "Token " + t["token"]}
+        eq(s.request("POST", "/write", line, hdr).status, 204)
+        ohdr = {"Authorization": "Token " + other["token"]}
+        eq(s.request("POST", "/write", line, ohdr).status, 204)
+        q = dict(SPAN, device="h1/sda1")
+        eq(s.request("GET", "/api/v1/query?" + "&".join("%s=%s" % kv for kv in q.items()),
+                     None, hdr).json()["values"], [[1705327200000, "disk.used", 1]])
+        q["device"] = "sda1"
+        eq(s.request("GET", "/api/v1/query?" + "&".join("%s=%s" % kv for kv in q.items()),
+                     None, ohdr).json()["values"], [[1705327200000, "disk.used", 1]])
+        # bad rules are refused naming the problem; nothing changes
+        r = admin(s, "PATCH", "/tele", {"device_rule": "a++b"}, expect=400)
+        contains(r["error"], "device_rule: device rule 'a++b': empty tag key")
+        r = admin(s, "PATCH", "/tele", {"device_rule": 5}, expect=400)
+        contains(r["error"], "'device_rule' must be a string")
+        # kept across a restart (the registry file), and "" goes back to the server's
+        s.restart()
+        eq(admin(s, "GET", "/tele")["device_rule"], "host+device,host")
+        eq(admin(s, "PATCH", "/tele", {"device_rule": ""})["device_rule"], "")
+        r = s.request("POST", "/write", "cpu,host=h2 load=1 1705327200000000000\n", hdr)
+        eq(r.status, 400)
+        contains(r.text, "missing device tag 'device'")
 
 
 @suite.test

@@ -282,6 +282,15 @@ static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const 
     return -1;
 }
 
+void server_device_rule(bdb_server *s, const char *tenant, bdb_devrule *out)
+{
+    char text[BDB_TENANT_RULE_MAX], why[300];
+    if (bdb_tenants_device_rule(s->tenants, tenant, text, sizeof text) &&
+        bdb_devrule_parse(text, out, why, sizeof why) == 0)
+        return;
+    bdb_config_device_rule(&s->cfg, out);
+}
+
 void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
 {
     bdb_quota_storage_note(s->db, tenant, samples); /* storage quota: usage until measured */
@@ -404,7 +413,7 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r)
     bdb_lp_parser *p = bdb_lp_parser_new(&lim);
     bdb_batch *b = bdb_batch_new();
     bdb_devrule rule;
-    bdb_config_device_rule(&s->cfg, &rule);
+    server_device_rule(s, tenant, &rule);
     bdb_lp_map map = {s->cfg.device_tag,
                       &rule,
                       !strcmp(s->cfg.metric_naming, "field"),
@@ -469,7 +478,7 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     lim.max_future_ms = s->cfg.max_future_ms;
     lim.max_age_ms = bdb_db_retention_ms(s->db, tenant);
     bdb_devrule rule;
-    bdb_config_device_rule(&s->cfg, &rule);
+    server_device_rule(s, tenant, &rule);
     lim.rule = &rule;
     lim.device_tag = s->cfg.device_tag;
     bdb_batch *b = bdb_batch_new();
