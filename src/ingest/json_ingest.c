@@ -163,8 +163,11 @@ typedef struct report_dev {
 
 /* Checks a report without touching the batch. */
 static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *rule, int64_t now_ms,
-                    int64_t *ts, report_dev *rd, char *err, size_t errlen)
+                    int64_t *ts, report_dev *rd, size_t *strings, const char **first_str, char *err,
+                    size_t errlen)
 {
+    *strings = 0;
+    *first_str = NULL;
     char name[80];
     if (json_typeof(r) != JSON_OBJECT)
         return bad(err, errlen, "must be an object");
@@ -224,6 +227,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
             double d;
             if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0)
                 return -1;
+            if (json_typeof(json_object_iter_value(it)) == JSON_STRING) {
+                if (!(*strings)++)
+                    *first_str = k;
+                continue;
+            }
             if (metric_value(json_object_iter_value(it), &d) < 0)
                 return bad(err, errlen, "field \"metrics.%s\": value must be a finite number",
                            printable(name, k));
@@ -263,6 +271,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
                        json_string_length(state), lim->max_value_len);
         has_state = 1;
     }
+    if (nmets == *strings && *strings && !has_state)
+        return bad(err, errlen,
+                   "field \"metrics.%s\": a string is not stored (only numbers, booleans and "
+                   "'state'), and the report has nothing else to store",
+                   printable(name, *first_str));
     if (nmets == 0 && !has_state)
         return bad(err, errlen, "field \"metrics\": a report needs metrics or a state");
     return 0;
@@ -308,7 +321,8 @@ static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_d
         for (void *it = json_object_iter(mets); it; it = json_object_iter_next(mets, it)) {
             const char *k = json_object_iter_key(it);
             double d = 0;
-            (void)metric_value(json_object_iter_value(it), &d);
+            if (metric_value(json_object_iter_value(it), &d) < 0)
+                continue; /* a string, counted by validate() */
             bdb_batch_metric(b, k, strlen(k), d);
         }
     }
@@ -382,7 +396,9 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
         char why[400];
         int64_t ts;
         report_dev rd;
-        if (validate(r, lim, rule, now_ms, &ts, &rd, why, sizeof why) < 0) {
+        size_t strings;
+        const char *first_str;
+        if (validate(r, lim, rule, now_ms, &ts, &rd, &strings, &first_str, why, sizeof why) < 0) {
             if (res->rejected++ == 0) {
                 res->first_bad_index = (long)i;
                 snprintf(res->first_error, sizeof res->first_error, "report %zu: %s", i, why);
@@ -396,6 +412,12 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
             return BDB_ERR_NOMEM;
         }
         res->accepted++;
+        if (strings && !res->strings_skipped) {
+            char name[80];
+            snprintf(res->first_skipped, sizeof res->first_skipped,
+                     "report %zu: string metric '%s'", i, printable(name, first_str));
+        }
+        res->strings_skipped += strings;
     }
     json_decref(root);
     return res->rejected ? BDB_ERR_INVALID : BDB_OK;

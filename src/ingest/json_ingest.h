@@ -10,7 +10,9 @@
  * not stored as device tags. With the default rule "device" is required.
  * A bare array of reports, or a single report object, is accepted too. "time" is Unix
  * ms or RFC 3339; missing time = now_ms. Metric values must be finite numbers
- * (booleans count as 1/0). Tag values must be strings.
+ * (booleans count as 1/0); a string value is not stored and does not cost the report
+ * its other metrics (counted in strings_skipped, docs/API.md#mapping-rule), but a
+ * report left with nothing to store is rejected. Tag values must be strings.
  *
  * Bad reports do not stop the others (Influx partial-write semantics): each valid
  * report is added to the batch, each invalid one is counted and the first error is
@@ -44,7 +46,9 @@ typedef struct bdb_json_result {
     size_t accepted, rejected;
     long first_bad_index; /* -1 if none */
     char first_error[512];
-    int fatal; /* 1 if the body itself is not valid JSON (nothing accepted) */
+    int fatal;               /* 1 if the body itself is not valid JSON (nothing accepted) */
+    size_t strings_skipped;  /* string metric values of accepted reports, not stored */
+    char first_skipped[160]; /* "report 2: string metric 'fw'", "" if none */
 } bdb_json_result;
 
 /* Parses body into b. Returns BDB_OK if every report was accepted, BDB_ERR_INVALID if

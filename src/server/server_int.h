@@ -46,7 +46,8 @@ struct bdb_server {
     /* counters for /metrics */
     _Atomic uint64_t http_requests[6]; /* by status class 1xx..5xx, [0] unused */
     _Atomic uint64_t lp_lines_accepted, lp_lines_rejected, lp_samples;
-    _Atomic uint64_t lp_strings_skipped; /* string fields other than state, not stored */
+    _Atomic uint64_t lp_strings_skipped;   /* string fields other than state, not stored */
+    _Atomic uint64_t json_strings_skipped; /* string metric values of JSON reports */
     _Atomic uint64_t json_reports_accepted, json_reports_rejected, json_samples;
     _Atomic uint64_t body_too_large, auth_failures, bytes_received;
     _Atomic uint64_t forbidden; /* 403: a tenant token naming another tenant */

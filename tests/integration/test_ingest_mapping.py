@@ -89,8 +89,8 @@ def telegraf_output_as_it_is():
             eq(got, metrics, "every numeric field of %s" % dev)
             eq(devs[dev].get("tags") or {}, want_tags[dev], "device tags of %s" % dev)
         text = s.metrics_text()
-        check(re.search(r"^bucketdb_string_fields_not_stored_total 2$", text, re.M),
-              "counter of string fields not stored")
+        check(re.search(r'^bucketdb_string_fields_not_stored_total\{protocol="line"\} 2$', text,
+                        re.M), "counter of string fields not stored")
 
 
 @suite.test
@@ -138,6 +138,20 @@ def admin(s, method, path, doc=None, expect=200):
                   {"Authorization": "Token " + s.token, "Content-Type": "application/json"})
     eq(r.status, expect, "%s %s (%r)" % (method, path, r.body[:300]))
     return r.json() if r.body else None
+
+
+@suite.test
+def json_string_metrics_keep_the_report():
+    with Server() as s:
+        r = s.write_json({"device": "j1", "time": 1705327200000,
+                          "metrics": {"up": 5, "fw": "1.2.3"}, "state": "ok"})
+        contains(r.headers.get("x-bucketdb-not-stored", ""),
+                 "1 string metric value(s); first: report 0: string metric 'fw'")
+        eq(s.values(device="j1", **SPAN), [(1705327200000, "up", 5.0)])
+        r = s.write_json({"device": "j2", "metrics": {"fw": "1.2.3"}}, expect=400)
+        contains(r.text, "a string is not stored")
+        check(re.search(r'^bucketdb_string_fields_not_stored_total\{protocol="json"\} 1$',
+                        s.metrics_text(), re.M), "counted")
 
 
 @suite.test

@@ -505,6 +505,13 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
                         &s->json_reports_accepted,
                         &s->json_reports_rejected,
                         NULL};
+    char skipped[256];
+    if (jr.strings_skipped) {
+        atomic_fetch_add(&s->json_strings_skipped, jr.strings_skipped);
+        snprintf(skipped, sizeof skipped, "%zu string metric value(s); first: %s",
+                 jr.strings_skipped, jr.first_skipped);
+        o.not_stored = skipped;
+    }
     res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
     return res;

@@ -59,7 +59,7 @@ static void default_device(json_t *r, const char *device)
 
 static int parse_json(const bdb_config *cfg, const bdb_devrule *rule, int64_t max_age_ms,
                       const char *p, size_t len, const char *device, int64_t now_ms, bdb_batch *b,
-                      char *why, size_t whylen)
+                      size_t *strings_skipped, char *why, size_t whylen)
 {
     json_error_t err;
     json_t *root = json_loadb(p, len, JSON_REJECT_DUPLICATES, &err);
@@ -103,6 +103,7 @@ static int parse_json(const bdb_config *cfg, const bdb_devrule *rule, int64_t ma
         snprintf(why, whylen, "%s", jr.first_error[0] ? jr.first_error : "no report in payload");
         return BDB_MQTT_BAD;
     }
+    *strings_skipped = jr.strings_skipped;
     if (jr.rejected) {
         snprintf(why, whylen, "%s (%zu report(s) accepted, %zu rejected)", jr.first_error,
                  jr.accepted, jr.rejected);
@@ -426,7 +427,8 @@ int bdb_mqtt_payload_parse_in(const bdb_config *cfg, bdb_mqtt_in *in, const char
     int rc;
     switch (in->shape) {
     case BDB_MQTT_FMT_JSON:
-        rc = parse_json(cfg, in->rule, in->max_age_ms, p, len, device, now_ms, b, why, whylen);
+        rc = parse_json(cfg, in->rule, in->max_age_ms, p, len, device, now_ms, b,
+                        &in->strings_skipped, why, whylen);
         break;
     case BDB_MQTT_FMT_OBJECT:
         rc = parse_object(cfg, in, p, len, device, now_ms, b, why, whylen);
