@@ -107,8 +107,12 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             continue;
         }
         bdb_batch_begin(b, devp, devn, ts, lineno);
+        /* a one-key name points at its tag's value: the pointer identifies that tag
+         * (the default rule's case, kept as cheap as before the rule existed) */
+        const char *own = !rule->escape && rule->nparts[alt] == 1 ? devp : NULL;
         for (size_t i = 0; i < pt.ntags; i++)
-            if (!bdb_devrule_uses(rule, alt, pt.tags[i].key.p, pt.tags[i].key.n))
+            if (own ? pt.tags[i].val.p != own
+                    : !bdb_devrule_uses(rule, alt, pt.tags[i].key.p, pt.tags[i].key.n))
                 bdb_batch_tag(b, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p,
                               pt.tags[i].val.n);
         int bad = 0;

@@ -57,17 +57,42 @@ static void default_device(json_t *r, const char *device)
         json_object_set_new(r, "device", json_string(device));
 }
 
-static int parse_json(const bdb_config *cfg, const bdb_devrule *rule, int64_t max_age_ms,
-                      const char *p, size_t len, const char *device, int64_t now_ms, bdb_batch *b,
-                      size_t *strings_skipped, char *why, size_t whylen)
+/* An object in the report format has one of these members; any other object is a
+ * gateway's object of readings. */
+static int is_report_object(json_t *o)
+{
+    static const char *const keys[] = {"metrics", "reports", "device", "tags", "time"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (json_object_get(o, keys[i]))
+            return 1;
+    return 0;
+}
+
+static int parse_object(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, size_t len,
+                        const char *device, int64_t now_ms, bdb_batch *b, char *why, size_t whylen);
+
+/* JSON reports; under auto (in->shape still AUTO) an object that is not one is handed
+ * to parse_object, so that recognising it costs no extra parse. */
+static int parse_json(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, size_t len,
+                      const char *device, int64_t now_ms, bdb_batch *b, char *why, size_t whylen)
 {
     json_error_t err;
     json_t *root = json_loadb(p, len, JSON_REJECT_DUPLICATES, &err);
     if (!root) {
+        in->shape = BDB_MQTT_FMT_JSON;
         snprintf(why, whylen, "invalid JSON at line %d column %d: %s", err.line, err.column,
                  err.text);
         return BDB_MQTT_BAD;
     }
+    if (in->shape == BDB_MQTT_FMT_AUTO && json_is_object(root) && !is_report_object(root)) {
+        json_decref(root);
+        in->shape = BDB_MQTT_FMT_OBJECT;
+        return parse_object(cfg, in, p, len, device, now_ms, b, why, whylen);
+    }
+    in->shape = BDB_MQTT_FMT_JSON;
+    const bdb_devrule *rule = in->rule;
+    int64_t max_age_ms = in->max_age_ms;
+    size_t *strings_skipped = &in->strings_skipped;
     json_t *reps = json_is_object(root) ? json_object_get(root, "reports") : NULL;
     if (json_is_array(reps) || json_is_array(root)) {
         json_t *arr = json_is_array(root) ? root : reps, *r;
@@ -365,30 +390,14 @@ int bdb_mqtt_bare_number(const char *p, size_t len, double *d)
     return *end == '\0' && isfinite(*d);
 }
 
-/* An object in the report format has one of these members; any other object is a
- * gateway's object of readings. */
-static int is_report_object(json_t *o)
-{
-    static const char *const keys[] = {"metrics", "reports", "device", "tags", "time"};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (json_object_get(o, keys[i]))
-            return 1;
-    return 0;
-}
-
-/* auto: '[' is JSON reports; '{' JSON reports or a gateway object; a bare number or
- * boolean a value; anything else line protocol. */
+/* auto: '[' is JSON reports; '{' JSON reports or a gateway object (AUTO: decided by
+ * parse_json); a bare number or boolean a value; anything else line protocol. */
 static int sniff(const char *p, size_t len)
 {
     if (p[0] == '[')
         return BDB_MQTT_FMT_JSON;
-    if (p[0] == '{') {
-        json_t *root = json_loadb(p, len, 0, NULL);
-        int f = root && json_is_object(root) && !is_report_object(root) ? BDB_MQTT_FMT_OBJECT
-                                                                        : BDB_MQTT_FMT_JSON;
-        json_decref(root);
-        return f;
-    }
+    if (p[0] == '{')
+        return BDB_MQTT_FMT_AUTO; /* reports or a gateway object: parse_json decides */
     size_t n = len;
     while (n && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r' || p[n - 1] == '\n'))
         n--;
@@ -426,9 +435,9 @@ int bdb_mqtt_payload_parse_in(const bdb_config *cfg, bdb_mqtt_in *in, const char
         in->shape = sniff(p, len);
     int rc;
     switch (in->shape) {
+    case BDB_MQTT_FMT_AUTO:
     case BDB_MQTT_FMT_JSON:
-        rc = parse_json(cfg, in->rule, in->max_age_ms, p, len, device, now_ms, b,
-                        &in->strings_skipped, why, whylen);
+        rc = parse_json(cfg, in, p, len, device, now_ms, b, why, whylen);
         break;
     case BDB_MQTT_FMT_OBJECT:
         rc = parse_object(cfg, in, p, len, device, now_ms, b, why, whylen);
