@@ -182,6 +182,16 @@ def tenant_device_rule_overrides_the_servers():
         s.restart()
         eq(admin(s, "GET", "/tele")["device_rule"], "host+device,host")
         eq(admin(s, "PATCH", "/tele", {"device_rule": ""})["device_rule"], "")
+        # the CLI sets it too, JSON-escaped; the server checks it
+        url = "http://127.0.0.1:%d" % s.port
+        rc, out, err = run_bin(["tenant", "update", "plain", "--server", url, "--admin-token",
+                                s.token, "--device-rule", "host + \"x\""])
+        eq(rc, 0, "bucketdb tenant update: %s" % err)
+        eq(json.loads(out)["device_rule"], 'host+"x"')
+        rc, out, err = run_bin(["tenant", "update", "plain", "--server", url, "--admin-token",
+                                s.token, "--device-rule", "a,"])
+        check(rc != 0, "a bad rule is refused")
+        contains(out + err, "empty alternative")
         r = s.request("POST", "/write", "cpu,host=h2 load=1 1705327200000000000\n", hdr)
         eq(r.status, 400)
         contains(r.text, "missing device tag 'device'")
