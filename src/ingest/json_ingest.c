@@ -34,6 +34,7 @@ void bdb_json_limits_default(bdb_json_limits *l)
     l->max_age_ms = 0;
     l->rule = NULL;
     l->device_tag = NULL;
+    l->fallback_device = NULL;
 }
 
 /* One report's problem, formatted as "field \"...\": ..." into err. */
@@ -153,6 +154,9 @@ static const char *report_tag(void *ctx, const char *key, size_t klen, size_t *v
     return json_string_value(v);
 }
 
+/* The "alternative" of a report named by fallback_device: no tag used. */
+#define NO_ALT (-100)
+
 /* A report's device name (into buf when built) and the rule's alternative used. */
 typedef struct report_dev {
     const char *p;
@@ -179,6 +183,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
                              lim->device_tag ? lim->device_tag : "device", 0};
     rt.dtl = strlen(rt.device_tag);
     rd->alt = bdb_devrule_device(rule, report_tag, &rt, rd->buf, sizeof rd->buf, &rd->p, &rd->n);
+    if (rd->alt == -1 && lim->fallback_device) {
+        rd->p = lim->fallback_device;
+        rd->n = strlen(rd->p);
+        rd->alt = NO_ALT;
+    }
     if (rd->alt == -1) {
         if (rule->nalts == 1 && rule->nparts[0] == 1 && rt.dtl == rule->len[0][0] &&
             !memcmp(rt.device_tag, rule->text, rt.dtl))
@@ -187,12 +196,12 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
         bdb_devrule_missing(rule, why, sizeof why);
         return bad(err, errlen, "field \"device\": %s", why);
     }
-    size_t dn = rd->alt < 0 ? SIZE_MAX : rd->n;
+    size_t dn = rd->alt < 0 && rd->alt != NO_ALT ? SIZE_MAX : rd->n;
     if (dn == 0)
         return bad(err, errlen, "field \"device\": must not be empty");
     if (dn > lim->max_key_len)
         return bad(err, errlen, "field \"device\": length %zu exceeds max-key-bytes %zu",
-                   rd->alt < 0 ? sizeof rd->buf : dn, lim->max_key_len);
+                   rd->alt < 0 && rd->alt != NO_ALT ? sizeof rd->buf : dn, lim->max_key_len);
     if (!bdb_batch_name_valid(rd->p, dn))
         return bad(err, errlen, "field \"device\": control characters not allowed");
     if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0)
@@ -312,7 +321,7 @@ static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_d
             const char *k = json_object_iter_key(it);
             json_t *v = json_object_iter_value(it);
             size_t kl = strlen(k);
-            if (!bdb_devrule_uses(rule, rd->alt, k, kl))
+            if (rd->alt == NO_ALT || !bdb_devrule_uses(rule, rd->alt, k, kl))
                 bdb_batch_tag(b, k, kl, json_string_value(v), json_string_length(v));
         }
     }

@@ -38,6 +38,10 @@ typedef struct bdb_json_limits {
                                 0 = no check (default) */
     const bdb_devrule *rule; /* the device rule; NULL = "device" (default) */
     const char *device_tag;  /* the tag the "device" member stands for; NULL = "device" */
+    /* the device of a report whose "device" and tags name none under the rule (MQTT:
+     * the topic's device level), its tags all device tags; NULL = such a report is
+     * rejected */
+    const char *fallback_device;
 } bdb_json_limits;
 
 void bdb_json_limits_default(bdb_json_limits *l);

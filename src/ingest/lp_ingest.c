@@ -23,6 +23,9 @@ static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t l
     res->first_is_limit = is_limit == 1;
 }
 
+/* bdb_devrule_device's "alternative" of a line named by fallback_device: no tag used. */
+#define NO_ALT (-100)
+
 /* A line's tag by key, for the device rule. */
 static const char *lp_tag(void *ctx, const char *key, size_t klen, size_t *vlen)
 {
@@ -72,12 +75,18 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
         const char *devp;
         size_t devn;
         int alt = bdb_devrule_device(rule, lp_tag, &pt, devbuf, sizeof devbuf, &devp, &devn);
+        if (alt == -1 && map->fallback_device) {
+            devp = map->fallback_device;
+            devn = strlen(devp);
+            alt = NO_ALT;
+        }
         if (alt == -1) {
             bdb_devrule_missing(rule, reason, sizeof reason);
             reject(res, lineno, line, linelen, reason, 0);
             continue;
         }
-        if (alt < 0 || !bdb_batch_name_valid(devp, devn) || devn > map->max_name_bytes) {
+        if ((alt < 0 && alt != NO_ALT) || !bdb_batch_name_valid(devp, devn) ||
+            devn > map->max_name_bytes) {
             snprintf(reason, sizeof reason,
                      "device name must be 1..%zu bytes of UTF-8 without control characters",
                      map->max_name_bytes);
@@ -109,7 +118,9 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
         bdb_batch_begin(b, devp, devn, ts, lineno);
         /* a one-key name points at its tag's value: the pointer identifies that tag
          * (the default rule's case, kept as cheap as before the rule existed) */
-        const char *own = !rule->escape && rule->nparts[alt] == 1 ? devp : NULL;
+        const char *own = alt == NO_ALT                             ? devp
+                          : !rule->escape && rule->nparts[alt] == 1 ? devp
+                                                                    : NULL;
         for (size_t i = 0; i < pt.ntags; i++)
             if (own ? pt.tags[i].val.p != own
                     : !bdb_devrule_uses(rule, alt, pt.tags[i].key.p, pt.tags[i].key.n))

@@ -3,7 +3,8 @@
  *   sensor,device=d1,site=berlin temp=21.5,rpm=900i,state="on" 1700000000000000000
  *
  * - the device rule (devrule.h; default: the tag named by device_tag) names the
- *   device; the tags it uses are not device tags, the other tags are;
+ *   device, else fallback_device when set; the tags it uses are not device tags, the
+ *   other tags are;
  * - each numeric or boolean field is a metric named "<measurement>.<field>" (or just
  *   "<field>" with field naming); booleans are 1/0, integers become doubles;
  * - a string field named "state" is the device state; any other string field is
@@ -31,6 +32,9 @@ typedef struct bdb_lp_map {
     size_t max_state_bytes;  /* the state string; 0 = no extra limit */
     int64_t max_age_ms;      /* refuse times older than now - this (the tenant's retention:
                                 such a point would never be readable); 0 = no check */
+    /* the device of a line whose tags name none under the rule (MQTT: the topic's
+     * device level), its tags all device tags; NULL = such a line is rejected */
+    const char *fallback_device;
 } bdb_lp_map;
 
 typedef struct bdb_lp_result {

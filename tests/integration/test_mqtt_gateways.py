@@ -14,7 +14,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Suite, check, contains, eq, path_with  # noqa: E402
+from bdbtest import Server, Suite, check, contains, eq, path_with  # noqa: E402
 from test_mqtt import Broker, metric, mqtt_server, rows, wait_connected, wait_for  # noqa: E402
 from test_mqtt5 import sub_read, sub_session  # noqa: E402
 
@@ -129,25 +129,37 @@ def home_assistant_statestream_values():
 
 
 @suite.test
-def device_rule_applies_to_gateway_payloads():
-    """The topic's device counts as the tag device_tag: a rule without an alternative
-    of that tag alone cannot name the device of a payload without tags."""
+def device_rule_applies_to_mqtt_payloads():
+    """The device rule names devices from a payload's tags exactly as on HTTP; the
+    topic's device applies only when the tags name none (every gateway object)."""
     with Broker() as b:
-        sub_session(b, "bdbtest-rule-dl", DL, "mqttv5")
         args = ["--mqtt-topics", "zigbee2mqtt/+,telegraf/+",
                 "--mqtt-topic-scheme", "+/{device}/#",
-                "--device-rule", "host+device,host",
-                "--mqtt-dead-letter-topic", DL]
+                "--device-rule", "host+device,host"]
         with mqtt_server(b, "bdbtest-rule", args=args) as s:
             wait_connected(s, b)
             check(b.publish("zigbee2mqtt/lamp", '{"brightness": 200}'))
-            out = sub_read(b, "bdbtest-rule-dl", DL, "mqttv5", 1, "%P")
-            contains(out, "the device rule 'host+device,host' matches none of the tags")
-            # line protocol over MQTT: the same name as on /write
-            check(b.publish("telegraf/ignored",
-                            "disk,host=h1,device=sda1 used=5 1705327200000000000"))
+            wait_for("lamp", lambda: metrics_of(s, "lamp") == {"brightness": 200}, [s.log()])
+            # line protocol and JSON over MQTT: the names /write and /api/v1/write/json give
+            check(b.publish("telegraf/gw1",
+                            "disk,host=h1,device=sda1 used=5 1705327200000000000\n"
+                            "cpu,host=h1,site=x load=2 1705327200000000000"))
+            check(b.publish("telegraf/gw1", '{"time": 1705327200000, "tags": {"host": "h2"},'
+                                            ' "metrics": {"m": 1}}'))
+            check(b.publish("telegraf/gw1", "mem used=3 1705327200000000000"))
             wait_for("h1/sda1", lambda: rows(s, "default", "h1/sda1") ==
                      [(1705327200000, "disk.used", 5)], [s.log()])
+            wait_for("h1", lambda: rows(s, "default", "h1") ==
+                     [(1705327200000, "cpu.load", 2)], [s.log()])
+            wait_for("h2", lambda: rows(s, "default", "h2") == [(1705327200000, "m", 1)],
+                     [s.log()])
+            wait_for("gw1", lambda: rows(s, "default", "gw1") ==
+                     [(1705327200000, "mem.used", 3)], [s.log()])
+        with Server(args=["--device-rule", "host+device,host"]) as h:  # the same over HTTP
+            h.write("disk,host=h1,device=sda1 used=5 1705327200000000000\n"
+                    "cpu,host=h1,site=x load=2 1705327200000000000\n")
+            h.write_json({"time": 1705327200000, "tags": {"host": "h2"}, "metrics": {"m": 1}})
+            eq(sorted(d["device"] for d in h.devices()["devices"]), ["h1", "h1/sda1", "h2"])
 
 
 if __name__ == "__main__":

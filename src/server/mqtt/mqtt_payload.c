@@ -50,13 +50,6 @@ int bdb_mqtt_topic_names(const bdb_mqtt_scheme *sc, const char *default_tenant, 
     return 0;
 }
 
-/* Gives the report object r the topic's device when it has none. */
-static void default_device(json_t *r, const char *device)
-{
-    if (json_is_object(r) && !json_object_get(r, "device"))
-        json_object_set_new(r, "device", json_string(device));
-}
-
 /* An object in the report format has one of these members; any other object is a
  * gateway's object of readings. */
 static int is_report_object(json_t *o)
@@ -89,24 +82,10 @@ static int parse_json(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, siz
         in->shape = BDB_MQTT_FMT_OBJECT;
         return parse_object(cfg, in, p, len, device, now_ms, b, why, whylen);
     }
-    in->shape = BDB_MQTT_FMT_JSON;
-    const bdb_devrule *rule = in->rule;
-    int64_t max_age_ms = in->max_age_ms;
-    size_t *strings_skipped = &in->strings_skipped;
-    json_t *reps = json_is_object(root) ? json_object_get(root, "reports") : NULL;
-    if (json_is_array(reps) || json_is_array(root)) {
-        json_t *arr = json_is_array(root) ? root : reps, *r;
-        size_t i;
-        json_array_foreach(arr, i, r) default_device(r, device);
-    } else {
-        default_device(root, device);
-    }
-    char *text = json_dumps(root, JSON_COMPACT);
+    /* this parse refuses a key given twice, which the report parser would take the
+     * last of; the reports themselves are read from the text as HTTP reads them */
     json_decref(root);
-    if (!text) {
-        snprintf(why, whylen, "out of memory");
-        return BDB_MQTT_BAD;
-    }
+    in->shape = BDB_MQTT_FMT_JSON;
     bdb_json_limits lim;
     bdb_json_limits_default(&lim);
     lim.max_key_len = cfg->max_key_bytes;
@@ -114,12 +93,12 @@ static int parse_json(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, siz
     lim.max_tags = cfg->max_tags;
     lim.max_metrics = cfg->max_fields;
     lim.max_future_ms = cfg->max_future_ms;
-    lim.max_age_ms = max_age_ms;
-    lim.rule = rule;
+    lim.max_age_ms = in->max_age_ms;
+    lim.rule = in->rule;
     lim.device_tag = cfg->device_tag;
+    lim.fallback_device = device; /* a report the rule names no device of: the topic's */
     bdb_json_result jr;
-    int rc = bdb_json_ingest(text, strlen(text), now_ms, &lim, b, &jr);
-    free(text);
+    int rc = bdb_json_ingest(p, len, now_ms, &lim, b, &jr);
     if (rc == BDB_ERR_NOMEM) { /* an incomplete batch is never written (alloc.h) */
         snprintf(why, whylen, "out of memory parsing the payload");
         return BDB_MQTT_BAD;
@@ -128,7 +107,7 @@ static int parse_json(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, siz
         snprintf(why, whylen, "%s", jr.first_error[0] ? jr.first_error : "no report in payload");
         return BDB_MQTT_BAD;
     }
-    *strings_skipped = jr.strings_skipped;
+    in->strings_skipped = jr.strings_skipped;
     if (jr.rejected) {
         snprintf(why, whylen, "%s (%zu report(s) accepted, %zu rejected)", jr.first_error,
                  jr.accepted, jr.rejected);
@@ -137,77 +116,10 @@ static int parse_json(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, siz
     return BDB_MQTT_OK;
 }
 
-/* Appends s with line-protocol tag escaping (comma, space, equals sign). */
-static void lp_escape(bdb_buf *o, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == ',' || *s == ' ' || *s == '=' || *s == '\\')
-            bdb_buf_putc(o, '\\');
-        bdb_buf_putc(o, (uint8_t)*s);
-    }
-}
-
-/* Copies one line, adding the device tag after the measurement when the line's tag
- * set does not name one. */
-static void lp_line_with_device(bdb_buf *o, const char *l, size_t n, const char *tag,
-                                const char *device)
-{
-    size_t i = 0;
-    while (i < n && (l[i] == ' ' || l[i] == '\t'))
-        i++;
-    if (i == n || l[i] == '#') {
-        bdb_buf_append(o, l, n);
-        return;
-    }
-    size_t m = i; /* end of the measurement */
-    while (m < n && l[m] != ',' && l[m] != ' ') {
-        if (l[m] == '\\')
-            m++;
-        m++;
-    }
-    if (m > n)
-        m = n;
-    size_t te = m; /* end of the tag set */
-    while (te < n && l[te] != ' ') {
-        if (l[te] == '\\')
-            te++;
-        te++;
-    }
-    if (te > n)
-        te = n;
-    size_t tl = strlen(tag);
-    int has = 0;
-    for (size_t k = m; k + tl + 1 < te && !has; k++)
-        if (l[k] == ',' && l[k - 1] != '\\' && memcmp(l + k + 1, tag, tl) == 0 &&
-            l[k + 1 + tl] == '=')
-            has = 1;
-    if (has) {
-        bdb_buf_append(o, l, n);
-        return;
-    }
-    bdb_buf_append(o, l, m);
-    bdb_buf_putc(o, ',');
-    lp_escape(o, tag);
-    bdb_buf_putc(o, '=');
-    lp_escape(o, device);
-    bdb_buf_append(o, l + m, n - m);
-}
-
 static int parse_lp(const bdb_config *cfg, const bdb_devrule *rule, int64_t max_age_ms,
                     const char *p, size_t len, const char *device, int64_t now_ms, bdb_batch *b,
                     size_t *strings_skipped, char *why, size_t whylen)
 {
-    bdb_buf body;
-    bdb_buf_init(&body);
-    size_t i = 0;
-    while (i < len) {
-        const char *nl = memchr(p + i, '\n', len - i);
-        size_t e = nl ? (size_t)(nl - p) : len;
-        lp_line_with_device(&body, p + i, e - i, cfg->device_tag, device);
-        if (nl)
-            bdb_buf_putc(&body, '\n');
-        i = e + 1;
-    }
     bdb_lp_limits lim;
     bdb_lp_limits_default(&lim);
     lim.max_line_len = cfg->max_line_bytes;
@@ -223,13 +135,11 @@ static int parse_lp(const bdb_config *cfg, const bdb_devrule *rule, int64_t max_
                       cfg->max_key_bytes,
                       cfg->max_tag_value_bytes};
     map.max_age_ms = max_age_ms;
+    map.fallback_device = device; /* a line the rule names no device of: the topic's */
     bdb_lp_result lr;
     memset(&lr, 0, sizeof lr);
-    int lrc = lp ? bdb_lp_ingest(lp, body.len ? (const char *)body.data : "", body.len, BDB_LP_NS,
-                                 now_ms, &map, b, &lr)
-                 : BDB_ERR_NOMEM;
+    int lrc = lp ? bdb_lp_ingest(lp, p, len, BDB_LP_NS, now_ms, &map, b, &lr) : BDB_ERR_NOMEM;
     bdb_lp_parser_free(lp);
-    bdb_buf_free(&body);
     *strings_skipped = lr.strings_skipped;
     if (lrc == BDB_ERR_NOMEM) { /* an incomplete batch is never written (alloc.h) */
         snprintf(why, whylen, "out of memory parsing the payload");
@@ -247,54 +157,14 @@ static int parse_lp(const bdb_config *cfg, const bdb_devrule *rule, int64_t max_
     return BDB_MQTT_OK;
 }
 
-/* The rule's device for a payload without tags: the topic's device counts as the tag
- * device_tag. 0 with the name (in buf when built), or -1 with why. */
-struct topic_tag {
-    const char *tag, *device;
-};
-
-static const char *topic_device_tag(void *ctx, const char *key, size_t klen, size_t *vlen)
-{
-    const struct topic_tag *t = ctx;
-    if (strlen(t->tag) != klen || memcmp(t->tag, key, klen))
-        return NULL;
-    *vlen = strlen(t->device);
-    return t->device;
-}
-
-static int untagged_device(const bdb_config *cfg, const bdb_devrule *rule, const char *device,
-                           char *buf, size_t cap, const char **dev, size_t *dlen, char *why,
-                           size_t whylen)
-{
-    struct topic_tag t = {cfg->device_tag, device};
-    int a = bdb_devrule_device(rule, topic_device_tag, &t, buf, cap, dev, dlen);
-    if (a == -1) {
-        char m[300];
-        bdb_devrule_missing(rule, m, sizeof m);
-        snprintf(why, whylen, "%s (the payload has no tags; the topic's device counts as '%s')", m,
-                 cfg->device_tag);
-        return -1;
-    }
-    if (a < 0 || *dlen > cfg->max_key_bytes || !bdb_batch_name_valid(*dev, *dlen)) {
-        snprintf(why, whylen,
-                 "device name must be 1..%zu bytes of UTF-8 without control characters",
-                 cfg->max_key_bytes);
-        return -1;
-    }
-    return 0;
-}
-
-/* A gateway object (ingest/json_flat.h) of the topic's device, at the arrival time. */
+/* A gateway object (ingest/json_flat.h) of the topic's device, at the arrival time: it
+ * has no tags, so the device rule names nothing and the topic's device applies, as
+ * for a line or report without tags. */
 static int parse_object(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, size_t len,
                         const char *device, int64_t now_ms, bdb_batch *b, char *why, size_t whylen)
 {
-    char buf[1024];
-    const char *dev;
-    size_t dlen;
-    if (untagged_device(cfg, in->rule, device, buf, sizeof buf, &dev, &dlen, why, whylen) != 0)
-        return BDB_MQTT_BAD;
-    bdb_jsonflat_opts o = {
-        dev, dlen, now_ms, cfg->max_fields, cfg->max_key_bytes, cfg->max_tag_value_bytes};
+    bdb_jsonflat_opts o = {device,          strlen(device),     now_ms,
+                           cfg->max_fields, cfg->max_key_bytes, cfg->max_tag_value_bytes};
     bdb_jsonflat_result r;
     int rc = bdb_jsonflat_ingest(p, len, &o, b, &r, why, whylen);
     if (rc == BDB_ERR_NOMEM) {
@@ -307,18 +177,14 @@ static int parse_object(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, s
     return BDB_MQTT_OK;
 }
 
-/* A bare value: a number, true/false, or else the device's state text. */
+/* A bare value of the topic's device (no tags, as an object): a number, true/false, or
+ * else the device's state text. */
 static int parse_value(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, size_t len,
                        const char *device, int64_t now_ms, bdb_batch *b, char *why, size_t whylen)
 {
     while (len &&
            (p[len - 1] == ' ' || p[len - 1] == '\t' || p[len - 1] == '\r' || p[len - 1] == '\n'))
         len--;
-    char buf[1024];
-    const char *dev;
-    size_t dlen;
-    if (untagged_device(cfg, in->rule, device, buf, sizeof buf, &dev, &dlen, why, whylen) != 0)
-        return BDB_MQTT_BAD;
     const char *metric = "value";
     size_t mlen = 5;
     if (in->metric_level) {
@@ -337,7 +203,7 @@ static int parse_value(const bdb_config *cfg, bdb_mqtt_in *in, const char *p, si
     }
     double d;
     int is_num = bdb_mqtt_bare_number(p, len, &d);
-    bdb_batch_begin(b, dev, dlen, now_ms, 0);
+    bdb_batch_begin(b, device, strlen(device), now_ms, 0);
     if (is_num) {
         bdb_batch_metric(b, metric, mlen, d);
     } else {
