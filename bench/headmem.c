@@ -4,7 +4,8 @@
  * its own phase) into a fresh engine in DIR through bdb_db_write in batches of 1,000
  * reports, with a fixed clock that follows the data (no wall time), then prints the
  * heap in use (mallinfo2: uordblks + hblkhd) per series at the end of ingest, after a
- * flush, and the peak seen at every 64th batch. Heap bytes are deterministic for a given
+ * flush, the peak seen at every 64th batch and the flush's peak (sampled every
+ * 100 ms). Heap bytes are deterministic for a given
  * build and glibc, so a change's effect shows without a quiet machine; bench/run's XL
  * size remains the measure against VictoriaMetrics.
  *
@@ -19,6 +20,9 @@
 
 #include <inttypes.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +46,21 @@ static uint64_t heap(void)
 {
     struct mallinfo2 m = mallinfo2();
     return (uint64_t)m.uordblks + (uint64_t)m.hblkhd;
+}
+
+/* The flush runs on the calling thread: a sampler thread keeps the heap's peak. */
+static atomic_int sampling;
+static _Atomic uint64_t flush_peak;
+static void *sampler(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&sampling)) {
+        uint64_t h = heap();
+        if (h > atomic_load(&flush_peak))
+            atomic_store(&flush_peak, h);
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+    return NULL;
 }
 
 static long arg(int argc, char **argv, int i, long def, long lo, long hi)
@@ -114,7 +133,14 @@ int main(int argc, char **argv)
     if (ingested > peak)
         peak = ingested;
     double nser = (double)ndev * NMET;
-    if (bdb_db_flush(db) != BDB_OK) {
+    atomic_store(&flush_peak, ingested);
+    atomic_store(&sampling, 1);
+    pthread_t th;
+    pthread_create(&th, NULL, sampler, NULL);
+    int frc = bdb_db_flush(db);
+    atomic_store(&sampling, 0);
+    pthread_join(th, NULL);
+    if (frc != BDB_OK) {
         fprintf(stderr, "headmem: flush failed\n");
         return 1;
     }
@@ -126,6 +152,9 @@ int main(int argc, char **argv)
            (double)(ingested - base) / 1048576.0, (double)(ingested - opened) / nser);
     printf("heap peak during ingest %9.1f MiB  %7.1f B/series\n", (double)(peak - base) / 1048576.0,
            (double)(peak - opened) / nser);
+    printf("heap peak during flush  %9.1f MiB  %7.1f B/series (sampled every 100 ms)\n",
+           (double)(atomic_load(&flush_peak) - base) / 1048576.0,
+           (double)(atomic_load(&flush_peak) - opened) / nser);
     printf("heap after flush       %10.1f MiB  %7.1f B/series\n",
            (double)(flushed - base) / 1048576.0, (double)(flushed - opened) / nser);
     bdb_batch_free(b);

@@ -39,7 +39,9 @@ static void help(void)
            "  --hot-rate-limit N        ratelimit: reports kept per minute while hot\n"
            "  --hot-sample F            sample: fraction kept while hot, e.g. 0.1\n"
            "  --tier-retention-1m D     keep 1-minute rollups D (e.g. 2d); also -1h, -1d;\n"
-           "                            default = the server's, forever = keep\n\n"
+           "                            default = the server's, forever = keep\n"
+           "  --device-rule RULE        tags naming a device, e.g. host+device,host; \"\" =\n"
+           "                            the server's device_rule (docs/API.md#mapping-rule)\n\n"
            "Exit codes: 0 success, 1 server or connection error, 2 usage error.\n");
 }
 
@@ -60,7 +62,7 @@ int cmd_tenant(int argc, char **argv)
     const char *quota_flags[4] = {"--writes-per-second", "--burst", "--max-devices",
                                   "--storage-bytes"};
     const char *quota_vals[4] = {NULL, NULL, NULL, NULL};
-    const char *retention = NULL;
+    const char *retention = NULL, *device_rule = NULL;
     /* hot partition settings (docs/TENANCY.md#hot-partitions) */
     const char *hot_names[5] = {"threshold", "policy", "subbuckets", "rate_limit", "sample"};
     const char *hot_flags[5] = {"--hot-threshold", "--hot-policy", "--hot-subbuckets",
@@ -94,6 +96,8 @@ int cmd_tenant(int argc, char **argv)
             dst = &token;
         else if (!strcmp(a, "--retention"))
             dst = &retention;
+        else if (!strcmp(a, "--device-rule"))
+            dst = &device_rule;
         for (int q = 0; q < 4 && !dst; q++)
             if (!strcmp(a, quota_flags[q]))
                 dst = &quota_vals[q];
@@ -181,6 +185,8 @@ int cmd_tenant(int argc, char **argv)
             return BDB_EXIT_USAGE;
         }
     }
+    if (device_rule)
+        has_settings = 1; /* checked by the server, sent JSON-escaped */
     if (has_settings && !is_create && !is_update) {
         fprintf(stderr, "bucketdb tenant %s: quota options apply to create and update only\n",
                 verb);
@@ -239,6 +245,11 @@ int cmd_tenant(int argc, char **argv)
                     bdb_buf_printf(&body, "%s\"%s\":\"%s\"", n++ ? "," : "", tier_names[k],
                                    tier_vals[k]);
             bdb_buf_putc(&body, '}');
+        }
+        if (device_rule) {
+            bdb_buf_puts(&body, ",\"device_rule\":\"");
+            bdb_buf_json_str(&body, device_rule, strlen(device_rule));
+            bdb_buf_putc(&body, '"');
         }
         if (retention) {
             bdb_buf_puts(&body, ",\"retention_ms\":\"");

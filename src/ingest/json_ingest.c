@@ -21,6 +21,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,9 @@ void bdb_json_limits_default(bdb_json_limits *l)
     l->max_value_len = 1024;
     l->max_future_ms = 0;
     l->max_age_ms = 0;
+    l->rule = NULL;
+    l->device_tag = NULL;
+    l->fallback_device = NULL;
 }
 
 /* One report's problem, formatted as "field \"...\": ..." into err. */
@@ -125,23 +129,82 @@ static int report_time(json_t *t, int64_t now_ms, int64_t *ts, char *err, size_t
     }
 }
 
+/* What the device rule sees of a report: its tags, and its "device" member as the
+ * tag named device_tag (the member wins over a tag of that name). */
+struct report_tags {
+    json_t *dev, *tags;
+    const char *device_tag;
+    size_t dtl;
+};
+
+static const char *report_tag(void *ctx, const char *key, size_t klen, size_t *vlen)
+{
+    struct report_tags *rt = ctx;
+    if (rt->dev && klen == rt->dtl && !memcmp(key, rt->device_tag, klen)) {
+        *vlen = json_string_length(rt->dev);
+        return json_string_value(rt->dev);
+    }
+    if (!rt->tags)
+        return NULL;
+    char k[BDB_DEVRULE_MAX_TEXT];
+    memcpy(k, key, klen); /* klen < BDB_DEVRULE_MAX_TEXT: a key of the rule's text */
+    k[klen] = '\0';
+    json_t *v = json_object_get(rt->tags, k);
+    if (json_kind(v) != JSON_STRING)
+        return NULL;
+    *vlen = json_string_length(v);
+    return json_string_value(v);
+}
+
+/* The "alternative" of a report named by fallback_device: no tag used. */
+#define NO_ALT (-100)
+
+/* A report's device name (into buf when built) and the rule's alternative used. */
+typedef struct report_dev {
+    const char *p;
+    size_t n;
+    int alt;
+    char buf[1024];
+} report_dev;
+
 /* Checks a report without touching the batch. */
-static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64_t *ts, char *err,
+static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *rule, int64_t now_ms,
+                    int64_t *ts, report_dev *rd, size_t *strings, const char **first_str, char *err,
                     size_t errlen)
 {
+    *strings = 0;
+    *first_str = NULL;
     char name[80];
     if (json_typeof(r) != JSON_OBJECT)
         return bad(err, errlen, "must be an object");
     json_t *dev = json_object_get(r, "device");
-    if (json_kind(dev) != JSON_STRING)
-        return bad(err, errlen, "field \"device\": required string");
-    size_t dn = json_string_length(dev);
+    if (json_kind(dev) != JSON_NULL && json_typeof(dev) != JSON_STRING)
+        return bad(err, errlen, "field \"device\": must be a string");
+    json_t *rtags = json_object_get(r, "tags");
+    struct report_tags rt = {dev, json_kind(rtags) == JSON_OBJECT ? rtags : NULL,
+                             lim->device_tag ? lim->device_tag : "device", 0};
+    rt.dtl = strlen(rt.device_tag);
+    rd->alt = bdb_devrule_device(rule, report_tag, &rt, rd->buf, sizeof rd->buf, &rd->p, &rd->n);
+    if (rd->alt == -1 && lim->fallback_device) {
+        rd->p = lim->fallback_device;
+        rd->n = strlen(rd->p);
+        rd->alt = NO_ALT;
+    }
+    if (rd->alt == -1) {
+        if (rule->nalts == 1 && rule->nparts[0] == 1 && rt.dtl == rule->len[0][0] &&
+            !memcmp(rt.device_tag, rule->text, rt.dtl))
+            return bad(err, errlen, "field \"device\": required string");
+        char why[300];
+        bdb_devrule_missing(rule, why, sizeof why);
+        return bad(err, errlen, "field \"device\": %s", why);
+    }
+    size_t dn = rd->alt < 0 && rd->alt != NO_ALT ? SIZE_MAX : rd->n;
     if (dn == 0)
         return bad(err, errlen, "field \"device\": must not be empty");
     if (dn > lim->max_key_len)
-        return bad(err, errlen, "field \"device\": length %zu exceeds max-key-bytes %zu", dn,
-                   lim->max_key_len);
-    if (!bdb_batch_name_valid(json_string_value(dev), dn))
+        return bad(err, errlen, "field \"device\": length %zu exceeds max-key-bytes %zu",
+                   rd->alt < 0 && rd->alt != NO_ALT ? sizeof rd->buf : dn, lim->max_key_len);
+    if (!bdb_batch_name_valid(rd->p, dn))
         return bad(err, errlen, "field \"device\": control characters not allowed");
     if (report_time(json_object_get(r, "time"), now_ms, ts, err, errlen) < 0)
         return -1;
@@ -175,6 +238,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
             double d;
             if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0)
                 return -1;
+            if (json_typeof(json_object_iter_value(it)) == JSON_STRING) {
+                if (!(*strings)++)
+                    *first_str = k;
+                continue;
+            }
             if (metric_value(json_object_iter_value(it), &d) < 0)
                 return bad(err, errlen, "field \"metrics.%s\": value must be a finite number",
                            printable(name, k));
@@ -214,6 +282,11 @@ static int validate(json_t *r, const bdb_json_limits *lim, int64_t now_ms, int64
                        json_string_length(state), lim->max_value_len);
         has_state = 1;
     }
+    if (nmets == *strings && *strings && !has_state)
+        return bad(err, errlen,
+                   "field \"metrics.%s\": a string is not stored (only numbers, booleans and "
+                   "'state'), and the report has nothing else to store",
+                   printable(name, *first_str));
     if (nmets == 0 && !has_state)
         return bad(err, errlen, "field \"metrics\": a report needs metrics or a state");
     return 0;
@@ -238,10 +311,10 @@ static void use_bdb_alloc(void)
     json_set_alloc_funcs(json_alloc, free);
 }
 
-static void add(bdb_batch *b, json_t *r, int64_t ts, size_t index)
+static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_dev *rd, int64_t ts,
+                size_t index)
 {
-    json_t *dev = json_object_get(r, "device");
-    bdb_batch_begin(b, json_string_value(dev), json_string_length(dev), ts, index);
+    bdb_batch_begin(b, rd->p, rd->n, ts, index);
     /* validate() passed: tags and metrics are objects or absent/null, their values
      * strings and numbers or booleans, and a state is a string or absent/null. */
     json_t *tags = json_object_get(r, "tags");
@@ -249,7 +322,9 @@ static void add(bdb_batch *b, json_t *r, int64_t ts, size_t index)
         for (void *it = json_object_iter(tags); it; it = json_object_iter_next(tags, it)) {
             const char *k = json_object_iter_key(it);
             json_t *v = json_object_iter_value(it);
-            bdb_batch_tag(b, k, strlen(k), json_string_value(v), json_string_length(v));
+            size_t kl = strlen(k);
+            if (rd->alt == NO_ALT || !bdb_devrule_uses(rule, rd->alt, k, kl))
+                bdb_batch_tag(b, k, kl, json_string_value(v), json_string_length(v));
         }
     }
     json_t *mets = json_object_get(r, "metrics");
@@ -257,7 +332,8 @@ static void add(bdb_batch *b, json_t *r, int64_t ts, size_t index)
         for (void *it = json_object_iter(mets); it; it = json_object_iter_next(mets, it)) {
             const char *k = json_object_iter_key(it);
             double d = 0;
-            (void)metric_value(json_object_iter_value(it), &d);
+            if (metric_value(json_object_iter_value(it), &d) < 0)
+                continue; /* a string, counted by validate() */
             bdb_batch_metric(b, k, strlen(k), d);
         }
     }
@@ -279,6 +355,13 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
     res->first_bad_index = -1;
     pthread_once(&alloc_once, use_bdb_alloc);
 
+    bdb_devrule single;
+    const bdb_devrule *rule = lim->rule;
+    if (!rule) {
+        const char *dt = lim->device_tag ? lim->device_tag : "device";
+        bdb_devrule_single(&single, dt, strlen(dt));
+        rule = &single;
+    }
     json_error_t jerr;
     json_oom = 0;
     json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES, &jerr);
@@ -323,20 +406,29 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
         json_t *r = is_array ? json_array_get(list, i) : list;
         char why[400];
         int64_t ts;
-        if (validate(r, lim, now_ms, &ts, why, sizeof why) < 0) {
+        report_dev rd;
+        size_t strings;
+        const char *first_str;
+        if (validate(r, lim, rule, now_ms, &ts, &rd, &strings, &first_str, why, sizeof why) < 0) {
             if (res->rejected++ == 0) {
                 res->first_bad_index = (long)i;
                 snprintf(res->first_error, sizeof res->first_error, "report %zu: %s", i, why);
             }
             continue;
         }
-        add(b, r, ts, i);
+        add(b, r, rule, &rd, ts, i);
         if (bdb_batch_failed(b) != BDB_OK) {
             snprintf(res->first_error, sizeof res->first_error, "out of memory");
             json_decref(root);
             return BDB_ERR_NOMEM;
         }
         res->accepted++;
+        if (strings && !res->strings_skipped) {
+            char name[80];
+            snprintf(res->first_skipped, sizeof res->first_skipped,
+                     "report %zu: string metric '%s'", i, printable(name, first_str));
+        }
+        res->strings_skipped += strings;
     }
     json_decref(root);
     return res->rejected ? BDB_ERR_INVALID : BDB_OK;

@@ -23,13 +23,35 @@ static void reject(bdb_lp_result *res, size_t lineno, const char *line, size_t l
     res->first_is_limit = is_limit == 1;
 }
 
+/* bdb_devrule_device's "alternative" of a line named by fallback_device: no tag used. */
+#define NO_ALT (-100)
+
+/* A line's tag by key, for the device rule. */
+static const char *lp_tag(void *ctx, const char *key, size_t klen, size_t *vlen)
+{
+    const bdb_lp_point *pt = ctx;
+    for (size_t i = 0; i < pt->ntags; i++)
+        if (pt->tags[i].key.n == klen && memcmp(pt->tags[i].key.p, key, klen) == 0) {
+            *vlen = pt->tags[i].val.n;
+            return pt->tags[i].val.p;
+        }
+    return NULL;
+}
+
 int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_precision prec,
                   int64_t now_ms, const bdb_lp_map *map, bdb_batch *b, bdb_lp_result *res)
 {
     memset(res, 0, sizeof *res);
     size_t pos = 0, lineno, linelen;
     const char *line;
-    size_t dtl = strlen(map->device_tag);
+    bdb_devrule single;
+    const bdb_devrule *rule = map->rule;
+    if (!rule) {
+        bdb_devrule_single(&single, map->device_tag, strlen(map->device_tag));
+        rule = &single;
+    }
+    /* a composite device name is built here; longer ones are refused by name length */
+    char devbuf[1024];
     char reason[512];
     /* metric names ("measurement.field") are built here; a heap buffer takes over when
      * max_key_bytes allows longer ones than the stack's */
@@ -51,16 +73,21 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             reject(res, lineno, line, linelen, reason, rc == BDB_ERR_LIMIT);
             continue;
         }
-        const bdb_lp_str *dev = NULL;
-        for (size_t i = 0; i < pt.ntags; i++)
-            if (pt.tags[i].key.n == dtl && memcmp(pt.tags[i].key.p, map->device_tag, dtl) == 0)
-                dev = &pt.tags[i].val;
-        if (!dev) {
-            snprintf(reason, sizeof reason, "missing device tag '%s'", map->device_tag);
+        const char *devp;
+        size_t devn;
+        int alt = bdb_devrule_device(rule, lp_tag, &pt, devbuf, sizeof devbuf, &devp, &devn);
+        if (alt == -1 && map->fallback_device) {
+            devp = map->fallback_device;
+            devn = strlen(devp);
+            alt = NO_ALT;
+        }
+        if (alt == -1) {
+            bdb_devrule_missing(rule, reason, sizeof reason);
             reject(res, lineno, line, linelen, reason, 0);
             continue;
         }
-        if (!bdb_batch_name_valid(dev->p, dev->n) || dev->n > map->max_name_bytes) {
+        if ((alt < 0 && alt != NO_ALT) || !bdb_batch_name_valid(devp, devn) ||
+            devn > map->max_name_bytes) {
             snprintf(reason, sizeof reason,
                      "device name must be 1..%zu bytes of UTF-8 without control characters",
                      map->max_name_bytes);
@@ -89,12 +116,20 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             reject(res, lineno, line, linelen, reason, 2);
             continue;
         }
-        bdb_batch_begin(b, dev->p, dev->n, ts, lineno);
+        bdb_batch_begin(b, devp, devn, ts, lineno);
+        /* a one-key name points at its tag's value: the pointer identifies that tag
+         * (the default rule's case, kept as cheap as before the rule existed) */
+        const char *own = alt == NO_ALT                             ? devp
+                          : !rule->escape && rule->nparts[alt] == 1 ? devp
+                                                                    : NULL;
         for (size_t i = 0; i < pt.ntags; i++)
-            if (&pt.tags[i].val != dev)
+            if (own ? pt.tags[i].val.p != own
+                    : !bdb_devrule_uses(rule, alt, pt.tags[i].key.p, pt.tags[i].key.n))
                 bdb_batch_tag(b, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p,
                               pt.tags[i].val.n);
         int bad = 0;
+        size_t stored = 0, skipped = 0;
+        const bdb_lp_field *first_str = NULL;
         for (size_t i = 0; i < pt.nfields && !bad; i++) {
             const bdb_lp_field *f = &pt.fields[i];
             if (f->type == BDB_LP_STRING) {
@@ -107,13 +142,12 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                         break;
                     }
                     bdb_batch_state(b, f->str.p, f->str.n);
+                    stored++;
                     continue;
                 }
-                snprintf(reason, sizeof reason,
-                         "string field '%.*s' is not supported: only 'state' may be a string",
-                         (int)(f->key.n > 100 ? 100 : f->key.n), f->key.p);
-                bad = 1;
-                break;
+                if (!skipped++)
+                    first_str = f;
+                continue;
             }
             size_t n = map->field_only ? f->key.n : pt.measurement.n + 1 + f->key.n;
             size_t max = map->field_only ? map->max_name_bytes : 2 * map->max_name_bytes + 1;
@@ -150,6 +184,15 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                 break;
             }
             bdb_batch_metric(b, name, n, f->num);
+            stored++;
+        }
+        if (!bad && !stored) {
+            /* only strings other than state: nothing of the line could be kept */
+            snprintf(reason, sizeof reason,
+                     "no field could be stored: string field '%.*s' (only numbers, booleans "
+                     "and 'state' are stored)",
+                     (int)(first_str->key.n > 100 ? 100 : first_str->key.n), first_str->key.p);
+            bad = 1;
         }
         if (bad) {
             bdb_batch_cancel(b);
@@ -162,6 +205,11 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             goto out;
         }
         res->accepted++;
+        if (skipped && res->strings_skipped == 0)
+            snprintf(res->first_skipped, sizeof res->first_skipped, "line %zu: string field '%.*s'",
+                     lineno, (int)(first_str->key.n > 100 ? 100 : first_str->key.n),
+                     first_str->key.p);
+        res->strings_skipped += skipped;
     }
 out:
     free(heapname);

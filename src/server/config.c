@@ -1,6 +1,7 @@
 #include "server/config.h"
 
 #include "common/log.h"
+#include "ingest/devrule.h"
 #include "model/bucket.h"
 #include "server/admission/hotpart.h"
 
@@ -64,6 +65,8 @@ static const struct key {
     N(max_future_ms, K_MS, "reject timestamps further than this in the future (default 1h)"),
     N(max_query_samples, K_U64, "max samples one query returns (default 1000000)"),
     S(device_tag, "line-protocol tag naming the device (default device)"),
+    S(device_rule, "tags naming the device: first present of a,b; a+b joined with '/' "
+                   "(docs/API.md#mapping-rule; default: device_tag alone)"),
     S(metric_naming, "measurement.field (default) | field"),
     S(default_tenant, "tenant when a request names none (default default)"),
     S(auth, "auto (token required off loopback) | on | off (default auto)"),
@@ -82,7 +85,8 @@ static const struct key {
     N(mqtt_receive_max, K_INT, "MQTT 5 receive maximum: messages in flight to us (default 32)"),
     S(mqtt_topic_scheme,
       "topic levels of tenant and device, e.g. +/{tenant}/{device}/# (the default)"),
-    S(mqtt_formats, "payload format per topic filter: filter=json|lp|auto,... (default auto)"),
+    S(mqtt_formats, "payload format per topic filter: filter=json|lp|object|value[:level]|auto,"
+                    "... (default auto)"),
     S(mqtt_dead_letter_topic, "publish malformed MQTT messages here (default none: drop)"),
     S(mqtt_ca_file, "mqtts:// brokers: CA certificates file (default system CAs)"),
     S(mqtt_cert_file, "mqtts:// brokers: client certificate file (default none)"),
@@ -435,7 +439,22 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "device_tag and default_tenant must not be empty");
         return -1;
     }
+    if (c->device_rule[0]) {
+        bdb_devrule r;
+        char why[300];
+        if (bdb_devrule_parse(c->device_rule, &r, why, sizeof why) != 0) {
+            snprintf(err, errlen, "device_rule: %s", why);
+            return -1;
+        }
+    }
     return 0;
+}
+
+void bdb_config_device_rule(const bdb_config *c, bdb_devrule *out)
+{
+    char why[300];
+    if (!c->device_rule[0] || bdb_devrule_parse(c->device_rule, out, why, sizeof why) != 0)
+        bdb_devrule_single(out, c->device_tag, strlen(c->device_tag));
 }
 
 void bdb_config_print(const bdb_config *c, void *file)

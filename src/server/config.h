@@ -47,6 +47,7 @@ typedef struct bdb_config {
     uint64_t max_query_samples;
     /* line-protocol mapping */
     char device_tag[64];
+    char device_rule[256];  /* ingest/devrule.h; empty = device_tag alone */
     char metric_naming[32]; /* measurement.field | field */
     char default_tenant[128];
     char auth[16];             /* auto | on | off */
@@ -97,6 +98,9 @@ int bdb_config_parse_duration(const char *v, int64_t *out);
 /* Names of all keys, NULL-terminated (for --help and docs). */
 const char *const *bdb_config_keys(void);
 const char *bdb_config_help(const char *key);
+/* The server-wide device rule (device_rule, or device_tag alone when it is empty). */
+struct bdb_devrule;
+void bdb_config_device_rule(const bdb_config *c, struct bdb_devrule *out);
 /* The server-wide hot partition policy (hot_* keys); 0, or -1 with a message. */
 struct bdb_hot_policy;
 int bdb_config_hot_policy(const bdb_config *c, struct bdb_hot_policy *out, char *err,

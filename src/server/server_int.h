@@ -46,6 +46,8 @@ struct bdb_server {
     /* counters for /metrics */
     _Atomic uint64_t http_requests[6]; /* by status class 1xx..5xx, [0] unused */
     _Atomic uint64_t lp_lines_accepted, lp_lines_rejected, lp_samples;
+    _Atomic uint64_t lp_strings_skipped;   /* string fields other than state, not stored */
+    _Atomic uint64_t json_strings_skipped; /* string metric values of JSON reports */
     _Atomic uint64_t json_reports_accepted, json_reports_rejected, json_samples;
     _Atomic uint64_t body_too_large, auth_failures, bytes_received;
     _Atomic uint64_t forbidden; /* 403: a tenant token naming another tenant */
@@ -107,6 +109,14 @@ int head_guard_wait(bdb_server *s);
 /* Response helpers: queue a response and return the MHD result. */
 enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
                         const void *body, size_t len);
+/* 204 for a write that stored everything it could, with X-Bucketdb-Not-Stored saying
+ * what it could not (docs/API.md#mapping-rule). */
+/* The device rule a tenant's writes follow: its own (admin API device_rule), else the
+ * server's (docs/API.md#mapping-rule). */
+struct bdb_devrule;
+void server_device_rule(bdb_server *s, const char *tenant, struct bdb_devrule *out);
+enum MHD_Result respond_stored_with_warning(bdb_server *s, struct MHD_Connection *c,
+                                            const char *not_stored);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
 /* {"error": msg} (also in X-Influxdb-Error) with "Connection: close": for a request

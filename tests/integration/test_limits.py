@@ -128,7 +128,7 @@ def state_string_limits():
         lp(s, 'm,device=s1 state="%s" %d' % ("a" * 20, t), 204)
         lp(s, 'm,device=s2 state="%s" %d' % ("a" * 21, t), 400,
            "state length 21 exceeds max-tag-value-bytes 20")
-        lp(s, 'm,device=s3 note="x" %d' % t, 400, "only 'state' may be a string")
+        lp(s, 'm,device=s3 note="x" %d' % t, 400, "no field could be stored: string field 'note'")
         eq(devices(s), ["s1"])
     with Server(args=["--max-line-bytes", "200000", "--max-tag-value-bytes", "100000"]) as s:
         lp(s, 'm,device=s1 state="%s" %d' % ("a" * 65536, t), 204)

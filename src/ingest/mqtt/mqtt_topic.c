@@ -4,6 +4,7 @@
 #include "ingest/mqtt/mqtt_codec.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int bdb_mqtt_scheme_parse(const char *spec, bdb_mqtt_scheme *sc, char *err, size_t errlen)
@@ -118,8 +119,21 @@ int bdb_mqtt_scheme_ids(const bdb_mqtt_scheme *sc, const char *topic, size_t len
     return 0;
 }
 
-static int parse_format(const char *s)
+static int parse_format(const char *s, int *level)
 {
+    *level = 0;
+    if (!strcmp(s, "value"))
+        return BDB_MQTT_FMT_VALUE;
+    if (!strncmp(s, "value:", 6)) {
+        char *end;
+        long l = strtol(s + 6, &end, 10);
+        if (end == s + 6 || *end || l < 1 || l > BDB_MQTT_SCHEME_MAX_LEVELS)
+            return -2;
+        *level = (int)l;
+        return BDB_MQTT_FMT_VALUE;
+    }
+    if (!strcmp(s, "object"))
+        return BDB_MQTT_FMT_OBJECT;
     if (!strcmp(s, "json"))
         return BDB_MQTT_FMT_JSON;
     if (!strcmp(s, "lp") || !strcmp(s, "lineproto") || !strcmp(s, "line"))
@@ -164,9 +178,16 @@ int bdb_mqtt_formats_parse(const char *spec, bdb_mqtt_formats *f, char *err, siz
         }
         *eq = '\0';
         char *filter = trim(item), *fmt = trim(eq + 1);
-        int v = parse_format(fmt);
+        int level, v = parse_format(fmt, &level);
+        if (v == -2) {
+            snprintf(err, errlen, "mqtt_formats: '%s': the metric level must be 1..%d", fmt,
+                     BDB_MQTT_SCHEME_MAX_LEVELS);
+            return -1;
+        }
         if (v < 0) {
-            snprintf(err, errlen, "mqtt_formats: format '%s' is not json, lp or auto", fmt);
+            snprintf(err, errlen,
+                     "mqtt_formats: format '%s' is not json, lp, object, value[:level] or auto",
+                     fmt);
             return -1;
         }
         if (!bdb_mqtt_filter_valid(filter)) {
@@ -179,20 +200,56 @@ int bdb_mqtt_formats_parse(const char *spec, bdb_mqtt_formats *f, char *err, siz
         }
         f->filter[f->n] = filter;
         f->format[f->n] = v;
+        f->level[f->n] = level;
         f->n++;
     }
     return 0;
 }
 
+int bdb_mqtt_format_match(const bdb_mqtt_formats *f, const char *topic, size_t len, int *level)
+{
+    *level = 0;
+    for (size_t i = 0; i < f->n; i++)
+        if (bdb_mqtt_topic_match(f->filter[i], topic, len)) {
+            *level = f->level[i];
+            return f->format[i];
+        }
+    return BDB_MQTT_FMT_AUTO;
+}
+
 int bdb_mqtt_format_for(const bdb_mqtt_formats *f, const char *topic, size_t len)
 {
-    for (size_t i = 0; i < f->n; i++)
-        if (bdb_mqtt_topic_match(f->filter[i], topic, len))
-            return f->format[i];
-    return BDB_MQTT_FMT_AUTO;
+    int level;
+    return bdb_mqtt_format_match(f, topic, len, &level);
+}
+
+int bdb_mqtt_topic_level(const char *topic, size_t len, int level, const char **p, size_t *n)
+{
+    size_t i = 0;
+    for (int l = 1; l < level; l++) {
+        const char *slash = memchr(topic + i, '/', len - i);
+        if (!slash)
+            return -1;
+        i = (size_t)(slash - topic) + 1;
+    }
+    const char *slash = memchr(topic + i, '/', len - i);
+    *p = topic + i;
+    *n = slash ? (size_t)(slash - topic) - i : len - i;
+    return 0;
 }
 
 const char *bdb_mqtt_format_name(int format)
 {
-    return format == BDB_MQTT_FMT_JSON ? "json" : format == BDB_MQTT_FMT_LP ? "lp" : "auto";
+    switch (format) {
+    case BDB_MQTT_FMT_JSON:
+        return "json";
+    case BDB_MQTT_FMT_LP:
+        return "lp";
+    case BDB_MQTT_FMT_VALUE:
+        return "value";
+    case BDB_MQTT_FMT_OBJECT:
+        return "object";
+    default:
+        return "auto";
+    }
 }

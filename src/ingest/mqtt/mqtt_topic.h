@@ -32,20 +32,32 @@ int bdb_mqtt_scheme_ids(const bdb_mqtt_scheme *sc, const char *topic, size_t len
                         const char **tenant, size_t *tlen, const char **device, size_t *dlen,
                         char *why, size_t whylen);
 
-enum bdb_mqtt_format { BDB_MQTT_FMT_AUTO, BDB_MQTT_FMT_JSON, BDB_MQTT_FMT_LP };
+enum bdb_mqtt_format {
+    BDB_MQTT_FMT_AUTO,
+    BDB_MQTT_FMT_JSON, /* the report format of POST /api/v1/write/json */
+    BDB_MQTT_FMT_LP,
+    BDB_MQTT_FMT_VALUE, /* a bare number, boolean or state text (Home Assistant) */
+    BDB_MQTT_FMT_OBJECT /* a gateway's object of readings (ingest/json_flat.h) */
+};
 
 /* "filter=format,filter=format": the first filter matching a topic gives its format
- * (json, lp or lineproto, auto); a topic no filter matches is auto (sniffed from
- * the first byte). */
+ * (json, lp or lineproto, object, value or value:<level>, auto); a topic no filter
+ * matches is auto (sniffed from the payload). value:<level> names the metric after
+ * that topic level, 1..BDB_MQTT_SCHEME_MAX_LEVELS; plain value calls it "value". */
 typedef struct bdb_mqtt_formats {
     size_t n;
     const char *filter[BDB_MQTT_FORMATS_MAX];
     int format[BDB_MQTT_FORMATS_MAX];
+    int level[BDB_MQTT_FORMATS_MAX]; /* value: the metric's topic level (1-based), 0 = none */
     char text[1024];
 } bdb_mqtt_formats;
 
 int bdb_mqtt_formats_parse(const char *spec, bdb_mqtt_formats *f, char *err, size_t errlen);
 int bdb_mqtt_format_for(const bdb_mqtt_formats *f, const char *topic, size_t len);
+/* As bdb_mqtt_format_for, also giving the metric level of a value format (0 = none). */
+int bdb_mqtt_format_match(const bdb_mqtt_formats *f, const char *topic, size_t len, int *level);
+/* Level `level` (1-based) of a topic: 0 with *p, *n, or -1 when it has fewer levels. */
+int bdb_mqtt_topic_level(const char *topic, size_t len, int level, const char **p, size_t *n);
 const char *bdb_mqtt_format_name(int format);
 
 #endif

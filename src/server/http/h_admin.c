@@ -11,6 +11,7 @@
  * keeps its SHA-256 alone, so it cannot be shown again. */
 #include "server/server_int.h"
 
+#include "ingest/devrule.h"
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -79,7 +80,10 @@ static void tenant_json(bdb_server *s, bdb_buf *b, const bdb_tenant_info *t, con
     bdb_buf_printf(b, ",\"tier_retention\":{\"1m\":%lld,\"1h\":%lld,\"1d\":%lld}",
                    (long long)t->tier_retention_ms[0], (long long)t->tier_retention_ms[1],
                    (long long)t->tier_retention_ms[2]);
-    bdb_buf_putc(b, '}');
+    /* the tenant's device rule; "" = the server's device_rule (docs/API.md#mapping-rule) */
+    bdb_buf_puts(b, ",\"device_rule\":\"");
+    bdb_buf_json_str(b, t->device_rule, strlen(t->device_rule));
+    bdb_buf_puts(b, "\"}");
 }
 
 static enum MHD_Result send_tenant(bdb_server *s, struct MHD_Connection *c, unsigned status,
@@ -313,10 +317,26 @@ static int parse_settings(json_t *root, int create, bdb_tenant_patch *p, const c
         } else if (!strcmp(key, "tier_retention")) {
             if (parse_tier_retention(val, p, err, errlen) != 0)
                 return -1;
+        } else if (!strcmp(key, "device_rule")) {
+            if (!json_is_string(val)) {
+                snprintf(err, errlen,
+                         "'device_rule' must be a string (\"\" = the server's device_rule)");
+                return -1;
+            }
+            p->has_device_rule = 1;
+            if (json_string_value(val)[0]) {
+                bdb_devrule d;
+                char why[240];
+                if (bdb_devrule_parse(json_string_value(val), &d, why, sizeof why) != 0) {
+                    snprintf(err, errlen, "device_rule: %s", why);
+                    return -1;
+                }
+                snprintf(p->device_rule, sizeof p->device_rule, "%s", bdb_devrule_text(&d));
+            }
         } else {
             snprintf(err, errlen,
                      "unknown field '%.100s' (known: name, quotas, retention_ms, hot, "
-                     "tier_retention)",
+                     "tier_retention, device_rule)",
                      key);
             return -1;
         }
@@ -375,7 +395,7 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
         return registry_error(s, c, rc, nm);
     if (p.has_hot_threshold || p.has_hot_policy || p.has_hot_subbuckets || p.has_hot_rate_limit ||
         p.has_hot_sample || p.has_tier_retention[0] || p.has_tier_retention[1] ||
-        p.has_tier_retention[2]) {
+        p.has_tier_retention[2] || p.has_device_rule) {
         bdb_tenant_patch hp = {0};
         hp.has_hot_threshold = p.has_hot_threshold;
         hp.has_hot_policy = p.has_hot_policy;
@@ -385,6 +405,8 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
         hp.hot = p.hot;
         memcpy(hp.has_tier_retention, p.has_tier_retention, sizeof hp.has_tier_retention);
         memcpy(hp.tier_retention_ms, p.tier_retention_ms, sizeof hp.tier_retention_ms);
+        hp.has_device_rule = p.has_device_rule;
+        memcpy(hp.device_rule, p.device_rule, sizeof hp.device_rule);
         if ((rc = bdb_tenants_update(s->tenants, nm, &hp, NULL)) != BDB_OK) {
             bdb_tenants_undo_create(s->tenants, nm); /* all or nothing */
             OPENSSL_cleanse(token, sizeof token);

@@ -363,6 +363,13 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
                    (unsigned long long)atomic_load(&s->lp_lines_accepted));
     bdb_buf_printf(&b, "bucketdb_lines_total{result=\"rejected\"} %llu\n",
                    (unsigned long long)atomic_load(&s->lp_lines_rejected));
+    family(&b, "bucketdb_string_fields_not_stored_total", "counter",
+           "String fields other than state (line protocol) and string metric values (JSON), "
+           "parsed but not stored, by protocol.");
+    bdb_buf_printf(&b, "bucketdb_string_fields_not_stored_total{protocol=\"line\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->lp_strings_skipped));
+    bdb_buf_printf(&b, "bucketdb_string_fields_not_stored_total{protocol=\"json\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->json_strings_skipped));
     family(&b, "bucketdb_json_reports_total", "counter", "JSON reports by result.");
     bdb_buf_printf(&b, "bucketdb_json_reports_total{result=\"accepted\"} %llu\n",
                    (unsigned long long)atomic_load(&s->json_reports_accepted));

@@ -7,6 +7,7 @@
 #include "common/map.h"
 #include "common/timeutil.h"
 #include "ingest/gzip.h"
+#include "ingest/devrule.h"
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
 #include "model/dedup.h"
@@ -242,6 +243,7 @@ struct outcome {
     const char *where; /* "line" (1-based) or "index" (0-based) */
     long pos;
     _Atomic uint64_t *samples, *acc, *rej; /* the protocol's counters */
+    const char *not_stored;                /* NULL, or what was parsed but not stored */
 };
 
 /* Memory that parsing a body will take, reserved before parsing so that a request
@@ -281,6 +283,15 @@ static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const 
     }
     *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
     return -1;
+}
+
+void server_device_rule(bdb_server *s, const char *tenant, bdb_devrule *out)
+{
+    char text[BDB_TENANT_RULE_MAX], why[300];
+    if (bdb_tenants_device_rule(s->tenants, tenant, text, sizeof text) &&
+        bdb_devrule_parse(text, out, why, sizeof why) == 0)
+        return;
+    bdb_config_device_rule(&s->cfg, out);
 }
 
 void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
@@ -355,7 +366,8 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
     atomic_fetch_add(o->rej, o->rejected);
     hist_observe(&s->write_latency, now_us() - r->start_us);
     if (o->rejected == 0)
-        return respond(s, c, 204, NULL, "", 0);
+        return o->not_stored ? respond_stored_with_warning(s, c, o->not_stored)
+                             : respond(s, c, 204, NULL, "", 0);
     int lines = !strcmp(o->where, "line");
     char where[48] = "", over[96] = "";
     if (lines)
@@ -420,8 +432,14 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int 
     lim.max_tag_value_len = s->cfg.max_tag_value_bytes;
     bdb_lp_parser *p = bdb_lp_parser_new(&lim);
     bdb_batch *b = bdb_batch_new();
-    bdb_lp_map map = {s->cfg.device_tag, !strcmp(s->cfg.metric_naming, "field"),
-                      s->cfg.max_future_ms, s->cfg.max_key_bytes, s->cfg.max_tag_value_bytes};
+    bdb_devrule rule;
+    server_device_rule(s, tenant, &rule);
+    bdb_lp_map map = {s->cfg.device_tag,
+                      &rule,
+                      !strcmp(s->cfg.metric_naming, "field"),
+                      s->cfg.max_future_ms,
+                      s->cfg.max_key_bytes,
+                      s->cfg.max_tag_value_bytes};
     map.max_age_ms = bdb_db_retention_ms(s->db, tenant); /* docs/TENANCY.md#retention */
     bdb_lp_result lr;
     int prc = !p || !b ? BDB_ERR_NOMEM
@@ -440,7 +458,15 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int 
                         (long)lr.first_bad_line,
                         &s->lp_samples,
                         &s->lp_lines_accepted,
-                        &s->lp_lines_rejected};
+                        &s->lp_lines_rejected,
+                        NULL};
+    char skipped[256];
+    if (lr.strings_skipped) {
+        atomic_fetch_add(&s->lp_strings_skipped, lr.strings_skipped);
+        snprintf(skipped, sizeof skipped, "%zu string field(s) other than state; first: %s",
+                 lr.strings_skipped, lr.first_skipped);
+        o.not_stored = skipped;
+    }
     res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
     return res;
@@ -471,6 +497,10 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     lim.max_metrics = s->cfg.max_fields;
     lim.max_future_ms = s->cfg.max_future_ms;
     lim.max_age_ms = bdb_db_retention_ms(s->db, tenant);
+    bdb_devrule rule;
+    server_device_rule(s, tenant, &rule);
+    lim.rule = &rule;
+    lim.device_tag = s->cfg.device_tag;
     bdb_batch *b = bdb_batch_new();
     bdb_json_result jr;
     int prc = b ? bdb_json_ingest((const char *)body->data, body->len, bdb_now_ms(), &lim, b, &jr)
@@ -493,7 +523,15 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
                         jr.first_bad_index,
                         &s->json_samples,
                         &s->json_reports_accepted,
-                        &s->json_reports_rejected};
+                        &s->json_reports_rejected,
+                        NULL};
+    char skipped[256];
+    if (jr.strings_skipped) {
+        atomic_fetch_add(&s->json_strings_skipped, jr.strings_skipped);
+        snprintf(skipped, sizeof skipped, "%zu string metric value(s); first: %s",
+                 jr.strings_skipped, jr.first_skipped);
+        o.not_stored = skipped;
+    }
     res = commit_and_answer(s, c, r, tenant, b, &o);
     bdb_batch_free(b);
     return res;

@@ -33,6 +33,23 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
     return r;
 }
 
+enum MHD_Result respond_stored_with_warning(bdb_server *s, struct MHD_Connection *c,
+                                            const char *not_stored)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "X-Influxdb-Version", "1.8.10");
+    MHD_add_response_header(resp, "X-Influxdb-Build", "OSS");
+    MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
+    MHD_add_response_header(resp, "X-Bucketdb-Not-Stored", not_stored);
+    enum MHD_Result r = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->http_requests[2], 1);
+    return r;
+}
+
 enum MHD_Result respond_retry_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                     int64_t retry_after_s, const char *msg, const void *body,
                                     size_t len)

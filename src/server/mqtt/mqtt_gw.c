@@ -500,6 +500,9 @@ void bdb_mqtt_gw_metrics(bdb_mqtt_gw *g, bdb_buf *b)
                        (unsigned long long)atomic_load(&g->results[i]));
     counter(b, "bucketdb_mqtt_samples_total", "Samples durably written from MQTT.",
             atomic_load(&g->samples));
+    counter(b, "bucketdb_mqtt_string_fields_not_stored_total",
+            "String fields other than state in stored MQTT messages, not stored.",
+            atomic_load(&g->strings_skipped));
     counter(b, "bucketdb_mqtt_redeliveries_total", "MQTT messages received with DUP set.",
             atomic_load(&g->duplicates));
     counter(b, "bucketdb_mqtt_connects_total", "Sessions established with a broker.",

@@ -57,4 +57,27 @@ int bdb_mqtt_payload_parse(const bdb_config *cfg, int format, int64_t max_age_ms
                            const char *payload, size_t len, const char *device, int64_t now_ms,
                            bdb_batch *b, char *why, size_t whylen);
 
+/* What a message brings beyond its payload, and what parsing it found. */
+struct bdb_devrule;
+typedef struct bdb_mqtt_in {
+    int format;       /* the topic's format (bdb_mqtt_format_match) */
+    int metric_level; /* value format: the topic level naming the metric; 0 = "value" */
+    const char *topic;
+    size_t topic_len;
+    int64_t max_age_ms;
+    const struct bdb_devrule *rule; /* the tenant's device rule; NULL = the server's */
+    /* out */
+    int shape;              /* the format the payload was read as (never AUTO) */
+    size_t strings_skipped; /* string fields other than state, not stored */
+} bdb_mqtt_in;
+
+/* bdb_mqtt_payload_parse with the topic, per-filter and per-tenant settings: auto
+ * also recognises gateway objects (object format) and bare values (value format),
+ * docs/MQTT.md#payloads. */
+/* 1 with *d if p (n bytes) is a JSON number or true/false (1/0), finite; else 0. */
+int bdb_mqtt_bare_number(const char *p, size_t n, double *d);
+int bdb_mqtt_payload_parse_in(const bdb_config *cfg, bdb_mqtt_in *in, const char *payload,
+                              size_t len, const char *device, int64_t now_ms, bdb_batch *b,
+                              char *why, size_t whylen);
+
 #endif

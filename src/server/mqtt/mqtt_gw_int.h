@@ -66,6 +66,7 @@ struct bdb_mqtt_gw {
     atomic_int stop;
     _Atomic uint64_t results[MR_N];
     _Atomic uint64_t samples, connects, connect_failures, duplicates, quota_pauses;
+    _Atomic uint64_t strings_skipped; /* string fields other than state, not stored */
     _Atomic uint64_t bp_pauses, dead_letters, dead_letter_failures;
 };
 

@@ -20,6 +20,7 @@
  * before the original is), and acknowledged. */
 #include "server/mqtt/mqtt_gw_int.h"
 
+#include "ingest/devrule.h"
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -423,15 +424,10 @@ static int hot_check(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_
 
 /* ------------------------------------------------------------ one message */
 
-/* The format a payload was read as, for the log: auto picks by the first byte. */
-static const char *sniffed(int format, const bdb_mqtt_publish *p)
+/* The format a payload was read as, for the log. */
+static const char *shape_name(int shape)
 {
-    if (format != BDB_MQTT_FMT_AUTO)
-        return format == BDB_MQTT_FMT_JSON ? "json" : "line-protocol";
-    for (size_t i = 0; i < p->payload_len; i++)
-        if (!memchr(" \t\r\n", p->payload[i], 4))
-            return p->payload[i] == '{' || p->payload[i] == '[' ? "json" : "line-protocol";
-    return "empty";
+    return shape == BDB_MQTT_FMT_LP ? "line-protocol" : bdb_mqtt_format_name(shape);
 }
 
 static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
@@ -476,16 +472,23 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
         return -1;
     int ret = -1, locked = 0;
     uint64_t cost = 0;
-    int format = bdb_mqtt_format_for(&g->formats, p->topic, p->topic_len);
+    bdb_mqtt_in in = {0};
+    in.format = bdb_mqtt_format_match(&g->formats, p->topic, p->topic_len, &in.metric_level);
+    in.topic = p->topic;
+    in.topic_len = p->topic_len;
+    in.max_age_ms = bdb_db_retention_ms(s->db, tenant);
+    bdb_devrule rule;
+    server_device_rule(s, tenant, &rule);
+    in.rule = &rule;
     bdb_batch *b = bdb_batch_new(), *kept = NULL;
     char pwhy[600];
     int pr = !b ? BDB_MQTT_BAD
-                : bdb_mqtt_payload_parse(&s->cfg, format, bdb_db_retention_ms(s->db, tenant),
-                                         (const char *)p->payload, p->payload_len, device,
-                                         bdb_now_ms(), b, pwhy, sizeof pwhy);
+                : bdb_mqtt_payload_parse_in(&s->cfg, &in, (const char *)p->payload, p->payload_len,
+                                            device, bdb_now_ms(), b, pwhy, sizeof pwhy);
     if (pr == BDB_MQTT_BAD) {
-        snprintf(why, sizeof why, "malformed %s payload%s: %s", sniffed(format, p),
-                 format == BDB_MQTT_FMT_AUTO ? " (format by first byte)" : "", pwhy);
+        snprintf(why, sizeof why, "malformed %s payload%s: %s", !b ? "" : shape_name(in.shape),
+                 in.format == BDB_MQTT_FMT_AUTO ? " (format recognised from the payload)" : "",
+                 pwhy);
         ret = reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
         goto out;
     }
@@ -557,6 +560,8 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
     }
     size_t n = bdb_batch_samples(wb);
     atomic_fetch_add(&g->samples, n);
+    if (in.strings_skipped)
+        atomic_fetch_add(&g->strings_skipped, in.strings_skipped);
     hist_observe(&s->batch_size, n);
     count_ingest(s, tenant, n);
     if (pr == BDB_MQTT_PARTIAL) {

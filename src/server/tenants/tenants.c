@@ -302,7 +302,10 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
     for (int k = 0; k < 3; k++)
         if (p->has_tier_retention[k])
             nw.tier_retention_ms[k] = p->tier_retention_ms[k];
-    if (!tn_quotas_valid(&nw.quotas) || nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
+    if (p->has_device_rule)
+        memcpy(nw.device_rule, p->device_rule, sizeof nw.device_rule);
+    if (!tn_device_rule_valid(nw.device_rule) || !tn_quotas_valid(&nw.quotas) ||
+        nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
         !tn_tier_retention_valid(nw.tier_retention_ms)) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
@@ -318,6 +321,7 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         e->info.retention_ms = old.retention_ms;
         e->info.hot = old.hot;
         memcpy(e->info.tier_retention_ms, old.tier_retention_ms, sizeof old.tier_retention_ms);
+        memcpy(e->info.device_rule, old.device_rule, sizeof old.device_rule);
     } else if (out) {
         *out = e->info;
     }
@@ -447,6 +451,19 @@ int64_t bdb_tenants_tier_retention(bdb_tenants *r, const char *name, int tier, i
         !ti.tier_retention_ms[tier])
         return dflt;
     return ti.tier_retention_ms[tier] < 0 ? 0 : ti.tier_retention_ms[tier];
+}
+
+int bdb_tenants_device_rule(bdb_tenants *r, const char *name, char *out, size_t cap)
+{
+    int have = 0;
+    pthread_mutex_lock(&r->mu);
+    tentry *e = bdb_map_get(r->by_name, name, strlen(name));
+    if (e && e->info.device_rule[0]) {
+        snprintf(out, cap, "%s", e->info.device_rule);
+        have = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return have;
 }
 
 int bdb_tenants_get(bdb_tenants *r, const char *name, bdb_tenant_info *out)

@@ -12,7 +12,9 @@
  *          [hot_threshold=<n>] [hot_policy=<name>] [hot_subbuckets=<n>]
  *          [hot_rate_limit=<n>] [hot_sample=<fraction>]
  *          [tier_retention_1m=<ms>] [tier_retention_1h=<ms>] [tier_retention_1d=<ms>]
- *                                                                            (one line)
+ *          [device_rule=<rule>]                                              (one line)
+ *   (device_rule: the tenant's device rule, ingest/devrule.h, without blanks; written
+ *    only when set)
  *   (tier_retention_*: rollup tier TTL, -1 = forever; written only when set)
  *   (the hot_* keys are written only when set, so a file without them reads as before)
  *   ...
@@ -37,6 +39,7 @@
 #define BDB_TOKEN_BYTES 32                  /* random bytes in a tenant token */
 #define BDB_TOKEN_HEX (2 * BDB_TOKEN_BYTES) /* its hex length */
 #define BDB_HASH_BYTES 32                   /* SHA-256 */
+#define BDB_TENANT_RULE_MAX 256             /* device rule text with its NUL */
 
 typedef struct bdb_quotas {
     uint64_t writes_per_second; /* samples per second; 0 = unlimited */
@@ -73,11 +76,12 @@ typedef struct bdb_tenant_info {
     bdb_quotas quotas;
     int64_t retention_ms; /* 0 = the server's retention; stored, NOT enforced yet */
     int64_t created_ms, token_rotated_ms;
-    bdb_tenant_hot hot;               /* optional keys hot_* of the file line */
-    int64_t tier_retention_ms[3];     /* rollup tiers 1m, 1h, 1d: 0 = server's, -1 = forever */
-    uint64_t rejections[BDB_LIMIT_N]; /* since the server started */
-    uint64_t ingested_samples;        /* durably written since the server started */
-    uint64_t ingested_requests;       /* write requests that stored something */
+    bdb_tenant_hot hot;                    /* optional keys hot_* of the file line */
+    int64_t tier_retention_ms[3];          /* rollup tiers 1m, 1h, 1d: 0 = server's, -1 = forever */
+    char device_rule[BDB_TENANT_RULE_MAX]; /* ingest/devrule.h text; "" = the server's */
+    uint64_t rejections[BDB_LIMIT_N];      /* since the server started */
+    uint64_t ingested_samples;             /* durably written since the server started */
+    uint64_t ingested_requests;            /* write requests that stored something */
 } bdb_tenant_info;
 
 /* A partial update: only the fields whose has_* flag is set change. */
@@ -90,6 +94,8 @@ typedef struct bdb_tenant_patch {
     bdb_tenant_hot hot;
     int has_tier_retention[3]; /* rollup tier TTL: 0 = the server's, -1 = forever */
     int64_t tier_retention_ms[3];
+    int has_device_rule; /* "" = back to the server's device rule */
+    char device_rule[BDB_TENANT_RULE_MAX];
 } bdb_tenant_patch;
 
 /* The longest retention a tenant may be given (retention_ms and each tier's), as the
@@ -169,6 +175,9 @@ int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
  * override, or dflt (the server's) when it has none or is not registered. For the
  * engine's tier retention hook (db_tier.h). */
 int64_t bdb_tenants_tier_retention(bdb_tenants *r, const char *name, int tier, int64_t dflt);
+/* The tenant's own device rule text into out (cap bytes): 1, or 0 when it has none
+ * or is not registered (the server's rule applies). For every write request. */
+int bdb_tenants_device_rule(bdb_tenants *r, const char *name, char *out, size_t cap);
 /* BDB_OK or BDB_ERR_NOTFOUND. */
 int bdb_tenants_get(bdb_tenants *r, const char *name, bdb_tenant_info *out);
 /* Calls cb for every tenant in name order (on copies, outside the lock); a non-zero

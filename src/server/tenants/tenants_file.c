@@ -2,6 +2,7 @@
  * line per tenant with its token hash, quotas, retention and hot-partition settings,
  * a count and a checksum; written whole to a temporary name, fsynced and renamed, so a
  * crash leaves the old file or the new one. */
+#include "ingest/devrule.h"
 #include "server/tenants/tenants_int.h"
 
 #include "bucketdb/bdb.h"
@@ -49,6 +50,15 @@ static int tier_index(const char *key)
         if (!strcmp(key, tier_key[k]))
             return k;
     return -1;
+}
+
+int tn_device_rule_valid(const char *rule)
+{
+    if (!rule[0])
+        return 1;
+    bdb_devrule d;
+    char why[300];
+    return bdb_devrule_parse(rule, &d, why, sizeof why) == 0 && !strcmp(bdb_devrule_text(&d), rule);
 }
 
 int tn_tier_retention_valid(const int64_t v[3])
@@ -113,6 +123,10 @@ int tn_encode(bdb_tenants *r, bdb_buf *b)
                 bdb_buf_printf(b, " tier_retention_%s=%lld\n", tier_key[k],
                                (long long)t->tier_retention_ms[k]);
             }
+        if (t->device_rule[0]) {
+            b->len--;
+            bdb_buf_printf(b, " device_rule=%s\n", t->device_rule);
+        }
     }
     free(v);
     size_t nd;
@@ -287,6 +301,11 @@ static int parse_tenant_line(char *line, tentry *e)
             bit = t < 0 ? 0 : 256u << t;
             bad = t < 0 || parse_i64(v, &e->info.tier_retention_ms[t]) ||
                   e->info.tier_retention_ms[t] == 0;
+        } else if (!strcmp(k, "device_rule")) { /* optional */
+            bit = 2048;
+            bad = !v[0] || strlen(v) >= sizeof e->info.device_rule || !tn_device_rule_valid(v);
+            if (!bad)
+                snprintf(e->info.device_rule, sizeof e->info.device_rule, "%s", v);
         } else {
             return -1; /* a key this version does not know: not ours to guess */
         }

@@ -62,6 +62,9 @@ void tn_free_dead(bdb_tenants *r);
 /* Entries in name order; caller holds mu and frees the array (NULL: out of memory). */
 tentry **tn_sorted_entries(bdb_tenants *r, size_t *n);
 int tn_tier_retention_valid(const int64_t v[3]);
+/* 1 if rule is empty or a device rule (ingest/devrule.h) in canonical form: no blanks,
+ * so that it is one token of the file line. */
+int tn_device_rule_valid(const char *rule);
 /* Writes the registry to <dir>/tenants (temporary name, fsync, rename, directory
  * fsync); caller holds save_mu, not mu. BDB_OK, BDB_ERR_IO, BDB_ERR_NOSPACE. */
 int tn_persist(bdb_tenants *r);

@@ -84,7 +84,7 @@ static int parse(int json, char *out, size_t cap, size_t *rejected)
         *rejected = jr.rejected;
     } else {
         bdb_lp_parser *p = bdb_lp_parser_new(NULL);
-        bdb_lp_map map = {"device", 0, 0, 256, 1024, 0};
+        bdb_lp_map map = {"device", NULL, 0, 0, 256, 1024, 0};
         bdb_lp_result lr;
         rc = p ? bdb_lp_ingest(p, LP_BODY, strlen(LP_BODY), BDB_LP_MS, NOW, &map, b, &lr)
                : BDB_ERR_NOMEM;

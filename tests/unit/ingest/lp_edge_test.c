@@ -74,7 +74,7 @@ static void device_tag_and_names(void **state)
     snprintf(body, sizeof body, "m,device=d %s=\"s\" 1700000000000\n", key);
     assert_int_equal(run(body, &m), 0);
     char want[128];
-    snprintf(want, sizeof want, "string field '%.100s' is", key);
+    snprintf(want, sizeof want, "string field '%.100s' (", key);
     assert_non_null(strstr(R.first_error, want));
 }
 

@@ -188,16 +188,26 @@ static void test_state_and_string_fields(void **state)
     ingest(&x, "pump,device=p1 state=\"say \\\"hi\\\"\"\n", BDB_LP_MS, &m);
     assert_int_equal(x.res.accepted, 1);
     assert_string_equal(x.r[0].state, "say \"hi\"");
-    /* any other string field rejects the whole line, which leaves nothing behind */
+    /* any other string field is skipped and counted; the rest of its line is kept */
     ingest(&x,
            "pump,device=p1,site=a rpm=1,note=\"hello\",state=\"on\"\n"
            "pump,device=p2 rpm=2\n",
            BDB_LP_MS, &m);
     assert_int_equal(x.res.lines, 2);
+    assert_int_equal(x.res.accepted, 2);
+    assert_int_equal(x.res.strings_skipped, 1);
+    assert_string_equal(x.res.first_skipped, "line 1: string field 'note'");
+    assert_int_equal(x.r[0].nmetrics, 1);
+    assert_string_equal(x.r[0].state, "on");
+    /* a line of such strings only stores nothing: it is refused, and says why */
+    ingest(&x,
+           "pump,device=p1,site=a note=\"hello\"\n"
+           "pump,device=p2 rpm=2\n",
+           BDB_LP_MS, &m);
     assert_int_equal(x.res.accepted, 1);
     assert_int_equal(x.res.rejected, 1);
-    assert_int_equal(x.res.first_bad_line, 1);
-    assert_non_null(strstr(x.res.first_error, "string field 'note' is not supported"));
+    assert_int_equal(x.res.strings_skipped, 0);
+    assert_non_null(strstr(x.res.first_error, "no field could be stored: string field 'note'"));
     assert_string_equal(x.r[0].device, "p2");
     assert_int_equal(x.r[0].ntags, 0);
     assert_int_equal(x.r[0].nmetrics, 1);
@@ -468,7 +478,7 @@ static void test_bad_line_leaves_no_trace(void **state)
     bdb_lp_map m = default_map();
     ingest(&x,
            "s,device=a,zone=1 v=1,w=2 10\n"
-           "s,device=b,zone=2 v=1,bad=\"s\",w=2 20\n"
+           "s,device=b,zone=2 v=1,bad=1x,w=2 20\n"
            "s,device=c v=3 30\n",
            BDB_LP_MS, &m);
     assert_int_equal(x.n, 2);

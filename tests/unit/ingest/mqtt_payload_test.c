@@ -251,6 +251,74 @@ static void malformed(void **state)
                      BDB_MQTT_BAD);
 }
 
+/* auto recognises gateway objects and bare values; value:<level> names the metric
+ * after a topic level, range-checked when the list is parsed. */
+static void gateway_shapes(void **state)
+{
+    (void)state;
+    bdb_mqtt_formats f;
+    char err[200];
+    assert_int_equal(
+        bdb_mqtt_formats_parse("ha/+/+/state=value:2,z/+=object,p/+=value", &f, err, sizeof err),
+        0);
+    int level;
+    const char *t = "ha/sensor/temp/state";
+    assert_int_equal(bdb_mqtt_format_match(&f, t, strlen(t), &level), BDB_MQTT_FMT_VALUE);
+    assert_int_equal(level, 2);
+    assert_int_equal(bdb_mqtt_format_match(&f, "p/x", 3, &level), BDB_MQTT_FMT_VALUE);
+    assert_int_equal(level, 0);
+    assert_int_equal(bdb_mqtt_format_match(&f, "z/x", 3, &level), BDB_MQTT_FMT_OBJECT);
+    assert_int_equal(bdb_mqtt_formats_parse("a=value:0", &f, err, sizeof err), -1);
+    assert_non_null(strstr(err, "1..32"));
+    assert_int_equal(bdb_mqtt_formats_parse("a=value:33", &f, err, sizeof err), -1);
+    assert_int_equal(bdb_mqtt_formats_parse("a=value:2x", &f, err, sizeof err), -1);
+    assert_int_equal(bdb_mqtt_formats_parse("a=value:32", &f, err, sizeof err), 0);
+    const char *p;
+    size_t n;
+    assert_int_equal(bdb_mqtt_topic_level(t, strlen(t), 3, &p, &n), 0);
+    assert_int_equal(n, 4);
+    assert_memory_equal(p, "temp", 4);
+    assert_int_equal(bdb_mqtt_topic_level(t, strlen(t), 5, &p, &n), -1);
+
+    /* auto: an object without report members is a gateway object */
+    assert_int_equal(parse("{\"temperature\": 21.5, \"x\": {\"y\": true}}", "zb"), BDB_MQTT_OK);
+    const bdb_report *r = report(0, "zb");
+    assert_int_equal(r->nmetrics, 2);
+    /* bare numbers and booleans are values named "value" */
+    assert_int_equal(parse(" 21.5 \n", "v"), BDB_MQTT_OK);
+    r = report(0, "v");
+    assert_int_equal(r->nmetrics, 1);
+    assert_true(r->metrics[0].value == 21.5);
+    assert_int_equal(r->metrics[0].nlen, 5);
+    assert_int_equal(parse("false", "v"), BDB_MQTT_OK);
+    /* a word is no number: line protocol under auto, a state under value */
+    assert_int_equal(parse("on", "v"), BDB_MQTT_BAD);
+    bdb_batch_reset(B);
+    bdb_mqtt_in in = {
+        .format = BDB_MQTT_FMT_VALUE, .metric_level = 2, .topic = t, .topic_len = strlen(t)};
+    assert_int_equal(bdb_mqtt_payload_parse_in(&C, &in, "on", 2, "temp", NOW, B, WHY, sizeof WHY),
+                     BDB_MQTT_OK);
+    r = report(0, "temp");
+    assert_string_equal(r->state, "on");
+    bdb_batch_reset(B);
+    assert_int_equal(bdb_mqtt_payload_parse_in(&C, &in, "1e3", 3, "temp", NOW, B, WHY, sizeof WHY),
+                     BDB_MQTT_OK);
+    r = report(0, "temp");
+    assert_int_equal(r->metrics[0].nlen, 6);
+    assert_memory_equal(r->metrics[0].name, "sensor", 6);
+    assert_true(r->metrics[0].value == 1000);
+    in.metric_level = 9;
+    bdb_batch_reset(B);
+    assert_int_equal(bdb_mqtt_payload_parse_in(&C, &in, "1", 1, "temp", NOW, B, WHY, sizeof WHY),
+                     BDB_MQTT_BAD);
+    assert_non_null(strstr(WHY, "no level 9"));
+    double d;
+    assert_int_equal(bdb_mqtt_bare_number("0x10", 4, &d), 0);
+    assert_int_equal(bdb_mqtt_bare_number("+1", 2, &d), 0);
+    assert_int_equal(bdb_mqtt_bare_number("1e999", 5, &d), 0);
+    assert_int_equal(bdb_mqtt_bare_number("-2.5e-1", 7, &d), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +329,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(json_batch_and_array, setup, teardown),
         cmocka_unit_test_setup_teardown(line_protocol, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed, setup, teardown),
+        cmocka_unit_test_setup_teardown(gateway_shapes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
