@@ -61,12 +61,13 @@ static int health_reasons(bdb_server *s, const bdb_db_stats *st, const bdb_bp_st
     return n;
 }
 
-/* Why the server is degraded now: it takes and keeps writes, but something needs an
- * operator. Today one thing: flushes failing in a row (a full disk, a backend down or
- * refusing rows). The samples stay in the head and the WAL and every flush_interval
- * retries, so a load balancer should keep sending writes (200); a 503 here would take
- * a single node out of service while it still stores everything durably. Once the
- * head outgrows its guard the server sheds load and turns unhealthy instead. */
+/* Why the server is degraded now: it keeps what it took, but something needs an
+ * operator. Flushes failing in a row (a full disk, a backend down or refusing rows),
+ * and a disk too full for the disk reserve (writes get 507 until a flush makes room:
+ * not unhealthy, as the node serves reads and recovers by itself). The samples stay in the head and
+ * the WAL and every flush_interval retries, so a load balancer should keep sending writes (200); a
+ * 503 here would take a single node out of service while it still stores everything durably. Once
+ * the head outgrows its guard the server sheds load and turns unhealthy instead. */
 static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
 {
     int n = 0;
@@ -75,12 +76,31 @@ static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
     if (st->flush_fail_streak && st->flush_failing_since_ms) {
         char since[40], msg[400];
         bdb_format_time_ms(st->flush_failing_since_ms, since, (int)sizeof since);
+        /* a full disk is retried after 1 ... 32 s (db_flush.c), anything else after
+         * flush_interval_ms */
+        long long every =
+            st->flush_last_error == BDB_ERR_NOSPACE && s->cfg.flush_interval_ms > 32000
+                ? 32000
+                : (long long)s->cfg.flush_interval_ms;
         snprintf(msg, sizeof msg,
                  "flushing is failing: %llu flush(es) in a row since %s (last error: %s); "
                  "writes are kept in the WAL and retried every %lld ms",
                  (unsigned long long)st->flush_fail_streak, since,
-                 bdb_strerror(st->flush_last_error), (long long)s->cfg.flush_interval_ms);
+                 bdb_strerror(st->flush_last_error), every);
         bdb_buf_putc(b, '"');
+        bdb_buf_json_str(b, msg, strlen(msg));
+        bdb_buf_putc(b, '"');
+        n++;
+    }
+    /* the disk reserve is out: writes get 507 until a flush made room for it again */
+    if (st->space_low) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "disk nearly full: the disk reserve of %llu bytes is not in place (%llu bytes "
+                 "free); writes are refused with 507 until there is room for it",
+                 (unsigned long long)s->cfg.disk_reserve_bytes,
+                 (unsigned long long)(st->disk_free_bytes == UINT64_MAX ? 0 : st->disk_free_bytes));
+        bdb_buf_puts(b, n ? ",\"" : "\"");
         bdb_buf_json_str(b, msg, strlen(msg));
         bdb_buf_putc(b, '"');
         n++;
@@ -152,6 +172,12 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     }
     /* A flush that keeps failing leaves writes acknowledged through the WAL: the
      * status is "degraded" (see health_warnings) and this says since when and why. */
+    bdb_buf_printf(&b,
+                   ",\"disk\":{\"reserve_bytes\":%llu,\"reserve_in_place\":%s,"
+                   "\"reserve_releases\":%llu}",
+                   (unsigned long long)s->cfg.disk_reserve_bytes,
+                   s->cfg.disk_reserve_bytes && !st.space_low ? "true" : "false",
+                   (unsigned long long)st.space_releases);
     bdb_buf_printf(&b, ",\"flush\":{\"failures_total\":%llu,\"failing_in_a_row\":%llu,",
                    (unsigned long long)st.flush_failures, (unsigned long long)st.flush_fail_streak);
     if (st.flush_fail_streak) {

@@ -559,6 +559,9 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         return BDB_ERR_INVALID;
     if (atomic_load(&db->readonly))
         return BDB_ERR_READONLY;
+    /* the disk reserve was given to a flush, or cannot be made (db_space.h) */
+    if (atomic_load_explicit(&db->space_low, memory_order_relaxed))
+        return BDB_ERR_NOSPACE;
     size_t nrep;
     const bdb_report *reps = bdb_batch_reports(batch, &nrep);
     if (nrep == 0)
@@ -575,11 +578,11 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     bdb_buf_init_checked(&rec);
     bdb_buf_init_checked(&hist);
     struct prep *prep = NULL;
+    uint64_t lsn = 0;
     int rc = encode_batch(tenant_name, batch, &rec);
     if (rc != BDB_OK)
         goto out;
 
-    uint64_t lsn = 0;
     size_t tl = strlen(tenant_name);
     pthread_rwlock_rdlock(&db->flush_lock);
     /* Everything the apply below needs is allocated first: out of memory here leaves
@@ -591,6 +594,8 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         pthread_rwlock_unlock(&db->flush_lock);
         if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
             db_set_readonly(db, rc, "WAL write");
+        if (rc == BDB_ERR_NOSPACE && db->o.disk_reserve_bytes) /* a flush makes room */
+            atomic_store(&db->space_flush_lsn, 0);
         goto out;
     }
     /* Apply straight from the batch: decoding our own record again would cost more. */
@@ -662,7 +667,12 @@ out:
     prep_free(db, prep, reps, nrep);
     bdb_buf_free(&rec);
     bdb_buf_free(&hist);
-    if (rc == BDB_OK && atomic_load(&db->head_bytes) > db->o.head_max_bytes && db->bg_running) {
+    /* the second test is one load and compare; it fires once per arming (db_space.c) */
+    if ((rc == BDB_OK || rc == BDB_ERR_NOSPACE) && db->bg_running &&
+        (atomic_load(&db->head_bytes) > db->o.head_max_bytes ||
+         (lsn >= atomic_load_explicit(&db->space_flush_lsn, memory_order_relaxed) &&
+          atomic_exchange(&db->space_flush_lsn, UINT64_MAX) != UINT64_MAX &&
+          !atomic_exchange(&db->space_flush_asked, 1)))) {
         pthread_mutex_lock(&db->bg_mu);
         pthread_cond_signal(&db->bg_cv);
         pthread_mutex_unlock(&db->bg_mu);

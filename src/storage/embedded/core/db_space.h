@@ -1,0 +1,41 @@
+/* db_space: the disk reserve, a file of disk_reserve_bytes in the data directory that
+ * holds back room only a flush may use. The WAL can fill the disk; a flush needs room
+ * for its blocks and tier files while the WAL it covers still exists, so without a
+ * reserve a full disk stays full: every flush fails, the WAL keeps its segments, and
+ * freeing a little space only lets the WAL grow again (issue 18).
+ *
+ * Life: made at open (after replay); given back (unlinked) when a flush fails for
+ * lack of space, so that the retry has the room; made again after a flush succeeds.
+ * While it is not in place, writes are refused with BDB_ERR_NOSPACE (the WAL must
+ * not eat the room the flush needs); the background thread tries to make it again
+ * every second. Off (and no file) when the size is 0. Free space is read with
+ * statvfs on the data directory: the reserve is about the real disk, so it goes
+ * around the VFS. */
+#ifndef BDB_DB_SPACE_H
+#define BDB_DB_SPACE_H
+
+#include <stdint.h>
+
+struct bdb_db;
+
+/* The reserve's file name inside the data directory. */
+#define DB_SPACE_FILE "reserve"
+
+/* At open: makes or resizes the reserve, or removes it when the size is 0. A disk
+ * too full for it is not an error: writes are refused until it can be made. */
+void db_space_open(struct bdb_db *db);
+/* After a flush failed with BDB_ERR_NOSPACE: refuses writes and unlinks the reserve.
+ * 1 when room was given back (a retry is worth it), 0 when there was none. */
+int db_space_release(struct bdb_db *db);
+/* Makes the reserve again if it is missing and the disk has the room; writes are
+ * taken again once it is in place. BDB_OK (in place or off) or BDB_ERR_NOSPACE. */
+int db_space_restore(struct bdb_db *db);
+/* Whether a flush is due now because free space runs short: the free bytes are
+ * under twice the WAL on disk, so a flush of all of it could still complete (a
+ * flush writes about 0.5 to 1.5 times the WAL it covers). 0 when off. */
+int db_space_tight(struct bdb_db *db);
+/* Free bytes on the data directory's file system (for unprivileged users), or
+ * UINT64_MAX when unknown. */
+uint64_t db_space_free(const struct bdb_db *db);
+
+#endif
