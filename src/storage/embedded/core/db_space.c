@@ -76,6 +76,7 @@ void db_space_open(bdb_db *db)
                  "are refused until there is room (docs/OPERATIONS.md#disk-space)",
                  (unsigned long long)db->o.disk_reserve_bytes, db->dir, strerror(errno),
                  (unsigned long long)db_space_free(db));
+    db_space_tight(db); /* arms the write path's first early flush */
 }
 
 int db_space_release(bdb_db *db)
