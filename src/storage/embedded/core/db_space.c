@@ -85,13 +85,15 @@ int db_space_release(bdb_db *db)
         return 0;
     int existed;
     unlink_reserve(db, &existed);
-    if (existed) {
+    if (existed)
         atomic_fetch_add(&db->space_releases, 1);
-        BDB_WARN("disk full: the disk reserve (%llu bytes) is given to the flush; writes are "
-                 "refused (507) until it is made again",
-                 (unsigned long long)db->o.disk_reserve_bytes);
-    }
-    return existed;
+    BDB_WARN("disk full: the disk reserve (%llu bytes) is %s; writes are refused (507) until "
+             "it is made again",
+             (unsigned long long)db->o.disk_reserve_bytes,
+             existed ? "given to the flush" : "missing (deleted by hand?)");
+    /* without a file there is no room to give, but the retry costs one failed flush,
+     * and writes now stop until a flush succeeds and the reserve is back */
+    return 1;
 }
 
 int db_space_restore(bdb_db *db)

@@ -25,7 +25,7 @@ struct bdb_db;
  * too full for it is not an error: writes are refused until it can be made. */
 void db_space_open(struct bdb_db *db);
 /* After a flush failed with BDB_ERR_NOSPACE: refuses writes and unlinks the reserve.
- * 1 when room was given back (a retry is worth it), 0 when there was none. */
+ * 1 when it was in place (a retry is worth it), 0 when off or already out. */
 int db_space_release(struct bdb_db *db);
 /* Makes the reserve again if it is missing and the disk has the room; writes are
  * taken again once it is in place. BDB_OK (in place or off) or BDB_ERR_NOSPACE. */
