@@ -161,15 +161,16 @@ struct bdb_db {
     atomic_int flush_last_error;
 
     atomic_int readonly;
-    char readonly_reason[256];
-    /* db_space.c: 1 while the disk reserve is not in place (writes refused) */
+    /* db_space.c, read by every write batch: beside readonly, away from the counters
+     * writers bump (a line written per batch would cost each reader a miss).
+     * space_low: 1 while the disk reserve is not in place (writes refused). A write
+     * whose WAL LSN reaches space_flush_lsn asks the background thread for a flush
+     * (space_flush_asked) before free space runs short; UINT64_MAX = not armed. */
     atomic_int space_low;
-    _Atomic uint64_t space_releases;
-    /* db_space.c: a write whose WAL LSN reaches space_flush_lsn asks the background
-     * thread for a flush (space_flush_asked) before free space runs short;
-     * UINT64_MAX = not armed */
     _Atomic uint64_t space_flush_lsn;
     atomic_int space_flush_asked;
+    _Atomic uint64_t space_releases;
+    char readonly_reason[256];
     int replaying;
 
     _Atomic uint64_t samples_written, reports_written, write_batches, series_count, device_count,
