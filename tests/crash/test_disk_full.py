@@ -6,14 +6,16 @@ mount is refused the test fails and says why: a full disk cannot be faked honest
 for a whole server). A large ballast file leaves about 3.5 MiB, a small one of 256
 KiB is the "little space" freed later. The server runs with --disk-reserve-bytes 1MiB.
 
-Writers run until the server answers 507 several times. Then the small ballast is
-deleted and, without a restart and without /internal/flush, the server must return
-to /health "ok" with its disk reserve in place, flushes no longer failing, the WAL
-smaller than when the disk was full, writes answered 204, and every acknowledged
-sample readable, also after a restart. When the disk fills, the WAL must be no
-larger than the reserve: flushes started early (db_space_tight) keep it small, so
-the reserve always has the room its flush needs. Every "flush failed" log line must name the
-real errno (No space left on device), and no partial (.tmp) file may be left.
+Two workloads: one series (blocks are most of a flush's output) and 200 devices
+with two metrics a minute each (tier files outweigh blocks, the shape of the
+issue's data). Writers run until the server answers 507 20 times; the WAL on the
+full disk must be no larger than the reserve (flushes started early, db_space_tight,
+keep it small so the reserve has the room its flush needs). Then the small ballast
+is deleted and, without a restart and without /internal/flush, the server must
+return to /health "ok" with its disk reserve in place and no flush failing, the WAL
+no larger than when the disk was full, no partial (.tmp) file left, writes answered
+204, and every acknowledged sample readable, also after a restart. Every "flush
+failed" log line must name the real errno (No space left on device).
 
 Before the reserve (db_space.c), the flush of the WAL that filled the disk needed
 about as much room again for its blocks and tier files, and kept failing however
@@ -41,9 +43,53 @@ FS_BYTES = 8 << 20
 RESERVE = 1 << 20
 
 
-def lines_for(i0, n):
-    return "\n".join("df,device=f v=%d.5 %d" % (i, T_BASE + i * 1000)
-                     for i in range(i0, i0 + n))
+class OneSeries:
+    """One device, one metric, a sample a second: blocks are most of a flush's output
+    (0.8 x the WAL)."""
+    name = "one series"
+    batch = 200  # samples a request
+
+    def body(self, k):
+        i0 = k * self.batch
+        return "\n".join("df,device=f v=%d.5 %d" % (i, T_BASE + i * 1000)
+                         for i in range(i0, i0 + self.batch))
+
+    def check(self, srv, batches):
+        r = srv.get("/api/v1/query", device="f",
+                    **{"from": str(T_BASE), "to": str(T_BASE + 10**9)})
+        eq(r.status, 200, "query: %r" % r)
+        got = {row[0]: row[2] for row in r.json()["values"] if row[1] == "df.v"}
+        want = [i for k in batches for i in range(k * self.batch, (k + 1) * self.batch)]
+        lost = [i for i in want if got.get(T_BASE + i * 1000) != i + 0.5]
+        check(not lost, "%d of %d acknowledged samples lost or wrong, e.g. %s"
+              % (len(lost), len(want), lost[:5]))
+        return len(want)
+
+
+class ManyDevices:
+    """200 devices, two metrics, a sample a minute each: tier files outweigh blocks,
+    the shape of issue 18's data (its flush wrote 1.5 x the WAL)."""
+    name = "200 devices"
+    devices = 200
+
+    def body(self, k):
+        return "\n".join("mm,device=d%d v=%d.25,w=%d %d" % (d, k + d, k * d % 97,
+                                                            T_BASE + k * 60000 + d)
+                         for d in range(self.devices))
+
+    def check(self, srv, batches):
+        want = set(batches)
+        for d in range(self.devices):
+            r = srv.get("/api/v1/query", device="d%d" % d,
+                        **{"from": str(T_BASE), "to": str(T_BASE + 10**10)})
+            eq(r.status, 200, "query d%d: %r" % (d, r))
+            got = {(row[0], row[1]): row[2] for row in r.json()["values"]}
+            lost = [k for k in want
+                    if got.get((T_BASE + k * 60000 + d, "mm.v")) != k + d + 0.25
+                    or got.get((T_BASE + k * 60000 + d, "mm.w")) != k * d % 97]
+            check(not lost, "device d%d: %d of %d acknowledged reports lost or wrong, e.g. %s"
+                  % (d, len(lost), len(want), sorted(lost)[:5]))
+        return 2 * self.devices * len(want)
 
 
 def mount_tmpfs(path, size):
@@ -70,18 +116,7 @@ def tmp_files(path):
             for f in files if f.endswith(".tmp")]
 
 
-def check_acked(srv, acked):
-    r = srv.get("/api/v1/query", device="f", **{"from": str(T_BASE), "to": str(T_BASE + 10**9)})
-    eq(r.status, 200, "query: %r" % r)
-    got = {row[0]: row[2] for row in r.json()["values"] if row[1] == "df.v"}
-    lost = [i for i in acked if got.get(T_BASE + i * 1000) != i + 0.5]
-    check(not lost, "%d of %d acknowledged samples lost or wrong, e.g. %s"
-          % (len(lost), len(acked), lost[:5]))
-    return len(acked)
-
-
-@suite.test
-def fill_free_a_little_recovers_by_itself():
+def fill_free_a_little(w):
     tmp = tempfile.mkdtemp(prefix="bdb-diskfull-")
     mnt = os.path.join(tmp, "fs")
     os.makedirs(mnt)
@@ -103,17 +138,17 @@ def fill_free_a_little_recovers_by_itself():
         eq(doc["storage"]["disk"]["reserve_in_place"], True, "/health disk at start")
         eq(os.path.getsize(os.path.join(data, "reserve")), RESERVE, "reserve file")
 
-        acked, statuses, i, refused = [], {}, 0, 0
+        acked, statuses, k, refused = [], {}, 0, 0
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and refused < 20 and i < 2000000:
-            r = srv.post("/write", lines_for(i, 200).encode(), precision="ms")
+        while time.monotonic() < deadline and refused < 20 and k < 20000:
+            r = srv.post("/write", w.body(k).encode(), precision="ms")
             statuses[r.status] = statuses.get(r.status, 0) + 1
             if r.status == 204:
-                acked += range(i, i + 200)
+                acked.append(k)
             else:
                 eq(r.status, 507, "a write on a full disk: %r" % r)
                 refused += 1
-            i += 200
+            k += 1
         check(refused >= 20, "never saw a full disk: %s" % statuses)
         check(srv.running(), "the server died on a full disk:\n" + srv.log()[-3000:])
         wal_full = dir_bytes(os.path.join(data, "wal"))
@@ -125,7 +160,7 @@ def fill_free_a_little_recovers_by_itself():
         check(wal_full <= RESERVE, "WAL of %d bytes on a full disk, over the reserve's %d"
               % (wal_full, RESERVE))
         health_full = srv.get("/health").json()["status"]
-        check_acked(srv, acked)
+        w.check(srv, acked)
 
         # a little space returns: no restart, no /internal/flush
         os.unlink(small)
@@ -146,11 +181,11 @@ def fill_free_a_little_recovers_by_itself():
         check(wal_after <= wal_full, "the WAL grew: %d -> %d bytes" % (wal_full, wal_after))
         eq(tmp_files(data), [], "partial files left in the data directory")
         for _ in range(5):
-            r = srv.post("/write", lines_for(i, 200).encode(), precision="ms")
+            r = srv.post("/write", w.body(k).encode(), precision="ms")
             eq(r.status, 204, "a write after recovery")
-            acked += range(i, i + 200)
-            i += 200
-        check_acked(srv, acked)
+            acked.append(k)
+            k += 1
+        w.check(srv, acked)
         log = srv.log()
         failed = re.findall(r"flush failed: (.*)", log)
         for line in failed:
@@ -160,19 +195,29 @@ def fill_free_a_little_recovers_by_itself():
 
         srv.kill()
         srv.start()
-        n = check_acked(srv, acked)
+        n = w.check(srv, acked)
         doc = srv.get("/health").json()
         eq(doc["status"], "ok", "/health after a restart")
         srv.stop()
-        print("disk-full figures: 8 MiB tmpfs, reserve %d bytes: answers %s; WAL %d bytes when "
+        print("disk-full figures (%s): 8 MiB tmpfs, reserve %d bytes: answers %s; WAL %d bytes when "
               "full (/health %s), %d after; %d flush failure(s) logged; /health ok %.1f s after "
               "256 KiB was freed, no restart; acknowledged samples lost 0 of %d, also after a "
-              "restart" % (RESERVE, ", ".join("%d x%d" % kv for kv in sorted(statuses.items())),
+              "restart" % (w.name, RESERVE, ", ".join("%d x%d" % kv for kv in sorted(statuses.items())),
                            wal_full, health_full, wal_after, len(failed), recovered, n))
     finally:
         if mounted:
             subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@suite.test
+def one_series_fill_free_a_little_recovers_by_itself():
+    fill_free_a_little(OneSeries())
+
+
+@suite.test
+def many_devices_fill_free_a_little_recovers_by_itself():
+    fill_free_a_little(ManyDevices())
 
 
 if __name__ == "__main__":

@@ -92,14 +92,21 @@ static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
         bdb_buf_putc(b, '"');
         n++;
     }
-    /* the disk reserve is out: writes get 507 until a flush made room for it again */
+    /* the disk reserve is out, or writes are held for a flush (bits 1 and 2 of
+     * space_low, db.h): writes get 507 until a flush made room */
     if (st->space_low) {
         char msg[400];
-        snprintf(msg, sizeof msg,
-                 "disk nearly full: the disk reserve of %llu bytes is not in place (%llu bytes "
-                 "free); writes are refused with 507 until there is room for it",
-                 (unsigned long long)s->cfg.disk_reserve_bytes,
-                 (unsigned long long)(st->disk_free_bytes == UINT64_MAX ? 0 : st->disk_free_bytes));
+        unsigned long long f = st->disk_free_bytes == UINT64_MAX ? 0 : st->disk_free_bytes;
+        if (st->space_low & 1)
+            snprintf(msg, sizeof msg,
+                     "disk nearly full: the disk reserve of %llu bytes is not in place (%llu "
+                     "bytes free); writes are refused with 507 until there is room for it",
+                     (unsigned long long)s->cfg.disk_reserve_bytes, f);
+        else
+            snprintf(msg, sizeof msg,
+                     "disk nearly full: the WAL holds what a flush can still write (%llu bytes "
+                     "free); writes are refused with 507 until a flush makes room",
+                     f);
         bdb_buf_puts(b, n ? ",\"" : "\"");
         bdb_buf_json_str(b, msg, strlen(msg));
         bdb_buf_putc(b, '"');
@@ -170,14 +177,15 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     } else {
         bdb_buf_puts(&b, "null");
     }
-    /* A flush that keeps failing leaves writes acknowledged through the WAL: the
-     * status is "degraded" (see health_warnings) and this says since when and why. */
+    /* the disk reserve and whether writes are held for space (db_space.h) */
     bdb_buf_printf(&b,
                    ",\"disk\":{\"reserve_bytes\":%llu,\"reserve_in_place\":%s,"
-                   "\"reserve_releases\":%llu}",
+                   "\"reserve_releases\":%llu,\"writes_held\":%s}",
                    (unsigned long long)s->cfg.disk_reserve_bytes,
-                   s->cfg.disk_reserve_bytes && !st.space_low ? "true" : "false",
-                   (unsigned long long)st.space_releases);
+                   s->cfg.disk_reserve_bytes && !(st.space_low & 1) ? "true" : "false",
+                   (unsigned long long)st.space_releases, st.space_low ? "true" : "false");
+    /* A flush that keeps failing leaves writes acknowledged through the WAL: the
+     * status is "degraded" (see health_warnings) and this says since when and why. */
     bdb_buf_printf(&b, ",\"flush\":{\"failures_total\":%llu,\"failing_in_a_row\":%llu,",
                    (unsigned long long)st.flush_failures, (unsigned long long)st.flush_fail_streak);
     if (st.flush_fail_streak) {

@@ -13,6 +13,7 @@
  *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/core/db_space.h" /* disk reserve: writes held, early flush */
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
@@ -595,7 +596,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
             db_set_readonly(db, rc, "WAL write");
         if (rc == BDB_ERR_NOSPACE && db->o.disk_reserve_bytes) /* a flush makes room */
-            atomic_store(&db->space_flush_lsn, 0);
+            db_space_crossed(db, 0);
         goto out;
     }
     /* Apply straight from the batch: decoding our own record again would cost more. */
@@ -667,12 +668,10 @@ out:
     prep_free(db, prep, reps, nrep);
     bdb_buf_free(&rec);
     bdb_buf_free(&hist);
-    /* the second test is one load and compare; it fires once per arming (db_space.c) */
-    if ((rc == BDB_OK || rc == BDB_ERR_NOSPACE) && db->bg_running &&
-        (atomic_load(&db->head_bytes) > db->o.head_max_bytes ||
-         (lsn >= atomic_load_explicit(&db->space_flush_lsn, memory_order_relaxed) &&
-          atomic_exchange(&db->space_flush_lsn, UINT64_MAX) != UINT64_MAX &&
-          !atomic_exchange(&db->space_flush_asked, 1)))) {
+    /* one load and compare; past the mark, once per mark (db_space.c) */
+    if (rc == BDB_OK && lsn >= atomic_load_explicit(&db->space_flush_lsn, memory_order_relaxed))
+        db_space_crossed(db, lsn);
+    if (rc == BDB_OK && atomic_load(&db->head_bytes) > db->o.head_max_bytes && db->bg_running) {
         pthread_mutex_lock(&db->bg_mu);
         pthread_cond_signal(&db->bg_cv);
         pthread_mutex_unlock(&db->bg_mu);

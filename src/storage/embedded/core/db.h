@@ -202,9 +202,10 @@ typedef struct bdb_db_stats {
     uint64_t ooo_samples;
     int readonly;
     char readonly_reason[256];
-    /* the disk reserve (db_space.h): not in place, so writes are refused with
-     * BDB_ERR_NOSPACE; times it was given to a flush; bytes free on the data disk
-     * (UINT64_MAX unknown) */
+    /* the disk reserve (db_space.h): space_low is 1 while it is not in place, 2
+     * while writes are held because the WAL reached what a flush could still write,
+     * 3 both; writes are refused with BDB_ERR_NOSPACE meanwhile. Times it was given
+     * to a flush; bytes free on the data disk (UINT64_MAX unknown) */
     int space_low;
     uint64_t space_releases, disk_free_bytes;
     bdb_wal_stats wal;

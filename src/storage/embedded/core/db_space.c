@@ -66,22 +66,25 @@ void db_space_open(bdb_db *db)
 {
     int existed;
     atomic_store(&db->space_flush_lsn, UINT64_MAX);
+    atomic_store(&db->space_hold_lsn, UINT64_MAX);
     if (db->o.disk_reserve_bytes == 0) {
         unlink_reserve(db, &existed); /* the setting was turned off: give the room back */
         return;
     }
-    atomic_store(&db->space_low, 1);
+    atomic_fetch_or(&db->space_low, DB_SPACE_OUT);
     if (db_space_restore(db) != BDB_OK)
         BDB_WARN("disk reserve: cannot make %llu bytes in %s (%s, %llu bytes free); writes "
                  "are refused until there is room (docs/OPERATIONS.md#disk-space)",
                  (unsigned long long)db->o.disk_reserve_bytes, db->dir, strerror(errno),
                  (unsigned long long)db_space_free(db));
-    db_space_tight(db); /* arms the write path's first early flush */
+    atomic_store(&db->space_hold_lsn, UINT64_MAX);
+    db_space_tight(db); /* arms the write path's marks */
 }
 
 int db_space_release(bdb_db *db)
 {
-    if (db->o.disk_reserve_bytes == 0 || atomic_exchange(&db->space_low, 1))
+    if (db->o.disk_reserve_bytes == 0 ||
+        (atomic_fetch_or(&db->space_low, DB_SPACE_OUT) & DB_SPACE_OUT))
         return 0;
     int existed;
     unlink_reserve(db, &existed);
@@ -98,11 +101,11 @@ int db_space_release(bdb_db *db)
 
 int db_space_restore(bdb_db *db)
 {
-    if (db->o.disk_reserve_bytes == 0 || !atomic_load(&db->space_low))
+    if (db->o.disk_reserve_bytes == 0 || !(atomic_load(&db->space_low) & DB_SPACE_OUT))
         return BDB_OK;
     int rc = make_reserve(db, db->o.disk_reserve_bytes);
     if (rc == BDB_OK) {
-        atomic_store(&db->space_low, 0);
+        atomic_fetch_and(&db->space_low, ~DB_SPACE_OUT);
         BDB_INFO("disk reserve of %llu bytes in place; writes are accepted",
                  (unsigned long long)db->o.disk_reserve_bytes);
     }
@@ -113,20 +116,47 @@ int db_space_tight(bdb_db *db)
 {
     if (db->o.disk_reserve_bytes == 0)
         return 0;
-    if (atomic_exchange(&db->space_flush_asked, 0))
-        return 1;
     bdb_wal_stats ws;
     bdb_wal_get_stats(db->wal, &ws);
     uint64_t f = db_space_free(db), w = ws.bytes_on_disk;
     if (f == UINT64_MAX)
-        return 0;
-    if (w >= DB_SPACE_MIN_WAL && f / 2 < w)
+        return atomic_exchange(&db->space_flush_asked, 0);
+    /* The two marks for the write path, in WAL bytes from now. Ask for a flush once x
+     * more bytes would break f - x >= 2 (w + x). Hold writes once x more would leave
+     * a flush of the WAL (c = 3/2 of it) without room even with the reserve given to
+     * it: 1.5 (w + x) > f - x + r. The hold mark is never below the ask mark. */
+    uint64_t r = atomic_load(&db->space_low) & DB_SPACE_OUT ? 0 : db->o.disk_reserve_bytes;
+    uint64_t ask = f > 2 * w ? (f - 2 * w) / 3 : 0;
+    if (w + ask < DB_SPACE_MIN_WAL)
+        ask = DB_SPACE_MIN_WAL - w;
+    uint64_t room = f + r, need = w + w / 2;
+    uint64_t hold = room > need ? (room - need) * 2 / 5 : 0;
+    if (hold < ask)
+        hold = ask;
+    atomic_store(&db->space_hold_lsn, ws.written_lsn + hold);
+    atomic_store(&db->space_flush_lsn, ws.written_lsn + ask);
+    if (hold > 0)
+        atomic_fetch_and(&db->space_low, ~DB_SPACE_HOLD);
+    if (atomic_exchange(&db->space_flush_asked, 0))
         return 1;
-    /* Writes between two looks (a second) can fill a small disk: the write path asks
-     * for the flush once x more WAL bytes would break f - x >= 2 (w + x). */
-    uint64_t x = f > 2 * w ? (f - 2 * w) / 3 : 0;
-    if (w + x < DB_SPACE_MIN_WAL)
-        x = DB_SPACE_MIN_WAL - w;
-    atomic_store(&db->space_flush_lsn, ws.written_lsn + x);
-    return 0;
+    return w >= DB_SPACE_MIN_WAL && f / 2 < w;
+}
+
+void db_space_crossed(bdb_db *db, uint64_t lsn)
+{
+    uint64_t hold = atomic_load(&db->space_hold_lsn);
+    if (lsn >= hold) {
+        if (!(atomic_fetch_or(&db->space_low, DB_SPACE_HOLD) & DB_SPACE_HOLD))
+            BDB_WARN("disk nearly full: the WAL holds what a flush can still write with "
+                     "%llu bytes free; writes are refused (507) until a flush makes room",
+                     (unsigned long long)db_space_free(db));
+        atomic_store(&db->space_flush_lsn, UINT64_MAX);
+    } else {
+        atomic_store(&db->space_flush_lsn, hold);
+    }
+    if (!atomic_exchange(&db->space_flush_asked, 1) && db->bg_running) {
+        pthread_mutex_lock(&db->bg_mu);
+        pthread_cond_signal(&db->bg_cv);
+        pthread_mutex_unlock(&db->bg_mu);
+    }
 }
