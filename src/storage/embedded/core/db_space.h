@@ -8,7 +8,9 @@
  * lack of space, so that the retry has the room; made again after a flush succeeds.
  * While it is not in place, writes are refused with BDB_ERR_NOSPACE (the WAL must
  * not eat the room the flush needs); the background thread tries to make it again
- * every second. Off (and no file) when the size is 0. Free space is read with
+ * every second. Short of space, flushes start early and writes are held before the
+ * WAL outgrows what its flush could write (db_space_tight, db_space_crossed). Off
+ * (and no file) when the size is 0. Free space is read with
  * statvfs on the data directory: the reserve is about the real disk, so it goes
  * around the VFS. */
 #ifndef BDB_DB_SPACE_H
