@@ -560,7 +560,8 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         return BDB_ERR_INVALID;
     if (atomic_load(&db->readonly))
         return BDB_ERR_READONLY;
-    /* the disk reserve was given to a flush, or cannot be made (db_space.h) */
+    /* the disk reserve is given to a flush or cannot be made, or the WAL holds what
+     * a flush can still write (db_space.h) */
     if (atomic_load_explicit(&db->space_low, memory_order_relaxed))
         return BDB_ERR_NOSPACE;
     size_t nrep;
