@@ -177,6 +177,9 @@ def fill_free_a_little(w):
            % (recovered, doc, srv.log()[-3000:]))
         fl = doc["storage"]["flush"]
         eq((fl["failing_in_a_row"], fl["last_error"]), (0, None), "/health flush %r" % fl)
+        eq(doc["storage"]["disk"]["writes_held"], False, "/health disk %r" % doc["storage"])
+        check("bucketdb_disk_writes_held 0\n" in srv.get("/metrics").text,
+              "/metrics bucketdb_disk_writes_held after recovery")
         wal_after = dir_bytes(os.path.join(data, "wal"))
         check(wal_after <= wal_full, "the WAL grew: %d -> %d bytes" % (wal_full, wal_after))
         eq(tmp_files(data), [], "partial files left in the data directory")

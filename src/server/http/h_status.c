@@ -532,6 +532,16 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     metric_u(&b, "bucketdb_storage_readonly", "gauge",
              "1 when storage refuses writes after a failed fsync.",
              (unsigned long long)st.readonly);
+    metric_u(&b, "bucketdb_disk_writes_held", "gauge",
+             "1 while writes get 507 for lack of disk space (the disk reserve is not in place, "
+             "or the WAL holds what a flush can still write).",
+             st.space_low ? 1ull : 0ull);
+    metric_u(&b, "bucketdb_disk_reserve_releases_total", "counter",
+             "Times the disk reserve was given to a flush that ran out of space.",
+             st.space_releases);
+    metric_u(&b, "bucketdb_disk_free_bytes", "gauge",
+             "Free bytes on the data directory's file system (0 when unknown).",
+             st.disk_free_bytes == UINT64_MAX ? 0ull : (unsigned long long)st.disk_free_bytes);
 
     partition_metrics(s, &b);
     hot_metrics(s, &b); /* hot partitions, promotions (h_partitions.c) */

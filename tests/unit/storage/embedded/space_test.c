@@ -1,8 +1,9 @@
 /* space: the disk reserve (db_space.c, issue 18). It is made at open with the size
  * asked for; a flush that fails for lack of space gets it and is retried at once, so
  * the flush succeeds and the reserve is made again; while the reserve is out, writes
- * are refused with BDB_ERR_NOSPACE and nothing acknowledged is lost; size 0 removes a
- * reserve left by an earlier run. ENOSPC comes from a VFS whose file writes fail
+ * are refused with BDB_ERR_NOSPACE and nothing acknowledged is lost; a write past the
+ * hold mark holds writes until a flush; size 0 removes a reserve left by an earlier
+ * run. ENOSPC comes from a VFS whose file writes fail
  * while the test says the disk is full (syncs, creates and renames still work, as on
  * a full disk); the reserve itself is a real file, as it is about the real disk. */
 #include <stdarg.h>
@@ -192,6 +193,30 @@ static void test_writes_refused_while_reserve_out(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* Past the hold mark the write path holds writes; the look after the next flush
+ * lifts the hold when the disk has room (this scratch directory has plenty). */
+static void test_hold_lifted_by_a_flush(void **state)
+{
+    (void)state;
+    bdb_db_opts o;
+    eu_opts(&o, datadir, clock_now, NULL);
+    o.disk_reserve_bytes = RESERVE;
+    bdb_db *db = eu_open(&o);
+    assert_int_equal(put1(db, T0, 0.0), BDB_OK);
+    db_space_crossed(db, UINT64_MAX); /* a write whose LSN passed both marks */
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.space_low, DB_SPACE_HOLD);
+    assert_int_equal(put1(db, T0 + 1000, 1.0), BDB_ERR_NOSPACE);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.space_low, 0);
+    assert_int_equal(reserve_size(), RESERVE); /* a hold does not touch the reserve */
+    assert_int_equal(put1(db, T0 + 1000, 1.0), BDB_OK);
+    check_all(db, 2);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 static void test_reserve_resized_and_removed(void **state)
 {
     (void)state;
@@ -218,6 +243,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reserve_given_to_a_failing_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writes_refused_while_reserve_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hold_lifted_by_a_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reserve_resized_and_removed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
