@@ -77,7 +77,6 @@ void db_space_open(bdb_db *db)
                  "are refused until there is room (docs/OPERATIONS.md#disk-space)",
                  (unsigned long long)db->o.disk_reserve_bytes, db->dir, strerror(errno),
                  (unsigned long long)db_space_free(db));
-    atomic_store(&db->space_hold_lsn, UINT64_MAX);
     db_space_tight(db); /* arms the write path's marks */
 }
 
