@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,10 @@ void bdb_log(enum bdb_log_level lvl, const char *fmt, ...)
 {
     if (lvl < min_level || lvl >= BDB_LOG_OFF)
         return;
+    /* Callers log a failure and then report its errno: gmtime_r (tzset reading
+     * /etc/localtime the first time, ENOENT in a container without one) and stdio
+     * must not change it under them. */
+    int saved_errno = errno;
     char line[2048];
     struct timespec ts;
     struct tm tm;
@@ -42,4 +47,5 @@ void bdb_log(enum bdb_log_level lvl, const char *fmt, ...)
     line[len++] = '\n';
     /* One fwrite per line keeps concurrent log lines from interleaving. */
     fwrite(line, 1, len, stderr);
+    errno = saved_errno;
 }

@@ -39,6 +39,8 @@ static const struct key {
     N(block_window_ms, K_MS, "time window of a block file, divides a day (default 2h)"),
     N(flush_interval_ms, K_MS, "flush the in-memory head to blocks at least this often (10m)"),
     N(head_max_bytes, K_U64, "flush early when the head holds more (default 1073741824)"),
+    N(disk_reserve_bytes, K_U64,
+      "room held back for a flush on a full disk: 0 = none, or 64KiB..1TiB (default 64MiB)"),
     N(partition_warn_bytes, K_U64,
       "warn once per partition larger than this in block files; 0 = never (100000000)"),
     N(retention_ms, K_MS,
@@ -126,6 +128,7 @@ void bdb_config_default(bdb_config *c)
     c->block_window_ms = 2 * BDB_MS_HOUR;
     c->flush_interval_ms = 10 * BDB_MS_MIN;
     c->head_max_bytes = 1ull << 30;
+    c->disk_reserve_bytes = 64u << 20; /* issue 18: a flush of a full disk's WAL needs room */
     /* the 100 MB partition target (seed 002) */
     c->partition_warn_bytes = 100000000;
     c->retention_ms = 30 * INT64_C(86400000); /* issue 3: raw data kept 30 days */
@@ -385,6 +388,12 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
     if (strcmp(c->storage, "embedded") != 0 && strncmp(c->storage, "cassandra://", 12) != 0) {
         snprintf(err, errlen, "storage: expected embedded or cassandra://..., got '%.200s'",
                  c->storage);
+        return -1;
+    }
+    if (c->disk_reserve_bytes &&
+        (c->disk_reserve_bytes < (64u << 10) || c->disk_reserve_bytes > (1ull << 40))) {
+        snprintf(err, errlen, "disk_reserve_bytes: must be 0 (none) or 64KiB..1TiB, not %llu",
+                 (unsigned long long)c->disk_reserve_bytes);
         return -1;
     }
     if (c->sync_interval_ms < 1 || c->sync_interval_ms > 60000) {

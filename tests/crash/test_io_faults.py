@@ -12,8 +12,10 @@ CAP_SYS_ADMIN; otherwise the preload library's ENOSPC mode stands in and the tes
 says so). A ballast file fills it; writers run until the server answers 507; no
 request answered 2xx may be missing afterwards; once the ballast is deleted the
 server accepts writes again by itself, without a restart; a restart keeps everything
-acknowledged. BDB_NO_MOUNT=1 forces the ENOSPC fallback. Figures: "io-faults
-figures: ...".
+acknowledged. The server runs without a disk reserve (--disk-reserve-bytes 0): this is
+the path where the WAL may fill the disk and the flush fails; the reserve that avoids
+it is tests/crash/test_disk_full.py's subject. BDB_NO_MOUNT=1 forces the ENOSPC
+fallback. Figures: "io-faults figures: ...".
 
 Run as   BUCKETDB_BIN=build/bucketdb python3 tests/crash/test_io_faults.py
 """
@@ -146,7 +148,8 @@ def disk_full_507_then_resumes_by_itself():
         data = os.path.join(mnt, "data")
         if not mounted:
             env = preload_env(build_preload(tmp), fdir)
-        srv = Server(data=data, env=env, args=["--wal-segment-bytes", "256KiB"])
+        srv = Server(data=data, env=env,
+                     args=["--wal-segment-bytes", "256KiB", "--disk-reserve-bytes", "0"])
         srv.start()
         ballast = os.path.join(mnt, "ballast")
         if mounted:

@@ -61,12 +61,13 @@ static int health_reasons(bdb_server *s, const bdb_db_stats *st, const bdb_bp_st
     return n;
 }
 
-/* Why the server is degraded now: it takes and keeps writes, but something needs an
- * operator. Today one thing: flushes failing in a row (a full disk, a backend down or
- * refusing rows). The samples stay in the head and the WAL and every flush_interval
- * retries, so a load balancer should keep sending writes (200); a 503 here would take
- * a single node out of service while it still stores everything durably. Once the
- * head outgrows its guard the server sheds load and turns unhealthy instead. */
+/* Why the server is degraded now: it keeps what it took, but something needs an
+ * operator. Flushes failing in a row (a full disk, a backend down or refusing rows),
+ * and a disk too full for the disk reserve (writes get 507 until a flush makes room:
+ * not unhealthy, as the node serves reads and recovers by itself). The samples stay in the head and
+ * the WAL and every flush_interval retries, so a load balancer should keep sending writes (200); a
+ * 503 here would take a single node out of service while it still stores everything durably. Once
+ * the head outgrows its guard the server sheds load and turns unhealthy instead. */
 static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
 {
     int n = 0;
@@ -75,12 +76,38 @@ static int health_warnings(bdb_server *s, const bdb_db_stats *st, bdb_buf *b)
     if (st->flush_fail_streak && st->flush_failing_since_ms) {
         char since[40], msg[400];
         bdb_format_time_ms(st->flush_failing_since_ms, since, (int)sizeof since);
+        /* a full disk is retried after 1 ... 32 s (db_flush.c), anything else after
+         * flush_interval_ms */
+        long long every =
+            st->flush_last_error == BDB_ERR_NOSPACE && s->cfg.flush_interval_ms > 32000
+                ? 32000
+                : (long long)s->cfg.flush_interval_ms;
         snprintf(msg, sizeof msg,
                  "flushing is failing: %llu flush(es) in a row since %s (last error: %s); "
                  "writes are kept in the WAL and retried every %lld ms",
                  (unsigned long long)st->flush_fail_streak, since,
-                 bdb_strerror(st->flush_last_error), (long long)s->cfg.flush_interval_ms);
+                 bdb_strerror(st->flush_last_error), every);
         bdb_buf_putc(b, '"');
+        bdb_buf_json_str(b, msg, strlen(msg));
+        bdb_buf_putc(b, '"');
+        n++;
+    }
+    /* the disk reserve is out, or writes are held for a flush (bits 1 and 2 of
+     * space_low, db.h): writes get 507 until a flush made room */
+    if (st->space_low) {
+        char msg[400];
+        unsigned long long f = st->disk_free_bytes == UINT64_MAX ? 0 : st->disk_free_bytes;
+        if (st->space_low & 1)
+            snprintf(msg, sizeof msg,
+                     "disk nearly full: the disk reserve of %llu bytes is not in place (%llu "
+                     "bytes free); writes are refused with 507 until there is room for it",
+                     (unsigned long long)s->cfg.disk_reserve_bytes, f);
+        else
+            snprintf(msg, sizeof msg,
+                     "disk nearly full: the WAL holds what a flush can still write (%llu bytes "
+                     "free); writes are refused with 507 until a flush makes room",
+                     f);
+        bdb_buf_puts(b, n ? ",\"" : "\"");
         bdb_buf_json_str(b, msg, strlen(msg));
         bdb_buf_putc(b, '"');
         n++;
@@ -150,6 +177,13 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     } else {
         bdb_buf_puts(&b, "null");
     }
+    /* the disk reserve and whether writes are held for space (db_space.h) */
+    bdb_buf_printf(&b,
+                   ",\"disk\":{\"reserve_bytes\":%llu,\"reserve_in_place\":%s,"
+                   "\"reserve_releases\":%llu,\"writes_held\":%s}",
+                   (unsigned long long)s->cfg.disk_reserve_bytes,
+                   s->cfg.disk_reserve_bytes && !(st.space_low & 1) ? "true" : "false",
+                   (unsigned long long)st.space_releases, st.space_low ? "true" : "false");
     /* A flush that keeps failing leaves writes acknowledged through the WAL: the
      * status is "degraded" (see health_warnings) and this says since when and why. */
     bdb_buf_printf(&b, ",\"flush\":{\"failures_total\":%llu,\"failing_in_a_row\":%llu,",
@@ -507,6 +541,16 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     metric_u(&b, "bucketdb_storage_readonly", "gauge",
              "1 when storage refuses writes after a failed fsync.",
              (unsigned long long)st.readonly);
+    metric_u(&b, "bucketdb_disk_writes_held", "gauge",
+             "1 while writes get 507 for lack of disk space (the disk reserve is not in place, "
+             "or the WAL holds what a flush can still write).",
+             st.space_low ? 1ull : 0ull);
+    metric_u(&b, "bucketdb_disk_reserve_releases_total", "counter",
+             "Times the disk reserve was given to a flush that ran out of space.",
+             st.space_releases);
+    metric_u(&b, "bucketdb_disk_free_bytes", "gauge",
+             "Free bytes on the data directory's file system (0 when unknown).",
+             st.disk_free_bytes == UINT64_MAX ? 0ull : (unsigned long long)st.disk_free_bytes);
 
     partition_metrics(s, &b);
     hot_metrics(s, &b); /* hot partitions, promotions (h_partitions.c) */

@@ -13,6 +13,7 @@
  *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/core/db_space.h" /* disk reserve: writes held, early flush */
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
@@ -559,6 +560,10 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         return BDB_ERR_INVALID;
     if (atomic_load(&db->readonly))
         return BDB_ERR_READONLY;
+    /* the disk reserve is given to a flush or cannot be made, or the WAL holds what
+     * a flush can still write (db_space.h) */
+    if (atomic_load_explicit(&db->space_low, memory_order_relaxed))
+        return BDB_ERR_NOSPACE;
     size_t nrep;
     const bdb_report *reps = bdb_batch_reports(batch, &nrep);
     if (nrep == 0)
@@ -575,11 +580,11 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     bdb_buf_init_checked(&rec);
     bdb_buf_init_checked(&hist);
     struct prep *prep = NULL;
+    uint64_t lsn = 0;
     int rc = encode_batch(tenant_name, batch, &rec);
     if (rc != BDB_OK)
         goto out;
 
-    uint64_t lsn = 0;
     size_t tl = strlen(tenant_name);
     pthread_rwlock_rdlock(&db->flush_lock);
     /* Everything the apply below needs is allocated first: out of memory here leaves
@@ -591,6 +596,8 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         pthread_rwlock_unlock(&db->flush_lock);
         if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
             db_set_readonly(db, rc, "WAL write");
+        if (rc == BDB_ERR_NOSPACE && db->o.disk_reserve_bytes) /* a flush makes room */
+            db_space_crossed(db, 0);
         goto out;
     }
     /* Apply straight from the batch: decoding our own record again would cost more. */
@@ -662,6 +669,9 @@ out:
     prep_free(db, prep, reps, nrep);
     bdb_buf_free(&rec);
     bdb_buf_free(&hist);
+    /* one load and compare; past the mark, once per mark (db_space.c) */
+    if (rc == BDB_OK && lsn >= atomic_load_explicit(&db->space_flush_lsn, memory_order_relaxed))
+        db_space_crossed(db, lsn);
     if (rc == BDB_OK && atomic_load(&db->head_bytes) > db->o.head_max_bytes && db->bg_running) {
         pthread_mutex_lock(&db->bg_mu);
         pthread_cond_signal(&db->bg_cv);

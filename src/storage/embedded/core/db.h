@@ -40,7 +40,10 @@ typedef struct bdb_db_opts {
     int64_t block_window_ms;    /* default 2 h; must divide a day */
     int64_t flush_interval_ms;  /* head -> blocks at least this often; default 10 min */
     uint64_t head_max_bytes;    /* flush early past this; default 1 GiB */
-    int64_t retention_ms;       /* raw data older than this is dropped; 0 = keep (default) */
+    /* room held back in <data_dir>/reserve for a flush on a full disk (db_space.h);
+     * 0 = none (the default here; the server's default is 64 MiB) */
+    uint64_t disk_reserve_bytes;
+    int64_t retention_ms; /* raw data older than this is dropped; 0 = keep (default) */
     /* Per-tenant raw TTL (ms) for tenants that set one; 0 = use retention_ms. Called
      * from flush, maintenance and reads (any thread), so it must be thread-safe and
      * cheap. NULL = every tenant uses retention_ms. */
@@ -199,6 +202,12 @@ typedef struct bdb_db_stats {
     uint64_t ooo_samples;
     int readonly;
     char readonly_reason[256];
+    /* the disk reserve (db_space.h): space_low is 1 while it is not in place, 2
+     * while writes are held because the WAL reached what a flush could still write,
+     * 3 both; writes are refused with BDB_ERR_NOSPACE meanwhile. Times it was given
+     * to a flush; bytes free on the data disk (UINT64_MAX unknown) */
+    int space_low;
+    uint64_t space_releases, disk_free_bytes;
     bdb_wal_stats wal;
 } bdb_db_stats;
 

@@ -12,6 +12,7 @@
  * samples that are also in the new blocks; reads resolve such duplicates (same series
  * and time) to one sample, so nothing is lost or doubled. */
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/core/db_space.h" /* disk reserve */
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/state/db_latest.h" /* state: db_latest_save */
@@ -478,7 +479,15 @@ static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int
     return rc;
 }
 
-int db_flush(bdb_db *db)
+/* The system error of the step that failed first: cleanup after it (unlinking files
+ * never written) changes errno, and the log must name the cause. */
+static void first_errno(int rc, int *err)
+{
+    if (rc != BDB_OK && !*err)
+        *err = rc == BDB_ERR_NOSPACE ? ENOSPC : rc == BDB_ERR_IO ? errno : -1;
+}
+
+static int flush_once(bdb_db *db)
 {
     pthread_mutex_lock(&db->flush_mutex);
     if (atomic_load(&db->readonly)) {
@@ -529,6 +538,8 @@ int db_flush(bdb_db *db)
         rc = db->o.sink ? db_sink_flush_series(db, f.v[i], &m, cls) /* sink: db_sink.c */
                         : flush_series(db, f.v[i], &ws, &m, cls);
     }
+    int err = 0;
+    first_errno(rc, &err);
     uint64_t ss_round; /* sink: state, registry, counts (db_state_sink.c) */
     rc = db_ss_flush(db, rc, &ss_round);
     if (db->o.sink) { /* sink: every put confirmed before the head and WAL let go */
@@ -536,19 +547,26 @@ int db_flush(bdb_db *db)
         if (rc == BDB_OK)
             rc = crc;
     }
+    first_errno(rc, &err);
     size_t nblocks = ws.n;
     rc = db_writers_finish(db, &ws, rc, NULL, 0);
+    first_errno(rc, &err);
     /* fleet: fleet files (db_fleet_flush.c) */
     rc = db_fleet_flush(db, f.v, f.n, sealed, rc);
+    first_errno(rc, &err);
     rc = db_tier_flush(db, f.v, f.n, sealed, rc); /* rollup: tier files (db_tier.c) */
+    first_errno(rc, &err);
     db_merger_free(&m);
     if (db->o.sink) /* quota: count the confirmed rows, before the catalog's WAL cut */
         rc = db_sku_flush_done(db, rc, sealed);
+    first_errno(rc, &err);
     if (rc != BDB_OK) {
         /* The frozen chunks stay in memory and the WAL keeps them; the next flush
          * retries. Disk full lands here: writes are still acknowledged through the
-         * WAL until it cannot grow either. */
-        BDB_ERROR("flush failed: %s (%s); will retry", bdb_strerror(rc), strerror(errno));
+         * WAL until it cannot grow either (or until db_flush gives the flush the disk
+         * reserve). Every step above removed the files it had written. */
+        BDB_ERROR("flush failed: %s (%s); will retry", bdb_strerror(rc),
+                  err > 0 ? strerror(err) : "no system error");
         goto out;
     }
     db_ss_sent(db, ss_round); /* sink: those state changes are confirmed */
@@ -606,6 +624,45 @@ out:
     return rc;
 }
 
+/* A flush that fails for lack of space gets the disk reserve and one retry at once:
+ * the reserve is the room its blocks and tier files need while the WAL still exists
+ * (db_space.h). Writes stay refused until the reserve is made again. */
+int db_flush(bdb_db *db)
+{
+    int rc = flush_once(db);
+    if (rc == BDB_ERR_NOSPACE && db_space_release(db)) {
+        rc = flush_once(db);
+        if (rc == BDB_OK)
+            BDB_INFO("flush: succeeded with the disk reserve's room");
+    }
+    if (rc == BDB_OK)
+        db_space_tight(db); /* arms the write path's next early flush */
+    if (rc == BDB_OK && db_space_restore(db) != BDB_OK)
+        BDB_WARN("disk reserve: cannot make %llu bytes yet (%llu bytes free); writes stay "
+                 "refused, retried every second",
+                 (unsigned long long)db->o.disk_reserve_bytes,
+                 (unsigned long long)db_space_free(db));
+    return rc;
+}
+
+/* When the background thread flushes next. A flush that failed for lack of space is
+ * retried after 1, 2, 4 ... 32 s (never later than the flush interval), so the server
+ * recovers by itself soon after space returns; other failures wait for the interval,
+ * as a sink that refuses rows should not be hammered. Short of space, a flush starts
+ * before the WAL outgrows half the free space (db_space_tight). */
+static int flush_due(bdb_db *db, int64_t now)
+{
+    int64_t since = now - db->last_flush_mono;
+    uint64_t streak = atomic_load(&db->flush_fail_streak);
+    if (streak && atomic_load(&db->flush_last_error) == BDB_ERR_NOSPACE) {
+        int64_t wait = INT64_C(1000) << (streak > 6 ? 5 : streak - 1);
+        return since >= (wait < db->o.flush_interval_ms ? wait : db->o.flush_interval_ms);
+    }
+    if (since >= db->o.flush_interval_ms || atomic_load(&db->head_bytes) > db->o.head_max_bytes)
+        return 1;
+    return !streak && db_space_tight(db);
+}
+
 void *db_background(void *arg)
 {
     bdb_db *db = arg;
@@ -620,9 +677,12 @@ void *db_background(void *arg)
             break;
         pthread_mutex_unlock(&db->bg_mu);
         int64_t now = bdb_monotonic_ms();
-        if (!atomic_load(&db->readonly) && (now - db->last_flush_mono >= db->o.flush_interval_ms ||
-                                            atomic_load(&db->head_bytes) > db->o.head_max_bytes))
+        if (!atomic_load(&db->readonly) && flush_due(db, now))
             db_flush(db);
+        /* a reserve given to a flush that then failed, or missing since open: made
+         * again once a flush has succeeded and the disk has the room */
+        if (atomic_load(&db->space_low) && !atomic_load(&db->flush_fail_streak))
+            db_space_restore(db);
         if (!atomic_load(&db->readonly) && now - last_maint >= 30000) {
             db_maintain(db);
             last_maint = bdb_monotonic_ms();

@@ -176,6 +176,16 @@ struct bdb_db {
     atomic_int flush_last_error;
 
     atomic_int readonly;
+    /* db_space.c, read by every write batch: beside readonly, away from the counters
+     * writers bump (a line written per batch would cost each reader a miss).
+     * space_low: writes refused (the disk reserve not in place, or held). A write
+     * whose WAL LSN reaches space_flush_lsn calls db_space_crossed, which asks the
+     * background thread for a flush (space_flush_asked) before free space runs
+     * short, and past space_hold_lsn holds writes; UINT64_MAX = not armed. */
+    atomic_int space_low; /* DB_SPACE_OUT | DB_SPACE_HOLD */
+    _Atomic uint64_t space_flush_lsn, space_hold_lsn;
+    atomic_int space_flush_asked;
+    _Atomic uint64_t space_releases;
     char readonly_reason[256];
     int replaying;
 

@@ -2,6 +2,7 @@
  * index, then WAL replay through db_apply_record), its background thread, and
  * closing it (docs/STORAGE.md, recovery). */
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/core/db_space.h" /* disk reserve */
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
@@ -161,6 +162,7 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
              (unsigned long long)rs.records, (unsigned long long)rs.bytes,
              (unsigned long long)rs.segments, (long long)(bdb_monotonic_ms() - t0));
     db->last_flush_mono = bdb_monotonic_ms();
+    db_space_open(db); /* after replay: a full disk still opens, refusing writes */
     if (opts->background) {
         if (pthread_create(&db->bg, NULL, db_background, db) != 0) {
             rc = BDB_ERR_NOMEM;

@@ -1,5 +1,6 @@
 /* db_read: partition reads, device listings and statistics of the embedded engine. */
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/core/db_space.h"      /* free bytes */
 #include "storage/embedded/sink/db_state_sink.h" /* sink: renamed readers */
 #include "common/alloc.h"
 
@@ -433,6 +434,9 @@ void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st)
     st->bucket_changes = atomic_load(&db->bucket_changes);
     st->ooo_samples = atomic_load(&db->ooo_samples);
     st->readonly = atomic_load(&db->readonly);
+    st->space_low = atomic_load(&db->space_low);
+    st->space_releases = atomic_load(&db->space_releases);
+    st->disk_free_bytes = db_space_free(db);
     if (st->readonly)
         snprintf(st->readonly_reason, sizeof st->readonly_reason, "%s", db->readonly_reason);
     pthread_rwlock_rdlock(&db->blocks_lock);

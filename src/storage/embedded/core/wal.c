@@ -736,6 +736,7 @@ void bdb_wal_get_stats(bdb_wal *w, bdb_wal_stats *st)
     for (size_t i = 0; i < w->nold; i++)
         st->bytes_on_disk += w->old[i].size;
     st->current_segment = w->cur_num;
+    st->written_lsn = w->written_lsn;
     st->failed = w->failed;
     pthread_mutex_unlock(&w->mu);
 }

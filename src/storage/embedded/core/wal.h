@@ -80,7 +80,8 @@ typedef struct bdb_wal_stats {
     uint64_t fsync_ns_total, fsync_ns_max;
     uint64_t segments_on_disk, bytes_on_disk;
     uint64_t current_segment;
-    int failed; /* 1 after a failed fsync */
+    uint64_t written_lsn; /* the LSN the next append's bytes start at */
+    int failed;           /* 1 after a failed fsync */
 } bdb_wal_stats;
 
 void bdb_wal_get_stats(bdb_wal *w, bdb_wal_stats *st);

@@ -555,11 +555,17 @@ int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfi
             }
             done++;
         }
-        if (path && rc != BDB_OK)
+        if (path && rc != BDB_OK) {
+            /* usually never created (the write failed): ENOENT must not replace the
+             * write's errno, which the flush logs */
+            int e = errno;
             bdb_vfs_unlink(t->db->vfs, path);
+            errno = e;
+        }
         free(path);
     }
     if (rc != BDB_OK) {
+        int e = errno;
         for (size_t i = 0; i < done; i++) {
             if (files[i]->path)
                 bdb_vfs_unlink(t->db->vfs, files[i]->path);
@@ -568,6 +574,7 @@ int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfi
         }
         free(files);
         files = NULL;
+        errno = e;
     }
     *out = files;
     return rc;
