@@ -652,7 +652,7 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
     if (o->step <= 0 || o->end < o->start)
         return efail(&e, PQL_E_BAD_DATA, "invalid evaluation range");
     uint64_t steps = (uint64_t)((o->end - o->start) / o->step) + 1;
-    if (steps > PQL_MAX_STEPS)
+    if (steps > PQL_MAX_STEPS + 1)
         return efail(&e, PQL_E_BAD_DATA,
                      "exceeded maximum resolution of 11,000 points per timeseries. Try "
                      "decreasing the query resolution (?step=XX)");

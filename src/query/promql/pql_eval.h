@@ -13,7 +13,9 @@
 #include <stdint.h>
 
 #define PQL_LOOKBACK_MS (5 * 60 * 1000)
-#define PQL_MAX_STEPS 11000 /* points per series of a range query, as Prometheus */
+/* A range query's (end - start) / step is at most this, as in Prometheus (which so
+ * answers up to 11,001 points per series). */
+#define PQL_MAX_STEPS 11000
 
 typedef struct pql_label {
     char *name, *value;

@@ -256,7 +256,7 @@ static enum MHD_Result run_query(bdb_server *s, struct MHD_Connection *c, const 
             return bad_data(s, c, "end timestamp must not be before start time");
         if (prom_step(c, &o.step, msg, sizeof msg) != 0)
             return bad_data(s, c, msg);
-        if ((uint64_t)(o.end - o.start) / (uint64_t)o.step >= PQL_MAX_STEPS)
+        if ((uint64_t)(o.end - o.start) / (uint64_t)o.step > PQL_MAX_STEPS)
             return bad_data(s, c,
                             "exceeded maximum resolution of 11,000 points per timeseries. "
                             "Try decreasing the query resolution (?step=XX)");
