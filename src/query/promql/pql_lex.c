@@ -114,7 +114,7 @@ static pql_token number(pql_lexer *lx, size_t start)
         i++;
     int64_t ms;
     if (i > 0 && isalpha((unsigned char)s[i - 1]) && pql_parse_duration(s, i, &ms) == 0 &&
-        (i == n || !ident_char((unsigned char)s[i]))) {
+        (i == n || !(isalnum((unsigned char)s[i]) || s[i] == '_'))) {
         lx->pos = start + i;
         pql_token t = tok(lx, PQL_T_DURATION, start);
         t.dur_ms = ms;

@@ -542,7 +542,8 @@ static pql_node *postfix(parser *p)
         }
         n->range_ms = p->tok.dur_ms;
         advance(p);
-        if (p->tok.kind == PQL_T_COLON) {
+        /* ":1m" lexes as a name (names may start with ':') */
+        if (p->tok.kind == PQL_T_COLON || (p->tok.kind == PQL_T_IDENT && p->tok.text[0] == ':')) {
             fail(p, p->tok.pos, "subqueries are not in bucketdb's PromQL subset");
             goto bad;
         }
@@ -570,6 +571,10 @@ static pql_node *postfix(parser *p)
         }
         n->offset_ms = neg ? -p->tok.dur_ms : p->tok.dur_ms;
         advance(p);
+    }
+    if (p->tok.kind == PQL_T_LBRACKET && n->offset_ms) {
+        fail(p, p->tok.pos, "no offset modifiers allowed before range");
+        goto bad;
     }
     if (p->tok.kind == PQL_T_AT) {
         fail(p, p->tok.pos, "the @ modifier is not in bucketdb's PromQL subset");
