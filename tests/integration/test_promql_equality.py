@@ -32,7 +32,9 @@ suite = Suite("promql_equality")
 WAIT = float(os.environ.get("BDB_PROM_WAIT", "45"))  # bound of every wait
 HINT = ("run scripts/setup.sh --test, which installs Debian's 'prometheus' package "
         "(apt-get install prometheus)")
-T0 = 1700000000  # seconds, 2023-11-14T22:13:20Z
+# seconds: three days ago, 20 s past an hour; recent enough for the 1m rollup tier
+# (kept 90 days against the wall clock) to hold the data
+T0 = (int(time.time()) // 3600 - 72) * 3600 + 20
 
 EXPRS = [
     "1+1",
@@ -249,7 +251,13 @@ def promql_equals_prometheus():
             last = max(t for _, _, t, _ in rows) // 1000
             times = [T0 + 100, T0 + 600.5, T0 + 1234.567, T0 + 1700, T0 + 2000, last,
                      last + 200, last + 400]
-            ranges = [(T0, last + 400, 30), (T0 + 61.5, T0 + 1500, 47), (T0, last, 300)]
+            # minute-aligned steps of whole minutes: *_over_time over whole minutes is
+            # answered from the 1m tier (no sample lies exactly on a minute)
+            a0 = T0 - T0 % 60
+            check(all(t % 60000 for _, _, t, _ in rows), "a sample on a minute boundary")
+            times += [a0 + 600, a0 + 1800]
+            ranges = [(T0, last + 400, 30), (T0 + 61.5, T0 + 1500, 47), (T0, last, 300),
+                      (a0, a0 + 2400, 60), (a0 + 120, a0 + 2400, 180)]
             for e in EXPRS:
                 for t in times:
                     ours = s.get("/prometheus/api/v1/query", query=e, time=t).json()

@@ -116,12 +116,31 @@ int pql_series_push(pql_series_set *set, size_t idx, int64_t ts, double v)
     return 0;
 }
 
+int pql_series_push_window(pql_series_set *set, size_t idx, const pql_window *w)
+{
+    if (set->max_samples && set->samples >= set->max_samples)
+        return -2;
+    pql_series *s = &set->s[idx];
+    if (s->nw == s->wcap) {
+        size_t cap = s->wcap ? s->wcap * 2 : 16;
+        pql_window *v = realloc(s->w, cap * sizeof *v);
+        if (!v)
+            return -1;
+        s->w = v;
+        s->wcap = cap;
+    }
+    s->w[s->nw++] = *w;
+    set->samples++;
+    return 0;
+}
+
 void pql_series_set_free(pql_series_set *set)
 {
     for (size_t i = 0; i < set->n; i++) {
         pql_labels_free(&set->s[i].labels);
         free(set->s[i].ts);
         free(set->s[i].v);
+        free(set->s[i].w);
     }
     free(set->s);
     memset(set, 0, sizeof *set);
@@ -236,6 +255,7 @@ typedef struct ev {
     size_t nsteps;
     uint64_t samples; /* read so far, all selectors */
     uint64_t points;  /* held in vectors */
+    int64_t tier_ms;  /* widest tier used */
     char *err;
     size_t errlen;
     int code;
@@ -347,8 +367,136 @@ static int eval_selector(ev *e, const pql_node *n, val *out)
 
 static int eval(ev *e, const pql_node *n, val *out);
 
+/* The tier width a range function can be answered from exactly (0: raw): the
+ * function is computable from window statistics, and the window, the step, the
+ * evaluation times and the offset are all multiples of the width, so each step's
+ * window is a whole number of tier windows. quantile_over_time qualifies only over
+ * one window and for the quantiles a window keeps (0.5, 0.95, 0.99). */
+static int64_t tier_width(const ev *e, const pql_node *n)
+{
+    const pql_node *sel = n->args[n->nargs - 1];
+    if (!e->src->select_windows || e->o->no_tiers)
+        return 0;
+    int quant = n->func == PQL_F_QUANTILE_OT;
+    if (quant) {
+        const pql_node *p = n->args[0];
+        if (p->kind != PQL_NUMBER || (p->num != 0.5 && p->num != 0.95 && p->num != 0.99))
+            return 0;
+    } else if (n->func != PQL_F_AVG_OT && n->func != PQL_F_MIN_OT && n->func != PQL_F_MAX_OT &&
+               n->func != PQL_F_SUM_OT && n->func != PQL_F_COUNT_OT) {
+        return 0;
+    }
+    static const int64_t widths[] = PQL_TIER_WIDTHS;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        int64_t w = widths[i];
+        if (sel->range_ms % w || e->o->start % w || sel->offset_ms % w ||
+            (e->nsteps > 1 && e->o->step % w) || (quant && sel->range_ms != w))
+            continue;
+        return w;
+    }
+    return 0;
+}
+
+static int eval_call_tier(ev *e, const pql_node *n, int64_t w, val *out)
+{
+    const pql_node *sel = n->args[n->nargs - 1];
+    int quant = n->func == PQL_F_QUANTILE_OT;
+    pql_matchset *m;
+    char why[400];
+    if (pql_matchset_compile(sel, &m, why, sizeof why) != 0)
+        return efail(e, PQL_E_BAD_DATA, "%s", why);
+    pql_series_set set;
+    memset(&set, 0, sizeof set);
+    if (e->o->max_samples)
+        set.max_samples = e->samples >= e->o->max_samples ? 1 : e->o->max_samples - e->samples;
+    int64_t from = e->o->start - sel->offset_ms - sel->range_ms;
+    int64_t to = step_t(e, e->nsteps - 1) - sel->offset_ms;
+    int rc = e->src->select_windows(e->src->ctx, m, from, to, w, quant, &set, why, sizeof why);
+    pql_matchset_free(m);
+    if (rc == PQL_E_NO_TIER) {
+        pql_series_set_free(&set);
+        return PQL_E_NO_TIER;
+    }
+    e->samples += set.samples;
+    if (rc != PQL_E_OK) {
+        pql_series_set_free(&set);
+        return efail(e, rc, "%s", why);
+    }
+    if (w > e->tier_ms)
+        e->tier_ms = w;
+    if (vec_alloc(e, out, set.n) != 0) {
+        pql_series_set_free(&set);
+        return e->code;
+    }
+    for (size_t i = 0; i < set.n && !e->code; i++) {
+        const pql_series *s = &set.s[i];
+        pql_out_series *o = &out->s[i];
+        if (labels_copy(&o->labels, s->labels.v, s->labels.n, not_name, NULL)) {
+            efail(e, PQL_E_INTERNAL, "out of memory");
+            break;
+        }
+        size_t lo = 0, hi = 0;
+        for (size_t k = 0; k < e->nsteps; k++) {
+            /* the windows starting in [t - range, t): the step's window but for a
+             * sample exactly at t, which belongs to the next tier window */
+            int64_t end = step_t(e, k) - sel->offset_ms, start = end - sel->range_ms;
+            while (lo < s->nw && s->w[lo].start < start)
+                lo++;
+            if (hi < lo)
+                hi = lo;
+            while (hi < s->nw && s->w[hi].start < end)
+                hi++;
+            uint64_t cnt = 0;
+            double sum = 0, mn = NAN, mx = NAN;
+            for (size_t j = lo; j < hi; j++) {
+                const pql_window *x = &s->w[j];
+                if (!x->count)
+                    continue;
+                cnt += x->count;
+                sum += x->sum;
+                if (isnan(mn) || x->min < mn)
+                    mn = x->min;
+                if (isnan(mx) || x->max > mx)
+                    mx = x->max;
+            }
+            if (!cnt)
+                continue;
+            double v;
+            switch (n->func) {
+            case PQL_F_AVG_OT:
+                v = sum / (double)cnt;
+                break;
+            case PQL_F_MIN_OT:
+                v = mn;
+                break;
+            case PQL_F_MAX_OT:
+                v = mx;
+                break;
+            case PQL_F_SUM_OT:
+                v = sum;
+                break;
+            case PQL_F_COUNT_OT:
+                v = (double)cnt;
+                break;
+            default: { /* one window: tier_width saw to it */
+                double phi = n->args[0]->num;
+                const pql_window *x = &s->w[lo];
+                v = phi == 0.5 ? x->p50 : phi == 0.95 ? x->p95 : x->p99;
+            }
+            }
+            o->v[k] = v;
+            o->has[k] = 1;
+        }
+    }
+    pql_series_set_free(&set);
+    return e->code;
+}
+
 static int eval_call(ev *e, const pql_node *n, val *out)
 {
+    int64_t w = tier_width(e, n);
+    if (w && eval_call_tier(e, n, w, out) != PQL_E_NO_TIER)
+        return e->code;
     val phi = {0};
     const pql_node *sel = n->args[n->nargs - 1];
     if (n->func == PQL_F_QUANTILE_OT && eval(e, n->args[0], &phi) != 0)
@@ -648,7 +796,7 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
              char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
-    ev e = {src, o, 0, 0, 0, err, errlen, 0};
+    ev e = {src, o, 0, 0, 0, 0, err, errlen, 0};
     if (o->step <= 0 || o->end < o->start)
         return efail(&e, PQL_E_BAD_DATA, "invalid evaluation range");
     uint64_t steps = (uint64_t)((o->end - o->start) / o->step) + 1;
@@ -704,6 +852,7 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
     qsort(v.s, k, sizeof *v.s, out_cmp);
     res->s = v.s;
     res->n = k;
+    res->tier_ms = e.tier_ms;
     return 0;
 }
 

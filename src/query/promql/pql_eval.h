@@ -27,12 +27,23 @@ typedef struct pql_labels {
     size_t n;
 } pql_labels;
 
-/* One series from the source: its labels and samples in time order. */
+/* The statistics of one aligned window of a series (a rollup tier's window). */
+typedef struct pql_window {
+    int64_t start;
+    uint64_t count;
+    double sum, min, max;
+    double p50, p95, p99; /* within the sketch's relative error; NaN when not read */
+} pql_window;
+
+/* One series from the source: its labels and samples in time order (or, from
+ * select_windows, its windows in time order). */
 typedef struct pql_series {
     pql_labels labels;
     int64_t *ts;
     double *v;
     size_t n, cap;
+    pql_window *w;
+    size_t nw, wcap;
 } pql_series;
 
 typedef struct pql_series_set {
@@ -47,6 +58,8 @@ typedef struct pql_series_set {
 long pql_series_add(pql_series_set *set, const pql_label *labels, size_t n);
 /* Appends a sample: 0, -1 out of memory, -2 past max_samples. */
 int pql_series_push(pql_series_set *set, size_t idx, int64_t ts, double v);
+/* Appends a window (counted as one sample against max_samples): as pql_series_push. */
+int pql_series_push_window(pql_series_set *set, size_t idx, const pql_window *w);
 void pql_series_set_free(pql_series_set *set);
 
 /* Label matchers, compiled (regular expressions are POSIX extended, anchored). */
@@ -63,10 +76,25 @@ typedef struct pql_source {
      * [from, to] (ms). 0, or an error: PQL_E_* with err filled. */
     int (*select)(void *ctx, const pql_matchset *m, int64_t from, int64_t to, pql_series_set *out,
                   char *err, size_t errlen);
+    /* Optional (NULL: raw samples only). The same series with their windows of
+     * width_ms (one of PQL_TIER_WIDTHS) whose start is in [from, to), from and to
+     * multiples of width_ms; quantiles only when want_quantiles. PQL_E_NO_TIER
+     * (out left empty) sends the query to select. */
+    int (*select_windows)(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
+                          int64_t width_ms, int want_quantiles, pql_series_set *out, char *err,
+                          size_t errlen);
     void *ctx;
 } pql_source;
 
-enum pql_errtype { PQL_E_OK, PQL_E_BAD_DATA, PQL_E_EXECUTION, PQL_E_INTERNAL };
+/* Window widths a source's select_windows serves, widest first: 1 d, 1 h, 1 m. */
+#define PQL_TIER_WIDTHS                                                                            \
+    {                                                                                              \
+        86400000, 3600000, 60000                                                                   \
+    }
+
+/* PQL_E_NO_TIER: select_windows cannot answer (the tier no longer covers the range);
+ * the evaluator then reads raw samples. pql_eval never returns it. */
+enum pql_errtype { PQL_E_OK, PQL_E_BAD_DATA, PQL_E_EXECUTION, PQL_E_INTERNAL, PQL_E_NO_TIER };
 
 /* The answer: a scalar (values[step]), vector series (values[step] where has[step]),
  * or, for an instant query of a range selector, raw series (matrix). */
@@ -84,12 +112,14 @@ typedef struct pql_result {
     pql_out_series *s; /* PQL_VECTOR, sorted by labels */
     size_t n;
     pql_series_set raw; /* PQL_MATRIX */
+    int64_t tier_ms;    /* the widest tier a range function was answered from; 0: raw */
 } pql_result;
 
 typedef struct pql_eval_opts {
     int64_t start, end, step; /* ms; an instant query: start = end, step 1 */
     uint64_t max_samples;     /* raw samples read, summed over selectors; 0 = no limit */
     uint64_t max_points;      /* series x steps held at once; 0 = no limit */
+    int no_tiers;             /* 1: never select_windows (tests compare both ways) */
 } pql_eval_opts;
 
 /* 0 with *res filled (free with pql_result_free), or a PQL_E_* with err filled. */

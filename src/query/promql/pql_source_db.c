@@ -1,8 +1,12 @@
 /* pql_source_db: series from the device catalog, samples from bdb_query_range. */
 #include "query/promql/pql_source_db.h"
 
+#include "agg/rollup.h"
 #include "bucketdb/bdb.h"
 #include "query/range.h"
+#include "query/windows.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,8 +297,101 @@ static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
     return code;
 }
 
+struct win_ctx {
+    pql_series_set *out;
+    const struct pick *p;
+    size_t n;
+    int over, nomem;
+};
+
+static int win_cb(void *ctx, const bdb_window_row *row)
+{
+    struct win_ctx *r = ctx;
+    struct pick key = {NULL, (char *)row->metric, 0};
+    const struct pick *p = bsearch(&key, r->p, r->n, sizeof *r->p, pick_metric_cmp);
+    if (!p)
+        return 0;
+    pql_window w = {row->start, row->count, row->sum, row->min,
+                    row->max,   row->p50,   row->p95, row->p99};
+    int rc = pql_series_push_window(r->out, p->series, &w);
+    if (rc == -2)
+        r->over = 1;
+    else if (rc < 0)
+        r->nomem = 1;
+    return rc != 0;
+}
+
+static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
+                             int64_t width_ms, int want_quantiles, pql_series_set *out, char *err,
+                             size_t errlen)
+{
+    const pql_db_source *s = ctx;
+    enum bdb_res res = width_ms == bdb_res_width(BDB_RES_1D)   ? BDB_RES_1D
+                       : width_ms == bdb_res_width(BDB_RES_1H) ? BDB_RES_1H
+                                                               : BDB_RES_1M;
+    if (from < s->tier_oldest[res - 1])
+        return PQL_E_NO_TIER;
+    struct sel_ctx sc = {out, NULL, 0, 0};
+    /* a device with data in [from, to) only: its last sample may lie in the last window */
+    int rc = walk(s, m, from, to - 1, sel_visit, &sc);
+    int code = PQL_E_OK;
+    if (rc != BDB_OK) {
+        snprintf(err, errlen, "out of memory listing the series");
+        code = PQL_E_INTERNAL;
+    }
+    qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
+    const char **metrics = calloc(sc.n ? sc.n : 1, sizeof *metrics);
+    if (!metrics && !code) {
+        snprintf(err, errlen, "out of memory");
+        code = PQL_E_INTERNAL;
+    }
+    for (size_t i = 0; i < sc.n && !code;) {
+        size_t j = i;
+        while (j < sc.n && !strcmp(sc.p[j].device, sc.p[i].device)) {
+            metrics[j - i] = sc.p[j].metric;
+            j++;
+        }
+        bdb_window_query q = {.tenant = s->tenant,
+                              .device = sc.p[i].device,
+                              .metrics = metrics,
+                              .nmetrics = j - i,
+                              .from = from,
+                              .to = to,
+                              .res = res,
+                              .lateness_ms = s->lateness_ms,
+                              .no_quantiles = !want_quantiles};
+        struct win_ctx r = {out, sc.p + i, j - i, 0, 0};
+        int64_t wm;
+        rc = bdb_query_windows(s->db, &q, win_cb, &r, &wm);
+        if (r.over) {
+            snprintf(err, errlen,
+                     "query processing would load too many samples into memory in query "
+                     "execution (more than max-query-samples %llu tier windows); narrow the "
+                     "selector or the range",
+                     (unsigned long long)out->max_samples);
+            code = PQL_E_EXECUTION;
+        } else if (r.nomem) {
+            snprintf(err, errlen, "out of memory reading windows");
+            code = PQL_E_INTERNAL;
+        } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
+            snprintf(err, errlen, "reading the %s windows of device '%.200s' failed: %s",
+                     bdb_res_name(res), sc.p[i].device, bdb_strerror(rc));
+            code = PQL_E_INTERNAL;
+        }
+        i = j;
+    }
+    free(metrics);
+    for (size_t i = 0; i < sc.n; i++) {
+        free(sc.p[i].device);
+        free(sc.p[i].metric);
+    }
+    free(sc.p);
+    return code;
+}
+
 void pql_db_source_init(pql_source *src, pql_db_source *ctx)
 {
     src->select = db_select;
+    src->select_windows = db_select_windows;
     src->ctx = ctx;
 }

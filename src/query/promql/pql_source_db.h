@@ -16,10 +16,14 @@ typedef struct pql_db_source {
     bdb_db *db;
     bdb_pool *pool;
     const char *tenant;
+    int64_t lateness_ms; /* agg_allowed_lateness, for the windows' final flag */
+    /* The oldest time the 1m, 1h and 1d tiers still cover for the tenant (now minus
+     * its tier retention; INT64_MIN when kept forever): an older range reads raw. */
+    int64_t tier_oldest[3];
 } pql_db_source;
 
 /* A pql_source reading ctx (a pql_db_source) through bdb_db_list_devices and
- * bdb_query_range. */
+ * bdb_query_range, and the rollup tiers through bdb_query_windows. */
 void pql_db_source_init(pql_source *src, pql_db_source *ctx);
 
 /* Calls cb with the labels of every series of the tenant whose device has data in

@@ -12,6 +12,7 @@
 #include "query/promql/pql_lex.h"
 #include "query/promql/pql_parse.h"
 #include "query/promql/pql_source_db.h"
+#include "server/tenants/tenants.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -228,6 +229,25 @@ static void put_result(bdb_buf *b, const pql_result *r, int range)
     bdb_buf_puts(b, "]}}\n");
 }
 
+/* The source over the engine for a tenant: its tiers' coverage from the server's tier
+ * retention and the tenant's own (docs/TENANCY.md). */
+static void db_source(bdb_server *s, const char *tenant, pql_db_source *ctx)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->db = s->db;
+    ctx->pool = s->pool;
+    ctx->tenant = tenant;
+    ctx->lateness_ms = s->cfg.agg_allowed_lateness;
+    const int64_t conf[3] = {s->cfg.tier_retention_1m, s->cfg.tier_retention_1h,
+                             s->cfg.tier_retention_1d};
+    bdb_clock clk = server_clock(s);
+    int64_t now = bdb_clock_now(&clk);
+    for (int i = 0; i < 3; i++) {
+        int64_t ttl = bdb_tenants_tier_retention(s->tenants, tenant, i, conf[i] > 0 ? conf[i] : 0);
+        ctx->tier_oldest[i] = ttl > 0 && now > INT64_MIN + ttl ? now - ttl : INT64_MIN;
+    }
+}
+
 static enum MHD_Result run_query(bdb_server *s, struct MHD_Connection *c, const char *tenant,
                                  int range)
 {
@@ -274,7 +294,8 @@ static enum MHD_Result run_query(bdb_server *s, struct MHD_Connection *c, const 
         snprintf(msg, sizeof msg, "invalid parameter \"query\": %s", perr);
         return bad_data(s, c, msg);
     }
-    pql_db_source ctx = {s->db, s->pool, tenant};
+    pql_db_source ctx;
+    db_source(s, tenant, &ctx);
     pql_source src;
     pql_db_source_init(&src, &ctx);
     pql_result res;
@@ -431,7 +452,8 @@ static enum MHD_Result run_meta(bdb_server *s, struct MHD_Connection *c, const c
         prom_time(c, "end", &to, msg, sizeof msg) < 0)
         return bad_data(s, c, msg);
     struct meta_ctx m = {kind, label, {0}};
-    pql_db_source ctx = {s->db, s->pool, tenant};
+    pql_db_source ctx;
+    db_source(s, tenant, &ctx);
     int rc = BDB_OK;
     for (size_t i = 0; i < (ml.n ? ml.n : 1) && rc == BDB_OK; i++) {
         pql_node *sel = NULL;

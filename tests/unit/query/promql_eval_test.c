@@ -146,7 +146,58 @@ static int fake_select(void *ctx, const pql_matchset *m, int64_t from, int64_t t
     return PQL_E_OK;
 }
 
-static const pql_source src = {fake_select, NULL};
+static const pql_source src = {fake_select, NULL, NULL};
+
+/* Windows of 1 minute for every fake series: count 100 + minute, sum 1000, min -1,
+ * max 99, p50 50, p95 95, p99 99 - values raw samples never give, so an answer
+ * shows where it came from. no_tier: refuse as a tier past its retention does. */
+static int window_calls, no_tier;
+static int64_t last_width;
+
+static int fake_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to, int64_t width,
+                        int want_q, pql_series_set *out, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)err;
+    (void)errlen;
+    window_calls++;
+    last_width = width;
+    if (no_tier)
+        return PQL_E_NO_TIER;
+    assert_int_equal(from % width, 0);
+    assert_int_equal(to % width, 0);
+    for (size_t i = 0; i < sizeof fake / sizeof fake[0]; i++) {
+        const struct fake_series *f = &fake[i];
+        pql_label l[] = {{"__name__", (char *)f->name},
+                         {"device", (char *)f->device},
+                         {"site", (char *)f->site}};
+        if (!pql_matchset_test(m, l, 3))
+            continue;
+        long idx = pql_series_add(out, l, 3);
+        for (int64_t t = from; t < to; t += width) {
+            pql_window w = {t, (uint64_t)(100 + t / M), 1000, -1, 99, want_q ? 50 : NAN, 95, 99};
+            assert_int_equal(pql_series_push_window(out, (size_t)idx, &w), 0);
+        }
+    }
+    return PQL_E_OK;
+}
+
+static const pql_source tsrc = {fake_select, fake_windows, NULL};
+
+static pql_result trun(const char *q, int64_t start, int64_t end, int64_t step)
+{
+    pql_node *n;
+    char err[400];
+    if (pql_parse(q, strlen(q), &n, err, sizeof err) != 0)
+        fail_msg("parse '%s': %s", q, err);
+    pql_eval_opts o = {start, end, step, 0, 0, 0};
+    pql_result r;
+    int rc = pql_eval(n, &tsrc, &o, &r, err, sizeof err);
+    pql_free(n);
+    if (rc != PQL_E_OK)
+        fail_msg("eval '%s': %s", q, err);
+    return r;
+}
 
 /* Evaluates q; returns the result (caller frees) or fails the test. */
 static pql_result run(const char *q, int64_t start, int64_t end, int64_t step)
@@ -317,6 +368,71 @@ static void test_limits_and_errors(void **state)
     pql_result_free(&r);
 }
 
+static void test_tier_routing(void **state)
+{
+    (void)state;
+    /* aligned steps of whole minutes over whole minutes: the 1m tier, windows [t-r, t) */
+    window_calls = 0;
+    pql_result r = trun("count_over_time(temp{device=\"d1\"}[2m])", 4 * M, 6 * M, M);
+    assert_int_equal(window_calls, 1);
+    assert_int_equal(last_width, M);
+    assert_int_equal(r.tier_ms, M);
+    near(r.s[0].v[0], (100 + 2) + (100 + 3)); /* windows at 2 m and 3 m */
+    near(r.s[0].v[2], (100 + 4) + (100 + 5));
+    pql_result_free(&r);
+    r = trun("sum_over_time(temp{device=\"d1\"}[1m])", 5 * M, 5 * M, 1);
+    near(r.s[0].v[0], 1000);
+    pql_result_free(&r);
+    r = trun("avg_over_time(temp{device=\"d1\"}[2m] offset 1m)", 5 * M, 5 * M, 1);
+    near(r.s[0].v[0], 2000.0 / ((100 + 2) + (100 + 3)));
+    pql_result_free(&r);
+    r = trun("min_over_time(temp{device=\"d1\"}[3m]) * 1000 + 7", 5 * M, 5 * M, 1);
+    near(r.s[0].v[0], -1000 + 7);
+    pql_result_free(&r);
+    r = trun("max_over_time(temp{device=\"d1\"}[3m])", 5 * M, 5 * M, 1);
+    near(r.s[0].v[0], 99);
+    pql_result_free(&r);
+    r = trun("quantile_over_time(0.95, temp{device=\"d1\"}[1m])", 5 * M, 5 * M, 1);
+    near(r.s[0].v[0], 95);
+    pql_result_free(&r);
+    /* a wider tier when everything is a multiple of it */
+    r = trun("count_over_time(temp[2h])", 4 * 3600 * S, 4 * 3600 * S, 1);
+    assert_int_equal(last_width, 3600 * S);
+    pql_result_free(&r);
+
+    /* raw otherwise: a misaligned time, step or range, a quantile the windows do not
+     * keep or over more than one window, a function windows cannot answer */
+    static const struct {
+        const char *q;
+        int64_t start, end, step;
+    } raw[] = {
+        {"count_over_time(temp[2m])", 4 * M + 1, 4 * M + 1, 1},
+        {"count_over_time(temp[2m])", 4 * M, 6 * M, 30 * S},
+        {"count_over_time(temp[90s])", 4 * M, 4 * M, 1},
+        {"count_over_time(temp[2m] offset 30s)", 4 * M, 4 * M, 1},
+        {"quantile_over_time(0.9, temp[1m])", 4 * M, 4 * M, 1},
+        {"quantile_over_time(0.5, temp[2m])", 4 * M, 4 * M, 1},
+        {"last_over_time(temp[1m])", 4 * M, 4 * M, 1},
+        {"rate(cnt[2m])", 4 * M, 4 * M, 1},
+    };
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+        window_calls = 0;
+        r = trun(raw[i].q, raw[i].start, raw[i].end, raw[i].step);
+        if (window_calls || r.tier_ms)
+            fail_msg("'%s' read the tier", raw[i].q);
+        pql_result_free(&r);
+    }
+    /* a tier that no longer covers the range: raw answers */
+    no_tier = 1;
+    window_calls = 0;
+    r = trun("count_over_time(temp{device=\"d1\"}[2m])", 4 * M, 4 * M, 1);
+    assert_int_equal(window_calls, 1);
+    assert_int_equal(r.tier_ms, 0);
+    near(r.s[0].v[0], 2); /* raw: the samples at 120 s and 180 s */
+    pql_result_free(&r);
+    no_tier = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_range_steps_and_windows),
         cmocka_unit_test(test_aggregation_and_arithmetic),
         cmocka_unit_test(test_limits_and_errors),
+        cmocka_unit_test(test_tier_routing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
