@@ -827,7 +827,8 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
                 free(res->raw.s[i].v);
             }
         res->raw.n = k;
-        qsort(res->raw.s, res->raw.n, sizeof *res->raw.s, raw_cmp);
+        if (res->raw.n)
+            qsort(res->raw.s, res->raw.n, sizeof *res->raw.s, raw_cmp);
         return 0;
     }
     val v;
@@ -849,7 +850,8 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
             free(v.s[i].has);
         }
     }
-    qsort(v.s, k, sizeof *v.s, out_cmp);
+    if (k) /* a scalar has no series array */
+        qsort(v.s, k, sizeof *v.s, out_cmp);
     res->s = v.s;
     res->n = k;
     res->tier_ms = e.tier_ms;

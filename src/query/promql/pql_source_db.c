@@ -246,7 +246,8 @@ static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
         snprintf(err, errlen, "out of memory listing the series");
         code = PQL_E_INTERNAL;
     }
-    qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
+    if (sc.n) /* nothing matched: no array */
+        qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
     const char **metrics = calloc(sc.n ? sc.n : 1, sizeof *metrics);
     if (!metrics && !code) {
         snprintf(err, errlen, "out of memory");
@@ -339,7 +340,8 @@ static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int
         snprintf(err, errlen, "out of memory listing the series");
         code = PQL_E_INTERNAL;
     }
-    qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
+    if (sc.n) /* nothing matched: no array */
+        qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
     const char **metrics = calloc(sc.n ? sc.n : 1, sizeof *metrics);
     if (!metrics && !code) {
         snprintf(err, errlen, "out of memory");
