@@ -153,6 +153,80 @@ struct pql_matchset {
     regex_t *re; /* one per matcher; used for =~ and !~ */
 };
 
+/* glibc's regcomp takes memory exponential in stacked repetitions ("a++++...") and its
+ * matcher time exponential with back-references: refuse both, as RE2 (Prometheus'
+ * engine) refuses nested repetition, and bound the repetition counts as RE2 does.
+ * NULL when the pattern is acceptable, else why not. */
+#define PQL_RE_MAX_REPEAT 1000
+#define PQL_RE_MAX_QUANTIFIERS 64
+static const char *re_check(const char *re)
+{
+    int prev_quant = 0, nq = 0;
+    for (const char *p = re; *p; p++) {
+        int quant = 0;
+        if (*p == '\\') {
+            if (p[1] >= '1' && p[1] <= '9')
+                return "back-references are not supported";
+            if (p[1])
+                p++;
+        } else if (*p == '[') { /* a bracket expression: ']' first is a member */
+            const char *q = p + 1;
+            if (*q == '^')
+                q++;
+            if (*q == ']')
+                q++;
+            while (*q && *q != ']') {
+                if (*q == '[' && (q[1] == ':' || q[1] == '.' || q[1] == '=')) {
+                    const char *e = strchr(q + 2, q[1]);
+                    q = e && e[1] == ']' ? e + 1 : q;
+                }
+                q++;
+            }
+            if (!*q)
+                return "unterminated bracket expression";
+            p = q;
+        } else if (*p == '*' || *p == '+' || *p == '?') {
+            quant = 1;
+        } else if (*p == '{') {
+            char *end;
+            long lo = strtol(p + 1, &end, 10), hi = lo;
+            if (end == p + 1)
+                return "invalid repetition count";
+            if (*end == ',') {
+                const char *h = end + 1;
+                hi = *h == '}' ? lo : strtol(h, &end, 10);
+                if (*h == '}')
+                    end = (char *)h;
+            }
+            if (*end != '}' || lo < 0 || hi < lo || hi > PQL_RE_MAX_REPEAT)
+                return "invalid repetition count (at most 1000)";
+            quant = 1;
+            p = end;
+        }
+        if (quant && prev_quant)
+            return "invalid nested repetition operator";
+        if (quant && ++nq > PQL_RE_MAX_QUANTIFIERS)
+            return "more than 64 repetition operators";
+        prev_quant = quant;
+    }
+    return NULL;
+}
+
+static int is_re(const pql_matcher *x)
+{
+    return x->op == PQL_M_RE || x->op == PQL_M_NRE;
+}
+
+/* Frees m with the expressions of its first `compiled` matchers. */
+static void matchset_release(pql_matchset *m, size_t compiled)
+{
+    for (size_t j = 0; j < compiled; j++)
+        if (is_re(&m->sel->matchers[j]))
+            regfree(&m->re[j]);
+    free(m->re);
+    free(m);
+}
+
 int pql_matchset_compile(const pql_node *sel, pql_matchset **out, char *err, size_t errlen)
 {
     pql_matchset *m = calloc(1, sizeof *m);
@@ -164,33 +238,31 @@ int pql_matchset_compile(const pql_node *sel, pql_matchset **out, char *err, siz
     m->sel = sel;
     for (size_t i = 0; i < sel->nmatchers; i++) {
         const pql_matcher *x = &sel->matchers[i];
-        if (x->op != PQL_M_RE && x->op != PQL_M_NRE)
+        if (!is_re(x))
             continue;
+        char why[128];
+        const char *bad = re_check(x->value);
         /* Prometheus anchors a label regex at both ends */
         size_t n = strlen(x->value) + 5;
-        char *pat = malloc(n);
-        if (!pat) {
-            snprintf(err, errlen, "out of memory");
-            pql_matchset_free(m);
-            return -1;
+        char *pat = bad ? NULL : malloc(n);
+        int rc = -1;
+        if (pat) {
+            snprintf(pat, n, "^(%s)$", x->value);
+            rc = regcomp(&m->re[i], pat, REG_EXTENDED | REG_NOSUB);
+            free(pat);
+            if (rc != 0) {
+                regerror(rc, &m->re[i], why, sizeof why);
+                bad = why;
+            }
+        } else if (!bad) {
+            bad = "out of memory";
         }
-        snprintf(pat, n, "^(%s)$", x->value);
-        int rc = regcomp(&m->re[i], pat, REG_EXTENDED | REG_NOSUB);
-        free(pat);
         if (rc != 0) {
-            char why[128];
-            regerror(rc, &m->re[i], why, sizeof why);
             snprintf(err, errlen,
                      "invalid regular expression \"%.200s\" for label %.100s: %s (POSIX "
                      "extended syntax)",
-                     x->value, x->name, why);
-            /* mark the rest as not compiled so that free skips them */
-            m->sel = NULL;
-            for (size_t j = 0; j < i; j++)
-                if (sel->matchers[j].op == PQL_M_RE || sel->matchers[j].op == PQL_M_NRE)
-                    regfree(&m->re[j]);
-            free(m->re);
-            free(m);
+                     x->value, x->name, bad);
+            matchset_release(m, i);
             return -1;
         }
     }
@@ -231,13 +303,8 @@ int pql_matchset_test(const pql_matchset *m, const pql_label *labels, size_t n)
 
 void pql_matchset_free(pql_matchset *m)
 {
-    if (!m)
-        return;
-    for (size_t i = 0; m->sel && i < m->sel->nmatchers; i++)
-        if (m->sel->matchers[i].op == PQL_M_RE || m->sel->matchers[i].op == PQL_M_NRE)
-            regfree(&m->re[i]);
-    free(m->re);
-    free(m);
+    if (m)
+        matchset_release(m, m->sel->nmatchers);
 }
 
 /* ---- evaluation ---- */

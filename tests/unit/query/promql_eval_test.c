@@ -361,6 +361,34 @@ static void test_limits_and_errors(void **state)
     assert_int_equal(pql_eval(n, &src, &o, &r, err, sizeof err), PQL_E_BAD_DATA);
     assert_non_null(strstr(err, "invalid regular expression"));
     pql_free(n);
+    /* patterns glibc would compile into exponential memory or match with
+     * back-references are refused, as RE2 refuses them (found by fuzz_promql) */
+    static const char *const bad_re[] = {
+        "temp{a=~\"x++\"}",    "temp{a=~\"x*?\"}", "temp{a!~\"(a)\\\\1\"}", "temp{a=~\"x{2000}\"}",
+        "temp{a=~\"x{3,1}\"}", "temp{a=~\"[ab\"}", "temp{a=~\"x{2}{2}\"}",
+    };
+    for (size_t i = 0; i < sizeof bad_re / sizeof bad_re[0]; i++) {
+        assert_int_equal(pql_parse(bad_re[i], strlen(bad_re[i]), &n, err, sizeof err), 0);
+        if (pql_eval(n, &src, &o, &r, err, sizeof err) != PQL_E_BAD_DATA)
+            fail_msg("'%s' accepted", bad_re[i]);
+        assert_non_null(strstr(err, "invalid regular expression"));
+        pql_free(n);
+    }
+    /* ... while ordinary ones, brackets with quantifier characters inside, and
+     * escaped operators pass */
+    static const char *const good_re[] = {
+        "temp{site=~\"[a+*]\"}",
+        "temp{site=~\"a{1}|b{0,3}\"}",
+        "temp{site=~\"\\\\++|a\"}",
+        "temp{site=~\"[[:alpha:]]+\"}",
+    };
+    for (size_t i = 0; i < sizeof good_re / sizeof good_re[0]; i++) {
+        assert_int_equal(pql_parse(good_re[i], strlen(good_re[i]), &n, err, sizeof err), 0);
+        if (pql_eval(n, &src, &o, &r, err, sizeof err) != PQL_E_OK)
+            fail_msg("'%s' refused: %s", good_re[i], err);
+        pql_result_free(&r);
+        pql_free(n);
+    }
     /* each selector reads the source once per query, however many steps */
     selects = 0;
     r = run("sum(rate(cnt[1m])) + 1", 0, 240 * S, S);
