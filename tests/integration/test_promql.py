@@ -199,6 +199,36 @@ def errors_have_prometheus_shape():
 
 
 @suite.test
+def extreme_parameters_never_5xx():
+    """Times, steps, ranges and offsets at and past their limits: 200 or 400, never a
+    5xx (and, under the sanitizers, no overflow anywhere in between)."""
+    times = ["-9223372036854775808", "9223372036854775807", "-9223372036.854", "9223372036.854",
+             "-9223372036.855", "9223372036.855", "1e18", "-1e18", "0", "-0.0001", "nan",
+             "inf", "0x10", " 1", "1677-09-21T00:12:43.146Z", "2262-04-11T23:47:16.854Z",
+             "9999-12-31T23:59:59Z", ""]
+    steps = ["1", "0.001", "0.0001", "3153600000", "3153600001", "100y", "101y", "1e300", "-1"]
+    exprs = ["env_temp", "rate(env_cnt[100y] offset 100y)", "env_temp offset -100y",
+             "count_over_time(env_temp[1d] offset 1d)", "sum(env_temp) ^ 1e308"]
+    with Server() as s:
+        write_env(s)
+        n = 0
+        for e in exprs:
+            for t in times:
+                r = s.get("/prometheus/api/v1/query", query=e, time=t)
+                check(r.status in (200, 400), "query %r time %r: %r" % (e, t, r))
+                n += 1
+            for a in times[:8]:
+                for b in times[:8]:
+                    for st in steps:
+                        r = s.get("/prometheus/api/v1/query_range", query=e, start=a, end=b,
+                                  step=st)
+                        check(r.status in (200, 400), "range %r %s..%s/%s: %r" % (e, a, b, st, r))
+                        eq(r.json()["status"], "success" if r.status == 200 else "error")
+                        n += 1
+        check(n > 2500, "only %d requests" % n)
+
+
+@suite.test
 def native_query_api_points_to_prefix():
     with Server() as s:
         write_env(s)
