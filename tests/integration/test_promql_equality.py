@@ -275,11 +275,16 @@ def promql_equals_prometheus():
                         s.get("/prometheus/api/v1/query", query="env_cnt[2m]", time=t).json(),
                         prom.get("/api/v1/query", query="env_cnt[2m]", time=t))
             # the same refusals: Prometheus' error JSON and status class
-            for q in ("rate(env_cnt)", "sum(env_cnt[5m])", "env_cnt{", "{}"):
-                ours = s.get("/prometheus/api/v1/query", query=q, time=T0)
-                theirs = prom.get("/api/v1/query", query=q, time=T0)
-                eq(ours.status, 400, "%s: status" % q)
+            for q, status in (("rate(env_cnt)", 400), ("sum(env_cnt[5m])", 400),
+                              ("env_cnt{", 400), ("{}", 400),
+                              ('rate({__name__=~"env_.*"}[5m])', 422),
+                              ('-{__name__=~"env_.*"}', 422)):
+                ours = s.get("/prometheus/api/v1/query", query=q, time=T0 + 600)
+                theirs = prom.get("/api/v1/query", query=q, time=T0 + 600)
+                eq(ours.status, status, "%s: status (%r)" % (q, ours.body[:200]))
                 eq(ours.json()["errorType"], theirs["errorType"], "%s: errorType" % q)
+                if status == 422:
+                    eq(ours.json()["error"], theirs["error"], "%s: error" % q)
             # query_range's step limit: (end - start) / step up to 11,000, not beyond
             compare("11,001 points",
                     s.get("/prometheus/api/v1/query_range", query="env_cnt", start=T0,

@@ -811,6 +811,37 @@ done:
     return e->code;
 }
 
+static int idx_cmp_ctx_labels(const void *a, const void *b, void *ctx)
+{
+    const pql_out_series *s = ctx;
+    return pql_labels_cmp(&s[*(const size_t *)a].labels, &s[*(const size_t *)b].labels);
+}
+
+/* Prometheus refuses a vector holding two series with the same labels at one step
+ * (a function or arithmetic that drops __name__ from series told apart by it). */
+static int check_unique(ev *e, const val *v)
+{
+    if (v->type != PQL_VECTOR || v->n < 2)
+        return 0;
+    size_t *ix = malloc(v->n * sizeof *ix);
+    if (!ix)
+        return efail(e, PQL_E_INTERNAL, "out of memory");
+    for (size_t i = 0; i < v->n; i++)
+        ix[i] = i;
+    qsort_r(ix, v->n, sizeof *ix, idx_cmp_ctx_labels, v->s);
+    int dup = 0;
+    for (size_t i = 1; i < v->n && !dup; i++) {
+        const pql_out_series *a = &v->s[ix[i - 1]], *b = &v->s[ix[i]];
+        if (pql_labels_cmp(&a->labels, &b->labels))
+            continue;
+        for (size_t k = 0; k < e->nsteps && !dup; k++)
+            dup = a->has[k] && b->has[k];
+    }
+    free(ix);
+    return dup ? efail(e, PQL_E_EXECUTION, "vector cannot contain metrics with the same labelset")
+               : 0;
+}
+
 static int eval_node(ev *e, const pql_node *n, val *out)
 {
     switch (n->kind) {
@@ -827,12 +858,12 @@ static int eval_node(ev *e, const pql_node *n, val *out)
                          "argument here");
         return eval_selector(e, n, out);
     case PQL_CALL:
-        return eval_call(e, n, out);
+        return eval_call(e, n, out) || check_unique(e, out);
     case PQL_AGG:
         return eval_agg(e, n, out);
     case PQL_BINARY:
     case PQL_NEG:
-        return eval_binary(e, n, out);
+        return eval_binary(e, n, out) || check_unique(e, out);
     case PQL_STRING:
         break;
     }

@@ -389,6 +389,22 @@ static void test_limits_and_errors(void **state)
         pql_result_free(&r);
         pql_free(n);
     }
+    /* temp and cnt of d1 have the same labels once the function drops __name__:
+     * refused as Prometheus refuses it; a selector matching one series per label set
+     * after the drop is fine */
+    static const char dup[] = "count_over_time({__name__=~\"temp|cnt\", device=\"d1\"}[1m])";
+    assert_int_equal(pql_parse(dup, strlen(dup), &n, err, sizeof err), 0);
+    o = (pql_eval_opts){60 * S, 60 * S, 1, 0, 0};
+    assert_int_equal(pql_eval(n, &src, &o, &r, err, sizeof err), PQL_E_EXECUTION);
+    assert_string_equal(err, "vector cannot contain metrics with the same labelset");
+    o = (pql_eval_opts){0, 0, 1, 0, 0};
+    pql_free(n);
+    static const char nodup[] = "-{__name__=~\"temp|cnt\", site=\"b\"}";
+    assert_int_equal(pql_parse(nodup, strlen(nodup), &n, err, sizeof err), 0);
+    o = (pql_eval_opts){90 * S, 90 * S, 1, 0, 0};
+    assert_int_equal(pql_eval(n, &src, &o, &r, err, sizeof err), PQL_E_OK);
+    pql_result_free(&r);
+    pql_free(n);
     /* each selector reads the source once per query, however many steps */
     selects = 0;
     r = run("sum(rate(cnt[1m])) + 1", 0, 240 * S, S);
