@@ -184,6 +184,7 @@ def errors_have_prometheus_shape():
             ("series", {"match[]": "rate(x[5m])"}, 400, "bad_data", "vector selector"),
             ("query", {"query": "1", "time": "1e300"}, 400, "bad_data", "valid timestamp"),
             ("status/config", {}, 404, "not_found", "not part of bucketdb's Prometheus API"),
+            ("targets", {}, 404, "not_found", "not part of bucketdb's Prometheus API"),
         ]
         for path, params, status, etype, msg in cases:
             doc = prom(s, path, expect=status, **params)

@@ -526,6 +526,22 @@ enum MHD_Result h_prom(bdb_server *s, struct MHD_Connection *c, const char *rest
                           "application/x-www-form-urlencoded");
     if (!strcmp(rest, "/api/v1/status/buildinfo"))
         return buildinfo(s, c);
+    /* Grafana asks for exemplars, and for rules and alerts when its alerting UI manages
+     * the data source: bucketdb has none of them, which is an answer, not an error */
+    static const struct {
+        const char *path, *body;
+    } empty[] = {
+        {"/api/v1/query_exemplars", "{\"status\":\"success\",\"data\":[]}\n"},
+        {"/api/v1/rules", "{\"status\":\"success\",\"data\":{\"groups\":[]}}\n"},
+        {"/api/v1/alerts", "{\"status\":\"success\",\"data\":{\"alerts\":[]}}\n"},
+    };
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
+        if (!strcmp(rest, empty[i].path)) {
+            enum MHD_Result r0;
+            if (!req_tenant(s, c, &r0))
+                return r0;
+            return respond(s, c, 200, "application/json", empty[i].body, strlen(empty[i].body));
+        }
     enum MHD_Result res;
     const char *tenant = NULL;
     const char *label = NULL;
