@@ -230,6 +230,42 @@ def extreme_parameters_never_5xx():
 
 
 @suite.test
+def tiers_answer_aligned_window_functions():
+    """Recent data (inside the 1m tier's 90 days): an aligned quantile_over_time over one
+    minute is the sketch's (within 1 % of an order statistic), one 1 ms off is raw
+    (interpolated); count_over_time at an aligned t leaves out a sample exactly at t
+    from the tier, raw counts it (docs/PROMQL.md#tiers)."""
+    import time as _time
+    a0 = (int(_time.time()) // 3600 - 48) * 3600  # an hour two days ago, in seconds
+    vals = [float(v) for v in range(1, 121)]  # 120 samples in the minute before a0 + 60
+    with Server() as s:
+        lines = ["env,device=q1 lat=%r %d" % (v, (a0 * 1000) + i * 500)
+                 for i, v in enumerate(vals)]
+        lines.append("env,device=q1 lat=7 %d" % ((a0 + 60) * 1000))  # exactly at t
+        s.write(lines, precision="ms")
+        t = a0 + 60
+        doc = prom(s, "query", query="quantile_over_time(0.95, env_lat[1m])", time=t)
+        tier = float(doc["data"]["result"][0]["value"][1])
+        exact = sorted(vals)
+        check(any(abs(tier - x) <= 0.01 * x for x in exact[110:116]),
+              "tier p95 %r not within 1%% of an order statistic near rank 114" % tier)
+        doc = prom(s, "query", query="quantile_over_time(0.95, env_lat[1m])", time=t + 0.001)
+        raw = float(doc["data"]["result"][0]["value"][1])
+        # raw window [t + 1 ms - 60 s, t + 1 ms]: samples 2..120 and the 7 at t
+        w = sorted(vals[1:] + [7.0])
+        rank = 0.95 * (len(w) - 1)
+        lo = int(rank)
+        want = w[lo] + (w[lo + 1] - w[lo]) * (rank - lo)
+        check(abs(raw - want) < 1e-9, "raw p95 %r, want %r" % (raw, want))
+        c = prom(s, "query", query="count_over_time(env_lat[1m])", time=t)
+        eq(c["data"]["result"][0]["value"][1], "120", "tier: the sample at t is not in [t-1m, t)")
+        c = prom(s, "query", query="count_over_time(env_lat[1m])", time=t + 0.001)
+        eq(c["data"]["result"][0]["value"][1], "120", "raw: [t+1ms-1m, t+1ms]")
+        c = prom(s, "query", query="count_over_time(env_lat[90s])", time=t)
+        eq(c["data"]["result"][0]["value"][1], "121", "raw (90 s is no whole minute)")
+
+
+@suite.test
 def native_query_api_points_to_prefix():
     with Server() as s:
         write_env(s)
