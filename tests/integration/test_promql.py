@@ -227,6 +227,10 @@ def extreme_parameters_never_5xx():
                         eq(r.json()["status"], "success" if r.status == 200 else "error")
                         n += 1
         check(n > 2500, "only %d requests" % n)
+        # times before 1970 with a fraction are written as Prometheus writes them
+        for t in ("-0.5", "-1.5", "-1", "-0.001", "-9223372036.854"):
+            doc = prom(s, "query", query="1", time=t)
+            eq(doc["data"]["result"], [float(t), "1"], "time %s" % t)
 
 
 @suite.test

@@ -114,21 +114,18 @@ static int prom_step(struct MHD_Connection *c, int64_t *ms, char *msg, size_t ms
 /* Times as Prometheus writes them: seconds, with the milliseconds when there are. */
 static void put_time(bdb_buf *b, int64_t ms)
 {
-    int64_t sec = bdb_floor_div(ms, 1000), frac = ms - sec * 1000;
+    /* |ms| fits: times are within BDB_QT_MIN_MS..BDB_QT_MAX_MS */
+    uint64_t a = ms < 0 ? (uint64_t)0 - (uint64_t)ms : (uint64_t)ms;
+    unsigned long long sec = a / 1000, frac = a % 1000;
     if (!frac) {
-        bdb_buf_printf(b, "%lld", (long long)sec);
+        bdb_buf_printf(b, "%s%llu", ms < 0 ? "-" : "", sec);
         return;
     }
-    if (sec < 0 && frac) { /* -1.5 s is -2 s + 500 ms: print it as -1.5 */
-        sec++;
-        frac = 1000 - frac;
-        bdb_buf_puts(b, sec == 0 ? "-0" : "");
-    }
     char f[8];
-    snprintf(f, sizeof f, "%03lld", (long long)frac);
+    snprintf(f, sizeof f, "%03llu", frac);
     for (int i = 2; i > 0 && f[i] == '0'; i--)
         f[i] = '\0';
-    bdb_buf_printf(b, "%lld.%s", (long long)sec, f);
+    bdb_buf_printf(b, "%s%llu.%s", ms < 0 ? "-" : "", sec, f);
 }
 
 /* A sample value as Go's strconv.FormatFloat(v, 'f', -1, 64): the shortest digits
