@@ -71,6 +71,12 @@ EXPRS = [
     "100 / env_temp",
     "env_temp % 7",
     "env_temp ^ 2",
+    "avg(rate(env_cnt[2m]))",
+    "sum without (site) (env_temp)",
+    "count_over_time(env_temp[1h])",
+    "avg_over_time(env_temp[1h])",
+    "max_over_time(env_cnt[1h])",
+    "min_over_time(env_cnt[1h])",
 ]
 
 
@@ -256,8 +262,12 @@ def promql_equals_prometheus():
             a0 = T0 - T0 % 60
             check(all(t % 60000 for _, _, t, _ in rows), "a sample on a minute boundary")
             times += [a0 + 600, a0 + 1800]
+            # and whole hours at hour-aligned steps: the 1h tier
+            h0 = T0 - T0 % 3600
+            times += [h0 + 3600]
             ranges = [(T0, last + 400, 30), (T0 + 61.5, T0 + 1500, 47), (T0, last, 300),
-                      (a0, a0 + 2400, 60), (a0 + 120, a0 + 2400, 180)]
+                      (a0, a0 + 2400, 60), (a0 + 120, a0 + 2400, 180),
+                      (h0, h0 + 3 * 3600, 3600)]
             for e in EXPRS:
                 for t in times:
                     ours = s.get("/prometheus/api/v1/query", query=e, time=t).json()
