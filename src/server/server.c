@@ -167,6 +167,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
         return h_influx_query(s, c, r);
     if (!strcmp(url, "/api/v2/query"))
         return h_influx_v2_query(s, c);
+    if (!strncmp(url, "/prometheus/", 12)) /* Prometheus' query API (h_prom.c) */
+        return h_prom(s, c, url + 11, method);
     if (!strcmp(url, "/api/v1/query")) {
         if (!get)
             return respond_json_error(s, c, 405, "use GET", 0);

@@ -230,6 +230,12 @@ enum MHD_Result h_devices(bdb_server *s, struct MHD_Connection *c, const char *r
 enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c);
+/* Prometheus' query API under /prometheus (h_prom.c); rest follows "/prometheus". */
+enum MHD_Result h_prom(bdb_server *s, struct MHD_Connection *c, const char *rest,
+                       const char *method);
+/* The answer of the native GET /api/v1/query to a Prometheus client (a `query`
+ * parameter): Prometheus' error JSON pointing at the /prometheus prefix. */
+enum MHD_Result prom_native_query_error(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r);
 /* InfluxDB 2's query API (Flux), which is not served: a v2-shaped error saying so. */
 enum MHD_Result h_influx_v2_query(bdb_server *s, struct MHD_Connection *c);

@@ -74,6 +74,8 @@ static int query_endpoint(const char *url)
         return 1;
     if (!strncmp(url, "/api/v1/fleet", 13) && (!url[13] || url[13] == '/'))
         return 1;
+    if (!strncmp(url, "/prometheus/api/v1/", 19)) /* Prometheus clients POST queries */
+        return 1;
     if (!strcmp(url, "/api/v1/devices"))
         return 1;
     if (!strncmp(url, "/api/v1/devices/", 16)) {

@@ -288,6 +288,10 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
         return res;
     uint64_t t0 = now_us();
     const char *device = arg(c, "device");
+    /* Grafana's Prometheus data source with the server root as its URL sends
+     * query=1+1 here: tell it where Prometheus' API is instead of "missing device" */
+    if ((!device || !*device) && arg(c, "query"))
+        return prom_native_query_error(s, c);
     if (!device || !*device)
         return respond_json_error(s, c, 400, "missing parameter 'device'", 0);
     bdb_range_query q = {0};

@@ -1,0 +1,399 @@
+/* pql_source_db: series from the device catalog, samples from bdb_query_range. */
+#include "query/promql/pql_source_db.h"
+
+#include "agg/rollup.h"
+#include "bucketdb/bdb.h"
+#include "query/range.h"
+#include "query/windows.h"
+
+#include <math.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pql_db_prom_name(const char *in, size_t len, char *out)
+{
+    size_t o = 0;
+    if (!len || (in[0] >= '0' && in[0] <= '9'))
+        out[o++] = '_';
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == ':';
+        out[o++] = ok ? c : '_';
+    }
+    out[o] = '\0';
+}
+
+/* A tag key as a label name: no ':' (not allowed in label names), and never one of
+ * the names the mapping itself sets. */
+static char *tag_label(const char *key, size_t klen)
+{
+    char *out = malloc(klen + 7);
+    if (!out)
+        return NULL;
+    pql_db_prom_name(key, klen, out + 4);
+    for (char *p = out + 4; *p; p++)
+        if (*p == ':')
+            *p = '_';
+    const char *n = out + 4;
+    if (!strcmp(n, "device") || !strcmp(n, "bdb_metric") || !strncmp(n, "__", 2) ||
+        !strncmp(n, "tag_", 4)) {
+        memcpy(out, "tag_", 4);
+        return out;
+    }
+    memmove(out, out + 4, strlen(out + 4) + 1);
+    return out;
+}
+
+struct mname {
+    char *prom;
+    size_t idx;
+};
+
+static int mname_cmp(const void *a, const void *b)
+{
+    const struct mname *x = a, *y = b;
+    int c = strcmp(x->prom, y->prom);
+    return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* one device's series, handed to a visitor */
+typedef int (*visit_fn)(void *ctx, const bdb_device_info *d, size_t metric, const pql_label *l,
+                        size_t n);
+
+struct walk {
+    const pql_matchset *m;
+    int64_t from, to;
+    visit_fn visit;
+    void *ctx;
+    int nomem, stopped;
+};
+
+static int walk_device(void *ctx, const bdb_device_info *d)
+{
+    struct walk *w = ctx;
+    if (d->last_ts == INT64_MIN || d->last_ts < w->from || d->first_ts > w->to || !d->nmetrics)
+        return 0;
+    size_t nl = d->ntags + 3;
+    pql_label *l = calloc(nl, sizeof *l);
+    struct mname *mn = calloc(d->nmetrics, sizeof *mn);
+    int rc = 0;
+    if (!l || !mn)
+        goto nomem;
+    l[0].name = "device";
+    l[0].value = (char *)d->device;
+    for (size_t i = 0; i < d->ntags; i++) {
+        char *k = tag_label(d->tags[i].key, d->tags[i].klen);
+        char *v = strndup(d->tags[i].val, d->tags[i].vlen);
+        l[1 + i].name = k;
+        l[1 + i].value = v;
+        if (!k || !v)
+            goto nomem;
+    }
+    for (size_t i = 0; i < d->nmetrics; i++) {
+        size_t len = strlen(d->metrics[i]);
+        mn[i].idx = i;
+        if (!(mn[i].prom = malloc(len + 2)))
+            goto nomem;
+        pql_db_prom_name(d->metrics[i], len, mn[i].prom);
+    }
+    qsort(mn, d->nmetrics, sizeof *mn, mname_cmp);
+    for (size_t i = 0; i < d->nmetrics && !rc; i++) {
+        int clash = (i > 0 && !strcmp(mn[i].prom, mn[i - 1].prom)) ||
+                    (i + 1 < d->nmetrics && !strcmp(mn[i].prom, mn[i + 1].prom));
+        size_t n = 1 + d->ntags;
+        l[n].name = "__name__";
+        l[n++].value = mn[i].prom;
+        if (clash) {
+            l[n].name = "bdb_metric";
+            l[n++].value = (char *)d->metrics[mn[i].idx];
+        }
+        if (w->m && !pql_matchset_test(w->m, l, n))
+            continue;
+        rc = w->visit(w->ctx, d, mn[i].idx, l, n);
+    }
+    if (rc < 0)
+        w->nomem = 1;
+    else if (rc > 0)
+        w->stopped = 1;
+    goto done;
+nomem:
+    w->nomem = 1;
+    rc = 1;
+done:
+    for (size_t i = 0; l && i < d->ntags; i++) {
+        free(l[1 + i].name);
+        free(l[1 + i].value);
+    }
+    free(l);
+    for (size_t i = 0; mn && i < d->nmetrics; i++)
+        free(mn[i].prom);
+    free(mn);
+    return rc != 0;
+}
+
+static int walk(const pql_db_source *s, const pql_matchset *m, int64_t from, int64_t to,
+                visit_fn visit, void *ctx)
+{
+    struct walk w = {m, from, to, visit, ctx, 0, 0};
+    int rc = bdb_db_list_devices(s->db, s->tenant, walk_device, &w);
+    if (w.nomem || rc == BDB_ERR_NOMEM)
+        return BDB_ERR_NOMEM;
+    return BDB_OK;
+}
+
+struct each_ctx {
+    int (*cb)(void *ctx, const pql_label *l, size_t n);
+    void *ctx;
+};
+
+static int each_visit(void *ctx, const bdb_device_info *d, size_t metric, const pql_label *l,
+                      size_t n)
+{
+    (void)d;
+    (void)metric;
+    struct each_ctx *e = ctx;
+    return e->cb(e->ctx, l, n) ? 1 : 0;
+}
+
+int pql_db_each_series(const pql_db_source *s, const pql_matchset *m, int64_t from, int64_t to,
+                       int (*cb)(void *ctx, const pql_label *l, size_t n), void *ctx)
+{
+    struct each_ctx e = {cb, ctx};
+    return walk(s, m, from, to, each_visit, &e);
+}
+
+/* ---- select: the matching series, then each device's samples in one range read ---- */
+
+struct pick {
+    char *device, *metric;
+    size_t series;
+};
+
+struct sel_ctx {
+    pql_series_set *out;
+    struct pick *p;
+    size_t n, cap;
+};
+
+static int sel_visit(void *ctx, const bdb_device_info *d, size_t metric, const pql_label *l,
+                     size_t n)
+{
+    struct sel_ctx *s = ctx;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        struct pick *p = realloc(s->p, cap * sizeof *p);
+        if (!p)
+            return -1;
+        s->p = p;
+        s->cap = cap;
+    }
+    long idx = pql_series_add(s->out, l, n);
+    if (idx < 0)
+        return -1;
+    struct pick *p = &s->p[s->n];
+    p->device = strdup(d->device);
+    p->metric = strdup(d->metrics[metric]);
+    p->series = (size_t)idx;
+    s->n++;
+    return p->device && p->metric ? 0 : -1;
+}
+
+struct read_ctx {
+    pql_series_set *out;
+    const struct pick *p; /* this device's picks, sorted by metric */
+    size_t n;
+    int over, nomem;
+};
+
+static int pick_metric_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct pick *)a)->metric, ((const struct pick *)b)->metric);
+}
+
+static int read_cb(void *ctx, const char *metric, int64_t ts, double v)
+{
+    struct read_ctx *r = ctx;
+    struct pick key = {NULL, (char *)metric, 0};
+    const struct pick *p = bsearch(&key, r->p, r->n, sizeof *r->p, pick_metric_cmp);
+    if (!p)
+        return 0;
+    int rc = pql_series_push(r->out, p->series, ts, v);
+    if (rc == -2)
+        r->over = 1;
+    else if (rc < 0)
+        r->nomem = 1;
+    return rc != 0;
+}
+
+static int pick_cmp(const void *a, const void *b)
+{
+    const struct pick *x = a, *y = b;
+    int c = strcmp(x->device, y->device);
+    return c ? c : strcmp(x->metric, y->metric);
+}
+
+static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
+                     pql_series_set *out, char *err, size_t errlen)
+{
+    const pql_db_source *s = ctx;
+    struct sel_ctx sc = {out, NULL, 0, 0};
+    int rc = walk(s, m, from, to, sel_visit, &sc);
+    int code = PQL_E_OK;
+    if (rc != BDB_OK) {
+        snprintf(err, errlen, "out of memory listing the series");
+        code = PQL_E_INTERNAL;
+    }
+    if (sc.n) /* nothing matched: no array */
+        qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
+    const char **metrics = calloc(sc.n ? sc.n : 1, sizeof *metrics);
+    if (!metrics && !code) {
+        snprintf(err, errlen, "out of memory");
+        code = PQL_E_INTERNAL;
+    }
+    for (size_t i = 0; i < sc.n && !code;) {
+        size_t j = i;
+        while (j < sc.n && !strcmp(sc.p[j].device, sc.p[i].device)) {
+            metrics[j - i] = sc.p[j].metric;
+            j++;
+        }
+        bdb_range_query q = {.tenant = s->tenant,
+                             .device = sc.p[i].device,
+                             .metrics = metrics,
+                             .nmetrics = j - i,
+                             .from = from,
+                             .to = to + 1};
+        struct read_ctx r = {out, sc.p + i, j - i, 0, 0};
+        bdb_query_stats st;
+        rc = bdb_query_range(s->db, s->pool, &q, read_cb, &r, &st);
+        if (r.over) {
+            snprintf(err, errlen,
+                     "query processing would load too many samples into memory in query "
+                     "execution (more than max-query-samples %llu); narrow the selector or "
+                     "the range",
+                     (unsigned long long)out->max_samples);
+            code = PQL_E_EXECUTION;
+        } else if (r.nomem) {
+            snprintf(err, errlen, "out of memory reading samples");
+            code = PQL_E_INTERNAL;
+        } else if (rc == BDB_ERR_LIMIT) {
+            snprintf(err, errlen, "the range spans more than %d partitions of device '%.200s'",
+                     BDB_QUERY_MAX_PARTITIONS, sc.p[i].device);
+            code = PQL_E_EXECUTION;
+        } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
+            snprintf(err, errlen, "reading device '%.200s' failed: %s", sc.p[i].device,
+                     bdb_strerror(rc));
+            code = PQL_E_INTERNAL;
+        }
+        i = j;
+    }
+    free(metrics);
+    for (size_t i = 0; i < sc.n; i++) {
+        free(sc.p[i].device);
+        free(sc.p[i].metric);
+    }
+    free(sc.p);
+    return code;
+}
+
+struct win_ctx {
+    pql_series_set *out;
+    const struct pick *p;
+    size_t n;
+    int over, nomem;
+};
+
+static int win_cb(void *ctx, const bdb_window_row *row)
+{
+    struct win_ctx *r = ctx;
+    struct pick key = {NULL, (char *)row->metric, 0};
+    const struct pick *p = bsearch(&key, r->p, r->n, sizeof *r->p, pick_metric_cmp);
+    if (!p)
+        return 0;
+    pql_window w = {row->start, row->count, row->sum, row->min,
+                    row->max,   row->p50,   row->p95, row->p99};
+    int rc = pql_series_push_window(r->out, p->series, &w);
+    if (rc == -2)
+        r->over = 1;
+    else if (rc < 0)
+        r->nomem = 1;
+    return rc != 0;
+}
+
+static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
+                             int64_t width_ms, int want_quantiles, pql_series_set *out, char *err,
+                             size_t errlen)
+{
+    const pql_db_source *s = ctx;
+    enum bdb_res res = width_ms == bdb_res_width(BDB_RES_1D)   ? BDB_RES_1D
+                       : width_ms == bdb_res_width(BDB_RES_1H) ? BDB_RES_1H
+                                                               : BDB_RES_1M;
+    if (from < s->tier_oldest[res - 1])
+        return PQL_E_NO_TIER;
+    struct sel_ctx sc = {out, NULL, 0, 0};
+    /* a device with data in [from, to) only: its last sample may lie in the last window */
+    int rc = walk(s, m, from, to - 1, sel_visit, &sc);
+    int code = PQL_E_OK;
+    if (rc != BDB_OK) {
+        snprintf(err, errlen, "out of memory listing the series");
+        code = PQL_E_INTERNAL;
+    }
+    if (sc.n) /* nothing matched: no array */
+        qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
+    const char **metrics = calloc(sc.n ? sc.n : 1, sizeof *metrics);
+    if (!metrics && !code) {
+        snprintf(err, errlen, "out of memory");
+        code = PQL_E_INTERNAL;
+    }
+    for (size_t i = 0; i < sc.n && !code;) {
+        size_t j = i;
+        while (j < sc.n && !strcmp(sc.p[j].device, sc.p[i].device)) {
+            metrics[j - i] = sc.p[j].metric;
+            j++;
+        }
+        bdb_window_query q = {.tenant = s->tenant,
+                              .device = sc.p[i].device,
+                              .metrics = metrics,
+                              .nmetrics = j - i,
+                              .from = from,
+                              .to = to,
+                              .res = res,
+                              .lateness_ms = s->lateness_ms,
+                              .no_quantiles = !want_quantiles};
+        struct win_ctx r = {out, sc.p + i, j - i, 0, 0};
+        int64_t wm;
+        rc = bdb_query_windows(s->db, &q, win_cb, &r, &wm);
+        if (r.over) {
+            snprintf(err, errlen,
+                     "query processing would load too many samples into memory in query "
+                     "execution (more than max-query-samples %llu tier windows); narrow the "
+                     "selector or the range",
+                     (unsigned long long)out->max_samples);
+            code = PQL_E_EXECUTION;
+        } else if (r.nomem) {
+            snprintf(err, errlen, "out of memory reading windows");
+            code = PQL_E_INTERNAL;
+        } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
+            snprintf(err, errlen, "reading the %s windows of device '%.200s' failed: %s",
+                     bdb_res_name(res), sc.p[i].device, bdb_strerror(rc));
+            code = PQL_E_INTERNAL;
+        }
+        i = j;
+    }
+    free(metrics);
+    for (size_t i = 0; i < sc.n; i++) {
+        free(sc.p[i].device);
+        free(sc.p[i].metric);
+    }
+    free(sc.p);
+    return code;
+}
+
+void pql_db_source_init(pql_source *src, pql_db_source *ctx)
+{
+    src->select = db_select;
+    src->select_windows = db_select_windows;
+    src->ctx = ctx;
+}
