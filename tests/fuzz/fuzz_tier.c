@@ -126,11 +126,18 @@ static void build_and_damage(const uint8_t *p, size_t n)
     unsigned nseries = 1 + take(&s) % MAX_SERIES;
     bdb_rollup built[MAX_SERIES];
     char dev[MAX_SERIES][8], met[MAX_SERIES][8];
-    tbuilder tb;
-    tf_begin(&tb, res, "tenant", start, end, 7, 3, NULL, 0, 0);
+    /* series in (device, metric) order, as the builder requires; its metric table */
+    const char *mets[MAX_SERIES];
     for (unsigned i = 0; i < nseries; i++) {
         snprintf(dev[i], sizeof dev[i], "d%u", i / 2);
         snprintf(met[i], sizeof met[i], "m%u", i % 2 + 2 * (i / 4));
+        mets[i] = met[i];
+    }
+    size_t nmet = nseries;
+    tf_names_sort_unique(mets, &nmet);
+    tbuilder tb;
+    tf_begin(&tb, NULL, NULL, res, "tenant", start, end, 7, 3, NULL, 0, 0, mets, nmet);
+    for (unsigned i = 0; i < nseries; i++) {
         bdb_rollup_init(&built[i], width);
         unsigned ns = take(&s) % MAX_SAMPLES;
         for (unsigned k = 0; k < ns; k++) {
@@ -144,7 +151,7 @@ static void build_and_damage(const uint8_t *p, size_t n)
         }
         tf_add(&tb, dev[i], strlen(dev[i]), met[i], strlen(met[i]), &built[i]);
     }
-    tf_finish(&tb);
+    FZ_CHECK(tf_finish(&tb, NULL) == BDB_OK);
     const uint8_t *img = tb.b.data;
     size_t len = tb.b.len;
 

@@ -117,8 +117,24 @@ static inline int bdb_vfs_exists(bdb_vfs *v, const char *path)
     return v->ops->exists(v, path);
 }
 
-/* Writes a whole file atomically: `path.tmp`, write, fsync, rename to path, fsync the
- * directory. Either the old or the new content survives a crash, never a mix. */
+/* A file written in pieces and published atomically: `<dir>/<name>.tmp` is created
+ * (truncated), appended to, then on commit synced, renamed to <name> and the directory
+ * synced. Either the old or the new content survives a crash, never a mix; until the
+ * commit nothing is visible under <name>. Open: BDB_ERR_NOMEM or the open's error (no
+ * stream then). Commit and abort end the stream whatever happens; a failed commit or
+ * an abort removes the .tmp (best effort, errno kept). */
+typedef struct bdb_vfs_stream {
+    bdb_vfs *v;
+    bdb_file *f;
+    char *dir, *path, *tmp;
+    uint64_t off; /* bytes written so far */
+} bdb_vfs_stream;
+int bdb_vfs_stream_open(bdb_vfs_stream *s, bdb_vfs *v, const char *dir, const char *name);
+int bdb_vfs_stream_write(bdb_vfs_stream *s, const void *p, size_t n);
+int bdb_vfs_stream_commit(bdb_vfs_stream *s);
+void bdb_vfs_stream_abort(bdb_vfs_stream *s);
+
+/* Writes a whole file atomically: one stream (above) written at once. */
 int bdb_vfs_write_atomic(bdb_vfs *v, const char *dir, const char *name, const void *data,
                          size_t len);
 /* Reads a whole file into a malloc'd buffer (caller frees). */

@@ -148,7 +148,8 @@ int agg_sink_put_tiers(bdb_db *db, struct series *const *v, size_t n, tfile *con
                   bdb_strerror(BDB_ERR_NOMEM));
         return BDB_ERR_NOMEM;
     }
-    memcpy(nf, files, nfiles * sizeof *nf);
+    if (nfiles) /* files may be NULL when the flush wrote none */
+        memcpy(nf, files, nfiles * sizeof *nf);
     /* the order a reader of the published list applies them in (one series' files of
      * one tier and tenant differ by file window or by seq) */
     if (nfiles > 1)

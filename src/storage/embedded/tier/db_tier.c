@@ -466,7 +466,6 @@ static int gather_into(struct gather *g, bdb_rollup *r)
 
 struct builders {
     tbuilder *v;
-    uint64_t *seq;
     size_t n;
 };
 
@@ -475,37 +474,38 @@ static void builders_free(struct builders *bs)
     for (size_t i = 0; i < bs->n; i++)
         tf_builder_free(&bs->v[i]);
     free(bs->v);
-    free(bs->seq);
+    bs->v = NULL;
+    bs->n = 0;
 }
 
+/* The builder of (res, tenant, file window, flags), begun with the metric table mets
+ * when it is new. */
 static tbuilder *builder_for(tstate *t, struct builders *bs, enum bdb_res res, const char *tn,
-                             int64_t start, uint64_t sealed, unsigned flags)
+                             int64_t start, uint64_t sealed, unsigned flags,
+                             const char *const *mets, size_t nmet)
 {
     for (size_t i = bs->n; i-- > 0;)
         if (bs->v[i].res == res && bs->v[i].start == start && bs->v[i].flags == flags &&
             bs->v[i].tenant && !strcmp(bs->v[i].tenant, tn))
             return &bs->v[i];
     tbuilder *nv = bdb_realloc(bs->v, (bs->n + 1) * sizeof *bs->v);
-    if (nv)
-        bs->v = nv;
-    uint64_t *ns = nv ? bdb_realloc(bs->seq, (bs->n + 1) * sizeof *bs->seq) : NULL;
-    if (!ns)
+    if (!nv)
         return NULL; /* the caller fails the flush (alloc.h) */
-    bs->seq = ns;
-    bs->seq[bs->n] = t->next_seq++;
-    tf_begin(&bs->v[bs->n], res, tn, start, start + bdb_tier_file_span(res), bs->seq[bs->n], sealed,
-             NULL, 0, flags);
+    bs->v = nv;
+    tf_begin(&bs->v[bs->n], t->db->vfs, t->sub[res - 1], res, tn, start,
+             start + bdb_tier_file_span(res), t->next_seq++, sealed, NULL, 0, flags, mets, nmet);
     return &bs->v[bs->n++];
 }
 
 /* Adds the windows of r to the builders of the file windows they fall in. */
 static int add_rollup(tstate *t, struct builders *bs, enum bdb_res res, const series *s,
-                      const bdb_rollup *r, uint64_t sealed, unsigned flags)
+                      const bdb_rollup *r, uint64_t sealed, unsigned flags, const char *const *mets,
+                      size_t nmet)
 {
     int64_t span = bdb_tier_file_span(res);
     for (size_t i = 0; i < r->n;) {
         int64_t fs = bdb_align_down(r->w[i].start, span);
-        tbuilder *tb = builder_for(t, bs, res, s->dev->tenant->name, fs, sealed, flags);
+        tbuilder *tb = builder_for(t, bs, res, s->dev->tenant->name, fs, sealed, flags, mets, nmet);
         if (!tb)
             return BDB_ERR_NOMEM;
         tf_add(tb, s->dev->name, s->dev->nlen, s->metric, s->mlen, r);
@@ -515,69 +515,83 @@ static int add_rollup(tstate *t, struct builders *bs, enum bdb_res res, const se
     return BDB_OK;
 }
 
-static char *file_name(uint64_t seq)
+/* Files written (not yet published) by one flush or maintenance step. */
+struct written {
+    tfile **v;
+    size_t n, cap;
+};
+
+/* Removes and frees what w holds (an error after some files were written). */
+static void written_drop(tstate *t, struct written *w)
 {
-    char *p = bdb_malloc(32);
-    if (p) /* NULL: the caller fails with BDB_ERR_NOMEM */
-        snprintf(p, 32, "%016" PRIu64 ".tier", seq);
-    return p;
+    int e = errno; /* the flush logs the first error's */
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->v[i]->path)
+            bdb_vfs_unlink(t->db->vfs, w->v[i]->path);
+        tf_free(w->v[i]);
+        free(w->v[i]);
+    }
+    free(w->v);
+    memset(w, 0, sizeof *w);
+    errno = e;
 }
 
-/* Writes every builder durably and opens the results; on error removes what was
- * written and returns the error with *out empty. */
-int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out)
+/* Finishes every builder of bs into w, then frees them (not bs->v); on error w is
+ * dropped whole. */
+static int finish_into(tstate *t, struct builders *bs, struct written *w, int rc)
 {
-    tfile **files = bdb_calloc(n + 1, sizeof *files);
-    *out = NULL;
-    if (!files)
-        return BDB_ERR_NOMEM;
-    int rc = BDB_OK;
-    size_t done = 0;
-    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        const char *dir = t->sub[v[i].res - 1];
-        char *name = file_name(seqs[i]);
-        char *path = name ? bdb_path_join(dir, name, NULL) : NULL;
-        /* out of memory before the write: nothing of this file reaches the disk */
-        rc = tf_finish(&v[i]) == BDB_OK && path ? BDB_OK : BDB_ERR_NOMEM;
-        if (rc == BDB_OK)
-            rc = bdb_vfs_write_atomic(t->db->vfs, dir, name, v[i].b.data, v[i].b.len);
-        free(name);
-        if (rc == BDB_OK && !(files[done] = bdb_calloc(1, sizeof *files[done])))
+    if (rc == BDB_OK && w->n + bs->n > w->cap) {
+        size_t cap = (w->n + bs->n) * 2;
+        tfile **p = bdb_realloc(w->v, cap * sizeof *p);
+        if (!p)
             rc = BDB_ERR_NOMEM;
-        if (rc == BDB_OK) {
-            const char *why = NULL;
-            rc = tf_parse(v[i].b.data, v[i].b.len, files[done], &why);
-            if (rc == BDB_OK)
-                rc = bdb_vfs_open(t->db->vfs, path, BDB_O_RDONLY, &files[done]->f);
-            if (rc == BDB_OK) {
-                files[done]->path = path;
-                path = NULL;
-            }
-            done++;
-        }
-        if (path && rc != BDB_OK) {
-            /* usually never created (the write failed): ENOENT must not replace the
-             * write's errno, which the flush logs */
-            int e = errno;
-            bdb_vfs_unlink(t->db->vfs, path);
-            errno = e;
-        }
-        free(path);
+        else
+            w->v = p, w->cap = cap;
     }
-    if (rc != BDB_OK) {
-        int e = errno;
-        for (size_t i = 0; i < done; i++) {
-            if (files[i]->path)
-                bdb_vfs_unlink(t->db->vfs, files[i]->path);
-            tf_free(files[i]);
-            free(files[i]);
+    for (size_t i = 0; i < bs->n && rc == BDB_OK; i++) {
+        tfile *f = bdb_calloc(1, sizeof *f);
+        if (!f) {
+            rc = BDB_ERR_NOMEM;
+            break;
         }
-        free(files);
-        files = NULL;
-        errno = e;
+        rc = tf_finish(&bs->v[i], f);
+        if (rc != BDB_OK) {
+            free(f);
+            break;
+        }
+        w->v[w->n++] = f;
     }
-    *out = files;
+    /* unfinished ones remove their .tmp; the array stays the caller's */
+    for (size_t i = 0; i < bs->n; i++)
+        tf_builder_free(&bs->v[i]);
+    bs->n = 0;
+    if (rc != BDB_OK)
+        written_drop(t, w);
     return rc;
+}
+
+int tier_write_files(tstate *t, tbuilder *v, size_t n, tfile ***out)
+{
+    struct written w = {NULL, 0, 0};
+    struct builders bs = {v, n};
+    int rc = finish_into(t, &bs, &w, BDB_OK);
+    *out = rc == BDB_OK ? w.v : NULL;
+    if (rc == BDB_OK && !w.v) /* nothing written: an empty list the caller can free */
+        *out = bdb_calloc(1, sizeof **out);
+    return rc == BDB_OK && !*out ? BDB_ERR_NOMEM : rc;
+}
+
+/* The metric names of v[a..b) sorted and unique (pointers into the series). */
+static const char **series_mets(struct series **v, size_t a, size_t b, size_t *n)
+{
+    const char **m = bdb_malloc((b - a + 1) * sizeof *m);
+    if (!m)
+        return NULL;
+    for (size_t i = a; i < b; i++)
+        m[i - a] = v[i]->metric;
+    *n = b - a;
+    tf_names_sort_unique(m, n);
+    return m;
 }
 
 int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
@@ -589,7 +603,8 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
         return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
     struct gather g;
     memset(&g, 0, sizeof g);
-    struct builders bs = {NULL, NULL, 0};
+    struct builders bs = {NULL, 0};
+    struct written w = {NULL, 0, 0};
     bdb_rollup r[BDB_TIERS];
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_init(&r[i], bdb_res_width((enum bdb_res)(i + 1)));
@@ -605,81 +620,91 @@ int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int 
     bdb_rollup rep[BDB_TIERS];
     for (int k = 0; k < BDB_TIERS; k++)
         bdb_rollup_init(&rep[k], r[k].width);
-    /* The frozen chunks are read-only until the flush frees them: no lock needed. */
-    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        for (int k = 0; k < BDB_TIERS; k++) {
-            bdb_rollup_reset(&r[k]);
-            bdb_rollup_reset(&rep[k]);
-        }
-        gather_list(&g, v[i]->frozen, INT64_MIN, INT64_MAX, 0);
-        rc = gather_into(&g, &r[0]);
-        skipped += r[0].skipped;
-        /* hours from minutes, days from hours: the pyramid, never raw again */
-        if (rc == BDB_OK)
-            rc = bdb_rollup_merge(&r[1], &r[0]);
-        if (rc == BDB_OK)
-            rc = bdb_rollup_merge(&r[2], &r[1]);
-        if (rc == BDB_OK)
-            rc = late_recompute(db, v[i], r, rep);
-        /* derived tiers are read from the finer level: their windows stay in memory,
-         * the minutes to make the hours */
-        int only_1h = tier_derived(db);
-        for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
-            if (!only_1h || k + 1 == BDB_RES_1H)
-                rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0);
-        for (int k = 0; k < BDB_TIERS && rc == BDB_OK && rep[0].n; k++) {
-            if (!only_1h || k + 1 == BDB_RES_1H)
-                rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &rep[k], sealed, TF_REPLACES);
-            if (rc == BDB_OK && nrd + rep[k].n > caprd) {
-                size_t cap = (nrd + rep[k].n) * 2;
-                struct redone *p = bdb_realloc(rd, cap * sizeof *p);
-                if (!p)
-                    rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL */
-                else
-                    rd = p, caprd = cap;
+    int only_1h = tier_derived(db);
+    /* The series are in key order: one tenant at a time, whose files are finished
+     * (written and synced, published with the rest below) before the next begins, so
+     * a flush keeps one tenant's records and open files, not every tenant's. */
+    for (size_t a = 0, b; a < n && rc == BDB_OK; a = b) {
+        for (b = a + 1; b < n && v[b]->dev->tenant == v[a]->dev->tenant; b++)
+            ;
+        size_t nmet = 0;
+        const char **mets = series_mets(v, a, b, &nmet);
+        if (!mets)
+            rc = BDB_ERR_NOMEM;
+        /* The frozen chunks are read-only until the flush frees them: no lock needed. */
+        for (size_t i = a; i < b && rc == BDB_OK; i++) {
+            for (int k = 0; k < BDB_TIERS; k++) {
+                bdb_rollup_reset(&r[k]);
+                bdb_rollup_reset(&rep[k]);
             }
-            for (size_t w = 0; rc == BDB_OK && w < rep[k].n; w++)
-                rd[nrd++] = (struct redone){v[i], (enum bdb_res)(k + 1), rep[k].w[w].start};
+            gather_list(&g, v[i]->frozen, INT64_MIN, INT64_MAX, 0);
+            rc = gather_into(&g, &r[0]);
+            skipped += r[0].skipped;
+            /* hours from minutes, days from hours: the pyramid, never raw again */
+            if (rc == BDB_OK)
+                rc = bdb_rollup_merge(&r[1], &r[0]);
+            if (rc == BDB_OK)
+                rc = bdb_rollup_merge(&r[2], &r[1]);
+            if (rc == BDB_OK)
+                rc = late_recompute(db, v[i], r, rep);
+            /* derived tiers are read from the finer level: their windows stay in memory,
+             * the minutes to make the hours */
+            for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
+                if (!only_1h || k + 1 == BDB_RES_1H)
+                    rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &r[k], sealed, 0, mets,
+                                    nmet);
+            for (int k = 0; k < BDB_TIERS && rc == BDB_OK && rep[0].n; k++) {
+                if (!only_1h || k + 1 == BDB_RES_1H)
+                    rc = add_rollup(t, &bs, (enum bdb_res)(k + 1), v[i], &rep[k], sealed,
+                                    TF_REPLACES, mets, nmet);
+                if (rc == BDB_OK && nrd + rep[k].n > caprd) {
+                    size_t cap = (nrd + rep[k].n) * 2;
+                    struct redone *p = bdb_realloc(rd, cap * sizeof *p);
+                    if (!p)
+                        rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL */
+                    else
+                        rd = p, caprd = cap;
+                }
+                for (size_t x = 0; rc == BDB_OK && x < rep[k].n; x++)
+                    rd[nrd++] = (struct redone){v[i], (enum bdb_res)(k + 1), rep[k].w[x].start};
+            }
         }
+        rc = finish_into(t, &bs, &w, rc);
+        free(mets);
     }
+    builders_free(&bs);
     for (int k = 0; k < BDB_TIERS; k++)
         bdb_rollup_free(&rep[k]);
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_free(&r[i]);
     gather_free(&g);
-    tfile **files = NULL;
-    if (rc == BDB_OK)
-        rc = tier_write_files(t, bs.v, bs.seq, bs.n, &files);
     if (rc == BDB_OK && agg_sink_tiers(db)) { /* sink: complete windows before publishing */
         pthread_rwlock_wrlock(&t->lock);
         t->sink_synced = 0;
         pthread_rwlock_unlock(&t->lock);
-        rc = agg_sink_put_tiers(db, v, n, files, bs.n);
-        for (size_t i = 0; i < bs.n && rc != BDB_OK; i++) {
-            bdb_vfs_unlink(db->vfs, files[i]->path);
-            tf_free(files[i]);
-            free(files[i]);
-        }
+        rc = agg_sink_put_tiers(db, v, n, w.v, w.n);
+        if (rc != BDB_OK)
+            written_drop(t, &w);
     }
     if (rc == BDB_OK) {
         pthread_rwlock_wrlock(&t->lock);
-        for (size_t i = 0; i < bs.n; i++)
-            tier_files_add(t, files[i]);
+        for (size_t i = 0; i < w.n; i++)
+            tier_files_add(t, w.v[i]);
         t->covered_at = atomic_load(&db->flushes);
         t->sink_synced = 1; /* sink: every window of the published files was put */
         pthread_rwlock_unlock(&t->lock);
-        atomic_fetch_add(&t->written, bs.n);
+        atomic_fetch_add(&t->written, w.n);
         for (size_t i = 0; i < nrd; i++)
             late_recomputed(db, rd[i].s, rd[i].res, rd[i].start);
         late_frozen_done(db);
         if (skipped)
             BDB_WARN("tiers: %llu non-finite samples not aggregated", (unsigned long long)skipped);
     } else {
+        written_drop(t, &w);
         BDB_ERROR("tier write failed: %s; the flush will be retried", bdb_strerror(rc));
     }
-    free(files);
+    free(w.v);
     free(rd);
-    builders_free(&bs);
     return rc;
 }
 
@@ -774,7 +799,16 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
     struct mkey *keys;
     size_t nk;
     int rc = tenant_keys(v, n, tn, &keys, &nk);
-    struct builders bs = {NULL, NULL, 0};
+    struct builders bs = {NULL, 0};
+    /* the metric table of the files: the keys' metrics */
+    size_t nmet = nk;
+    const char **mets = bdb_malloc((nk + 1) * sizeof *mets);
+    if (!mets && rc == BDB_OK)
+        rc = BDB_ERR_NOMEM;
+    for (size_t i = 0; mets && i < nk; i++)
+        mets[i] = keys[i].met;
+    if (mets)
+        tf_names_sort_unique(mets, &nmet);
     bdb_rollup r;
     bdb_rollup_init(&r, BDB_MS_MIN);
     int64_t span = bdb_tier_file_span(BDB_RES_1M);
@@ -788,8 +822,8 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
          * theirs in older files (a pass repeated after a crash, an older version's) */
         for (size_t w = 0; w < r.n && rc == BDB_OK;) {
             int64_t fs = bdb_align_down(r.w[w].start, span);
-            tbuilder *tb =
-                builder_for(t, &bs, BDB_RES_1M, tn, fs, db->wal_upto, TF_REPLACES | TF_KEPT);
+            tbuilder *tb = builder_for(t, &bs, BDB_RES_1M, tn, fs, db->wal_upto,
+                                       TF_REPLACES | TF_KEPT, mets, nmet);
             if (!tb)
                 rc = BDB_ERR_NOMEM;
             else
@@ -799,35 +833,38 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
         }
     }
     bdb_rollup_free(&r);
+    tfile **files = NULL;
+    size_t nb = bs.n;
+    if (rc == BDB_OK && nb)
+        rc = tier_write_files(t, bs.v, nb, &files);
+    /* the builders are done with the metric table, which points into the keys */
+    free(mets);
     for (size_t i = 0; i < nk; i++) {
         free(keys[i].dev);
         free(keys[i].met);
     }
     free(keys);
-    tfile **files = NULL;
-    if (rc == BDB_OK && bs.n)
-        rc = tier_write_files(t, bs.v, bs.seq, bs.n, &files);
     size_t added = 0;
-    if (rc == BDB_OK && bs.n) {
+    if (rc == BDB_OK && nb) {
         pthread_rwlock_wrlock(&t->lock);
-        while (added < bs.n && tier_files_add(t, files[added]) == BDB_OK)
+        while (added < nb && tier_files_add(t, files[added]) == BDB_OK)
             added++;
         pthread_rwlock_unlock(&t->lock);
         atomic_fetch_add(&t->written, added);
         /* a file not listed would hide its minutes once the blocks go: unlinked, and the
          * error keeps the blocks (a listed one is harmless: raw wins where it still is) */
-        for (size_t i = added; i < bs.n; i++) {
+        for (size_t i = added; i < nb; i++) {
             bdb_vfs_unlink(db->vfs, files[i]->path);
             tf_free(files[i]);
             free(files[i]);
         }
-        if (added < bs.n)
+        if (added < nb)
             rc = BDB_ERR_NOMEM;
     }
-    if (rc == BDB_OK && bs.n) {
+    if (rc == BDB_OK && nb) {
         BDB_INFO("tier 1m: the minutes of %s in [%lld, %lld) kept in %zu file(s) before their raw "
                  "data goes",
-                 tn, (long long)ws, (long long)we, bs.n);
+                 tn, (long long)ws, (long long)we, nb);
     }
     free(files);
     builders_free(&bs);

@@ -20,8 +20,12 @@
 #include "common/timeutil.h"
 
 #include "bucketdb/bdb.h"
+#include "common/log.h"
 #include "storage/embedded/tier/db_tier.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -41,23 +45,64 @@ static int bytes_cmp(const char *a, size_t an, const char *b, size_t bn)
     return c ? c : (an > bn) - (an < bn);
 }
 
+static int str_ptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* ---------------------------------------------------------------- writing */
 
-void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start, int64_t end,
-              uint64_t seq, uint64_t wal_upto, const uint64_t *inputs, size_t ninputs,
-              unsigned flags)
+/* Staged bytes go to the file once this many are waiting. */
+#define TF_STAGE ((size_t)64 << 10)
+
+static int tb_fail(tbuilder *tb, int rc)
+{
+    if (!tb->err)
+        tb->err = rc;
+    return rc;
+}
+
+/* Hands the staged bytes to the file (with a vfs; without one they stay in b). */
+static void tb_drain(tbuilder *tb)
+{
+    if (!tb->to_file || tb->err || !tb->b.len)
+        return;
+    int rc = bdb_vfs_stream_write(&tb->fs, tb->b.data, tb->b.len);
+    if (rc != BDB_OK) {
+        tb_fail(tb, rc);
+        return;
+    }
+    tb->written += tb->b.len;
+    tb->b.len = 0;
+}
+
+void tf_begin(tbuilder *tb, bdb_vfs *vfs, const char *dir, enum bdb_res res, const char *tenant,
+              int64_t start, int64_t end, uint64_t seq, uint64_t wal_upto, const uint64_t *inputs,
+              size_t ninputs, unsigned flags, const char *const *mets, size_t nmet)
 {
     memset(tb, 0, sizeof *tb);
     tb->res = res;
     tb->tenant = bdb_strdup(tenant);
     tb->start = start;
     tb->end = end;
+    tb->seq = seq;
+    tb->wal_upto = wal_upto;
     tb->flags = flags;
+    tb->mets = mets;
+    tb->nmet = nmet;
+    tb->last_met = -1;
     bdb_buf_init_checked(&tb->b); /* out of memory: tf_finish fails */
-    bdb_buf_init_checked(&tb->pieces);
-    bdb_buf_init_checked(&tb->names);
-    if (!tb->tenant)
-        tb->oom = 1;
+    bdb_buf_init_checked(&tb->rec);
+    bdb_buf_init_checked(&tb->devs);
+    bdb_buf_init_checked(&tb->win);
+    tb->inputs = bdb_malloc((ninputs + 1) * sizeof *tb->inputs);
+    if (!tb->tenant || !tb->inputs) {
+        tb_fail(tb, BDB_ERR_NOMEM);
+        return;
+    }
+    if (ninputs)
+        memcpy(tb->inputs, inputs, ninputs * sizeof *inputs);
+    tb->ninputs = ninputs;
     bdb_buf_append(&tb->b, MAGIC, 8);
     bdb_buf_put_u32le(&tb->b, TIER_VERSION_3);
     bdb_buf_putc(&tb->b, (uint8_t)res);
@@ -70,152 +115,210 @@ void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start,
     for (size_t i = 0; i < ninputs; i++)
         bdb_buf_put_uvarint(&tb->b, inputs[i]);
     bdb_buf_putc(&tb->b, (uint8_t)flags);
-    bdb_buf_put_u32le(&tb->b, crc(tb->b.data, tb->b.len));
+    bdb_buf_put_u32le(&tb->b, tb->b.oom ? 0 : crc(tb->b.data, tb->b.len));
+    if (tb->b.oom) {
+        tb_fail(tb, BDB_ERR_NOMEM);
+        return;
+    }
+    tb->hlen = tb->b.len;
+    if (vfs) {
+        char name[32];
+        snprintf(name, sizeof name, "%016" PRIu64 ".tier", seq);
+        int rc = bdb_vfs_stream_open(&tb->fs, vfs, dir, name);
+        if (rc != BDB_OK)
+            tb_fail(tb, rc);
+        else
+            tb->to_file = 1;
+    }
 }
 
-static size_t put_name(bdb_buf *b, const char *s, size_t n)
+/* The metric's id: its position in the table, or -1. */
+static int64_t met_id(const tbuilder *tb, const char *m, size_t ml)
 {
-    size_t off = b->len;
-    bdb_buf_append(b, s, n);
-    bdb_buf_putc(b, 0);
-    return off;
+    size_t lo = 0, hi = tb->nmet;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *x = tb->mets[mid];
+        int c = bytes_cmp(x, strlen(x), m, ml);
+        if (c == 0)
+            return (int64_t)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+/* Ends the open device: its record (series, CRC) to the staged bytes, its index entry. */
+static void end_device(tbuilder *tb)
+{
+    if (!tb->dev || tb->err)
+        return;
+    bdb_buf_put_u32le(&tb->rec, tb->rec.oom ? 0 : crc(tb->rec.data, tb->rec.len));
+    bdb_buf_append(&tb->b, tb->rec.data, tb->rec.len);
+    bdb_buf_put_str(&tb->devs, tb->dev, tb->dlen);
+    bdb_buf_put_uvarint(&tb->devs, tb->rec.len);
+    tb->ndev++;
+    if (tb->rec.oom || tb->b.oom || tb->devs.oom) {
+        tb_fail(tb, BDB_ERR_NOMEM);
+        return;
+    }
+    tb->rec.len = 0;
+    tb->last_met = -1;
+    free(tb->dev);
+    tb->dev = NULL;
+    if (tb->b.len >= TF_STAGE)
+        tb_drain(tb);
 }
 
 void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, size_t mlen,
             const bdb_rollup *r)
 {
-    if (tb->oom || tb->pieces.oom || tb->names.oom) /* tf_finish reports it */
+    if (tb->err) /* tf_finish reports it */
         return;
-    size_t off = tb->pieces.len;
+    /* The windows first (into the scratch buffer): a series with none in this file
+     * adds nothing, not even its device. */
     int64_t base = bdb_floor_div(tb->start, r->width);
-    if (bdb_rollup_write_c(r, tb->start, tb->end, base, &tb->pieces) == 0)
+    tb->win.len = 0;
+    size_t nw = bdb_rollup_write_c(r, tb->start, tb->end, base, &tb->win);
+    if (tb->win.oom) {
+        tb_fail(tb, BDB_ERR_NOMEM);
+        return;
+    }
+    if (nw == 0)
         return; /* no window in this file: no series */
-    if (tb->npc == tb->cap) {
-        size_t cap = tb->cap ? tb->cap * 2 : 256;
-        tpiece *p = bdb_realloc(tb->pc, cap * sizeof *p);
-        if (!p) {
-            tb->oom = 1;
+    int64_t id = met_id(tb, metric, mlen);
+    int c = tb->dev ? bytes_cmp(tb->dev, tb->dlen, device, dlen) : -1;
+    if (id < 0 || c > 0 || (c == 0 && id <= tb->last_met)) {
+        tb_fail(tb, BDB_ERR_INVALID); /* a caller's bug: out of order, twice, or unknown */
+        return;
+    }
+    if (c < 0) {
+        end_device(tb);
+        if (tb->err)
+            return; /* the open device stays for tf_builder_free */
+        tb->dev = bdb_strndup(device, dlen);
+        tb->dlen = dlen;
+        if (!tb->dev) {
+            tb_fail(tb, BDB_ERR_NOMEM);
             return;
         }
-        tb->pc = p;
-        tb->cap = cap;
     }
-    tpiece *p = &tb->pc[tb->npc++];
-    /* flushes and compactions add a device's series one after another: its name once */
-    const tpiece *prev = tb->npc > 1 ? p - 1 : NULL;
-    const char *nm = (const char *)tb->names.data;
-    if (prev && !bytes_cmp(nm + prev->dname, strlen(nm + prev->dname), device, dlen))
-        p->dname = prev->dname;
-    else
-        p->dname = put_name(&tb->names, device, dlen);
-    p->mname = put_name(&tb->names, metric, mlen);
-    p->off = off;
-    p->len = tb->pieces.len - off;
+    tb->last_met = id;
+    bdb_buf_put_uvarint(&tb->rec, (uint64_t)id);
+    bdb_buf_put_uvarint(&tb->rec, tb->win.len);
+    bdb_buf_append(&tb->rec, tb->win.data, tb->win.len);
+    if (tb->rec.oom)
+        tb_fail(tb, BDB_ERR_NOMEM);
 }
 
-/* tf_finish sorts pieces by (device, metric) through this context (qsort has none) */
-static _Thread_local const char *sort_names;
-
-static int piece_cmp(const void *x, const void *y)
+void tf_names_sort_unique(const char **v, size_t *n)
 {
-    const tpiece *a = x, *b = y;
-    int c = strcmp(sort_names + a->dname, sort_names + b->dname);
-    return c ? c : strcmp(sort_names + a->mname, sort_names + b->mname);
+    if (*n > 1)
+        qsort(v, *n, sizeof *v, str_ptr_cmp);
+    size_t u = 0;
+    for (size_t i = 0; i < *n; i++)
+        if (u == 0 || strcmp(v[u - 1], v[i]) != 0)
+            v[u++] = v[i];
+    *n = u;
 }
 
-static int mname_cmp(const void *x, const void *y)
-{
-    return strcmp(sort_names + *(const size_t *)x, sort_names + *(const size_t *)y);
-}
+static int parse_index(const uint8_t *ip, uint64_t ilen, uint64_t hlen, uint64_t ioff,
+                       const uint8_t *img, tfile *out, const char **why);
 
-int tf_finish(tbuilder *tb)
+int tf_finish(tbuilder *tb, tfile *out)
 {
-    if (tb->oom || tb->pieces.oom || tb->names.oom || tb->b.oom)
-        return BDB_ERR_NOMEM;
-    const char *nm = (const char *)tb->names.data;
-    sort_names = nm;
-    if (tb->npc > 1)
-        qsort(tb->pc, tb->npc, sizeof *tb->pc, piece_cmp);
-    /* the metric table: every metric name once, sorted; a piece's id by search */
-    size_t *mt = bdb_malloc((tb->npc + 1) * sizeof *mt);
-    uint32_t *ids = bdb_malloc((tb->npc + 1) * sizeof *ids);
-    if (!mt || !ids) {
-        free(mt);
-        free(ids);
-        return BDB_ERR_NOMEM;
-    }
-    for (size_t i = 0; i < tb->npc; i++)
-        mt[i] = tb->pc[i].mname;
-    if (tb->npc > 1)
-        qsort(mt, tb->npc, sizeof *mt, mname_cmp);
-    size_t nmet = 0;
-    for (size_t i = 0; i < tb->npc; i++)
-        if (nmet == 0 || strcmp(nm + mt[nmet - 1], nm + mt[i]) != 0)
-            mt[nmet++] = mt[i];
-    int rc = BDB_OK;
-    for (size_t i = 0; i < tb->npc; i++) {
-        size_t lo = 0, hi = nmet;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (strcmp(nm + mt[mid], nm + tb->pc[i].mname) < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        ids[i] = (uint32_t)lo;
-        if (i > 0 && !strcmp(nm + tb->pc[i].dname, nm + tb->pc[i - 1].dname) &&
-            ids[i] == ids[i - 1])
-            rc = BDB_ERR_INVALID; /* a series added twice */
-    }
+    end_device(tb);
+    /* the index: the metric table, then the devices */
     bdb_buf idx;
     bdb_buf_init_checked(&idx);
-    bdb_buf_put_uvarint(&idx, nmet);
-    for (size_t i = 0; i < nmet; i++)
-        bdb_buf_put_str(&idx, nm + mt[i], strlen(nm + mt[i]));
-    size_t ndev = 0;
-    for (size_t i = 0; i < tb->npc; i++)
-        if (i == 0 || strcmp(nm + tb->pc[i].dname, nm + tb->pc[i - 1].dname) != 0)
-            ndev++;
-    bdb_buf_put_uvarint(&idx, ndev);
-    for (size_t i = 0; i < tb->npc && rc == BDB_OK;) {
-        size_t off = tb->b.len, j = i;
-        const char *dn = nm + tb->pc[i].dname;
-        for (; j < tb->npc && !strcmp(nm + tb->pc[j].dname, dn); j++) {
-            bdb_buf_put_uvarint(&tb->b, ids[j]);
-            bdb_buf_put_uvarint(&tb->b, tb->pc[j].len);
-            bdb_buf_append(&tb->b, tb->pieces.data + tb->pc[j].off, tb->pc[j].len);
-        }
-        bdb_buf_put_u32le(&tb->b, tb->b.oom ? 0 : crc(tb->b.data + off, tb->b.len - off));
-        bdb_buf_put_str(&idx, dn, strlen(dn));
-        bdb_buf_put_uvarint(&idx, tb->b.len - off);
-        i = j;
-    }
-    free(mt);
-    free(ids);
-    if (rc == BDB_OK && !idx.oom && !tb->b.oom) {
-        uint64_t ioff = tb->b.len;
+    bdb_buf_put_uvarint(&idx, tb->nmet);
+    for (size_t i = 0; i < tb->nmet; i++)
+        bdb_buf_put_str(&idx, tb->mets[i], strlen(tb->mets[i]));
+    bdb_buf_put_uvarint(&idx, tb->ndev);
+    bdb_buf_append(&idx, tb->devs.data, tb->devs.len);
+    if (idx.oom)
+        tb_fail(tb, BDB_ERR_NOMEM);
+    uint64_t ioff = tb->written + tb->b.len;
+    if (!tb->err) {
         bdb_buf_append(&tb->b, idx.data, idx.len);
         bdb_buf_put_u64le(&tb->b, ioff);
         bdb_buf_put_u64le(&tb->b, idx.len);
         bdb_buf_put_u32le(&tb->b, crc(idx.data, idx.len));
         bdb_buf_append(&tb->b, FOOT_MAGIC, 4);
+        if (tb->b.oom)
+            tb_fail(tb, BDB_ERR_NOMEM);
     }
-    int oom = idx.oom || tb->b.oom; /* bdb_buf_free clears the flag */
+    if (!tb->to_file) {
+        bdb_buf_free(&idx);
+        return tb->err;
+    }
+    tb_drain(tb);
+    uint64_t size = tb->written;
+    memset(out, 0, sizeof *out);
+    const char *why = NULL;
+    /* the index as written, into the in-memory file (the records were checked as they
+     * were made, and the file is not read back) */
+    if (!tb->err) {
+        int rc = parse_index(idx.data, idx.len, tb->hlen, ioff, NULL, out, &why);
+        if (rc == BDB_ERR_CORRUPT)
+            BDB_ERROR("tier file %s: its own index does not parse: %s", tb->fs.path, why);
+        if (rc != BDB_OK)
+            tb_fail(tb, rc);
+    }
     bdb_buf_free(&idx);
-    /* the pieces are in the file now */
-    bdb_buf_free(&tb->pieces);
-    if (rc == BDB_OK && oom)
-        rc = BDB_ERR_NOMEM;
-    return rc;
+    char *path = tb->err ? NULL : bdb_strdup(tb->fs.path);
+    bdb_vfs *vfs = tb->fs.v;
+    if (!tb->err && !path)
+        tb_fail(tb, BDB_ERR_NOMEM);
+    if (!tb->err) {
+        int rc = bdb_vfs_stream_commit(&tb->fs); /* ends the stream either way */
+        tb->to_file = 0;
+        if (rc != BDB_OK)
+            tb_fail(tb, rc);
+    }
+    if (!tb->err) {
+        int rc = bdb_vfs_open(vfs, path, BDB_O_RDONLY, &out->f);
+        if (rc != BDB_OK) {
+            int e = errno;
+            bdb_vfs_unlink(vfs, path);
+            errno = e;
+            tb_fail(tb, rc);
+        }
+    }
+    if (tb->err) {
+        free(path);
+        tf_free(out);
+        return tb->err;
+    }
+    out->res = tb->res;
+    out->start = tb->start;
+    out->end = tb->end;
+    out->seq = tb->seq;
+    out->wal_upto = tb->wal_upto;
+    out->flags = tb->flags;
+    out->size = size;
+    out->tenant = tb->tenant; /* handed over */
+    tb->tenant = NULL;
+    out->inputs = tb->inputs;
+    tb->inputs = NULL;
+    out->ninputs = tb->ninputs;
+    out->path = path;
+    return BDB_OK;
 }
 
 void tf_builder_free(tbuilder *tb)
 {
+    if (tb->to_file)
+        bdb_vfs_stream_abort(&tb->fs); /* never finished: its .tmp goes */
     free(tb->tenant);
+    free(tb->inputs);
+    free(tb->dev);
     bdb_buf_free(&tb->b);
-    bdb_buf_free(&tb->pieces);
-    bdb_buf_free(&tb->names);
-    free(tb->pc);
+    bdb_buf_free(&tb->rec);
+    bdb_buf_free(&tb->devs);
+    bdb_buf_free(&tb->win);
     memset(tb, 0, sizeof *tb);
 }
 
@@ -337,39 +440,24 @@ static int record_framed(const uint8_t *p, size_t n, size_t nmet)
     return !d.err && !first;
 }
 
-int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
+/* The index (metric table, device list) at ioff..ioff+ilen of a file whose header is
+ * hlen bytes, into out's names, mets and devs. img: the whole image, whose records are
+ * then checked too (CRC, framing); NULL for a file this process just wrote. */
+static int parse_index(const uint8_t *ip, uint64_t ilen, uint64_t hlen, uint64_t ioff,
+                       const uint8_t *img, tfile *out, const char **why)
 {
-    memset(out, 0, sizeof *out);
-    size_t hlen = header(p, n, out);
-    if (hlen == HDR_NOMEM)
-        return BDB_ERR_NOMEM; /* not damage: the caller must not quarantine */
-    if (!hlen) {
-        *why = "bad header (magic, version, fields or CRC)";
-        return BDB_ERR_CORRUPT;
-    }
-    if (tf_version(p, n) != TIER_VERSION_3) {
-        *why = "not a version 3 file";
-        goto bad;
-    }
-    uint64_t ioff, ilen;
-    if (!footer(p, n, hlen, &ioff, &ilen)) {
-        *why = "truncated, or index damaged (bounds or CRC)";
-        goto bad;
-    }
     bdb_dec d;
-    bdb_dec_init(&d, p + ioff, ilen);
+    bdb_dec_init(&d, ip, ilen);
     /* the names block is at most the index's size: every name is a str in it */
     out->names = bdb_malloc(ilen + 1);
     uint64_t nmet = bdb_dec_uvarint(&d);
     if (d.err || nmet > ilen) {
         *why = "index count";
-        goto bad;
+        return BDB_ERR_CORRUPT;
     }
     out->mets = bdb_malloc((nmet + 1) * sizeof *out->mets);
-    if (!out->names || !out->mets) {
-        tf_free(out);
+    if (!out->names || !out->mets)
         return BDB_ERR_NOMEM;
-    }
     size_t used = 0;
     for (uint64_t i = 0; i < nmet; i++) {
         size_t ml;
@@ -378,7 +466,7 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
             (i > 0 && bytes_cmp(out->names + out->mets[i - 1],
                                 strlen(out->names + out->mets[i - 1]), mn, ml) >= 0)) {
             *why = "metric table (unsorted or repeated name)";
-            goto bad;
+            return BDB_ERR_CORRUPT;
         }
         out->mets[i] = (uint32_t)used;
         memcpy(out->names + used, mn, ml);
@@ -389,13 +477,11 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
     uint64_t ndev = bdb_dec_uvarint(&d);
     if (d.err || ndev > ilen / 3) {
         *why = "index count";
-        goto bad;
+        return BDB_ERR_CORRUPT;
     }
     out->devs = bdb_malloc((ndev + 1) * sizeof *out->devs);
-    if (!out->devs) {
-        tf_free(out);
+    if (!out->devs)
         return BDB_ERR_NOMEM;
-    }
     uint64_t next = hlen; /* records are back to back from the header to the index */
     for (uint64_t i = 0; i < ndev; i++) {
         size_t dl;
@@ -403,18 +489,18 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
         uint64_t len = bdb_dec_uvarint(&d);
         /* names may be empty: the WAL replays what older writers accepted */
         if (d.err || memchr(dn, 0, dl) || len < 5 || len > ioff - next || len > UINT32_MAX ||
-            crc(p + next, len - 4) != bdb_get_u32le(p + next + len - 4)) {
+            (img && crc(img + next, len - 4) != bdb_get_u32le(img + next + len - 4))) {
             *why = "record damaged (bounds or CRC)";
-            goto bad;
+            return BDB_ERR_CORRUPT;
         }
         if (i > 0 && bytes_cmp(out->names + out->devs[i - 1].name,
                                strlen(out->names + out->devs[i - 1].name), dn, dl) >= 0) {
             *why = "devices unsorted or repeated";
-            goto bad;
+            return BDB_ERR_CORRUPT;
         }
-        if (!record_framed(p + next, len - 4, nmet)) {
+        if (img && !record_framed(img + next, len - 4, nmet)) {
             *why = "record damaged (series framing)";
-            goto bad;
+            return BDB_ERR_CORRUPT;
         }
         tdev *t = &out->devs[out->ndev++];
         t->off = next;
@@ -427,12 +513,32 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
     }
     if (next != ioff || bdb_dec_left(&d) != 0) {
         *why = "index does not cover the records exactly";
-        goto bad;
+        return BDB_ERR_CORRUPT;
     }
     return BDB_OK;
-bad:
-    tf_free(out);
-    return BDB_ERR_CORRUPT;
+}
+
+int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
+{
+    memset(out, 0, sizeof *out);
+    size_t hlen = header(p, n, out);
+    if (hlen == HDR_NOMEM)
+        return BDB_ERR_NOMEM; /* not damage: the caller must not quarantine */
+    if (!hlen) {
+        *why = "bad header (magic, version, fields or CRC)";
+        return BDB_ERR_CORRUPT;
+    }
+    int rc = BDB_ERR_CORRUPT;
+    uint64_t ioff, ilen;
+    if (tf_version(p, n) != TIER_VERSION_3)
+        *why = "not a version 3 file";
+    else if (!footer(p, n, hlen, &ioff, &ilen))
+        *why = "truncated, or index damaged (bounds or CRC)";
+    else
+        rc = parse_index(p + ioff, ilen, hlen, ioff, p, out, why);
+    if (rc != BDB_OK)
+        tf_free(out);
+    return rc;
 }
 
 int tf_find(const tfile *t, const char *device, const char *metric, tloc *loc)
@@ -607,12 +713,29 @@ void tf_iter_free(titer *it)
 
 /* ---------------------------------------------------------------- versions 1 and 2 */
 
-/* Checks a version 1 or 2 image as those versions' reader did (footer, index CRC,
- * records back to back, every record's CRC) and adds every record's windows to tb. */
-static int upgrade_records(const uint8_t *p, size_t n, size_t hlen, tbuilder *tb, int64_t width,
-                           const char **why)
+/* A version 1 or 2 record: its series' names and where its bytes are. */
+struct oldrec {
+    const char *dn, *mn;
+    size_t dl, ml;
+    uint64_t off, len;
+};
+
+static int oldrec_cmp(const void *x, const void *y)
+{
+    const struct oldrec *a = x, *b = y;
+    int c = bytes_cmp(a->dn, a->dl, b->dn, b->dl);
+    return c ? c : bytes_cmp(a->mn, a->ml, b->mn, b->ml);
+}
+
+/* Checks a version 1 or 2 index as those versions' reader did (footer, index CRC,
+ * records back to back, every record's CRC) into *out (sorted by device and metric;
+ * names point into p). */
+static int upgrade_index(const uint8_t *p, size_t n, size_t hlen, struct oldrec **out, size_t *nout,
+                         const char **why)
 {
     uint64_t ioff, ilen;
+    *out = NULL;
+    *nout = 0;
     if (!footer(p, n, hlen, &ioff, &ilen)) {
         *why = "truncated, or index damaged (bounds or CRC)";
         return BDB_ERR_CORRUPT;
@@ -624,27 +747,53 @@ static int upgrade_records(const uint8_t *p, size_t n, size_t hlen, tbuilder *tb
         *why = "index count";
         return BDB_ERR_CORRUPT;
     }
+    struct oldrec *v = bdb_malloc((nrec + 1) * sizeof *v);
+    if (!v)
+        return BDB_ERR_NOMEM;
+    uint64_t next = hlen;
+    for (uint64_t i = 0; i < nrec; i++) {
+        struct oldrec *o = &v[i];
+        o->dn = bdb_dec_str(&d, &o->dl);
+        o->mn = bdb_dec_str(&d, &o->ml);
+        o->off = bdb_dec_uvarint(&d);
+        o->len = bdb_dec_uvarint(&d);
+        if (d.err || o->off != next || o->len < 4 || o->len > ioff - o->off ||
+            memchr(o->dn, 0, o->dl) || memchr(o->mn, 0, o->ml) ||
+            crc(p + o->off, o->len - 4) != bdb_get_u32le(p + o->off + o->len - 4)) {
+            *why = "record damaged (bounds or CRC)";
+            free(v);
+            return BDB_ERR_CORRUPT;
+        }
+        next = o->off + o->len;
+    }
+    if (next != ioff || bdb_dec_left(&d) != 0) {
+        *why = "index does not cover the records exactly";
+        free(v);
+        return BDB_ERR_CORRUPT;
+    }
+    if (nrec > 1)
+        qsort(v, nrec, sizeof *v, oldrec_cmp);
+    *out = v;
+    *nout = nrec;
+    return BDB_OK;
+}
+
+/* Adds the windows of every record of v (checked by upgrade_index) to tb. */
+static int upgrade_records(const uint8_t *p, const struct oldrec *v, size_t nv, tbuilder *tb,
+                           int64_t width, const char **why)
+{
     bdb_rollup r;
     bdb_rollup_init(&r, width);
     int rc = BDB_OK;
-    uint64_t next = hlen;
-    for (uint64_t i = 0; i < nrec && rc == BDB_OK; i++) {
-        size_t dl, ml;
-        const char *dn = bdb_dec_str(&d, &dl), *mn = bdb_dec_str(&d, &ml);
-        uint64_t off = bdb_dec_uvarint(&d), len = bdb_dec_uvarint(&d);
-        if (d.err || off != next || len < 4 || len > ioff - off || memchr(dn, 0, dl) ||
-            memchr(mn, 0, ml) || crc(p + off, len - 4) != bdb_get_u32le(p + off + len - 4)) {
-            *why = "record damaged (bounds or CRC)";
-            rc = BDB_ERR_CORRUPT;
-            break;
-        }
-        next = off + len;
+    for (size_t i = 0; i < nv && rc == BDB_OK; i++) {
+        const struct oldrec *o = &v[i];
         bdb_dec rd;
-        bdb_dec_init(&rd, p + off, len - 4);
+        bdb_dec_init(&rd, p + o->off, o->len - 4);
         size_t rdl, rml;
         const char *rdn = bdb_dec_str(&rd, &rdl), *rmn = bdb_dec_str(&rd, &rml);
         bdb_rollup_reset(&r);
-        if (rd.err || rdl != dl || rml != ml || memcmp(rdn, dn, dl) || memcmp(rmn, mn, ml))
+        if (rd.err || rdl != o->dl || rml != o->ml || memcmp(rdn, o->dn, o->dl) ||
+            memcmp(rmn, o->mn, o->ml))
             rc = BDB_ERR_CORRUPT;
         if (rc == BDB_OK)
             rc = bdb_rollup_read(&r, &rd, tb->start, tb->end);
@@ -653,13 +802,9 @@ static int upgrade_records(const uint8_t *p, size_t n, size_t hlen, tbuilder *tb
         if (rc == BDB_ERR_CORRUPT)
             *why = "record damaged (windows)";
         if (rc == BDB_OK)
-            tf_add(tb, dn, dl, mn, ml, &r);
+            tf_add(tb, o->dn, o->dl, o->mn, o->ml, &r);
     }
     bdb_rollup_free(&r);
-    if (rc == BDB_OK && (next != ioff || bdb_dec_left(&d) != 0)) {
-        *why = "index does not cover the records exactly";
-        rc = BDB_ERR_CORRUPT;
-    }
     return rc;
 }
 
@@ -675,11 +820,39 @@ int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why)
         tf_free(&h);
         return BDB_ERR_CORRUPT;
     }
+    struct oldrec *v;
+    size_t nv;
+    int rc = upgrade_index(p, n, hlen, &v, &nv, why);
+    /* the metric table: the names, NUL-terminated copies in one block */
+    char *block = NULL;
+    const char **mets = NULL;
+    size_t nmet = nv;
+    if (rc == BDB_OK) {
+        size_t bytes = 1;
+        for (size_t i = 0; i < nv; i++)
+            bytes += v[i].ml + 1;
+        block = bdb_malloc(bytes);
+        mets = bdb_malloc((nv + 1) * sizeof *mets);
+        if (!block || !mets)
+            rc = BDB_ERR_NOMEM;
+        for (size_t i = 0, at = 0; rc == BDB_OK && i < nv; i++) {
+            memcpy(block + at, v[i].mn, v[i].ml);
+            block[at + v[i].ml] = 0;
+            mets[i] = block + at;
+            at += v[i].ml + 1;
+        }
+        if (rc == BDB_OK)
+            tf_names_sort_unique(mets, &nmet);
+    }
     tbuilder tb;
-    tf_begin(&tb, h.res, h.tenant, h.start, h.end, h.seq, h.wal_upto, h.inputs, h.ninputs, h.flags);
-    int rc = upgrade_records(p, n, hlen, &tb, bdb_res_width(h.res), why);
+    memset(&tb, 0, sizeof tb);
+    if (rc == BDB_OK) {
+        tf_begin(&tb, NULL, NULL, h.res, h.tenant, h.start, h.end, h.seq, h.wal_upto, h.inputs,
+                 h.ninputs, h.flags, mets, nmet);
+        rc = upgrade_records(p, v, nv, &tb, bdb_res_width(h.res), why);
+    }
     if (rc == BDB_OK)
-        rc = tf_finish(&tb);
+        rc = tf_finish(&tb, NULL);
     if (rc == BDB_ERR_INVALID) {
         *why = "a series appears twice";
         rc = BDB_ERR_CORRUPT;
@@ -690,6 +863,9 @@ int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why)
         memset(&tb.b, 0, sizeof tb.b);
     }
     tf_builder_free(&tb);
+    free(mets);
+    free(block);
+    free(v);
     tf_free(&h);
     return rc;
 }

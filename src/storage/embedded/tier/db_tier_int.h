@@ -64,37 +64,59 @@ typedef struct tloc {
     uint32_t met;
 } tloc;
 
-/* One series' encoded windows in a builder, until tf_finish sorts them. */
-typedef struct tpiece {
-    size_t dname, mname; /* offsets in tbuilder.names */
-    size_t off, len;     /* in tbuilder.pieces */
-} tpiece;
-
-/* Builds a file in memory: tf_begin, then tf_add per series in any order, then
- * tf_finish, which groups the series by device and appends records, index and footer. */
+/* Writes a file as its series arrive, so that a flush holds one device's record in
+ * memory instead of the whole file (at 100,000 series the whole 1h file and its copy
+ * were 40 MiB of a flush's peak): tf_begin, then tf_add per series in (device, metric)
+ * byte order, then tf_finish. The metric table (every metric name the file may hold,
+ * sorted, unique) is given at tf_begin, so a series' metric id is known when its
+ * record is written; the device index is kept in memory (a name and a length per
+ * device) and written after the records. With a vfs the bytes go through a staging
+ * buffer to `<dir>/<seq>.tier.tmp`, published by tf_finish; without one (tests,
+ * fuzzing) the whole image stays in b. */
 typedef struct tbuilder {
     enum bdb_res res;
     char *tenant;
     int64_t start, end;
+    uint64_t seq, wal_upto;
+    uint64_t *inputs;
+    size_t ninputs;
     unsigned flags;
-    bdb_buf b;      /* the file: the header until tf_finish */
-    bdb_buf pieces; /* the series' window encodings */
-    bdb_buf names;  /* their device and metric names, NUL-terminated */
-    tpiece *pc;
-    size_t npc, cap;
-    int oom;
+    const char *const *mets; /* the metric table, the caller's until tf_finish */
+    size_t nmet;
+    bdb_vfs_stream fs; /* with a vfs: the file being written */
+    int to_file;
+    uint64_t hlen;    /* header bytes */
+    uint64_t written; /* bytes handed to fs */
+    bdb_buf b;        /* staged bytes (the whole image without a vfs) */
+    bdb_buf rec;      /* the open device's series */
+    bdb_buf devs;     /* the index's device list so far */
+    bdb_buf win;      /* scratch: one series' windows */
+    uint64_t ndev;
+    char *dev; /* the open device; NULL before the first series */
+    size_t dlen;
+    int64_t last_met; /* the open device's last metric id */
+    int err;          /* the first error, reported by tf_finish */
 } tbuilder;
 
-void tf_begin(tbuilder *tb, enum bdb_res res, const char *tenant, int64_t start, int64_t end,
-              uint64_t seq, uint64_t wal_upto, const uint64_t *inputs, size_t ninputs,
-              unsigned flags);
-/* Adds the windows of r inside the file window; nothing when there are none. A series
- * must be added once per builder. */
+/* vfs NULL: in memory (dir unused). The file is <dir>/<seq, 16 digits>.tier. inputs
+ * are copied; mets is not (it must outlive tf_finish). */
+void tf_begin(tbuilder *tb, bdb_vfs *vfs, const char *dir, enum bdb_res res, const char *tenant,
+              int64_t start, int64_t end, uint64_t seq, uint64_t wal_upto, const uint64_t *inputs,
+              size_t ninputs, unsigned flags, const char *const *mets, size_t nmet);
+/* Adds the windows of r inside the file window; nothing when there are none. Series
+ * come in (device, metric) byte order, each once, with a metric of the table; else
+ * tf_finish fails with BDB_ERR_INVALID. */
 void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, size_t mlen,
             const bdb_rollup *r);
-/* BDB_OK; BDB_ERR_NOMEM (some append was dropped); BDB_ERR_INVALID (a series twice). */
-int tf_finish(tbuilder *tb);
+/* Ends the file. With a vfs: syncs and publishes it and fills *out (opened for pread,
+ * its path set); on error nothing is left under the file's name or .tmp. Without one:
+ * the image is in tb->b (out unused). BDB_OK, BDB_ERR_NOMEM, BDB_ERR_INVALID (order,
+ * unknown metric), or the I/O error. */
+int tf_finish(tbuilder *tb, tfile *out);
+/* Frees a builder, finished or not (an unfinished file's .tmp is removed). */
 void tf_builder_free(tbuilder *tb);
+/* Sorts v[0..*n) (byte order) and drops repeats: a metric table for tf_begin. */
+void tf_names_sort_unique(const char **v, size_t *n);
 
 /* Parses and checks a whole version 3 file image (header, index, every record's CRC
  * and framing). BDB_ERR_CORRUPT with a reason in why. On success *out is filled (f
@@ -157,11 +179,12 @@ typedef struct tstate {
 } tstate;
 
 /* db_tier.c, for db_tier_maint.c: the state, loaded on first use (NULL: out of
- * memory); a file added to the sorted list (BDB_ERR_NOMEM); builders written durably
- * and opened as *out (on error, what was written is removed and *out is empty). */
+ * memory); a file added to the sorted list (BDB_ERR_NOMEM); builders (begun with the
+ * tier's vfs and directory) finished and opened as *out (on error, what was written is
+ * removed and *out is empty). */
 tstate *tier_state(bdb_db *db);
 int tier_files_add(tstate *t, tfile *f);
-int tier_write_files(tstate *t, tbuilder *v, const uint64_t *seqs, size_t n, tfile ***out);
+int tier_write_files(tstate *t, tbuilder *v, size_t n, tfile ***out);
 
 int tier_read_files(bdb_db *db, const char *tn, const char *dn, const char *metric,
                     enum bdb_res res, int64_t lo, int64_t hi, bdb_rollup *out);

@@ -98,6 +98,25 @@ static int merge_series(tfile *const *in, size_t nin, series_fn emit, void *ctx)
     return rc;
 }
 
+/* Every metric name of the files in[0..nin), sorted and unique: the metric table of
+ * a file merged from them (pointers into their names). NULL when out of memory. */
+static const char **union_mets(tfile *const *in, size_t nin, size_t *n)
+{
+    size_t tot = 0;
+    for (size_t i = 0; i < nin; i++)
+        tot += in[i]->nmet;
+    const char **m = bdb_malloc((tot + 1) * sizeof *m);
+    if (!m)
+        return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < nin; i++)
+        for (size_t k = 0; k < in[i]->nmet; k++)
+            m[j++] = in[i]->names + in[i]->mets[k];
+    *n = j;
+    tf_names_sort_unique(m, n);
+    return m;
+}
+
 static int add_series(void *ctx, const char *dn, const char *mn, const bdb_rollup *r)
 {
     tf_add(ctx, dn, strlen(dn), mn, strlen(mn), r);
@@ -117,7 +136,9 @@ struct days {
     const char *tenant;
     const uint64_t *inputs;
     size_t ninputs;
-    tbuilder b[2]; /* a 30-day window lies in at most two 365-day files */
+    tbuilder b[2];     /* a 30-day window lies in at most two 365-day files */
+    const char **mets; /* the metric table of the inputs */
+    size_t nmet;
     int64_t start[2];
     uint64_t seq[2];
     size_t n;
@@ -140,8 +161,9 @@ static int add_days(void *ctx, const char *dn, const char *mn, const bdb_rollup 
                 return BDB_ERR_INVALID; /* cannot happen: see struct days */
             k->start[j] = fs;
             k->seq[j] = k->t->next_seq++;
-            tf_begin(&k->b[j], BDB_RES_1D, k->tenant, fs, fs + span, k->seq[j], k->t->db->wal_upto,
-                     k->inputs, k->ninputs, TF_KEPT);
+            tf_begin(&k->b[j], k->t->db->vfs, k->t->sub[BDB_RES_1D - 1], BDB_RES_1D, k->tenant, fs,
+                     fs + span, k->seq[j], k->t->db->wal_upto, k->inputs, k->ninputs, TF_KEPT,
+                     k->mets, k->nmet);
             k->n++;
         }
         tf_add(&k->b[j], dn, strlen(dn), mn, strlen(mn), &k->d);
@@ -180,7 +202,8 @@ static int keep_days(tstate *t, tfile *const *in, size_t nin, int64_t now, struc
     k.inputs = seqs;
     k.ninputs = nin;
     bdb_rollup_init(&k.d, BDB_MS_DAY);
-    int rc = merge_series(in, nin, add_days, &k);
+    k.mets = union_mets(in, nin, &k.nmet);
+    int rc = k.mets ? merge_series(in, nin, add_days, &k) : BDB_ERR_NOMEM;
     bdb_rollup_free(&k.d);
     tfile **out = NULL;
     if (rc == BDB_OK && k.n && kp->n + k.n > kp->cap) {
@@ -194,12 +217,13 @@ static int keep_days(tstate *t, tfile *const *in, size_t nin, int64_t now, struc
         }
     }
     if (rc == BDB_OK && k.n)
-        rc = tier_write_files(t, k.b, k.seq, k.n, &out);
+        rc = tier_write_files(t, k.b, k.n, &out);
     for (size_t j = 0; rc == BDB_OK && j < k.n; j++)
         kp->v[kp->n++] = out[j];
     free(out);
     for (size_t j = 0; j < k.n; j++)
         tf_builder_free(&k.b[j]);
+    free(k.mets);
     free(seqs);
     return rc;
 }
@@ -309,13 +333,21 @@ static int compact(tstate *t, size_t a, size_t b)
     }
     const tfile *f0 = in[0];
     uint64_t seq = t->next_seq++;
+    size_t nmet = 0;
+    const char **mets = union_mets(in, nin, &nmet);
     tbuilder tb;
-    tf_begin(&tb, f0->res, f0->tenant, f0->start, f0->end, seq, upto, seqs, nin, flags);
-    int rc = merge_series(in, nin, add_series, &tb);
+    memset(&tb, 0, sizeof tb);
+    int rc = mets ? BDB_OK : BDB_ERR_NOMEM;
+    if (rc == BDB_OK) {
+        tf_begin(&tb, t->db->vfs, t->sub[f0->res - 1], f0->res, f0->tenant, f0->start, f0->end, seq,
+                 upto, seqs, nin, flags, mets, nmet);
+        rc = merge_series(in, nin, add_series, &tb);
+    }
     tfile **out = NULL;
     if (rc == BDB_OK)
-        rc = tier_write_files(t, &tb, &seq, 1, &out);
+        rc = tier_write_files(t, &tb, 1, &out);
     tf_builder_free(&tb);
+    free(mets);
     if (rc != BDB_OK) {
         BDB_ERROR("tier compaction of %s failed: %s", f0->path, bdb_strerror(rc));
         free(in);
