@@ -107,6 +107,10 @@ int head_guard_wait(bdb_server *s);
 /* Response helpers: queue a response and return the MHD result. */
 enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
                         const void *body, size_t len);
+/* respond with one more header (hname: hval) when both are not NULL. */
+enum MHD_Result respond_hdr(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                            const char *ctype, const void *body, size_t len, const char *hname,
+                            const char *hval);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
 /* {"error": msg} (also in X-Influxdb-Error) with "Connection: close": for a request

@@ -1,0 +1,253 @@
+/* iql_tier: GROUP BY time windows from the 1m/1h/1d tiers (iql_tier.h). */
+#include "query/influxql/iql_tier.h"
+
+#include "agg/rollup.h"
+#include "bucketdb/bdb.h"
+#include "query/windows.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *iql_tier_name(int tier)
+{
+    return bdb_res_name((enum bdb_res)tier);
+}
+
+static int64_t floordiv64(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static int64_t floormod64(int64_t a, int64_t b)
+{
+    return a - floordiv64(a, b) * b;
+}
+
+int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
+                    int64_t to, int has_from, int has_to, int single)
+{
+    if (!has_from || !has_to)
+        return 0; /* an open end: "now" is rarely on a window's edge */
+    for (int t = BDB_RES_1D; t >= BDB_RES_1M; t--) {
+        int64_t w = bdb_res_width((enum bdb_res)t);
+        if (every % w || off % w || floormod64(from, w) || floormod64(to, w))
+            continue;
+        int fits = 1;
+        for (size_t i = 0; i < nk && fits; i++) {
+            switch (k[i].fn) {
+            case IQL_FN_COUNT:
+            case IQL_FN_SUM:
+            case IQL_FN_MEAN:
+            case IQL_FN_MIN:
+            case IQL_FN_MAX:
+            case IQL_FN_SPREAD:
+            case IQL_FN_STDDEV:
+                break;
+            case IQL_FN_MEDIAN:
+                fits = every == w && single;
+                break;
+            case IQL_FN_PERCENTILE:
+                fits = every == w && single &&
+                       (k[i].param == 50 || k[i].param == 95 || k[i].param == 99);
+                break;
+            default:
+                fits = 0;
+            }
+        }
+        if (fits)
+            return t;
+    }
+    return 0;
+}
+
+struct tread {
+    tier_rows *tr;
+    const char *const *metrics;
+    const uint32_t *fis;
+    size_t nm;
+    uint32_t dev;
+    uint64_t *read, max;
+    int over;
+};
+
+static int tread_cb(void *ctx, const bdb_window_row *r)
+{
+    struct tread *t = ctx;
+    if (++*t->read > t->max) {
+        t->over = 1;
+        return 1;
+    }
+    uint32_t fi = 0;
+    for (size_t i = 0; i < t->nm; i++)
+        if (!strcmp(t->metrics[i], r->metric)) {
+            fi = t->fis[i];
+            break;
+        }
+    tier_rows *tr = t->tr;
+    if (tr->n == tr->cap) {
+        tr->cap = tr->cap ? tr->cap * 2 : 256;
+        tr->w = realloc(tr->w, tr->cap * sizeof *tr->w);
+        if (!tr->w)
+            abort();
+    }
+    tr->w[tr->n++] = (iql_twin){t->dev,   fi,      r->start,
+                                r->count, r->sum,  r->min,
+                                r->max,   r->mean, r->stddev * r->stddev * (double)r->count,
+                                r->p50,   r->p95,  r->p99};
+    return 0;
+}
+
+int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
+                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
+                  tier_rows *tr, uint64_t *read)
+{
+    bdb_window_query q = {.tenant = c->tenant,
+                          .device = device,
+                          .metrics = metrics,
+                          .nmetrics = nm,
+                          .from = from,
+                          .to = to,
+                          .res = (enum bdb_res)tier,
+                          .lateness_ms = c->lateness_ms};
+    struct tread t = {tr, metrics, fis, nm, dev, read, c->max_points, 0};
+    int64_t wm;
+    int rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
+    if (t.over)
+        return BDB_ERR_LIMIT;
+    return rc;
+}
+
+int iql_tier_group_has(const tier_rows *tr, const size_t *dg, size_t ndev, size_t g)
+{
+    for (size_t i = 0; i < tr->n; i++)
+        if (tr->w[i].dev < ndev && dg[tr->w[i].dev] == g && tr->w[i].count)
+            return 1;
+    return 0;
+}
+
+static int cmp_start(const void *a, const void *b)
+{
+    const iql_twin *x = *(const iql_twin *const *)a, *y = *(const iql_twin *const *)b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+/* One column over the tier windows ws[0..n) of one output window (all of its field). */
+static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *out)
+{
+    uint64_t cnt = 0;
+    double sum = 0, lo = INFINITY, hi = -INFINITY, mean = 0, m2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const iql_twin *w = ws[i];
+        if (!w->count)
+            continue;
+        /* Chan et al.: merge (count, mean, m2) of two parts */
+        double d = w->mean - mean;
+        uint64_t tot = cnt + w->count;
+        mean += d * (double)w->count / (double)tot;
+        m2 += w->m2 + d * d * (double)cnt * (double)w->count / (double)tot;
+        cnt = tot;
+        sum += w->sum;
+        lo = w->min < lo ? w->min : lo;
+        hi = w->max > hi ? w->max : hi;
+    }
+    if (k->fn == IQL_FN_COUNT) {
+        out->t = IQL_V_INT;
+        out->i = (int64_t)cnt;
+        return cnt > 0;
+    }
+    if (!cnt)
+        return 0;
+    out->t = IQL_V_NUM;
+    switch (k->fn) {
+    case IQL_FN_SUM:
+        out->num = sum;
+        return 1;
+    case IQL_FN_MEAN:
+        out->num = sum / (double)cnt;
+        return 1;
+    case IQL_FN_MIN:
+        out->num = lo;
+        return 1;
+    case IQL_FN_MAX:
+        out->num = hi;
+        return 1;
+    case IQL_FN_SPREAD:
+        out->num = hi - lo;
+        return 1;
+    case IQL_FN_STDDEV:
+        if (cnt < 2)
+            return 0;
+        out->num = sqrt(m2 / (double)(cnt - 1));
+        return 1;
+    case IQL_FN_MEDIAN:
+    case IQL_FN_PERCENTILE: {
+        /* one device, one window (iql_tier_choose) */
+        const iql_twin *w = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (ws[i]->count)
+                w = ws[i];
+        double p = k->fn == IQL_FN_MEDIAN ? 50 : k->param;
+        out->num = p == 50 ? w->p50 : p == 95 ? w->p95 : w->p99;
+        return !isnan(out->num);
+    }
+    default:
+        return 0;
+    }
+}
+
+int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, size_t g,
+                  const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from, int64_t to,
+                  iql_series *se, uint64_t max)
+{
+    size_t n = 0;
+    iql_twin **ws = malloc((tr->n + 1) * sizeof *ws);
+    iql_twin **fw = malloc((tr->n + 1) * sizeof *fw);
+    if (!ws || !fw)
+        abort();
+    for (size_t i = 0; i < tr->n; i++)
+        if (dg[tr->w[i].dev] == g)
+            ws[n++] = &tr->w[i];
+    qsort(ws, n, sizeof *ws, cmp_start);
+    int64_t lo = floordiv64(from - off, every) * every + off;
+    int64_t hi = floordiv64(to - 1 - off, every) * every + off;
+    int rc = 0;
+    if ((uint64_t)((hi - lo) / every) >= max) {
+        rc = -1;
+        goto out;
+    }
+    size_t at = 0;
+    for (int64_t w0 = lo; w0 <= hi; w0 += every) {
+        size_t a = at;
+        while (at < n && ws[at]->start < w0 + every)
+            at++;
+        iql_val *row = iql_series_add_row(se);
+        row[0] = (iql_val){.t = IQL_V_TIME, .i = w0};
+        int any = 0;
+        for (size_t q = 0; q < nk; q++) {
+            size_t m = 0;
+            for (size_t i = a; i < at; i++)
+                if (ws[i]->fi == (uint32_t)k[q].fi)
+                    fw[m++] = ws[i];
+            if (tier_value(&k[q], fw, m, &row[q + 1]))
+                any = 1;
+            else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL)
+                row[q + 1].t = IQL_V_NULL;
+        }
+        if (!any && st->fill == IQL_FILL_NONE)
+            se->nrows--;
+    }
+out:
+    free(ws);
+    free(fw);
+    return rc;
+}
+
+void iql_tier_rows_free(tier_rows *tr)
+{
+    free(tr->w);
+    memset(tr, 0, sizeof *tr);
+}

@@ -1,0 +1,61 @@
+/* iql_tier: answering a SELECT's GROUP BY time windows from the pyramid's tiers
+ * (1m, 1h, 1d) instead of raw samples (docs/INFLUX.md#tiers).
+ *
+ * A tier answers when the interval and offset are multiples of its width, the range
+ * starts and ends on its windows' edges (a partial window would count samples outside
+ * the range), and every function is one its windows hold: count, sum, mean, min, max,
+ * spread and stddev exactly; median and percentile 50, 95 or 99 from the sketches
+ * (1% relative error) only when the interval is the tier's width and each series is
+ * one device, since sketches of different windows are not merged here. */
+#ifndef BDB_IQL_TIER_H
+#define BDB_IQL_TIER_H
+
+#include "query/influxql/iql.h"
+#include "query/influxql/iql_exec.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* An output column of a SELECT: a field, a tag (raw only), or a function of a field. */
+typedef struct iql_col {
+    enum iql_func fn;
+    double param;
+    const char *field; /* the field or tag */
+    int is_tag;
+    int fi; /* index of the field in the statement's field list */
+    const char *name;
+} iql_col;
+
+/* One tier window of one device's field. */
+typedef struct iql_twin {
+    uint32_t dev, fi;
+    int64_t start;
+    uint64_t count;
+    double sum, min, max, mean, m2, p50, p95, p99;
+} iql_twin;
+
+typedef struct tier_rows {
+    iql_twin *w;
+    size_t n, cap;
+} tier_rows;
+
+/* The tier (BDB_RES_1M/1H/1D) that answers, or 0 (raw). single: each series is one
+ * device. */
+int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
+                    int64_t to, int has_from, int has_to, int single);
+const char *iql_tier_name(int tier);
+/* Reads device's windows of the metrics (fis: their field indexes) in [from, to) into
+ * tr; *read counts windows against c->max_points (BDB_ERR_LIMIT past it). */
+int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
+                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
+                  tier_rows *tr, uint64_t *read);
+/* 1 when group g (dg: device -> group) has a window. */
+int iql_tier_group_has(const tier_rows *tr, const size_t *dg, size_t ndev, size_t g);
+/* Appends group g's rows (time, then one value per column) to se. -1: more than max
+ * rows. */
+int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, size_t g,
+                  const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from, int64_t to,
+                  iql_series *se, uint64_t max);
+void iql_tier_rows_free(tier_rows *tr);
+
+#endif
