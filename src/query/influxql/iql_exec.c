@@ -998,6 +998,7 @@ static size_t make_cols(const iql_stmt *st, const meas *m, const strv *gtags, co
             int tag = !f->func && !strv_has(&m->fields, f->arg.name) &&
                       strv_has(&m->tagkeys, f->arg.name);
             PUSH({f->func, f->param, f->arg.name, tag, 0, NULL});
+            k[n - 1].aliased = f->alias != NULL;
             k[n - 1].name = f->alias ? f->alias : f->func ? iql_func_name(f->func) : f->arg.name;
             continue;
         }
@@ -1027,6 +1028,8 @@ static size_t make_cols(const iql_stmt *st, const meas *m, const strv *gtags, co
 #undef PUSH
     /* repeated names get _1, _2 as in InfluxDB */
     for (size_t i = 1; i < n; i++) {
+        if (k[i].aliased)
+            continue; /* InfluxDB keeps an alias as written, twice if so */
         int dup = 0;
         for (size_t j = 0; j < i; j++)
             dup += !strcmp(k[j].name, k[i].name);
@@ -1043,6 +1046,8 @@ static size_t make_cols(const iql_stmt *st, const meas *m, const strv *gtags, co
             k[i].name = ostr(r, nm);
         }
     }
+    for (size_t i = 0; i < n; i++)
+        k[i].absent = !k[i].is_tag && !strv_has(&m->fields, k[i].field);
     for (size_t i = 0; i < n; i++)
         if (!k[i].is_tag) {
             if (!strv_has(fields, k[i].field))
@@ -1212,10 +1217,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 free(key);
             dg[i] = g;
         }
+        size_t first_series = r->nseries;
         /* a tier answers when every function and the range fit it (iql_tier.h) */
         int tier = agg && every ? iql_tier_choose(k, nk, every, off, s.from, s.to, s.has_from,
                                                   s.has_to, ng == nmd)
                                 : 0;
+    again:;
+        int retry = 0;
         /* read each device's wanted metrics */
         pt *p = NULL;
         size_t np = 0, capp = 0;
@@ -1339,8 +1347,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     }
                 }
             } else if (has_tier) {
-                if (iql_tier_rows(st, &tr, dg, g, k, nk, every, off, s.from, s.to, se,
-                                  x->max_points) != 0)
+                int trc = iql_tier_rows(st, &tr, dg, g, k, nk, every, off, s.from, s.to, se,
+                                        x->max_points);
+                if (trc == -2) {
+                    retry = 1;
+                    break;
+                }
+                if (trc != 0)
                     s.over = 1;
             } else {
                 int64_t lo, hi, w = every;
@@ -1373,7 +1386,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                         int64_t sts = ws;
                         if (aggregate(&k[q], fp, n, &row[q + 1], &sts, scratch))
                             any = 1;
-                        else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL)
+                        else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL ||
+                                 k[q].absent)
                             row[q + 1].t = IQL_V_NULL; /* count fills 0 under fill(null) */
                         if (!every && nk == 1 && is_selector(k[q].fn) && n)
                             row[0].i = sts;
@@ -1401,6 +1415,14 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         free(gstart);
         free(p);
         iql_tier_rows_free(&tr);
+        if (retry) {
+            /* a percentile the sketches cannot give at InfluxDB's rank: raw after all */
+            while (r->nseries > first_series)
+                series_free(&r->series[--r->nseries]);
+            tier = 0;
+            r->tier = "raw";
+            goto again;
+        }
         for (size_t g = 0; g < ng; g++)
             free(gr[g].key);
         free(gr);
@@ -1423,6 +1445,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                   (unsigned long long)x->max_points);
         return -1;
     }
+    /* InfluxDB orders the series backwards too under ORDER BY time DESC */
+    if (st->desc)
+        for (size_t i = 0, j = r->nseries ? r->nseries - 1 : 0; i < j; i++, j--) {
+            iql_series t = r->series[i];
+            r->series[i] = r->series[j];
+            r->series[j] = t;
+        }
     /* SLIMIT / SOFFSET over the series */
     if (st->soffset || st->slimit) {
         size_t off_s = (size_t)st->soffset < r->nseries ? (size_t)st->soffset : r->nseries;

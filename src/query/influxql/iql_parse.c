@@ -491,7 +491,13 @@ static regex_t *compile(parser *ps, const char *src)
     regex_t *re = malloc(sizeof *re);
     if (!re)
         abort();
-    int rc = regcomp(re, src, REG_EXTENDED | REG_NOSUB);
+    /* Grafana's measurement search sends Go's case-insensitive flag: /(?i)text/ */
+    int flags = REG_EXTENDED | REG_NOSUB;
+    if (!strncmp(src, "(?i)", 4)) {
+        flags |= REG_ICASE;
+        src += 4;
+    }
+    int rc = regcomp(re, src, flags);
     if (rc != 0) {
         char why[128];
         regerror(rc, re, why, sizeof why);

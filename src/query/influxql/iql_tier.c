@@ -190,7 +190,15 @@ static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *
         for (size_t i = 0; i < n; i++)
             if (ws[i]->count)
                 w = ws[i];
-        double p = k->fn == IQL_FN_MEDIAN ? 50 : k->param;
+        double p = k->fn == IQL_FN_MEDIAN ? 50 : k->param, q = p / 100;
+        /* The sketch answers rank floor(q (n - 1)) (agg/sketch.h); InfluxDB's percentile
+         * takes rank floor(n q + 0.5) - 1 and its median averages the middle two of an
+         * even count. Only where they agree is the sketch's value InfluxDB's (within
+         * its error). */
+        double nn = (double)w->count;
+        if (k->fn == IQL_FN_MEDIAN ? w->count % 2 == 0
+                                   : floor(nn * q + 0.5) - 1 != floor(q * (nn - 1)))
+            return -2;
         out->num = p == 50 ? w->p50 : p == 95 ? w->p95 : w->p99;
         return !isnan(out->num);
     }
@@ -232,9 +240,14 @@ int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, siz
             for (size_t i = a; i < at; i++)
                 if (ws[i]->fi == (uint32_t)k[q].fi)
                     fw[m++] = ws[i];
-            if (tier_value(&k[q], fw, m, &row[q + 1]))
+            int v = tier_value(&k[q], fw, m, &row[q + 1]);
+            if (v == -2) {
+                rc = -2;
+                goto out;
+            }
+            if (v)
                 any = 1;
-            else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL)
+            else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL || k[q].absent)
                 row[q + 1].t = IQL_V_NULL;
         }
         if (!any && st->fill == IQL_FILL_NONE)

@@ -24,6 +24,8 @@ typedef struct iql_col {
     int is_tag;
     int fi; /* index of the field in the statement's field list */
     const char *name;
+    int aliased; /* named with AS */
+    int absent;  /* the measurement has no such field: null, never count's 0 */
 } iql_col;
 
 /* One tier window of one device's field. */
@@ -52,7 +54,8 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
 /* 1 when group g (dg: device -> group) has a window. */
 int iql_tier_group_has(const tier_rows *tr, const size_t *dg, size_t ndev, size_t g);
 /* Appends group g's rows (time, then one value per column) to se. -1: more than max
- * rows. */
+ * rows; -2: a percentile or median whose rank in InfluxDB's definition is not the
+ * sketch's (small or even counts): the caller answers from raw instead. */
 int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, size_t g,
                   const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from, int64_t to,
                   iql_series *se, uint64_t max);

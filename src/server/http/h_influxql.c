@@ -91,9 +91,28 @@ static void put_val(bdb_buf *b, const iql_val *v, int epoch, int64_t div, int64_
     }
 }
 
+/* One result, or with chunked one JSON document per series ("partial" on all but the
+ * last of a statement), as InfluxDB streams them. */
 static void put_result(bdb_buf *b, size_t id, const iql_result *r, int epoch, int64_t div,
-                       int64_t mul)
+                       int64_t mul, int chunked)
 {
+    if (chunked && r->nseries > 1 && !r->error) {
+        for (size_t i = 0; i < r->nseries; i++) {
+            iql_result one = *r;
+            one.series = &r->series[i];
+            one.nseries = 1;
+            bdb_buf_puts(b, "{\"results\":[");
+            put_result(b, id, &one, epoch, div, mul, 0);
+            if (i + 1 < r->nseries) {
+                b->len--; /* the result's closing brace */
+                bdb_buf_puts(b, ",\"partial\":true}");
+            }
+            bdb_buf_puts(b, "]}\n");
+        }
+        return;
+    }
+    if (chunked)
+        bdb_buf_puts(b, "{\"results\":[");
     bdb_buf_printf(b, "{\"statement_id\":%zu", id);
     if (r->error) {
         bdb_buf_puts(b, ",\"error\":");
@@ -145,6 +164,8 @@ static void put_result(bdb_buf *b, size_t id, const iql_result *r, int epoch, in
         bdb_buf_putc(b, ']');
     }
     bdb_buf_putc(b, '}');
+    if (chunked)
+        bdb_buf_puts(b, "]}\n");
 }
 
 /* SHOW DATABASES: the tenants the caller may read. A tenant token reads its tenant;
@@ -278,13 +299,9 @@ enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
                 strcat(tiers, ",");
             strcat(tiers, out.tier);
         }
-        if (chunked)
-            bdb_buf_puts(&b, "{\"results\":[");
-        else if (i)
+        if (!chunked && i)
             bdb_buf_putc(&b, ',');
-        put_result(&b, i, &out, epoch, div, mul);
-        if (chunked)
-            bdb_buf_puts(&b, "]}\n");
+        put_result(&b, i, &out, epoch, div, mul, chunked);
         int stop = out.error != NULL;
         iql_result_free(&out);
         if (stop) /* as InfluxDB: statements after a failed one are not run */
