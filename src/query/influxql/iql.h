@@ -12,11 +12,15 @@
 #include <stdint.h>
 
 /* Parser limits (docs/INFLUX.md#limits): a bigger input is refused with an error. */
-#define IQL_MAX_TEXT 65536         /* bytes of query text */
-#define IQL_MAX_STMTS 32           /* statements separated by ';' */
-#define IQL_MAX_DEPTH 64           /* nesting of parentheses and operators in a condition */
-#define IQL_MAX_LIST 256           /* select fields, sources, GROUP BY tags, IN values */
-#define IQL_MAX_COUNT 1000000000LL /* LIMIT, OFFSET, SLIMIT, SOFFSET, fill(N)'s magnitude */
+#define IQL_MAX_TEXT 65536 /* bytes of query text */
+#define IQL_MAX_STMTS 32   /* statements separated by ';' */
+#define IQL_MAX_DEPTH 64   /* nesting of parentheses and operators in a condition */
+#define IQL_MAX_LIST 256   /* select fields, sources, GROUP BY tags, IN values */
+#define IQL_MAX_COUNT 1000000000LL
+#define IQL_MAX_REGEX 1024 /* bytes of one regular expression */
+#define IQL_MAX_REGEX_COPIES                                                                       \
+    1000 /* product of nested repetitions (iql_parse.c) */ /* LIMIT, OFFSET, SLIMIT, SOFFSET,      \
+                                                              fill(N)'s magnitude */
 
 /* Condition operators. */
 enum iql_op {

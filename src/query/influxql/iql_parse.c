@@ -486,8 +486,98 @@ static const char *take_name(parser *ps, const char *what)
     return s;
 }
 
+/* glibc's regcomp copies a subexpression for each '+' and {n,m} on it, so stacked or
+ * nested repetitions grow exponentially ("a++++..." of 40 '+' asks for terabytes):
+ * refuse a repetition directly after another (RE2, InfluxDB's engine, refuses them
+ * too) and a product of repetition counts along any nesting above IQL_MAX_REGEX_COPIES.
+ * 0, or -1 with why set. */
+static int regex_bounded(const char *re, const char **why)
+{
+    uint64_t cost[IQL_MAX_DEPTH + 1]; /* the costliest path inside each open group */
+    int depth = 0, prev_quant = 0;
+    uint64_t last = 1; /* cost of the atom just read (a group's: its inside) */
+    cost[0] = 1;
+    for (const char *p = re; *p; p++) {
+        uint64_t f = 0; /* copies a repetition here makes */
+        const char *q = p;
+        if (*p == '+') {
+            f = 2;
+        } else if (*p == '*' || *p == '?') {
+            f = 1;
+        } else if (*p == '{' && p[1] >= '0' && p[1] <= '9') {
+            uint64_t lo = 0, hi = 0;
+            for (q = p + 1; *q >= '0' && *q <= '9'; q++)
+                lo = lo < 100000 ? lo * 10 + (uint64_t)(*q - '0') : lo;
+            hi = lo;
+            if (*q == ',') {
+                hi = 0;
+                for (q++; *q >= '0' && *q <= '9'; q++)
+                    hi = hi < 100000 ? hi * 10 + (uint64_t)(*q - '0') : hi;
+                if (hi < lo)
+                    hi = lo;
+            }
+            if (*q != '}')
+                q = p; /* not a repetition: a literal brace */
+            else
+                f = hi + 1;
+        }
+        if (f) {
+            if (prev_quant) {
+                *why = "a repetition directly after another";
+                return -1;
+            }
+            uint64_t c = last * f;
+            if (c > IQL_MAX_REGEX_COPIES) {
+                *why = "nested repetitions copying a part more than 1000 times";
+                return -1;
+            }
+            if (c > cost[depth])
+                cost[depth] = c;
+            prev_quant = 1;
+            p = q;
+            continue;
+        }
+        prev_quant = 0;
+        last = 1;
+        if (*p == '\\' && p[1]) {
+            p++;
+        } else if (*p == '[') { /* a bracket expression: ']' first is a member */
+            const char *e = p + 1;
+            if (*e == '^')
+                e++;
+            if (*e == ']')
+                e++;
+            while (*e && *e != ']')
+                e++;
+            if (!*e)
+                return 0; /* regcomp refuses it */
+            p = e;
+        } else if (*p == '(') {
+            if (depth == IQL_MAX_DEPTH) {
+                *why = "groups nested too deep";
+                return -1;
+            }
+            cost[++depth] = 1;
+        } else if (*p == ')' && depth > 0) {
+            last = cost[depth--];
+            if (last > cost[depth])
+                cost[depth] = last;
+        }
+    }
+    return 0;
+}
+
 static regex_t *compile(parser *ps, const char *src)
 {
+    const char *refusal = NULL;
+    if (strlen(src) > IQL_MAX_REGEX) {
+        fail(ps, "regular expression longer than %d bytes", IQL_MAX_REGEX);
+        return NULL;
+    }
+    if (regex_bounded(src, &refusal) != 0) {
+        fail(ps, "regular expression /%.100s/ refused: %s", src, refusal);
+        return NULL;
+    }
     regex_t *re = malloc(sizeof *re);
     if (!re)
         abort();

@@ -180,6 +180,14 @@ static void test_errors(void **state)
     parse_bad("SELECT x FROM m WHERE a = 99999999999999999999", "integer out of range");
     parse_bad("SELECT x INTO y FROM m", "INTO is not supported");
     parse_bad("SELECT mean(x) FROM m fill(sideways)", "expected null, none, previous");
+    /* regexes that would make regcomp copy a part exponentially often */
+    parse_bad("SELECT x FROM m WHERE a =~ /a++++++++++++++++++++++++++++++++++++++++++/",
+              "a repetition directly after another");
+    parse_bad("SELECT x FROM m WHERE a =~ /((((((((((a+)+)+)+)+)+)+)+)+)+)+/",
+              "more than 1000 times");
+    parse_bad("SELECT x FROM m WHERE a =~ /(a{100}){11}/", "more than 1000 times");
+    iql_query q = parse_ok("SELECT x FROM m WHERE a =~ /^(a{10}|[+*]+){9}x?[{]\\++$/");
+    iql_free(&q);
 }
 
 static void test_limits(void **state)
