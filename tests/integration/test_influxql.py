@@ -177,6 +177,7 @@ def same(want, got, rel, path="results"):
 R = "time >= %dms AND time < %dms" % (T0, T1)
 R10 = "time >= %dms AND time < %dms" % (T0 + 20 * MIN, T0 + 30 * MIN)
 RH = "time >= %dms AND time < %dms" % (T0 + HOUR, T0 + 2 * HOUR)
+RU = "time >= %dms AND time <= %dms" % (T0 + 37000, T1 - 13000)
 D0 = T0 // DAY * DAY
 RD = "time >= %dms AND time < %dms" % (D0, D0 + 2 * DAY)
 # (statement, tier bucketdb must name or None, relative tolerance)
@@ -224,6 +225,18 @@ STATEMENTS = [
      "raw", 1e-12),
     ("SELECT median(hum) FROM env WHERE %s GROUP BY time(1h), device SLIMIT 2" % R, "raw",
      1e-12),
+    # ranges off the tiers' edges: whole windows from the tier, the edges from raw
+    ("SELECT mean(temp), count(hum), min(volt), max(volt), spread(temp), stddev(hum), "
+     "sum(volt) FROM env WHERE %s GROUP BY time(10m), site" % RU, "1m", 1e-9),
+    ("SELECT mean(temp), count(temp) FROM env WHERE %s GROUP BY time(1h) fill(none)" % RU, "1h",
+     1e-9),
+    ("SELECT count(temp), mean(temp) FROM env WHERE time >= %dms GROUP BY time(30m)"
+     % (T0 + 7 * MIN + 3000), "1m", 1e-9),
+    ("SELECT mean(temp), count(temp) FROM env WHERE device = 'd19' AND time > %dms AND "
+     "time <= %dms GROUP BY time(5m) fill(linear)" % (T0 + HOUR - 1, T0 + 2 * HOUR + 1), "1m",
+     1e-9),
+    ("SELECT percentile(temp, 95) FROM env WHERE %s GROUP BY time(1h), device SLIMIT 2" % RU,
+     "raw", 1e-12),
     ("SHOW MEASUREMENTS", None, 0),
     ("SHOW MEASUREMENTS LIMIT 1", None, 0),
     ("SHOW TAG KEYS FROM env", None, 0),

@@ -513,14 +513,14 @@ static int64_t floor_div(int64_t a, int64_t b)
 
 /* Narrows [*from, *to) (ms) by the time comparisons of e. */
 static int time_bounds(const iql_ctx *c, const iql_expr *e, int under_or, int64_t *from,
-                       int64_t *to, int *has_from, int *has_to, iql_result *r)
+                       int64_t *to, int *has_from, int *has_to, int64_t *wfrom, iql_result *r)
 {
     if (!e || e->kind != IQL_X_BIN)
         return 0;
     if (e->op == IQL_AND || e->op == IQL_OR) {
         int o = under_or || e->op == IQL_OR;
-        return time_bounds(c, e->l, o, from, to, has_from, has_to, r) ||
-               time_bounds(c, e->r, o, from, to, has_from, has_to, r);
+        return time_bounds(c, e->l, o, from, to, has_from, has_to, wfrom, r) ||
+               time_bounds(c, e->r, o, from, to, has_from, has_to, wfrom, r);
     }
     if (!is_time(e->l) && !is_time(e->r))
         return 0;
@@ -544,9 +544,13 @@ static int time_bounds(const iql_ctx *c, const iql_expr *e, int under_or, int64_
     int64_t lo_ms = floor_div(ns, NS_PER_MS), hi_ms = lo_ms + (ns % NS_PER_MS != 0);
     /* lo_ms = floor(ns / 1e6), hi_ms = ceil(ns / 1e6): samples are whole ms */
     int64_t f = INT64_MIN, t = INT64_MAX;
+    /* InfluxDB starts the first GROUP BY window, and dates an answer without one, at
+     * the lower bound in ns: "time > X" starts at X + 1 ns, which lies in X's ms */
+    int64_t wf = lo_ms;
     switch (op) {
     case IQL_GT:
         f = lo_ms + 1;
+        wf = ns == INT64_MAX ? lo_ms : floor_div(ns + 1, NS_PER_MS);
         break;
     case IQL_GE:
         f = hi_ms;
@@ -569,6 +573,8 @@ static int time_bounds(const iql_ctx *c, const iql_expr *e, int under_or, int64_
         *has_from = 1;
         if (f > *from)
             *from = f;
+        if (wf > *wfrom)
+            *wfrom = wf;
     }
     if (t != INT64_MAX) {
         *has_to = 1;
@@ -827,6 +833,7 @@ typedef struct sel {
     cat *c;
     iql_result *r;
     int64_t from, to; /* [from, to) ms */
+    int64_t wfrom;    /* where windows start: from, or the ms before it (time_bounds) */
     int has_from, has_to;
     uint64_t read; /* samples read so far (max_points) */
     int over;
@@ -1142,8 +1149,13 @@ static void reverse_rows(iql_series *s)
 
 static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
 {
-    sel s = {.x = x, .st = st, .r = r, .from = BDB_QT_MIN_MS, .to = BDB_QT_MAX_MS};
-    if (time_bounds(x, st->where, 0, &s.from, &s.to, &s.has_from, &s.has_to, r) != 0)
+    sel s = {.x = x,
+             .st = st,
+             .r = r,
+             .from = BDB_QT_MIN_MS,
+             .to = BDB_QT_MAX_MS,
+             .wfrom = BDB_QT_MIN_MS};
+    if (time_bounds(x, st->where, 0, &s.from, &s.to, &s.has_from, &s.has_to, &s.wfrom, r) != 0)
         return 0;
     int agg = st->nfields && st->fields[0].func != IQL_FN_NONE;
     if (st->every_ns && !agg) {
@@ -1347,7 +1359,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     }
                 }
             } else if (has_tier) {
-                int trc = iql_tier_rows(st, &tr, dg, g, k, nk, every, off, s.from, s.to, se,
+                int trc = iql_tier_rows(st, &tr, dg, g, k, nk, every, off, s.wfrom, s.to, se,
                                         x->max_points);
                 if (trc == -2) {
                     retry = 1;
@@ -1358,7 +1370,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             } else {
                 int64_t lo, hi, w = every;
                 if (every) {
-                    int64_t first = s.has_from ? s.from : gp[0].ts;
+                    int64_t first = s.has_from ? s.wfrom : gp[0].ts;
                     lo = floor_div(first - off, every) * every + off;
                     hi = floor_div(s.to - 1 - off, every) * every + off;
                     if ((uint64_t)((hi - lo) / every) >= x->max_points) {
@@ -1366,7 +1378,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                         break;
                     }
                 } else {
-                    lo = s.has_from ? s.from : 0;
+                    lo = s.has_from ? s.wfrom : 0;
                     hi = lo;
                     w = 0;
                 }

@@ -3,6 +3,7 @@
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
+#include "query/range.h"
 #include "query/windows.h"
 
 #include <math.h>
@@ -28,11 +29,16 @@ static int64_t floormod64(int64_t a, int64_t b)
 int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
                     int64_t to, int has_from, int has_to, int single)
 {
-    if (!has_from || !has_to)
-        return 0; /* an open end: "now" is rarely on a window's edge */
+    (void)has_to; /* an open end is now: its partial window comes from raw like any edge */
+    if (!has_from)
+        return 0; /* the windows would start at the first sample: raw finds it */
     for (int t = BDB_RES_1D; t >= BDB_RES_1M; t--) {
         int64_t w = bdb_res_width((enum bdb_res)t);
-        if (every % w || off % w || floormod64(from, w) || floormod64(to, w))
+        int aligned = !floormod64(from, w) && !floormod64(to, w);
+        if (every % w || off % w)
+            continue;
+        /* the tier must cover at least one whole window of it, or raw is as cheap */
+        if (floordiv64(to, w) - floordiv64(from - 1, w) - 1 < 1)
             continue;
         int fits = 1;
         for (size_t i = 0; i < nk && fits; i++) {
@@ -46,10 +52,10 @@ int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int
             case IQL_FN_STDDEV:
                 break;
             case IQL_FN_MEDIAN:
-                fits = every == w && single;
+                fits = every == w && single && aligned;
                 break;
             case IQL_FN_PERCENTILE:
-                fits = every == w && single &&
+                fits = every == w && single && aligned &&
                        (k[i].param == 50 || k[i].param == 95 || k[i].param == 99);
                 break;
             default:
@@ -99,21 +105,65 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
     return 0;
 }
 
+/* A raw sample as a window of one: the edges of an unaligned range merge with the
+ * tier's windows (every function a tier answers across edges is mergeable). */
+static int edge_cb(void *ctx, const char *metric, int64_t ts, double v)
+{
+    bdb_window_row row = {.metric = metric,
+                          .start = ts,
+                          .count = 1,
+                          .sum = v,
+                          .min = v,
+                          .max = v,
+                          .mean = v,
+                          .p50 = v,
+                          .p95 = v,
+                          .p99 = v};
+    return tread_cb(ctx, &row);
+}
+
+static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int64_t from,
+                     int64_t to)
+{
+    if (from >= to)
+        return BDB_OK;
+    bdb_range_query q = {.tenant = c->tenant,
+                         .device = device,
+                         .metrics = t->metrics,
+                         .nmetrics = t->nm,
+                         .from = from,
+                         .to = to};
+    bdb_query_stats st;
+    return bdb_query_range(c->db, c->pool, &q, edge_cb, t, &st);
+}
+
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
                   tier_rows *tr, uint64_t *read)
 {
-    bdb_window_query q = {.tenant = c->tenant,
-                          .device = device,
-                          .metrics = metrics,
-                          .nmetrics = nm,
-                          .from = from,
-                          .to = to,
-                          .res = (enum bdb_res)tier,
-                          .lateness_ms = c->lateness_ms};
+    int64_t w = bdb_res_width((enum bdb_res)tier);
+    /* [a, b): the tier's whole windows inside the range; the edges from raw */
+    int64_t a = floordiv64(from - 1, w) * w + w, b = floordiv64(to, w) * w;
     struct tread t = {tr, metrics, fis, nm, dev, read, c->max_points, 0};
-    int64_t wm;
-    int rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
+    int rc = BDB_OK;
+    if (a >= b) {
+        rc = read_edge(c, device, &t, from, to);
+    } else {
+        bdb_window_query q = {.tenant = c->tenant,
+                              .device = device,
+                              .metrics = metrics,
+                              .nmetrics = nm,
+                              .from = a,
+                              .to = b,
+                              .res = (enum bdb_res)tier,
+                              .lateness_ms = c->lateness_ms};
+        int64_t wm;
+        rc = read_edge(c, device, &t, from, a);
+        if (rc == BDB_OK && !t.over)
+            rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
+        if (rc == BDB_OK && !t.over)
+            rc = read_edge(c, device, &t, b, to);
+    }
     if (t.over)
         return BDB_ERR_LIMIT;
     return rc;

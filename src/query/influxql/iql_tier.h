@@ -2,11 +2,14 @@
  * (1m, 1h, 1d) instead of raw samples (docs/INFLUX.md#tiers).
  *
  * A tier answers when the interval and offset are multiples of its width, the range
- * starts and ends on its windows' edges (a partial window would count samples outside
- * the range), and every function is one its windows hold: count, sum, mean, min, max,
- * spread and stddev exactly; median and percentile 50, 95 or 99 from the sketches
- * (1% relative error) only when the interval is the tier's width and each series is
- * one device, since sketches of different windows are not merged here. */
+ * has a start and holds at least one whole window of the tier, and every function is
+ * one its windows hold: count, sum, mean, min, max, spread and stddev exactly (the
+ * parts of the range before its first and after its last whole window are read raw,
+ * each sample a window of one, and merged in); median and percentile 50, 95 or 99
+ * from the sketches (1% relative error) only when the range is aligned to the tier,
+ * the interval is the tier's width and each series is one device, since sketches of
+ * different windows are not merged here, and only where InfluxDB's rank is the
+ * sketch's (iql_tier_rows). */
 #ifndef BDB_IQL_TIER_H
 #define BDB_IQL_TIER_H
 
@@ -47,7 +50,8 @@ int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int
                     int64_t to, int has_from, int has_to, int single);
 const char *iql_tier_name(int tier);
 /* Reads device's windows of the metrics (fis: their field indexes) in [from, to) into
- * tr; *read counts windows against c->max_points (BDB_ERR_LIMIT past it). */
+ * tr, the edges outside whole tier windows as raw samples; *read counts windows and
+ * samples against c->max_points (BDB_ERR_LIMIT past it). */
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
                   tier_rows *tr, uint64_t *read);
