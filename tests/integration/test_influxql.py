@@ -192,9 +192,9 @@ STATEMENTS = [
     ("SELECT mean(temp), spread(hum), stddev(volt) FROM env WHERE %s GROUP BY time(10m), "
      "site" % R, "1m", 1e-9),
     ("SELECT count(temp), mean(hum) FROM env WHERE %s GROUP BY time(1h) fill(none)" % R,
-     "1h", 1e-9),
+     "fleet", 1e-9),
     ("SELECT count(volt), max(volt), mean(value) FROM env, power WHERE %s GROUP BY time(1d)"
-     % RD, "1d", 1e-9),
+     % RD, "fleet", 1e-9),
     ("SELECT first(temp), last(temp), median(hum), percentile(volt, 90) FROM env WHERE %s "
      "GROUP BY time(10m), model" % R, "raw", 1e-9),
     ("SELECT mean(temp) FROM env WHERE (site = 's1' OR model =~ /^m[12]$/) AND device != 'd04'"
@@ -228,8 +228,10 @@ STATEMENTS = [
     # ranges off the tiers' edges: whole windows from the tier, the edges from raw
     ("SELECT mean(temp), count(hum), min(volt), max(volt), spread(temp), stddev(hum), "
      "sum(volt) FROM env WHERE %s GROUP BY time(10m), site" % RU, "1m", 1e-9),
-    ("SELECT mean(temp), count(temp) FROM env WHERE %s GROUP BY time(1h) fill(none)" % RU, "1h",
-     1e-9),
+    ("SELECT mean(temp), count(temp) FROM env WHERE %s GROUP BY time(1h) fill(none)" % RU,
+     "fleet", 1e-9),
+    ("SELECT max(hum), stddev(temp) FROM env WHERE model != 'm3' AND %s GROUP BY time(1h)" % RU,
+     "1h", 1e-9),
     ("SELECT count(temp), mean(temp) FROM env WHERE time >= %dms GROUP BY time(30m)"
      % (T0 + 7 * MIN + 3000), "1m", 1e-9),
     ("SELECT mean(temp), count(temp) FROM env WHERE device = 'd19' AND time > %dms AND "
@@ -259,7 +261,11 @@ def test_same_answers_as_influxd():
         with Server() as s:
             write_all(s.port, lines, "fleet")
             bad = []
-            for stmt, tier, rel in STATEMENTS:
+            # from the head, then from block, tier and fleet files after a flush
+            for stmt, tier, rel in STATEMENTS + [("flush", None, 0)] + STATEMENTS:
+                if stmt == "flush":
+                    s.flush()
+                    continue
                 want = query(ref.port, stmt)
                 got = query(s.port, stmt)
                 eq(want.status, 200, "influxd %s (%r)" % (stmt, want.body[:300]))
@@ -271,7 +277,7 @@ def test_same_answers_as_influxd():
                     if got.headers.get("x-bucketdb-tier") != tier:
                         bad.append("%s\n    tier %r, want %r" % (
                             stmt, got.headers.get("x-bucketdb-tier"), tier))
-            check(not bad, "%d of %d statements differ:\n  %s" % (len(bad), len(STATEMENTS),
+            check(not bad, "%d of %d statements differ:\n  %s" % (len(bad), 2 * len(STATEMENTS),
                                                                  "\n  ".join(bad)))
             # RFC 3339 times when epoch is absent, and the same with POST form bodies
             stmt = "SELECT mean(temp) FROM env WHERE %s GROUP BY time(1h)" % R

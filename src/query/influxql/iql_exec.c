@@ -584,6 +584,16 @@ static int time_bounds(const iql_ctx *c, const iql_expr *e, int under_or, int64_
     return 0;
 }
 
+/* 1 when e compares anything but time (a tag condition). */
+static int where_has_tags(const iql_expr *e)
+{
+    if (!e || e->kind != IQL_X_BIN)
+        return e != NULL && e->kind != IQL_X_BOOL;
+    if (e->op == IQL_AND || e->op == IQL_OR)
+        return where_has_tags(e->l) || where_has_tags(e->r);
+    return !refers_time(e);
+}
+
 /* ---- SHOW ---- */
 
 static void apply_limits(iql_series *s, int64_t limit, int64_t offset)
@@ -1234,6 +1244,22 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         int tier = agg && every ? iql_tier_choose(k, nk, every, off, s.from, s.to, s.has_from,
                                                   s.has_to, ng == nmd)
                                 : 0;
+        /* the fleet tables answer whole hours or days of every device at once */
+        int64_t fa = 0, fb = 0;
+        int fleet = tier && !gt.n && nmd > 1 && !where_has_tags(st->where)
+                        ? iql_fleet_choose(k, nk, every, off, s.from, s.to, &fa, &fb)
+                        : 0;
+        const char *fmetric[IQL_MAX_LIST];
+        for (size_t f = 0; f < fields.n && fleet; f++) {
+            /* one metric per field, or the tables (per metric) do not answer it */
+            fmetric[f] = NULL;
+            for (size_t j = 0; j < m->nmf && fleet; j++)
+                if (!strcmp(m->mf[j].field, fields.v[f])) {
+                    if (fmetric[f] && strcmp(fmetric[f], m->mf[j].metric))
+                        fleet = 0;
+                    fmetric[f] = m->mf[j].metric;
+                }
+        }
     again:;
         int retry = 0;
         /* read each device's wanted metrics */
@@ -1254,8 +1280,12 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             if (!nm)
                 continue;
             if (tier) {
+                /* with the fleet tables, the devices' tiers answer only the edges */
                 int rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i,
-                                       s.from, s.to, &tr, &s.read);
+                                       s.from, fleet ? fa : s.to, &tr, &s.read);
+                if (rc == BDB_OK && fleet)
+                    rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i, fb,
+                                       s.to, &tr, &s.read);
                 if (rc == BDB_ERR_LIMIT) {
                     s.over = 1;
                 } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
@@ -1279,8 +1309,17 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 break;
             }
         }
+        for (size_t f = 0; f < fields.n && fleet && !s.over && !r->error; f++) {
+            if (!fmetric[f])
+                continue; /* a field this measurement does not have */
+            int rc = iql_fleet_read(x, fleet, fmetric[f], (uint32_t)f, fa, fb, &tr, &s.read);
+            if (rc == BDB_ERR_LIMIT)
+                s.over = 1;
+            else if (rc != BDB_OK)
+                set_error(r, "reading the fleet tables failed: %s", bdb_strerror(rc));
+        }
         if (tier)
-            r->tier = iql_tier_name(tier);
+            r->tier = fleet ? "fleet" : iql_tier_name(tier);
         /* sort by group, then time: a group's points are one run */
         size_t *gstart = xmalloc((ng + 2) * sizeof *gstart);
         pt *sorted = xmalloc((np + 1) * sizeof *sorted);
@@ -1432,6 +1471,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             while (r->nseries > first_series)
                 series_free(&r->series[--r->nseries]);
             tier = 0;
+            fleet = 0;
             r->tier = "raw";
             goto again;
         }

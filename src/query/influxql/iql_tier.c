@@ -3,6 +3,8 @@
 
 #include "agg/rollup.h"
 #include "bucketdb/bdb.h"
+#include "agg/fleet.h"
+#include "query/fleetq.h"
 #include "query/range.h"
 #include "query/windows.h"
 
@@ -306,6 +308,57 @@ int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, siz
 out:
     free(ws);
     free(fw);
+    return rc;
+}
+
+int iql_fleet_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
+                     int64_t to, int64_t *a, int64_t *b)
+{
+    for (size_t i = 0; i < nk; i++)
+        if (k[i].fn == IQL_FN_MEDIAN || k[i].fn == IQL_FN_PERCENTILE || k[i].fn == IQL_FN_FIRST ||
+            k[i].fn == IQL_FN_LAST)
+            return 0; /* the fleet tables keep statistics, no sketch */
+    for (int t = BDB_RES_1D; t >= BDB_RES_1H; t--) {
+        int64_t w = bdb_res_width((enum bdb_res)t);
+        if (every % w || off % w)
+            continue;
+        *a = floordiv64(from - 1, w) * w + w;
+        *b = floordiv64(to, w) * w;
+        if (*a < *b)
+            return t;
+    }
+    return 0;
+}
+
+int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
+                   int64_t to, tier_rows *tr, uint64_t *read)
+{
+    bdb_fleet f;
+    bdb_fleet_init(&f, bdb_res_width((enum bdb_res)res));
+    int rc = bdb_query_fleet_tables(c->db, c->pool, c->tenant, metric, (enum bdb_res)res, from, to,
+                                    &f, NULL);
+    struct tread t = {tr, &metric, &fi, 1, 0, read, c->max_points, 0};
+    for (size_t i = 0; rc == BDB_OK && i < f.n && !t.over; i++) {
+        bdb_fleet_row fr;
+        bdb_fleet_row_of(&f, &f.w[i], &fr);
+        if (fr.start < from || fr.start >= to)
+            continue;
+        bdb_window_row row = {.metric = metric,
+                              .start = fr.start,
+                              .count = fr.readings,
+                              .sum = fr.sum,
+                              .min = fr.min,
+                              .max = fr.max,
+                              .mean = fr.avg,
+                              .stddev = fr.stddev,
+                              .p50 = NAN,
+                              .p95 = NAN,
+                              .p99 = NAN};
+        tread_cb(&t, &row);
+    }
+    bdb_fleet_free(&f);
+    if (t.over)
+        return BDB_ERR_LIMIT;
     return rc;
 }
 

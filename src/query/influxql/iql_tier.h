@@ -65,4 +65,16 @@ int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, siz
                   iql_series *se, uint64_t max);
 void iql_tier_rows_free(tier_rows *tr);
 
+/* The fleet tables (query/fleetq.h: every device's readings of a metric per hour or
+ * day) answer a statement over many devices with no tag condition and no GROUP BY tag
+ * whose interval and offset are multiples of an hour (a day): BDB_RES_1H or _1D, with
+ * [*a, *b) the whole fleet windows inside [from, to) (the edges come from the
+ * devices' tiers); 0 when they do not answer (sketch functions, no whole window). */
+int iql_fleet_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
+                     int64_t to, int64_t *a, int64_t *b);
+/* Adds the fleet windows of metric (field index fi) in [from, to) to tr as device 0's
+ * (the statement has one group); *read as iql_tier_read. */
+int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
+                   int64_t to, tier_rows *tr, uint64_t *read);
+
 #endif
