@@ -1088,6 +1088,16 @@ static void group_tags(const iql_stmt *st, const meas *m, strv *g)
     strv_sort_unique(g);
 }
 
+/* qsort has no context argument; statements run one per thread at a time */
+static _Thread_local char **sort_keys;
+
+static int cmp_by_key(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int r = strcmp(sort_keys[x], sort_keys[y]);
+    return r ? r : (x < y ? -1 : x > y);
+}
+
 typedef struct grp {
     char *key;    /* tag values joined by \x1f */
     size_t first; /* an index into the matched devices (for the tags) */
@@ -1214,6 +1224,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 md[nmd++] = m->devs[i];
         grp *gr = xmalloc((nmd + 1) * sizeof *gr);
         size_t *dg = xmalloc((nmd + 1) * sizeof *dg), ng = 0;
+        char **keys = xmalloc((nmd + 1) * sizeof *keys);
         for (size_t i = 0; i < nmd; i++) {
             size_t cap = 2;
             for (size_t t = 0; t < gt.n; t++) {
@@ -1230,14 +1241,26 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 key[n++] = '\x1f';
             }
             key[n] = 0;
-            size_t g = 0;
-            while (g < ng && strcmp(gr[g].key, key))
-                g++;
-            if (g == ng)
-                gr[ng++] = (grp){key, i};
-            else
-                free(key);
-            dg[i] = g;
+            keys[i] = key;
+        }
+        /* groups numbered in key order: the devices sorted by key, equal keys one group */
+        {
+            size_t *by = xmalloc((nmd + 1) * sizeof *by);
+            for (size_t i = 0; i < nmd; i++)
+                by[i] = i;
+            sort_keys = keys;
+            qsort(by, nmd, sizeof *by, cmp_by_key);
+            for (size_t i = 0; i < nmd; i++) {
+                size_t d = by[i];
+                if (!ng || strcmp(gr[ng - 1].key, keys[d])) {
+                    gr[ng++] = (grp){keys[d], d};
+                } else {
+                    free(keys[d]);
+                }
+                dg[d] = ng - 1;
+            }
+            free(by);
+            free(keys);
         }
         size_t first_series = r->nseries;
         /* a tier answers when every function and the range fit it (iql_tier.h) */
@@ -1266,17 +1289,19 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         pt *p = NULL;
         size_t np = 0, capp = 0;
         tier_rows tr = {0};
+        size_t mj = 0; /* m->mf and md are both in device order: one walk */
         for (size_t i = 0; i < nmd && fields.n && !s.over; i++) {
             const char *metrics[IQL_MAX_LIST];
             uint32_t fis[IQL_MAX_LIST];
             size_t nm = 0;
-            for (size_t j = 0; j < m->nmf; j++)
-                if (m->mf[j].dev == md[i])
-                    for (size_t f = 0; f < fields.n && nm < IQL_MAX_LIST; f++)
-                        if (!strcmp(fields.v[f], m->mf[j].field)) {
-                            metrics[nm] = m->mf[j].metric;
-                            fis[nm++] = (uint32_t)f;
-                        }
+            while (mj < m->nmf && m->mf[mj].dev < md[i])
+                mj++;
+            for (size_t j = mj; j < m->nmf && m->mf[j].dev == md[i]; j++)
+                for (size_t f = 0; f < fields.n && nm < IQL_MAX_LIST; f++)
+                    if (!strcmp(fields.v[f], m->mf[j].field)) {
+                        metrics[nm] = m->mf[j].metric;
+                        fis[nm++] = (uint32_t)f;
+                    }
             if (!nm)
                 continue;
             if (tier) {
@@ -1347,13 +1372,15 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 gorder[b] = gorder[b - 1];
                 gorder[b - 1] = t;
             }
+        size_t *tstart = xmalloc((ng + 2) * sizeof *tstart);
+        iql_tier_sort(&tr, dg, ng, tstart);
         double *scratch = xmalloc((np + 1) * sizeof *scratch);
         pt *fp = xmalloc((np + 1) * sizeof *fp);
         for (size_t go = 0; go < ng && nk && !s.over && !r->error; go++) {
             size_t g = gorder[go];
             const pt *gp = sorted + gstart[g];
             size_t gn = gstart[g + 1] - gstart[g];
-            int has_tier = tier && iql_tier_group_has(&tr, dg, nmd, g);
+            int has_tier = tier && tstart[g + 1] > tstart[g];
             if (!gn && !has_tier)
                 continue;
             iql_series *se = add_series(r, m->name, nk + 1);
@@ -1398,8 +1425,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     }
                 }
             } else if (has_tier) {
-                int trc = iql_tier_rows(st, &tr, dg, g, k, nk, every, off, s.wfrom, s.to, se,
-                                        x->max_points);
+                int trc = iql_tier_rows(st, tr.w + tstart[g], tstart[g + 1] - tstart[g], k, nk,
+                                        every, off, s.wfrom, s.to, se, x->max_points);
                 if (trc == -2) {
                     retry = 1;
                     break;
@@ -1460,6 +1487,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             }
         }
         free(scratch);
+        free(tstart);
         free(fp);
         free(gorder);
         free(sorted);

@@ -171,20 +171,30 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
     return rc;
 }
 
-int iql_tier_group_has(const tier_rows *tr, const size_t *dg, size_t ndev, size_t g)
-{
-    for (size_t i = 0; i < tr->n; i++)
-        if (tr->w[i].dev < ndev && dg[tr->w[i].dev] == g && tr->w[i].count)
-            return 1;
-    return 0;
-}
+static _Thread_local const size_t *sort_dg; /* qsort has no context argument */
 
-static int cmp_start(const void *a, const void *b)
+static int cmp_group_start(const void *a, const void *b)
 {
-    const iql_twin *x = *(const iql_twin *const *)a, *y = *(const iql_twin *const *)b;
+    const iql_twin *x = a, *y = b;
+    size_t gx = sort_dg[x->dev], gy = sort_dg[y->dev];
+    if (gx != gy)
+        return gx < gy ? -1 : 1;
     if (x->start != y->start)
         return x->start < y->start ? -1 : 1;
     return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+void iql_tier_sort(tier_rows *tr, const size_t *dg, size_t ng, size_t *gstart)
+{
+    sort_dg = dg;
+    if (tr->n)
+        qsort(tr->w, tr->n, sizeof *tr->w, cmp_group_start);
+    size_t at = 0;
+    for (size_t g = 0; g <= ng; g++) {
+        gstart[g] = at;
+        while (at < tr->n && dg[tr->w[at].dev] == g)
+            at++;
+    }
 }
 
 /* One column over the tier windows ws[0..n) of one output window (all of its field). */
@@ -259,19 +269,16 @@ static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *
     }
 }
 
-int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, size_t g,
-                  const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from, int64_t to,
-                  iql_series *se, uint64_t max)
+int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, size_t nk,
+                  int64_t every, int64_t off, int64_t from, int64_t to, iql_series *se,
+                  uint64_t max)
 {
-    size_t n = 0;
-    iql_twin **ws = malloc((tr->n + 1) * sizeof *ws);
-    iql_twin **fw = malloc((tr->n + 1) * sizeof *fw);
+    iql_twin **ws = malloc((n + 1) * sizeof *ws);
+    iql_twin **fw = malloc((n + 1) * sizeof *fw);
     if (!ws || !fw)
         abort();
-    for (size_t i = 0; i < tr->n; i++)
-        if (dg[tr->w[i].dev] == g)
-            ws[n++] = &tr->w[i];
-    qsort(ws, n, sizeof *ws, cmp_start);
+    for (size_t i = 0; i < n; i++)
+        ws[i] = &gw[i];
     int64_t lo = floordiv64(from - off, every) * every + off;
     int64_t hi = floordiv64(to - 1 - off, every) * every + off;
     int rc = 0;

@@ -55,14 +55,16 @@ const char *iql_tier_name(int tier);
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
                   tier_rows *tr, uint64_t *read);
-/* 1 when group g (dg: device -> group) has a window. */
-int iql_tier_group_has(const tier_rows *tr, const size_t *dg, size_t ndev, size_t g);
-/* Appends group g's rows (time, then one value per column) to se. -1: more than max
- * rows; -2: a percentile or median whose rank in InfluxDB's definition is not the
- * sketch's (small or even counts): the caller answers from raw instead. */
-int iql_tier_rows(const iql_stmt *st, const tier_rows *tr, const size_t *dg, size_t g,
-                  const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from, int64_t to,
-                  iql_series *se, uint64_t max);
+/* Sorts tr by group (dg: device -> group, ng groups), then start: group g's windows
+ * are tr->w[gstart[g] .. gstart[g + 1]) (gstart has ng + 1 entries). */
+void iql_tier_sort(tier_rows *tr, const size_t *dg, size_t ng, size_t *gstart);
+/* Appends the rows (time, then one value per column) of one group's windows gw[0..n)
+ * (sorted by start) to se. -1: more than max rows; -2: a percentile or median whose
+ * rank in InfluxDB's definition is not the sketch's (small or even counts): the
+ * caller answers from raw instead. */
+int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, size_t nk,
+                  int64_t every, int64_t off, int64_t from, int64_t to, iql_series *se,
+                  uint64_t max);
 void iql_tier_rows_free(tier_rows *tr);
 
 /* The fleet tables (query/fleetq.h: every device's readings of a metric per hour or
