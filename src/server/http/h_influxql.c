@@ -235,9 +235,24 @@ static void list_databases(bdb_server *s, struct MHD_Connection *c, const char *
     qsort(d->v, d->n, sizeof *d->v, cmp_str);
 }
 
+static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c);
+
+/* A POST whose body is a form without the form Content-Type ("q=CREATE+DATABASE+x",
+ * as some write-only clients send it) is read as one too, as before InfluxQL. */
 enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
 {
-    (void)r;
+    if (r->form.n || !r->body.len || arg(c, "q"))
+        return influx_query(s, c);
+    if (form_parse(r) != 0)
+        return respond_json_error(s, c, 503, "out of memory reading the form", 1);
+    form_current(&r->form);
+    enum MHD_Result res = influx_query(s, c);
+    form_current(NULL);
+    return res;
+}
+
+static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
+{
     enum MHD_Result res;
     const char *tenant = req_tenant(s, c, &res);
     if (!tenant)
