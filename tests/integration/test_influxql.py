@@ -331,9 +331,53 @@ def test_errors_and_limits():
         # SHOW FIELD KEYS has a series per measurement: one chunk each, partial but the last
         eq([(o["statement_id"], o.get("partial", False)) for o in objs],
            [(0, False), (1, True), (1, False)])
+        # an offset past the end leaves no empty series behind
+        eq(query(s.port, "SHOW SERIES LIMIT 1 OFFSET 1000000000").json(),
+           {"results": [{"statement_id": 0}]})
+        r = query(s.port, "SELECT temp FROM env WHERE time > '1677-09-21T00:12:43Z'")
+        contains(r.json()["results"][0]["error"], "outside the times bucketdb holds")
+        r = query(s.port, "SELECT mean(temp) FROM env GROUP BY time(300000w)")
+        eq(r.status, 400)
+        contains(r.json()["error"], "invalid duration")
         # ON another database than the request's
         doc = query(s.port, "SHOW TAG KEYS ON other").json()
         contains(doc["results"][0]["error"], "database not found: other")
+
+
+EXTREMES = [
+    "SELECT temp FROM env WHERE time > -9223372036854775808",
+    "SELECT temp FROM env WHERE time < 9223372036854775807 AND time > 9223372036854775806",
+    "SELECT mean(temp) FROM env WHERE time > now() - 300000w GROUP BY time(1ms)",
+    "SELECT mean(temp) FROM env WHERE time > now() - 106751d GROUP BY time(1h)",
+    "SELECT mean(temp) FROM env WHERE time > now() + 9223372036854775807ns",
+    "SELECT mean(temp) FROM env WHERE time >= '1677-09-21T00:12:43Z' GROUP BY time(1d)",
+    "SELECT mean(temp) FROM env WHERE time >= '0001-01-01T00:00:00Z' AND time < '9999-12-31T23:59:59Z' GROUP BY time(1w)",
+    "SELECT mean(temp) FROM env GROUP BY time(1ns)",
+    "SELECT mean(temp) FROM env GROUP BY time(9223372036854775807ns)",
+    "SELECT mean(temp) FROM env WHERE time > 0 GROUP BY time(1h, -9223372036854775807ns)",
+    "SELECT mean(temp) FROM env GROUP BY time(1h, 9223372036854775807ns) fill(linear)",
+    "SELECT temp FROM env LIMIT 1000000000 OFFSET 1000000000 SLIMIT 1000000000 SOFFSET 1000000000",
+    "SELECT percentile(temp, 0), percentile(temp, 100), percentile(temp, 0.0001) FROM env",
+    "SELECT mean(temp) FROM env fill(1e300)",
+    "SELECT mean(temp) FROM env WHERE time = 1795842000000ms",
+    "SELECT * FROM /.*/, /a|b/, \"\" WHERE \"\" = '' OR x !~ /$^/",
+    "SHOW TAG VALUES WITH KEY !~ /.*/",
+    "SHOW SERIES LIMIT 0 OFFSET 1000000000",
+    "SELECT count(*) FROM env GROUP BY *, device, site ORDER BY time DESC",
+]
+
+
+@suite.test
+def test_extreme_values():
+    """Times at and past the int64 ns range, intervals of 1 ns and of 292 years, offsets,
+    limits at their maximum: an answer or a statement error, never a 5xx, a crash or a
+    sanitizer report (the server's log is checked when it stops)."""
+    with Server(args=["--max-query-samples", "100000"]) as s:
+        write_all(s.port, fleet_lines()[:4000], "fleet")
+        for q in EXTREMES:
+            r = query(s.port, q)
+            check(r.status in (200, 400), "%s: %d %r" % (q, r.status, r.body[:300]))
+            r.json()
 
 
 def run_cli(port, args, stdin=None):

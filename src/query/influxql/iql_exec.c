@@ -468,7 +468,15 @@ static int time_value(const iql_ctx *c, const iql_expr *e, int64_t *ns, iql_resu
         return 0;
     case IQL_X_STR: {
         int64_t ms;
-        if (bdb_parse_query_time(e->s, &ms) != BDB_OK) {
+        int rc = bdb_parse_query_time(e->s, &ms);
+        if (rc == BDB_ERR_LIMIT) {
+            set_error(r,
+                      "time '%.64s' is outside the times bucketdb holds (1677-09-21T00:12:44Z "
+                      "to 2262-04-11T23:47:16Z)",
+                      e->s);
+            return -1;
+        }
+        if (rc != BDB_OK) {
             set_error(r,
                       "invalid time '%.64s': use RFC 3339 (2023-11-14T00:00:00Z), an epoch with "
                       "a unit (1699920000000ms) or now() - 6h",
@@ -812,6 +820,15 @@ static int exec_show(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             single_col(r, "measurements", "name", &all, st);
         else if (st->kind == IQL_SHOW_SERIES)
             single_col(r, NULL, "key", &all, st);
+        /* a series that LIMIT/OFFSET emptied is left out, as InfluxDB does */
+        size_t kept = 0;
+        for (size_t i = 0; i < r->nseries; i++) {
+            if (r->series[i].nrows)
+                r->series[kept++] = r->series[i];
+            else
+                series_free(&r->series[i]);
+        }
+        r->nseries = kept;
     } else {
         for (size_t i = 0; i < r->nseries; i++)
             series_free(&r->series[i]);

@@ -269,7 +269,8 @@ static void lex(parser *ps)
         if (end > i) {
             if (!isint || iql_parse_duration(p + ps->at, end - ps->at, &t->ival) != 0) {
                 t->t = T_BAD;
-                t->bad = "an invalid duration";
+                t->bad = "an invalid duration (units ns, u, ms, s, m, h, d, w; at most "
+                         "about 292 years)";
                 t->len = end - ps->at;
                 ps->at = end;
                 return;
