@@ -1281,13 +1281,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         }
         size_t first_series = r->nseries;
         /* a tier answers when every function and the range fit it (iql_tier.h) */
-        int tier = agg && every ? iql_tier_choose(k, nk, every, off, s.from, s.to, s.has_from,
+        int tier = agg && every ? iql_tier_choose(x, k, nk, every, off, s.from, s.to, s.has_from,
                                                   s.has_to, ng == nmd)
                                 : 0;
         /* the fleet tables answer whole hours or days of every device at once */
         int64_t fa = 0, fb = 0;
         int fleet = tier && !gt.n && nmd > 1 && !where_has_tags(st->where)
-                        ? iql_fleet_choose(k, nk, every, off, s.from, s.to, &fa, &fb)
+                        ? iql_fleet_choose(x, k, nk, every, off, s.from, s.to, &fa, &fb)
                         : 0;
         const char *fmetric[IQL_MAX_LIST];
         for (size_t f = 0; f < fields.n && fleet; f++) {

@@ -55,6 +55,9 @@ typedef struct iql_ctx {
     int64_t now_ms;
     int64_t lateness_ms;
     uint64_t max_points; /* samples or windows one statement may read, and rows it may return */
+    /* How long each tier (index enum bdb_res: 1M, 1H, 1D; 0 unused) keeps windows for
+     * this tenant, 0 = forever: a tier is not asked for times it has dropped. */
+    int64_t tier_keep_ms[4];
     const char *const *databases; /* SHOW DATABASES: what the caller may read */
     size_t ndatabases;
 } iql_ctx;

@@ -28,8 +28,15 @@ static int64_t floormod64(int64_t a, int64_t b)
     return a - floordiv64(a, b) * b;
 }
 
-int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
-                    int64_t to, int has_from, int has_to, int single)
+/* 1 when tier t still holds windows from `from` on (its retention, against now). */
+static int tier_keeps(const iql_ctx *c, int t, int64_t from)
+{
+    int64_t keep = c->tier_keep_ms[t];
+    return keep <= 0 || from >= c->now_ms - keep;
+}
+
+int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                    int64_t from, int64_t to, int has_from, int has_to, int single)
 {
     (void)has_to; /* an open end is now: its partial window comes from raw like any edge */
     if (!has_from)
@@ -37,7 +44,7 @@ int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int
     for (int t = BDB_RES_1D; t >= BDB_RES_1M; t--) {
         int64_t w = bdb_res_width((enum bdb_res)t);
         int aligned = !floormod64(from, w) && !floormod64(to, w);
-        if (every % w || off % w)
+        if (every % w || off % w || !tier_keeps(c, t, from))
             continue;
         /* the tier must cover at least one whole window of it, or raw is as cheap */
         if (floordiv64(to, w) - floordiv64(from - 1, w) - 1 < 1)
@@ -318,8 +325,8 @@ out:
     return rc;
 }
 
-int iql_fleet_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
-                     int64_t to, int64_t *a, int64_t *b)
+int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                     int64_t from, int64_t to, int64_t *a, int64_t *b)
 {
     for (size_t i = 0; i < nk; i++)
         if (k[i].fn == IQL_FN_MEDIAN || k[i].fn == IQL_FN_PERCENTILE || k[i].fn == IQL_FN_FIRST ||
@@ -327,7 +334,7 @@ int iql_fleet_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, in
             return 0; /* the fleet tables keep statistics, no sketch */
     for (int t = BDB_RES_1D; t >= BDB_RES_1H; t--) {
         int64_t w = bdb_res_width((enum bdb_res)t);
-        if (every % w || off % w)
+        if (every % w || off % w || !tier_keeps(c, t, from)) /* the tables follow the tiers */
             continue;
         *a = floordiv64(from - 1, w) * w + w;
         *b = floordiv64(to, w) * w;

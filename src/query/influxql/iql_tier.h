@@ -46,8 +46,8 @@ typedef struct tier_rows {
 
 /* The tier (BDB_RES_1M/1H/1D) that answers, or 0 (raw). single: each series is one
  * device. */
-int iql_tier_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
-                    int64_t to, int has_from, int has_to, int single);
+int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                    int64_t from, int64_t to, int has_from, int has_to, int single);
 const char *iql_tier_name(int tier);
 /* Reads device's windows of the metrics (fis: their field indexes) in [from, to) into
  * tr, the edges outside whole tier windows as raw samples; *read counts windows and
@@ -72,8 +72,8 @@ void iql_tier_rows_free(tier_rows *tr);
  * whose interval and offset are multiples of an hour (a day): BDB_RES_1H or _1D, with
  * [*a, *b) the whole fleet windows inside [from, to) (the edges come from the
  * devices' tiers); 0 when they do not answer (sketch functions, no whole window). */
-int iql_fleet_choose(const iql_col *k, size_t nk, int64_t every, int64_t off, int64_t from,
-                     int64_t to, int64_t *a, int64_t *b);
+int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                     int64_t from, int64_t to, int64_t *a, int64_t *b);
 /* Adds the fleet windows of metric (field index fi) in [from, to) to tr as device 0's
  * (the statement has one group); *read as iql_tier_read. */
 int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,

@@ -8,6 +8,7 @@
 #include "common/timeutil.h"
 #include "query/influxql/iql.h"
 #include "query/influxql/iql_exec.h"
+#include "storage/embedded/tier/db_tier.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -291,6 +292,14 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
                  .ndatabases = d.n};
     bdb_clock clk = server_clock(s);
     x.now_ms = bdb_clock_now(&clk);
+    /* the tiers' retention as the engine applies it (db_tier.h): the setting (> 0 set,
+     * < 0 forever, 0 the default), then the tenant's own */
+    const int64_t conf[4] = {0, s->cfg.tier_retention_1m, s->cfg.tier_retention_1h,
+                             s->cfg.tier_retention_1d};
+    for (int t = BDB_RES_1M; t <= BDB_RES_1D; t++) {
+        int64_t dflt = conf[t] > 0 ? conf[t] : conf[t] < 0 ? 0 : bdb_tier_default_retention(t);
+        x.tier_keep_ms[t] = bdb_tenants_tier_retention(s->tenants, tenant, t - 1, dflt);
+    }
     bdb_buf b;
     bdb_buf_init(&b);
     char tiers[64] = "";
