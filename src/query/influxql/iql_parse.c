@@ -651,8 +651,14 @@ static iql_expr *parse_primary(parser *ps)
     iql_expr *e;
     switch (t.t) {
     case T_LP:
+        /* the only recursion of a condition: bounded, so no input exhausts the stack */
+        if (++ps->depth > IQL_MAX_DEPTH) {
+            fail(ps, "condition nested more than %d deep", IQL_MAX_DEPTH);
+            return NULL;
+        }
         lex(ps);
         e = parse_or(ps);
+        ps->depth--;
         if (!e)
             return NULL;
         if (!accept(ps, T_RP)) {
@@ -756,10 +762,6 @@ static iql_expr *parse_additive(parser *ps)
 
 static iql_expr *parse_cmp(parser *ps)
 {
-    if (++ps->depth > IQL_MAX_DEPTH) {
-        fail(ps, "condition nested more than %d deep", IQL_MAX_DEPTH);
-        return NULL;
-    }
     iql_expr *l = parse_additive(ps);
     if (l && ps->tk.t == T_OP && ps->tk.op >= IQL_EQ && ps->tk.op <= IQL_GE) {
         iql_expr *b = node(ps, IQL_X_BIN);
@@ -774,7 +776,6 @@ static iql_expr *parse_cmp(parser *ps)
         }
         l = b;
     }
-    ps->depth--;
     return l;
 }
 
@@ -795,10 +796,6 @@ static iql_expr *parse_and(parser *ps)
 
 static iql_expr *parse_or(parser *ps)
 {
-    if (++ps->depth > IQL_MAX_DEPTH) {
-        fail(ps, "condition nested more than %d deep", IQL_MAX_DEPTH);
-        return NULL;
-    }
     iql_expr *l = parse_and(ps);
     while (l && kw(ps, "or")) {
         lex(ps);
@@ -809,7 +806,6 @@ static iql_expr *parse_or(parser *ps)
             return NULL;
         l = b;
     }
-    ps->depth--;
     return l;
 }
 

@@ -194,15 +194,23 @@ static void test_limits(void **state)
 {
     (void)state;
     char *s = malloc(IQL_MAX_TEXT + 100);
-    /* nesting: (((...a = 'b'...))) one level past the limit */
-    size_t n = (size_t)sprintf(s, "SELECT x FROM m WHERE ");
-    for (int i = 0; i < IQL_MAX_DEPTH; i++)
-        s[n++] = '(';
-    n += (size_t)sprintf(s + n, "a = 'b'");
-    for (int i = 0; i < IQL_MAX_DEPTH; i++)
-        s[n++] = ')';
-    s[n] = 0;
-    parse_bad(s, "nested more than 64 deep");
+    /* nesting: (((...a = 'b'...))) at the limit, then one level past it */
+    for (int depth = IQL_MAX_DEPTH; depth <= IQL_MAX_DEPTH + 1; depth++) {
+        size_t n = (size_t)sprintf(s, "SELECT x FROM m WHERE ");
+        for (int i = 0; i < depth; i++)
+            s[n++] = '(';
+        n += (size_t)sprintf(s + n, "a = 'b'");
+        for (int i = 0; i < depth; i++)
+            s[n++] = ')';
+        s[n] = 0;
+        if (depth == IQL_MAX_DEPTH) {
+            iql_query ok = parse_ok(s);
+            iql_free(&ok);
+        } else {
+            parse_bad(s, "nested more than 64 deep");
+        }
+    }
+    size_t n;
     /* text size */
     memset(s, ' ', IQL_MAX_TEXT + 1);
     memcpy(s, "SHOW DATABASES", 14);
@@ -212,17 +220,34 @@ static void test_limits(void **state)
     iql_free(&q);
     assert_int_equal(iql_parse(s, IQL_MAX_TEXT, &q, err, sizeof err), 0);
     iql_free(&q);
-    /* statements */
+    /* statements: 32 parse, 33 do not */
     n = 0;
-    for (int i = 0; i <= IQL_MAX_STMTS; i++)
+    for (int i = 0; i < IQL_MAX_STMTS; i++)
         n += (size_t)sprintf(s + n, "SHOW DATABASES;");
+    q = parse_ok(s);
+    assert_int_equal(q.n, IQL_MAX_STMTS);
+    iql_free(&q);
+    sprintf(s + n, "SHOW DATABASES");
     parse_bad(s, "more than 32 statements");
-    /* fields */
+    /* fields: 256 parse, 257 do not */
     n = (size_t)sprintf(s, "SELECT a");
-    for (int i = 0; i < IQL_MAX_LIST; i++)
+    for (int i = 1; i < IQL_MAX_LIST; i++)
         n += (size_t)sprintf(s + n, ",a");
     sprintf(s + n, " FROM m");
+    q = parse_ok(s);
+    assert_int_equal(q.stmts[0].nfields, IQL_MAX_LIST);
+    iql_free(&q);
+    sprintf(s + n, ",a FROM m");
     parse_bad(s, "more than 256 fields");
+    /* a regex of 1,024 bytes parses, 1,025 do not */
+    n = (size_t)sprintf(s, "SHOW MEASUREMENTS WITH MEASUREMENT =~ /");
+    memset(s + n, 'x', IQL_MAX_REGEX);
+    sprintf(s + n + IQL_MAX_REGEX, "/");
+    q = parse_ok(s);
+    iql_free(&q);
+    memset(s + n, 'x', IQL_MAX_REGEX + 1);
+    sprintf(s + n + IQL_MAX_REGEX + 1, "/");
+    parse_bad(s, "regular expression longer than 1024 bytes");
     /* a NUL byte inside */
     assert_int_equal(iql_parse("SHOW\0DATABASES", 14, &q, err, sizeof err), -1);
     assert_non_null(strstr(err, "NUL byte"));
