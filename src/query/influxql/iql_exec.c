@@ -1216,6 +1216,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
     if (s.from >= s.to)
         return 0;
     r->tier = "raw";
+    unsigned used = 0; /* bits: which data answered each measurement */
     cat c;
     if (cat_load(x, &c) != BDB_OK) {
         cat_free(&c);
@@ -1360,8 +1361,6 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             else if (rc != BDB_OK)
                 set_error(r, "reading the fleet tables failed: %s", bdb_strerror(rc));
         }
-        if (tier)
-            r->tier = fleet ? "fleet" : iql_tier_name(tier);
         /* sort by group, then time: a group's points are one run */
         size_t *gstart = xmalloc((ng + 2) * sizeof *gstart);
         pt *sorted = xmalloc((np + 1) * sizeof *sorted);
@@ -1517,9 +1516,9 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 series_free(&r->series[--r->nseries]);
             tier = 0;
             fleet = 0;
-            r->tier = "raw";
             goto again;
         }
+        used |= 1u << (fleet ? 4 : tier); /* BDB_RES_RAW..1D, then the fleet tables */
         for (size_t g = 0; g < ng; g++)
             free(gr[g].key);
         free(gr);
@@ -1531,6 +1530,17 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
     }
     free(ok);
     cat_free(&c);
+    if (used) { /* what answered, coarsest last: "raw", "1m,1h", "fleet" ... */
+        static const char *const names[] = {"raw", "1m", "1h", "1d", "fleet"};
+        char buf[32] = "";
+        for (int i = 0; i < 5; i++)
+            if (used & (1u << i)) {
+                if (*buf)
+                    strcat(buf, ",");
+                strcat(buf, names[i]);
+            }
+        r->tier = ostr(r, buf);
+    }
     if (s.over) {
         for (size_t i = 0; i < r->nseries; i++)
             series_free(&r->series[i]);
