@@ -239,6 +239,13 @@ STATEMENTS = [
      1e-9),
     ("SELECT percentile(temp, 95) FROM env WHERE %s GROUP BY time(1h), device SLIMIT 2" % RU,
      "raw", 1e-12),
+    # conditions on field values: rows filtered on the fields at their time, from raw
+    ("SELECT temp, hum FROM env WHERE device = 'd03' AND temp > 25 AND %s" % R10, "raw", 1e-12),
+    ("SELECT mean(temp), count(hum) FROM env WHERE (hum < 45 OR 3.5 < volt) AND site = 's1' "
+     "AND %s GROUP BY time(10m)" % R, "raw", 1e-9),
+    ("SELECT count(temp) FROM env WHERE hum <= temp + 30 AND %s" % R, None, 0),
+    ("SELECT max(volt) FROM env WHERE (temp = 20.5 OR volt != volt) AND %s GROUP BY site" % R,
+     "raw", 1e-9),
     ("SHOW MEASUREMENTS", None, 0),
     ("SHOW MEASUREMENTS LIMIT 1", None, 0),
     ("SHOW TAG KEYS FROM env", None, 0),
@@ -310,7 +317,7 @@ def test_errors_and_limits():
         eq(res["statement_id"], 0)
         contains(res["error"], "max-select-point limit exceeded")
         contains(res["error"], "max_query_samples 1000")
-        r = query(s.port, "SELECT temp FROM env WHERE temp > 20")
+        r = query(s.port, "SHOW TAG VALUES WITH KEY = site WHERE temp > 20")
         contains(r.json()["results"][0]["error"], "conditions on field values")
         r = query(s.port, "SELECT mean(temp) FROM env WHERE time > now() - 1h OR "
                           "time < now() - 2h GROUP BY time(1m)")

@@ -366,9 +366,80 @@ static int refers_time(const iql_expr *e)
     return e->kind == IQL_X_BIN && (refers_time(e->l) || refers_time(e->r));
 }
 
-/* 1 when device d of measurement m passes e (time conditions pass), 0 when not, -1
- * with an error in r for a condition bucketdb cannot answer. */
-static int eval_tags(const cat *c, const iql_expr *e, const dev *d, const meas *m, iql_result *r)
+/* Field values of one row for eval_cond: names (the statement's field list) and their
+ * values at one time of one device, NaN where the row has none. */
+typedef struct rowvals {
+    const strv *names;
+    const double *v;
+} rowvals;
+
+static int is_field_ref(const meas *m, const char *name)
+{
+    return !strv_has(&m->tagkeys, name) && strv_has(&m->fields, name);
+}
+
+static int cmp_num(enum iql_op op, double a, double b)
+{
+    switch (op) {
+    case IQL_EQ:
+        return a == b;
+    case IQL_NE:
+        return a != b;
+    case IQL_LT:
+        return a < b;
+    case IQL_LE:
+        return a <= b;
+    case IQL_GT:
+        return a > b;
+    case IQL_GE:
+        return a >= b;
+    default:
+        return 0;
+    }
+}
+
+static double field_of(const rowvals *rv, const char *name)
+{
+    for (size_t i = 0; i < rv->names->n; i++)
+        if (!strcmp(rv->names->v[i], name))
+            return rv->v[i];
+    return NAN;
+}
+
+/* A number in a field condition: a literal, a field of the row, or sums and
+ * differences of those; NaN when a field is missing or a term is not a number. */
+static double num_value(const iql_expr *e, const meas *m, const rowvals *rv)
+{
+    switch (e->kind) {
+    case IQL_X_NUM:
+        return e->isint ? (double)e->ival : e->num;
+    case IQL_X_IDENT:
+        return is_field_ref(m, e->s) ? field_of(rv, e->s) : NAN;
+    case IQL_X_BIN:
+        if (e->op == IQL_ADD)
+            return num_value(e->l, m, rv) + num_value(e->r, m, rv);
+        if (e->op == IQL_SUB)
+            return num_value(e->l, m, rv) - num_value(e->r, m, rv);
+        return NAN;
+    default:
+        return NAN;
+    }
+}
+
+/* 1 when e is a field of m or arithmetic over one. */
+static int has_field(const iql_expr *e, const meas *m)
+{
+    if (e->kind == IQL_X_IDENT)
+        return !is_time(e) && is_field_ref(m, e->s);
+    return e->kind == IQL_X_BIN && (e->op == IQL_ADD || e->op == IQL_SUB) &&
+           (has_field(e->l, m) || has_field(e->r, m));
+}
+
+/* Device d of measurement m against e: 1 passes, 0 not, 2 unknown (a field condition
+ * with no row given: rv NULL), -1 with an error in r. Time conditions pass (they are
+ * bounds, time_bounds). fields: field conditions allowed (SELECT), else refused. */
+static int eval_cond(const cat *c, const iql_expr *e, const dev *d, const meas *m,
+                     const rowvals *rv, int fields, iql_result *r)
 {
     if (!e)
         return 1;
@@ -379,34 +450,44 @@ static int eval_tags(const cat *c, const iql_expr *e, const dev *d, const meas *
         return -1;
     }
     if (e->op == IQL_AND || e->op == IQL_OR) {
-        int a = eval_tags(c, e->l, d, m, r);
-        if (a < 0)
+        /* both sides always: an error must not depend on the order */
+        int a = eval_cond(c, e->l, d, m, rv, fields, r);
+        int b = a < 0 ? -1 : eval_cond(c, e->r, d, m, rv, fields, r);
+        if (a < 0 || b < 0)
             return -1;
-        if ((e->op == IQL_AND && !a) || (e->op == IQL_OR && a)) {
-            /* still check the other side for errors: an answer must not depend on order */
-            if (eval_tags(c, e->r, d, m, r) < 0)
-                return -1;
-            return a;
-        }
-        return eval_tags(c, e->r, d, m, r);
+        if (e->op == IQL_AND)
+            return !a || !b ? 0 : a == 1 && b == 1 ? 1 : 2;
+        return a == 1 || b == 1 ? 1 : !a && !b ? 0 : 2;
     }
     if (refers_time(e))
         return 1;
+    if (has_field(e->l, m) || has_field(e->r, m)) {
+        if (!fields) {
+            set_error(r, "conditions on field values are not supported here: filter on tags");
+            return -1;
+        }
+        if (!rv)
+            return 2;
+        if ((e->l->kind != IQL_X_NUM && !has_field(e->l, m)) ||
+            (e->r->kind != IQL_X_NUM && !has_field(e->r, m)))
+            return 0; /* a float equals no string, matches no regex */
+        double a = num_value(e->l, m, rv), b = num_value(e->r, m, rv);
+        return !isnan(a) && !isnan(b) && cmp_num(e->op, a, b);
+    }
     const iql_expr *id = e->l, *lit = e->r;
     enum iql_op op = e->op;
     if (id->kind != IQL_X_IDENT) {
         id = e->r;
         lit = e->l;
+        /* 5 < temp is temp > 5 */
+        op = op == IQL_LT   ? IQL_GT
+             : op == IQL_LE ? IQL_GE
+             : op == IQL_GT ? IQL_LT
+             : op == IQL_GE ? IQL_LE
+                            : op;
     }
     if (id->kind != IQL_X_IDENT)
         return 1; /* a constant comparison such as 1 = 1 */
-    if (!strv_has(&m->tagkeys, id->s) && strv_has(&m->fields, id->s)) {
-        set_error(r,
-                  "conditions on field values (here '%.100s') are not supported: bucketdb "
-                  "filters on tags and time",
-                  id->s);
-        return -1;
-    }
     const char *v = dev_tag(c, d, id->s);
     if (!v)
         v = "";
@@ -442,6 +523,24 @@ static int eval_tags(const cat *c, const iql_expr *e, const dev *d, const meas *
     }
     set_error(r, "invalid condition on tag '%.100s': use =, !=, =~ or !~", id->s);
     return -1;
+}
+
+/* The fields of m that e compares (appended to out once each); 1 when there is one. */
+static int cond_fields(const iql_expr *e, const meas *m, strv *out)
+{
+    if (!e)
+        return 0;
+    if (e->kind == IQL_X_IDENT) {
+        if (is_time(e) || !is_field_ref(m, e->s))
+            return 0;
+        if (!strv_has(out, e->s))
+            strv_push(out, e->s);
+        return 1;
+    }
+    if (e->kind != IQL_X_BIN)
+        return 0;
+    int a = cond_fields(e->l, m, out);
+    return cond_fields(e->r, m, out) | a;
 }
 
 static int add_ns(int64_t a, int64_t b, int64_t *out)
@@ -621,10 +720,10 @@ static int match_devs(const cat *c, const iql_stmt *st, const meas *m, unsigned 
 {
     memset(ok, 0, c->nd ? c->nd : 1);
     for (size_t i = 0; i < m->ndevs; i++) {
-        int v = eval_tags(c, st->where, &c->d[m->devs[i]], m, r);
+        int v = eval_cond(c, st->where, &c->d[m->devs[i]], m, NULL, st->kind == IQL_SELECT, r);
         if (v < 0)
             return -1;
-        ok[m->devs[i]] = (unsigned char)v;
+        ok[m->devs[i]] = v != 0; /* unknown (a field condition): decided per row */
     }
     return 0;
 }
@@ -895,6 +994,29 @@ static int read_cb(void *ctx, const char *metric, int64_t ts, double v)
     }
     (*rc->p)[(*rc->n)++] = (pt){ts, v, rc->dev, fi};
     return 0;
+}
+
+/* Keeps the points of device d in p[from..to) (time order) whose row (the fields at
+ * one time) passes the statement's field conditions; returns the new end. */
+static size_t keep_rows(const cat *c, const iql_stmt *st, const meas *m, const dev *d,
+                        const strv *fields, pt *p, size_t from, size_t to, iql_result *r)
+{
+    double *v = xmalloc((fields->n + 1) * sizeof *v);
+    rowvals rv = {fields, v};
+    size_t out = from;
+    for (size_t i = from; i < to;) {
+        size_t j = i;
+        for (size_t f = 0; f < fields->n; f++)
+            v[f] = NAN;
+        for (; j < to && p[j].ts == p[i].ts; j++)
+            v[p[j].fi] = p[j].v;
+        if (eval_cond(c, st->where, d, m, &rv, 1, r) == 1)
+            for (size_t k = i; k < j; k++)
+                p[out++] = p[k];
+        i = j;
+    }
+    free(v);
+    return out;
 }
 
 static int cmp_pt(const void *a, const void *b)
@@ -1235,6 +1357,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         group_tags(st, m, &gt);
         col *k = NULL;
         size_t nk = make_cols(st, m, &gt, &k, &fields, r);
+        /* fields compared in WHERE are read too, and rows are filtered on them: raw only */
+        int fcond = cond_fields(st->where, m, &fields);
         /* the matched devices that have some wanted field, and their groups */
         size_t *md = xmalloc((m->ndevs + 1) * sizeof *md), nmd = 0;
         for (size_t i = 0; i < m->ndevs; i++)
@@ -1282,9 +1406,9 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         }
         size_t first_series = r->nseries;
         /* a tier answers when every function and the range fit it (iql_tier.h) */
-        int tier = agg && every ? iql_tier_choose(x, k, nk, every, off, s.from, s.to, s.has_from,
-                                                  s.has_to, ng == nmd)
-                                : 0;
+        int tier = agg && every && !fcond ? iql_tier_choose(x, k, nk, every, off, s.from, s.to,
+                                                            s.has_from, s.has_to, ng == nmd)
+                                          : 0;
         /* the fleet tables answer whole hours or days of every device at once */
         int64_t fa = 0, fb = 0;
         int fleet = tier && !gt.n && nmd > 1 && !where_has_tags(st->where)
@@ -1345,7 +1469,10 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                                  .to = s.to};
             struct read_ctx rc = {&s, &p, &np, &capp, (uint32_t)i, metrics, fis, nm};
             bdb_query_stats qs;
+            size_t first_pt = np;
             int e = bdb_query_range(x->db, x->pool, &q, read_cb, &rc, &qs);
+            if (e == BDB_OK && fcond && !s.over)
+                np = keep_rows(&c, st, m, &c.d[md[i]], &fields, p, first_pt, np, r);
             if (e != BDB_OK && e != BDB_ERR_NOTFOUND) {
                 set_error(r, "reading device '%.100s' failed: %s", c.d[md[i]].name,
                           bdb_strerror(e));

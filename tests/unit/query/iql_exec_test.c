@@ -166,8 +166,17 @@ static void test_time_bounds(void **state)
     r = run("SELECT temp FROM env WHERE time > now() - 1h OR time < now() - 2h", 0);
     assert_non_null(strstr(r.error, "joined by OR"));
     iql_result_free(&r);
-    r = run("SELECT temp FROM env WHERE temp > 3", 0);
+    r = run("SHOW SERIES WHERE temp > 3", 0);
     assert_non_null(strstr(r.error, "conditions on field values"));
+    iql_result_free(&r);
+    /* a field condition filters rows: temp of d1 cycles 0..9 every 10 samples */
+    r = run("SELECT count(temp), max(hum) FROM env WHERE device = 'd1' AND temp >= 7", 0);
+    assert_null(r.error);
+    assert_string_equal(r.tier, "raw");
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 216);
+    iql_result_free(&r);
+    r = run("SELECT count(temp) FROM env WHERE 3 > temp OR site = 'b'", 0);
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 216 + 720);
     iql_result_free(&r);
 }
 
