@@ -387,6 +387,41 @@ def test_extreme_values():
             r.json()
 
 
+def tenant_token(s, name):
+    r = s.request("POST", "/api/v1/admin/tenants", json.dumps({"name": name, "quotas": {}}),
+                  {"Authorization": "Token " + s.token, "Content-Type": "application/json"})
+    eq(r.status, 201, "create tenant %s (%r)" % (name, r.body[:200]))
+    return r.json()["token"]
+
+
+@suite.test
+def test_on_database():
+    """ON <db> in a request naming no database (the influx CLI before `use`) reads that
+    tenant under the usual rules: the admin token any, a tenant token only its own; with
+    db= naming another database it is an error."""
+    with Server(args=["--auth", "on"]) as s:
+        ta, tb = tenant_token(s, "alpha"), tenant_token(s, "beta")
+        r = s.request("POST", "/write?precision=ms", "env,device=d1 temp=1 %d" % T0,
+                      {"Authorization": "Token " + ta})
+        eq(r.status, 204)
+
+        def show(token, db=None):
+            q = {"q": "SHOW MEASUREMENTS ON alpha"}
+            if db:
+                q["db"] = db
+            r = http_request(s.port, "GET", "/query?" + urllib.parse.urlencode(q),
+                             headers={"Authorization": "Token " + token})
+            eq(r.status, 200, r.text)
+            return r.json()["results"][0]
+
+        eq(show(s.token)["series"][0]["values"], [["env"]])
+        eq(show(ta)["series"][0]["values"], [["env"]])
+        res = show(tb)
+        check("series" not in res, res)
+        contains(res["error"], "forbidden: the token belongs to tenant 'beta'")
+        contains(show(tb, db="beta")["error"], "database not found: alpha")
+
+
 def run_cli(port, args, stdin=None):
     p = subprocess.run([INFLUX, "-host", "127.0.0.1", "-port", str(port)] + args,
                        input=stdin, capture_output=True, timeout=60)
@@ -420,6 +455,11 @@ def test_influx_cli():
                         check(not why, "%s json: %s" % (st, why))
                     elif "count" in st or "SHOW" in st:
                         eq(out, out2, "influx -format %s -execute %r" % (fmt, st))
+            # ON before any `use`
+            st = "SHOW TAG KEYS ON fleet FROM env"
+            rc, out, err = run_cli(s.port, ["-execute", st])
+            eq(rc, 0, err)
+            eq(out, run_cli(ref.port, ["-execute", st])[1], st)
             # interactive: `use fleet` checks SHOW DATABASES
             out = interactive(s.port, ["use fleet", "SELECT count(volt) FROM env WHERE " + R,
                                        "exit"])

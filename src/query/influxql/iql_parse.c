@@ -1,6 +1,6 @@
 /* iql_parse: InfluxQL text -> AST (iql.h): one function per grammar rule over the
- * lexer's one token ahead (iql_lex.c), regexes compiled and bounded here. Errors are InfluxDB's shape so that clients
- * that print them (the influx CLI, Grafana) show something familiar. */
+ * lexer's one token ahead (iql_lex.c), regexes compiled and bounded here. Errors are InfluxDB's
+ * shape so that clients that print them (the influx CLI, Grafana) show something familiar. */
 #include "query/influxql/iql_lex.h"
 
 #include <ctype.h>

@@ -240,6 +240,47 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c);
 
 /* A POST whose body is a form without the form Content-Type ("q=CREATE+DATABASE+x",
  * as some write-only clients send it) is read as one too, as before InfluxQL. */
+/* The tiers' retention for tenant as the engine applies it (db_tier.h): the setting
+ * (> 0 set, < 0 forever, 0 the default), then the tenant's own. */
+static void tier_keep(bdb_server *s, const char *tenant, iql_ctx *x)
+{
+    const int64_t conf[4] = {0, s->cfg.tier_retention_1m, s->cfg.tier_retention_1h,
+                             s->cfg.tier_retention_1d};
+    for (int t = BDB_RES_1M; t <= BDB_RES_1D; t++) {
+        int64_t dflt = conf[t] > 0 ? conf[t] : conf[t] < 0 ? 0 : bdb_tier_default_retention(t);
+        x->tier_keep_ms[t] = bdb_tenants_tier_retention(s->tenants, tenant, t - 1, dflt);
+    }
+}
+
+/* ON <db> in a request that names no database (the influx CLI before `use`): that
+ * tenant, under the rules req_tenant applies to a named one; NULL with msg set when
+ * the caller may not read it. */
+static const char *on_tenant(bdb_server *s, struct MHD_Connection *c, const char *on, char *msg,
+                             size_t n)
+{
+    req_ident id;
+    enum MHD_Result ignored; /* req_tenant authenticated this request already */
+    if (req_auth(s, c, &id, &ignored) != 0 || id.who == WHO_TENANT) {
+        atomic_fetch_add(&s->forbidden, 1);
+        snprintf(msg, n,
+                 "forbidden: the token belongs to tenant '%s' and may not access tenant "
+                 "'%.128s'",
+                 id.tenant, on);
+        return NULL;
+    }
+    if (!bdb_tenant_name_valid(on)) {
+        snprintf(msg, n, "invalid database '%.128s': use 1..128 characters of A-Z a-z 0-9 _ - .",
+                 on);
+        return NULL;
+    }
+    if (id.who == WHO_ANON && bdb_tenants_get(s->tenants, on, &(bdb_tenant_info){0}) == BDB_OK) {
+        atomic_fetch_add(&s->auth_failures, 1);
+        snprintf(msg, n, "authorization failed: tenant '%.128s' is registered; send its token", on);
+        return NULL;
+    }
+    return on;
+}
+
 enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
 {
     if (r->form.n || !r->body.len || arg(c, "q"))
@@ -292,14 +333,8 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
                  .ndatabases = d.n};
     bdb_clock clk = server_clock(s);
     x.now_ms = bdb_clock_now(&clk);
-    /* the tiers' retention as the engine applies it (db_tier.h): the setting (> 0 set,
-     * < 0 forever, 0 the default), then the tenant's own */
-    const int64_t conf[4] = {0, s->cfg.tier_retention_1m, s->cfg.tier_retention_1h,
-                             s->cfg.tier_retention_1d};
-    for (int t = BDB_RES_1M; t <= BDB_RES_1D; t++) {
-        int64_t dflt = conf[t] > 0 ? conf[t] : conf[t] < 0 ? 0 : bdb_tier_default_retention(t);
-        x.tier_keep_ms[t] = bdb_tenants_tier_retention(s->tenants, tenant, t - 1, dflt);
-    }
+    const char *dbp = arg(c, "db"), *tp = arg(c, "tenant");
+    int named = (dbp && *dbp) || (tp && *tp); /* the request names its database */
     bdb_buf b;
     bdb_buf_init(&b);
     char tiers[64] = "";
@@ -308,13 +343,23 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
     for (size_t i = 0; i < pq.n; i++) {
         const iql_stmt *st = &pq.stmts[i];
         iql_result out;
+        const char *st_tenant = tenant;
+        char m[400] = "";
         if (st->on && st->kind != IQL_CREATE_DATABASE && strcmp(st->on, tenant)) {
+            if (named)
+                snprintf(m, sizeof m, "database not found: %.128s (this request reads '%s')",
+                         st->on, tenant);
+            else
+                st_tenant = on_tenant(s, c, st->on, m, sizeof m);
+        }
+        if (*m) {
             memset(&out, 0, sizeof out);
-            char m[300];
-            snprintf(m, sizeof m, "database not found: %.128s (this request reads '%s')", st->on,
-                     tenant);
             out.error = strdup(m);
+            if (!out.error)
+                abort();
         } else {
+            x.tenant = st_tenant;
+            tier_keep(s, st_tenant, &x);
             iql_exec(&x, st, &out);
             atomic_fetch_add(&s->queries, 1);
         }
