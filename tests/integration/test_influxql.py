@@ -286,6 +286,13 @@ def test_same_answers_as_influxd():
                             stmt, got.headers.get("x-bucketdb-tier"), tier))
             check(not bad, "%d of %d statements differ:\n  %s" % (len(bad), 2 * len(STATEMENTS),
                                                                  "\n  ".join(bad)))
+            # several statements: every source that answered, once, in pyramid order
+            r = query(s.port, "SELECT mean(temp) FROM env WHERE %s GROUP BY time(1h); "
+                              "SELECT temp FROM env WHERE device = 'd01' AND %s; "
+                              "SELECT max(temp) FROM env WHERE %s GROUP BY time(1h), site; "
+                              "SELECT min(temp) FROM env WHERE %s GROUP BY time(1h)"
+                      % (R, R10, R, R))
+            eq(r.headers.get("x-bucketdb-tier"), "raw,1h,fleet")
             # RFC 3339 times when epoch is absent, and the same with POST form bodies
             stmt = "SELECT mean(temp) FROM env WHERE %s GROUP BY time(1h)" % R
             why = same(query(ref.port, stmt, epoch=None).json(),

@@ -337,7 +337,8 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
     int named = (dbp && *dbp) || (tp && *tp); /* the request names its database */
     bdb_buf b;
     bdb_buf_init(&b);
-    char tiers[64] = "";
+    static const char *const sources[] = {"raw", "1m", "1h", "1d", "fleet"};
+    unsigned used = 0; /* bits over sources: what answered the SELECTs */
     if (!chunked)
         bdb_buf_puts(&b, "{\"results\":[");
     for (size_t i = 0; i < pq.n; i++) {
@@ -363,10 +364,12 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
             iql_exec(&x, st, &out);
             atomic_fetch_add(&s->queries, 1);
         }
-        if (out.tier && !strstr(tiers, out.tier) && strlen(tiers) + 4 < sizeof tiers) {
-            if (*tiers)
-                strcat(tiers, ",");
-            strcat(tiers, out.tier);
+        for (const char *p = out.tier; p && *p;) { /* "raw,1h": one or more names */
+            size_t n = strcspn(p, ",");
+            for (unsigned k = 0; k < 5; k++)
+                if (strlen(sources[k]) == n && !strncmp(p, sources[k], n))
+                    used |= 1u << k;
+            p += n + (p[n] == ',');
         }
         if (!chunked && i)
             bdb_buf_putc(&b, ',');
@@ -383,8 +386,15 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
         free(d.v[i]);
     free(d.v);
     hist_observe(&s->query_latency, now_us() - t0);
+    char tiers[32] = "";
+    for (unsigned k = 0; k < 5; k++)
+        if (used & (1u << k)) {
+            if (*tiers)
+                strcat(tiers, ",");
+            strcat(tiers, sources[k]);
+        }
     res = respond_hdr(s, c, 200, "application/json", b.data, b.len, "X-Bucketdb-Tier",
-                      *tiers ? tiers : NULL);
+                      used ? tiers : NULL);
     bdb_buf_free(&b);
     return res;
 }
