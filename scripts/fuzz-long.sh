@@ -29,7 +29,7 @@ BUDGET=${FUZZ_CPU_SECONDS:-3600}
 WALL_CAP=${FUZZ_WALL_CAP:-$((BUDGET * 8))}
 OUT=build-fuzz-long
 ALL=(fuzz_lineproto fuzz_json_ingest fuzz_gzip fuzz_wal fuzz_block fuzz_dbfiles fuzz_tier
-     fuzz_chunk fuzz_cql_frame fuzz_mqtt fuzz_params fuzz_sketch)
+     fuzz_chunk fuzz_cql_frame fuzz_mqtt fuzz_params fuzz_sketch fuzz_promql fuzz_influxql)
 HARNESSES=("$@")
 [ ${#HARNESSES[@]} -eq 0 ] && HARNESSES=("${ALL[@]}")
 mkdir -p "$OUT/artifacts"

@@ -117,6 +117,10 @@ struct bdb_devrule;
 void server_device_rule(bdb_server *s, const char *tenant, struct bdb_devrule *out);
 enum MHD_Result respond_stored_with_warning(bdb_server *s, struct MHD_Connection *c,
                                             const char *not_stored);
+/* respond with one more header (hname: hval) when both are not NULL. */
+enum MHD_Result respond_hdr(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                            const char *ctype, const void *body, size_t len, const char *hname,
+                            const char *hval);
 enum MHD_Result respond_json_error(bdb_server *s, struct MHD_Connection *c, unsigned status,
                                    const char *msg, int influx);
 /* {"error": msg} (also in X-Influxdb-Error) with "Connection: close": for a request

@@ -312,8 +312,17 @@ def ping_and_create_database():
         r = s.post("/query", b"q=CREATE+DATABASE+x",
                    {"Content-Type": "application/x-www-form-urlencoded"})
         eq(r.status, 200)
+        r = s.post("/query", b"q=CREATE+DATABASE+y")  # a form body without its type
+        eq(r.status, 200)
+        r = s.post("/query", b"db=other&q=SHOW+MEASUREMENTS")
+        eq(r.json(), {"results": [{"statement_id": 0}]})
+        # InfluxQL reads (docs/INFLUX.md, test_influxql.py): nothing written, no series
         r = s.get("/query", q="SELECT * FROM cpu")
+        eq(r.status, 200)
+        eq(r.json(), {"results": [{"statement_id": 0}]})
+        r = s.get("/query", q="DROP DATABASE x")
         eq(r.status, 400)
+        contains(r.json()["error"], "error parsing query")
         eq(s.get("/no/such/thing").status, 404)
 
 

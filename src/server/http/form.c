@@ -68,7 +68,7 @@ void args_each(struct MHD_Connection *c, MHD_KeyValueIteratorN it, void *cls)
  * /profile takes PUT and POST already and is not one of them. */
 static int query_endpoint(const char *url)
 {
-    if (!strcmp(url, "/api/v1/query") || !strcmp(url, "/api/v1/late") ||
+    if (!strcmp(url, "/api/v1/query") || !strcmp(url, "/query") || !strcmp(url, "/api/v1/late") ||
         !strcmp(url, "/api/v1/export") || !strcmp(url, "/api/v1/partitions/hot") ||
         !strcmp(url, "/api/v1/telemetry_by_tenant") || !strncmp(url, "/api/v1/state/", 14))
         return 1;

@@ -537,36 +537,12 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
     return res;
 }
 
-/* Influx 1.x /query: only what write-only clients need. Telegraf sends
- * CREATE DATABASE at start; tenants need no creation, so it simply succeeds. */
-enum MHD_Result h_influx_query(bdb_server *s, struct MHD_Connection *c, req *r)
-{
-    enum MHD_Result res;
-    if (!req_tenant(s, c, &res))
-        return res;
-    const char *q = arg(c, "q");
-    if (!q && r->body.len) {
-        /* form-encoded POST: MHD does not parse it for us without a post processor */
-        bdb_buf_putc(&r->body, 0);
-        const char *b = (const char *)r->body.data;
-        q = strncmp(b, "q=", 2) == 0 ? b + 2 : NULL;
-    }
-    if (q && (!strncasecmp(q, "CREATE DATABASE", 15) || !strncasecmp(q, "CREATE+DATABASE", 15))) {
-        const char body[] = "{\"results\":[{\"statement_id\":0}]}\n";
-        return respond(s, c, 200, "application/json", body, sizeof body - 1);
-    }
-    return respond_json_error(s, c, 400,
-                              "error parsing query: bucketdb answers only CREATE DATABASE on "
-                              "/query; read data with GET /api/v1/query (docs/API.md)",
-                              1);
-}
-
 enum MHD_Result h_influx_v2_query(bdb_server *s, struct MHD_Connection *c)
 {
     /* In v2's error shape, which the v2 client libraries read and show. */
     const char body[] =
         "{\"code\":\"not implemented\",\"message\":\"the InfluxDB 2 query API (Flux) is not "
-        "served by bucketdb; the InfluxDB 1.x way in, InfluxQL on /query, answers only CREATE "
-        "DATABASE there: read data with GET /api/v1/query (docs/API.md)\"}\n";
+        "served by bucketdb; query with InfluxQL on /query (the InfluxDB 1.x API, "
+        "docs/INFLUX.md) or GET /api/v1/query (docs/API.md)\"}\n";
     return respond(s, c, 501, "application/json", body, sizeof body - 1);
 }

@@ -15,6 +15,13 @@
 enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
                         const void *body, size_t len)
 {
+    return respond_hdr(s, c, status, ctype, body, len, NULL, NULL);
+}
+
+enum MHD_Result respond_hdr(bdb_server *s, struct MHD_Connection *c, unsigned status,
+                            const char *ctype, const void *body, size_t len, const char *hname,
+                            const char *hval)
+{
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp)
@@ -26,6 +33,8 @@ enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status
     MHD_add_response_header(resp, "X-Bucketdb-Version", BDB_VERSION);
     if (status == 503 || status == 429)
         MHD_add_response_header(resp, "Retry-After", "1");
+    if (hname && hval)
+        MHD_add_response_header(resp, hname, hval);
     enum MHD_Result r = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     if (status >= 100 && status < 600)

@@ -1,0 +1,383 @@
+/* iql_tier: GROUP BY time windows from the 1m/1h/1d tiers (iql_tier.h). */
+#include "query/influxql/iql_tier.h"
+
+#include "agg/rollup.h"
+#include "bucketdb/bdb.h"
+#include "agg/fleet.h"
+#include "query/fleetq.h"
+#include "query/range.h"
+#include "query/windows.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *iql_tier_name(int tier)
+{
+    return bdb_res_name((enum bdb_res)tier);
+}
+
+static int64_t floordiv64(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static int64_t floormod64(int64_t a, int64_t b)
+{
+    return a - floordiv64(a, b) * b;
+}
+
+/* 1 when tier t still holds windows from `from` on (its retention, against now). */
+static int tier_keeps(const iql_ctx *c, int t, int64_t from)
+{
+    int64_t keep = c->tier_keep_ms[t];
+    return keep <= 0 || from >= c->now_ms - keep;
+}
+
+int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                    int64_t from, int64_t to, int has_from, int has_to, int single)
+{
+    (void)has_to; /* an open end is now: its partial window comes from raw like any edge */
+    if (!has_from)
+        return 0; /* the windows would start at the first sample: raw finds it */
+    for (int t = BDB_RES_1D; t >= BDB_RES_1M; t--) {
+        int64_t w = bdb_res_width((enum bdb_res)t);
+        int aligned = !floormod64(from, w) && !floormod64(to, w);
+        if (every % w || off % w || !tier_keeps(c, t, from))
+            continue;
+        /* the tier must cover at least one whole window of it, or raw is as cheap */
+        if (floordiv64(to, w) - floordiv64(from - 1, w) - 1 < 1)
+            continue;
+        int fits = 1;
+        for (size_t i = 0; i < nk && fits; i++) {
+            switch (k[i].fn) {
+            case IQL_FN_COUNT:
+            case IQL_FN_SUM:
+            case IQL_FN_MEAN:
+            case IQL_FN_MIN:
+            case IQL_FN_MAX:
+            case IQL_FN_SPREAD:
+            case IQL_FN_STDDEV:
+                break;
+            case IQL_FN_MEDIAN:
+                fits = every == w && single && aligned;
+                break;
+            case IQL_FN_PERCENTILE:
+                fits = every == w && single && aligned &&
+                       (k[i].param == 50 || k[i].param == 95 || k[i].param == 99);
+                break;
+            default:
+                fits = 0;
+            }
+        }
+        if (fits)
+            return t;
+    }
+    return 0;
+}
+
+struct tread {
+    tier_rows *tr;
+    const char *const *metrics;
+    const uint32_t *fis;
+    size_t nm;
+    uint32_t dev;
+    uint64_t *read, max;
+    int over;
+};
+
+static int tread_cb(void *ctx, const bdb_window_row *r)
+{
+    struct tread *t = ctx;
+    if (++*t->read > t->max) {
+        t->over = 1;
+        return 1;
+    }
+    uint32_t fi = 0;
+    for (size_t i = 0; i < t->nm; i++)
+        if (!strcmp(t->metrics[i], r->metric)) {
+            fi = t->fis[i];
+            break;
+        }
+    tier_rows *tr = t->tr;
+    if (tr->n == tr->cap) {
+        tr->cap = tr->cap ? tr->cap * 2 : 256;
+        tr->w = realloc(tr->w, tr->cap * sizeof *tr->w);
+        if (!tr->w)
+            abort();
+    }
+    tr->w[tr->n++] = (iql_twin){t->dev,   fi,      r->start,
+                                r->count, r->sum,  r->min,
+                                r->max,   r->mean, r->stddev * r->stddev * (double)r->count,
+                                r->p50,   r->p95,  r->p99};
+    return 0;
+}
+
+/* A raw sample as a window of one: the edges of an unaligned range merge with the
+ * tier's windows (every function a tier answers across edges is mergeable). */
+static int edge_cb(void *ctx, const char *metric, int64_t ts, double v)
+{
+    bdb_window_row row = {.metric = metric,
+                          .start = ts,
+                          .count = 1,
+                          .sum = v,
+                          .min = v,
+                          .max = v,
+                          .mean = v,
+                          .p50 = v,
+                          .p95 = v,
+                          .p99 = v};
+    return tread_cb(ctx, &row);
+}
+
+static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int64_t from,
+                     int64_t to)
+{
+    if (from >= to)
+        return BDB_OK;
+    bdb_range_query q = {.tenant = c->tenant,
+                         .device = device,
+                         .metrics = t->metrics,
+                         .nmetrics = t->nm,
+                         .from = from,
+                         .to = to};
+    bdb_query_stats st;
+    return bdb_query_range(c->db, c->pool, &q, edge_cb, t, &st);
+}
+
+int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
+                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
+                  tier_rows *tr, uint64_t *read)
+{
+    int64_t w = bdb_res_width((enum bdb_res)tier);
+    /* [a, b): the tier's whole windows inside the range; the edges from raw */
+    int64_t a = floordiv64(from - 1, w) * w + w, b = floordiv64(to, w) * w;
+    struct tread t = {tr, metrics, fis, nm, dev, read, c->max_points, 0};
+    int rc = BDB_OK;
+    if (a >= b) {
+        rc = read_edge(c, device, &t, from, to);
+    } else {
+        bdb_window_query q = {.tenant = c->tenant,
+                              .device = device,
+                              .metrics = metrics,
+                              .nmetrics = nm,
+                              .from = a,
+                              .to = b,
+                              .res = (enum bdb_res)tier,
+                              .lateness_ms = c->lateness_ms};
+        int64_t wm;
+        rc = read_edge(c, device, &t, from, a);
+        if (rc == BDB_OK && !t.over)
+            rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
+        if (rc == BDB_OK && !t.over)
+            rc = read_edge(c, device, &t, b, to);
+    }
+    if (t.over)
+        return BDB_ERR_LIMIT;
+    return rc;
+}
+
+static _Thread_local const size_t *sort_dg; /* qsort has no context argument */
+
+static int cmp_group_start(const void *a, const void *b)
+{
+    const iql_twin *x = a, *y = b;
+    size_t gx = sort_dg[x->dev], gy = sort_dg[y->dev];
+    if (gx != gy)
+        return gx < gy ? -1 : 1;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+void iql_tier_sort(tier_rows *tr, const size_t *dg, size_t ng, size_t *gstart)
+{
+    sort_dg = dg;
+    if (tr->n)
+        qsort(tr->w, tr->n, sizeof *tr->w, cmp_group_start);
+    size_t at = 0;
+    for (size_t g = 0; g <= ng; g++) {
+        gstart[g] = at;
+        while (at < tr->n && dg[tr->w[at].dev] == g)
+            at++;
+    }
+}
+
+/* One column over the tier windows ws[0..n) of one output window (all of its field). */
+static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *out)
+{
+    uint64_t cnt = 0;
+    double sum = 0, lo = INFINITY, hi = -INFINITY, mean = 0, m2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const iql_twin *w = ws[i];
+        if (!w->count)
+            continue;
+        /* Chan et al.: merge (count, mean, m2) of two parts */
+        double d = w->mean - mean;
+        uint64_t tot = cnt + w->count;
+        mean += d * (double)w->count / (double)tot;
+        m2 += w->m2 + d * d * (double)cnt * (double)w->count / (double)tot;
+        cnt = tot;
+        sum += w->sum;
+        lo = w->min < lo ? w->min : lo;
+        hi = w->max > hi ? w->max : hi;
+    }
+    if (k->fn == IQL_FN_COUNT) {
+        out->t = IQL_V_INT;
+        out->i = (int64_t)cnt;
+        return cnt > 0;
+    }
+    if (!cnt)
+        return 0;
+    out->t = IQL_V_NUM;
+    switch (k->fn) {
+    case IQL_FN_SUM:
+        out->num = sum;
+        return 1;
+    case IQL_FN_MEAN:
+        out->num = sum / (double)cnt;
+        return 1;
+    case IQL_FN_MIN:
+        out->num = lo;
+        return 1;
+    case IQL_FN_MAX:
+        out->num = hi;
+        return 1;
+    case IQL_FN_SPREAD:
+        out->num = hi - lo;
+        return 1;
+    case IQL_FN_STDDEV:
+        if (cnt < 2)
+            return 0;
+        out->num = sqrt(m2 / (double)(cnt - 1));
+        return 1;
+    case IQL_FN_MEDIAN:
+    case IQL_FN_PERCENTILE: {
+        /* one device, one window (iql_tier_choose) */
+        const iql_twin *w = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (ws[i]->count)
+                w = ws[i];
+        double p = k->fn == IQL_FN_MEDIAN ? 50 : k->param, q = p / 100;
+        /* The sketch answers rank floor(q (n - 1)) (agg/sketch.h); InfluxDB's percentile
+         * takes rank floor(n q + 0.5) - 1 and its median averages the middle two of an
+         * even count. Only where they agree is the sketch's value InfluxDB's (within
+         * its error). */
+        double nn = (double)w->count;
+        if (k->fn == IQL_FN_MEDIAN ? w->count % 2 == 0
+                                   : floor(nn * q + 0.5) - 1 != floor(q * (nn - 1)))
+            return -2;
+        out->num = p == 50 ? w->p50 : p == 95 ? w->p95 : w->p99;
+        return !isnan(out->num);
+    }
+    default:
+        return 0;
+    }
+}
+
+int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, size_t nk,
+                  int64_t every, int64_t off, int64_t from, int64_t to, iql_series *se,
+                  uint64_t max)
+{
+    iql_twin **ws = malloc((n + 1) * sizeof *ws);
+    iql_twin **fw = malloc((n + 1) * sizeof *fw);
+    if (!ws || !fw)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        ws[i] = &gw[i];
+    int64_t lo = floordiv64(from - off, every) * every + off;
+    int64_t hi = floordiv64(to - 1 - off, every) * every + off;
+    int rc = 0;
+    if ((uint64_t)((hi - lo) / every) >= max) {
+        rc = -1;
+        goto out;
+    }
+    size_t at = 0;
+    for (int64_t w0 = lo; w0 <= hi; w0 += every) {
+        size_t a = at;
+        while (at < n && ws[at]->start < w0 + every)
+            at++;
+        iql_val *row = iql_series_add_row(se);
+        row[0] = (iql_val){.t = IQL_V_TIME, .i = w0};
+        int any = 0;
+        for (size_t q = 0; q < nk; q++) {
+            size_t m = 0;
+            for (size_t i = a; i < at; i++)
+                if (ws[i]->fi == (uint32_t)k[q].fi)
+                    fw[m++] = ws[i];
+            int v = tier_value(&k[q], fw, m, &row[q + 1]);
+            if (v == -2) {
+                rc = -2;
+                goto out;
+            }
+            if (v)
+                any = 1;
+            else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL || k[q].absent)
+                row[q + 1].t = IQL_V_NULL;
+        }
+        if (!any && st->fill == IQL_FILL_NONE)
+            se->nrows--;
+    }
+out:
+    free(ws);
+    free(fw);
+    return rc;
+}
+
+int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                     int64_t from, int64_t to, int64_t *a, int64_t *b)
+{
+    for (size_t i = 0; i < nk; i++)
+        if (k[i].fn == IQL_FN_MEDIAN || k[i].fn == IQL_FN_PERCENTILE || k[i].fn == IQL_FN_FIRST ||
+            k[i].fn == IQL_FN_LAST)
+            return 0; /* the fleet tables keep statistics, no sketch */
+    for (int t = BDB_RES_1D; t >= BDB_RES_1H; t--) {
+        int64_t w = bdb_res_width((enum bdb_res)t);
+        if (every % w || off % w || !tier_keeps(c, t, from)) /* the tables follow the tiers */
+            continue;
+        *a = floordiv64(from - 1, w) * w + w;
+        *b = floordiv64(to, w) * w;
+        if (*a < *b)
+            return t;
+    }
+    return 0;
+}
+
+int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
+                   int64_t to, tier_rows *tr, uint64_t *read)
+{
+    bdb_fleet f;
+    bdb_fleet_init(&f, bdb_res_width((enum bdb_res)res));
+    int rc = bdb_query_fleet_tables(c->db, c->pool, c->tenant, metric, (enum bdb_res)res, from, to,
+                                    &f, NULL);
+    struct tread t = {tr, &metric, &fi, 1, 0, read, c->max_points, 0};
+    for (size_t i = 0; rc == BDB_OK && i < f.n && !t.over; i++) {
+        bdb_fleet_row fr;
+        bdb_fleet_row_of(&f, &f.w[i], &fr);
+        if (fr.start < from || fr.start >= to)
+            continue;
+        bdb_window_row row = {.metric = metric,
+                              .start = fr.start,
+                              .count = fr.readings,
+                              .sum = fr.sum,
+                              .min = fr.min,
+                              .max = fr.max,
+                              .mean = fr.avg,
+                              .stddev = fr.stddev,
+                              .p50 = NAN,
+                              .p95 = NAN,
+                              .p99 = NAN};
+        tread_cb(&t, &row);
+    }
+    bdb_fleet_free(&f);
+    if (t.over)
+        return BDB_ERR_LIMIT;
+    return rc;
+}
+
+void iql_tier_rows_free(tier_rows *tr)
+{
+    free(tr->w);
+    memset(tr, 0, sizeof *tr);
+}

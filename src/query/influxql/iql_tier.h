@@ -1,0 +1,82 @@
+/* iql_tier: answering a SELECT's GROUP BY time windows from the pyramid's tiers
+ * (1m, 1h, 1d) instead of raw samples (docs/INFLUX.md#tiers).
+ *
+ * A tier answers when the interval and offset are multiples of its width, the range
+ * has a start and holds at least one whole window of the tier, and every function is
+ * one its windows hold: count, sum, mean, min, max, spread and stddev exactly (the
+ * parts of the range before its first and after its last whole window are read raw,
+ * each sample a window of one, and merged in); median and percentile 50, 95 or 99
+ * from the sketches (1% relative error) only when the range is aligned to the tier,
+ * the interval is the tier's width and each series is one device, since sketches of
+ * different windows are not merged here, and only where InfluxDB's rank is the
+ * sketch's (iql_tier_rows). */
+#ifndef BDB_IQL_TIER_H
+#define BDB_IQL_TIER_H
+
+#include "query/influxql/iql.h"
+#include "query/influxql/iql_exec.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* An output column of a SELECT: a field, a tag (raw only), or a function of a field. */
+typedef struct iql_col {
+    enum iql_func fn;
+    double param;
+    const char *field; /* the field or tag */
+    int is_tag;
+    int fi; /* index of the field in the statement's field list */
+    const char *name;
+    int aliased; /* named with AS */
+    int absent;  /* the measurement has no such field: null, never count's 0 */
+} iql_col;
+
+/* One tier window of one device's field. */
+typedef struct iql_twin {
+    uint32_t dev, fi;
+    int64_t start;
+    uint64_t count;
+    double sum, min, max, mean, m2, p50, p95, p99;
+} iql_twin;
+
+typedef struct tier_rows {
+    iql_twin *w;
+    size_t n, cap;
+} tier_rows;
+
+/* The tier (BDB_RES_1M/1H/1D) that answers, or 0 (raw). single: each series is one
+ * device. */
+int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                    int64_t from, int64_t to, int has_from, int has_to, int single);
+const char *iql_tier_name(int tier);
+/* Reads device's windows of the metrics (fis: their field indexes) in [from, to) into
+ * tr, the edges outside whole tier windows as raw samples; *read counts windows and
+ * samples against c->max_points (BDB_ERR_LIMIT past it). */
+int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
+                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
+                  tier_rows *tr, uint64_t *read);
+/* Sorts tr by group (dg: device -> group, ng groups), then start: group g's windows
+ * are tr->w[gstart[g] .. gstart[g + 1]) (gstart has ng + 1 entries). */
+void iql_tier_sort(tier_rows *tr, const size_t *dg, size_t ng, size_t *gstart);
+/* Appends the rows (time, then one value per column) of one group's windows gw[0..n)
+ * (sorted by start) to se. -1: more than max rows; -2: a percentile or median whose
+ * rank in InfluxDB's definition is not the sketch's (small or even counts): the
+ * caller answers from raw instead. */
+int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, size_t nk,
+                  int64_t every, int64_t off, int64_t from, int64_t to, iql_series *se,
+                  uint64_t max);
+void iql_tier_rows_free(tier_rows *tr);
+
+/* The fleet tables (query/fleetq.h: every device's readings of a metric per hour or
+ * day) answer a statement over many devices with no tag condition and no GROUP BY tag
+ * whose interval and offset are multiples of an hour (a day): BDB_RES_1H or _1D, with
+ * [*a, *b) the whole fleet windows inside [from, to) (the edges come from the
+ * devices' tiers); 0 when they do not answer (sketch functions, no whole window). */
+int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
+                     int64_t from, int64_t to, int64_t *a, int64_t *b);
+/* Adds the fleet windows of metric (field index fi) in [from, to) to tr as device 0's
+ * (the statement has one group); *read as iql_tier_read. */
+int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
+                   int64_t to, tier_rows *tr, uint64_t *read);
+
+#endif

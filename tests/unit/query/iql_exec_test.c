@@ -1,0 +1,336 @@
+/* iql_exec over a real embedded engine: the metric-to-measurement mapping (m.f and a
+ * plain metric), SHOW answers, time bounds rounded to milliseconds the way InfluxDB's
+ * nanosecond bounds select samples, the ns lower bound dating windows, fill, the
+ * point limit, errors for what is not supported, and the tier rule (which tier and
+ * when raw) with tier answers equal to raw ones. Equality with InfluxDB itself is
+ * tests/integration/test_influxql.py. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "model/batch.h"
+#include "query/influxql/iql.h"
+#include "query/influxql/iql_exec.h"
+#include "storage/embedded/core/db.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN 60000LL
+#define HOUR 3600000LL
+/* Two days ago at midnight: the tiers drop windows older than their retention (90
+ * days for 1m) against the wall clock, so the data must be recent. */
+static long long T0;
+
+static char tmpdir[64];
+static bdb_db *db;
+
+/* d1 (site a) and d2 (site b): env.temp and env.hum every 10 s for 2 hours, and the
+ * plain metric power every minute; temp of d1 is i % 10, of d2 100 + i % 10. */
+static int setup(void **state)
+{
+    (void)state;
+    bdb_log_set_level(BDB_LOG_ERROR + 1);
+    T0 = (bdb_now_ms() / 86400000 - 2) * 86400000;
+    strcpy(tmpdir, "/tmp/bdb-iql-XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    bdb_db_opts o;
+    bdb_db_opts_default(&o);
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/data", tmpdir);
+    o.data_dir = dir;
+    o.background = 0;
+    if (bdb_db_open(&o, &db) != BDB_OK)
+        return -1;
+    bdb_batch *b = bdb_batch_new();
+    for (int d = 1; d <= 2; d++) {
+        char dev[16];
+        snprintf(dev, sizeof dev, "d%d", d);
+        for (int i = 0; i < 720; i++) {
+            bdb_batch_begin(b, dev, 2, T0 + i * 10000LL, (size_t)i);
+            bdb_batch_tag(b, "site", 4, d == 1 ? "a" : "b", 1);
+            bdb_batch_metric(b, "env.temp", 8, (d == 2 ? 100 : 0) + i % 10);
+            bdb_batch_metric(b, "env.hum", 7, 50.5);
+            if (i % 6 == 0)
+                bdb_batch_metric(b, "power", 5, i);
+            if (bdb_batch_end(b) != 1)
+                return -1;
+        }
+    }
+    int rc = bdb_db_write(db, "t", b);
+    bdb_batch_free(b);
+    return rc == BDB_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bdb_db_close(db);
+    tu_rm_rf(tmpdir);
+    return 0;
+}
+
+static int64_t keep_1m; /* the 1m tier's retention for run() (0: forever) */
+
+static iql_result run(const char *q, uint64_t max)
+{
+    static const char *const dbs[] = {"t"};
+    iql_ctx c = {.db = db,
+                 .tenant = "t",
+                 .device_tag = "device",
+                 .now_ms = T0 + 3 * HOUR,
+                 .max_points = max ? max : 1000000,
+                 .databases = dbs,
+                 .ndatabases = 1,
+                 .tier_keep_ms = {0, keep_1m, 0, 0}};
+    char err[600];
+    iql_query pq;
+    if (iql_parse(q, strlen(q), &pq, err, sizeof err) != 0)
+        fail_msg("%s: %s", q, err);
+    iql_result r;
+    iql_exec(&c, &pq.stmts[0], &r);
+    iql_free(&pq);
+    return r;
+}
+
+static const iql_val *cell(const iql_result *r, size_t s, size_t row, size_t col)
+{
+    assert_true(s < r->nseries);
+    assert_true(row < r->series[s].nrows);
+    assert_true(col < r->series[s].ncols);
+    return &r->series[s].vals[row * r->series[s].ncols + col];
+}
+
+static void test_mapping_and_show(void **state)
+{
+    (void)state;
+    iql_result r = run("SHOW MEASUREMENTS", 0);
+    assert_null(r.error);
+    assert_int_equal(r.series[0].nrows, 2);
+    assert_string_equal(cell(&r, 0, 0, 0)->s, "env");
+    assert_string_equal(cell(&r, 0, 1, 0)->s, "power");
+    iql_result_free(&r);
+    r = run("SHOW FIELD KEYS", 0);
+    assert_int_equal(r.nseries, 2);
+    assert_string_equal(cell(&r, 0, 0, 0)->s, "hum");
+    assert_string_equal(cell(&r, 0, 1, 0)->s, "temp");
+    assert_string_equal(cell(&r, 1, 0, 0)->s, "value"); /* power: field value */
+    iql_result_free(&r);
+    r = run("SHOW TAG VALUES FROM power WITH KEY =~ /^(device|site)$/ WHERE site = 'b'", 0);
+    assert_int_equal(r.series[0].nrows, 2);
+    assert_string_equal(cell(&r, 0, 0, 1)->s, "d2");
+    assert_string_equal(cell(&r, 0, 1, 1)->s, "b");
+    iql_result_free(&r);
+    r = run("SHOW SERIES WHERE device = 'd1'", 0);
+    assert_int_equal(r.series[0].nrows, 2);
+    assert_string_equal(cell(&r, 0, 0, 0)->s, "env,device=d1,site=a");
+    iql_result_free(&r);
+    r = run("SHOW DATABASES", 0);
+    assert_string_equal(cell(&r, 0, 0, 0)->s, "t");
+    iql_result_free(&r);
+}
+
+static void test_time_bounds(void **state)
+{
+    (void)state;
+    /* time > T0 + 10 s - 2 ns: the sample at T0 + 10 s is in, and the answer is dated
+     * at the bound plus 1 ns, which lies in the millisecond before */
+    char q[300];
+    snprintf(q, sizeof q,
+             "SELECT count(temp), first(temp) FROM env WHERE device = 'd1' AND time > %lld "
+             "AND time <= %lldms",
+             (T0 + 10000) * 1000000 - 2, T0 + 30000);
+    iql_result r = run(q, 0);
+    assert_null(r.error);
+    assert_int_equal(cell(&r, 0, 0, 0)->i, T0 + 9999);
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 3); /* 10 s, 20 s, 30 s */
+    assert_true(cell(&r, 0, 0, 2)->num == 1);
+    iql_result_free(&r);
+    /* a selector alone is dated at its sample */
+    snprintf(q, sizeof q, "SELECT max(temp) FROM env WHERE time >= %lldms AND time < %lldms", T0,
+             T0 + MIN);
+    r = run(q, 0);
+    assert_true(cell(&r, 0, 0, 1)->num == 105);
+    assert_int_equal(cell(&r, 0, 0, 0)->i, T0 + 50000);
+    iql_result_free(&r);
+    r = run("SELECT temp FROM env WHERE time > now() - 1h OR time < now() - 2h", 0);
+    assert_non_null(strstr(r.error, "joined by OR"));
+    iql_result_free(&r);
+    r = run("SHOW SERIES WHERE temp > 3", 0);
+    assert_non_null(strstr(r.error, "conditions on field values"));
+    iql_result_free(&r);
+    /* a field condition filters rows: temp of d1 cycles 0..9 every 10 samples */
+    r = run("SELECT count(temp), max(hum) FROM env WHERE device = 'd1' AND temp >= 7", 0);
+    assert_null(r.error);
+    assert_string_equal(r.tier, "raw");
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 216);
+    iql_result_free(&r);
+    r = run("SELECT count(temp) FROM env WHERE 3 > temp OR site = 'b'", 0);
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 216 + 720);
+    iql_result_free(&r);
+}
+
+static void test_fill_and_limits(void **state)
+{
+    (void)state;
+    char q[300];
+    /* windows before the data: fill(null) gives null, count 0; fill(-1) the value */
+    snprintf(q, sizeof q,
+             "SELECT mean(temp), count(temp) FROM env WHERE device = 'd1' AND time >= %lldms "
+             "AND time < %lldms GROUP BY time(30m) fill(null)",
+             T0 - HOUR, T0 + HOUR);
+    iql_result r = run(q, 0);
+    assert_int_equal(r.series[0].nrows, 4);
+    assert_int_equal(cell(&r, 0, 0, 1)->t, IQL_V_NULL);
+    assert_int_equal(cell(&r, 0, 0, 2)->t, IQL_V_INT);
+    assert_int_equal(cell(&r, 0, 0, 2)->i, 0);
+    assert_true(cell(&r, 0, 2, 1)->num == 4.5);
+    iql_result_free(&r);
+    snprintf(q, sizeof q,
+             "SELECT mean(temp) FROM env WHERE time >= %lldms AND time < %lldms GROUP BY "
+             "time(30m), site fill(none) ORDER BY time DESC LIMIT 1 SLIMIT 1 SOFFSET 1",
+             T0 - HOUR, T0 + HOUR);
+    r = run(q, 0);
+    assert_int_equal(r.nseries, 1);
+    assert_string_equal(r.series[0].tagv[0], "a"); /* DESC: series backwards too */
+    assert_int_equal(r.series[0].nrows, 1);
+    assert_int_equal(cell(&r, 0, 0, 0)->i, T0 + 30 * MIN);
+    iql_result_free(&r);
+    /* the point limit: 1,440 samples of temp with a limit of 1,000 */
+    r = run("SELECT temp FROM env", 1000);
+    assert_non_null(strstr(r.error, "max-select-point limit exceeded"));
+    assert_int_equal(r.nseries, 0);
+    iql_result_free(&r);
+    r = run("SELECT temp FROM env", 1440);
+    assert_null(r.error);
+    iql_result_free(&r);
+}
+
+/* The same statement from raw and from a tier gives the same rows. */
+static void same_rows(const iql_result *a, const iql_result *b)
+{
+    assert_int_equal(a->nseries, b->nseries);
+    for (size_t s = 0; s < a->nseries; s++) {
+        assert_int_equal(a->series[s].nrows, b->series[s].nrows);
+        for (size_t i = 0; i < a->series[s].nrows * a->series[s].ncols; i++) {
+            const iql_val *x = &a->series[s].vals[i], *y = &b->series[s].vals[i];
+            assert_int_equal(x->t, y->t);
+            if (x->t == IQL_V_NUM)
+                assert_true(fabs(x->num - y->num) <= 1e-9 * fabs(x->num) + 1e-12);
+            else
+                assert_int_equal(x->i, y->i);
+        }
+    }
+}
+
+static void test_tier_rule(void **state)
+{
+    (void)state;
+    char q[400];
+    const char *fns = "count(temp), mean(temp), min(temp), max(temp), spread(temp), "
+                      "stddev(temp), sum(hum)";
+    /* 10m over an unaligned range: the 1m tier, edges from raw; same as 10m with an
+     * offset of 10 s, which no tier divides (raw) */
+    snprintf(q, sizeof q,
+             "SELECT %s FROM env WHERE site = 'a' AND time >= %lldms AND time < %lldms GROUP BY "
+             "time(10m)",
+             fns, T0 + 37000, T0 + 2 * HOUR - 13000);
+    iql_result tier = run(q, 0);
+    assert_null(tier.error);
+    assert_string_equal(tier.tier, "1m");
+    snprintf(q, sizeof q,
+             "SELECT %s FROM env WHERE site = 'a' AND time >= %lldms AND time < %lldms GROUP BY "
+             "time(10m, 10s)",
+             fns, T0 + 37000, T0 + 2 * HOUR - 13000);
+    iql_result raw = run(q, 0);
+    assert_string_equal(raw.tier, "raw");
+    iql_result_free(&raw);
+    /* the tier's answer equals raw's: first() is never a tier's, so adding it makes
+     * the same windows come from raw */
+    snprintf(q, sizeof q,
+             "SELECT %s, first(hum) FROM env WHERE site = 'a' AND time >= %lldms AND time < "
+             "%lldms GROUP BY time(10m)",
+             fns, T0 + 37000, T0 + 2 * HOUR - 13000);
+    raw = run(q, 0);
+    assert_string_equal(raw.tier, "raw");
+    for (size_t i = 0; i < raw.series[0].nrows; i++)
+        for (size_t k = 0; k < tier.series[0].ncols; k++) {
+            const iql_val *x = cell(&raw, 0, i, k), *y = cell(&tier, 0, i, k);
+            assert_int_equal(x->t, y->t);
+            if (x->t == IQL_V_NUM)
+                assert_true(fabs(x->num - y->num) <= 1e-9 * fabs(x->num) + 1e-12);
+            else
+                assert_int_equal(x->i, y->i);
+        }
+    iql_result_free(&raw);
+    /* GROUP BY time(1h) over both devices, no tag condition: the fleet tables */
+    snprintf(q, sizeof q,
+             "SELECT %s FROM env WHERE time >= %lldms AND time < %lldms GROUP BY time(1h)", fns, T0,
+             T0 + 2 * HOUR);
+    iql_result fleet = run(q, 0);
+    assert_string_equal(fleet.tier, "fleet");
+    snprintf(q, sizeof q,
+             "SELECT %s FROM env WHERE time >= %lldms AND time < %lldms GROUP BY time(60m, 60m)",
+             fns, T0, T0 + 2 * HOUR);
+    iql_result fleet2 = run(q, 0); /* an offset of a whole window: still the tables */
+    same_rows(&fleet, &fleet2);
+    iql_result_free(&fleet2);
+    snprintf(q, sizeof q,
+             "SELECT %s FROM env WHERE time >= %lldms AND time < %lldms GROUP BY time(1h, 1ms)",
+             fns, T0, T0 + 2 * HOUR);
+    raw = run(q, 0);
+    assert_string_equal(raw.tier, "raw");
+    iql_result_free(&raw);
+    iql_result_free(&fleet);
+    /* a 1m tier that keeps one hour (now is T0 + 3 h) has dropped the range: raw */
+    snprintf(q, sizeof q,
+             "SELECT %s FROM env WHERE site = 'a' AND time >= %lldms AND time < %lldms GROUP BY "
+             "time(10m)",
+             fns, T0 + 37000, T0 + 2 * HOUR - 13000);
+    keep_1m = HOUR;
+    raw = run(q, 0);
+    keep_1m = 0;
+    assert_string_equal(raw.tier, "raw");
+    same_rows(&raw, &tier);
+    iql_result_free(&raw);
+    iql_result_free(&tier);
+    /* percentiles: the sketch only where InfluxDB's rank is the sketch's (360 samples:
+     * yes for 95; an hour of one device), else raw */
+    snprintf(q, sizeof q,
+             "SELECT percentile(temp, 95) FROM env WHERE time >= %lldms AND time < %lldms GROUP "
+             "BY time(1h), device",
+             T0, T0 + 2 * HOUR);
+    tier = run(q, 0);
+    assert_string_equal(tier.tier, "1h");
+    assert_true(fabs(cell(&tier, 0, 0, 1)->num - 9) <= 0.09);
+    iql_result_free(&tier);
+    snprintf(q, sizeof q,
+             "SELECT median(temp) FROM env WHERE time >= %lldms AND time < %lldms GROUP BY "
+             "time(1h), device",
+             T0, T0 + 2 * HOUR);
+    raw = run(q, 0); /* 360 samples: an even count */
+    assert_string_equal(raw.tier, "raw");
+    assert_true(cell(&raw, 0, 0, 1)->num == 4.5);
+    iql_result_free(&raw);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mapping_and_show),
+        cmocka_unit_test(test_time_bounds),
+        cmocka_unit_test(test_fill_and_limits),
+        cmocka_unit_test(test_tier_rule),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
