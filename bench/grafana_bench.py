@@ -257,8 +257,10 @@ def influxql_panels(span_24h, span_30d):
 def promql_panels(now, span_24h, span_30d):
     """The same panels in PromQL, start and end aligned to the step as Grafana does."""
     one = 'avg_over_time(env_temp{device="%s"}[%s])'
-    tag = ('sum(sum_over_time(env_temp{site="%s"}[{w}])) / '
-           'sum(count_over_time(env_temp{site="%s"}[{w}]))' % (SITE, SITE))
+    # the mean of the devices' means: equal to InfluxQL's mean over the group's samples
+    # here, where every device reports as often in each hour (bucketdb's PromQL has no
+    # vector / vector for sum / count)
+    tag = 'avg(avg_over_time(env_temp{site="%s"}[{w}]))' % SITE
     out = []
     for qid, q, step, span in (("q24h", one % (DEVICE, "1m"), MINUTE, span_24h),
                                ("q30d", one % (DEVICE, "1h"), HOUR, span_30d),
@@ -295,7 +297,7 @@ def timed(peer, path, runs, warm, limit):
 
     def rank(q):
         return lat[min(len(lat) - 1, max(0, int(q * len(lat) + 0.999999) - 1))]
-    return rank(0.50), rank(0.99), len(lat), len(data), tier
+    return rank(0.50), rank(0.99), len(lat), data, tier
 
 
 def points(doc):
@@ -325,6 +327,28 @@ def compare(qid, want, got):
                 if rel > 1e-9:
                     return "%s at %d: %r vs %r" % (qid, ta, va, vb), 0, 0
         n += len(a)
+    return "", n, worst
+
+
+def compare_prom(want, got):
+    """VictoriaMetrics' query_range answer (want) against bucketdb's: (why, points, worst
+    relative difference); reported, not fatal (VM is not the reference)."""
+    def series(data):
+        return {json.dumps(r["metric"], sort_keys=True): r["values"]
+                for r in json.loads(data)["data"]["result"]}
+    a, b = series(want), series(got)
+    if sorted(a) != sorted(b):
+        return "series differ: %s vs %s" % (sorted(a)[:3], sorted(b)[:3]), 0, 0.0
+    n, worst = 0, 0.0
+    for k in a:
+        if len(a[k]) != len(b[k]):
+            return "%d points from VM, %d from bucketdb" % (len(a[k]), len(b[k])), 0, 0.0
+        for (ta, va), (tb, vb) in zip(a[k], b[k]):
+            if ta != tb:
+                return "time %r vs %r" % (ta, tb), 0, 0.0
+            va, vb = float(va), float(vb)
+            worst = max(worst, abs(va - vb) / max(abs(va), abs(vb), 1e-300))
+        n += len(a[k])
     return "", n, worst
 
 
@@ -382,7 +406,7 @@ def main():
     nsamples = fleet.samples()
     work = tempfile.mkdtemp(prefix="bucketdb-grafanabench.")
     started = {}
-    rows, checks, tiers = [], [], {}
+    rows, checks, pchecks, tiers = [], [], [], {}
     try:
         for name in peers_wanted:
             port = free_port()
@@ -442,6 +466,9 @@ def main():
                 log("check %s: %d points (%d with a value) equal, largest relative "
                     "difference %.3g" % (qid, n, nonnull, worst))
 
+        # one fixed range for both PromQL peers, so that their answers can be compared
+        prom_panels = promql_panels(int(time.time() * 1000), DAY, 30 * DAY)
+        answers = {}
         for name in peers_wanted:
             p = started[name]
             runs = []
@@ -455,17 +482,23 @@ def main():
                 extra = {"tenant": DB} if name == "bucketdb" else {}
                 pname = "bucketdb-prom" if name == "bucketdb" else "vm"
                 labels = {q: lab for q, lab, _, _ in influxql_panels(DAY, 30 * DAY)}
-                for qid, q, params in promql_panels(int(time.time() * 1000), DAY, 30 * DAY):
+                for qid, q, params in prom_panels:
                     params = dict(params, **extra)
                     runs.append((pname, qid, labels[qid] + " (PromQL)", pre +
                                  "/api/v1/query_range?" + urllib.parse.urlencode(params)))
             for pname, qid, label, path in runs:
-                p50, p99, n, size, tier = timed(p, path, a.runs, a.warm, a.query_limit)
+                p50, p99, n, data, tier = timed(p, path, a.runs, a.warm, a.query_limit)
+                size = len(data)
+                answers[(pname, qid)] = data
                 rows.append((pname, qid, label, p50, p99, n, size))
                 if tier:
                     tiers[(pname, qid)] = tier
                 log("%s %s: p50 %.3f ms, p99 %.3f ms (%d runs)%s" %
                     (pname, qid, p50, p99, n, " tier " + tier if tier else ""))
+        for qid, _, _ in prom_panels:
+            if ("vm", qid) in answers and ("bucketdb-prom", qid) in answers:
+                pchecks.append((qid,) + compare_prom(answers[("vm", qid)],
+                                                     answers[("bucketdb-prom", qid)]))
     finally:
         for p in started.values():
             p.stop()
@@ -496,6 +529,9 @@ def main():
     for qid, n, nonnull, worst in checks:
         print("check bucketdb = influxd %-8s %6d points (%d with a value), largest "
               "relative difference %.3g" % (qid, n, nonnull, worst))
+    for qid, why, n, worst in pchecks:
+        print("check bucketdb-prom vs VM %-8s %s" % (qid, why or (
+            "%6d points, largest relative difference %.3g" % (n, worst))))
 
 
 if __name__ == "__main__":
