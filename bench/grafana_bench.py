@@ -3,7 +3,8 @@
 (Debian's influxd) and VictoriaMetrics, on the same data, in the same run, on the same
 machine (issue 19). See bench/README.md ("Grafana panels") for what is measured.
 
-  bench/grafana_bench.py                  build/bucketdb, 1,000 devices x 10 fields
+  bench/grafana_bench.py                  build/bucketdb, 1,000 devices x 4 fields
+  bench/grafana_bench.py --fields 10      10 fields per device (a load of about 5 min)
   bench/grafana_bench.py --devices 100 --days 7 --runs 20      a short trial
   BUCKETDB=build-x/bucketdb bench/grafana_bench.py --peers bucketdb,influxd
 
@@ -359,7 +360,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--devices", type=int, default=1000)
-    ap.add_argument("--fields", type=int, default=10, help="fields (metrics) per device, 1..10")
+    ap.add_argument("--fields", type=int, default=4, help="fields (metrics) per device, 1..10")
     ap.add_argument("--sites", type=int, default=8, help="values of the tag `site`")
     ap.add_argument("--days", type=int, default=30,
                     help="days of history at --coarse before the last --fine-hours")
