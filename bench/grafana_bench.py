@@ -356,6 +356,24 @@ def compare_prom(want, got):
     return "", n, worst
 
 
+def goal_lines(by):
+    """Issue 19's goals per panel at p50: bucketdb (InfluxQL) at most 0.1x influxd's
+    time, and at most VictoriaMetrics' (1.0x)."""
+    out = []
+    for qid in ("q24h", "q30d", "qtag24h", "qtag30d"):
+        b = by.get(("bucketdb", qid))
+        if not b:
+            continue
+        parts = []
+        for den, limit, what in (("influxd", 0.1, "<= 0.1x influxd"), ("vm", 1.0, "<= VM")):
+            if (den, qid) in by:
+                r = b[0] / by[(den, qid)][0]
+                parts.append("%s %s (%.3fx)" % (what, "met" if r <= limit else "NOT met", r))
+        if parts:
+            out.append("goal %-8s %s" % (qid, ", ".join(parts)))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -535,6 +553,8 @@ def main():
             if (num, qid) in by and (den, qid) in by:
                 b, v = by[(num, qid)], by[(den, qid)]
                 print("%-18s %-8s %10.3fx %9.3fx" % (what, qid, b[0] / v[0], b[1] / v[1]))
+    for line in goal_lines(by):
+        print(line)
     for qid, n, nonnull, worst in checks:
         print("check bucketdb = influxd %-8s %6d points (%d with a value), largest "
               "relative difference %.3g" % (qid, n, nonnull, worst))
