@@ -695,7 +695,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     }
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
         pthread_mutex_init(&s->devq_mu[i], NULL);
-    hot_start(s); /* hot partitions (h_partitions.c) */
+    hot_start(s);                                  /* hot partitions (h_partitions.c) */
     s->purge = bdb_purge_start(s->tenants, s->db); /* deleted tenants' data */
     if (!s->purge)
         BDB_ERROR("cannot start the purge of deleted tenants' data: their data stays "

@@ -5,15 +5,22 @@ with the admin token, on any read API; a tenant created again under the same nam
 starts empty and sees only what it writes; both hold across a flush, a clean restart
 and a restart after SIGKILL (WAL replay), and the old data's block files go at the next
 maintenance (embedded engine); MQTT messages for the name reach the new tenant. Each
-test fails on a server where deleting a tenant only removes it from the registry."""
+test fails on a server where deleting a tenant only removes it from the registry.
+The purge then removes the old generation's data: no file of the data directory names
+a device of it any more (catalog, latest, fleet, tier, block files and the WAL; on
+Cassandra, no row of the old key in any table), and a restart does not bring it back."""
 
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import ON_CASSANDRA, Server, Suite, check, eq, path_with  # noqa: E402
+from bdbtest import TestFailure, _cql, _keyspaces  # noqa: E402
 
 suite = Suite("tenant_delete")
 T0 = 1705327200000  # 2024-01-15T14:00:00Z
@@ -166,7 +173,7 @@ def deleted_data_is_unreachable_and_a_new_tenant_starts_empty():
         sees_nothing_old(s, s.t1new)
         only_new(s.t1new)
         with open(os.path.join(s.data, "tenants")) as f:
-            check(re.search(r"^deleted t1 gen=1 at=\d+$", f.read(), re.M), "tombstone line")
+            check(re.search(r"^deleted t1 gen=1 at=\d+( purged=[01])?$", f.read(), re.M), "tombstone line")
 
 
 @suite.test
@@ -212,7 +219,7 @@ def deleting_twice_and_anonymous_use_of_a_deleted_name():
         s.restart()
         sees_nothing_old(s, None, tenant="t1")
         with open(os.path.join(s.data, "tenants")) as f:
-            check(re.search(r"^deleted t1 gen=2 at=\d+$", f.read(), re.M), "tombstone gen 2")
+            check(re.search(r"^deleted t1 gen=2 at=\d+( purged=[012])?$", f.read(), re.M), "tombstone gen 2")
 
 
 @suite.test
@@ -242,6 +249,120 @@ def mqtt_writes_reach_the_new_tenant_only():
             wait_for("the new message", lambda: has(s.t1new, NEW))
             check(not has(s.t1new, OLD), "the new t1 reads the deleted one's MQTT data")
             check(not has(s.token, OLD, tenant="t1"), "the admin token reads deleted data")
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def file_text(path):
+    """A file's bytes, with the zstd frames inside it (catalog, fleet files) inflated by
+    the zstd command, which every build machine has (the engine links libzstd)."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    out = raw
+    at = raw.find(ZSTD_MAGIC)
+    while at >= 0:
+        if not shutil.which("zstd"):
+            raise TestFailure("%s holds a zstd frame and no zstd command is installed" % path)
+        r = subprocess.run(["zstd", "-dcq"], input=raw[at:], capture_output=True, timeout=60)
+        out += r.stdout  # trailing bytes (a CRC) make zstd complain after the frame
+        at = raw.find(ZSTD_MAGIC, at + 4)
+    return out
+
+
+def files_naming(data, names):
+    """The files under data whose bytes (inflated) hold one of the names."""
+    hits = []
+    for root, _, files in os.walk(data):
+        for f in files:
+            p = os.path.join(root, f)
+            text = file_text(p)
+            hits += ["%s: %s" % (os.path.relpath(p, data), n) for n in names
+                     if n.encode() in text]
+    return hits
+
+
+def metric(s, name):
+    m = re.search(r"^%s (\d+)$" % re.escape(name), s.metrics_text(), re.M)
+    check(m, "%s not in /metrics" % name)
+    return int(m.group(1))
+
+
+def wait_purged(s, want_total=None):
+    """Until no deleted generation is left to purge (bounded: 60 s)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if metric(s, "bucketdb_tenant_purges_pending") == 0 and (
+                want_total is None or metric(s, "bucketdb_tenant_purges_total") >= want_total):
+            return
+        time.sleep(0.1)
+    raise TestFailure("the purge did not finish in 60 s: %s" % [
+        l for l in s.metrics_text().splitlines() if "purge" in l])
+
+
+def cassandra_rows_of(s, key):
+    """(table, count) of the rows of tenant key in every table of the server's keyspace
+    that has a tenant column."""
+    ks = _keyspaces[os.path.realpath(s.data)][0]
+    tables = _cql("SELECT columnfamily_name FROM system.schema_columnfamilies "
+                  "WHERE keyspace_name = '%s'" % ks).split()[1:]
+    found = []
+    for t in tables:
+        cols = _cql("SELECT column_name FROM system.schema_columns WHERE keyspace_name = "
+                    "'%s' AND columnfamily_name = '%s'" % (ks, t)).split()[1:]
+        if "tenant" not in cols:
+            continue
+        n = int(_cql("SELECT count(*) FROM %s.%s WHERE tenant = '%s' ALLOW FILTERING"
+                     % (ks, t, key)).split()[1])
+        if n:
+            found.append((t, n))
+    return found
+
+
+@suite.test
+def purge_removes_the_old_generation_everywhere():
+    """After the purge no file of the data directory (or row of the keyspace) holds a
+    device of the deleted tenant, the engine counts none of its devices, and the name's
+    new tenant and a bystander are untouched; the registry records the purge."""
+    with Server() as s:
+        s.t1 = create(s, "t1")
+        old_data(s, T0)
+        s.flush()                       # blocks, tier, fleet files, catalog, latest
+        old_data(s, T0 + 60000)         # head and WAL
+        write(s, ["m,device=bystander v=7 %d" % T0], None, tenant="keep")
+        if ON_CASSANDRA:
+            s.flush()
+            check(cassandra_rows_of(s, "t1"), "the old rows are in Cassandra before")
+        else:
+            before = {h.split(":")[0].split(os.sep)[0] for h in files_naming(s.data, [OLD])}
+            check({"catalog", "latest", "fleet", "tiers", "blocks", "wal"} <= before,
+                  "the old device is in every kind of file before: %r" % sorted(before))
+        devices_before = metric(s, "bucketdb_devices")
+        eq(admin(s, "DELETE", "/tenants/t1").status, 204)
+        wait_purged(s, 1)
+        s.flush()                       # maintenance: expired block windows
+        eq(metric(s, "bucketdb_devices"), devices_before - 2, "devices the engine counts")
+        if ON_CASSANDRA:
+            eq(cassandra_rows_of(s, "t1"), [], "rows of the old key in Cassandra")
+        else:
+            eq(files_naming(s.data, [OLD, BOTH]), [], "files naming the old devices")
+            check(files_naming(s.data, ["bystander"]), "the bystander's device in the files")
+        with open(os.path.join(s.data, "tenants")) as f:
+            check(re.search(r"^deleted t1 gen=1 at=\d+ purged=1$", f.read(), re.M),
+                  "the registry records the purge")
+        s.t1new = create(s, "t1")
+        write(s, ["m,device=%s v=5000 %d" % (NEW, T0 + 10)], s.t1new)
+        s.restart()                     # nothing comes back from the catalog or the WAL
+        wait_purged(s)
+        eq(metric(s, "bucketdb_devices"), devices_before - 1, "devices after the restart")
+        sees_nothing_old(s, s.token, tenant="t1")
+        r = get(s, "/api/v1/devices", s.t1new)
+        eq([d["device"] for d in r.json()["devices"]], [NEW], "the new t1's devices")
+        r = get(s, "/api/v1/query", None, device="bystander", tenant="keep",
+                **{"from": T0 - 1, "to": T0 + 1})
+        eq(r.json()["count"], 1, "the bystander's sample")
+        if not ON_CASSANDRA:
+            eq(files_naming(s.data, [OLD, BOTH]), [], "files naming the old devices")
 
 
 if __name__ == "__main__":

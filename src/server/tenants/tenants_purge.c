@@ -63,8 +63,8 @@ static void *purge_main(void *arg)
             /* blocks: the key's TTL has expired (server.c), so retention takes them */
             int mrc = bdb_db_maintain(p->db);
             if (mrc != BDB_OK)
-                BDB_WARN("purge of %s: maintenance failed (%s); the blocks go at the next one",
-                         key, bdb_strerror(mrc));
+                BDB_WARN("purge of %s: maintenance failed (%s); the blocks go at the next one", key,
+                         bdb_strerror(mrc));
             rc = bdb_tenants_purge_done(p->reg, key);
             what = "recording it in the registry";
         }
