@@ -11,7 +11,7 @@
  *                   u8 2 | str tenant | str device | varint pinned | uvarint n
  *                   (varint from | varint size)*
  *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
- *   type 4, tenant dropped (u8 4 | str tenant; forgets it again): see db_drop.c
+ *   type 4, tenant dropped (u8 4 | str tenant | "bdbdrop1"; forgets it again): db_drop.c
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"

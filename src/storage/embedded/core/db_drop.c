@@ -11,7 +11,8 @@
  *     device the tenant has;
  *  2. with a sink that takes it, the sink's rows (drop_tenant, storage/sink.h), from
  *     the devices and bucket histories the catalog still knows;
- *  3. WAL record type 4 "tenant dropped" (u8 4 | str tenant), appended under the
+ *  3. WAL record type 4 "tenant dropped" (u8 4 | str tenant | "bdbdrop1", nothing
+ *     after: docs/formats/wal.md), appended under the
  *     flush lock held exclusively and synced, then the tenant is forgotten in memory:
  *     catalog, head, current state, late marks. A replay applies the tenant's older
  *     records and then this one, so a crash before step 5 forgets it again;
@@ -36,6 +37,11 @@
 #include <string.h>
 
 #define REC_DROP 4
+/* A drop forgets a whole tenant: a record damaged into type 4 (a flipped type byte of
+ * a type 3 record, CRC recomputed by the damage) must not decode as one, so the record
+ * carries a fixed mark and nothing after it. */
+#define DROP_MARK "bdbdrop1"
+#define DROP_MARK_LEN 8
 
 /* Forgets tenant (len bytes) in memory; 1 if it was known. Caller holds flush_lock
  * exclusively, or replays (single thread). */
@@ -59,7 +65,8 @@ int db_drop_apply_record(bdb_db *db, bdb_dec *dec)
 {
     size_t len;
     const char *name = bdb_dec_str(dec, &len);
-    if (dec->err || len == 0 || memchr(name, 0, len))
+    if (dec->err || len == 0 || memchr(name, 0, len) || bdb_dec_left(dec) != DROP_MARK_LEN ||
+        memcmp(dec->p, DROP_MARK, DROP_MARK_LEN) != 0)
         return BDB_ERR_CORRUPT;
     drop_mem(db, name, len);
     return BDB_OK;
@@ -164,6 +171,7 @@ int bdb_db_drop_tenant(bdb_db *db, const char *name)
     bdb_buf_init_checked(&rec);
     bdb_buf_putc(&rec, REC_DROP);
     bdb_buf_put_str(&rec, name, len);
+    bdb_buf_append(&rec, DROP_MARK, DROP_MARK_LEN);
     uint64_t lsn = 0;
     int known = 0;
     if (rec.oom)
