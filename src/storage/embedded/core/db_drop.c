@@ -77,7 +77,8 @@ int db_drop_apply_record(bdb_db *db, bdb_dec *dec)
 struct sink_devs {
     bdb_sink_device *v;
     uint32_t *nsub;
-    int64_t *hist; /* from, size pairs of every device, one array */
+    int64_t *hist;        /* from, size pairs of every device, one array */
+    const char **metrics; /* metric names of every device, one array */
     size_t n;
     int oom;
 };
@@ -87,20 +88,23 @@ static int collect_devs(bdb_db *db, const char *name, struct sink_devs *s)
     memset(s, 0, sizeof *s);
     pthread_rwlock_rdlock(&db->cat_lock);
     tenant *t = cat_tenant(db, name, strlen(name), 0);
-    size_t nd = t ? bdb_map_count(t->devices) : 0, nh = 0;
+    size_t nd = t ? bdb_map_count(t->devices) : 0, nh = 0, nm = 0;
     size_t dp = 0, kl;
     const void *key;
     void *dv;
-    while (t && bdb_map_next(t->devices, &dp, &key, &kl, &dv))
+    while (t && bdb_map_next(t->devices, &dp, &key, &kl, &dv)) {
         nh += ((device *)dv)->hist.n;
+        nm += ((device *)dv)->nseries;
+    }
     s->v = bdb_calloc(nd + 1, sizeof *s->v);
     s->nsub = bdb_calloc(nd + 1, sizeof *s->nsub);
     s->hist = bdb_calloc(2 * nh + 1, sizeof *s->hist);
-    if (!s->v || !s->nsub || !s->hist) {
+    s->metrics = bdb_calloc(nm + 1, sizeof *s->metrics);
+    if (!s->v || !s->nsub || !s->hist || !s->metrics) {
         pthread_rwlock_unlock(&db->cat_lock);
         return BDB_ERR_NOMEM;
     }
-    size_t hp = 0;
+    size_t hp = 0, mp = 0;
     dp = 0;
     while (t && bdb_map_next(t->devices, &dp, &key, &kl, &dv)) {
         device *d = dv;
@@ -118,6 +122,10 @@ static int collect_devs(bdb_db *db, const char *name, struct sink_devs *s)
             s->hist[hp + d->hist.n + i] = d->hist.e[i].size_ms;
         }
         hp += 2 * (size_t)d->hist.n;
+        o->metrics = s->metrics + mp;
+        o->nmetrics = d->nseries;
+        for (uint32_t i = 0; i < d->nseries; i++)
+            s->metrics[mp++] = d->series[i]->metric;
         uint32_t subs = 1;
         for (uint32_t i = 0; i < d->hs.nsubs; i++)
             if (d->hs.subs[i].n > subs)
@@ -134,6 +142,7 @@ static void free_devs(struct sink_devs *s)
     free(s->v);
     free(s->nsub);
     free(s->hist);
+    free(s->metrics);
 }
 
 int bdb_db_drop_tenant(bdb_db *db, const char *name)
