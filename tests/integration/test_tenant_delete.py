@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import ON_CASSANDRA, Server, Suite, check, eq, path_with  # noqa: E402
@@ -364,6 +365,52 @@ def purge_removes_the_old_generation_everywhere():
         eq(r.json()["count"], 1, "the bystander's sample")
         if not ON_CASSANDRA:
             eq(files_naming(s.data, [OLD, BOTH]), [], "files naming the old devices")
+
+
+def registry_with(data, edit):
+    """Rewrites <data>/tenants (server stopped) through edit(lines) and a new CRC."""
+    path = os.path.join(data, "tenants")
+    with open(path) as f:
+        lines = [l for l in f.read().splitlines() if not l.startswith("crc32 ")]
+    body = "\n".join(edit(lines)) + "\n"
+    with open(path, "w") as f:
+        f.write(body + "crc32 %08x\n" % (zlib.crc32(body.encode()) & 0xffffffff))
+
+
+@suite.test
+def a_purged_key_written_again_is_dropped_at_start():
+    """A write that resolved its tenant before the deletion and reached the engine after
+    the purge puts the old key back: the next start drops it again. Made here by
+    recording a deletion and its purge in the registry of a stopped server whose engine
+    still holds the tenant's data."""
+    with Server() as s:
+        s.t1 = create(s, "t1")
+        old_data(s, T0)
+        s.flush()
+        write(s, ["m,device=bystander v=7 %d" % T0], None, tenant="keep")
+        devices_before = metric(s, "bucketdb_devices")
+        s.stop()
+
+        def deleted_and_purged(lines):
+            lines = [l for l in lines if not l.startswith("tenant t1 ")]
+            n = [l for l in lines if l.startswith("count ")][0]
+            lines[lines.index(n)] = "count %d" % (int(n.split()[1]) - 1)
+            lines.insert(lines.index("count %d" % (int(n.split()[1]) - 1)),
+                         "deleted t1 gen=1 at=%d purged=1" % T0)
+            return lines
+        registry_with(s.data, deleted_and_purged)
+        s.start()
+        deadline = time.monotonic() + 30
+        while metric(s, "bucketdb_devices") != devices_before - 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        eq(metric(s, "bucketdb_devices"), devices_before - 2, "devices after the start")
+        check("holds 2 device(s) again" in s.log(), "the log names the second drop")
+        s.flush()
+        if ON_CASSANDRA:
+            eq(cassandra_rows_of(s, "t1"), [], "rows of the old key in Cassandra")
+        else:
+            eq(files_naming(s.data, [OLD, BOTH]), [], "files naming the old devices")
+        eq(metric(s, "bucketdb_tenant_purges_pending"), 0, "nothing pending")
 
 
 if __name__ == "__main__":

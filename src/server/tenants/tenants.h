@@ -167,6 +167,10 @@ int bdb_tenants_purge_next(bdb_tenants *r, char *out, size_t outlen);
  * recorded already), BDB_ERR_IO (the record stays as it was: purging again is
  * harmless). */
 int bdb_tenants_purge_done(bdb_tenants *r, const char *key);
+/* The keys of every purged generation (malloc'd array of malloc'd strings, *n of
+ * them): the purge looks at them again at start, for data a write that was in
+ * flight during the purge put back. BDB_OK or BDB_ERR_NOMEM. */
+int bdb_tenants_purged_keys(bdb_tenants *r, char ***keys, size_t *n);
 /* Deleted generations whose data is not purged yet. */
 uint64_t bdb_tenants_purge_pending(bdb_tenants *r);
 /* The tenant name of a storage key, for messages: key itself, or out holding the part

@@ -216,3 +216,39 @@ int bdb_tenants_purge_done(bdb_tenants *r, const char *key)
     pthread_mutex_unlock(&r->save_mu);
     return rc;
 }
+
+int bdb_tenants_purged_keys(bdb_tenants *r, char ***keys, size_t *n)
+{
+    *keys = NULL;
+    *n = 0;
+    pthread_mutex_lock(&r->mu);
+    size_t total = 0, pos = 0, kl;
+    const void *key;
+    void *val;
+    while (bdb_map_next(r->dead, &pos, &key, &kl, &val))
+        total += ((tdead *)val)->purged;
+    char **v = calloc(total + 1, sizeof *v);
+    int rc = v ? BDB_OK : BDB_ERR_NOMEM;
+    pos = 0;
+    while (rc == BDB_OK && bdb_map_next(r->dead, &pos, &key, &kl, &val)) {
+        tdead *d = val;
+        for (uint64_t g = 0; g < d->purged && rc == BDB_OK; g++) {
+            char k[BDB_TENANT_KEY_MAX + 1];
+            gen_key(d->name, g, k, sizeof k); /* fits: a name and a 64-bit number */
+            if ((v[*n] = strdup(k)) == NULL)
+                rc = BDB_ERR_NOMEM;
+            else
+                ++*n;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc != BDB_OK) {
+        for (size_t i = 0; i < *n; i++)
+            free(v[i]);
+        free(v);
+        *n = 0;
+        return rc;
+    }
+    *keys = v;
+    return BDB_OK;
+}

@@ -40,14 +40,53 @@ static void fail(bdb_purge *p, const char *key, const char *what, int rc, int de
 {
     atomic_fetch_add(&p->failures, 1);
     atomic_store(&p->last_error, rc);
-    BDB_ERROR("purge of deleted tenant key %s: %s failed: %s; retrying in %d s", key, what,
-              bdb_strerror(rc), delay);
+    if (delay)
+        BDB_ERROR("purge of deleted tenant key %s: %s failed: %s; retrying in %d s", key, what,
+                  bdb_strerror(rc), delay);
+    else
+        BDB_ERROR("purge of deleted tenant key %s: %s failed: %s; retrying at the next start", key,
+                  what, bdb_strerror(rc));
+}
+
+/* A write that resolved its tenant just before the deletion can reach the engine after
+ * the purge dropped the key (a request still receiving its body, say), which puts the
+ * key back with that write's devices: unreachable, and expired, but in the catalog.
+ * At start, purged keys the catalog knows again are dropped once more. */
+static int stopping(bdb_purge *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int s = p->stopping;
+    pthread_mutex_unlock(&p->mu);
+    return s;
+}
+
+static void recheck_purged(bdb_purge *p)
+{
+    char **keys;
+    size_t n;
+    if (bdb_tenants_purged_keys(p->reg, &keys, &n) != BDB_OK)
+        return; /* out of memory: looked at again at the next start */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t devs = 0, fresh = 0;
+        if (!stopping(p) && bdb_db_tenant_usage(p->db, keys[i], NULL, &devs, &fresh) == BDB_OK &&
+            devs) {
+            BDB_WARN("purged tenant key %s holds %llu device(s) again (a write in flight during "
+                     "its purge): dropping it again",
+                     keys[i], (unsigned long long)devs);
+            int rc = bdb_db_drop_tenant(p->db, keys[i]);
+            if (rc != BDB_OK)
+                fail(p, keys[i], "dropping it again", rc, 0);
+        }
+        free(keys[i]);
+    }
+    free(keys);
 }
 
 static void *purge_main(void *arg)
 {
     bdb_purge *p = arg;
     int delay = PURGE_RETRY_MIN_S;
+    recheck_purged(p);
     pthread_mutex_lock(&p->mu);
     while (!p->stopping) {
         char key[BDB_TENANT_KEY_MAX + 1];
