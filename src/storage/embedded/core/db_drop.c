@@ -6,9 +6,11 @@
  * any point leaves either the tenant as it was or gone, never half of it readable
  * again after the replay:
  *
- *  1. a flush, so that no frozen chunk of a failed flush is left (the fleet hook's
- *     covered set compares chunk addresses, which the drop frees) and a sink has every
- *     device the tenant has;
+ *  1. a flush (when the catalog knows the tenant), so that no frozen chunk of a failed
+ *     flush is left (the fleet hook's covered set compares chunk addresses, which the
+ *     drop frees) and a sink has every device the tenant has; without one, the last
+ *     flush must have succeeded (else BDB_ERR_AGAIN), so every fleet and tier file is
+ *     committed;
  *  2. with a sink that takes it, the sink's rows (drop_tenant, storage/sink.h), from
  *     the devices and bucket histories the catalog still knows;
  *  3. WAL record type 4 "tenant dropped" (u8 4 | str tenant | "bdbdrop1", nothing
@@ -152,7 +154,12 @@ int bdb_db_drop_tenant(bdb_db *db, const char *name)
         return BDB_ERR_INVALID;
     if (atomic_load(&db->readonly))
         return BDB_ERR_READONLY;
-    int rc = db_flush(db); /* step 1 */
+    pthread_rwlock_rdlock(&db->cat_lock);
+    int in_catalog = cat_tenant(db, name, len, 0) != NULL;
+    pthread_rwlock_unlock(&db->cat_lock);
+    /* step 1; a key the catalog does not know has nothing in the head: no flush (the
+     * purge looks at every deleted generation at each start) */
+    int rc = in_catalog ? db_flush(db) : BDB_OK;
     if (rc != BDB_OK)
         return rc;
     pthread_mutex_lock(&db->flush_mutex);
