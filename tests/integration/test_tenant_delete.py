@@ -20,7 +20,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import ON_CASSANDRA, Server, Suite, check, eq, path_with  # noqa: E402
+from bdbtest import ON_CASSANDRA, Server, Suite, check, embedded_only, eq, path_with  # noqa: E402
 from bdbtest import TestFailure, _cql, _keyspaces  # noqa: E402
 
 suite = Suite("tenant_delete")
@@ -420,6 +420,35 @@ def a_purged_key_written_again_is_dropped_at_start():
         else:
             eq(files_naming(s.data, [OLD, BOTH]), [], "files naming the old devices")
         eq(metric(s, "bucketdb_tenant_purges_pending"), 0, "nothing pending")
+
+
+@suite.test
+@embedded_only("the fault switch fails the data directory's storage calls")
+def a_failed_purge_is_counted_and_completed_after_a_restart():
+    """The disk fails while the purge runs: the failure is logged and counted, the
+    generation stays pending (unreachable), and the next start completes it."""
+    with Server(args=["--test-faults", "true"]) as s:
+        s.t1 = create(s, "t1")
+        old_data(s, T0)
+        s.flush()
+        devices_before = metric(s, "bucketdb_devices")
+        r = s.request("POST", "/internal/fault", b"", tok(s.token))
+        eq(r.status, 200, "POST /internal/fault (%r)" % r.body[:200])
+        eq(admin(s, "DELETE", "/tenants/t1").status, 204)  # the registry is not the engine's
+        deadline = time.monotonic() + 30
+        while metric(s, "bucketdb_tenant_purge_failures_total") == 0:
+            check(time.monotonic() < deadline, "no purge failure counted in 30 s")
+            time.sleep(0.1)
+        eq(metric(s, "bucketdb_tenant_purges_pending"), 1, "the generation stays pending")
+        eq(metric(s, "bucketdb_tenant_purges_total"), 0)
+        check("purge of deleted tenant key t1: the drop failed" in s.log(), "the log line")
+        sees_nothing_old(s, s.token, tenant="t1")
+        s.kill()                        # the engine is read-only: only a restart heals it
+        s.start()
+        wait_purged(s, 1)
+        eq(metric(s, "bucketdb_devices"), devices_before - 2, "devices after the purge")
+        s.flush()
+        eq(files_naming(s.data, [OLD, BOTH]), [], "files naming the old devices")
 
 
 if __name__ == "__main__":
