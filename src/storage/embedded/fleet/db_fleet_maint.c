@@ -176,11 +176,54 @@ void fl_maintain(fstate *t)
 }
 
 /* Each committed file holding a record of the tenant is replaced by a copy without
- * them (one-input compaction). Files of a flush not committed yet are left: the
- * caller runs right after a committed flush, so there are none. Idempotent. */
+ * them (one-input compaction), and its recomputed windows leave the dirty list. Files of a flush
+ * not committed yet are left: the caller runs right after a committed flush, so there are none.
+ * Idempotent. */
+/* The tenant's entries of the list of windows late data recomputed (sorted by tenant
+ * first, so one run) leave it and its file; on a failed save the list stays whole. */
+static int forget_dirty(fstate *t, const char *tn)
+{
+    size_t a = 0;
+    while (a < t->ndirty && strcmp(t->dirty[a].tenant, tn) < 0)
+        a++;
+    size_t b = a;
+    while (b < t->ndirty && !strcmp(t->dirty[b].tenant, tn))
+        b++;
+    if (a == b)
+        return BDB_OK;
+    fdirty *nv = fl_realloc(NULL, (t->ndirty - (b - a) + 1) * sizeof *nv);
+    if (!nv)
+        return BDB_ERR_NOMEM;
+    memcpy(nv, t->dirty, a * sizeof *nv);
+    memcpy(nv + a, t->dirty + b, (t->ndirty - b) * sizeof *nv);
+    fdirty *old = t->dirty;
+    size_t nold = t->ndirty;
+    pthread_rwlock_wrlock(&t->lock);
+    t->dirty = nv;
+    t->ndirty = nold - (b - a);
+    pthread_rwlock_unlock(&t->lock);
+    int rc = fl_dirty_save(t); /* only the flush thread (flush_mutex) changes the list */
+    pthread_rwlock_wrlock(&t->lock);
+    if (rc != BDB_OK) {
+        t->dirty = old;
+        t->ndirty = nold;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (rc != BDB_OK) {
+        free(nv);
+        return rc;
+    }
+    for (size_t i = a; i < b; i++) {
+        free(old[i].tenant);
+        free(old[i].metric);
+    }
+    free(old);
+    return BDB_OK;
+}
+
 int fl_forget_tenant(fstate *t, const char *tn)
 {
-    int rc = BDB_OK;
+    int rc = forget_dirty(t, tn);
     for (size_t i = 0; i < t->n && rc == BDB_OK;) {
         ffile *f = t->files[i];
         int holds = 0;

@@ -121,6 +121,22 @@ static size_t fleet_windows(bdb_db *db, const char *tenant)
     return n;
 }
 
+/* Fleet windows late data recomputed (the fleet's dirty list) of the tenant. */
+static size_t dirty_windows(bdb_db *db, const char *tenant)
+{
+    size_t n = 0;
+    for (int r = 0; r < 2; r++) {
+        int64_t *starts = NULL;
+        size_t k = 0;
+        assert_int_equal(bdb_db_fleet_dirty(db, tenant, "temp", r ? BDB_RES_1D : BDB_RES_1H,
+                                            T0 - 30 * DAY_MS, T0 + HOUR, &starts, &k),
+                         BDB_OK);
+        free(starts);
+        n += k;
+    }
+    return n;
+}
+
 static uint64_t raw_count(bdb_db *db, const char *tenant, const char *dev)
 {
     bdb_samples s[1];
@@ -147,6 +163,7 @@ static void check_gone(bdb_db *db, int keep_head)
     assert_int_equal(bdb_db_late_recent(db, "old", NULL, count_late, &n), BDB_OK);
     assert_int_equal(n, 0);
     assert_int_equal(fleet_windows(db, "old"), 0);
+    assert_int_equal(dirty_windows(db, "old"), 0);
     assert_int_equal(raw_count(db, "old", "old-dev-1"), 0);
     bdb_db_stats st;
     bdb_db_get_stats(db, &st);
@@ -219,6 +236,7 @@ static void test_drop_removes_everything(void **state)
     assert_non_null(db);
     fill(db);
     assert_true(fleet_windows(db, "old") >= 1);
+    assert_true(dirty_windows(db, "old") >= 1); /* the late event's recomputed windows */
     int n = 0;
     assert_int_equal(bdb_db_late_recent(db, "old", NULL, count_late, &n), BDB_OK);
     assert_true(n >= 1);
