@@ -200,7 +200,7 @@ def kill9_during_the_purge():
     rng = random.Random(SEED + 1)
     s = Server(args=["--flush-interval-ms", "150ms", "--wal-segment-bytes", "32KiB"]).start()
     t_end = time.monotonic() + BUDGET_S
-    rounds = 0
+    rounds = interrupted = 0
     for rnd in range(1, PURGE_ROUNDS + 1):
         if time.monotonic() > t_end:
             break
@@ -221,6 +221,11 @@ def kill9_during_the_purge():
         eq(s.request("POST", "/write?precision=ms", new, tok(t1)).status, 204, "new data")
         time.sleep(rng.uniform(0, 0.05))  # the purge starts at the deletion
         s.kill()
+        with open(os.path.join(s.data, "tenants")) as f:
+            m = re.search(r"^deleted t1 gen=(\d+) at=\d+(?: purged=(\d+))?$", f.read(), re.M)
+        check(m, "the deleted line of t1")
+        if int(m.group(2) or 0) < int(m.group(1)):
+            interrupted += 1  # killed before the purge was recorded
         s.start()
         wait_purged(s)
         why = "round %d, after the restart" % rnd
@@ -233,7 +238,7 @@ def kill9_during_the_purge():
         wait_purged(s)
         counted_devices_are_live(s, ["t1"], "round %d, after the clean deletion" % rnd)
     s.stop()
-    print("  %d rounds killed during a purge" % rounds)
+    print("  %d rounds, %d killed before their purge was recorded" % (rounds, interrupted))
     check(rounds >= 3, "too few rounds in the budget")
 
 
