@@ -559,7 +559,8 @@ int bdb_server_check_listen(const bdb_config *cfg, char *err, size_t errlen)
 /* The TTL given to a deleted tenant's data (a generation of its name older than the
  * current one, tenants_gen.c): 1 ms, so retention treats all of it (but what is
  * dated in the future, until then) as expired: reads skip it and maintenance deletes
- * or rewrites away its blocks and tier windows, the same way as any expired data. */
+ * or rewrites away its blocks, the same way as any expired data; the rest goes by
+ * the purge (tenants_purge.h). */
 #define DELETED_TTL_MS 1
 
 /* A tenant's own raw-data TTL for the engine (db.h tenant_retention): 0 when it has
@@ -697,7 +698,11 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     }
     for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
         pthread_mutex_init(&s->devq_mu[i], NULL);
-    hot_start(s); /* hot partitions (h_partitions.c) */
+    hot_start(s);                                  /* hot partitions (h_partitions.c) */
+    s->purge = bdb_purge_start(s->tenants, s->db); /* deleted tenants' data */
+    if (!s->purge)
+        BDB_ERROR("cannot start the purge of deleted tenants' data: their data stays "
+                  "unreachable until a start succeeds");
     s->pool = bdb_pool_new(cfg->query_workers);
     bdb_bp_limits bl = {cfg->max_inflight_bytes, (uint64_t)cfg->max_inflight_writes,
                         (unsigned)cfg->tenant_inflight_share};
@@ -724,6 +729,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         bdb_tenants_close(s->tenants);
         bdb_devlimit_free(s->devlimit);
         hot_stop(s);
+        bdb_purge_stop(s->purge);
         bdb_db_close(s->db);
         fault_vfs_free(s);
         free(s);
@@ -765,6 +771,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_pool_free(s->pool);
     bdb_bp_free(s->bp);
     hot_stop(s);
+    bdb_purge_stop(s->purge); /* a drop running ends first */
     int rc = bdb_db_close(s->db);
     fault_vfs_free(s);
     bdb_tenants_close(s->tenants);

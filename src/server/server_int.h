@@ -8,6 +8,7 @@
 #include "server/config.h"
 #include "server/server.h"
 #include "server/tenants/tenants.h"
+#include "server/tenants/tenants_purge.h"
 #include "storage/embedded/core/db.h"
 
 #include <microhttpd.h>
@@ -37,6 +38,7 @@ struct bdb_server {
     char token[65]; /* the admin token (<data>/token) */
     uint8_t admin_hash[BDB_HASH_BYTES];
     bdb_tenants *tenants;          /* registry, <data>/tenants */
+    struct bdb_purge *purge;       /* deleted tenants' data removal (tenants_purge.h) */
     struct bdb_devlimit *devlimit; /* device profiles and limiter (devlimit.h) */
     _Atomic uint64_t device_rate_rejections;
     /* Writes that would add devices to a tenant with a device quota are serialised

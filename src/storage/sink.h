@@ -148,6 +148,16 @@ typedef struct bdb_sink_ops {
      * order. */
     int (*late_list)(bdb_sink *s, const char *tenant, const char *device,
                      void (*fn)(void *ud, const struct bdb_sink_late *e), void *ud);
+
+    /* ---- dropping a tenant (optional: NULL = the sink keeps a dropped tenant's rows
+     * until their TTL; see storage/embedded/core/db_drop.c). Deletes every row of
+     * tenant in every table: devs are the devices the engine's catalog knows (bucket
+     * history, first and last event; the sink adds the ones its own registry lists),
+     * nsub[i] the most sub-buckets device i ever had. Returns once the sink confirmed
+     * every delete, or with the error of one that failed after its retries; deleting
+     * again what is gone is not an error (the engine calls again after a failure). */
+    int (*drop_tenant)(bdb_sink *s, const char *tenant, const bdb_sink_device *devs,
+                       const uint32_t *nsub, size_t n);
 } bdb_sink_ops;
 
 struct bdb_sink {

@@ -20,22 +20,31 @@ pass). After the restart (WAL replay):
   without a token, and the next round's t1 starts with no device;
 - every acknowledged sample of `keep` is there.
 
+At the end the purge of every deleted generation completes (its data removed): the
+engine counts no device beyond those the live tenants list.
+
+A second test kills the server while the purge of a deleted t1 runs, right after t1 was
+created again and written: after the restart the purge completes, nothing of the old
+generation is readable or counted, and every acknowledged sample of the new t1 is there.
+
 Environment: BUCKETDB_BIN, CRASH_DELETE_ROUNDS (default 12), CRASH_DELETE_BUDGET_S
-(default 90; the loop stops early past it), CRASH_SEED.
+(default 90; the loop stops early past it), CRASH_PURGE_ROUNDS (default 8), CRASH_SEED.
 """
 
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from bdbtest import Server, Suite, check, eq, http_request, path_with  # noqa: E402
+from bdbtest import Server, Suite, TestFailure, check, eq, http_request, path_with  # noqa: E402
 
 suite = Suite("tenant_delete_kill9")
 ROUNDS = int(os.environ.get("CRASH_DELETE_ROUNDS", "12"))
+PURGE_ROUNDS = int(os.environ.get("CRASH_PURGE_ROUNDS", "8"))
 BUDGET_S = float(os.environ.get("CRASH_DELETE_BUDGET_S", "90"))
 SEED = int(os.environ.get("CRASH_SEED", str(int(time.time() * 1000) % 1000000007)))
 T0 = 1705327200000
@@ -88,6 +97,30 @@ def nothing_of_t1(s, why):
     for token in (None, s.token):
         eq(devices(s, token, tenant="t1"), [], "devices of the deleted t1 (%s)" % why)
         eq(values(s, token, "w", tenant="t1"), set(), "samples of the deleted t1 (%s)" % why)
+
+
+def metric(s, name):
+    r = s.request("GET", "/metrics", None, tok(s.token))
+    eq(r.status, 200, "GET /metrics")
+    m = re.search(r"^%s (\d+)$" % re.escape(name), r.text, re.M)
+    check(m, "%s not in /metrics" % name)
+    return int(m.group(1))
+
+
+def wait_purged(s):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if metric(s, "bucketdb_tenant_purges_pending") == 0:
+            return
+        time.sleep(0.1)
+    raise TestFailure("the purge of deleted tenants did not finish in 60 s")
+
+
+def counted_devices_are_live(s, tenants, why):
+    """The engine counts exactly the devices the live tenants list: nothing of a deleted
+    generation is left in its catalog."""
+    live = sum(len(devices(s, s.token, tenant=t)) for t in tenants)
+    eq(metric(s, "bucketdb_devices"), live, "devices the engine counts (%s)" % why)
 
 
 @suite.test
@@ -150,11 +183,62 @@ def kill9_around_tenant_deletion():
               % (rnd, len(mine - got)))
     s.flush()
     nothing_of_t1(s, "at the end, after maintenance")
+    wait_purged(s)
+    # where auth is optional a deleted token is no token: t1's writer may have reached
+    # the default tenant after the deletion
+    counted_devices_are_live(s, ["keep", "default", "t1"], "at the end")
     s.stop()
     print("  %d rounds: DELETE answered 204 before the kill %d, t1 still registered after "
           "the restart %d (%d acknowledged samples all there), deleted without an answer %d"
           % (rounds, deleted_before_kill, survived, samples_checked,
              rounds - deleted_before_kill - survived))
+    check(rounds >= 3, "too few rounds in the budget")
+
+
+@suite.test
+def kill9_during_the_purge():
+    rng = random.Random(SEED + 1)
+    s = Server(args=["--flush-interval-ms", "150ms", "--wal-segment-bytes", "32KiB"]).start()
+    t_end = time.monotonic() + BUDGET_S
+    rounds = interrupted = 0
+    for rnd in range(1, PURGE_ROUNDS + 1):
+        if time.monotonic() > t_end:
+            break
+        rounds += 1
+        r = admin(s, "POST", "/tenants", {"name": "t1"})
+        eq(r.status, 201, "create t1 (%r)" % r.body[:300])
+        t1 = r.json()["token"]
+        body = "".join("m,device=old%d,site=a v=%d %d\n" % (d, 1000 + i, T0 + i)
+                       for d in range(20) for i in range(30))
+        eq(s.request("POST", "/write?precision=ms", body, tok(t1)).status, 204, "old data")
+        if rng.random() < 0.5:
+            s.flush()  # the old data in files, not only in the WAL
+        eq(admin(s, "DELETE", "/tenants/t1").status, 204, "delete (round %d)" % rnd)
+        r = admin(s, "POST", "/tenants", {"name": "t1"})
+        eq(r.status, 201, "create t1 again (%r)" % r.body[:300])
+        t1 = r.json()["token"]
+        new = "".join("m,device=new,site=b v=%d %d\n" % (i, T0 + i) for i in range(50))
+        eq(s.request("POST", "/write?precision=ms", new, tok(t1)).status, 204, "new data")
+        time.sleep(rng.uniform(0, 0.05))  # the purge starts at the deletion
+        s.kill()
+        with open(os.path.join(s.data, "tenants")) as f:
+            m = re.search(r"^deleted t1 gen=(\d+) at=\d+(?: purged=(\d+))?$", f.read(), re.M)
+        check(m, "the deleted line of t1")
+        if int(m.group(2) or 0) < int(m.group(1)):
+            interrupted += 1  # killed before the purge was recorded
+        s.start()
+        wait_purged(s)
+        why = "round %d, after the restart" % rnd
+        eq(devices(s, s.token, tenant="t1"), ["new"], "devices of the new t1 (%s)" % why)
+        eq(values(s, s.token, "new", tenant="t1"), set(range(50)), "the new t1's samples")
+        for d in range(20):
+            eq(values(s, s.token, "old%d" % d, tenant="t1"), set(), "old samples (%s)" % why)
+        counted_devices_are_live(s, ["t1"], why)
+        eq(admin(s, "DELETE", "/tenants/t1").status, 204)
+        wait_purged(s)
+        counted_devices_are_live(s, ["t1"], "round %d, after the clean deletion" % rnd)
+    s.stop()
+    print("  %d rounds, %d killed before their purge was recorded" % (rounds, interrupted))
     check(rounds >= 3, "too few rounds in the budget")
 
 

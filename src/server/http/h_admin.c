@@ -465,9 +465,10 @@ static enum MHD_Result one_tenant(bdb_server *s, struct MHD_Connection *c, const
         rc = bdb_tenants_delete(s->tenants, name, bdb_now_ms());
         if (rc != BDB_OK)
             return registry_error(s, c, rc, name);
-        BDB_INFO("tenant '%s' deleted: its data is unreachable now and goes at the next "
-                 "maintenance (docs/TENANCY.md#deleting-a-tenant)",
+        BDB_INFO("tenant '%s' deleted: its data is unreachable now and is being removed "
+                 "(docs/TENANCY.md#deleting-a-tenant)",
                  name);
+        bdb_purge_kick(s->purge);
         return respond(s, c, 204, NULL, "", 0);
     }
     if (!strcmp(method, "PATCH")) {

@@ -44,7 +44,9 @@ static void on_episode(void *ctx, const char *tenant, const char *device, int ho
                        const bdb_hot_policy *p)
 {
     bdb_server *s = ctx;
-    if (p->kind != BDB_HOT_SUBBUCKET)
+    /* a deleted tenant's episode ending must not make its device again in the engine,
+     * after the purge dropped it */
+    if (p->kind != BDB_HOT_SUBBUCKET || bdb_tenants_key_deleted(s->tenants, tenant))
         return;
     int rc = bdb_db_set_subbuckets(s->db, tenant, device, hot ? p->subbuckets : 1);
     if (rc != BDB_OK)

@@ -500,6 +500,15 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     metric_u(&b, "bucketdb_devices", "gauge", "Devices known.", st.devices);
     metric_u(&b, "bucketdb_series", "gauge", "Series (device x metric) known.", st.series);
     metric_u(&b, "bucketdb_tenants", "gauge", "Tenants known.", st.tenants);
+    bdb_purge_stats ps; /* deleted tenants' data (tenants_purge.h) */
+    bdb_purge_get_stats(s->purge, &ps);
+    metric_u(&b, "bucketdb_tenant_purges_total", "counter",
+             "Generations of deleted tenants whose data was removed.", ps.purged);
+    metric_u(&b, "bucketdb_tenant_purge_failures_total", "counter",
+             "Removals of a deleted tenant's data that failed (each is retried).", ps.failures);
+    metric_u(&b, "bucketdb_tenant_purges_pending", "gauge",
+             "Generations of deleted tenants whose data is not removed yet.",
+             bdb_tenants_purge_pending(s->tenants));
     metric_u(&b, "bucketdb_head_samples", "gauge", "Samples in the in-memory head.",
              st.head_samples);
     metric_u(&b, "bucketdb_head_bytes", "gauge", "Bytes held by the in-memory head.",

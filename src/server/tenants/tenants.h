@@ -18,7 +18,8 @@
  *   (tier_retention_*: rollup tier TTL, -1 = forever; written only when set)
  *   (the hot_* keys are written only when set, so a file without them reads as before)
  *   ...
- *   deleted <name> gen=<deletions so far> at=<ms of the last one>     (tenants_gen.c)
+ *   deleted <name> gen=<deletions so far> at=<ms of the last one> [purged=<p>]
+ *          (tenants_gen.c; p: the generations below it had their data removed)
  *   ...
  *   count <number of tenant lines>
  *   crc32 <8 hex: CRC-32 of every byte before this line>
@@ -163,6 +164,21 @@ int bdb_tenants_key_deleted(bdb_tenants *r, const char *key);
 /* 1 (with the number of deletions and the last one's time) if a tenant of this name
  * was ever deleted, else 0. */
 int bdb_tenants_deleted(bdb_tenants *r, const char *name, uint64_t *gen, int64_t *at_ms);
+/* Purging deleted generations (tenants_purge.c removes their data): the key of the
+ * oldest generation of some deleted name whose data is not purged yet into out, 1;
+ * 0 when every deleted generation is purged; BDB_ERR_LIMIT when outlen is short. */
+int bdb_tenants_purge_next(bdb_tenants *r, char *out, size_t outlen);
+/* Records durably that the data of key's generation is purged (it must be the one
+ * purge_next gave). BDB_OK, BDB_ERR_NOTFOUND (not the next generation to purge, e.g.
+ * recorded already), BDB_ERR_IO (the record stays as it was: purging again is
+ * harmless). */
+int bdb_tenants_purge_done(bdb_tenants *r, const char *key);
+/* The keys of every purged generation (malloc'd array of malloc'd strings, *n of
+ * them): the purge looks at them again at start, for data a write that was in
+ * flight during the purge put back. BDB_OK or BDB_ERR_NOMEM. */
+int bdb_tenants_purged_keys(bdb_tenants *r, char ***keys, size_t *n);
+/* Deleted generations whose data is not purged yet. */
+uint64_t bdb_tenants_purge_pending(bdb_tenants *r);
 /* The tenant name of a storage key, for messages: key itself, or out holding the part
  * before '@'. */
 const char *bdb_tenant_key_name(const char *key, char out[BDB_TENANT_NAME_MAX + 1]);

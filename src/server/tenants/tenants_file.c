@@ -134,9 +134,14 @@ int tn_encode(bdb_tenants *r, bdb_buf *b)
     if (!dv)
         return BDB_ERR_NOMEM;
     for (size_t i = 0; i < nd; i++)
-        if (dv[i]->gen) /* 0: made by a deletion still being written */
+        if (dv[i]->gen) { /* 0: made by a deletion still being written */
             bdb_buf_printf(b, "deleted %s gen=%llu at=%lld\n", dv[i]->name,
                            (unsigned long long)dv[i]->gen, (long long)dv[i]->at_ms);
+            if (dv[i]->purged) { /* optional: a line without it has nothing purged yet */
+                b->len--;
+                bdb_buf_printf(b, " purged=%llu\n", (unsigned long long)dv[i]->purged);
+            }
+        }
     free(dv);
     bdb_buf_printf(b, "count %zu\n", written);
     uint32_t crc = (uint32_t)crc32(0L, b->data, (uInt)b->len);
@@ -320,7 +325,8 @@ static int parse_tenant_line(char *line, tentry *e)
                : -1;
 }
 
-/* One "deleted <name> gen=<n> at=<ms>" line (without "deleted "), split in place. */
+/* One "deleted <name> gen=<n> at=<ms> [purged=<p>]" line (without "deleted "), split
+ * in place; p <= n (the generations below p are purged). */
 static int parse_dead_line(char *line, tdead *d)
 {
     memset(d, 0, sizeof *d);
@@ -328,11 +334,14 @@ static int parse_dead_line(char *line, tdead *d)
     char *name = strtok_r(line, " ", &save);
     char *g = strtok_r(NULL, " ", &save);
     char *at = strtok_r(NULL, " ", &save);
+    char *pu = strtok_r(NULL, " ", &save);
     if (!name || !bdb_tenant_name_valid(name) || !g || strncmp(g, "gen=", 4) || !at ||
-        strncmp(at, "at=", 3) || strtok_r(NULL, " ", &save))
+        strncmp(at, "at=", 3) || (pu && strncmp(pu, "purged=", 7)) || strtok_r(NULL, " ", &save))
         return -1;
     snprintf(d->name, sizeof d->name, "%s", name);
-    return parse_u64(g + 4, &d->gen) || d->gen == 0 || parse_i64(at + 3, &d->at_ms) ? -1 : 0;
+    if (parse_u64(g + 4, &d->gen) || d->gen == 0 || parse_i64(at + 3, &d->at_ms))
+        return -1;
+    return pu && (parse_u64(pu + 7, &d->purged) || d->purged > d->gen) ? -1 : 0;
 }
 
 int tn_load(bdb_tenants *r, char *err, size_t errlen)

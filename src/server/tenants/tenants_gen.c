@@ -140,3 +140,115 @@ const char *bdb_tenant_key_name(const char *key, char out[BDB_TENANT_NAME_MAX + 
     out[n] = '\0';
     return out;
 }
+
+/* ---------------------------------------------------------------- purging */
+
+static int gen_key(const char *name, uint64_t gen, char *out, size_t outlen)
+{
+    int n = gen ? snprintf(out, outlen, "%s@%llu", name, (unsigned long long)gen)
+                : snprintf(out, outlen, "%s", name);
+    return n >= 0 && (size_t)n < outlen ? BDB_OK : BDB_ERR_LIMIT;
+}
+
+int bdb_tenants_purge_next(bdb_tenants *r, char *out, size_t outlen)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    size_t pos = 0, kl;
+    const void *key;
+    void *val;
+    while (bdb_map_next(r->dead, &pos, &key, &kl, &val)) {
+        tdead *d = val;
+        if (d->purged < d->gen) {
+            rc = gen_key(d->name, d->purged, out, outlen) == BDB_OK ? 1 : BDB_ERR_LIMIT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+uint64_t bdb_tenants_purge_pending(bdb_tenants *r)
+{
+    uint64_t n = 0;
+    pthread_mutex_lock(&r->mu);
+    size_t pos = 0, kl;
+    const void *key;
+    void *val;
+    while (bdb_map_next(r->dead, &pos, &key, &kl, &val)) {
+        tdead *d = val;
+        n += d->gen - d->purged;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int bdb_tenants_purge_done(bdb_tenants *r, const char *key)
+{
+    size_t nlen;
+    uint64_t gen;
+    if (key_split(key, &nlen, &gen) != 0)
+        return BDB_ERR_NOTFOUND;
+    pthread_mutex_lock(&r->save_mu);
+    pthread_mutex_lock(&r->mu);
+    tdead *d = bdb_map_get(r->dead, key, nlen);
+    if (!d || d->purged != gen || gen >= d->gen) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        return BDB_ERR_NOTFOUND;
+    }
+    /* As a deletion: the file is encoded with the change, and memory follows only once
+     * the file is durable. */
+    bdb_buf b;
+    bdb_buf_init(&b);
+    d->purged++;
+    int rc = tn_encode(r, &b);
+    d->purged--;
+    pthread_mutex_unlock(&r->mu);
+    if (rc == BDB_OK)
+        rc = tn_write(r, &b);
+    bdb_buf_free(&b);
+    if (rc == BDB_OK) {
+        pthread_mutex_lock(&r->mu);
+        d->purged++; /* save_mu held throughout: nothing else changed d */
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->save_mu);
+    return rc;
+}
+
+int bdb_tenants_purged_keys(bdb_tenants *r, char ***keys, size_t *n)
+{
+    *keys = NULL;
+    *n = 0;
+    pthread_mutex_lock(&r->mu);
+    size_t total = 0, pos = 0, kl;
+    const void *key;
+    void *val;
+    while (bdb_map_next(r->dead, &pos, &key, &kl, &val))
+        total += ((tdead *)val)->purged;
+    char **v = calloc(total + 1, sizeof *v);
+    int rc = v ? BDB_OK : BDB_ERR_NOMEM;
+    pos = 0;
+    while (rc == BDB_OK && bdb_map_next(r->dead, &pos, &key, &kl, &val)) {
+        tdead *d = val;
+        for (uint64_t g = 0; g < d->purged && rc == BDB_OK; g++) {
+            char k[BDB_TENANT_KEY_MAX + 1];
+            gen_key(d->name, g, k, sizeof k); /* fits: a name and a 64-bit number */
+            if ((v[*n] = strdup(k)) == NULL)
+                rc = BDB_ERR_NOMEM;
+            else
+                ++*n;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc != BDB_OK) {
+        for (size_t i = 0; i < *n; i++)
+            free(v[i]);
+        free(v);
+        *n = 0;
+        return rc;
+    }
+    *keys = v;
+    return BDB_OK;
+}

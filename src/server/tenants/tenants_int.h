@@ -24,6 +24,7 @@ typedef struct tdead {
     char name[BDB_TENANT_NAME_MAX + 1];
     uint64_t gen;
     int64_t at_ms;
+    uint64_t purged; /* generations below it had their data removed (tenants_purge.c) */
 } tdead;
 
 typedef struct tentry {

@@ -7,6 +7,7 @@
 #include "common/timeutil.h"
 #include "model/bucket.h"
 #include "storage/cassandra/cass_agg.h" /* tiers and fleet */
+#include "storage/cassandra/cass_drop.h"
 #include "storage/cassandra/cass_late.h"
 #include "storage/cassandra/cass_state.h"
 #include "storage/cassandra/cass_uri.h"
@@ -625,6 +626,8 @@ static const bdb_sink_ops cass_ops = {
     /* late arrivals (cass_late.c) */
     .late_put = cass_late_put,
     .late_list = cass_late_list,
+
+    .drop_tenant = cass_drop_tenant,
 };
 
 /* tiers and fleet: cass_agg.c sends through this sink's session */

@@ -460,6 +460,10 @@ static void test_deleted_names(void **state)
         "deleted acme at=1 gen=1",
         "deleted acme gen=1 at=1 x=1",
         "deleted acme gen=1 at=1\ndeleted acme gen=2 at=1",
+        "deleted acme gen=1 at=1 purged=2",
+        "deleted acme gen=1 at=1 purged=x",
+        "deleted acme gen=1 at=1 purge=1",
+        "deleted acme gen=1 at=1 purged=1 x=1",
     };
     char body[512], err[300];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -473,6 +477,51 @@ static void test_deleted_names(void **state)
     r = open_ok();
     assert_true(bdb_tenants_key_deleted(r, "acme@2"));
     bdb_tenants_close(r);
+}
+
+/* The purge's bookkeeping (tenants_purge.h): generations handed out oldest first, each
+ * recorded once, durably, and a failed record changes nothing. */
+static void test_purge_records(void **state)
+{
+    (void)state;
+    bdb_tenants *r = open_ok();
+    char tok[BDB_TOKEN_HEX + 1], key[BDB_TENANT_KEY_MAX + 1];
+    bdb_quotas q = {0};
+    assert_int_equal(bdb_tenants_purge_next(r, key, sizeof key), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(bdb_tenants_create(r, "acme", &q, 0, 1, tok), BDB_OK);
+        assert_int_equal(bdb_tenants_delete(r, "acme", 5), BDB_OK);
+    }
+    assert_int_equal(bdb_tenants_purge_pending(r), 2);
+    assert_int_equal(bdb_tenants_purge_next(r, key, sizeof key), 1);
+    assert_string_equal(key, "acme");
+    assert_int_equal(bdb_tenants_purge_next(r, key, 3), BDB_ERR_LIMIT);
+    assert_int_equal(bdb_tenants_purge_done(r, "acme@1"), BDB_ERR_NOTFOUND); /* not next */
+    assert_int_equal(bdb_tenants_purge_done(r, "acme@2"), BDB_ERR_NOTFOUND); /* current */
+    assert_int_equal(bdb_tenants_purge_done(r, "nobody"), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_purge_done(r, "acme"), BDB_OK);
+    assert_int_equal(bdb_tenants_purge_done(r, "acme"), BDB_ERR_NOTFOUND); /* once */
+    bdb_tenants_close(r);
+    r = open_ok();
+    assert_int_equal(bdb_tenants_purge_pending(r), 1);
+    assert_int_equal(bdb_tenants_purge_next(r, key, sizeof key), 1);
+    assert_string_equal(key, "acme@1");
+    /* a directory where the temp file goes: the record cannot be written and stays */
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp", regpath);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_int_equal(bdb_tenants_purge_done(r, "acme@1"), BDB_ERR_IO);
+    rmdir(tmp);
+    assert_int_equal(bdb_tenants_purge_pending(r), 1);
+    assert_int_equal(bdb_tenants_purge_done(r, "acme@1"), BDB_OK);
+    assert_int_equal(bdb_tenants_purge_pending(r), 0);
+    assert_int_equal(bdb_tenants_purge_next(r, key, sizeof key), 0);
+    assert_true(bdb_tenants_key_deleted(r, "acme@1")); /* purged keys stay deleted */
+    bdb_tenants_close(r);
+    size_t len;
+    char *txt = read_file(regpath, &len);
+    assert_non_null(strstr(txt, "\ndeleted acme gen=2 at=5 purged=2\n"));
+    free(txt);
 }
 
 static void test_admission(void **state)
@@ -528,6 +577,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_save_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_admission, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_purge_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

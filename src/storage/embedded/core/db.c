@@ -11,6 +11,7 @@
  *                   u8 2 | str tenant | str device | varint pinned | uvarint n
  *                   (varint from | varint size)*
  *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
+ *   type 4, tenant dropped (u8 4 | str tenant | "bdbdrop1"; forgets it again): db_drop.c
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/core/db_space.h" /* disk reserve: writes held, early flush */
@@ -547,6 +548,8 @@ int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len)
         return apply_history_record(db, &d);
     case 3:
         return db_hot_apply_record(db, &d);
+    case 4:
+        return db_drop_apply_record(db, &d);
     default:
         return BDB_ERR_CORRUPT;
     }

@@ -179,6 +179,19 @@ void bdb_db_usage_release(bdb_db *db);
 int64_t bdb_db_retention_ms(bdb_db *db, const char *tenant);
 int64_t bdb_db_retention_cutoff(bdb_db *db, const char *tenant);
 
+/* Dropping a tenant (db_drop.c; docs/TENANCY.md#deleting-a-tenant): removes what the
+ * engine holds for tenant from the head and the WAL, the catalog, the current-state
+ * index, the late-data marks, the fleet and tier files, and with a sink that takes it,
+ * the sink's rows (storage/sink.h, drop_tenant) first. Block files leave by retention:
+ * the caller gives the tenant an expired TTL (tenant_retention) and runs
+ * bdb_db_maintain after. Nothing may write to the tenant any more. Idempotent and
+ * resumable: after a failure or a crash, calling again completes it. Blocks flushes
+ * while the sink deletes. Errors: BDB_ERR_INVALID (empty name or longer than
+ * BDB_DROP_NAME_MAX), BDB_ERR_READONLY, BDB_ERR_AGAIN (a flush is failing: nothing
+ * dropped yet), the sink's or the flush's errors. */
+#define BDB_DROP_NAME_MAX 4096
+int bdb_db_drop_tenant(bdb_db *db, const char *tenant);
+
 /* Forces a head flush (tests, shutdown, `POST /internal/flush`). */
 int bdb_db_flush(bdb_db *db);
 /* Runs compaction and retention once (tests). */
@@ -300,6 +313,9 @@ struct series;
 int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
 int db_tier_maintain(bdb_db *db);
 void db_tier_close(bdb_db *db);
+/* Dropping a tenant (db_drop.c, under flush_mutex, right after a committed flush):
+ * deletes its tier files (db_tier_maint.c). */
+int db_tier_forget_tenant(bdb_db *db, const char *tn);
 /* late data (db_tier_late.c): a sample not newer than its device's newest event (write
  * path, stripe held), the head freeze (flush_lock exclusive, cat_lock shared), close. */
 struct device;
@@ -310,9 +326,15 @@ int db_late_reserve(bdb_db *db, size_t n);
 int db_late_freeze(bdb_db *db); /* BDB_OK or BDB_ERR_NOMEM (every mark kept pending) */
 void db_late_close(bdb_db *db);
 int64_t db_late_threshold(const bdb_db *db);
+/* Dropping a tenant (db_drop.c): forgets its late marks and recent late events. */
+struct tenant;
+void db_late_forget_tenant(bdb_db *db, const struct tenant *t);
 /* fleet aggregates (db_fleet.c; public API in storage/embedded/fleet/db_fleet.h): the flush
  * hook runs before the tier hook, on the same frozen series; close frees its state */
 int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
 void db_fleet_close(bdb_db *db);
+/* Dropping a tenant (db_drop.c, under flush_mutex, right after a committed flush):
+ * rewrites the fleet files that hold its windows without them. */
+int db_fleet_forget_tenant(bdb_db *db, const char *tn);
 
 #endif

@@ -534,6 +534,39 @@ out:
     return rc;
 }
 
+/* Frees t, its devices, their series and head chunks, and takes them out of the
+ * counters. t is no longer in db->tenants. */
+void cat_tenant_free(bdb_db *db, tenant *t)
+{
+    size_t dp = 0, dk;
+    const void *key;
+    void *dv;
+    uint64_t ndev = 0, nser = 0;
+    while (bdb_map_next(t->devices, &dp, &key, &dk, &dv)) {
+        device *d = dv;
+        for (uint32_t i = 0; i < d->nseries; i++) {
+            head_free_chunks(db, d->series[i]->active);
+            head_free_chunks(db, d->series[i]->frozen);
+            free(d->series[i]);
+        }
+        nser += d->nseries;
+        ndev++;
+        free(d->series);
+        free_tags(d);
+        free(d->state);
+        bdb_bucket_history_free(&d->hist);
+        db_hot_free(d);
+        free(d->name);
+        free(d);
+    }
+    bdb_map_free(t->devices);
+    free(t->name);
+    free(t);
+    atomic_fetch_sub(&db->device_count, ndev);
+    atomic_fetch_sub(&db->series_count, nser);
+    atomic_fetch_sub(&db->tenant_count, 1);
+}
+
 void cat_free(bdb_db *db)
 {
     if (!db->tenants) /* an open that ran out of memory */
@@ -541,29 +574,8 @@ void cat_free(bdb_db *db)
     size_t tp = 0, tk;
     const void *key;
     void *tv;
-    while (bdb_map_next(db->tenants, &tp, &key, &tk, &tv)) {
-        tenant *t = tv;
-        size_t dp = 0, dk;
-        void *dv;
-        while (bdb_map_next(t->devices, &dp, &key, &dk, &dv)) {
-            device *d = dv;
-            for (uint32_t i = 0; i < d->nseries; i++) {
-                head_free_chunks(db, d->series[i]->active);
-                head_free_chunks(db, d->series[i]->frozen);
-                free(d->series[i]);
-            }
-            free(d->series);
-            free_tags(d);
-            free(d->state);
-            bdb_bucket_history_free(&d->hist);
-            db_hot_free(d);
-            free(d->name);
-            free(d);
-        }
-        bdb_map_free(t->devices);
-        free(t->name);
-        free(t);
-    }
+    while (bdb_map_next(db->tenants, &tp, &key, &tk, &tv))
+        cat_tenant_free(db, tv);
     bdb_map_free(db->tenants);
     db->tenants = NULL;
 }

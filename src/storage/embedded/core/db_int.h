@@ -238,6 +238,9 @@ void cat_encode(bdb_db *db, bdb_buf *out);
 int cat_load(bdb_db *db);
 int cat_save(bdb_db *db, const bdb_buf *enc);
 void cat_free(bdb_db *db);
+/* Frees a tenant taken out of db->tenants: its devices, series and head chunks
+ * (head, device and series counters lowered). */
+void cat_tenant_free(bdb_db *db, tenant *t);
 /* Calls cb for every device (cat_lock must be held by the caller, shared). */
 void cat_each_device(bdb_db *db, void (*cb)(void *ctx, device *d), void *ctx);
 static inline pthread_mutex_t *dev_lock(bdb_db *db, const device *d)
@@ -337,5 +340,9 @@ int db_hot_apply_record(bdb_db *db, bdb_dec *dec);
 device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl);
 void db_set_readonly(bdb_db *db, int rc, const char *what);
 int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len);
+
+/* db_drop.c: WAL record type 4, "tenant dropped" (bdb_db_drop_tenant): on replay the
+ * tenant is forgotten again. */
+int db_drop_apply_record(bdb_db *db, bdb_dec *dec);
 
 #endif

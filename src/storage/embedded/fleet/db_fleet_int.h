@@ -126,6 +126,10 @@ void fl_files_add(fstate *t, ffile *f);
 /* Retention, then compaction (db_fleet_maint.c); run by the flush hook under
  * flush_mutex once a flush published its files. Skips a round it has no memory for. */
 void fl_maintain(fstate *t);
+/* Rewrites the committed files that hold records of tenant without them (db_fleet_maint.c).
+ * Caller holds flush_mutex. BDB_OK, BDB_ERR_NOMEM, BDB_ERR_IO ... (files not yet
+ * rewritten stay as they were; calling again finishes). */
+int fl_forget_tenant(fstate *t, const char *tn);
 
 /* The recomputed-window list: saved whole and atomically; loaded at open (BDB_OK
  * when missing or damaged, which is logged; BDB_ERR_NOMEM). */

@@ -31,8 +31,10 @@ static void drop_files(fstate *t, ffile **v, size_t n, const char *why, _Atomic 
 }
 
 /* Merges committed files of one window (in, nin; taken over) into one file listing
- * their seqs, so a crash between its rename and the unlinks counts nothing twice. */
-static int compact(fstate *t, ffile **in, size_t nin)
+ * their seqs, so a crash between its rename and the unlinks counts nothing twice.
+ * The records of tenant skip (NULL: none) are left out: a dropped tenant's windows
+ * leave the files by the same crash-safe replacement. */
+static int compact(fstate *t, ffile **in, size_t nin, const char *skip)
 {
     uint64_t *seqs = fl_realloc(NULL, nin * sizeof *seqs);
     size_t *pos = bdb_calloc(nin, sizeof *pos);
@@ -65,6 +67,7 @@ static int compact(fstate *t, ffile **in, size_t nin)
         if (!low)
             break;
         frec key = *low;
+        int skipped = skip && !strcmp(key.tenant, skip);
         bdb_fleet_reset(&f);
         for (size_t i = 0; i < nin; i++) {
             if (pos[i] >= in[i]->nrec)
@@ -74,12 +77,14 @@ static int compact(fstate *t, ffile **in, size_t nin)
                 continue;
             bdb_dec d;
             bdb_dec_init(&d, x->p, x->len);
-            if (rc == BDB_OK)
+            if (rc == BDB_OK && !skipped)
                 rc = bdb_fleet_read(&f, &d, INT64_MIN, INT64_MAX);
             pos[i]++;
         }
         if (rc != BDB_OK)
             break;
+        if (skipped)
+            continue;
         bdb_buf rec;
         bdb_buf_init_checked(&rec);
         bdb_fleet_write(&f, INT64_MIN, INT64_MAX, &rec);
@@ -162,10 +167,81 @@ void fl_maintain(fstate *t)
         size_t others = b - a - nin;
         /* files of a flush not committed yet stay out: merged, they would be dropped
          * with the rest at a restart */
-        if (nin >= FLEET_COMPACT_AT && compact(t, in, nin) == BDB_OK)
+        if (nin >= FLEET_COMPACT_AT && compact(t, in, nin, NULL) == BDB_OK)
             a += 1 + others; /* the group shrank to the merged file and the others */
         else
             a = b;
     }
     free(in);
+}
+
+/* Each committed file holding a record of the tenant is replaced by a copy without
+ * them (one-input compaction), and its recomputed windows leave the dirty list. Files of a flush
+ * not committed yet are left: the caller runs right after a committed flush, so there are none.
+ * Idempotent. */
+/* The tenant's entries of the list of windows late data recomputed (sorted by tenant
+ * first, so one run) leave it and its file; on a failed save the list stays whole. */
+static int forget_dirty(fstate *t, const char *tn)
+{
+    size_t a = 0;
+    while (a < t->ndirty && strcmp(t->dirty[a].tenant, tn) < 0)
+        a++;
+    size_t b = a;
+    while (b < t->ndirty && !strcmp(t->dirty[b].tenant, tn))
+        b++;
+    if (a == b)
+        return BDB_OK;
+    fdirty *nv = fl_realloc(NULL, (t->ndirty - (b - a) + 1) * sizeof *nv);
+    if (!nv)
+        return BDB_ERR_NOMEM;
+    memcpy(nv, t->dirty, a * sizeof *nv);
+    memcpy(nv + a, t->dirty + b, (t->ndirty - b) * sizeof *nv);
+    fdirty *old = t->dirty;
+    size_t nold = t->ndirty;
+    pthread_rwlock_wrlock(&t->lock);
+    t->dirty = nv;
+    t->ndirty = nold - (b - a);
+    pthread_rwlock_unlock(&t->lock);
+    int rc = fl_dirty_save(t); /* only the flush thread (flush_mutex) changes the list */
+    pthread_rwlock_wrlock(&t->lock);
+    if (rc != BDB_OK) {
+        t->dirty = old;
+        t->ndirty = nold;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (rc != BDB_OK) {
+        free(nv);
+        return rc;
+    }
+    for (size_t i = a; i < b; i++) {
+        free(old[i].tenant);
+        free(old[i].metric);
+    }
+    free(old);
+    return BDB_OK;
+}
+
+int fl_forget_tenant(fstate *t, const char *tn)
+{
+    int rc = forget_dirty(t, tn);
+    for (size_t i = 0; i < t->n && rc == BDB_OK;) {
+        ffile *f = t->files[i];
+        int holds = 0;
+        for (size_t k = 0; k < f->nrec && !holds; k++)
+            holds = !strcmp(f->recs[k].tenant, tn);
+        if (!holds || f->wal_upto > t->db->wal_upto) {
+            i++;
+            continue;
+        }
+        rc = compact(t, &f, 1, tn);
+        /* the list was re-sorted: start over (files without the tenant are passed over) */
+        i = 0;
+    }
+    return rc;
+}
+
+int db_fleet_forget_tenant(bdb_db *db, const char *tn)
+{
+    fstate *t = fl_get(db);
+    return t ? fl_forget_tenant(t, tn) : BDB_ERR_NOMEM;
 }

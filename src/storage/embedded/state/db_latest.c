@@ -736,3 +736,49 @@ int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_
     free(mv);
     return BDB_OK;
 }
+
+/* ---------------------------------------------------------------- dropping a tenant */
+
+void db_latest_forget_tenant(bdb_db *db, const tenant *t)
+{
+    struct db_latest *L = db->latest;
+    for (uint32_t s = 0; s < DB_STRIPES; s++) {
+        pthread_mutex_lock(&db->stripes[s]);
+        lt_table *tb = &L->tables[s];
+        /* table_del places later entries of the probe run again, possibly into slots
+         * this pass already looked at: passes repeat until one removes nothing. */
+        for (int removed = 1; removed;) {
+            removed = 0;
+            for (uint32_t i = 0; i < tb->cap; i++) {
+                lt_dev *e = tb->slot[i];
+                if (!e || e->dev->tenant != t)
+                    continue;
+                table_del(tb, e);
+                lt_account(L, -(int64_t)(sizeof *e + e->cap * sizeof *e->m));
+                free(e->m);
+                free(e);
+                removed = 1;
+            }
+        }
+        pthread_mutex_unlock(&db->stripes[s]);
+    }
+    /* Every entry of the tenant is gone, so its state sets only point at freed ones. */
+    pthread_mutex_lock(&L->mu);
+    lt_tenant *lt = bdb_map_del(L->tenants, t->name, strlen(t->name));
+    pthread_mutex_unlock(&L->mu);
+    if (!lt)
+        return;
+    size_t sp = 0, kl;
+    const void *key;
+    void *sv;
+    while (bdb_map_next(lt->states, &sp, &key, &kl, &sv)) {
+        lt_state *st = sv;
+        lt_account(L, -(int64_t)(sizeof *st + st->nlen + 1 + 32));
+        free(st->name);
+        free(st);
+    }
+    bdb_map_free(lt->states);
+    pthread_mutex_destroy(&lt->mu);
+    lt_account(L, -(int64_t)(sizeof *lt + strlen(t->name) + 64));
+    free(lt);
+}

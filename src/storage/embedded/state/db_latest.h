@@ -77,4 +77,9 @@ int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, 
  * BDB_ERR_READONLY. */
 int db_latest_save(bdb_db *db, uint64_t wal_upto);
 
+/* Dropping a tenant (db_drop.c): removes the entries of t's devices and t's state
+ * sets, before the catalog frees the devices. No writer may be applying to t (the
+ * caller holds flush_lock exclusively, or replays). Takes each stripe in turn. */
+void db_latest_forget_tenant(bdb_db *db, const tenant *t);
+
 #endif

@@ -56,7 +56,8 @@ typedef struct lt_tenant {
 } lt_tenant;
 
 /* Entries of the devices of one engine stripe: open addressing on the device pointer,
- * guarded by that stripe's lock. Entries are never removed (devices never are). */
+ * guarded by that stripe's lock. Entries are removed only with their tenant
+ * (db_latest_forget_tenant), since devices are freed only then. */
 typedef struct lt_table {
     lt_dev **slot;
     uint32_t cap, n;

@@ -793,6 +793,12 @@ int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n
         return BDB_OK; /* with a sink the minutes were stored at flush */
     if (we <= retention_from(db, tn, BDB_RES_1M))
         return BDB_OK; /* the 1m tier would not answer them either */
+    /* Every minute of the window is past the 1m tier's TTL: the tier file would only
+     * outlive them because files leave whole. A deleted tenant's key (TTL 1 ms) must
+     * not get its minutes written again after its drop deleted its tier files. */
+    int64_t keep = tier_retention(db, tn, BDB_RES_1M), now = bdb_clock_now(&db->o.clock);
+    if (keep > 0 && now >= INT64_MIN + keep && we <= now - keep)
+        return BDB_OK;
     tstate *t = tier_state(db);
     if (!t)
         return BDB_ERR_NOMEM;

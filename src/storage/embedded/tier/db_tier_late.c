@@ -881,3 +881,47 @@ int late_fix_read(bdb_db *db, const char *tn, const char *dn, const char *const 
     bdb_rollup_free(&fine);
     return rc;
 }
+
+/* ---------------------------------------------------------------- dropping a tenant */
+
+static size_t keep_marks(struct mark *v, size_t n, const struct tenant *t)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].d->tenant != t)
+            v[k++] = v[i];
+    return k;
+}
+
+void db_late_forget_tenant(bdb_db *db, const struct tenant *t)
+{
+    lstate *l = late_peek(db);
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    /* The marks point at the tenant's devices, which the caller frees next. */
+    l->npend = keep_marks(l->pend, l->npend, t);
+    l->nfrz = keep_marks(l->frz, l->nfrz, t);
+    /* The recent-events ring is packed again, oldest first from slot 0, without the
+     * tenant's events, so readers (newest first from ring_pos back) see no gap. */
+    struct late_ev keep[LATE_RING];
+    size_t nk = 0;
+    for (size_t i = 0; i < l->ring_n; i++) {
+        struct late_ev *e = &l->ring[(l->ring_pos + LATE_RING - l->ring_n + i) % LATE_RING];
+        if (e->tenant && !strcmp(e->tenant, t->name)) {
+            free(e->tenant);
+            free(e->device);
+        } else {
+            keep[nk++] = *e;
+        }
+        e->tenant = e->device = NULL;
+    }
+    for (size_t i = 0; i < LATE_RING; i++) {
+        free(l->ring[i].tenant);
+        free(l->ring[i].device);
+        l->ring[i] = i < nk ? keep[i] : (struct late_ev){0};
+    }
+    l->ring_n = nk;
+    l->ring_pos = nk % LATE_RING;
+    pthread_mutex_unlock(&l->mu);
+}

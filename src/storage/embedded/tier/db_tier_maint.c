@@ -408,3 +408,36 @@ int db_tier_maintain(bdb_db *db)
     }
     return rc;
 }
+
+/* Tier files hold one tenant each, so a dropped tenant's windows leave by deleting
+ * its files, whatever their window (retention would wait for the window's end, up to
+ * a year for the 1d tier). Files of a flush not committed yet stay: the caller runs
+ * right after a committed flush, so there are none. */
+int db_tier_forget_tenant(bdb_db *db, const char *tn)
+{
+    tstate *t = tier_state(db);
+    if (!t)
+        return BDB_ERR_NOMEM;
+    tfile **gone = bdb_calloc(t->n + 1, sizeof *gone);
+    if (!gone)
+        return BDB_ERR_NOMEM;
+    size_t ng = 0, k = 0;
+    pthread_rwlock_wrlock(&t->lock);
+    for (size_t i = 0; i < t->n; i++) {
+        tfile *f = t->files[i];
+        if (!strcmp(f->tenant, tn) && f->wal_upto <= db->wal_upto)
+            gone[ng++] = f;
+        else
+            t->files[k++] = f;
+    }
+    t->n = k;
+    pthread_rwlock_unlock(&t->lock);
+    for (size_t i = 0; i < ng; i++) {
+        drop_file(t, gone[i], "deletes a dropped tenant's file");
+        atomic_fetch_add(&t->dropped, 1);
+    }
+    free(gone);
+    for (int r = 0; ng && r < BDB_TIERS; r++)
+        bdb_vfs_sync_dir(db->vfs, t->sub[r]);
+    return BDB_OK;
+}
