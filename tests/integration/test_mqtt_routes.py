@@ -101,6 +101,23 @@ def three_gateways_at_once_mqtt5():
 
 
 @suite.test
+def subscription_identifier_picks_the_route():
+    """Overlapping filters: mosquitto 2.0 delivers one copy per matching subscription,
+    each with that subscription's identifier, so each copy takes its own route (by
+    topic alone both would take the first)."""
+    with Broker() as b:
+        args = ["--mqtt-route", "ov/# scheme=ov/{device}/# payload=value tenant=a",
+                "--mqtt-route", "ov/+/x scheme=ov/{device}/x payload=value:3 tenant=b"]
+        with mqtt_server(b, "bdbtest-routes-id", args=args) as s:
+            wait_connected(s, b)
+            check(b.publish("ov/d1/x", "5"))
+            wait_for("route 2's copy", lambda: [m for _, m, _ in rows(s, "b", "d1")] == ["x"],
+                     [s.log()])
+            wait_for("route 1's copy", lambda: [m for _, m, _ in rows(s, "a", "d1")] ==
+                     ["value"], [s.log()])
+
+
+@suite.test
 def routes_by_topic_with_mqtt311():
     """No subscription identifiers in 3.1.1: the first route whose filter matches the
     topic is the message's. Routes come from repeated flags here."""
