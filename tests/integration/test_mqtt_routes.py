@@ -57,7 +57,7 @@ def three_gateways_at_once_mqtt5():
         args = ["--config", config_file(ROUTES), "--mqtt-dead-letter-topic", DL]
         with mqtt_server(b, "bdbtest-routes", args=args) as s:
             wait_connected(s, b)
-            contains(s.log(), "route 2: '$share/bdb/tele/+/SENSOR'")
+            contains(s.log(), "route 2: $share/bdb/tele/+/SENSOR scheme=")
             check(b.publish("zigbee2mqtt/living_room_sensor", json.dumps(ZIGBEE_SENSOR)))
             check(b.publish("zigbee2mqtt/desk_plug", json.dumps(ZIGBEE_PLUG)))
             check(b.publish("tele/tasmota_5A1B2C/SENSOR", json.dumps(TASMOTA)))

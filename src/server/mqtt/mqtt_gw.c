@@ -451,11 +451,9 @@ static int add_routes(bdb_mqtt_gw *g)
         g->nroutes++;
         if (add_filter(g, r->filter) != 0)
             return -1;
-        BDB_INFO("mqtt: route %zu: '%s', scheme %s, payload %s, tenant %s, QoS %d", g->nroutes,
-                 r->filter, strstr(line, "scheme=") ? "as given" : "+/{tenant}/{device}/#",
-                 bdb_mqtt_format_name(r->format),
+        BDB_INFO("mqtt: route %zu: %s (tenant: %s, QoS %d)", g->nroutes, line,
                  r->tenant[0]            ? r->tenant
-                 : r->scheme.tenant >= 0 ? "{tenant}"
+                 : r->scheme.tenant >= 0 ? "{tenant} level"
                                          : "default_tenant",
                  r->qos);
     }
