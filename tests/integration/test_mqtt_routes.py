@@ -11,12 +11,14 @@ stop the start with a message naming the key and the line."""
 
 import json
 import os
+import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Suite, check, contains, eq, path_with, run_bin, tmpdir  # noqa: E402
-from test_mqtt import Broker, metric, mqtt_server, rows, wait_connected, wait_for  # noqa: E402
-from test_mqtt5 import start_fails, sub_read, sub_session  # noqa: E402
+from bdbtest import Server, Suite, check, contains, eq, path_with, run_bin, tmpdir  # noqa: E402
+from test_mqtt import (WAIT, Broker, metric, mqtt_server, read_packet, remlen, rows,  # noqa: E402
+                       wait_connected, wait_for)
+from test_mqtt5 import mstr, next_ack, publish_v5, start_fails, sub_read, sub_session  # noqa: E402
 from test_mqtt_gateways import TASMOTA, ZIGBEE_PLUG, ZIGBEE_SENSOR  # noqa: E402
 
 suite = Suite("test_mqtt_routes")
@@ -115,6 +117,65 @@ def subscription_identifier_picks_the_route():
                      [s.log()])
             wait_for("route 1's copy", lambda: [m for _, m, _ in rows(s, "a", "d1")] ==
                      ["value"], [s.log()])
+
+
+def accept_routes(lsock, connack_props, want_ids):
+    """A scripted MQTT 5 broker's side of a connection: CONNACK with connack_props,
+    then one SUBSCRIBE per route, checked, each answered with QoS 1 granted."""
+    conn, _ = lsock.accept()
+    conn.settimeout(WAIT)
+    eq(read_packet(conn)[0], 1, "CONNECT")
+    conn.sendall(b"\x20" + remlen(3 + len(connack_props)) + b"\x00\x00"
+                 + remlen(len(connack_props)) + connack_props)
+    for i, (flt, qos) in enumerate([(b"r1/+", 1), (b"r2/#", 0)]):
+        ptype, flags, body = read_packet(conn)
+        eq((ptype, flags), (8, 2), "SUBSCRIBE of route %d" % (i + 1))
+        eq(body[:2], (i + 1).to_bytes(2, "big"), "packet id = route number")
+        props = b"\x0b" + bytes([i + 1]) if want_ids else b""
+        eq(body[2:3 + len(props)], bytes([len(props)]) + props, "subscription identifier")
+        eq(body[3 + len(props):], mstr(flt) + bytes([qos]), "filter and QoS")
+        conn.sendall(b"\x90\x04" + body[:2] + b"\x00" + bytes([qos]))  # SUBACK granted
+    return conn
+
+
+@suite.test
+def subscription_identifiers_with_a_scripted_broker():
+    """The identifier the broker sends decides, even against the topic; without one
+    the topic does; a broker without identifiers gets SUBSCRIBEs without them."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    lsock.settimeout(WAIT)
+    port = lsock.getsockname()[1]
+    s = Server(args=["--mqtt-broker", "127.0.0.1:%d" % port, "--mqtt-client-id", "scripted-r",
+                     "--mqtt-route", "r1/+ scheme=+/{device} payload=value:1 tenant=one",
+                     "--mqtt-route", "r2/# scheme=+/{device}/# payload=value tenant=two qos=0"])
+    try:
+        s.start()
+        conn = accept_routes(lsock, b"", True)
+        conn.sendall(publish_v5("r1/d1", b"7", 5, b"\x0b\x02"))  # route 2's identifier
+        eq(next_ack(conn), b"\x00\x05")
+        eq([(m, v) for _, m, v in rows(s, "two", "d1")], [("value", 7)],
+           "route 2 took it by its identifier")
+        conn.sendall(publish_v5("r1/d1", b"8", 6))  # no identifier: by topic, route 1
+        eq(next_ack(conn), b"\x00\x06")
+        eq([(m, v) for _, m, v in rows(s, "one", "d1")], [("r1", 8)])
+        conn.sendall(publish_v5("zz/d1", b"9", 7))  # no route's filter
+        eq(next_ack(conn), b"\x00\x07\x90", "PUBACK reason: topic name invalid")
+        contains(s.log(), "topic matches no mqtt_route filter")
+        # a broker that has no subscription identifiers (CONNACK 0x29 = 0)
+        conn.sendall(b"\xe0\x02\x8b\x00")  # DISCONNECT: server shutting down
+        conn2 = accept_routes(lsock, b"\x29\x00", False)
+        contains(s.log(), "has no subscription identifiers")
+        conn2.sendall(publish_v5("r2/x/d2", b"3", 8))
+        eq(next_ack(conn2), b"\x00\x08")
+        eq([(m, v) for _, m, v in rows(s, "two", "x")], [("value", 3)])
+        conn.close()
+        s.stop()
+        conn2.close()
+    finally:
+        s.kill()
+        lsock.close()
 
 
 @suite.test

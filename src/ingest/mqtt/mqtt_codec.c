@@ -478,11 +478,16 @@ int bdb_mqtt_parse_props(const uint8_t *buf, size_t len, size_t *used, bdb_mqtt_
                 props->sub_id = v;
             props->present |= 1u << BDB_MQTT_P_SUB_ID;
             break;
+        case 0x29:
+            if (v > 1)
+                return -1;
+            props->sub_id_ok = (uint8_t)v;
+            props->present |= 1u << BDB_MQTT_P_SUB_ID_OK;
+            break;
         case 0x17:
         case 0x19:
         case 0x25:
         case 0x28:
-        case 0x29:
         case 0x2a:
             if (v > 1)
                 return -1;

@@ -134,6 +134,7 @@ typedef struct bdb_mqtt_props {
     size_t assigned_id_len;
     size_t user_props; /* how many 0x26 pairs */
     uint32_t sub_id;   /* 0x0b, the lowest when a PUBLISH carries several */
+    uint8_t sub_id_ok; /* 0x29 in CONNACK: subscription identifiers available */
 } bdb_mqtt_props;
 
 enum {
@@ -149,6 +150,7 @@ enum {
     BDB_MQTT_P_CONTENT_TYPE,
     BDB_MQTT_P_PAYLOAD_FORMAT,
     BDB_MQTT_P_SUB_ID,
+    BDB_MQTT_P_SUB_ID_OK,
 };
 #define BDB_MQTT_HAS(props, p) (((props)->present >> (p)) & 1u)
 

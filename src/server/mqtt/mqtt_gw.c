@@ -34,7 +34,14 @@ static void on_connack(mq_client *c, int sp, const bdb_mqtt_props *props)
     bdb_mqtt_gw *g = c->g;
     const bdb_config *cfg = &g->s->cfg;
     c->broker_max_pkt = 0;
+    c->no_sub_ids = 0;
     if (g->version == BDB_MQTT_V5) {
+        /* a SUBSCRIBE with an identifier such a broker would answer with DISCONNECT */
+        c->no_sub_ids = BDB_MQTT_HAS(props, BDB_MQTT_P_SUB_ID_OK) && !props->sub_id_ok;
+        if (c->no_sub_ids && g->by_route)
+            BDB_WARN("mqtt: broker %s has no subscription identifiers: messages take the first "
+                     "route whose filter matches their topic",
+                     c->name);
         if (BDB_MQTT_HAS(props, BDB_MQTT_P_MAX_PACKET))
             c->broker_max_pkt = props->max_packet;
         if (BDB_MQTT_HAS(props, BDB_MQTT_P_MAX_QOS) && props->max_qos < 1)
@@ -77,9 +84,10 @@ static int subscribe(mq_client *c)
         return bdb_mqtt_encode_subscribe_v(&c->wbuf, g->version, 1, (const char *const *)g->filters,
                                            g->nfilters, 1);
     for (size_t i = 0; i < g->nroutes; i++)
-        if (bdb_mqtt_encode_subscribe_id(&c->wbuf, g->version, (uint16_t)(i + 1),
-                                         g->routes[i].filter, (uint8_t)g->routes[i].qos,
-                                         g->version == BDB_MQTT_V5 ? (uint32_t)(i + 1) : 0) != 0)
+        if (bdb_mqtt_encode_subscribe_id(
+                &c->wbuf, g->version, (uint16_t)(i + 1), g->routes[i].filter,
+                (uint8_t)g->routes[i].qos,
+                g->version == BDB_MQTT_V5 && !c->no_sub_ids ? (uint32_t)(i + 1) : 0) != 0)
             return -1;
     return 0;
 }

@@ -49,6 +49,7 @@ typedef struct mq_client {
     size_t skip;             /* bytes of an oversized PUBLISH still to discard */
     int ping_out;            /* a PINGREQ is unanswered */
     uint32_t broker_max_pkt; /* MQTT 5 CONNACK maximum packet size, 0 = none */
+    int no_sub_ids;          /* MQTT 5 broker without subscription identifiers */
     uint16_t next_pid;       /* our packet ids (SUBSCRIBE 1, dead letters from 2) */
     atomic_int connected;
 } mq_client;
