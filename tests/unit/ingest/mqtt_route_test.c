@@ -138,6 +138,12 @@ static void test_publish_identifiers(void **state)
     assert_false(BDB_MQTT_HAS(&p, BDB_MQTT_P_SUB_ID));
     const uint8_t zero[] = {2, 0x0b, 0}; /* identifier 0 is a protocol error */
     assert_int_equal(bdb_mqtt_parse_props(zero, sizeof zero, &used, &p), -1);
+    /* CONNACK: the broker says whether it has subscription identifiers */
+    const uint8_t off[] = {2, 0x29, 0}, bad[] = {2, 0x29, 2};
+    assert_int_equal(bdb_mqtt_parse_props(off, sizeof off, &used, &p), 0);
+    assert_true(BDB_MQTT_HAS(&p, BDB_MQTT_P_SUB_ID_OK));
+    assert_int_equal(p.sub_id_ok, 0);
+    assert_int_equal(bdb_mqtt_parse_props(bad, sizeof bad, &used, &p), -1);
 }
 
 int main(void)
