@@ -83,9 +83,10 @@ struct bdb_mqtt_gw {
  * (storage failed, the gateway stops, the connection failed while pausing). */
 int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint32_t sub_id,
                       uint8_t *reason);
-/* mqtt_msg.c: the route of a message: the only one, the one its MQTT 5 subscription
- * identifier names (sub_id, 0 = none), else the first whose filter matches the
- * topic; NULL when none does. */
+/* mqtt_msg.c: the route of a message: the one route of the single-setting form; with
+ * mqtt_route lines the one its MQTT 5 subscription identifier names (sub_id, 0 =
+ * none) if that route's filter matches the topic, else the first whose filter
+ * does; NULL when none does. */
 const bdb_mqtt_route *mq_route_of(const struct bdb_mqtt_gw *g, uint32_t sub_id, const char *topic,
                                   size_t len);
 /* mqtt_msg.c: a PUBLISH larger than max_body_bytes + 64 KiB (header h; its first

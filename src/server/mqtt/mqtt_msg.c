@@ -436,9 +436,13 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
 const bdb_mqtt_route *mq_route_of(const bdb_mqtt_gw *g, uint32_t sub_id, const char *topic,
                                   size_t len)
 {
-    if (g->nroutes == 1) /* the single-route path stays as cheap as before routes */
+    if (!g->by_route) /* the single-setting form: as cheap as before routes existed */
         return &g->routes[0];
-    if (sub_id >= 1 && sub_id <= g->nroutes)
+    /* The persistent session may still hold subscriptions of an earlier configuration
+     * (removed or renumbered routes): an identifier counts only when its route's
+     * filter matches the topic. */
+    if (sub_id >= 1 && sub_id <= g->nroutes &&
+        bdb_mqtt_route_matches(&g->routes[sub_id - 1], topic, len))
         return &g->routes[sub_id - 1];
     for (size_t i = 0; i < g->nroutes; i++)
         if (bdb_mqtt_route_matches(&g->routes[i], topic, len))
