@@ -61,7 +61,7 @@ static void on_suback(mq_client *c, uint16_t pid, const uint8_t *codes, size_t n
     bdb_mqtt_gw *g = c->g;
     /* routes are subscribed one SUBSCRIBE each, packet id = route number */
     size_t base = g->by_route && pid >= 1 ? (size_t)pid - 1 : 0;
-    if (base + n >= g->nfilters) { /* the last SUBACK: subscribed, consuming */
+    if (!g->by_route || base + n >= g->nfilters) { /* the last SUBACK: consuming */
         atomic_store(&c->connected, 1);
         atomic_fetch_add(&g->connects, 1);
     }
