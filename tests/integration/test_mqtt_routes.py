@@ -105,6 +105,33 @@ def three_gateways_at_once_mqtt5():
 
 
 @suite.test
+def shared_route_splits_between_two_servers():
+    """The same routes on two servers: the $share route's messages are split between
+    them (each once), the other routes' messages reach both."""
+    with Broker() as b:
+        cfg = config_file(ROUTES)
+        with mqtt_server(b, "bdbtest-routes-s1", args=["--config", cfg]) as s1, \
+                mqtt_server(b, "bdbtest-routes-s2", args=["--config", cfg]) as s2:
+            wait_connected(s1, b)
+            wait_connected(s2, b)
+            n = 20
+            for i in range(n):
+                check(b.publish("tele/t%d/SENSOR" % i, '{"AM2301": {"Temperature": %d}}' % i))
+            check(b.publish("zigbee2mqtt/lamp", '{"brightness": 5}'))
+            for s in (s1, s2):
+                wait_for("the lamp", lambda: metrics_of(s, "home", "lamp") == {"brightness": 5},
+                         [s.log()])
+
+            def stored(s):
+                return {i for i in range(n) if rows(s, "home", "t%d" % i)}
+            wait_for("every shared message on one server",
+                     lambda: len(stored(s1) | stored(s2)) == n, [s1.log(), s2.log()])
+            one, two = stored(s1), stored(s2)
+            eq(one & two, set(), "no message on both servers")
+            check(one and two, "both servers took a share (%d, %d)" % (len(one), len(two)))
+
+
+@suite.test
 def subscription_identifier_picks_the_route():
     """Overlapping filters: mosquitto 2.0 delivers one copy per matching subscription,
     each with that subscription's identifier, so each copy takes its own route (by
