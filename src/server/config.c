@@ -3,7 +3,9 @@
 #include "common/log.h"
 #include "ingest/devrule.h"
 #include "model/bucket.h"
+#include "ingest/mqtt/mqtt_route.h"
 #include "server/admission/hotpart.h"
+#include "server/tenants/tenants.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum kind { K_STR, K_INT, K_U64, K_SIZE, K_MS, K_BOOL };
+/* K_LIST: a repeatable key; each occurrence adds a line to the field. */
+enum kind { K_STR, K_INT, K_U64, K_SIZE, K_MS, K_BOOL, K_LIST };
 
 /* The settings table is data: one row per key drives parsing, printing and help. */
 static const struct key {
@@ -89,6 +92,9 @@ static const struct key {
       "topic levels of tenant and device, e.g. +/{tenant}/{device}/# (the default)"),
     S(mqtt_formats, "payload format per topic filter: filter=json|lp|object|value[:level]|auto,"
                     "... (default auto)"),
+    {"mqtt_route", K_LIST, offsetof(bdb_config, mqtt_route), sizeof(((bdb_config *)0)->mqtt_route),
+     "repeatable: <filter> scheme=<scheme> payload=<format> tenant=<name> qos=0|1, one "
+     "subscription each (docs/MQTT.md#routes; default: the mqtt_topics route)"},
     S(mqtt_dead_letter_topic, "publish malformed MQTT messages here (default none: drop)"),
     S(mqtt_ca_file, "mqtts:// brokers: CA certificates file (default system CAs)"),
     S(mqtt_cert_file, "mqtts:// brokers: client certificate file (default none)"),
@@ -247,6 +253,18 @@ int bdb_config_set(bdb_config *c, const char *key, const char *value, char *err,
             }
             snprintf(field, keys[k].len, "%s", value);
             return 0;
+        case K_LIST: {
+            size_t have = strlen(field), n = strlen(value);
+            if (strchr(value, '\n') || have + (have ? 1 : 0) + n >= keys[k].len) {
+                snprintf(err, errlen, "%s: all lines together longer than %zu bytes", norm,
+                         keys[k].len - 1);
+                return -1;
+            }
+            if (have)
+                field[have++] = '\n';
+            memcpy(field + have, value, n + 1);
+            return 0;
+        }
         case K_INT: {
             char *end;
             errno = 0;
@@ -349,6 +367,54 @@ int bdb_config_load(bdb_config *c, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* mqtt_route lines, checked at start so that a bad one stops the server with the
+ * line's number rather than when the gateway starts. */
+static int check_mqtt_routes(const bdb_config *c, char *err, size_t errlen)
+{
+    if (!c->mqtt_route[0])
+        return 0;
+    /* with routes these three would be silently ignored: refuse them instead */
+    if (strcmp(c->mqtt_topics, "bucketdb/+/+/telemetry") ||
+        strcmp(c->mqtt_topic_scheme, "+/{tenant}/{device}/#") || c->mqtt_formats[0]) {
+        snprintf(err, errlen,
+                 "mqtt_route: leave mqtt_topics, mqtt_topic_scheme and mqtt_formats unset when "
+                 "routes are given (each route has its filter, scheme= and payload=)");
+        return -1;
+    }
+    bdb_mqtt_route *r = malloc(sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "mqtt_route: out of memory");
+        return -1;
+    }
+    int ret = 0, n = 0;
+    for (const char *l = c->mqtt_route; *l && !ret;) {
+        size_t len = strcspn(l, "\n");
+        char line[sizeof c->mqtt_route], why[600];
+        snprintf(line, sizeof line, "%.*s", (int)len, l);
+        l += len + (l[len] == '\n');
+        if (++n > BDB_MQTT_ROUTES_MAX) {
+            snprintf(err, errlen, "mqtt_route: more than %d routes", BDB_MQTT_ROUTES_MAX);
+            ret = -1;
+        } else if (bdb_mqtt_route_parse(line, r, why, sizeof why) != 0) {
+            snprintf(err, errlen, "mqtt_route %d ('%.200s'): %s", n, line, why);
+            ret = -1;
+        } else if (r->tenant[0] && !bdb_tenant_name_valid(r->tenant)) {
+            snprintf(err, errlen,
+                     "mqtt_route %d ('%.200s'): tenant=%s is not a valid name (A-Z a-z 0-9 _ - "
+                     ".)",
+                     n, line, r->tenant);
+            ret = -1;
+        } else if (r->inner && strcmp(c->mqtt_version, "5")) {
+            snprintf(err, errlen,
+                     "mqtt_route %d ('%.200s'): a shared subscription needs mqtt_version = 5", n,
+                     line);
+            ret = -1;
+        }
+    }
+    free(r);
+    return ret;
+}
+
 int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
 {
     if (strcmp(c->sync, "batch") && strcmp(c->sync, "periodic")) {
@@ -442,6 +508,8 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "mqtt_receive_max: must be 1..65535");
         return -1;
     }
+    if (check_mqtt_routes(c, err, errlen) != 0)
+        return -1;
     if (bdb_config_hot_policy(c, NULL, err, errlen) != 0)
         return -1;
     if (!c->device_tag[0] || !c->default_tenant[0]) {
@@ -490,6 +558,15 @@ void bdb_config_print(const bdb_config *c, void *file)
             break;
         case K_BOOL:
             fprintf(f, "%s = %s\n", keys[k].name, *(const int *)field ? "true" : "false");
+            break;
+        case K_LIST:
+            if (!*field)
+                fprintf(f, "# %s =\n", keys[k].name);
+            for (const char *l = field; *l;) {
+                size_t n = strcspn(l, "\n");
+                fprintf(f, "%s = %.*s\n", keys[k].name, (int)n, l);
+                l += n + (l[n] == '\n');
+            }
             break;
         }
     }

@@ -60,11 +60,14 @@ typedef struct bdb_config {
     char mqtt_topics[1024]; /* comma-separated subscription filters */
     char mqtt_username[128];
     char mqtt_password[256];
-    char mqtt_version[16];            /* 3.1.1 | 5 */
-    int64_t mqtt_session_expiry;      /* ms (sent in s); 0 = never expires */
-    int mqtt_receive_max;             /* MQTT 5 receive maximum, 1..65535 */
-    char mqtt_topic_scheme[256];      /* which levels are tenant and device */
-    char mqtt_formats[1024];          /* filter=json|lp|auto,... */
+    char mqtt_version[16];       /* 3.1.1 | 5 */
+    int64_t mqtt_session_expiry; /* ms (sent in s); 0 = never expires */
+    int mqtt_receive_max;        /* MQTT 5 receive maximum, 1..65535 */
+    char mqtt_topic_scheme[256]; /* which levels are tenant and device */
+    char mqtt_formats[1024];     /* filter=json|lp|auto,... */
+    /* mqtt_route lines (repeatable key), '\n'-separated; empty = the one route of
+     * mqtt_topics, mqtt_topic_scheme and mqtt_formats */
+    char mqtt_route[8192];
     char mqtt_dead_letter_topic[256]; /* empty = malformed messages are dropped */
     char mqtt_ca_file[1024];          /* mqtts://: CA bundle (empty = system default) */
     char mqtt_cert_file[1024];        /* mqtts://: optional client certificate */

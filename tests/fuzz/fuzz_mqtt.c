@@ -1,9 +1,11 @@
 /* Fuzzes the MQTT codec as the gateway meets it: the input is a stream of packets
  * from a broker, each decoded with the parsers of both protocol versions (PUBLISH,
  * CONNACK, SUBACK, PUBACK, DISCONNECT, a bare property block), and every topic is
- * matched against the filters and topic scheme the gateway uses. Nothing may crash,
+ * matched against the filters and topic scheme the gateway uses; the input is also
+ * read as an mqtt_route line. Nothing may crash,
  * leak or read out of bounds. */
 #include "ingest/mqtt/mqtt_codec.h"
+#include "ingest/mqtt/mqtt_route.h"
 #include "ingest/mqtt/mqtt_topic.h"
 
 #include <stdint.h>
@@ -78,6 +80,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bdb_mqtt_topic_match(s, "bucketdb/acme/d1/telemetry", 26);
     }
     topic_checks(s, size);
+    static bdb_mqtt_route r;
+    char err[600];
+    if (bdb_mqtt_route_parse(s, &r, err, sizeof err) == 0)
+        bdb_mqtt_route_matches(&r, "bucketdb/acme/d1/telemetry", 26);
     free(s);
     return 0;
 }

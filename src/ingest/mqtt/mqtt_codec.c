@@ -165,6 +165,31 @@ int bdb_mqtt_encode_subscribe_v(bdb_buf *out, int version, uint16_t packet_id,
     return 0;
 }
 
+int bdb_mqtt_encode_subscribe_id(bdb_buf *out, int version, uint16_t packet_id, const char *filter,
+                                 uint8_t qos, uint32_t sub_id)
+{
+    int v5 = version == BDB_MQTT_V5;
+    size_t l = strlen(filter);
+    if (packet_id == 0 || qos > 2 || l == 0 || l > 65535 || sub_id > 268435455u)
+        return -1;
+    uint8_t props[6];
+    size_t pn = 0;
+    if (v5 && sub_id) {
+        props[pn++] = 0x0b;
+        for (uint32_t v = sub_id; v; v >>= 7) /* variable byte integer */
+            props[pn++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    }
+    put_header(out, (BDB_MQTT_SUBSCRIBE << 4) | 0x02, 2 + (v5 ? 1 + pn : 0) + 2 + l + 1);
+    put_u16(out, packet_id);
+    if (v5) {
+        bdb_buf_putc(out, (uint8_t)pn);
+        bdb_buf_append(out, props, pn);
+    }
+    put_str(out, filter, l);
+    bdb_buf_putc(out, qos);
+    return 0;
+}
+
 void bdb_mqtt_encode_puback(bdb_buf *out, uint16_t packet_id)
 {
     bdb_mqtt_encode_puback_v(out, BDB_MQTT_V311, packet_id, 0);
@@ -448,11 +473,21 @@ int bdb_mqtt_parse_props(const uint8_t *buf, size_t len, size_t *used, bdb_mqtt_
             props->max_packet = v;
             props->present |= 1u << BDB_MQTT_P_MAX_PACKET;
             break;
+        case 0x0b:
+            if (!BDB_MQTT_HAS(props, BDB_MQTT_P_SUB_ID) || v < props->sub_id)
+                props->sub_id = v;
+            props->present |= 1u << BDB_MQTT_P_SUB_ID;
+            break;
+        case 0x29:
+            if (v > 1)
+                return -1;
+            props->sub_id_ok = (uint8_t)v;
+            props->present |= 1u << BDB_MQTT_P_SUB_ID_OK;
+            break;
         case 0x17:
         case 0x19:
         case 0x25:
         case 0x28:
-        case 0x29:
         case 0x2a:
             if (v > 1)
                 return -1;

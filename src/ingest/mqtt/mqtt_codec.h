@@ -133,6 +133,8 @@ typedef struct bdb_mqtt_props {
     const char *assigned_id; /* 0x12 */
     size_t assigned_id_len;
     size_t user_props; /* how many 0x26 pairs */
+    uint32_t sub_id;   /* 0x0b, the lowest when a PUBLISH carries several */
+    uint8_t sub_id_ok; /* 0x29 in CONNACK: subscription identifiers available */
 } bdb_mqtt_props;
 
 enum {
@@ -147,6 +149,8 @@ enum {
     BDB_MQTT_P_ASSIGNED_ID,
     BDB_MQTT_P_CONTENT_TYPE,
     BDB_MQTT_P_PAYLOAD_FORMAT,
+    BDB_MQTT_P_SUB_ID,
+    BDB_MQTT_P_SUB_ID_OK,
 };
 #define BDB_MQTT_HAS(props, p) (((props)->present >> (p)) & 1u)
 
@@ -171,6 +175,11 @@ int bdb_mqtt_encode_connect_opts(bdb_buf *out, const bdb_mqtt_connect_opts *o);
  * subscription options = the QoS (no local 0, which shared subscriptions require). */
 int bdb_mqtt_encode_subscribe_v(bdb_buf *out, int version, uint16_t packet_id,
                                 const char *const *filters, size_t n, uint8_t qos);
+/* SUBSCRIBE of one filter; with MQTT 5 and sub_id > 0 it carries that subscription
+ * identifier (1..268435455), which the broker returns on every PUBLISH the
+ * subscription delivers. */
+int bdb_mqtt_encode_subscribe_id(bdb_buf *out, int version, uint16_t packet_id, const char *filter,
+                                 uint8_t qos, uint32_t sub_id);
 /* PUBACK; with MQTT 5 a reason code other than success is sent (3.1.1 has none). */
 void bdb_mqtt_encode_puback_v(bdb_buf *out, int version, uint16_t packet_id, uint8_t reason);
 /* DISCONNECT; MQTT 5 with reason "normal disconnection" (remaining length 0). */

@@ -119,7 +119,7 @@ int bdb_mqtt_scheme_ids(const bdb_mqtt_scheme *sc, const char *topic, size_t len
     return 0;
 }
 
-static int parse_format(const char *s, int *level)
+int bdb_mqtt_format_parse(const char *s, int *level)
 {
     *level = 0;
     if (!strcmp(s, "value"))
@@ -178,7 +178,7 @@ int bdb_mqtt_formats_parse(const char *spec, bdb_mqtt_formats *f, char *err, siz
         }
         *eq = '\0';
         char *filter = trim(item), *fmt = trim(eq + 1);
-        int level, v = parse_format(fmt, &level);
+        int level, v = bdb_mqtt_format_parse(fmt, &level);
         if (v == -2) {
             snprintf(err, errlen, "mqtt_formats: '%s': the metric level must be 1..%d", fmt,
                      BDB_MQTT_SCHEME_MAX_LEVELS);

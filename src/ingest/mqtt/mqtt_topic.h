@@ -52,6 +52,9 @@ typedef struct bdb_mqtt_formats {
     char text[1024];
 } bdb_mqtt_formats;
 
+/* One format name: json, lp (lineproto, line), object, value, value:<level> or auto;
+ * -1 for an unknown name, -2 for a level outside 1..BDB_MQTT_SCHEME_MAX_LEVELS. */
+int bdb_mqtt_format_parse(const char *s, int *level);
 int bdb_mqtt_formats_parse(const char *spec, bdb_mqtt_formats *f, char *err, size_t errlen);
 int bdb_mqtt_format_for(const bdb_mqtt_formats *f, const char *topic, size_t len);
 /* As bdb_mqtt_format_for, also giving the metric level of a value format (0 = none). */

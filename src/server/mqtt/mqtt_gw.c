@@ -34,7 +34,14 @@ static void on_connack(mq_client *c, int sp, const bdb_mqtt_props *props)
     bdb_mqtt_gw *g = c->g;
     const bdb_config *cfg = &g->s->cfg;
     c->broker_max_pkt = 0;
+    c->no_sub_ids = 0;
     if (g->version == BDB_MQTT_V5) {
+        /* a SUBSCRIBE with an identifier such a broker would answer with DISCONNECT */
+        c->no_sub_ids = BDB_MQTT_HAS(props, BDB_MQTT_P_SUB_ID_OK) && !props->sub_id_ok;
+        if (c->no_sub_ids && g->by_route)
+            BDB_WARN("mqtt: broker %s has no subscription identifiers: messages take the first "
+                     "route whose filter matches their topic",
+                     c->name);
         if (BDB_MQTT_HAS(props, BDB_MQTT_P_MAX_PACKET))
             c->broker_max_pkt = props->max_packet;
         if (BDB_MQTT_HAS(props, BDB_MQTT_P_MAX_QOS) && props->max_qos < 1)
@@ -49,19 +56,40 @@ static void on_connack(mq_client *c, int sp, const bdb_mqtt_props *props)
              sp ? "resumed" : "new");
 }
 
-static void on_suback(mq_client *c, const uint8_t *codes, size_t n)
+static void on_suback(mq_client *c, uint16_t pid, const uint8_t *codes, size_t n)
 {
     bdb_mqtt_gw *g = c->g;
-    atomic_store(&c->connected, 1); /* subscribed: consuming */
-    atomic_fetch_add(&g->connects, 1);
-    for (size_t i = 0; i < n && i < g->nfilters; i++)
+    /* routes are subscribed one SUBSCRIBE each, packet id = route number */
+    size_t base = g->by_route && pid >= 1 ? (size_t)pid - 1 : 0;
+    if (!g->by_route || base + n >= g->nfilters) { /* the last SUBACK: consuming */
+        atomic_store(&c->connected, 1);
+        atomic_fetch_add(&g->connects, 1);
+    }
+    for (size_t i = 0; i < n && base + i < g->nfilters; i++) {
+        const char *f = g->filters[base + i];
+        int want = g->by_route ? g->routes[base + i].qos : 1;
         if (codes[i] >= 0x80)
-            BDB_ERROR("mqtt: broker %s refused the subscription to '%s': %s", c->name,
-                      g->filters[i],
+            BDB_ERROR("mqtt: broker %s refused the subscription to '%s': %s", c->name, f,
                       g->version == BDB_MQTT_V5 ? bdb_mqtt_reason_str(codes[i]) : "failure");
-        else if (codes[i] == 0)
-            BDB_WARN("mqtt: subscription to '%s' granted at QoS 0 only: messages may be lost",
-                     g->filters[i]);
+        else if (codes[i] < want)
+            BDB_WARN("mqtt: subscription to '%s' granted at QoS 0 only: messages may be lost", f);
+    }
+}
+
+/* SUBSCRIBE, every time a session starts: a session the broker lost must come back. */
+static int subscribe(mq_client *c)
+{
+    bdb_mqtt_gw *g = c->g;
+    if (!g->by_route) /* one packet, as before routes existed */
+        return bdb_mqtt_encode_subscribe_v(&c->wbuf, g->version, 1, (const char *const *)g->filters,
+                                           g->nfilters, 1);
+    for (size_t i = 0; i < g->nroutes; i++)
+        if (bdb_mqtt_encode_subscribe_id(
+                &c->wbuf, g->version, (uint16_t)(i + 1), g->routes[i].filter,
+                (uint8_t)g->routes[i].qos,
+                g->version == BDB_MQTT_V5 && !c->no_sub_ids ? (uint32_t)(i + 1) : 0) != 0)
+            return -1;
+    return 0;
 }
 
 /* Processes the complete packets in rbuf. Returns 0, 1 (storage failed: back off
@@ -115,7 +143,7 @@ static int process(mq_client *c, int *state)
                     continue;
                 }
             }
-            mq_handle_message(c, &p, 1, &reason);
+            mq_handle_message(c, &p, 1, 0, &reason);
             if (p.qos == 1)
                 bdb_mqtt_encode_puback_v(&c->wbuf, v, p.packet_id, reason);
             c->skip = h.hdr_len + h.rem_len;
@@ -147,9 +175,7 @@ static int process(mq_client *c, int *state)
             }
             on_connack(c, sp, &props);
             *state = ST_UP;
-            /* Subscribe every time: a session the broker lost must come back. */
-            if (bdb_mqtt_encode_subscribe_v(&c->wbuf, v, 1, (const char *const *)g->filters,
-                                            g->nfilters, 1) != 0)
+            if (subscribe(c) != 0)
                 return -1;
         } else if (h.type == BDB_MQTT_PUBLISH) {
             bdb_mqtt_publish p;
@@ -159,7 +185,9 @@ static int process(mq_client *c, int *state)
                 return -1;
             }
             uint8_t reason;
-            if (mq_handle_message(c, &p, 0, &reason) != 0)
+            uint32_t sub_id =
+                v == BDB_MQTT_V5 && BDB_MQTT_HAS(&props, BDB_MQTT_P_SUB_ID) ? props.sub_id : 0;
+            if (mq_handle_message(c, &p, 0, sub_id, &reason) != 0)
                 return atomic_load(&g->stop) ? -1 : 1;
             /* p's pointers may be stale now (a dead letter reads more into rbuf) */
             if (p.qos == 1)
@@ -171,7 +199,7 @@ static int process(mq_client *c, int *state)
             if (bdb_mqtt_parse_suback_v(v, body, h.rem_len, &pid, codes, MQ_MAX_FILTERS, &n,
                                         &props) != 0)
                 return -1;
-            on_suback(c, codes, n);
+            on_suback(c, pid, codes, n);
         } else if (h.type == BDB_MQTT_PINGRESP) {
             c->ping_out = 0;
         } else if (h.type == BDB_MQTT_DISCONNECT && v == BDB_MQTT_V5) {
@@ -296,6 +324,7 @@ static void free_gw(bdb_mqtt_gw *g)
 {
     for (size_t i = 0; i < g->nfilters; i++)
         free(g->filters[i]);
+    free(g->routes);
     for (size_t i = 0; i < g->nclients; i++) {
         bdb_buf_free(&g->clients[i].rbuf);
         bdb_buf_free(&g->clients[i].wbuf);
@@ -401,6 +430,44 @@ static int add_filter(bdb_mqtt_gw *g, const char *f)
     return 0;
 }
 
+/* mqtt_route lines (bdb_config_check has already refused bad ones; the errors are
+ * repeated here for callers that skip it). */
+static int add_routes(bdb_mqtt_gw *g)
+{
+    const char *list = g->s->cfg.mqtt_route;
+    size_t n = 1;
+    for (const char *q = list; *q; q++)
+        n += *q == '\n';
+    if (n > BDB_MQTT_ROUTES_MAX) {
+        BDB_ERROR("mqtt_route: more than %d routes", BDB_MQTT_ROUTES_MAX);
+        return -1;
+    }
+    g->routes = calloc(n, sizeof *g->routes);
+    if (!g->routes)
+        return -1;
+    g->by_route = 1;
+    for (const char *l = list; *l;) {
+        size_t len = strcspn(l, "\n");
+        char line[sizeof g->s->cfg.mqtt_route], why[600];
+        snprintf(line, sizeof line, "%.*s", (int)len, l);
+        l += len + (l[len] == '\n');
+        bdb_mqtt_route *r = &g->routes[g->nroutes];
+        if (bdb_mqtt_route_parse(line, r, why, sizeof why) != 0) {
+            BDB_ERROR("mqtt_route %zu ('%s'): %s", g->nroutes + 1, line, why);
+            return -1;
+        }
+        g->nroutes++;
+        if (add_filter(g, r->filter) != 0)
+            return -1;
+        BDB_INFO("mqtt: route %zu: %s (tenant: %s, QoS %d)", g->nroutes, line,
+                 r->tenant[0]            ? r->tenant
+                 : r->scheme.tenant >= 0 ? "{tenant} level"
+                                         : "default_tenant",
+                 r->qos);
+    }
+    return 0;
+}
+
 static int configure(bdb_mqtt_gw *g)
 {
     const bdb_config *cfg = &g->s->cfg;
@@ -411,16 +478,25 @@ static int configure(bdb_mqtt_gw *g)
         BDB_ERROR("mqtt_dead_letter_topic '%s': a topic name, without wildcards", dl);
         return -1;
     }
-    if (each_item(cfg->mqtt_broker, add_broker, g) != 0 ||
-        each_item(cfg->mqtt_topics, add_filter, g) != 0)
+    if (each_item(cfg->mqtt_broker, add_broker, g) != 0)
         return -1;
+    if (cfg->mqtt_route[0]) {
+        if (add_routes(g) != 0)
+            return -1;
+    } else {
+        g->routes = calloc(1, sizeof *g->routes);
+        g->nroutes = 1;
+        if (!g->routes || each_item(cfg->mqtt_topics, add_filter, g) != 0)
+            return -1;
+        if (bdb_mqtt_scheme_parse(cfg->mqtt_topic_scheme, &g->routes[0].scheme, err, sizeof err) !=
+                0 ||
+            bdb_mqtt_formats_parse(cfg->mqtt_formats, &g->formats, err, sizeof err) != 0) {
+            BDB_ERROR("%s", err);
+            return -1;
+        }
+    }
     if (!g->nclients || !g->nfilters) {
         BDB_ERROR("mqtt: %s", g->nclients ? "mqtt_topics: no topic filter" : "no broker");
-        return -1;
-    }
-    if (bdb_mqtt_scheme_parse(cfg->mqtt_topic_scheme, &g->scheme, err, sizeof err) != 0 ||
-        bdb_mqtt_formats_parse(cfg->mqtt_formats, &g->formats, err, sizeof err) != 0) {
-        BDB_ERROR("%s", err);
         return -1;
     }
     if (g->version == BDB_MQTT_V311 && strlen(cfg->mqtt_client_id) > 23)
@@ -461,10 +537,9 @@ int bdb_mqtt_gw_start(bdb_server *s, bdb_mqtt_gw **out)
             return BDB_ERR_NOMEM;
         }
         c->started = 1;
-        BDB_INFO("mqtt: consuming %s from %s%s, client id '%s', MQTT %s, QoS 1, persistent "
-                 "session",
-                 cfg->mqtt_topics, c->name, c->tls ? " (TLS)" : "", cfg->mqtt_client_id,
-                 g->version == BDB_MQTT_V5 ? "5" : "3.1.1");
+        BDB_INFO("mqtt: consuming %s from %s%s, client id '%s', MQTT %s, persistent session",
+                 g->by_route ? "the routes" : cfg->mqtt_topics, c->name, c->tls ? " (TLS)" : "",
+                 cfg->mqtt_client_id, g->version == BDB_MQTT_V5 ? "5" : "3.1.1");
     }
     *out = g;
     return BDB_OK;

@@ -1,6 +1,8 @@
 /* mqtt_gw: the MQTT device gateway (docs/MQTT.md).
  *
- * One thread per configured broker consumes the configured topic filters with our
+ * One thread per configured broker consumes the configured topic filters (the
+ * mqtt_topics of the single-setting form, or one subscription per mqtt_route, each
+ * with its own scheme, format, tenant and QoS) with our
  * own MQTT 5 or 3.1.1 client (src/ingest/mqtt/mqtt_codec.h): persistent session
  * (clean start 0; MQTT 5 with a session expiry interval), subscription at QoS 1
  * (shared subscriptions `$share/<group>/<filter>` with MQTT 5), and a PUBACK sent

@@ -5,6 +5,7 @@
 
 #include "common/buf.h"
 #include "ingest/mqtt/mqtt_codec.h"
+#include "ingest/mqtt/mqtt_route.h"
 #include "ingest/mqtt/mqtt_topic.h"
 #include "server/mqtt/mqtt_gw.h"
 
@@ -48,6 +49,7 @@ typedef struct mq_client {
     size_t skip;             /* bytes of an oversized PUBLISH still to discard */
     int ping_out;            /* a PINGREQ is unanswered */
     uint32_t broker_max_pkt; /* MQTT 5 CONNACK maximum packet size, 0 = none */
+    int no_sub_ids;          /* MQTT 5 broker without subscription identifiers */
     uint16_t next_pid;       /* our packet ids (SUBSCRIBE 1, dead letters from 2) */
     atomic_int connected;
 } mq_client;
@@ -57,7 +59,12 @@ struct bdb_mqtt_gw {
     int version; /* BDB_MQTT_V311 or BDB_MQTT_V5 */
     char *filters[MQ_MAX_FILTERS];
     size_t nfilters;
-    bdb_mqtt_scheme scheme;
+    /* With mqtt_route lines (by_route): route i is filters[i], subscribed on its own
+     * with subscription identifier i + 1. Without: one route, its scheme from
+     * mqtt_topic_scheme, every filter of mqtt_topics, formats from mqtt_formats. */
+    bdb_mqtt_route *routes; /* parsed in place: they point into themselves */
+    size_t nroutes;
+    int by_route;
     bdb_mqtt_formats formats;
     size_t max_packet;
     void *ssl_ctx; /* SSL_CTX *, when a broker is mqtts:// */
@@ -74,7 +81,14 @@ struct bdb_mqtt_gw {
  * Returns 0 when it may be acknowledged (stored, or rejected and dead-lettered or
  * dropped) with *reason the MQTT 5 PUBACK reason code, or -1 when it must not be
  * (storage failed, the gateway stops, the connection failed while pausing). */
-int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason);
+int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint32_t sub_id,
+                      uint8_t *reason);
+/* mqtt_msg.c: the route of a message: the one route of the single-setting form; with
+ * mqtt_route lines the one its MQTT 5 subscription identifier names (sub_id, 0 =
+ * none) if that route's filter matches the topic, else the first whose filter
+ * does; NULL when none does. */
+const bdb_mqtt_route *mq_route_of(const struct bdb_mqtt_gw *g, uint32_t sub_id, const char *topic,
+                                  size_t len);
 /* mqtt_msg.c: a PUBLISH larger than max_body_bytes + 64 KiB (header h; its first
  * `prefix` body bytes are in rbuf) with a dead-letter topic set: streamed to that
  * topic as it arrives (bounded memory) and counted malformed. 0: the whole packet was

@@ -128,8 +128,8 @@ static int await_puback(mq_client *c, size_t from, uint16_t pid, int *reason)
 
 static uint16_t dead_letter_pid(mq_client *c)
 {
-    if (++c->next_pid < 2) /* 1 is the SUBSCRIBE's */
-        c->next_pid = 2;
+    if (++c->next_pid <= MQ_MAX_FILTERS) /* 1..MQ_MAX_FILTERS are the SUBSCRIBEs' */
+        c->next_pid = MQ_MAX_FILTERS + 1;
     return c->next_pid;
 }
 
@@ -430,23 +430,41 @@ static const char *shape_name(int shape)
     return shape == BDB_MQTT_FMT_LP ? "line-protocol" : bdb_mqtt_format_name(shape);
 }
 
-static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
-                          const char *topic, char *device);
+static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint32_t sub_id,
+                          uint8_t *reason, const char *topic, char *device);
 
-int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason)
+const bdb_mqtt_route *mq_route_of(const bdb_mqtt_gw *g, uint32_t sub_id, const char *topic,
+                                  size_t len)
+{
+    if (!g->by_route) /* the single-setting form: as cheap as before routes existed */
+        return &g->routes[0];
+    /* The persistent session may still hold subscriptions of an earlier configuration
+     * (removed or renumbered routes): an identifier counts only when its route's
+     * filter matches the topic. */
+    if (sub_id >= 1 && sub_id <= g->nroutes &&
+        bdb_mqtt_route_matches(&g->routes[sub_id - 1], topic, len))
+        return &g->routes[sub_id - 1];
+    for (size_t i = 0; i < g->nroutes; i++)
+        if (bdb_mqtt_route_matches(&g->routes[i], topic, len))
+            return &g->routes[i];
+    return NULL;
+}
+
+int mq_handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint32_t sub_id,
+                      uint8_t *reason)
 {
     /* the device level is part of the topic, so the topic's length bounds it */
     char *topic = topic_copy(p->topic, p->topic_len), *device = malloc(p->topic_len + 1);
     int ret = -1; /* out of memory: not acknowledged, the broker redelivers it */
     if (topic && device)
-        ret = handle_message(c, p, too_large, reason, topic, device);
+        ret = handle_message(c, p, too_large, sub_id, reason, topic, device);
     free(topic);
     free(device);
     return ret;
 }
 
-static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint8_t *reason,
-                          const char *topic, char *device)
+static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large, uint32_t sub_id,
+                          uint8_t *reason, const char *topic, char *device)
 {
     bdb_mqtt_gw *g = c->g;
     bdb_server *s = g->s;
@@ -458,9 +476,14 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
         snprintf(why, sizeof why, "larger than %zu bytes (max_body_bytes)", g->max_packet);
         return reject(c, p, 1, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
     }
+    const bdb_mqtt_route *rt = mq_route_of(g, sub_id, p->topic, p->topic_len);
+    if (!rt)
+        return reject(c, p, 0, topic, MR_BAD, "topic matches no mqtt_route filter",
+                      BDB_MQTT_RC_TOPIC_INVALID, reason);
     size_t dcap = s->cfg.max_key_bytes < p->topic_len ? s->cfg.max_key_bytes + 1 : p->topic_len + 1;
-    if (bdb_mqtt_topic_names(&g->scheme, s->cfg.default_tenant, p->topic, p->topic_len, tname,
-                             sizeof tname, device, dcap, why, sizeof why) != 0)
+    if (bdb_mqtt_topic_names(&rt->scheme, rt->tenant[0] ? rt->tenant : s->cfg.default_tenant,
+                             p->topic, p->topic_len, tname, sizeof tname, device, dcap, why,
+                             sizeof why) != 0)
         return reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_TOPIC_INVALID, reason);
     /* as HTTP writes: a deleted tenant's data stays out of reach (req_tenant) */
     bdb_tenants_storage_key(s->tenants, tname, tenant, sizeof tenant);
@@ -473,7 +496,12 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
     int ret = -1, locked = 0;
     uint64_t cost = 0;
     bdb_mqtt_in in = {0};
-    in.format = bdb_mqtt_format_match(&g->formats, p->topic, p->topic_len, &in.metric_level);
+    if (g->by_route) {
+        in.format = rt->format;
+        in.metric_level = rt->level;
+    } else {
+        in.format = bdb_mqtt_format_match(&g->formats, p->topic, p->topic_len, &in.metric_level);
+    }
     in.topic = p->topic;
     in.topic_len = p->topic_len;
     in.max_age_ms = bdb_db_retention_ms(s->db, tenant);

@@ -508,6 +508,92 @@ static void test_keys_and_help(void **state)
     assert_null(bdb_config_help("max-body-bytes")); /* help takes the key name */
 }
 
+/* A config whose mqtt_route lines are `text`, checked: 0, or -1 with err. */
+static int check_routes(const char *text, char *err, size_t errlen)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/routes.conf", tmpdir);
+    write_file(path, text);
+    bdb_config c;
+    bdb_config_default(&c);
+    if (bdb_config_load(&c, path, err, errlen) != 0)
+        return -1;
+    return bdb_config_check(&c, err, errlen);
+}
+
+static void route_refused(const char *text, const char *want)
+{
+    char err[1024] = "";
+    assert_int_equal(check_routes(text, err, sizeof err), -1);
+    if (!strstr(err, want))
+        fail_msg("error '%s' does not contain '%s'", err, want);
+}
+
+static void test_mqtt_routes(void **state)
+{
+    (void)state;
+    char path[128], err[1024] = "";
+    snprintf(path, sizeof path, "%s/routes.conf", tmpdir);
+    /* repeated lines accumulate; '#' inside a filter is not a comment */
+    write_file(path, "mqtt_route = zigbee2mqtt/+ scheme=+/{device} payload=object tenant=home\n"
+                     "# a comment between routes\n"
+                     "mqtt_route = $share/g/tele/# scheme=tele/{device}/#  # Tasmota\n");
+    bdb_config c;
+    bdb_config_default(&c);
+    assert_int_equal(bdb_config_load(&c, path, err, sizeof err), 0);
+    assert_string_equal(c.mqtt_route, "zigbee2mqtt/+ scheme=+/{device} payload=object "
+                                      "tenant=home\n$share/g/tele/# scheme=tele/{device}/#");
+    assert_int_equal(bdb_config_check(&c, err, sizeof err), 0);
+    /* a flag adds a route to the file's */
+    assert_int_equal(bdb_config_set(&c, "mqtt-route", "x/+ scheme=x/{device}", err, sizeof err), 0);
+    assert_non_null(strstr(c.mqtt_route, "\nx/+ scheme=x/{device}"));
+    /* print -> load gives the same lines */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    bdb_config_print(&c, f);
+    fclose(f);
+    bdb_config back;
+    bdb_config_default(&back);
+    assert_int_equal(bdb_config_load(&back, path, err, sizeof err), 0);
+    assert_string_equal(back.mqtt_route, c.mqtt_route);
+    /* without routes print shows the key commented out, and loading it back keeps none */
+    bdb_config_default(&c);
+    f = fopen(path, "w");
+    bdb_config_print(&c, f);
+    fclose(f);
+    bdb_config_default(&back);
+    assert_int_equal(bdb_config_load(&back, path, err, sizeof err), 0);
+    assert_string_equal(back.mqtt_route, "");
+
+    route_refused("mqtt_route = a/+ scheme=a/{device}\nmqtt_route = b/+ qos=2\n",
+                  "mqtt_route 2 ('b/+ qos=2'): qos=2: must be 0 or 1");
+    route_refused("mqtt_route = a/+ payload=xml\n",
+                  "mqtt_route 1 ('a/+ payload=xml'): payload=xml");
+    route_refused("mqtt_route = a/+ scheme=a/{device} tenant=bad/name\n",
+                  "tenant=bad/name is not a valid name");
+    route_refused("mqtt_version = 3.1.1\nmqtt_route = $share/g/a/+\n",
+                  "a shared subscription needs mqtt_version = 5");
+    route_refused("mqtt_topics = x/+\nmqtt_route = a/+\n",
+                  "mqtt_route: leave mqtt_topics, mqtt_topic_scheme and mqtt_formats unset");
+    route_refused("mqtt_topic_scheme = {device}/#\nmqtt_route = a/+\n", "leave mqtt_topics");
+    route_refused("mqtt_formats = a/+=json\nmqtt_route = a/+\n", "leave mqtt_topics");
+    char many[4096] = "";
+    for (int i = 0; i < 33; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "mqtt_route = r%d/+\n", i);
+    route_refused(many, "mqtt_route: more than 32 routes");
+    /* the lines together are bounded by the field */
+    bdb_config_default(&c);
+    char line[1100];
+    memset(line, 'a', sizeof line - 1);
+    line[sizeof line - 1] = '\0';
+    int rc = 0;
+    for (int i = 0; i < 10 && rc == 0; i++)
+        rc = bdb_config_set(&c, "mqtt_route", line, err, sizeof err);
+    assert_int_equal(rc, -1);
+    assert_non_null(strstr(err, "mqtt_route: all lines together longer than 8191 bytes"));
+    assert_int_equal(bdb_config_set(&c, "mqtt_route", "a\nb", err, sizeof err), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -520,6 +606,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_print_round_trip, setup, teardown),
         cmocka_unit_test(test_keys_and_help),
         cmocka_unit_test_setup_teardown(test_metrics_auth, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mqtt_routes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
