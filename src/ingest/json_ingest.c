@@ -168,14 +168,14 @@ typedef struct report_dev {
 } report_dev;
 
 /* Checks a report without touching the batch. */
-/* Whether the string v of a metrics key is stored as the report's attribute number
- * n: bounded as a state (max_value_len), at most BDB_MAX_REPORT_ATTRS, and no NUL
- * (the engine keeps attributes as C strings). */
-static int attr_fits(const json_t *v, const bdb_json_limits *lim, size_t n)
+/* Whether the string v of metrics key k is stored as the report's attribute number
+ * n: bounded as a state (max_value_len), at most BDB_MAX_REPORT_ATTRS, no NUL (the
+ * engine keeps attributes as C strings), and k a valid name. */
+static int attr_fits(const char *k, const json_t *v, const bdb_json_limits *lim, size_t n)
 {
     size_t l = json_string_length(v);
     return n < BDB_MAX_REPORT_ATTRS && l <= lim->max_value_len &&
-           !memchr(json_string_value(v), 0, l);
+           !memchr(json_string_value(v), 0, l) && bdb_batch_name_valid(k, strlen(k));
 }
 
 static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *rule, int64_t now_ms,
@@ -249,7 +249,7 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
             if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0)
                 return -1;
             if (json_typeof(json_object_iter_value(it)) == JSON_STRING) {
-                if (attr_fits(json_object_iter_value(it), lim, nattrs))
+                if (attr_fits(k, json_object_iter_value(it), lim, nattrs))
                     nattrs++;
                 else if (!(*strings)++)
                     *first_str = k;
@@ -348,7 +348,7 @@ static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_d
             double d = 0;
             if (json_typeof(v) == JSON_STRING) {
                 /* the same choice as validate(), which counted those not stored */
-                if (attr_fits(v, lim, nattrs)) {
+                if (attr_fits(k, v, lim, nattrs)) {
                     bdb_batch_attr(b, k, strlen(k), json_string_value(v), json_string_length(v));
                     nattrs++;
                 }
