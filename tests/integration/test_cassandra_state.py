@@ -22,7 +22,9 @@ cassandra://), against one real Cassandra 2.1.0 node (cassnode.py):
   its digest, state_full tells states with one key apart), devices per state agree
   on both backends, also from an empty data directory (long_states_on_cassandra);
 - the registry's collections are blob columns, one cell per overwrite; a keyspace
-  from before gets them and reads its older columns (registry_collections_encoded).
+  from before gets them and reads its older columns (registry_collections_encoded);
+- string attributes flush into latest_by_device, newest report per name wins, and
+  come back from an empty data directory (attributes_on_cassandra).
 
 With BDB_CASSANDRA_NODE=HOST:PORT (tests/run) the file uses that running node instead
 of starting one, its keyspaces named with a per-run suffix (cassnode.keyspace): its
@@ -522,6 +524,41 @@ def registry_collections_encoded():
         tags = bytes.fromhex(r[0][0][2:])
         check(b"y2" in tags and b"y0" not in tags, "tags_blob: %r" % tags)
         eq(r[0][1], "{'site': 'x'}", "the older column is no longer written")
+    finally:
+        cas.stop()
+
+
+@suite.test
+def attributes_on_cassandra():
+    """String attributes (string fields other than state) are sent at flush into
+    latest_by_device's attributes/attribute_times, one element per name at its own
+    report's time: an older value flushed later replaces nothing, and a server on an
+    EMPTY data directory answers them from Cassandra."""
+    ks = cassnode.keyspace("bdb_state_attrs")
+    cas = cass_server(ks).start()
+    try:
+        cas.write(['m,device=a1 v=1,fw="1.2",site="berlin" %d' % (T0 + MIN),
+                   'm,device=a2 v=1,fw="9.0" %d' % T0], precision="ms")
+        cas.flush()
+        cas.write(['m,device=a1 fw="1.1",mode="eco" %d' % T0], precision="ms")  # older fw
+        cas.flush()
+        want = {"a1": {"m.fw": {"value": "1.2", "time": T0 + MIN},
+                       "m.mode": {"value": "eco", "time": T0},
+                       "m.site": {"value": "berlin", "time": T0 + MIN}},
+                "a2": {"m.fw": {"value": "9.0", "time": T0}}}
+        for d, a in want.items():
+            eq(cas.get("/api/v1/state/latest", device=d).json()["attributes"], a, d)
+        r = rows(ks, "SELECT device_id, attributes FROM %s.latest_by_device")
+        got = {d: a for d, a in r}
+        eq(got["a1"], "{'m.fw': '1.2', 'm.mode': 'eco', 'm.site': 'berlin'}", "row of a1")
+        cas.stop()
+        fresh = cass_server(ks).start()
+        try:
+            for d, a in want.items():
+                eq(fresh.get("/api/v1/state/latest", device=d).json()["attributes"], a,
+                   "empty data directory, " + d)
+        finally:
+            fresh.stop()
     finally:
         cas.stop()
 
