@@ -383,7 +383,7 @@ static int attr_room(struct db_latest *L, lt_dev *e, uint64_t need)
         return BDB_ERR_NOMEM;
     lt_account(L, ((int64_t)ncap - (int64_t)e->acap) * (int64_t)sizeof *na);
     e->a = na;
-    e->acap = (uint32_t)ncap;
+    e->acap = (uint8_t)ncap; /* < 2 x BDB_MAX_DEVICE_ATTRS: need never exceeds it */
     return BDB_OK;
 }
 
@@ -570,7 +570,7 @@ static int reserve_attrs(struct db_latest *L, lt_dev *e, const bdb_kv *attrs, ui
     }
     if (attr_room(L, e, (uint64_t)e->na + e->ares + add) != BDB_OK)
         return BDB_ERR_NOMEM;
-    e->ares += add;
+    e->ares = (uint8_t)(e->ares + add);
     r->aslots = add;
     return BDB_OK;
 }
@@ -634,7 +634,7 @@ void db_latest_release(bdb_db *db, db_latest_resv *r)
     if (r->st)
         state_unpin(L, e->t, r->st);
     e->mres -= r->metrics;
-    e->ares -= r->aslots;
+    e->ares = (uint8_t)(e->ares - r->aslots);
     if (r->abuf) {
         for (uint32_t k = 0; k < r->nattrs; k++)
             free(r->abuf[k]);

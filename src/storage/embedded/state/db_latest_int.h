@@ -38,10 +38,9 @@ typedef struct lt_dev {
     int64_t event_ts;
     lt_metric *m; /* sorted by metric name */
     uint32_t nm, cap;
-    lt_attr *a;              /* sorted by name; at most BDB_MAX_DEVICE_ATTRS */
-    uint32_t na, acap, ares; /* ares: slots held by reservations, as mres */
-    uint64_t gen;            /* sink: round of the last change (db_state_sink.c) */
-    int64_t dirty_lo;        /* sink: oldest report time applied since the last sent round */
+    lt_attr *a;       /* sorted by name; na, acap, ares after live */
+    uint64_t gen;     /* sink: round of the last change (db_state_sink.c) */
+    int64_t dirty_lo; /* sink: oldest report time applied since the last sent round */
     /* Reservations (db_latest_reserve): writers between their reserve and release
      * hold the entry (pending) and mres free metric slots of m (cap >= nm + mres). An
      * entry made by a reservation stays hidden from every reader until a report is
@@ -49,7 +48,12 @@ typedef struct lt_dev {
      * unapplied, so a refused write leaves no entry behind. */
     uint32_t pending, mres;
     int live;
+    /* attributes: count, capacity, slots held by reservations (as mres); at most
+     * BDB_MAX_DEVICE_ATTRS, so bytes in what was padding: 8 bytes per device in all */
+    uint8_t na, acap, ares;
 } lt_dev;
+
+_Static_assert(BDB_MAX_DEVICE_ATTRS <= 127, "lt_dev's attribute counts are bytes");
 
 typedef struct lt_state {
     char *name;
