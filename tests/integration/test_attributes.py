@@ -82,7 +82,7 @@ def restart_flush_and_kill_keep_them():
 
 
 def influxql(s, q, db="default"):
-    r = s.get("/query?" + urllib.parse.urlencode({"q": q, "db": db}))
+    r = s.get("/query?" + urllib.parse.urlencode({"q": q, "db": db, "epoch": "ms"}))
     eq(r.status, 200, "%s (%r)" % (q, r.body[:300]))
     return r.json()["results"][0]
 
@@ -100,6 +100,11 @@ def show_field_keys_lists_them():
         res = influxql(s, "SHOW FIELD KEYS")
         eq([x["name"] for x in res["series"]], ["cpu", "sys"])
         eq(res["series"][0]["values"], [["load", "float"]])
+        # a SELECT of a string field selects no value (docs/INFLUX.md)
+        eq(influxql(s, "SELECT fw FROM sys").get("series"), None, "no series")
+        res = influxql(s, "SELECT up, fw FROM sys WHERE device = 'd1'")
+        eq(res["series"][0]["columns"], ["time", "up", "fw"])
+        eq(res["series"][0]["values"], [[T0, 5, None]])
 
 
 if __name__ == "__main__":
