@@ -191,7 +191,8 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
 /* What bdb_db_write allocates for one report before its WAL append, so that applying
  * the logged record cannot run out of memory half-way (alloc.h): the device, its
  * series and head room, copies of new tags and state handed over after it, and its
- * current-state index entry, metric slots and state set (held until prep_free). */
+ * current-state index entry, metric slots, state set and attribute copies and slots
+ * (held until prep_free). */
 struct prep {
     device *d;
     series **ser; /* the report's series, in the order of its metrics */

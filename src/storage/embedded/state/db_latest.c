@@ -6,6 +6,8 @@
  *  - per metric: the value of the newest report that carried the metric;
  *  - state: that of the newest report that carried a state; a report without one
  *    leaves the state as it is;
+ *  - per string attribute: the value of the newest report that carried it; a new
+ *    name beyond BDB_MAX_DEVICE_ATTRS is dropped (counted);
  *  - an older report never replaces a newer one; at equal times the report applied
  *    later wins (replay applies in WAL order, so a restart agrees with the live run
  *    except for two concurrent requests carrying the same device and time).

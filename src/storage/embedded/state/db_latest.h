@@ -1,7 +1,8 @@
 /* db_latest: the current-state index of the embedded engine (private to db*.c).
  *
  * Per device: the latest event time, the current state and the time of the report
- * that set it, and per metric the newest (time, value). Per tenant: state -> the set
+ * that set it, per metric the newest (time, value), and per string attribute the
+ * newest (time, value), at most BDB_MAX_DEVICE_ATTRS names. Per tenant: state -> the set
  * of devices in it (ordered by device name, for paging) with its size. The public
  * readers are in db.h (bdb_db_latest, bdb_db_state_devices, bdb_db_state_counts).
  *
