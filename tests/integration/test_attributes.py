@@ -13,6 +13,14 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import Server, Suite, contains, eq  # noqa: E402
 
+
+def metric(s, name):
+    for line in s.metrics_text().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
 suite = Suite("test_attributes")
 T0 = 1705327200000  # 2024-01-15T14:00:00Z
 NS = 1000000
@@ -58,6 +66,7 @@ def limits_say_what_was_not_stored():
         got = attrs(s, "d2")
         eq(len(got), 64)
         eq("many.zz" in got, False, "beyond the device limit")
+        eq(metric(s, "bucketdb_attributes_not_kept_total"), 1)
         s.write("many,device=d2 a00=\"y\" %d" % ((T0 + 2) * NS))
         eq(attrs(s, "d2")["many.a00"], ("y", T0 + 2), "a known name still updates")
 
