@@ -21,6 +21,7 @@ struct walk {
     char *why;
     size_t whylen;
     int code;
+    size_t nattrs; /* attributes so far in this pass */
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(struct walk *w, int code, const char *fmt,
@@ -74,6 +75,19 @@ static int walk_obj(struct walk *w, json_t *obj, size_t nlen, int depth)
                     bdb_batch_state(w->b, json_string_value(v), sl);
                 break;
             }
+            {
+                /* an attribute, bounded as the state; beyond, not stored */
+                size_t sl = json_string_length(v);
+                if (w->nattrs < BDB_MAX_REPORT_ATTRS && sl <= w->o->max_state_len &&
+                    !memchr(json_string_value(v), 0, sl) && bdb_batch_name_valid(w->name, n)) {
+                    w->nattrs++;
+                    if (w->b)
+                        bdb_batch_attr(w->b, w->name, n, json_string_value(v), sl);
+                    else
+                        w->res->attrs++;
+                    break;
+                }
+            }
             if (!w->b && w->res->strings_skipped++ == 0)
                 snprintf(w->res->first_skipped, sizeof w->res->first_skipped, "string '%.100s'",
                          w->name);
@@ -115,7 +129,7 @@ int bdb_jsonflat_ingest(const char *body, size_t len, const bdb_jsonflat_opts *o
         rc = BDB_ERR_INVALID;
     } else if (walk_obj(&w, root, 0, 1) < 0) {
         rc = w.code;
-    } else if (!res->metrics && !json_is_string(json_object_get(root, "state"))) {
+    } else if (!res->metrics && !res->attrs && !json_is_string(json_object_get(root, "state"))) {
         snprintf(why, whylen, "nothing to store: no number, boolean or state%s%s",
                  res->strings_skipped ? " (not stored: " : "",
                  res->strings_skipped ? res->first_skipped : "");
@@ -124,6 +138,7 @@ int bdb_jsonflat_ingest(const char *body, size_t len, const bdb_jsonflat_opts *o
         rc = BDB_ERR_INVALID;
     } else {
         w.b = b;
+        w.nattrs = 0;
         bdb_batch_begin(b, o->device, o->device_len, o->ts_ms, 0);
         walk_obj(&w, root, 0, 1);
         bdb_batch_end(b);

@@ -8,7 +8,9 @@
  *   ("AM2301.Temperature"), at most BDB_JSONFLAT_MAX_DEPTH objects deep;
  * - true/false are 1/0;
  * - a string member named "state" at the top is the device state;
- * - any other string is not stored: counted in strings_skipped, the first named;
+ * - any other string is an attribute named by its key (joined as a metric's); one
+ *   over max_state_len, or beyond BDB_MAX_REPORT_ATTRS, is not stored: counted in
+ *   strings_skipped, the first named;
  * - null is skipped (gateways send it for a reading they do not have);
  * - an array cannot be stored: the whole object is refused, naming it.
  * The time is the caller's (the message's arrival). */
@@ -33,6 +35,7 @@ typedef struct bdb_jsonflat_opts {
 
 typedef struct bdb_jsonflat_result {
     size_t metrics;
+    size_t attrs; /* strings stored as attributes */
     size_t strings_skipped;
     char first_skipped[160]; /* "string 'Time'", "" if none */
 } bdb_jsonflat_result;

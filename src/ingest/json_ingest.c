@@ -168,6 +168,16 @@ typedef struct report_dev {
 } report_dev;
 
 /* Checks a report without touching the batch. */
+/* Whether the string v of metrics key k is stored as the report's attribute number
+ * n: bounded as a state (max_value_len), at most BDB_MAX_REPORT_ATTRS, no NUL (the
+ * engine keeps attributes as C strings), and k a valid name. */
+static int attr_fits(const char *k, const json_t *v, const bdb_json_limits *lim, size_t n)
+{
+    size_t l = json_string_length(v);
+    return n < BDB_MAX_REPORT_ATTRS && l <= lim->max_value_len &&
+           !memchr(json_string_value(v), 0, l) && bdb_batch_name_valid(k, strlen(k));
+}
+
 static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *rule, int64_t now_ms,
                     int64_t *ts, report_dev *rd, size_t *strings, const char **first_str, char *err,
                     size_t errlen)
@@ -225,7 +235,7 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
                    (long long)*ts, (long long)lim->max_age_ms);
 
     json_t *mets = json_object_get(r, "metrics");
-    size_t nmets = 0;
+    size_t nmets = 0, nattrs = 0;
     if (json_kind(mets) != JSON_NULL) {
         if (json_typeof(mets) != JSON_OBJECT)
             return bad(err, errlen, "field \"metrics\": must be an object");
@@ -239,7 +249,9 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
             if (check_key("metrics.", k, lim->max_key_len, err, errlen) < 0)
                 return -1;
             if (json_typeof(json_object_iter_value(it)) == JSON_STRING) {
-                if (!(*strings)++)
+                if (attr_fits(k, json_object_iter_value(it), lim, nattrs))
+                    nattrs++;
+                else if (!(*strings)++)
                     *first_str = k;
                 continue;
             }
@@ -312,8 +324,9 @@ static void use_bdb_alloc(void)
 }
 
 static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_dev *rd, int64_t ts,
-                size_t index)
+                size_t index, const bdb_json_limits *lim)
 {
+    uint32_t nattrs = 0;
     bdb_batch_begin(b, rd->p, rd->n, ts, index);
     /* validate() passed: tags and metrics are objects or absent/null, their values
      * strings and numbers or booleans, and a state is a string or absent/null. */
@@ -331,9 +344,18 @@ static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_d
     if (json_kind(mets) == JSON_OBJECT) {
         for (void *it = json_object_iter(mets); it; it = json_object_iter_next(mets, it)) {
             const char *k = json_object_iter_key(it);
+            json_t *v = json_object_iter_value(it);
             double d = 0;
-            if (metric_value(json_object_iter_value(it), &d) < 0)
-                continue; /* a string, counted by validate() */
+            if (json_typeof(v) == JSON_STRING) {
+                /* the same choice as validate(), which counted those not stored */
+                if (attr_fits(k, v, lim, nattrs)) {
+                    bdb_batch_attr(b, k, strlen(k), json_string_value(v), json_string_length(v));
+                    nattrs++;
+                }
+                continue;
+            }
+            if (metric_value(v, &d) < 0)
+                continue;
             bdb_batch_metric(b, k, strlen(k), d);
         }
     }
@@ -416,7 +438,7 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
             }
             continue;
         }
-        add(b, r, rule, &rd, ts, i);
+        add(b, r, rule, &rd, ts, i, lim);
         if (bdb_batch_failed(b) != BDB_OK) {
             snprintf(res->first_error, sizeof res->first_error, "out of memory");
             json_decref(root);

@@ -128,7 +128,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                 bdb_batch_tag(b, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p,
                               pt.tags[i].val.n);
         int bad = 0;
-        size_t stored = 0, skipped = 0;
+        size_t stored = 0, skipped = 0, nattrs = 0;
         const bdb_lp_field *first_str = NULL;
         for (size_t i = 0; i < pt.nfields && !bad; i++) {
             const bdb_lp_field *f = &pt.fields[i];
@@ -145,9 +145,13 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                     stored++;
                     continue;
                 }
-                if (!skipped++)
-                    first_str = f;
-                continue;
+                /* an attribute: bounded as the state; beyond, not stored as before */
+                if ((map->max_state_bytes && f->str.n > map->max_state_bytes) ||
+                    memchr(f->str.p, 0, f->str.n) || nattrs >= BDB_MAX_REPORT_ATTRS) {
+                    if (!skipped++)
+                        first_str = f;
+                    continue;
+                }
             }
             size_t n = map->field_only ? f->key.n : pt.measurement.n + 1 + f->key.n;
             size_t max = map->field_only ? map->max_name_bytes : 2 * map->max_name_bytes + 1;
@@ -183,7 +187,12 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
                 bad = 1;
                 break;
             }
-            bdb_batch_metric(b, name, n, f->num);
+            if (f->type == BDB_LP_STRING) {
+                bdb_batch_attr(b, name, n, f->str.p, f->str.n);
+                nattrs++;
+            } else {
+                bdb_batch_metric(b, name, n, f->num);
+            }
             stored++;
         }
         if (!bad && !stored) {

@@ -7,9 +7,12 @@
  *   other tags are;
  * - each numeric or boolean field is a metric named "<measurement>.<field>" (or just
  *   "<field>" with field naming); booleans are 1/0, integers become doubles;
- * - a string field named "state" is the device state; any other string field is
- *   not stored, and does not cost the line its other fields: it is counted in
- *   strings_skipped and the first is named in first_skipped (docs/API.md#mapping-rule);
+ * - a string field named "state" is the device state; any other string field is an
+ *   attribute named as a metric (the device's latest value per name); one that breaks
+ *   the attribute limits (value over max_state_bytes, more than BDB_MAX_REPORT_ATTRS
+ *   in the line) is not stored, and does not cost the line its other fields: it is
+ *   counted in strings_skipped and the first is named in first_skipped
+ *   (docs/API.md#mapping-rule);
  * - a point without a timestamp gets the server's receive time.
  * Lines are independent: a bad line is counted and reported, the good lines of the
  * same body are still added to the batch (Influx 1.x semantics). */
@@ -45,7 +48,7 @@ typedef struct bdb_lp_result {
     size_t first_bad_line;   /* 1-based, 0 if none */
     int first_is_limit;      /* the first error was a limit (line length, tags, ...) */
     char first_error[640];   /* "unable to parse '<line>': <reason>" */
-    size_t strings_skipped;  /* string fields other than state, not stored */
+    size_t strings_skipped;  /* string fields other than state beyond the limits, not stored */
     char first_skipped[160]; /* "line 3: string field 'uptime_format'", "" if none */
 } bdb_lp_result;
 

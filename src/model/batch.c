@@ -18,7 +18,7 @@ struct bdb_batch {
     struct arena_block *blocks;
     bdb_report *reports;
     size_t nreports, cap_reports;
-    size_t nsamples;
+    size_t nsamples, nattrs_total;
     /* the report being built */
     int open;
     bdb_report cur;
@@ -26,6 +26,8 @@ struct bdb_batch {
     size_t ntags, cap_tags;
     bdb_metric_val *mets;
     size_t nmets, cap_mets;
+    bdb_kv *attrs;
+    size_t nattrs, cap_attrs;
     /* Sticky until reset: a builder call ran out of memory, so the report being built
      * is dropped at end and the parser must fail the whole batch. */
     int oom;
@@ -97,6 +99,7 @@ void bdb_batch_free(bdb_batch *b)
     free(b->reports);
     free(b->tags);
     free(b->mets);
+    free(b->attrs);
     free(b);
 }
 
@@ -115,6 +118,7 @@ void bdb_batch_reset(bdb_batch *b)
     }
     b->nreports = 0;
     b->nsamples = 0;
+    b->nattrs_total = 0;
     b->open = 0;
     b->oom = 0;
 }
@@ -131,7 +135,7 @@ void bdb_batch_begin(bdb_batch *b, const char *device, size_t dlen, int64_t ts_m
     b->cur.device_len = dlen;
     b->cur.ts_ms = ts_ms;
     b->cur.lineno = lineno;
-    b->ntags = b->nmets = 0;
+    b->ntags = b->nmets = b->nattrs = 0;
     b->open = 1;
 }
 
@@ -159,12 +163,22 @@ void bdb_batch_state(bdb_batch *b, const char *s, size_t n)
     b->cur.state_len = n;
 }
 
+void bdb_batch_attr(bdb_batch *b, const char *name, size_t nl, const char *v, size_t vl)
+{
+    if (b->nattrs >= BDB_MAX_REPORT_ATTRS ||
+        grow(b, (void **)&b->attrs, &b->cap_attrs, b->nattrs, sizeof *b->attrs, 4))
+        return;
+    const char *ns = arena_str(b, name, nl), *vs = arena_str(b, v, vl);
+    if (ns && vs)
+        b->attrs[b->nattrs++] = (bdb_kv){ns, nl, vs, vl};
+}
+
 int bdb_batch_end(bdb_batch *b)
 {
     b->open = 0;
     if (b->oom || !b->cur.device) /* a builder call failed: never a partial report */
         return 0;
-    if (b->nmets == 0 && !b->cur.state)
+    if (b->nmets == 0 && !b->cur.state && b->nattrs == 0)
         return 0;
     if (b->ntags) {
         bdb_kv *t = arena_alloc(b, b->ntags * sizeof *t);
@@ -182,17 +196,26 @@ int bdb_batch_end(bdb_batch *b)
         b->cur.metrics = m;
         b->cur.nmetrics = (uint32_t)b->nmets;
     }
+    if (b->nattrs) {
+        bdb_kv *a = arena_alloc(b, b->nattrs * sizeof *a);
+        if (!a)
+            return 0;
+        memcpy(a, b->attrs, b->nattrs * sizeof *a);
+        b->cur.attrs = a;
+        b->cur.nattrs = (uint32_t)b->nattrs;
+    }
     if (grow(b, (void **)&b->reports, &b->cap_reports, b->nreports, sizeof *b->reports, 64))
         return 0;
     b->reports[b->nreports++] = b->cur;
     b->nsamples += b->nmets;
+    b->nattrs_total += b->nattrs;
     return 1;
 }
 
 void bdb_batch_cancel(bdb_batch *b)
 {
     b->open = 0;
-    b->ntags = b->nmets = 0;
+    b->ntags = b->nmets = b->nattrs = 0;
 }
 
 const bdb_report *bdb_batch_reports(const bdb_batch *b, size_t *n)
@@ -204,4 +227,9 @@ const bdb_report *bdb_batch_reports(const bdb_batch *b, size_t *n)
 size_t bdb_batch_samples(const bdb_batch *b)
 {
     return b->nsamples;
+}
+
+size_t bdb_batch_attrs(const bdb_batch *b)
+{
+    return b->nattrs_total;
 }

@@ -2,8 +2,9 @@
  * consumes: a list of reports, each one device's readings at one event time.
  *
  * A report = (device, event time ms, metrics {name -> double}, device tags
- * {key -> value}, optional state text). The tenant is per batch. All strings are
- * copied into the batch's arena, so the parser's buffers may be reused at once;
+ * {key -> value}, optional state text, attributes {name -> string}: string fields
+ * other than the state, kept as the device's latest attributes). The tenant is per batch. All
+ * strings are copied into the batch's arena, so the parser's buffers may be reused at once;
  * pointers handed out stay valid until bdb_batch_reset or bdb_batch_free. */
 #ifndef BDB_BATCH_H
 #define BDB_BATCH_H
@@ -36,6 +37,8 @@ typedef struct bdb_report {
     const bdb_metric_val *metrics;
     const char *state; /* NULL = no state in this report */
     size_t state_len;
+    const bdb_kv *attrs; /* key = attribute name, val = its string; NULL when none */
+    uint32_t nattrs;
     size_t lineno; /* source line or array index, for error messages */
 } bdb_report;
 
@@ -45,12 +48,14 @@ bdb_batch *bdb_batch_new(void);
 void bdb_batch_free(bdb_batch *b);
 void bdb_batch_reset(bdb_batch *b);
 
-/* Builder: begin, add tags/metrics/state, end. A report with no metric and no state
- * is dropped by end (returns 0); otherwise end returns 1. */
+/* Builder: begin, add tags/metrics/state/attributes, end. A report with no metric, no
+ * state and no attribute is dropped by end (returns 0); otherwise end returns 1. */
 void bdb_batch_begin(bdb_batch *b, const char *device, size_t dlen, int64_t ts_ms, size_t lineno);
 void bdb_batch_tag(bdb_batch *b, const char *k, size_t kl, const char *v, size_t vl);
 void bdb_batch_metric(bdb_batch *b, const char *name, size_t nlen, double value);
 void bdb_batch_state(bdb_batch *b, const char *s, size_t n);
+/* A string attribute of the report (a string field other than the state). */
+void bdb_batch_attr(bdb_batch *b, const char *name, size_t nl, const char *v, size_t vl);
 int bdb_batch_end(bdb_batch *b);
 /* BDB_ERR_NOMEM if a builder call since the last reset ran out of memory (the report
  * it was building was dropped; the parser fails the whole batch), else BDB_OK.
@@ -62,6 +67,11 @@ void bdb_batch_cancel(bdb_batch *b);
 /* The finished reports. Valid until the next begin/reset/free. */
 const bdb_report *bdb_batch_reports(const bdb_batch *b, size_t *n);
 size_t bdb_batch_samples(const bdb_batch *b); /* total metric values */
+size_t bdb_batch_attrs(const bdb_batch *b);   /* total attributes: 0 in most batches */
+
+/* Most attributes one report may carry; those beyond are not stored (the ingest
+ * layers count them with the other strings not stored). */
+#define BDB_MAX_REPORT_ATTRS 64
 
 /* The rule every way in applies to device and metric names (line protocol, JSON, MQTT
  * topics, the device profile endpoint): at least one byte, well-formed UTF-8 (names

@@ -170,7 +170,9 @@ int bdb_dedup_count(const bdb_batch *b, bdb_dedup *d)
                 lost += (size_t)seen_before(&it, reps, sh, (uint32_t)k, (int)m);
             int state_lost = r->state ? seen_before(&it, reps, sh, (uint32_t)k, -1) : 1;
             d->samples += lost;
-            d->reports += lost == r->nmetrics && state_lost;
+            /* attributes are not tracked per name: a report carrying any is never
+             * counted as wholly overridden */
+            d->reports += lost == r->nmetrics && state_lost && !r->nattrs;
         }
         free(it.item);
         table_free(&it.t);

@@ -66,7 +66,7 @@ static const struct key {
     N(max_tags, K_SIZE, "max tags per point (default 64)"),
     N(max_fields, K_SIZE, "max fields per point (default 256)"),
     N(max_key_bytes, K_SIZE, "max measurement/tag/field key, device and metric name (256)"),
-    N(max_tag_value_bytes, K_SIZE, "max tag value and state (default 1024)"),
+    N(max_tag_value_bytes, K_SIZE, "max tag value, state and string attribute (default 1024)"),
     N(max_future_ms, K_MS, "reject timestamps further than this in the future (default 1h)"),
     N(max_query_samples, K_U64, "max samples one query returns (default 1000000)"),
     S(device_tag, "line-protocol tag naming the device (default device)"),

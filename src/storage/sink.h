@@ -36,6 +36,11 @@ typedef struct bdb_sink_metric {
     int64_t ts; /* time of the newest report that carried the metric */
     double v;
 } bdb_sink_metric;
+/* A string attribute (a string field other than the state): the newest value. */
+typedef struct bdb_sink_attr {
+    const char *name, *value;
+    int64_t ts; /* time of the newest report that carried it */
+} bdb_sink_attr;
 typedef struct bdb_sink_state {
     const char *tenant, *device;
     int64_t event_ts;  /* newest report time; INT64_MIN = unknown */
@@ -43,6 +48,8 @@ typedef struct bdb_sink_state {
     int64_t state_ts;
     const bdb_sink_metric *metrics;
     size_t nmetrics;
+    const bdb_sink_attr *attrs; /* per name the newest value wins, as for metrics */
+    size_t nattrs;
 } bdb_sink_state;
 typedef struct bdb_sink_device {
     const char *tenant, *device;

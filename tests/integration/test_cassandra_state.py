@@ -22,7 +22,10 @@ cassandra://), against one real Cassandra 2.1.0 node (cassnode.py):
   its digest, state_full tells states with one key apart), devices per state agree
   on both backends, also from an empty data directory (long_states_on_cassandra);
 - the registry's collections are blob columns, one cell per overwrite; a keyspace
-  from before gets them and reads its older columns (registry_collections_encoded).
+  from before gets them and reads its older columns (registry_collections_encoded);
+- string attributes flush into latest_by_device, newest report per name wins, and
+  come back from an empty data directory (attributes_on_cassandra); an older
+  latest_by_device gets their columns (attributes_added_to_older_keyspace).
 
 With BDB_CASSANDRA_NODE=HOST:PORT (tests/run) the file uses that running node instead
 of starting one, its keyspaces named with a per-run suffix (cassnode.keyspace): its
@@ -522,6 +525,77 @@ def registry_collections_encoded():
         tags = bytes.fromhex(r[0][0][2:])
         check(b"y2" in tags and b"y0" not in tags, "tags_blob: %r" % tags)
         eq(r[0][1], "{'site': 'x'}", "the older column is no longer written")
+    finally:
+        cas.stop()
+
+
+@suite.test
+def attributes_on_cassandra():
+    """String attributes (string fields other than state) are sent at flush into
+    latest_by_device's attributes/attribute_times, one element per name at its own
+    report's time: an older value flushed later replaces nothing, and a server on an
+    EMPTY data directory answers them from Cassandra."""
+    ks = cassnode.keyspace("bdb_state_attrs")
+    cas = cass_server(ks).start()
+    try:
+        cas.write(['m,device=a1 v=1,fw="1.2",site="berlin" %d' % (T0 + MIN),
+                   'm,device=a2 v=1,fw="9.0" %d' % T0], precision="ms")
+        cas.flush()
+        cas.write(['m,device=a1 fw="1.1",mode="eco" %d' % T0], precision="ms")  # older fw
+        cas.flush()
+        want = {"a1": {"m.fw": {"value": "1.2", "time": T0 + MIN},
+                       "m.mode": {"value": "eco", "time": T0},
+                       "m.site": {"value": "berlin", "time": T0 + MIN}},
+                "a2": {"m.fw": {"value": "9.0", "time": T0}}}
+        for d, a in want.items():
+            eq(cas.get("/api/v1/state/latest", device=d).json()["attributes"], a, d)
+        r = rows(ks, "SELECT device_id, attributes FROM %s.latest_by_device")
+        got = {d: a for d, a in r}
+        eq(got["a1"], "{'m.fw': '1.2', 'm.mode': 'eco', 'm.site': 'berlin'}", "row of a1")
+        cas.stop()
+        fresh = cass_server(ks).start()
+        try:
+            for d, a in want.items():
+                eq(fresh.get("/api/v1/state/latest", device=d).json()["attributes"], a,
+                   "empty data directory, " + d)
+        finally:
+            fresh.stop()
+    finally:
+        cas.stop()
+
+
+@suite.test
+def attributes_added_to_older_keyspace():
+    """A keyspace whose latest_by_device predates the attributes gets the two map
+    columns at start (schema=create) and keeps them from then on."""
+    ks = cassnode.keyspace("bdb_state_attrs_old")
+    node()
+    cql("DROP KEYSPACE IF EXISTS %s" % ks)
+    p = cql("CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', "
+            "'replication_factor': 1}" % ks,
+            "CREATE TABLE %s.latest_by_device (tenant_id text, device_id text, "
+            "event_time timestamp, state text, state_time timestamp, "
+            "metrics map<text, double>, metric_times map<text, timestamp>, "
+            "PRIMARY KEY ((tenant_id), device_id))" % ks)
+    check(p.returncode == 0, "old keyspace: %s" % p.stderr)
+    cas = cass_server(ks).start()
+    try:
+        types = dict((c[0], c[1]) for c in rows(
+            ks, "SELECT column_name, validator FROM system.schema_columns WHERE "
+                "keyspace_name = '%s' AND columnfamily_name = 'latest_by_device'"))
+        check("UTF8Type,org.apache.cassandra.db.marshal.UTF8Type" in
+              types.get("attributes", ""), "attributes column: %r" % types.get("attributes"))
+        check("TimestampType" in types.get("attribute_times", ""),
+              "attribute_times column: %r" % types.get("attribute_times"))
+        cas.write(['m,device=o1 v=1,fw="3.1" %d' % T0], precision="ms")
+        cas.flush()
+        cas.stop()
+        fresh = cass_server(ks).start()
+        try:
+            eq(fresh.get("/api/v1/state/latest", device="o1").json()["attributes"],
+               {"m.fw": {"value": "3.1", "time": T0}}, "from the upgraded table")
+        finally:
+            fresh.stop()
     finally:
         cas.stop()
 

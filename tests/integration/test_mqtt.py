@@ -236,8 +236,9 @@ def malformed_payloads_are_counted_and_do_not_block():
             wait_connected(s, b)
             bad = [("bucketdb/acme/m1/telemetry", '{"time": 1, "metrics": '),  # cut JSON
                    ("bucketdb/acme/m1/telemetry", "not line protocol at all"),
-                   ("bucketdb/acme/m1/telemetry", '{"time": %d, "metrics": {"x": "str"}}'
-                    % BASE),
+                   # a string over max_tag_value_bytes: not an attribute, nothing left
+                   ("bucketdb/acme/m1/telemetry", '{"time": %d, "metrics": {"x": "%s"}}'
+                    % (BASE, "s" * 1025)),
                    ("bucketdb/bad tenant!/m1/telemetry", "env v=1 %d" % (BASE * 10**6))]
             for topic, payload in bad:
                 check(b.publish(topic, payload), "broker refused %r" % payload)

@@ -60,8 +60,9 @@ def write(s, lines, token=None, **params):
 
 
 def old_data(s, base, n=3):
-    """The deleted tenant's writes: raw samples with a state, on two devices."""
-    write(s, ["m,device=%s v=%d,w=%d %d" % (d, i + 1, 100 + i, base + i * 1000)
+    """The deleted tenant's writes: raw samples with a state and a string attribute
+    (the purge frees the attributes of the current-state index too), on two devices."""
+    write(s, ["m,device=%s v=%d,w=%d,fw=\"1.%d\" %d" % (d, i + 1, 100 + i, i, base + i * 1000)
               for d in (OLD, BOTH) for i in range(n)], s.t1)
     r = s.request("POST", "/api/v1/write/json",
                   json.dumps({"device": OLD, "time": base + 5000, "state": "alarm",

@@ -236,10 +236,14 @@ def future_timestamps_rejected():
 @suite.test
 def string_fields_and_device_tag():
     with Server() as s:
-        # a string other than state costs the line nothing else (docs/API.md#mapping-rule)
+        # a string other than state is an attribute; one that cannot be stored costs
+        # the line nothing else (docs/API.md#mapping-rule)
         r = s.write('m,device=str v=1,msg="hello" %d' % BASE, precision="ms")
-        contains(r.headers.get("x-bucketdb-not-stored", ""), "string field 'msg'")
-        r = s.write('m,device=str2 msg="hello" %d' % BASE, precision="ms", expect=400)
+        eq(r.headers.get("x-bucketdb-not-stored"), None)
+        long = "x" * 1025  # over max_tag_value_bytes
+        r = s.write('m,device=str v=1,msg2="%s" %d' % (long, BASE), precision="ms")
+        contains(r.headers.get("x-bucketdb-not-stored", ""), "string field 'msg2'")
+        r = s.write('m,device=str2 msg="%s" %d' % (long, BASE), precision="ms", expect=400)
         contains(r.json()["error"], "msg")
         contains(r.json()["error"], "state")
         r = s.write("m,host=x v=1 %d" % BASE, precision="ms", expect=400)
@@ -271,7 +275,7 @@ def json_endpoint_valid_partial_invalid():
         # Partial: the bad report is named, the good ones are stored.
         doc = {"reports": [
             {"device": "j3", "time": BASE, "metrics": {"a": 1}},
-            {"device": "j3", "time": BASE + 1, "metrics": {"a": "text"}},
+            {"device": "j3", "time": BASE + 1, "metrics": {"a": "t" * 1025}},  # not storable
             {"time": BASE + 2, "metrics": {"a": 3}},
             {"device": "j3", "time": BASE + 3, "metrics": {"a": 4}},
         ]}

@@ -36,6 +36,81 @@ static void key_part(char *out, size_t *n, size_t cap, const char *s, int is_mea
     out[*n] = 0;
 }
 
+/* A field of SHOW FIELD KEYS: the numeric fields of the catalog, and the string
+ * fields the devices' latest attributes name (docs/INFLUX.md). */
+typedef struct fkey {
+    const char *name, *type;
+} fkey;
+
+struct attr_walk {
+    const char *meas;
+    size_t mlen;
+    iql_result *r;
+    fkey *v;
+    size_t n, cap;
+};
+
+static int attr_cb(void *ctx, const bdb_latest *l)
+{
+    struct attr_walk *w = ctx;
+    for (size_t i = 0; i < l->nattrs; i++) {
+        const char *a = l->attrs[i].name, *dot = strchr(a, '.'), *field;
+        /* measurement and field split as a metric's (iql_cat.c): before and after the
+         * first '.', else the whole name and "value" */
+        if (dot && dot > a && dot[1]) {
+            if ((size_t)(dot - a) != w->mlen || memcmp(a, w->meas, w->mlen) != 0)
+                continue;
+            field = dot + 1;
+        } else {
+            if (strcmp(a, w->meas) != 0)
+                continue;
+            field = "value";
+        }
+        if (w->n == w->cap) {
+            w->cap = w->cap ? w->cap * 2 : 16;
+            w->v = iql_xrealloc(w->v, w->cap * sizeof *w->v);
+        }
+        w->v[w->n++] = (fkey){iql_ostr(w->r, field), "string"};
+    }
+    return 0;
+}
+
+static int fkey_cmp(const void *a, const void *b)
+{
+    const fkey *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : strcmp(x->type, y->type);
+}
+
+static void show_field_keys(const iql_ctx *x, const cat *c, const meas *m, const iql_stmt *st,
+                            iql_result *r)
+{
+    struct attr_walk w = {m->name, strlen(m->name), r, NULL, 0, 0};
+    for (size_t i = 0; i < m->ndevs; i++) /* a device without attributes: nothing added */
+        bdb_db_latest(x->db, x->tenant, c->d[m->devs[i]].name, attr_cb, &w);
+    for (size_t i = 0; i < m->fields.n; i++) {
+        if (w.n == w.cap) {
+            w.cap = w.cap ? w.cap * 2 : 16;
+            w.v = iql_xrealloc(w.v, w.cap * sizeof *w.v);
+        }
+        w.v[w.n++] = (fkey){m->fields.v[i], "float"};
+    }
+    if (w.n > 1)
+        qsort(w.v, w.n, sizeof *w.v, fkey_cmp);
+    iql_series *s = iql_add_series(r, m->name, 2);
+    s->cols[0] = "fieldKey";
+    s->cols[1] = "fieldType";
+    for (size_t i = 0; i < w.n; i++) {
+        if (i && !fkey_cmp(&w.v[i], &w.v[i - 1]))
+            continue; /* the same string field of several devices */
+        iql_val *row = iql_series_add_row(s);
+        row[0] = (iql_val){.t = IQL_V_STR, .s = iql_ostr(r, w.v[i].name)};
+        row[1] = (iql_val){.t = IQL_V_STR, .s = w.v[i].type};
+    }
+    iql_apply_limits(s, st->limit, st->offset);
+    free(w.v);
+}
+
 int iql_exec_show(const iql_ctx *x, const iql_stmt *st, iql_result *r)
 {
     if (st->kind == IQL_SHOW_DATABASES) {
@@ -148,17 +223,8 @@ int iql_exec_show(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             break;
         }
         case IQL_SHOW_FIELD_KEYS:
-            if (m->fields.n) {
-                iql_series *s = iql_add_series(r, m->name, 2);
-                s->cols[0] = "fieldKey";
-                s->cols[1] = "fieldType";
-                for (size_t i = 0; i < m->fields.n; i++) {
-                    iql_val *row = iql_series_add_row(s);
-                    row[0] = (iql_val){.t = IQL_V_STR, .s = iql_ostr(r, m->fields.v[i])};
-                    row[1] = (iql_val){.t = IQL_V_STR, .s = "float"};
-                }
-                iql_apply_limits(s, st->limit, st->offset);
-            }
+            if (m->fields.n)
+                show_field_keys(x, &c, m, st, r);
             break;
         case IQL_SHOW_SERIES:
             for (size_t i = 0; i < m->ndevs; i++) {

@@ -68,6 +68,16 @@ static int latest_cb(void *ctx, const bdb_latest *l)
         json_num(b, l->metrics[i].value);
         bdb_buf_putc(b, '}');
     }
+    /* string fields other than the state: each name's newest value */
+    bdb_buf_puts(b, "},\"attributes\":{");
+    for (size_t i = 0; i < l->nattrs; i++) {
+        if (i)
+            bdb_buf_putc(b, ',');
+        json_str(b, l->attrs[i].name);
+        bdb_buf_puts(b, ":{\"value\":");
+        json_str(b, l->attrs[i].value);
+        bdb_buf_printf(b, ",\"time\":%lld}", (long long)l->attrs[i].ts);
+    }
     bdb_buf_puts(b, "}}\n");
     return 0;
 }

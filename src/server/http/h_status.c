@@ -404,6 +404,10 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
                    (unsigned long long)atomic_load(&s->lp_strings_skipped));
     bdb_buf_printf(&b, "bucketdb_string_fields_not_stored_total{protocol=\"json\"} %llu\n",
                    (unsigned long long)atomic_load(&s->json_strings_skipped));
+    family(&b, "bucketdb_attributes_not_kept_total", "counter",
+           "String attributes not kept because their device had the most names already.");
+    bdb_buf_printf(&b, "bucketdb_attributes_not_kept_total %llu\n",
+                   (unsigned long long)bdb_db_attrs_dropped(s->db));
     family(&b, "bucketdb_json_reports_total", "counter", "JSON reports by result.");
     bdb_buf_printf(&b, "bucketdb_json_reports_total{result=\"accepted\"} %llu\n",
                    (unsigned long long)atomic_load(&s->json_reports_accepted));

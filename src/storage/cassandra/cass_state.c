@@ -344,6 +344,8 @@ void cass_state_upgrade(cql_session *sess, const char *ks)
         {"devices", "history_blob", "blob"},
         {"devices", "metrics_blob", "blob"},
         {"latest_by_state", "state_full", "text"},
+        {"latest_by_device", "attributes", "map<text, text>"},
+        {"latest_by_device", "attribute_times", "map<text, timestamp>"},
     };
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
         char q[256];
@@ -508,9 +510,10 @@ int cass_state_put(bdb_sink *s, const bdb_sink_state *v, size_t n)
         size_t b = a;
         while (b < n && strcmp(o[b].tenant, tn) == 0)
             b++;
-        batcher ev, met;
+        batcher ev, met, att;
         bt_init(&ev, &c, 4);
         bt_init(&met, &c, 7);
+        bt_init(&att, &c, 7);
         snprintf(ev.q, sizeof ev.q,
                  "UPDATE %s.latest_by_device USING TIMESTAMP ? SET event_time = ? "
                  "WHERE tenant_id = ? AND device_id = ?",
@@ -519,8 +522,14 @@ int cass_state_put(bdb_sink *s, const bdb_sink_state *v, size_t n)
                  "UPDATE %s.latest_by_device USING TIMESTAMP ? SET metrics[?] = ?, "
                  "metric_times[?] = ? WHERE tenant_id = ? AND device_id = ?",
                  c.ks);
+        /* string attributes: one element per name at its own report's time, as metrics */
+        snprintf(att.q, sizeof att.q,
+                 "UPDATE %s.latest_by_device USING TIMESTAMP ? SET attributes[?] = ?, "
+                 "attribute_times[?] = ? WHERE tenant_id = ? AND device_id = ?",
+                 c.ks);
         cs_rkey(&ev.rk, tn, NULL, 0);
         cs_rkey(&met.rk, tn, NULL, 0);
+        cs_rkey(&att.rk, tn, NULL, 0);
         size_t nmov = 0;
         for (size_t k = a; k < b && rc == BDB_OK; k++) {
             const bdb_sink_state *st = &v[o[k].i];
@@ -542,6 +551,17 @@ int cass_state_put(bdb_sink *s, const bdb_sink_state *v, size_t n)
                 vb_text(&met.v, st->device);
                 bt_row(&met);
             }
+            for (size_t i = 0; i < st->nattrs; i++) {
+                const bdb_sink_attr *at = &st->attrs[i];
+                vb_long(&att.v, cass_state_usec(at->ts));
+                vb_text(&att.v, at->name);
+                vb_text(&att.v, at->value);
+                vb_text(&att.v, at->name);
+                vb_long(&att.v, at->ts);
+                vb_text(&att.v, tn);
+                vb_text(&att.v, st->device);
+                bt_row(&att);
+            }
             if (st->state) {
                 moving[nmov++] = st;
                 if (nmov == BATCH_ROWS) {
@@ -550,13 +570,13 @@ int cass_state_put(bdb_sink *s, const bdb_sink_state *v, size_t n)
                 }
             }
             if (rc == BDB_OK)
-                rc = ev.rc != BDB_OK ? ev.rc : met.rc;
+                rc = ev.rc != BDB_OK ? ev.rc : met.rc != BDB_OK ? met.rc : att.rc;
         }
         if (rc == BDB_OK && nmov)
             rc = state_moves(&c, tn, moving, nmov);
-        int r1 = bt_free(&ev), r2 = bt_free(&met);
+        int r1 = bt_free(&ev), r2 = bt_free(&met), r3 = bt_free(&att);
         if (rc == BDB_OK)
-            rc = r1 != BDB_OK ? r1 : r2;
+            rc = r1 != BDB_OK ? r1 : r2 != BDB_OK ? r2 : r3;
         a = b;
     }
     free(moving);

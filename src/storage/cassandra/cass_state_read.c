@@ -65,9 +65,10 @@ int cass_state_get(bdb_sink *s, const char *tenant, const char *device, bdb_sink
                    void *ud)
 {
     sel sq;
-    int rc = sel_begin(s, &sq, 5,
-                       "SELECT event_time, state, state_time, metrics, metric_times FROM "
-                       "%s.latest_by_device WHERE tenant_id = ? AND device_id = ?");
+    int rc = sel_begin(s, &sq, 7,
+                       "SELECT event_time, state, state_time, metrics, metric_times, attributes, "
+                       "attribute_times FROM %s.latest_by_device WHERE tenant_id = ? AND "
+                       "device_id = ?");
     if (rc != BDB_OK)
         return rc;
     vb_text(&sq.v, tenant);
@@ -108,9 +109,39 @@ int cass_state_get(bdb_sink *s, const char *tenant, const char *device, bdb_sink
                     mv[i].ts = cs_cell_ms(val, INT64_MIN);
         st.metrics = mv;
         st.nmetrics = k;
+        /* attributes and attribute_times: the same keys, in the same order */
+        int na = sel_cell(&sq, 0, 5).len > 0 ? cql_coll_begin(&it, sel_cell(&sq, 0, 5), 1) : 0;
+        bdb_sink_attr *av = calloc(na > 0 ? (size_t)na : 1, sizeof *av);
+        char **astr = calloc(na > 0 ? 2 * (size_t)na : 1, sizeof *astr);
+        if (!av || !astr)
+            abort();
+        size_t ka = 0;
+        while (na > 0 && ka < (size_t)na && cql_coll_next(&it, &key) == 1 &&
+               cql_coll_next(&it, &val) == 1) {
+            astr[2 * ka] = cs_cell_str(key);
+            astr[2 * ka + 1] = cs_cell_str(val);
+            if (!astr[2 * ka + 1]) /* a null value: not an attribute */
+                astr[2 * ka + 1] = calloc(1, 1);
+            if (!astr[2 * ka + 1])
+                abort();
+            av[ka] = (bdb_sink_attr){astr[2 * ka], astr[2 * ka + 1], INT64_MIN};
+            ka++;
+        }
+        n2 = sel_cell(&sq, 0, 6).len > 0 ? cql_coll_begin(&it2, sel_cell(&sq, 0, 6), 1) : 0;
+        while (n2 > 0 && cql_coll_next(&it2, &key) == 1 && cql_coll_next(&it2, &val) == 1)
+            for (size_t i = 0; i < ka; i++)
+                if ((size_t)key.len == strlen(av[i].name) &&
+                    memcmp(key.p, av[i].name, (size_t)key.len) == 0)
+                    av[i].ts = cs_cell_ms(val, INT64_MIN);
+        st.attrs = av;
+        st.nattrs = ka;
         fn(ud, &st);
         for (size_t i = 0; i < k; i++)
             free(names[i]);
+        for (size_t i = 0; i < 2 * ka; i++)
+            free(astr[i]);
+        free(astr);
+        free(av);
         free(names);
         free(mv);
         free(state);

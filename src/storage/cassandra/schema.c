@@ -580,11 +580,13 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
                    "-- Latest event per device (seed 004, multi-tenant key). Written with\n"
                    "-- USING TIMESTAMP = event time (microseconds), so an older event never\n"
                    "-- overwrites a newer one: event_time at the newest report, state and\n"
-                   "-- state_time at the newest state report, each metric at its own newest.\n"
+                   "-- state_time at the newest state report, each metric and string\n"
+                   "-- attribute at its own newest.\n"
                    "CREATE TABLE IF NOT EXISTS %s.latest_by_device (\n"
                    "  tenant_id text,\n  device_id text,\n  event_time timestamp,\n"
                    "  state text,\n  state_time timestamp,\n  metrics map<text, double>,\n"
-                   "  metric_times map<text, timestamp>,\n"
+                   "  metric_times map<text, timestamp>,\n  attributes map<text, text>,\n"
+                   "  attribute_times map<text, timestamp>,\n"
                    "  PRIMARY KEY ((tenant_id), device_id)\n"
                    ") WITH gc_grace_seconds = %lld;\n\n",
                    ks, (long long)o->gc_grace_s);

@@ -54,7 +54,17 @@ static void shapes(void **state)
     assert_true(metric(r, "no") == 0);
     assert_string_equal(r->state, "ON");
     assert_int_equal(r->ts_ms, 1000);
-    assert_int_equal(R.strings_skipped, 2);
+    /* other strings are attributes under their joined keys */
+    assert_int_equal(R.strings_skipped, 0);
+    assert_int_equal(r->nattrs, 2);
+    assert_string_equal(r->attrs[0].key, "fw");
+    assert_string_equal(r->attrs[0].val, "1.2");
+    assert_string_equal(r->attrs[1].key, "u2.s");
+    /* one over the state's limit (8 here) is not stored */
+    assert_int_equal(run(b, "{\"t\":1,\"fw\":\"123456789\"}", 256, 256), BDB_OK);
+    r = bdb_batch_reports(b, &n);
+    assert_int_equal(r->nattrs, 0);
+    assert_int_equal(R.strings_skipped, 1);
     assert_string_equal(R.first_skipped, "string 'fw'");
     /* a state-only object is stored */
     assert_int_equal(run(b, "{\"state\":\"off\"}", 256, 256), BDB_OK);
@@ -79,7 +89,8 @@ static void refusals(void **state)
         {"{\"abc\":{\"def\":1}}", 256, 6, BDB_ERR_INVALID, "longer than max-key-bytes 6"},
         {"{\"abc\":{\"de\":1}}", 256, 6, BDB_OK, ""},
         {"{\"a\":1,\"b\":2,\"c\":3}", 2, 256, BDB_ERR_LIMIT, "more than max-fields 2"},
-        {"{\"a\":\"x\"}", 256, 256, BDB_ERR_INVALID, "nothing to store"},
+        {"{\"a\":\"x\"}", 256, 256, BDB_OK, ""},
+        {"{\"a\":\"123456789\"}", 256, 256, BDB_ERR_INVALID, "nothing to store"},
         {"{\"state\":\"123456789\"}", 256, 256, BDB_ERR_INVALID, "max-tag-value-bytes 8"},
         {"[1]", 256, 256, BDB_ERR_INVALID, "not a JSON object"},
         {"{\"a\":", 256, 256, BDB_ERR_INVALID, "invalid JSON"},

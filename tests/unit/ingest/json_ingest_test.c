@@ -188,7 +188,10 @@ static void test_partial_rejection(void **state)
                        " {\"device\":\"ok4\",\"metrics\":{\"t\":5}},"
                        " {\"metrics\":{\"t\":6}}"
                        "]}";
-    assert_int_equal(ingest(body), BDB_ERR_INVALID);
+    bdb_json_limits lim; /* "hot" is over the attribute limit: not stored */
+    bdb_json_limits_default(&lim);
+    lim.max_value_len = 2;
+    assert_int_equal(ingest_lim(body, &lim), BDB_ERR_INVALID);
     assert_int_equal(R.accepted, 4);
     assert_int_equal(R.rejected, 2);
     assert_int_equal(R.first_bad_index, 3);
@@ -227,9 +230,19 @@ static void test_metric_values(void **state)
         expect_rejected(body, "report 0: field \"metrics.v\": value must be a finite number");
         assert_int_equal(R.accepted, 0);
     }
-    /* a string value is not stored and costs the report nothing else */
-    assert_int_equal(ingest("[{\"device\":\"d\",\"metrics\":{\"ok\":1,\"fw\":\"1.2\","
-                            "\"v\":\"NaN\"}},{\"device\":\"e\",\"metrics\":{\"x\":2}}]"),
+    /* a string value is an attribute */
+    assert_int_equal(ingest("[{\"device\":\"d\",\"metrics\":{\"ok\":1,\"fw\":\"1.2\"}}]"), BDB_OK);
+    r = reports(&n);
+    assert_int_equal(r[0].nattrs, 1);
+    assert_true(has(r[0].attrs[0].key, r[0].attrs[0].klen, "fw"));
+    assert_true(has(r[0].attrs[0].val, r[0].attrs[0].vlen, "1.2"));
+    /* over the limit it is not stored and costs the report nothing else */
+    bdb_json_limits lim;
+    bdb_json_limits_default(&lim);
+    lim.max_value_len = 2;
+    assert_int_equal(ingest_lim("[{\"device\":\"d\",\"metrics\":{\"ok\":1,\"fw\":\"1.2\","
+                                "\"v\":\"NaN\"}},{\"device\":\"e\",\"metrics\":{\"x\":2}}]",
+                                &lim),
                      BDB_OK);
     assert_int_equal(R.accepted, 2);
     assert_int_equal(R.strings_skipped, 2);
@@ -371,11 +384,14 @@ static void test_invalid_bodies(void **state)
 static void test_names_in_errors_are_bounded(void **state)
 {
     (void)state;
-    char body[1024];
+    char body[2048];
     char name[201]; /* within max-key-bytes, far beyond what a message shows */
     memset(name, 'n', 200);
     name[200] = '\0';
-    snprintf(body, sizeof body, "[{\"device\":\"d\",\"metrics\":{\"%s\":\"x\"}}]", name);
+    char val[1026]; /* over max-tag-value-bytes: not stored as an attribute */
+    memset(val, 'v', 1025);
+    val[1025] = '\0';
+    snprintf(body, sizeof body, "[{\"device\":\"d\",\"metrics\":{\"%s\":\"%s\"}}]", name, val);
     expect_rejected(body, "...\": a string is not stored");
     assert_true(strlen(R.first_error) < 200);
     /* quotes and control characters in names do not break the message */

@@ -74,7 +74,7 @@ static void device_tag_and_names(void **state)
     snprintf(body, sizeof body, "m,device=d %s=\"s\" 1700000000000\n", key);
     assert_int_equal(run(body, &m), 0);
     char want[128];
-    snprintf(want, sizeof want, "string field '%.100s' (", key);
+    snprintf(want, sizeof want, "metric name for field '%.100s' is", key);
     assert_non_null(strstr(R.first_error, want));
 }
 
@@ -88,6 +88,12 @@ static void retention_and_state(void **state)
     assert_int_equal(run("m,device=d state=\"idle\" 1700000000000\n", &m), 1);
     assert_int_equal(run("m,device=d state=\"idles\" 1700000000000\n", &m), 0);
     assert_non_null(strstr(R.first_error, "state length 5"));
+    /* an attribute is bounded as the state: beyond, not stored */
+    assert_int_equal(run("m,device=d note=\"idle\" 1700000000000\n", &m), 1);
+    assert_int_equal(run("m,device=d note=\"idles\" 1700000000000\n", &m), 0);
+    assert_non_null(strstr(R.first_error, "no field could be stored: string field 'note'"));
+    assert_int_equal(run("m,device=d v=1,note=\"idles\" 1700000000000\n", &m), 1);
+    assert_int_equal(R.strings_skipped, 1);
     bdb_lp_map unlimited = map_of(0, 64, 0, 0);
     assert_int_equal(run("m,device=d state=\"a long state string\" 1\n", &unlimited), 1);
 }

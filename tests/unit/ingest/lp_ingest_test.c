@@ -188,7 +188,17 @@ static void test_state_and_string_fields(void **state)
     ingest(&x, "pump,device=p1 state=\"say \\\"hi\\\"\"\n", BDB_LP_MS, &m);
     assert_int_equal(x.res.accepted, 1);
     assert_string_equal(x.r[0].state, "say \"hi\"");
-    /* any other string field is skipped and counted; the rest of its line is kept */
+    /* any other string field is an attribute named as a metric */
+    ingest(&x, "pump,device=p1 rpm=1,fw=\"1.2\",State=\"on\"\n", BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 1);
+    assert_int_equal(x.res.strings_skipped, 0);
+    assert_int_equal(x.r[0].nattrs, 2);
+    assert_string_equal(x.r[0].attrs[0].key, "pump.fw");
+    assert_string_equal(x.r[0].attrs[0].val, "1.2");
+    assert_string_equal(x.r[0].attrs[1].key, "pump.State");
+    assert_null(x.r[0].state);
+    /* one over the state's limit is skipped and counted; the rest of its line is kept */
+    m.max_state_bytes = 4;
     ingest(&x,
            "pump,device=p1,site=a rpm=1,note=\"hello\",state=\"on\"\n"
            "pump,device=p2 rpm=2\n",
@@ -218,9 +228,11 @@ static void test_state_and_string_fields(void **state)
     assert_int_equal(x.res.accepted, 1);
     assert_null(x.r[0].state);
     assert_true(metric(&x.r[0], "pump.state")->value == 1.0);
-    /* "State" is another field name: a string there is rejected */
+    /* "State" is another field name: a string there is an attribute */
     ingest(&x, "pump,device=p1 State=\"on\"\n", BDB_LP_MS, &m);
-    assert_int_equal(x.res.rejected, 1);
+    assert_int_equal(x.res.accepted, 1);
+    assert_null(x.r[0].state);
+    assert_int_equal(x.r[0].nattrs, 1);
     done(&x);
 }
 
@@ -286,23 +298,25 @@ static void test_counts_and_first_error(void **state)
                        "   \n"                   /* 5: blank */
                        "s v=1\n"                 /* 6: no device */
                        "s,device=c v=2 2\n"      /* 7: ok */
-                       "s,device=d note=\"x\"\n" /* 8: string field */
+                       "s,device=d note=\"x\"\n" /* 8: an attribute only */
                        "s,device=e v=3 3";       /* 9: ok, no final newline */
     ingest(&x, body, BDB_LP_MS, &m);
     assert_int_equal(x.res.lines, 6);
-    assert_int_equal(x.res.accepted, 3);
-    assert_int_equal(x.res.rejected, 3);
+    assert_int_equal(x.res.accepted, 4);
+    assert_int_equal(x.res.rejected, 2);
     assert_int_equal(x.res.first_bad_line, 4);
     assert_int_equal(x.res.first_is_limit, 0);
     assert_true(strncmp(x.res.first_error, "unable to parse 's,device=b v=': ", 33) == 0);
-    assert_int_equal(x.n, 3);
+    assert_int_equal(x.n, 4);
     assert_string_equal(x.r[0].device, "a");
     assert_int_equal(x.r[0].lineno, 3);
     assert_string_equal(x.r[1].device, "c");
     assert_int_equal(x.r[1].lineno, 7);
-    assert_string_equal(x.r[2].device, "e");
-    assert_int_equal(x.r[2].lineno, 9);
-    assert_int_equal(x.r[2].ts_ms, 3);
+    assert_string_equal(x.r[2].device, "d");
+    assert_int_equal(x.r[2].nattrs, 1);
+    assert_string_equal(x.r[3].device, "e");
+    assert_int_equal(x.r[3].lineno, 9);
+    assert_int_equal(x.r[3].ts_ms, 3);
 
     /* an empty body and a body of comments */
     ingest(&x, "", BDB_LP_MS, &m);

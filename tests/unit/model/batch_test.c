@@ -311,6 +311,48 @@ static void test_begin_twice(void **state)
     assert_int_equal(bdb_batch_samples(b), 1);
     bdb_batch_free(b);
 }
+/* Attributes: a report of attributes only is kept, at most BDB_MAX_REPORT_ATTRS per
+ * report, counted per batch, gone after a reset and after a cancel. */
+static void test_attributes(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    bdb_batch_begin(b, "d", 1, 1, 1);
+    bdb_batch_attr(b, "fw", 2, "1.2", 3);
+    assert_int_equal(bdb_batch_end(b), 1);
+    bdb_batch_begin(b, "e", 1, 2, 2);
+    char name[16];
+    for (int i = 0; i < BDB_MAX_REPORT_ATTRS + 5; i++) {
+        snprintf(name, sizeof name, "a%d", i);
+        bdb_batch_attr(b, name, strlen(name), "", 0);
+    }
+    bdb_batch_metric(b, "m", 1, 1.0);
+    assert_int_equal(bdb_batch_end(b), 1);
+    bdb_batch_begin(b, "f", 1, 3, 3);
+    bdb_batch_attr(b, "x", 1, "y", 1);
+    bdb_batch_cancel(b);
+    size_t n;
+    const bdb_report *r = bdb_batch_reports(b, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(r[0].nattrs, 1);
+    assert_int_equal(r[0].nmetrics, 0);
+    assert_null(r[0].state);
+    assert_string_equal(r[0].attrs[0].key, "fw");
+    assert_string_equal(r[0].attrs[0].val, "1.2");
+    assert_int_equal(r[0].attrs[0].vlen, 3);
+    assert_int_equal(r[1].nattrs, BDB_MAX_REPORT_ATTRS);
+    assert_int_equal(r[1].attrs[0].vlen, 0);
+    assert_int_equal(bdb_batch_attrs(b), 1 + BDB_MAX_REPORT_ATTRS);
+    bdb_batch_reset(b);
+    assert_int_equal(bdb_batch_attrs(b), 0);
+    bdb_batch_begin(b, "g", 1, 4, 4);
+    bdb_batch_metric(b, "m", 1, 1.0);
+    assert_int_equal(bdb_batch_end(b), 1);
+    r = bdb_batch_reports(b, &n);
+    assert_int_equal(r[0].nattrs, 0);
+    assert_null(r[0].attrs);
+    bdb_batch_free(b);
+}
 
 int main(void)
 {
@@ -322,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_large_batch_and_reset),
         cmocka_unit_test(test_begin_twice),
+        cmocka_unit_test(test_attributes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,14 @@ static void test_same_millisecond(void **state)
 {
     (void)state;
     bdb_batch *b = bdb_batch_new();
+    /* a report of attributes only is never counted as overridden */
+    bdb_batch_begin(b, "d1", 2, 1000, 1);
+    bdb_batch_attr(b, "fw", 2, "1", 1);
+    assert_int_equal(bdb_batch_end(b), 1);
+    add(b, "d1", 1000, "f", NULL);
+    bdb_dedup d0 = count(b);
+    assert_int_equal(d0.reports, 0);
+    bdb_batch_reset(b);
     /* two points 0.5 ms apart: one sample kept, one report overridden */
     add(b, "d1", 1000, "f", NULL);
     add(b, "d1", 1000, "f", NULL);

@@ -12,6 +12,9 @@
  *                   (varint from | varint size)*
  *   type 3, hot settings of one device (sub-buckets, promotion cap): see db_hot.c
  *   type 4, tenant dropped (u8 4 | str tenant | "bdbdrop1"; forgets it again): db_drop.c
+ *   type 5, batch with string attributes: type 1 with, after each report's state,
+ *                   uvarint nattrs (str name, str value)*; written only for a batch
+ *                   that has attributes, so other batches keep type 1's bytes
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/core/db_space.h" /* disk reserve: writes held, early flush */
@@ -92,6 +95,7 @@ static int encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
 {
     struct enc_state e;
     int rc = enc_init(&e);
+    int with_attrs = bdb_batch_attrs(b) != 0;
     size_t n;
     const bdb_report *r = bdb_batch_reports(b, &n);
     for (size_t i = 0; i < n && rc == BDB_OK; i++) {
@@ -119,6 +123,13 @@ static int encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
         bdb_buf_putc(rb, r[i].state != NULL);
         if (r[i].state)
             bdb_buf_put_str(rb, r[i].state, r[i].state_len);
+        if (with_attrs) {
+            bdb_buf_put_uvarint(rb, r[i].nattrs);
+            for (uint32_t k = 0; k < r[i].nattrs; k++) {
+                bdb_buf_put_str(rb, r[i].attrs[k].key, r[i].attrs[k].klen);
+                bdb_buf_put_str(rb, r[i].attrs[k].val, r[i].attrs[k].vlen);
+            }
+        }
         bdb_buf_put_uvarint(rb, r[i].nmetrics);
         for (uint32_t k = 0; k < r[i].nmetrics; k++) {
             const bdb_metric_val *m = &r[i].metrics[k];
@@ -134,7 +145,7 @@ static int encode_batch(const char *tname, const bdb_batch *b, bdb_buf *out)
         }
     }
     bdb_buf_reset(out);
-    bdb_buf_putc(out, 1);
+    bdb_buf_putc(out, with_attrs ? 5 : 1);
     bdb_buf_put_str(out, tname, strlen(tname));
     bdb_buf_put_uvarint(out, e.nnames);
     bdb_buf_append(out, e.names_buf.data, e.names_buf.len);
@@ -181,7 +192,8 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
 /* What bdb_db_write allocates for one report before its WAL append, so that applying
  * the logged record cannot run out of memory half-way (alloc.h): the device, its
  * series and head room, copies of new tags and state handed over after it, and its
- * current-state index entry, metric slots and state set (held until prep_free). */
+ * current-state index entry, metric slots, state set and attribute copies and slots
+ * (held until prep_free). */
 struct prep {
     device *d;
     series **ser; /* the report's series, in the order of its metrics */
@@ -269,7 +281,8 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             rc = head_reserve(db, s, r->ts_ms, s->resv_n);
         }
         if (rc == BDB_OK) /* state: the current-state index (db_latest.c) */
-            rc = db_latest_reserve(db, d, r->state, r->state_len, p[i].ser, r->nmetrics, &p[i].lr);
+            rc = db_latest_reserve(db, d, r->state, r->state_len, p[i].ser, r->nmetrics, r->attrs,
+                                   r->nattrs, &p[i].lr);
         pthread_mutex_unlock(dev_lock(db, d));
         if (rc != BDB_OK)
             return rc;
@@ -292,8 +305,8 @@ device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, siz
 static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl,
                         int64_t ts, const bdb_kv *tags, uint32_t ntags, const char *state,
                         size_t slen, const char *const *names, const size_t *nlens,
-                        const double *vals, uint32_t nm, int *relearn, struct prep *pp,
-                        series **ser)
+                        const double *vals, uint32_t nm, const bdb_kv *attrs, uint32_t na,
+                        int *relearn, struct prep *pp, series **ser)
 {
     device *d = pp ? pp->d : get_device(db, tn, tl, dn, dl);
     if (!d)
@@ -339,7 +352,7 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
     if (rc == BDB_OK)
         db_hot_count(db, d, ts, nm, relearn); /* telemetry_by_tenant, promotion */
     if (rc == BDB_OK) /* state: latest event and state index (db_latest.c) */
-        rc = db_latest_apply(db, d, pp ? &pp->lr : NULL, ts, state, slen, ser, vals, nm);
+        rc = db_latest_apply(db, d, pp ? &pp->lr : NULL, ts, state, slen, ser, vals, nm, attrs, na);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }
@@ -392,7 +405,8 @@ static const char *dec_name(bdb_dec *d, size_t *n)
     return s;
 }
 
-static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *nsamples)
+static int apply_batch_record(bdb_db *db, bdb_dec *d, int with_attrs, int *relearn,
+                              uint64_t *nsamples)
 {
     size_t tl;
     const char *tn = dec_name(d, &tl);
@@ -406,6 +420,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
     double *rv = bdb_malloc(MAX_REPORT_METRICS * sizeof *rv);
     series **rs = bdb_malloc(MAX_REPORT_METRICS * sizeof *rs);
     bdb_kv *tagv = NULL;
+    bdb_kv attrv[BDB_MAX_REPORT_ATTRS];
     uint64_t *tagset_off = NULL;
     int rc = BDB_ERR_CORRUPT;
     if (!names || !nlens || !rn || !rl || !rv || !rs) {
@@ -457,6 +472,13 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         const char *st = NULL;
         if (bdb_dec_u8(d))
             st = bdb_dec_str(d, &sl);
+        uint64_t na = with_attrs ? bdb_dec_uvarint(d) : 0;
+        if (na > BDB_MAX_REPORT_ATTRS)
+            goto out;
+        for (uint64_t k = 0; k < na; k++) {
+            attrv[k].key = dec_name(d, &attrv[k].klen);
+            attrv[k].val = dec_name(d, &attrv[k].vlen);
+        }
         uint64_t nm = bdb_dec_uvarint(d);
         /* a time outside the stored range (a record that passed its CRC but was not
          * written by this code) would overflow the bucket arithmetic: undecodable */
@@ -475,7 +497,7 @@ static int apply_batch_record(bdb_db *db, bdb_dec *d, int *relearn, uint64_t *ns
         /* tagv is NULL when every tag set is empty: no pointer arithmetic on it then */
         const bdb_kv *tags = ntg ? tagv + tagset_off[tsi - 1] : NULL;
         int arc = apply_report(db, tn, tl, dn, dl, ts, tags, ntg, st, sl, rn, rl, rv, (uint32_t)nm,
-                               relearn, NULL, rs);
+                               attrv, (uint32_t)na, relearn, NULL, rs);
         if (arc != BDB_OK) {
             rc = arc;
             goto out;
@@ -543,7 +565,9 @@ int db_apply_record(bdb_db *db, const uint8_t *rec, size_t len)
     uint64_t ns = 0;
     switch (type) {
     case 1:
-        return apply_batch_record(db, &d, NULL, &ns);
+        return apply_batch_record(db, &d, 0, NULL, &ns);
+    case 5:
+        return apply_batch_record(db, &d, 1, NULL, &ns);
     case 2:
         return apply_history_record(db, &d);
     case 3:
@@ -574,7 +598,7 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
     /* Refuse the whole batch rather than store part of a report: the WAL record and
      * the head must hold exactly what was acknowledged. */
     for (size_t i = 0; i < nrep; i++) {
-        if (reps[i].nmetrics > MAX_REPORT_METRICS)
+        if (reps[i].nmetrics > MAX_REPORT_METRICS || reps[i].nattrs > BDB_MAX_REPORT_ATTRS)
             return BDB_ERR_LIMIT;
         if (!bdb_ts_valid(reps[i].ts_ms)) /* ingestion refuses these first */
             return BDB_ERR_INVALID;
@@ -614,8 +638,8 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
             vals[k] = r->metrics[k].value;
         /* the series come from prepare_batch: no names needed */
         rc = apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags,
-                          r->ntags, r->state, r->state_len, NULL, NULL, vals, nm, &relearn,
-                          &prep[i], prep[i].ser);
+                          r->ntags, r->state, r->state_len, NULL, NULL, vals, nm, r->attrs,
+                          r->nattrs, &relearn, &prep[i], prep[i].ser);
         samples += nm;
     }
     if (relearn && rc == BDB_OK)

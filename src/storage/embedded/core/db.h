@@ -246,6 +246,15 @@ typedef struct bdb_latest_metric {
     int in_event; /* 1 if ts is the device's latest event time */
 } bdb_latest_metric;
 
+typedef struct bdb_latest_attr {
+    const char *name, *value;
+    int64_t ts; /* time of the newest report that carried this attribute */
+} bdb_latest_attr;
+
+/* Most string attributes the current-state index keeps per device: a new name beyond
+ * it is not stored (counted in bdb_db_attrs_dropped). */
+#define BDB_MAX_DEVICE_ATTRS 64
+
 typedef struct bdb_latest {
     const char *tenant, *device;
     int64_t event_ts;                 /* newest report time */
@@ -253,7 +262,12 @@ typedef struct bdb_latest {
     int64_t state_ts;                 /* time of the newest report that carried a state */
     const bdb_latest_metric *metrics; /* every metric the device reported, name order */
     size_t nmetrics;
+    const bdb_latest_attr *attrs; /* string attributes, name order */
+    size_t nattrs;
 } bdb_latest;
+
+/* Attributes not kept because their device had BDB_MAX_DEVICE_ATTRS already. */
+uint64_t bdb_db_attrs_dropped(bdb_db *db);
 
 /* Most devices one bdb_db_state_devices call returns. */
 #define BDB_STATE_PAGE_MAX 10000

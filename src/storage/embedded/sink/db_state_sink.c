@@ -28,6 +28,8 @@ typedef struct ss_latest {
     int64_t state_ts;
     bdb_sink_metric *m; /* names owned */
     size_t nm;
+    bdb_sink_attr *a; /* names and values owned */
+    size_t na;
     int oom; /* a copy failed: incomplete, only to be freed */
 } ss_latest;
 
@@ -47,11 +49,30 @@ static void latest_copy(ss_latest *o, const char *tn, const char *dn, int64_t ev
         o->oom = 1;
 }
 
+/* The attributes into o (after latest_copy); o->na is set once o->a exists. */
+static void attrs_copy(ss_latest *o, const bdb_sink_attr *a, size_t n)
+{
+    o->a = bdb_calloc(n + 1, sizeof *o->a);
+    if (!o->a) {
+        o->oom = 1;
+        return;
+    }
+    o->na = n;
+    for (size_t i = 0; i < n; i++)
+        o->a[i] =
+            (bdb_sink_attr){ss_strdup(a[i].name, &o->oom), ss_strdup(a[i].value, &o->oom), a[i].ts};
+}
+
 static void latest_free(ss_latest *o)
 {
     for (size_t i = 0; i < o->nm; i++)
         free((char *)o->m[i].name);
     free(o->m);
+    for (size_t i = 0; i < o->na; i++) {
+        free((char *)o->a[i].name);
+        free((char *)o->a[i].value);
+    }
+    free(o->a);
     free(o->tenant);
     free(o->device);
     free(o->state);
@@ -64,6 +85,16 @@ static void from_local(ss_latest *o, const bdb_latest *l)
     for (size_t i = 0; i < o->nm; i++)
         o->m[i] = (bdb_sink_metric){ss_strdup(l->metrics[i].name, &o->oom), l->metrics[i].ts,
                                     l->metrics[i].value};
+    /* bdb_latest_attr and bdb_sink_attr: the same three fields */
+    bdb_sink_attr *a = bdb_calloc(l->nattrs + 1, sizeof *a);
+    if (!a) {
+        o->oom = 1;
+        return;
+    }
+    for (size_t i = 0; i < l->nattrs; i++)
+        a[i] = (bdb_sink_attr){l->attrs[i].name, l->attrs[i].value, l->attrs[i].ts};
+    attrs_copy(o, a, l->nattrs);
+    free(a);
 }
 
 static void from_sink(ss_latest *o, const bdb_sink_state *s)
@@ -72,6 +103,7 @@ static void from_sink(ss_latest *o, const bdb_sink_state *s)
     for (size_t i = 0; i < o->nm; i++)
         o->m[i] = (bdb_sink_metric){ss_strdup(s->metrics[i].name, &o->oom), s->metrics[i].ts,
                                     s->metrics[i].v};
+    attrs_copy(o, s->attrs, s->nattrs);
 }
 
 /* ---------------------------------------------------------------- flush */
@@ -204,8 +236,8 @@ int db_ss_flush(bdb_db *db, int rc, uint64_t *round)
     for (size_t i = 0; i < f.n && rc == BDB_OK; i++) {
         ss_latest *l = &f.l[i];
         ss_dev *r = &f.d[i];
-        sv[i] =
-            (bdb_sink_state){l->tenant, l->device, l->event_ts, l->state, l->state_ts, l->m, l->nm};
+        sv[i] = (bdb_sink_state){l->tenant, l->device, l->event_ts, l->state, l->state_ts,
+                                 l->m,      l->nm,     l->a,        l->na};
         dv[i] = (bdb_sink_device){l->tenant,
                                   l->device,
                                   (const char *const *)r->tk,
@@ -276,6 +308,45 @@ static void sink_latest_cb(void *ud, const bdb_sink_state *s)
 static int metric_name_cmp(const void *a, const void *b)
 {
     return strcmp(((const bdb_sink_metric *)a)->name, ((const bdb_sink_metric *)b)->name);
+}
+
+static int attr_name_cmp(const void *a, const void *b)
+{
+    return strcmp(((const bdb_sink_attr *)a)->name, ((const bdb_sink_attr *)b)->name);
+}
+
+/* The attributes of the local copy a and the sink's b (either NULL), per name the
+ * newer (at equal times either: both hold the value of that report unless two writes
+ * of one millisecond carried the name). Into *out (n of them, pointing into a and b);
+ * BDB_ERR_NOMEM. */
+static int attrs_merge(const ss_latest *a, const ss_latest *b, bdb_latest_attr **out, size_t *n)
+{
+    size_t k = 0, t = (a ? a->na : 0) + (b ? b->na : 0);
+    bdb_sink_attr *all = bdb_calloc(t + 1, sizeof *all);
+    bdb_latest_attr *av = bdb_calloc(t + 1, sizeof *av);
+    if (!all || !av) {
+        free(all);
+        free(av);
+        return BDB_ERR_NOMEM;
+    }
+    for (size_t i = 0; a && i < a->na; i++)
+        all[k++] = a->a[i];
+    for (size_t i = 0; b && i < b->na; i++)
+        all[k++] = b->a[i];
+    qsort(all, k, sizeof *all, attr_name_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (m && strcmp(av[m - 1].name, all[i].name) == 0) {
+            if (all[i].ts > av[m - 1].ts)
+                av[m - 1] = (bdb_latest_attr){all[i].name, all[i].value, all[i].ts};
+            continue;
+        }
+        av[m++] = (bdb_latest_attr){all[i].name, all[i].value, all[i].ts};
+    }
+    free(all);
+    *out = av;
+    *n = m;
+    return BDB_OK;
 }
 
 int bdb_db_latest(bdb_db *db, const char *tn, const char *dn,
@@ -350,8 +421,18 @@ int bdb_db_latest(bdb_db *db, const char *tn, const char *dn,
     }
     for (size_t i = 0; i < m; i++)
         mv[i].in_event = mv[i].ts == ev;
-    bdb_latest out = {tn, dn, ev, state, sts, mv, m};
+    bdb_latest_attr *av = NULL;
+    size_t nav = 0;
+    if (attrs_merge(a, b, &av, &nav) != BDB_OK) {
+        free(mv);
+        free(all);
+        latest_free(&lo);
+        latest_free(&cs);
+        return BDB_ERR_NOMEM;
+    }
+    bdb_latest out = {tn, dn, ev, state, sts, mv, m, av, nav};
     cb(ctx, &out);
+    free(av);
     free(mv);
     free(all);
     latest_free(&lo);

@@ -6,6 +6,8 @@
  *  - per metric: the value of the newest report that carried the metric;
  *  - state: that of the newest report that carried a state; a report without one
  *    leaves the state as it is;
+ *  - per string attribute: the value of the newest report that carried it; a new
+ *    name beyond BDB_MAX_DEVICE_ATTRS is dropped (counted);
  *  - an older report never replaces a newer one; at equal times the report applied
  *    later wins (replay applies in WAL order, so a restart agrees with the live run
  *    except for two concurrent requests carrying the same device and time).
@@ -311,6 +313,106 @@ int lt_metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double 
     return BDB_OK;
 }
 
+/* ---------------------------------------------------------------- attributes */
+
+static char *attr_copy(const char *name, size_t nl, const char *val, size_t vl)
+{
+    char *s = bdb_malloc(nl + vl + 2);
+    if (s) {
+        memcpy(s, name, nl);
+        s[nl] = '\0';
+        memcpy(s + nl + 1, val, vl);
+        s[nl + 1 + vl] = '\0';
+    }
+    return s;
+}
+
+static size_t attr_bytes(const lt_attr *a)
+{
+    return (size_t)a->nlen + a->vlen + 2;
+}
+
+/* Index of attribute name or where it would go (*found = 0). */
+static uint32_t attr_pos(const lt_dev *e, const char *name, size_t nl, int *found)
+{
+    uint32_t lo = 0, hi = e->na;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int c = name_cmp(e->a[mid].s, e->a[mid].nlen, name, nl);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+/* Stores copy s (name nl, value vl bytes) at ts: replaces an older value, or takes a
+ * new slot (room made by the caller). Returns 1 if s was taken. */
+static int attr_put(struct db_latest *L, lt_dev *e, char *s, size_t nl, size_t vl, int64_t ts)
+{
+    int found;
+    uint32_t i = attr_pos(e, s, nl, &found);
+    if (found) {
+        if (ts < e->a[i].ts)
+            return 0;
+        lt_account(L, (int64_t)(nl + vl + 2) - (int64_t)attr_bytes(&e->a[i]));
+        free(e->a[i].s);
+        e->a[i] = (lt_attr){s, (uint32_t)nl, (uint32_t)vl, ts};
+        return 1;
+    }
+    memmove(e->a + i + 1, e->a + i, (e->na - i) * sizeof *e->a);
+    e->a[i] = (lt_attr){s, (uint32_t)nl, (uint32_t)vl, ts};
+    e->na++;
+    lt_account(L, (int64_t)(nl + vl + 2));
+    return 1;
+}
+
+static int attr_room(struct db_latest *L, lt_dev *e, uint64_t need)
+{
+    if (need <= e->acap)
+        return BDB_OK;
+    uint64_t ncap = e->acap ? e->acap : 4;
+    while (ncap < need)
+        ncap *= 2;
+    lt_attr *na = bdb_realloc(e->a, ncap * sizeof *na);
+    if (!na)
+        return BDB_ERR_NOMEM;
+    lt_account(L, ((int64_t)ncap - (int64_t)e->acap) * (int64_t)sizeof *na);
+    e->a = na;
+    e->acap = (uint8_t)ncap; /* < 2 x BDB_MAX_DEVICE_ATTRS: need never exceeds it */
+    return BDB_OK;
+}
+
+int lt_attr_set(struct db_latest *L, lt_dev *e, const char *name, size_t nl, const char *val,
+                size_t vl, int64_t ts)
+{
+    int found;
+    uint32_t i = attr_pos(e, name, nl, &found);
+    if (found ? ts < e->a[i].ts : e->na + e->ares >= BDB_MAX_DEVICE_ATTRS) {
+        if (!found)
+            atomic_fetch_add(&L->attrs_dropped, 1);
+        return BDB_OK;
+    }
+    if (!found && attr_room(L, e, (uint64_t)e->na + e->ares + 1) != BDB_OK)
+        return BDB_ERR_NOMEM;
+    char *s = attr_copy(name, nl, val, vl);
+    if (!s)
+        return BDB_ERR_NOMEM;
+    attr_put(L, e, s, nl, vl, ts);
+    return BDB_OK;
+}
+
+uint64_t bdb_db_attrs_dropped(bdb_db *db)
+{
+    return atomic_load(&db->latest->attrs_dropped);
+}
+
 /* Moves e into state (name, n), creating the set if needed; an emptied set is
  * dropped so that the states a tenant ever used do not accumulate. */
 /* The set of state (name, n) of t, made empty if it does not exist; NULL when out of
@@ -373,7 +475,8 @@ int lt_apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t sle
 }
 
 int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, const char *state,
-                    size_t slen, series *const *ser, const double *vals, uint32_t nm)
+                    size_t slen, series *const *ser, const double *vals, uint32_t nm,
+                    const bdb_kv *attrs, uint32_t na)
 {
     struct db_latest *L = db->latest;
     lt_dev *e = r && r->e ? r->e : lt_entry(L, d, 1);
@@ -400,6 +503,18 @@ int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, 
         }
         if (lt_metric_set(L, e, ser[k], ts, vals[k]) != BDB_OK)
             return BDB_ERR_NOMEM;
+    }
+    for (uint32_t k = 0; k < na; k++) {
+        if (r && r->e) {
+            /* the copies and slots of the reservation: nothing to allocate; a copy
+             * not taken (an older value) is freed at release */
+            if (k < r->nattrs && r->abuf[k] &&
+                attr_put(L, e, r->abuf[k], attrs[k].klen, attrs[k].vlen, ts))
+                r->abuf[k] = NULL;
+        } else if (lt_attr_set(L, e, attrs[k].key, attrs[k].klen, attrs[k].val, attrs[k].vlen,
+                               ts) != BDB_OK) {
+            return BDB_ERR_NOMEM;
+        }
     }
     if (state)
         return lt_apply_state(L, e, state, slen, ts);
@@ -431,8 +546,39 @@ static lt_state *state_pin(struct db_latest *L, lt_tenant *t, const char *name, 
     return st;
 }
 
+/* The attribute copies and slots of a reservation (see db_latest_reserve). */
+static int reserve_attrs(struct db_latest *L, lt_dev *e, const bdb_kv *attrs, uint32_t na,
+                         db_latest_resv *r)
+{
+    r->abuf = bdb_calloc(na, sizeof *r->abuf);
+    if (!r->abuf)
+        return BDB_ERR_NOMEM;
+    r->nattrs = na;
+    uint32_t add = 0;
+    for (uint32_t k = 0; k < na; k++) {
+        int found;
+        attr_pos(e, attrs[k].key, attrs[k].klen, &found);
+        if (!found) {
+            /* names are never removed: those missing now bound what this report adds */
+            if ((uint64_t)e->na + e->ares + add >= BDB_MAX_DEVICE_ATTRS) {
+                atomic_fetch_add(&L->attrs_dropped, 1);
+                continue;
+            }
+            add++;
+        }
+        r->abuf[k] = attr_copy(attrs[k].key, attrs[k].klen, attrs[k].val, attrs[k].vlen);
+        if (!r->abuf[k])
+            return BDB_ERR_NOMEM;
+    }
+    if (attr_room(L, e, (uint64_t)e->na + e->ares + add) != BDB_OK)
+        return BDB_ERR_NOMEM;
+    e->ares = (uint8_t)(e->ares + add);
+    r->aslots = add;
+    return BDB_OK;
+}
+
 int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen, series *const *ser,
-                      uint32_t nm, db_latest_resv *r)
+                      uint32_t nm, const bdb_kv *attrs, uint32_t na, db_latest_resv *r)
 {
     struct db_latest *L = db->latest;
     memset(r, 0, sizeof *r);
@@ -473,6 +619,11 @@ int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen, ser
         db_latest_release(db, r);
         return BDB_ERR_NOMEM;
     }
+    /* only reports with string attributes pay for these */
+    if (na && reserve_attrs(L, e, attrs, na, r) != BDB_OK) {
+        db_latest_release(db, r);
+        return BDB_ERR_NOMEM;
+    }
     return BDB_OK;
 }
 
@@ -485,10 +636,18 @@ void db_latest_release(bdb_db *db, db_latest_resv *r)
     if (r->st)
         state_unpin(L, e->t, r->st);
     e->mres -= r->metrics;
+    e->ares = (uint8_t)(e->ares - r->aslots);
+    if (r->abuf) {
+        for (uint32_t k = 0; k < r->nattrs; k++)
+            free(r->abuf[k]);
+        free(r->abuf);
+    }
     if (--e->pending == 0 && !e->live) {
         table_del(&L->tables[e->dev->stripe], e);
-        lt_account(L, -(int64_t)(sizeof *e + (size_t)e->cap * sizeof *e->m));
+        lt_account(L, -(int64_t)(sizeof *e + (size_t)e->cap * sizeof *e->m +
+                                 (size_t)e->acap * sizeof *e->a));
         free(e->m);
+        free(e->a);
         free(e);
     }
     memset(r, 0, sizeof *r);
@@ -517,6 +676,7 @@ int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_
     memset(&out, 0, sizeof out);
     char *state = NULL;
     bdb_latest_metric *mv = NULL;
+    bdb_latest_attr *av = NULL; /* the array, then the strings, in one allocation */
     pthread_mutex_lock(dev_lock(db, d));
     lt_dev *e = lt_entry(db->latest, d, 0);
     if (e && !e->live)
@@ -527,10 +687,25 @@ int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_
         if (e->st && (state = xcalloc(e->st->nlen + 1, 1)) != NULL)
             memcpy(state, e->st->name, e->st->nlen);
         mv = xcalloc(e->nm, sizeof *mv);
-        if (!mv || (e->st && !state)) {
+        size_t abytes = (size_t)e->na * sizeof *av;
+        for (uint32_t i = 0; i < e->na; i++)
+            abytes += attr_bytes(&e->a[i]);
+        if (e->na && (av = bdb_malloc(abytes)) != NULL) {
+            /* copied: a newer value frees the old string once the lock is dropped */
+            char *p = (char *)(av + e->na);
+            for (uint32_t i = 0; i < e->na; i++) {
+                memcpy(p, e->a[i].s, attr_bytes(&e->a[i]));
+                av[i] = (bdb_latest_attr){p, p + e->a[i].nlen + 1, e->a[i].ts};
+                p += attr_bytes(&e->a[i]);
+            }
+            out.attrs = av;
+            out.nattrs = e->na;
+        }
+        if (!mv || (e->st && !state) || (e->na && !av)) {
             pthread_mutex_unlock(dev_lock(db, d));
             free(state);
             free(mv);
+            free(av);
             return BDB_ERR_NOMEM;
         }
         for (uint32_t i = 0; i < e->nm; i++)
@@ -550,6 +725,7 @@ int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_
     cb(ctx, &out);
     free(state);
     free(mv);
+    free(av);
     return BDB_OK;
 }
 
@@ -700,7 +876,8 @@ int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_
     struct db_latest *L = db->latest;
     uint64_t sent = atomic_load(&L->sent);
     bdb_latest_metric *mv = NULL;
-    uint32_t mcap = 0;
+    bdb_latest_attr *av = NULL;
+    uint32_t mcap = 0, acap = 0;
     for (uint32_t s = 0; s < DB_STRIPES; s++) {
         pthread_mutex_lock(&db->stripes[s]);
         lt_table *tb = &L->tables[s];
@@ -715,12 +892,25 @@ int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_
                 mv = xcalloc(mcap, sizeof *mv);
                 if (!mv) {
                     pthread_mutex_unlock(&db->stripes[s]);
+                    free(av);
+                    return BDB_ERR_NOMEM;
+                }
+            }
+            if (e->na > acap) {
+                acap = e->na;
+                free(av);
+                av = xcalloc(acap, sizeof *av);
+                if (!av) {
+                    pthread_mutex_unlock(&db->stripes[s]);
+                    free(mv);
                     return BDB_ERR_NOMEM;
                 }
             }
             for (uint32_t k = 0; k < e->nm; k++)
                 mv[k] = (bdb_latest_metric){e->m[k].s->metric, e->m[k].ts, e->m[k].v,
                                             e->m[k].ts == e->event_ts};
+            for (uint32_t k = 0; k < e->na; k++) /* the stripe lock is held: no copy */
+                av[k] = (bdb_latest_attr){e->a[k].s, e->a[k].s + e->a[k].nlen + 1, e->a[k].ts};
             bdb_latest l = {e->dev->tenant->name,
                             e->dev->name,
                             e->event_ts,
@@ -728,12 +918,15 @@ int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_
                             e->st ? atomic_load_explicit(&e->state_ts, memory_order_relaxed)
                                   : INT64_MIN,
                             mv,
-                            e->nm};
+                            e->nm,
+                            av,
+                            e->na};
             fn(ud, e->dev, &l, e->dirty_lo);
         }
         pthread_mutex_unlock(&db->stripes[s]);
     }
     free(mv);
+    free(av);
     return BDB_OK;
 }
 
@@ -754,7 +947,14 @@ void db_latest_forget_tenant(bdb_db *db, const tenant *t)
                 if (!e || e->dev->tenant != t)
                     continue;
                 table_del(tb, e);
-                lt_account(L, -(int64_t)(sizeof *e + e->cap * sizeof *e->m));
+                int64_t bytes = (int64_t)(sizeof *e + (size_t)e->cap * sizeof *e->m +
+                                          (size_t)e->acap * sizeof *e->a);
+                for (uint32_t k = 0; k < e->na; k++) {
+                    bytes += (int64_t)attr_bytes(&e->a[k]);
+                    free(e->a[k].s);
+                }
+                lt_account(L, -bytes);
+                free(e->a);
                 free(e->m);
                 free(e);
                 removed = 1;

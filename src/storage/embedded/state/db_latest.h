@@ -1,7 +1,8 @@
 /* db_latest: the current-state index of the embedded engine (private to db*.c).
  *
  * Per device: the latest event time, the current state and the time of the report
- * that set it, and per metric the newest (time, value). Per tenant: state -> the set
+ * that set it, per metric the newest (time, value), and per string attribute the
+ * newest (time, value), at most BDB_MAX_DEVICE_ATTRS names. Per tenant: state -> the set
  * of devices in it (ordered by device name, for paging) with its size. The public
  * readers are in db.h (bdb_db_latest, bdb_db_state_devices, bdb_db_state_counts).
  *
@@ -44,6 +45,10 @@ typedef struct db_latest_resv {
     struct lt_dev *e;
     uint32_t metrics;
     struct lt_state *st;
+    /* attributes: a copy per attribute of the report ("name\0value\0"), NULL for one
+     * dropped by the device limit; taken by the apply; slots of e->a held */
+    char **abuf;
+    uint32_t nattrs, aslots;
 } db_latest_resv;
 
 /* Allocates and holds everything db_latest_apply will need for this report of d
@@ -52,7 +57,8 @@ typedef struct db_latest_resv {
  * Caller holds d's stripe lock. What it creates stays invisible to readers until a report is
  * applied to it. BDB_OK, or BDB_ERR_NOMEM with nothing held and no trace left. */
 int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen,
-                      struct series *const *ser, uint32_t nm, db_latest_resv *r);
+                      struct series *const *ser, uint32_t nm, const bdb_kv *attrs, uint32_t na,
+                      db_latest_resv *r);
 /* Lets go of a reservation, applied or not (an unapplied one leaves no trace). Caller
  * holds the device's stripe lock. Safe on a zeroed reservation. */
 void db_latest_release(bdb_db *db, db_latest_resv *r);
@@ -61,13 +67,15 @@ void db_latest_release(bdb_db *db, db_latest_resv *r);
  * replay; its entry saves looking the device up again): ser[k] is the series of metric k, valued
  * vals[k]. Caller holds d's stripe lock. O(nm) when the report lists its metrics in
  * name order (each is looked for right after the previous one), else O(nm log metrics
- * of d). With a reservation of
+ * of d). attrs: the report's string attributes (newest event wins per name). With a
+ * reservation of
  * this report held it allocates nothing; without one (WAL replay) it allocates when
  * the device or a metric is new or the device enters a state no device of its tenant
  * is in. BDB_OK or BDB_ERR_NOMEM (the report applied in part: the write path then
  * makes the engine read-only, see bdb_db_write). */
 int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, const char *state,
-                    size_t slen, struct series *const *ser, const double *vals, uint32_t nm);
+                    size_t slen, struct series *const *ser, const double *vals, uint32_t nm,
+                    const bdb_kv *attrs, uint32_t na);
 
 /* Writes <data>/latest for a flush whose WAL cut sealed segment wal_upto. Call with
  * writers running, after the cut (every report in segments <= wal_upto is applied by

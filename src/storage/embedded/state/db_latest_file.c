@@ -2,14 +2,16 @@
  * saved by every flush, loaded at open, or rebuilt from the catalog without it.
  *
  * File (written with bdb_vfs_write_atomic: after a crash the old or the new one):
- *   "BDBLAT01" | u32 version=2 | u64 wal_upto | u64 ndevices | u64 image length |
+ *   "BDBLAT01" | u32 version=3 | u64 wal_upto | u64 ndevices | u64 image length |
  *   zstd frame of the image | u32 crc32 of all preceding bytes
  *   image = ndevices x (str tenant | str device | varint event_ts | u8 has_state
  *           [str state | varint state_ts] | uvarint nmetrics
- *           (str metric | varint (event_ts - ts) | num value)*)
+ *           (str metric | varint (event_ts - ts) | num value)* | uvarint nattrs
+ *           (str name | str value | varint (event_ts - ts))*)
  * with num = bdb_buf_put_num (a decimal reading in about 3 bytes). Version 1 wrote
  * varint ts and the value's u64le bits, which zstd cannot shrink: version 2 is about
- * half the size (docs/formats/latest.md); version 1 is still read.
+ * half the size (docs/formats/latest.md); version 3 adds the string attributes;
+ * versions 1 and 2 (no attributes) are still read.
  * wal_upto is the segment the flush's WAL cut sealed: the image holds every report of
  * segments <= wal_upto (and maybe later ones, which replay applies again: applying a
  * report twice changes nothing). A file that fails any check is refused at open
@@ -29,7 +31,7 @@
 #include <zstd.h>
 
 #define LT_MAGIC "BDBLAT01"
-#define LT_VERSION 2
+#define LT_VERSION 3
 #define LT_HEADER (8 + 4 + 8 + 8 + 8)
 #define LT_MAX_IMAGE (UINT64_C(16) << 30) /* refuse absurd lengths from a damaged header */
 #define LT_MAX_METRICS (1u << 20)         /* per device, in a file */
@@ -51,6 +53,12 @@ static void encode_entry(bdb_buf *b, const lt_dev *e)
         /* a metric's time is at most the event time; most are equal (one report) */
         bdb_buf_put_varint(b, (int64_t)((uint64_t)e->event_ts - (uint64_t)e->m[i].ts));
         bdb_buf_put_num(b, e->m[i].v);
+    }
+    bdb_buf_put_uvarint(b, e->na);
+    for (uint32_t i = 0; i < e->na; i++) {
+        bdb_buf_put_str(b, e->a[i].s, e->a[i].nlen);
+        bdb_buf_put_str(b, e->a[i].s + e->a[i].nlen + 1, e->a[i].vlen);
+        bdb_buf_put_varint(b, (int64_t)((uint64_t)e->event_ts - (uint64_t)e->a[i].ts));
     }
 }
 
@@ -173,6 +181,19 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
             if (!d.err && (!se || lt_metric_set(db->latest, e, se, ts, v) != BDB_OK))
                 return BDB_ERR_NOMEM;
         }
+        uint64_t na = version >= 3 ? bdb_dec_uvarint(&d) : 0;
+        if (na > BDB_MAX_DEVICE_ATTRS)
+            d.err = 1;
+        for (uint64_t k = 0; k < na && !d.err; k++) {
+            size_t nl, vl;
+            const char *an = bdb_dec_str(&d, &nl);
+            const char *av = bdb_dec_str(&d, &vl);
+            int64_t ts = (int64_t)((uint64_t)ets - (uint64_t)bdb_dec_varint(&d));
+            if (!d.err && (memchr(an, 0, nl) || memchr(av, 0, vl)))
+                d.err = 1;
+            if (!d.err && lt_attr_set(db->latest, e, an, nl, av, vl, ts) != BDB_OK)
+                return BDB_ERR_NOMEM;
+        }
         if (st && !d.err && lt_apply_state(db->latest, e, st, sl, sts) != BDB_OK)
             return BDB_ERR_NOMEM;
     }
@@ -204,7 +225,7 @@ static int load_file(bdb_db *db, const char *path)
         goto out;
     }
     uint32_t version = bdb_get_u32le(p + 8);
-    if (version != 1 && version != LT_VERSION) {
+    if (version < 1 || version > LT_VERSION) {
         BDB_ERROR("state index %s: unsupported version %u", path, bdb_get_u32le(p + 8));
         goto out;
     }
@@ -292,6 +313,9 @@ void db_latest_free(bdb_db *db)
         lt_table *tb = &L->tables[s];
         for (uint32_t i = 0; i < tb->cap; i++)
             if (tb->slot[i]) {
+                for (uint32_t k = 0; k < tb->slot[i]->na; k++)
+                    free(tb->slot[i]->a[k].s);
+                free(tb->slot[i]->a);
                 free(tb->slot[i]->m);
                 free(tb->slot[i]);
             }

@@ -16,6 +16,14 @@ typedef struct lt_metric {
     double v;
 } lt_metric;
 
+/* One string attribute: name and value in one allocation ("name\0value\0") so a newer
+ * value replaces the old one by a pointer swap. */
+typedef struct lt_attr {
+    char *s;
+    uint32_t nlen, vlen;
+    int64_t ts;
+} lt_attr;
+
 struct lt_state;
 struct lt_tenant;
 
@@ -30,6 +38,7 @@ typedef struct lt_dev {
     int64_t event_ts;
     lt_metric *m; /* sorted by metric name */
     uint32_t nm, cap;
+    lt_attr *a;       /* sorted by name; na, acap, ares after live */
     uint64_t gen;     /* sink: round of the last change (db_state_sink.c) */
     int64_t dirty_lo; /* sink: oldest report time applied since the last sent round */
     /* Reservations (db_latest_reserve): writers between their reserve and release
@@ -39,7 +48,12 @@ typedef struct lt_dev {
      * unapplied, so a refused write leaves no entry behind. */
     uint32_t pending, mres;
     int live;
+    /* attributes: count, capacity, slots held by reservations (as mres); at most
+     * BDB_MAX_DEVICE_ATTRS, so bytes in what was padding: 8 bytes per device in all */
+    uint8_t na, acap, ares;
 } lt_dev;
+
+_Static_assert(BDB_MAX_DEVICE_ATTRS <= 127, "lt_dev's attribute counts are bytes");
 
 typedef struct lt_state {
     char *name;
@@ -68,7 +82,8 @@ struct db_latest {
     pthread_mutex_t mu; /* tenants */
     bdb_map *tenants;   /* tenant name -> lt_tenant */
     _Atomic uint64_t bytes;
-    _Atomic uint64_t round, sent; /* sink: changes since round `sent` are not sent yet */
+    _Atomic uint64_t round, sent;   /* sink: changes since round `sent` are not sent yet */
+    _Atomic uint64_t attrs_dropped; /* attributes beyond BDB_MAX_DEVICE_ATTRS, not kept */
 };
 
 void lt_account(struct db_latest *L, int64_t delta);
@@ -81,6 +96,11 @@ void lt_make_live(lt_dev *e);
  * metric is new and e has no room left (e unchanged). */
 int lt_metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double v);
 /* Moves e into state (state, slen) set at ts unless it holds a newer state. */
+/* Sets attribute (name, value) of e at ts unless it holds a newer value, allocating
+ * the copy (file load, replay); beyond BDB_MAX_DEVICE_ATTRS a new name is dropped and
+ * counted. BDB_ERR_NOMEM with e unchanged. */
+int lt_attr_set(struct db_latest *L, lt_dev *e, const char *name, size_t nl, const char *val,
+                size_t vl, int64_t ts);
 int lt_apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t slen, int64_t ts);
 
 #endif

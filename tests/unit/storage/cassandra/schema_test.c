@@ -272,6 +272,8 @@ static void test_ttl_and_bucket(void **state)
     assert_non_null(strstr(ddl, "telemetry_by_tenant_totals (\n"));
     assert_non_null(strstr(ddl, "  event_count bigint,\n"));
     assert_non_null(strstr(ddl, "  metric_times map<text, timestamp>,\n"));
+    assert_non_null(strstr(ddl, "  attributes map<text, text>,\n"));
+    assert_non_null(strstr(ddl, "  attribute_times map<text, timestamp>,\n"));
     assert_non_null(strstr(ddl, "  bucket_history map<timestamp, int>,\n"));
     assert_int_equal(count(ddl, "CREATE TABLE"), 12);
     assert_string_equal(warns, "");

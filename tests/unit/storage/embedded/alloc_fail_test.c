@@ -127,6 +127,12 @@ static bdb_batch *make_batch(int k, int ndev, int add)
             /* the swept batch: a metric d0 never had, and a state nobody was in */
             if (k == 3 && d == 0 && i == 1)
                 bdb_batch_metric(b, "m.c", 3, 1.5);
+            /* attributes: a value per batch, and in the swept batch a name d1 never had */
+            char fw[16];
+            snprintf(fw, sizeof fw, "v%d.%d", k, i);
+            bdb_batch_attr(b, "fw", 2, fw, strlen(fw));
+            if (k == 3 && d == 1 && i == 1)
+                bdb_batch_attr(b, "note", 4, "new", 3);
             if (k == 3 && d == 2 && i == 0)
                 bdb_batch_state(b, "boot", 4);
             else
@@ -206,6 +212,9 @@ static int snap_latest(void *ctx, const bdb_latest *l)
     for (size_t i = 0; i < l->nmetrics; i++)
         snap_add(ctx, " %s=%g@%lld", l->metrics[i].name, l->metrics[i].value,
                  (long long)l->metrics[i].ts);
+    for (size_t i = 0; i < l->nattrs; i++)
+        snap_add(ctx, " %s='%s'@%lld", l->attrs[i].name, l->attrs[i].value,
+                 (long long)l->attrs[i].ts);
     return 0;
 }
 

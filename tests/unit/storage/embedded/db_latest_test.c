@@ -603,7 +603,7 @@ static void test_memory_per_device(void **st)
     struct mallinfo2 before = mallinfo2();
     for (size_t i = 0; i < ndev; i++) {
         const char *s = states[i % NSTATES];
-        db_latest_apply(db, &devs[i], NULL, T0 + (int64_t)i, s, strlen(s), sp, vals, NM);
+        db_latest_apply(db, &devs[i], NULL, T0 + (int64_t)i, s, strlen(s), sp, vals, NM, NULL, 0);
     }
     struct mallinfo2 after = mallinfo2();
     uint64_t none = 0;

@@ -179,7 +179,8 @@ static int reserve(bdb_db *db, device *d, const char *state, int nm, db_latest_r
     series *ser[4];
     pthread_mutex_lock(dev_lock(db, d));
     series_of(db, d, nm, ser);
-    int rc = db_latest_reserve(db, d, state, state ? strlen(state) : 0, ser, (uint32_t)nm, r);
+    int rc =
+        db_latest_reserve(db, d, state, state ? strlen(state) : 0, ser, (uint32_t)nm, NULL, 0, r);
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }
@@ -202,8 +203,8 @@ static int apply_nomem(bdb_db *db, device *d, int64_t ts, const char *state, int
     pthread_mutex_lock(dev_lock(db, d));
     series_of(db, d, nm, ser);
     bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
-    int rc =
-        db_latest_apply(db, d, NULL, ts, state, state ? strlen(state) : 0, ser, vals, (uint32_t)nm);
+    int rc = db_latest_apply(db, d, NULL, ts, state, state ? strlen(state) : 0, ser, vals,
+                             (uint32_t)nm, NULL, 0);
     bdb_alloc_fail_disarm();
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
