@@ -41,7 +41,7 @@ static void run(const char *body, size_t size, const bdb_json_limits *l, bdb_bat
     for (size_t i = 0; i < n; i++) {
         CHECK(r[i].device_len > 0 && r[i].device_len <= l->max_key_len);
         CHECK(r[i].nmetrics <= l->max_metrics && r[i].ntags <= l->max_tags);
-        CHECK(r[i].nmetrics > 0 || r[i].state);
+        CHECK(r[i].nmetrics > 0 || r[i].state || r[i].nattrs > 0); /* something to store */
         CHECK(!r[i].state || r[i].state_len <= l->max_value_len);
         CHECK(r[i].lineno < res.accepted + res.rejected);
         for (uint32_t j = 0; j < r[i].nmetrics; j++)
