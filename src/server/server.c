@@ -737,10 +737,12 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : 0;
-    if (bdb_mqtt_gw_start(s, &s->mqtt) != BDB_OK) {
+    struct bdb_mqtt_gw *gw = NULL;
+    if (bdb_mqtt_gw_start(s, &gw) != BDB_OK) {
         bdb_server_stop(s);
         return BDB_ERR_INVALID;
     }
+    atomic_store(&s->mqtt, gw);
     *out = s;
     return BDB_OK;
 }
@@ -764,7 +766,7 @@ int bdb_server_stop(bdb_server *s)
 {
     if (!s)
         return BDB_OK;
-    bdb_mqtt_gw_stop(s->mqtt); /* between messages: nothing half-written */
+    bdb_mqtt_gw_stop(atomic_load(&s->mqtt)); /* between messages: nothing half-written */
     /* Stop accepting first, let in-flight requests finish, then close storage. */
     MHD_stop_daemon(s->mhd);
     bdb_conn_guard_stop(s->guard); /* after the daemon: no connection is left */

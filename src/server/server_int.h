@@ -28,7 +28,9 @@ void hist_observe(hist *h, uint64_t us);
 
 struct bdb_server {
     bdb_config cfg;
-    struct bdb_mqtt_gw *mqtt; /* MQTT gateway (mqtt_gw.h); NULL when off */
+    /* MQTT gateway (mqtt_gw.h); NULL when off. Atomic: it starts after the HTTP
+     * daemon, whose /metrics reads it. */
+    struct bdb_mqtt_gw *_Atomic mqtt;
     bdb_db *db;
     bdb_pool *pool;
     struct MHD_Daemon *mhd;

@@ -595,7 +595,7 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              (unsigned long long)count_fds());
     family(&b, "process_start_time_seconds", "gauge", "Start time, Unix seconds.");
     bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
-    bdb_mqtt_gw_metrics(s->mqtt, &b);
+    bdb_mqtt_gw_metrics(atomic_load(&s->mqtt), &b);
     h_late_metrics(s, &b); /* late data: late events, windows recomputed (h_query.c) */
     /* storage: cassandra:// -- the backend's counters, per-node up/down and the WAL
      * waiting for Cassandra (cass_metrics.c); nothing with the embedded engine. */

@@ -52,10 +52,16 @@ void bdb_db_opts_default(bdb_db_opts *o)
 
 void db_set_readonly(bdb_db *db, int rc, const char *what)
 {
-    if (atomic_exchange(&db->readonly, 1))
+    /* 2 refuses writes at once (every check is "non-zero"); 1, stored once the reason
+     * is written, lets bdb_db_get_stats read the reason without a lock (a reader of
+     * the reason while it was written was a data race ThreadSanitizer reported) */
+    int was = 0;
+    if (!atomic_compare_exchange_strong(&db->readonly, &was, 2))
         return;
+    int e = errno;
     snprintf(db->readonly_reason, sizeof db->readonly_reason, "%s failed: %s (%s)", what,
-             bdb_strerror(rc), strerror(errno));
+             bdb_strerror(rc), strerror(e));
+    atomic_store(&db->readonly, 1);
     BDB_ERROR("storage is now read-only: %s; no further write will be acknowledged",
               db->readonly_reason);
 }

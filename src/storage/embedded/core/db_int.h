@@ -175,7 +175,7 @@ struct bdb_db {
     _Atomic int64_t flush_failing_since;
     atomic_int flush_last_error;
 
-    atomic_int readonly;
+    atomic_int readonly; /* 0 writable; 2 read-only, reason being written; 1 read-only */
     /* db_space.c, read by every write batch: beside readonly, away from the counters
      * writers bump (a line written per batch would cost each reader a miss).
      * space_low: writes refused (the disk reserve not in place, or held). A write

@@ -433,12 +433,16 @@ void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st)
     st->wal_corrupt_bytes = atomic_load(&db->wal_corrupt_bytes);
     st->bucket_changes = atomic_load(&db->bucket_changes);
     st->ooo_samples = atomic_load(&db->ooo_samples);
-    st->readonly = atomic_load(&db->readonly);
+    int ro = atomic_load(&db->readonly); /* 2: the reason is being written (db.c) */
+    st->readonly = ro != 0;
     st->space_low = atomic_load(&db->space_low);
     st->space_releases = atomic_load(&db->space_releases);
     st->disk_free_bytes = db_space_free(db);
-    if (st->readonly)
+    if (ro == 1)
         snprintf(st->readonly_reason, sizeof st->readonly_reason, "%s", db->readonly_reason);
+    else if (ro)
+        snprintf(st->readonly_reason, sizeof st->readonly_reason, "%s",
+                 "read-only (the reason is being recorded)");
     pthread_rwlock_rdlock(&db->blocks_lock);
     st->blocks = db->nblocks;
     for (size_t i = 0; i < db->nblocks; i++) {
