@@ -85,7 +85,9 @@ def three_gateways_at_once_mqtt5():
             wait_for("the door's state", lambda: latest_state(s, "ha", "front_door") == "on",
                      [s.log()])
             eq(rows(s, "default", "living_temp"), [], "a fixed tenant, not default_tenant")
-            eq(metric(s, 'bucketdb_mqtt_messages_total{result="accepted"}'), 6)
+            # counted after the write returns: the data can be seen a moment before
+            wait_for("six messages counted", lambda: metric(
+                s, 'bucketdb_mqtt_messages_total{result="accepted"}') == 6, [s.log()])
 
             # each route's format decides what is refused: an object route takes no
             # bare number, the value route takes no JSON array
