@@ -43,6 +43,13 @@ java_ok() {
     [ "${v%%.*}" -ge 17 ] 2>/dev/null
 }
 
+# A process that exists and has not exited: a killed node whose parent (init, after
+# this script returned) has not reaped it yet is a zombie, not a running node.
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 home() {
     if [ -n "${CASSANDRA_HOME:-}" ]; then
         echo "$CASSANDRA_HOME"
@@ -165,7 +172,7 @@ cmd_start() {
     h=$(cmd_install)
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    if [ -f "$dir/cassandra.pid" ] && kill -0 "$(cat "$dir/cassandra.pid")" 2>/dev/null; then
+    if [ -f "$dir/cassandra.pid" ] && alive "$(cat "$dir/cassandra.pid")"; then
         die "a node already runs from $dir (PID $(cat "$dir/cassandra.pid"))"
     fi
     mkdir -p "$dir/data" "$dir/commitlog" "$dir/saved_caches" "$dir/logs"

@@ -69,6 +69,16 @@ def free_port(addrs=(ADDR,)):
     raise OSError("no port free on all of %r" % (addrs,))
 
 
+
+def zombie(pid):
+    """True when pid has exited but its parent (init, once cassandra.sh returned) has
+    not reaped it yet: such a process still answers kill(pid, 0)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
 class Node:
     """ready(node) runs a query and returns a CompletedProcess: the node counts as up
     once it exits 0 (with auth on, the default superuser appears just after the port
@@ -159,6 +169,8 @@ class Node:
                 os.kill(self.pid, 0)
             except ProcessLookupError:
                 break
+            if zombie(self.pid):
+                break  # dead; init reaps it when it gets to it
             time.sleep(0.1)
         self.pid = None
 
