@@ -16,13 +16,13 @@
  *                   uvarint nattrs (str name, str value)*; written only for a batch
  *                   that has attributes, so other batches keep type 1's bytes
  * Name and tag-set tables make a 5,000-line request cost ~10 bytes per sample. */
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/core/db_space.h" /* disk reserve: writes held, early flush */
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
-#include "storage/embedded/state/db_latest.h" /* state: current-state index */
-#include "storage/sink.h"                     /* sink: closed with the db */
+#include "storage/sink.h" /* sink: closed with the db */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -197,16 +197,16 @@ static device *get_device(bdb_db *db, const char *tn, size_t tl, const char *dn,
 
 /* What bdb_db_write allocates for one report before its WAL append, so that applying
  * the logged record cannot run out of memory half-way (alloc.h): the device, its
- * series and head room, copies of new tags and state handed over after it, and its
- * current-state index entry, metric slots, state set and attribute copies and slots
- * (held until prep_free). */
+ * series and head room, copies of new tags and state handed over after it, and what
+ * the consumers reserved (db_consumer.h; held until prep_free). */
 struct prep {
     device *d;
     series **ser; /* the report's series, in the order of its metrics */
     bdb_kv *tags; /* new tags (copy), or NULL when unchanged */
+    char *state;  /* copy of the report's state, or NULL */
+    void *resv;   /* the consumers' reservation: db->cons.resv_total bytes */
     int set_tags;
-    char *state; /* copy of the report's state, or NULL */
-    db_latest_resv lr;
+    int reserved; /* the consumers' reserve was called: release is due */
 };
 
 static void prep_free(bdb_db *db, struct prep *p, const bdb_report *reps, size_t n)
@@ -214,9 +214,9 @@ static void prep_free(bdb_db *db, struct prep *p, const bdb_report *reps, size_t
     for (size_t i = 0; p && i < n; i++) {
         cat_tags_free(p[i].tags, reps[i].ntags);
         free(p[i].state);
-        if (p[i].lr.e) {
+        if (p[i].reserved) {
             pthread_mutex_lock(dev_lock(db, p[i].d));
-            db_latest_release(db, &p[i].lr);
+            db_consumers_release(db, p[i].d, p[i].resv);
             pthread_mutex_unlock(dev_lock(db, p[i].d));
         }
     }
@@ -239,23 +239,24 @@ static size_t relearn_bound(const device *d)
 static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report *reps, size_t nrep,
                          struct prep **out)
 {
-    /* One allocation: the reports' entries, then the series of all their metrics, which
-     * the apply takes from here instead of looking each up again. */
+    /* One allocation: the reports' entries, the consumers' reservations of each report
+     * and of the batch, then the series of all their metrics, which the apply takes
+     * from here instead of looking each up again. */
     size_t nser = 0;
     for (size_t i = 0; i < nrep; i++)
         nser += reps[i].nmetrics;
-    struct prep *p = bdb_calloc(1, nrep * sizeof *p + nser * sizeof(series *));
+    size_t rsz = db->cons.resv_total, bsz = db->cons.batch_total;
+    struct prep *p = bdb_calloc(1, nrep * (sizeof *p + rsz) + bsz + nser * sizeof(series *));
     *out = p;
     if (!p)
         return BDB_ERR_NOMEM;
-    series **ser = (series **)(p + nrep);
+    char *resv = (char *)(p + nrep), *batch = resv + nrep * rsz;
+    series **ser = (series **)(batch + bsz);
     /* samples of the batch per series so far (series.resv_*): the head room each series
      * needs. A concurrent batch writing the same series restarts its count; it then
      * reserves less, and its apply grows the chunk itself: what a concurrent writer took
      * meanwhile is the one thing the reservation does not cover (ARCHITECTURE.md). */
     uint64_t bid = atomic_fetch_add(&db->resv_batches, 1) + 1;
-    size_t maybe_late = 0; /* reports that may mark a late minute (db_late_note) */
-    int64_t batch_max = INT64_MIN;
     for (size_t i = 0; i < nrep; i++) {
         const bdb_report *r = &reps[i];
         device *d = p[i].d = get_device(db, tn, tl, r->device, r->device_len);
@@ -263,12 +264,9 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             return BDB_ERR_NOMEM;
         p[i].ser = ser;
         ser += r->nmetrics;
+        p[i].resv = resv + i * rsz;
         int rc = BDB_OK;
         pthread_mutex_lock(dev_lock(db, d));
-        if (r->ts_ms <= d->last_ts || r->ts_ms <= batch_max)
-            maybe_late++;
-        if (r->ts_ms > batch_max)
-            batch_max = r->ts_ms;
         if (r->ntags && !cat_tags_equal(d, r->tags, r->ntags)) {
             p[i].set_tags = 1;
             rc = cat_tags_copy(r->tags, r->ntags, &p[i].tags);
@@ -286,14 +284,15 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             /* room for every sample of the batch so far, none appended yet */
             rc = head_reserve(db, s, r->ts_ms, s->resv_n);
         }
-        if (rc == BDB_OK) /* state: the current-state index (db_latest.c) */
-            rc = db_latest_reserve(db, d, r->state, r->state_len, p[i].ser, r->nmetrics, r->attrs,
-                                   r->nattrs, &p[i].lr);
+        if (rc == BDB_OK) {
+            p[i].reserved = 1;
+            rc = db_consumers_reserve(db, d, r, p[i].ser, p[i].resv, batch);
+        }
         pthread_mutex_unlock(dev_lock(db, d));
         if (rc != BDB_OK)
             return rc;
     }
-    return maybe_late ? db_late_reserve(db, maybe_late) : BDB_OK;
+    return db_consumers_reserve_batch(db, batch);
 }
 
 device *db_get_device(bdb_db *db, const char *tn, size_t tl, const char *dn, size_t dl)
@@ -335,11 +334,7 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         pthread_mutex_unlock(dev_lock(db, d));
         return rc;
     }
-    /* late: late or rewriting samples mark their minute (db_tier_late.c) */
-    if (ts <= d->last_ts && db_late_note(db, d, ts) != BDB_OK) {
-        pthread_mutex_unlock(dev_lock(db, d));
-        return BDB_ERR_NOMEM;
-    }
+    int64_t prev_last = d->last_ts;
     if (ts < d->first_ts)
         d->first_ts = ts;
     if (ts > d->last_ts)
@@ -355,10 +350,10 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         rc = s ? head_append(db, s, ts, vals[i]) : BDB_ERR_NOMEM;
     }
     atomic_fetch_add(&db->head_samples, rc == BDB_OK ? i : i - 1);
-    if (rc == BDB_OK)
-        db_hot_count(db, d, ts, nm, relearn); /* telemetry_by_tenant, promotion */
-    if (rc == BDB_OK) /* state: latest event and state index (db_latest.c) */
-        rc = db_latest_apply(db, d, pp ? &pp->lr : NULL, ts, state, slen, ser, vals, nm, attrs, na);
+    if (rc == BDB_OK) {
+        db_apply a = {ts, prev_last, state, slen, ser, vals, nm, attrs, na, relearn};
+        rc = db_consumers_apply(db, d, &a, pp ? pp->resv : NULL);
+    }
     pthread_mutex_unlock(dev_lock(db, d));
     return rc;
 }

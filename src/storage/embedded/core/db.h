@@ -321,34 +321,4 @@ void bdb_samples_free(bdb_samples *s);
 int bdb_db_read(bdb_db *db, const char *tenant, const char *device, const char *const *metrics,
                 size_t nmetrics, int64_t lo, int64_t hi, bdb_samples *out, uint64_t *chunks);
 
-/* ---- rollup tier hooks (db_tier.c): engine-internal, called by db_flush.c and db.c;
- * the public tier API is in storage/embedded/tier/db_tier.h ---- */
-struct series;
-int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
-int db_tier_maintain(bdb_db *db);
-void db_tier_close(bdb_db *db);
-/* Dropping a tenant (db_drop.c, under flush_mutex, right after a committed flush):
- * deletes its tier files (db_tier_maint.c). */
-int db_tier_forget_tenant(bdb_db *db, const char *tn);
-/* late data (db_tier_late.c): a sample not newer than its device's newest event (write
- * path, stripe held), the head freeze (flush_lock exclusive, cat_lock shared), close. */
-struct device;
-int db_late_note(bdb_db *db, struct device *d, int64_t ts); /* BDB_OK or BDB_ERR_NOMEM */
-/* Room for n more marks, made before a write's WAL append so that its db_late_note
- * calls find it (another writer may take it first: then a note can still fail). */
-int db_late_reserve(bdb_db *db, size_t n);
-int db_late_freeze(bdb_db *db); /* BDB_OK or BDB_ERR_NOMEM (every mark kept pending) */
-void db_late_close(bdb_db *db);
-int64_t db_late_threshold(const bdb_db *db);
-/* Dropping a tenant (db_drop.c): forgets its late marks and recent late events. */
-struct tenant;
-void db_late_forget_tenant(bdb_db *db, const struct tenant *t);
-/* fleet aggregates (db_fleet.c; public API in storage/embedded/fleet/db_fleet.h): the flush
- * hook runs before the tier hook, on the same frozen series; close frees its state */
-int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc);
-void db_fleet_close(bdb_db *db);
-/* Dropping a tenant (db_drop.c, under flush_mutex, right after a committed flush):
- * rewrites the fleet files that hold its windows without them. */
-int db_fleet_forget_tenant(bdb_db *db, const char *tn);
-
 #endif

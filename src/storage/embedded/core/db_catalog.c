@@ -24,6 +24,7 @@
  * catalog several times over. The image is built under the flush lock and compressed
  * outside it, so writers never wait for compression. Version 1 files (the bare image)
  * are still read. */
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"
 #include "common/path.h"
@@ -81,7 +82,7 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     device *d = bdb_map_get_h(t->devices, name, len, h);
     if (d || !create)
         return d;
-    d = bdb_calloc(1, sizeof *d);
+    d = bdb_calloc(1, sizeof *d + db->cons.dev_total);
     if (!d)
         return NULL;
     d->tenant = t;
@@ -91,12 +92,6 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     d->first_ts = INT64_MAX;
     d->last_ts = INT64_MIN;
     d->state_ts = INT64_MIN;
-    /* A device the catalog did not know has no window in a committed tier file (the
-     * files of a flush that did not commit are deleted at open), so none of its samples
-     * rewrites one: no late mark for being out of order. With a sink the windows are
-     * also in the sink, which a fresh data directory does not know: unknown (0). The
-     * catalog load sets the horizon of the devices it knows (cat_load). */
-    d->late_frozen_ts = db->o.sink ? 0 : INT64_MIN;
     if (!d->name ||
         bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
         bdb_map_set_h(t->devices, name, len, h, d) != BDB_OK) {
@@ -105,6 +100,7 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
         free(d);
         return NULL;
     }
+    db_consumers_dev_init(db, d, 0);
     atomic_fetch_add(&db->device_count, 1);
     return d;
 }
@@ -458,12 +454,7 @@ int cat_load(bdb_db *db)
         }
         dv->first_ts = bdb_dec_varint(&d);
         dv->last_ts = bdb_dec_varint(&d);
-        /* The catalog is encoded under the flush lock right after the freeze, so its
-         * newest event time is the newest the last committed flush froze: samples at
-         * or before it may rewrite a tier window (db_tier_late.c; 0 is "unknown") */
-        dv->late_frozen_ts = dv->last_ts == INT64_MIN ? INT64_MIN
-                             : dv->last_ts == 0       ? 1
-                                                      : dv->last_ts;
+        db_consumers_dev_init(db, dv, 1);
         dv->samples = bdb_dec_uvarint(&d);
         if (bdb_dec_u8(&d)) {
             size_t sl;

@@ -19,6 +19,7 @@
  * duplicate samples (db_merger). Only the maintenance pass and flush change the block
  * list and both hold flush_mutex, so indexes into db->blocks stay valid here without
  * blocks_lock, which is taken only to publish a change. */
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"
 
@@ -312,8 +313,8 @@ static int keep_expired_minutes(bdb_db *db, size_t a, size_t b, int64_t now)
                 for (size_t q = 0; q < db->blocks[j].ntenants && !seen; q++)
                     seen = (j < i || q < k) && !strcmp(db->blocks[j].tenants[q], tn);
             if (!seen)
-                rc = db_tier_keep_minutes(db, tn, &db->blocks[a], b - a, m->window_start,
-                                          m->window_end);
+                rc = db_consumers_retire(db, tn, &db->blocks[a], b - a, m->window_start,
+                                         m->window_end);
         }
     }
     return rc;
@@ -418,7 +419,7 @@ int db_maintain(bdb_db *db)
     pthread_rwlock_rdlock(&db->cat_lock);
     cat_each_device(db, forget_expired, &fg);
     pthread_rwlock_unlock(&db->cat_lock);
-    int trc = db_tier_maintain(db); /* rollup: tier retention, compaction (db_tier.c) */
+    int trc = db_consumers_maintain(db); /* e.g. tier retention and compaction */
     pthread_mutex_unlock(&db->flush_mutex);
     return rc != BDB_OK ? rc : trc;
 }

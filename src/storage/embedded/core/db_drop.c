@@ -27,9 +27,9 @@
  * caller makes expire for the key (the server's retention hook does for a deleted
  * generation) and runs (bdb_db_maintain). Every step is idempotent: a drop that failed or was cut
  * short by a crash is completed by calling it again. */
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"
-#include "storage/embedded/state/db_latest.h"
 #include "storage/sink.h"
 
 #include "bucketdb/bdb.h"
@@ -56,9 +56,8 @@ static int drop_mem(bdb_db *db, const char *name, size_t len)
     pthread_rwlock_unlock(&db->cat_lock);
     if (!t)
         return 0;
-    /* The features that point at the tenant's devices let go of them first. */
-    db_latest_forget_tenant(db, t);
-    db_late_forget_tenant(db, t);
+    /* The consumers that point at the tenant's devices let go of them first. */
+    db_consumers_forget_tenant(db, t);
     cat_tenant_free(db, t);
     return 1;
 }
@@ -208,9 +207,7 @@ int bdb_db_drop_tenant(bdb_db *db, const char *name)
     if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
         db_set_readonly(db, rc, "WAL write of a tenant drop");
     if (rc == BDB_OK) /* step 4 */
-        rc = db_fleet_forget_tenant(db, name);
-    if (rc == BDB_OK)
-        rc = db_tier_forget_tenant(db, name);
+        rc = db_consumers_purge_tenant(db, name);
     pthread_mutex_unlock(&db->flush_mutex);
     if (rc == BDB_OK && known) /* step 5 */
         rc = db_flush(db);

@@ -11,18 +11,17 @@
  * A crash before 3 leaves the old catalog, so replay starts below S and re-applies
  * samples that are also in the new blocks; reads resolve such duplicates (same series
  * and time) to one sample, so nothing is lost or doubled. */
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/core/db_space.h" /* disk reserve */
 #include "common/alloc.h"
 #include "common/path.h"
-#include "storage/embedded/state/db_latest.h" /* state: db_latest_save */
-#include "storage/sink.h"                     /* sink: flush through db->o.sink */
+#include "storage/sink.h" /* sink: flush through db->o.sink */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "storage/embedded/sink/db_state_sink.h" /* sink: state, registry, counts */
-#include "storage/embedded/sink/db_sink_usage.h" /* sink: storage quota bytes */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -250,16 +249,11 @@ int db_blocks_load(bdb_db *db)
 {
     struct load_ctx lc = {db, BDB_OK};
     int rc = bdb_vfs_list(db->vfs, db->blocks_dir, load_one, &lc);
-    if (db->o.sink) /* quota: sink bytes, with the catalog's WAL cut (db_sink_usage.c) */
-        db_sku_open(db);
     return rc != BDB_OK ? rc : lc.rc;
 }
 
 void db_blocks_close(bdb_db *db)
 {
-    bdb_db_usage_release(db); /* quota: stop the storage tracker first (db_usage.c) */
-    db_fleet_close(db);       /* fleet: fleet state (db_fleet.c) */
-    db_sku_close(db);         /* quota: sink bytes (db_sink_usage.c) */
     for (size_t i = 0; i < db->nblocks; i++)
         db_blockent_free(&db->blocks[i]);
     free(db->blocks);
@@ -511,7 +505,7 @@ static int flush_once(bdb_db *db)
     }
     pthread_rwlock_rdlock(&db->cat_lock);
     cat_each_device(db, freeze_device, &f);
-    int lrc = db_late_freeze(db); /* late: dirty minutes and frozen times (db_tier_late.c) */
+    int lrc = db_consumers_freeze(db);
     uint64_t old_upto = db->wal_upto;
     db->wal_upto = sealed;
     cat_encode(db, &cat);
@@ -551,14 +545,9 @@ static int flush_once(bdb_db *db)
     size_t nblocks = ws.n;
     rc = db_writers_finish(db, &ws, rc, NULL, 0);
     first_errno(rc, &err);
-    /* fleet: fleet files (db_fleet_flush.c) */
-    rc = db_fleet_flush(db, f.v, f.n, sealed, rc);
-    first_errno(rc, &err);
-    rc = db_tier_flush(db, f.v, f.n, sealed, rc); /* rollup: tier files (db_tier.c) */
-    first_errno(rc, &err);
     db_merger_free(&m);
-    if (db->o.sink) /* quota: count the confirmed rows, before the catalog's WAL cut */
-        rc = db_sku_flush_done(db, rc, sealed);
+    /* what follows the flush (fleet tables, tiers, sink usage), from the frozen series */
+    rc = db_consumers_flush(db, f.v, f.n, sealed, rc);
     first_errno(rc, &err);
     if (rc != BDB_OK) {
         /* The frozen chunks stay in memory and the WAL keeps them; the next flush
@@ -574,8 +563,8 @@ static int flush_once(bdb_db *db)
     if (rc != BDB_OK) {
         BDB_ERROR("catalog save failed: %s; WAL segments kept", bdb_strerror(rc));
     }
-    if (rc == BDB_OK) /* state: the index file, before the WAL segments it covers go */
-        rc = db_latest_save(db, sealed);
+    if (rc == BDB_OK) /* e.g. the current-state index file, before the WAL segments go */
+        rc = db_consumers_commit(db, sealed);
     for (size_t i = 0; i < f.n; i++) {
         series *s = f.v[i];
         pthread_mutex_lock(dev_lock(db, s->dev));

@@ -113,9 +113,10 @@ typedef struct device {
     /* db_catalog.c: where cat_series looks first, one past its last match (reports list
      * a device's metrics in the same order as the sorted series); relaxed, a hint only */
     _Atomic uint32_t series_hint;
-    dev_hot hs;             /* db_hot.c */
-    int64_t late_frozen_ts; /* db_tier_late.c: newest event time frozen by a committed or
-                             * running flush; INT64_MIN nothing, 0 unknown */
+    dev_hot hs; /* db_hot.c: the partition layout (sub-buckets, promotion) */
+    /* the registered consumers' bytes of this device (db_consumer.h: dev_size),
+     * db->cons.dev_total in all */
+    uint64_t ext[];
 } device;
 
 typedef struct tenant {
@@ -138,6 +139,7 @@ typedef struct blockent {
 } blockent;
 
 #define DB_STRIPES 256
+#define DB_MAX_CONSUMERS 8
 
 struct bdb_db {
     bdb_db_opts o;
@@ -195,15 +197,17 @@ struct bdb_db {
     _Atomic uint64_t resv_batches; /* db.c: ids of write batches for series.resv_batch */
     /* db_hot.c: promotion size target (bytes, 0 = off) and counters */
     _Atomic uint64_t promo_target, bucket_promotions, subbucket_changes;
-    struct db_latest *latest; /* db_latest.c: current-state index */
-    /* State of the optional parts (tiers, late path, fleet tables): created on first
-     * use under ext_mu, freed by their close functions when the db closes. */
+    /* What follows the write, flush and maintenance paths (db_consumer.h): registered
+     * at open, their state behind state[]. A consumer that makes its state on first
+     * use does so under ext_mu. */
+    struct db_consumers {
+        const struct db_consumer *c[DB_MAX_CONSUMERS];
+        void *state[DB_MAX_CONSUMERS];
+        uint32_t resv_off[DB_MAX_CONSUMERS], batch_off[DB_MAX_CONSUMERS], dev_off[DB_MAX_CONSUMERS];
+        uint32_t n, resv_total, batch_total, dev_total;
+    } cons;
     pthread_mutex_t ext_mu;
-    struct tstate *tier;           /* db_tier.c */
-    struct lstate *late;           /* db_tier_late.c */
-    struct fstate *fleet;          /* db_fleet.c */
     _Atomic(struct usage *) usage; /* db_usage.c (read by writers without a lock) */
-    struct skustate *sku;          /* db_sink_usage.c: sink bytes per tenant */
 };
 
 /* head.c */
@@ -308,13 +312,6 @@ void *db_background(void *arg);
 int db_maintain(bdb_db *db);
 /* The tenant's resolved raw TTL in ms (0 = forever). */
 int64_t db_tenant_ttl(bdb_db *db, const char *tn);
-/* db_tier.c, for maintenance (under flush_mutex) before it drops or rewrites away the
- * raw data of tenant tn in the block window [ws, we), held by blocks v[0..n): writes
- * the tenant's minutes of that window to 1m tier files (REPLACES), which the derived
- * 1m tier reads once the raw data is gone. Nothing with a sink or when the 1m tier's
- * retention has passed the window. On error the raw data must stay. */
-int db_tier_keep_minutes(bdb_db *db, const char *tn, const blockent *v, size_t n, int64_t ws,
-                         int64_t we);
 void db_blockent_free(blockent *e);
 
 /* db_hot.c (caller holds the device's stripe lock unless said otherwise) */

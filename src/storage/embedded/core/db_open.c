@@ -1,12 +1,12 @@
 /* db_open: opening the embedded engine (the directory lock, catalog, blocks, state
  * index, then WAL replay through db_apply_record), its background thread, and
  * closing it (docs/STORAGE.md, recovery). */
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/core/db_space.h" /* disk reserve */
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
-#include "storage/embedded/state/db_latest.h" /* state: current-state index */
 #include "storage/sink.h"                     /* sink: closed with the db */
 
 #include "bucketdb/bdb.h"
@@ -44,9 +44,9 @@ static int replay_cb(void *ctx, const uint8_t *rec, size_t len, uint64_t segment
 static void db_free(bdb_db *db)
 {
     bdb_wal_close(db->wal);
-    db_tier_close(db); /* rollup: tier state (db_tier.c) */
+    bdb_db_usage_release(db); /* the storage tracker reads the others: stopped first */
+    db_consumers_close(db);
     db_blocks_close(db);
-    db_latest_free(db); /* state */
     cat_free(db);
     if (db->lock_fd >= 0)
         close(db->lock_fd);
@@ -125,11 +125,14 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
         rc = BDB_ERR_EXISTS;
         goto fail;
     }
+    /* before the catalog: a loaded device gets its consumers' bytes */
+    if ((rc = db_features_register(db)) != BDB_OK)
+        goto fail;
     if ((rc = cat_load(db)) != BDB_OK)
         goto fail;
-    if ((rc = db_latest_open(db)) != BDB_OK) /* state: after the catalog, before replay */
-        goto fail;
     if ((rc = db_blocks_load(db)) != BDB_OK)
+        goto fail;
+    if ((rc = db_consumers_open(db)) != BDB_OK) /* after the catalog, before replay */
         goto fail;
     bdb_wal_opts wo = {.dir = db->wal_dir,
                        .vfs = db->vfs,

@@ -26,6 +26,7 @@
 #include "common/map.h"
 #include "common/timeutil.h"
 #include "storage/embedded/fleet/db_fleet_int.h"
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/tier/db_tier.h"
 #include "storage/embedded/sink/db_agg_sink.h" /* sink: fleet rows (db_agg_sink.c) */
@@ -349,9 +350,10 @@ static fstate *state_new(bdb_db *db)
 fstate *fl_get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    if (!db->fleet)
-        db->fleet = state_new(db);
-    fstate *t = db->fleet;
+    void **slot = db_consumer_slot(db, &db_fleet_consumer);
+    if (!*slot)
+        *slot = state_new(db);
+    fstate *t = *slot;
     pthread_mutex_unlock(&db->ext_mu);
     return t;
 }
@@ -359,8 +361,9 @@ fstate *fl_get(bdb_db *db)
 void db_fleet_close(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    fstate *t = db->fleet;
-    db->fleet = NULL;
+    void **slot = db_consumer_slot(db, &db_fleet_consumer);
+    fstate *t = *slot;
+    *slot = NULL;
     pthread_mutex_unlock(&db->ext_mu);
     state_free(t);
 }
@@ -566,3 +569,10 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
     fl_gather_free(&g);
     return rc;
 }
+
+const db_consumer db_fleet_consumer = {
+    .name = "fleet",
+    .flush = db_fleet_flush,
+    .purge_tenant = db_fleet_forget_tenant,
+    .close = db_fleet_close,
+};

@@ -73,7 +73,7 @@ static int withdraw(fstate *t)
     return BDB_OK;
 }
 
-int db_fleet_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
+int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc)
 {
     if (rc != BDB_OK)
         return rc;

@@ -136,4 +136,14 @@ int fl_forget_tenant(fstate *t, const char *tn);
 int fl_dirty_save(fstate *t);
 int fl_dirty_load(fstate *t);
 
+/* The engine's calls (db_consumer.h), through db_fleet_consumer: the flush phase runs
+ * before the tier consumer's, on the same frozen series; close frees the state;
+ * purge_tenant (bdb_db_drop_tenant, under flush_mutex, right after a committed flush)
+ * rewrites the fleet files that hold the tenant's windows without them. */
+struct db_consumer;
+extern const struct db_consumer db_fleet_consumer;
+int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc);
+void db_fleet_close(bdb_db *db);
+int db_fleet_forget_tenant(bdb_db *db, const char *tn);
+
 #endif

@@ -14,6 +14,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/sink/db_state_sink.h" /* sink: renamed readers */
 
@@ -505,3 +506,14 @@ int bdb_db_forget_partition_counts(bdb_db *db, int64_t cutoff)
     pthread_rwlock_unlock(&db->cat_lock);
     return BDB_OK;
 }
+
+/* The event counts follow the write path as a consumer (db_consumer.h); the partition
+ * layout they decide (sub-buckets, promotion) stays with the device (db_int.h). */
+static int hot_apply(bdb_db *db, device *d, const db_apply *a, void *resv)
+{
+    (void)resv;
+    db_hot_count(db, d, a->ts, a->nm, a->relearn);
+    return BDB_OK;
+}
+
+const db_consumer db_hot_consumer = {.name = "hot", .apply = hot_apply};

@@ -28,6 +28,10 @@
 
 #include <stdint.h>
 
+/* Registered by db_features.c: counts the events of every applied report. */
+struct db_consumer;
+extern const struct db_consumer db_hot_consumer;
+
 #define BDB_SUBBUCKETS_MAX 64
 /* Bytes a stored sample is taken to cost when sizing a partition: a row of seed 000's
  * Cassandra table ("~100 bytes"), which is what the size target protects. */

@@ -1,5 +1,6 @@
 /* db_sink_usage: confirmed sink bytes per (tenant, expiry day); see the header. */
 #include "storage/embedded/sink/db_sink_usage.h"
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"
 #include "common/path.h"
@@ -289,7 +290,7 @@ struct skustate {
 static struct skustate *get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    struct skustate *s = db->sku;
+    struct skustate *s = *db_consumer_slot(db, &db_sku_consumer);
     if (s) {
         pthread_mutex_unlock(&db->ext_mu);
         return s;
@@ -338,7 +339,7 @@ static struct skustate *get(bdb_db *db)
         }
         bdb_sku_clear(pend);
     }
-    db->sku = s;
+    *db_consumer_slot(db, &db_sku_consumer) = s;
     pthread_mutex_unlock(&db->ext_mu);
     return s;
 }
@@ -423,12 +424,33 @@ void db_sku_open(bdb_db *db)
 
 void db_sku_close(bdb_db *db)
 {
-    struct skustate *s = db->sku;
+    struct skustate *s = *db_consumer_slot(db, &db_sku_consumer);
     if (!s)
         return;
-    db->sku = NULL;
+    *db_consumer_slot(db, &db_sku_consumer) = NULL;
     bdb_sku_free(s->cur);
     bdb_sku_free(s->pending);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
+
+/* Only a db with a sink counts sink bytes. */
+static int sku_open(bdb_db *db)
+{
+    if (db->o.sink)
+        db_sku_open(db);
+    return BDB_OK;
+}
+
+static int sku_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc)
+{
+    (void)v, (void)n;
+    return db->o.sink ? db_sku_flush_done(db, rc, sealed) : rc;
+}
+
+const db_consumer db_sku_consumer = {
+    .name = "sink usage",
+    .open = sku_open,
+    .flush = sku_flush,
+    .close = db_sku_close,
+};

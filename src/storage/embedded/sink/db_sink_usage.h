@@ -82,4 +82,8 @@ uint64_t db_sku_tenant_bytes(struct bdb_db *db, const char *tn);
 void db_sku_open(struct bdb_db *db);
 void db_sku_close(struct bdb_db *db);
 
+/* Registered by db_features.c: open (with a sink), flush (db_sku_flush_done), close. */
+struct db_consumer;
+extern const struct db_consumer db_sku_consumer;
+
 #endif

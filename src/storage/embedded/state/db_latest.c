@@ -410,7 +410,7 @@ int lt_attr_set(struct db_latest *L, lt_dev *e, const char *name, size_t nl, con
 
 uint64_t bdb_db_attrs_dropped(bdb_db *db)
 {
-    return atomic_load(&db->latest->attrs_dropped);
+    return atomic_load(&lt_of(db)->attrs_dropped);
 }
 
 /* Moves e into state (name, n), creating the set if needed; an emptied set is
@@ -478,7 +478,7 @@ int db_latest_apply(bdb_db *db, device *d, const db_latest_resv *r, int64_t ts, 
                     size_t slen, series *const *ser, const double *vals, uint32_t nm,
                     const bdb_kv *attrs, uint32_t na)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     lt_dev *e = r && r->e ? r->e : lt_entry(L, d, 1);
     if (!e)
         return BDB_ERR_NOMEM;
@@ -580,7 +580,7 @@ static int reserve_attrs(struct db_latest *L, lt_dev *e, const bdb_kv *attrs, ui
 int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen, series *const *ser,
                       uint32_t nm, const bdb_kv *attrs, uint32_t na, db_latest_resv *r)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     memset(r, 0, sizeof *r);
     lt_dev *e = lt_entry(L, d, 1);
     if (!e)
@@ -629,7 +629,7 @@ int db_latest_reserve(bdb_db *db, device *d, const char *state, size_t slen, ser
 
 void db_latest_release(bdb_db *db, db_latest_resv *r)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     lt_dev *e = r->e;
     if (!e)
         return;
@@ -678,7 +678,7 @@ int db_latest_get_local(bdb_db *db, const char *tenant_name, const char *device_
     bdb_latest_metric *mv = NULL;
     bdb_latest_attr *av = NULL; /* the array, then the strings, in one allocation */
     pthread_mutex_lock(dev_lock(db, d));
-    lt_dev *e = lt_entry(db->latest, d, 0);
+    lt_dev *e = lt_entry(lt_of(db), d, 0);
     if (e && !e->live)
         e = NULL; /* held by a write not applied yet */
     if (e) {
@@ -763,7 +763,7 @@ int db_latest_state_devices_local(bdb_db *db, const char *tenant_name, const cha
     *total = 0;
     if (limit < 1 || limit > BDB_STATE_PAGE_MAX)
         return BDB_ERR_INVALID;
-    lt_tenant *t = tenant_get(db->latest, tenant_name, 0);
+    lt_tenant *t = tenant_get(lt_of(db), tenant_name, 0);
     if (!t)
         return BDB_OK;
     struct page p = {after, after ? strlen(after) : 0, limit + 1, 0, NULL, NULL};
@@ -809,7 +809,7 @@ int db_latest_state_counts_local(bdb_db *db, const char *tenant_name,
                                  void *ctx, uint64_t *no_state)
 {
     *no_state = 0;
-    lt_tenant *t = tenant_get(db->latest, tenant_name, 0);
+    lt_tenant *t = tenant_get(lt_of(db), tenant_name, 0);
     if (!t)
         return BDB_OK;
     pthread_mutex_lock(&t->mu);
@@ -856,24 +856,24 @@ int db_latest_state_counts_local(bdb_db *db, const char *tenant_name,
 
 uint64_t bdb_db_state_bytes(bdb_db *db)
 {
-    return atomic_load(&db->latest->bytes);
+    return atomic_load(&lt_of(db)->bytes);
 }
 
 /* ---------------------------------------------------------------- sink (db_state_sink.c) */
 
 uint64_t db_latest_round(bdb_db *db)
 {
-    return atomic_fetch_add(&db->latest->round, 1) + 1;
+    return atomic_fetch_add(&lt_of(db)->round, 1) + 1;
 }
 
 void db_latest_round_sent(bdb_db *db, uint64_t round)
 {
-    atomic_store(&db->latest->sent, round);
+    atomic_store(&lt_of(db)->sent, round);
 }
 
 int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_fn fn, void *ud)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     uint64_t sent = atomic_load(&L->sent);
     bdb_latest_metric *mv = NULL;
     bdb_latest_attr *av = NULL;
@@ -934,7 +934,7 @@ int db_latest_walk(bdb_db *db, const char *tn, int changed_only, db_latest_walk_
 
 void db_latest_forget_tenant(bdb_db *db, const tenant *t)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     for (uint32_t s = 0; s < DB_STRIPES; s++) {
         pthread_mutex_lock(&db->stripes[s]);
         lt_table *tb = &L->tables[s];
@@ -982,3 +982,37 @@ void db_latest_forget_tenant(bdb_db *db, const tenant *t)
     lt_account(L, -(int64_t)(sizeof *lt + strlen(t->name) + 64));
     free(lt);
 }
+
+/* ---------------------------------------------------------------- consumer */
+
+static int lt_reserve(bdb_db *db, device *d, const bdb_report *r, series *const *ser, void *resv,
+                      void *batch)
+{
+    (void)batch;
+    return db_latest_reserve(db, d, r->state, r->state_len, ser, r->nmetrics, r->attrs, r->nattrs,
+                             resv);
+}
+
+static int lt_apply(bdb_db *db, device *d, const db_apply *a, void *resv)
+{
+    return db_latest_apply(db, d, resv, a->ts, a->state, a->slen, a->ser, a->vals, a->nm, a->attrs,
+                           a->na);
+}
+
+static void lt_release(bdb_db *db, device *d, void *resv)
+{
+    (void)d;
+    db_latest_release(db, resv);
+}
+
+const db_consumer db_latest_consumer = {
+    .name = "latest",
+    .resv_size = sizeof(db_latest_resv),
+    .open = db_latest_open,
+    .reserve = lt_reserve,
+    .apply = lt_apply,
+    .release = lt_release,
+    .commit = db_latest_save,
+    .forget_tenant = db_latest_forget_tenant,
+    .close = db_latest_free,
+};

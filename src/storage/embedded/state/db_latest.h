@@ -24,10 +24,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* db->latest is set for every open db: db_latest_open runs at open before anything
- * can use it, so the functions below (except db_latest_free) rely on it. */
+/* The index follows the engine as a consumer (db_consumer.h): reserve, apply and
+ * release on the write path, commit (db_latest_save), open, forget_tenant and close.
+ * Its state is set for every open db: db_latest_open runs at open before anything can
+ * use it, so the functions below (except db_latest_free) rely on it. */
+struct db_consumer;
+extern const struct db_consumer db_latest_consumer;
 
-/* Creates db->latest and loads <data>/latest. Call after the catalog is loaded and
+/* Creates the index and loads <data>/latest. Call after the catalog is loaded and
  * before WAL replay. When the file is older than the catalog (a flush saved the
  * catalog but failed to save this file), db->wal_upto is lowered so that replay also
  * covers the segments in between (a failed save keeps them). A missing file is
@@ -35,7 +39,7 @@
  * Errors: BDB_ERR_CORRUPT (the file is damaged: refused, see docs/STORAGE.md),
  * BDB_ERR_IO. */
 int db_latest_open(bdb_db *db);
-/* Safe when db->latest is NULL. */
+/* Safe when the index was never made. */
 void db_latest_free(bdb_db *db);
 
 /* What applying one report needs, held from before the write's WAL append until

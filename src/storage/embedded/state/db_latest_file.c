@@ -64,7 +64,7 @@ static void encode_entry(bdb_buf *b, const lt_dev *e)
 
 int db_latest_save(bdb_db *db, uint64_t wal_upto)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     bdb_buf img, out;
     bdb_buf_init_checked(&img); /* out of memory: the save fails, the WAL stays */
     bdb_buf_init_checked(&out);
@@ -125,14 +125,14 @@ static void seed_from_catalog(void *ctx, device *d)
     bdb_db *db = ctx;
     if (!d->state && d->last_ts == INT64_MIN)
         return;
-    lt_dev *e = lt_entry(db->latest, d, 1);
+    lt_dev *e = lt_entry(lt_of(db), d, 1);
     if (!e) {
         seed_nomem = 1;
         return;
     }
     lt_make_live(e);
     e->event_ts = d->last_ts;
-    if (d->state && lt_apply_state(db->latest, e, d->state, strlen(d->state), d->state_ts))
+    if (d->state && lt_apply_state(lt_of(db), e, d->state, strlen(d->state), d->state_ts))
         seed_nomem = 1;
 }
 
@@ -159,7 +159,7 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
         }
         tenant *t = cat_tenant(db, tn, tl, 1);
         device *dv = t ? cat_device(db, t, dn, dl, 1) : NULL;
-        lt_dev *e = dv ? lt_entry(db->latest, dv, 1) : NULL;
+        lt_dev *e = dv ? lt_entry(lt_of(db), dv, 1) : NULL;
         if (!e)
             return BDB_ERR_NOMEM; /* the open fails (alloc.h) */
         lt_make_live(e);
@@ -178,7 +178,7 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
                 v = bdb_dec_num(&d);
             }
             series *se = d.err ? NULL : cat_series(db, dv, m, ml, 1);
-            if (!d.err && (!se || lt_metric_set(db->latest, e, se, ts, v) != BDB_OK))
+            if (!d.err && (!se || lt_metric_set(lt_of(db), e, se, ts, v) != BDB_OK))
                 return BDB_ERR_NOMEM;
         }
         uint64_t na = version >= 3 ? bdb_dec_uvarint(&d) : 0;
@@ -191,10 +191,10 @@ static int load_image(bdb_db *db, const char *path, const uint8_t *img, size_t l
             int64_t ts = (int64_t)((uint64_t)ets - (uint64_t)bdb_dec_varint(&d));
             if (!d.err && (memchr(an, 0, nl) || memchr(av, 0, vl)))
                 d.err = 1;
-            if (!d.err && lt_attr_set(db->latest, e, an, nl, av, vl, ts) != BDB_OK)
+            if (!d.err && lt_attr_set(lt_of(db), e, an, nl, av, vl, ts) != BDB_OK)
                 return BDB_ERR_NOMEM;
         }
-        if (st && !d.err && lt_apply_state(db->latest, e, st, sl, sts) != BDB_OK)
+        if (st && !d.err && lt_apply_state(lt_of(db), e, st, sl, sts) != BDB_OK)
             return BDB_ERR_NOMEM;
     }
     if (d.err || bdb_dec_left(&d)) {
@@ -272,7 +272,8 @@ int db_latest_open(bdb_db *db)
     pthread_mutex_init(&L->mu, NULL);
     L->tenants = bdb_map_new();
     lt_account(L, sizeof *L);
-    db->latest = L; /* freed by db_latest_free even when the open fails */
+    *db_consumer_slot(db, &db_latest_consumer) =
+        L; /* freed by db_latest_free even when the open fails */
     if (!L->tenants)
         return BDB_ERR_NOMEM;
     char path[BDB_PATH_BUF];
@@ -306,7 +307,7 @@ int db_latest_open(bdb_db *db)
 
 void db_latest_free(bdb_db *db)
 {
-    struct db_latest *L = db->latest;
+    struct db_latest *L = lt_of(db);
     if (!L)
         return;
     for (uint32_t s = 0; s < DB_STRIPES; s++) {
@@ -340,5 +341,5 @@ void db_latest_free(bdb_db *db)
     bdb_map_free(L->tenants);
     pthread_mutex_destroy(&L->mu);
     free(L);
-    db->latest = NULL;
+    *db_consumer_slot(db, &db_latest_consumer) = NULL;
 }

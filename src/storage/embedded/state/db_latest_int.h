@@ -4,6 +4,7 @@
 #ifndef BDB_DB_LATEST_INT_H
 #define BDB_DB_LATEST_INT_H
 
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/state/db_latest.h"
 
 #include <pthread.h>
@@ -102,5 +103,11 @@ int lt_metric_set(struct db_latest *L, lt_dev *e, series *s, int64_t ts, double 
 int lt_attr_set(struct db_latest *L, lt_dev *e, const char *name, size_t nl, const char *val,
                 size_t vl, int64_t ts);
 int lt_apply_state(struct db_latest *L, lt_dev *e, const char *state, size_t slen, int64_t ts);
+
+/* The index of db (registered as db_latest_consumer; NULL before its open). */
+static inline struct db_latest *lt_of(bdb_db *db)
+{
+    return *db_consumer_slot(db, &db_latest_consumer);
+}
 
 #endif

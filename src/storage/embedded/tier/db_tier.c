@@ -22,6 +22,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/tier/db_tier_int.h"
 #include "storage/embedded/sink/db_agg_sink.h" /* sink: tier rows (db_agg_sink.c) */
@@ -61,7 +62,7 @@ int64_t bdb_tier_default_retention(enum bdb_res res)
     }
 }
 
-/* The state lives in db->tier (created by tier_get, freed by db_tier_close). */
+/* The state lives in the tier consumer's slot (created by tier_get, freed by db_tier_close). */
 
 static int file_cmp(const void *x, const void *y)
 {
@@ -310,9 +311,10 @@ static tstate *state_new(bdb_db *db)
 tstate *tier_state(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    if (!db->tier)
-        db->tier = state_new(db);
-    tstate *t = db->tier;
+    void **slot = db_consumer_slot(db, &db_tier_consumer);
+    if (!*slot)
+        *slot = state_new(db);
+    tstate *t = *slot;
     pthread_mutex_unlock(&db->ext_mu);
     return t;
 }
@@ -320,10 +322,10 @@ tstate *tier_state(bdb_db *db)
 void db_tier_close(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    tstate *t = db->tier;
-    db->tier = NULL;
+    void **slot = db_consumer_slot(db, &db_tier_consumer);
+    tstate *t = *slot;
+    *slot = NULL;
     pthread_mutex_unlock(&db->ext_mu);
-    db_late_close(db); /* late path state (db_tier_late.c) */
     if (t)
         state_free(t);
 }
@@ -582,7 +584,7 @@ int tier_write_files(tstate *t, tbuilder *v, size_t n, tfile ***out)
 }
 
 /* The metric names of v[a..b) sorted and unique (pointers into the series). */
-static const char **series_mets(struct series **v, size_t a, size_t b, size_t *n)
+static const char **series_mets(struct series *const *v, size_t a, size_t b, size_t *n)
 {
     const char **m = bdb_malloc((b - a + 1) * sizeof *m);
     if (!m)
@@ -594,7 +596,7 @@ static const char **series_mets(struct series **v, size_t a, size_t b, size_t *n
     return m;
 }
 
-int db_tier_flush(bdb_db *db, struct series **v, size_t n, uint64_t sealed, int rc)
+int db_tier_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc)
 {
     tstate *t = tier_state(db);
     if (rc != BDB_OK)
@@ -1178,3 +1180,12 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
     pthread_rwlock_unlock(&t->lock);
     return rc;
 }
+
+const db_consumer db_tier_consumer = {
+    .name = "tier",
+    .flush = db_tier_flush,
+    .retire = db_tier_keep_minutes,
+    .maintain = db_tier_maintain,
+    .purge_tenant = db_tier_forget_tenant,
+    .close = db_tier_close,
+};

@@ -230,4 +230,35 @@ int tier_raw_key_minutes(bdb_db *db, const bdb_series_key *key, int64_t lo, int6
  * whose reads are remote). */
 int tier_derived(const bdb_db *db);
 
+/* The engine's calls (db_consumer.h), through db_tier_consumer and db_late_consumer. */
+struct db_consumer;
+struct blockent;
+struct device;
+struct tenant;
+extern const struct db_consumer db_tier_consumer, db_late_consumer;
+/* flush phase: the tier files of the frozen series (db_tier.c) */
+int db_tier_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc);
+int db_tier_maintain(bdb_db *db); /* maintain phase: retention, compaction (db_tier_maint.c) */
+void db_tier_close(bdb_db *db);
+/* purge_tenant phase (bdb_db_drop_tenant, under flush_mutex, right after a committed
+ * flush): deletes the tenant's tier files (db_tier_maint.c). */
+int db_tier_forget_tenant(bdb_db *db, const char *tn);
+/* retire phase: before maintenance (under flush_mutex) drops or rewrites away the
+ * raw data of tenant tn in the block window [ws, we), held by blocks v[0..n): writes
+ * the tenant's minutes of that window to 1m tier files (REPLACES), which the derived
+ * 1m tier reads once the raw data is gone. Nothing with a sink or when the 1m tier's
+ * retention has passed the window. On error the raw data must stay. */
+int db_tier_keep_minutes(bdb_db *db, const char *tn, const struct blockent *v, size_t n, int64_t ws,
+                         int64_t we);
+/* late data (db_tier_late.c): a sample not newer than its device's newest event (apply
+ * phase, stripe held), the head freeze (freeze phase), forget_tenant, close. */
+int db_late_note(bdb_db *db, struct device *d, int64_t ts); /* BDB_OK or BDB_ERR_NOMEM */
+/* Room for n more marks, made before a write's WAL append so that its db_late_note
+ * calls find it (another writer may take it first: then a note can still fail). */
+int db_late_reserve(bdb_db *db, size_t n);
+int db_late_freeze(bdb_db *db); /* BDB_OK or BDB_ERR_NOMEM (every mark kept pending) */
+void db_late_close(bdb_db *db);
+int64_t db_late_threshold(const bdb_db *db);
+void db_late_forget_tenant(bdb_db *db, const struct tenant *t);
+
 #endif

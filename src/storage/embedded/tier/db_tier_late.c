@@ -32,6 +32,7 @@
 #include "bucketdb/bdb.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/sink/db_late_sink.h"
 #include "storage/embedded/tier/db_tier_int.h"
@@ -68,14 +69,27 @@ typedef struct lstate {
     _Atomic uint64_t late_events, marks, recomputed[BDB_TIERS], fallbacks;
 } lstate;
 
+/* The late path's state pointer in db (db_late_consumer's slot). */
+static void **late_slot(bdb_db *db)
+{
+    return db_consumer_slot(db, &db_late_consumer);
+}
+
+/* The newest event time of d frozen by a committed or running flush (db_late_consumer's
+ * bytes of the device): INT64_MIN nothing, 0 unknown. Caller holds d's stripe lock. */
+static int64_t *frozen_ts(bdb_db *db, const device *d)
+{
+    return db_consumer_dev(db, d, &db_late_consumer);
+}
+
 static lstate *late_get(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    lstate *l = db->late;
+    lstate *l = *late_slot(db);
     if (!l && (l = bdb_calloc(1, sizeof *l)) != NULL) {
         l->db = db;
         pthread_mutex_init(&l->mu, NULL);
-        db->late = l;
+        *late_slot(db) = l;
     }
     pthread_mutex_unlock(&db->ext_mu);
     return l; /* NULL only when out of memory: markers fail (alloc.h) */
@@ -86,7 +100,7 @@ static lstate *late_get(bdb_db *db)
 static lstate *late_peek(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    lstate *l = db->late;
+    lstate *l = *late_slot(db);
     pthread_mutex_unlock(&db->ext_mu);
     return l;
 }
@@ -96,14 +110,14 @@ static lstate *late_peek(bdb_db *db)
  * state earlier in the same flush, on the same thread. */
 static lstate *late_flushing(bdb_db *db)
 {
-    return db->late;
+    return *late_slot(db);
 }
 
 void db_late_close(bdb_db *db)
 {
     pthread_mutex_lock(&db->ext_mu);
-    lstate *l = db->late;
-    db->late = NULL;
+    lstate *l = *late_slot(db);
+    *late_slot(db) = NULL;
     pthread_mutex_unlock(&db->ext_mu);
     if (!l)
         return;
@@ -165,7 +179,8 @@ int db_late_note(bdb_db *db, struct device *d, int64_t ts)
 {
     int64_t thr = db_late_threshold(db);
     int late = d->last_ts - ts > thr; /* both are event times: no overflow in practice */
-    int rewrite = d->late_frozen_ts == 0 || ts <= d->late_frozen_ts;
+    int64_t frozen = *frozen_ts(db, d);
+    int rewrite = frozen == 0 || ts <= frozen;
     if (!late && !rewrite)
         return BDB_OK;
     lstate *l = late_get(db);
@@ -216,7 +231,7 @@ static void device_frozen(void *ctx, device *d)
     bdb_db *db = ctx;
     pthread_mutex_lock(dev_lock(db, d));
     /* 0 means "unknown"; an epoch-0 newest event rounds up, which only marks more */
-    d->late_frozen_ts = d->last_ts == 0 ? 1 : d->last_ts;
+    *frozen_ts(db, d) = d->last_ts == 0 ? 1 : d->last_ts;
     pthread_mutex_unlock(dev_lock(db, d));
 }
 
@@ -925,3 +940,68 @@ void db_late_forget_tenant(bdb_db *db, const struct tenant *t)
     l->ring_pos = nk % LATE_RING;
     pthread_mutex_unlock(&l->mu);
 }
+
+/* ---------------------------------------------------------------- consumer */
+
+/* A write batch's reports that may mark a late minute: not newer than their device's
+ * newest event or than an earlier report of the batch. */
+struct late_batch {
+    size_t n;
+    int64_t max;
+    int seen;
+};
+
+static void late_dev_init(bdb_db *db, device *d, int loaded)
+{
+    if (loaded) {
+        /* The catalog is encoded under the flush lock right after the freeze, so its
+         * newest event time is the newest the last committed flush froze: samples at
+         * or before it may rewrite a tier window (0 is "unknown"). */
+        *frozen_ts(db, d) = d->last_ts == INT64_MIN ? INT64_MIN : d->last_ts == 0 ? 1 : d->last_ts;
+        return;
+    }
+    /* A device the catalog did not know has no window in a committed tier file (the
+     * files of a flush that did not commit are deleted at open), so none of its samples
+     * rewrites one: no late mark for being out of order. With a sink the windows are
+     * also in the sink, which a fresh data directory does not know: unknown (0). */
+    *frozen_ts(db, d) = db->o.sink ? 0 : INT64_MIN;
+}
+
+static int late_c_reserve(bdb_db *db, device *d, const bdb_report *r, series *const *ser,
+                          void *resv, void *batch)
+{
+    (void)db, (void)ser, (void)resv;
+    struct late_batch *b = batch;
+    if (r->ts_ms <= d->last_ts || (b->seen && r->ts_ms <= b->max))
+        b->n++;
+    if (!b->seen || r->ts_ms > b->max) {
+        b->max = r->ts_ms;
+        b->seen = 1;
+    }
+    return BDB_OK;
+}
+
+static int late_c_reserve_batch(bdb_db *db, void *batch)
+{
+    const struct late_batch *b = batch;
+    return b->n ? db_late_reserve(db, b->n) : BDB_OK;
+}
+
+static int late_c_apply(bdb_db *db, device *d, const db_apply *a, void *resv)
+{
+    (void)resv;
+    return a->ts <= a->prev_last_ts ? db_late_note(db, d, a->ts) : BDB_OK;
+}
+
+const db_consumer db_late_consumer = {
+    .name = "late",
+    .batch_size = sizeof(struct late_batch),
+    .dev_size = sizeof(int64_t),
+    .dev_init = late_dev_init,
+    .reserve = late_c_reserve,
+    .reserve_batch = late_c_reserve_batch,
+    .apply = late_c_apply,
+    .freeze = db_late_freeze,
+    .forget_tenant = db_late_forget_tenant,
+    .close = db_late_close,
+};

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "model/batch.h"
 #include "storage/embedded/core/db.h"
+#include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/fleet/db_fleet.h"
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/state/db_latest.h"
@@ -575,6 +576,7 @@ static void test_memory_per_device(void **st)
     db->dir = tmpdir; /* no file there: an empty index */
     db->vfs = bdb_vfs_posix();
     db->tenants = bdb_map_new();
+    assert_int_equal(db_consumer_register(db, &db_latest_consumer), BDB_OK);
     assert_int_equal(db_latest_open(db), BDB_OK);
     tenant t = {.name = "t1"};
     series *ser[NM];
