@@ -7,7 +7,7 @@
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
-#include "storage/sink.h"                     /* sink: closed with the db */
+#include "storage/sink.h" /* sink: closed with the db */
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
