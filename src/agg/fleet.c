@@ -14,9 +14,15 @@ void bdb_fleet_init(bdb_fleet *f, int64_t width)
     f->width = width;
 }
 
-static void win_free(bdb_fleet_win *w)
+void bdb_fleet_init_borrowed(bdb_fleet *f, int64_t width)
 {
-    for (size_t i = 0; i < w->ndev; i++)
+    bdb_fleet_init(f, width);
+    f->borrow = 1;
+}
+
+static void win_free(bdb_fleet_win *w, int borrow)
+{
+    for (size_t i = 0; !borrow && i < w->ndev; i++)
         free(w->dev[i]);
     free(w->dev);
     w->dev = NULL;
@@ -26,7 +32,7 @@ static void win_free(bdb_fleet_win *w)
 void bdb_fleet_reset(bdb_fleet *f)
 {
     for (size_t i = 0; i < f->n; i++)
-        win_free(&f->w[i]);
+        win_free(&f->w[i], f->borrow);
     f->n = 0;
 }
 
@@ -92,7 +98,7 @@ void bdb_fleet_drop(bdb_fleet *f, int64_t start)
     size_t i = win_pos(f, start, &found);
     if (!found)
         return;
-    win_free(&f->w[i]);
+    win_free(&f->w[i], f->borrow);
     memmove(&f->w[i], &f->w[i + 1], (f->n - i - 1) * sizeof *f->w);
     f->n--;
 }
@@ -113,8 +119,8 @@ static int dev_reserve(bdb_fleet_win *w, size_t extra)
 }
 
 /* Inserts a name into the sorted set; takes ownership of owned (a copy of name) when
- * given, else copies. */
-static int dev_insert(bdb_fleet_win *w, const char *name, char *owned)
+ * given, else copies, or with borrow keeps name itself. */
+static int dev_insert(bdb_fleet_win *w, const char *name, char *owned, int borrow)
 {
     size_t lo = 0, hi = w->ndev;
     if (w->ndev && strcmp(w->dev[w->ndev - 1], name) < 0) {
@@ -133,9 +139,10 @@ static int dev_insert(bdb_fleet_win *w, const char *name, char *owned)
                 hi = mid;
         }
     }
-    char *copy = owned ? owned : bdb_strdup(name);
+    char *copy = owned ? owned : borrow ? (char *)name : bdb_strdup(name);
     if (!copy || dev_reserve(w, 1) != BDB_OK) {
-        free(copy);
+        if (copy != name)
+            free(copy);
         return BDB_ERR_NOMEM;
     }
     memmove(&w->dev[lo + 1], &w->dev[lo], (w->ndev - lo) * sizeof *w->dev);
@@ -153,7 +160,7 @@ int bdb_fleet_add(bdb_fleet *f, const char *device, int64_t start, const bdb_sta
         return BDB_ERR_NOMEM;
     int rc = bdb_stats_merge(&w->st, st);
     if (rc == BDB_OK)
-        rc = dev_insert(w, device, NULL);
+        rc = dev_insert(w, device, NULL, f->borrow);
     return rc;
 }
 
@@ -226,6 +233,8 @@ static int dev_union(bdb_fleet_win *dst, bdb_fleet_win *src, int steal)
 
 static int merge_impl(bdb_fleet *dst, bdb_fleet *src, int steal)
 {
+    if (dst->borrow || src->borrow)
+        return BDB_ERR_INVALID;
     if (src->width <= 0 || dst->width % src->width != 0)
         return BDB_ERR_INVALID;
     for (size_t i = 0; i < src->n; i++) {
@@ -398,7 +407,7 @@ int bdb_fleet_read(bdb_fleet *f, bdb_dec *d, int64_t lo, int64_t hi)
         if (tmp.w[i].start >= lo && tmp.w[i].start < hi)
             tmp.w[k++] = tmp.w[i];
         else
-            win_free(&tmp.w[i]);
+            win_free(&tmp.w[i], 0);
     }
     tmp.n = k;
     rc = merge_impl(f, &tmp, 1);

@@ -36,6 +36,8 @@ typedef struct bdb_fleet {
     int64_t width;
     bdb_fleet_win *w; /* sorted by start, unique */
     size_t n, cap;
+    /* names are the caller's (bdb_fleet_init_borrowed): neither copied nor freed */
+    int borrow;
 } bdb_fleet;
 
 /* What a fleet window reports. avg and stddev (population) are over readings. */
@@ -46,6 +48,12 @@ typedef struct bdb_fleet_row {
 } bdb_fleet_row;
 
 void bdb_fleet_init(bdb_fleet *f, int64_t width);
+/* A fleet whose device sets point at the names given to bdb_fleet_add instead of
+ * copying them: the caller keeps every name alive as long as f. The engine's flush
+ * builds one per (tenant, metric) from the catalog's device names; a copy per device,
+ * metric and window was most of a large flush's fleet memory. Merge and read need a
+ * fleet that owns its names (BDB_ERR_INVALID into a borrowing one). */
+void bdb_fleet_init_borrowed(bdb_fleet *f, int64_t width);
 void bdb_fleet_free(bdb_fleet *f);
 void bdb_fleet_reset(bdb_fleet *f); /* drops every window, keeps the width */
 

@@ -257,6 +257,49 @@ static void test_device_counted_once(void **st)
     bdb_fleet_free(&f);
 }
 
+/* A borrowing fleet keeps the caller's names (no copy, nothing freed: a stack name
+ * freed would crash the sanitizer build), writes the same bytes as an owning one, and
+ * refuses merges either way. */
+static void test_borrowed_names(void **st)
+{
+    (void)st;
+    char names[3][8] = {"d-2", "d-10", "d-1"};
+    bdb_fleet own, bor;
+    bdb_fleet_init(&own, HOUR_MS);
+    bdb_fleet_init_borrowed(&bor, HOUR_MS);
+    bdb_stats s;
+    bdb_stats_init(&s);
+    assert_int_equal(bdb_stats_add(&s, 2.5), BDB_OK);
+    for (int r = 0; r < 2; r++) /* twice: a repeated device is counted once */
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(bdb_fleet_add(&own, names[i], T0 + i * MIN_MS, &s), BDB_OK);
+            assert_int_equal(bdb_fleet_add(&bor, names[i], T0 + i * MIN_MS, &s), BDB_OK);
+        }
+    assert_int_equal(bor.w[0].ndev, 3);
+    assert_ptr_equal(bor.w[0].dev[0], names[2]); /* "d-1" < "d-10" < "d-2" */
+    assert_ptr_equal(bor.w[0].dev[1], names[1]);
+    assert_ptr_equal(bor.w[0].dev[2], names[0]);
+    assert_ptr_not_equal(own.w[0].dev[0], names[2]);
+    bdb_buf a, b;
+    bdb_buf_init(&a);
+    bdb_buf_init(&b);
+    assert_int_equal(bdb_fleet_write(&own, INT64_MIN, INT64_MAX, &a), 1);
+    assert_int_equal(bdb_fleet_write(&bor, INT64_MIN, INT64_MAX, &b), 1);
+    assert_int_equal(a.len, b.len);
+    assert_memory_equal(a.data, b.data, a.len);
+    assert_int_equal(bdb_fleet_merge(&bor, &own), BDB_ERR_INVALID);
+    assert_int_equal(bdb_fleet_merge(&own, &bor), BDB_ERR_INVALID);
+    bdb_dec d;
+    bdb_dec_init(&d, a.data, a.len);
+    assert_int_equal(bdb_fleet_read(&bor, &d, INT64_MIN, INT64_MAX), BDB_ERR_INVALID);
+    bdb_fleet_drop(&bor, T0);
+    assert_int_equal(bor.n, 0);
+    bdb_buf_free(&a);
+    bdb_buf_free(&b);
+    bdb_fleet_free(&bor);
+    bdb_fleet_free(&own);
+}
+
 static void test_encoding_damage(void **st)
 {
     (void)st;
@@ -376,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_against_exact),
         cmocka_unit_test(test_device_counted_once),
         cmocka_unit_test(test_encoding_damage),
+        cmocka_unit_test(test_borrowed_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -131,7 +131,9 @@ int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t seale
             a->tenant = fl_strndup(tn, tl);
             a->metric = fl_strndup(s->metric, s->mlen);
             for (int ri = 0; ri < NRES; ri++)
-                bdb_fleet_init(&a->f[ri], bdb_res_width(res_of(ri)));
+                /* device names are the catalog's: a device outlives the flush,
+                 * which holds flush_mutex (a tenant drop takes it too) */
+                bdb_fleet_init_borrowed(&a->f[ri], bdb_res_width(res_of(ri)));
             if (!a->tenant || !a->metric || bdb_map_set(accs, key, kl, a) != BDB_OK) {
                 free(a->tenant);
                 free(a->metric);
