@@ -6,6 +6,7 @@
 #include "ingest/mqtt/mqtt_route.h"
 #include "server/admission/hotpart.h"
 #include "server/tenants/tenants.h"
+#include "storage/backend.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -451,7 +452,7 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "listen: expected host:port, got '%s'", c->listen);
         return -1;
     }
-    if (strcmp(c->storage, "embedded") != 0 && strncmp(c->storage, "cassandra://", 12) != 0) {
+    if (!bdb_backend_name(c->storage)) {
         snprintf(err, errlen, "storage: expected embedded or cassandra://..., got '%.200s'",
                  c->storage);
         return -1;

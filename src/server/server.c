@@ -8,8 +8,7 @@
 #include "server/http/conn_guard.h"
 #include "server/admission/devlimit.h"
 #include "server/mqtt/mqtt_gw.h"
-#include "storage/cassandra/cass_sink.h" /* storage: cassandra:// */
-#include "storage/cassandra/schema.h"    /* storage: key limits */
+#include "storage/backend.h" /* storage: embedded or cassandra:// */
 #include "storage/embedded/fleet/db_fleet.h"
 #include "storage/embedded/tier/db_tier.h"
 #include "storage/vfs/vfs_fault.h"
@@ -652,20 +651,18 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         BDB_WARN("test_faults is on: POST /internal/fault can make this server's storage fail; "
                  "never use it in production");
     }
-    if (!strncmp(cfg->storage, "cassandra://", 12)) { /* storage: flushed data in Cassandra */
-        /* A key over Cassandra's 64 KiB would make every flush fail: refuse at start. */
-        rc = sch_check_key_limits(BDB_TENANT_NAME_MAX, cfg->max_key_bytes, terr, sizeof terr);
-        if (rc == BDB_OK)
-            rc = cass_sink_open(cfg->storage, &o.sink, terr, sizeof terr);
-        if (rc != BDB_OK) {
-            BDB_ERROR("storage: %s", terr);
-            bdb_tenants_close(s->tenants);
-            fault_vfs_free(s);
-            free(s);
-            return rc;
-        }
-        BDB_INFO("storage: %s", o.sink->ops->describe(o.sink));
+    /* storage: the sink flushed data goes to, none for the embedded engine */
+    rc = bdb_backend_open(cfg->storage, BDB_TENANT_NAME_MAX, cfg->max_key_bytes, &o.sink, terr,
+                          sizeof terr);
+    if (rc != BDB_OK) {
+        BDB_ERROR("storage: %s", terr);
+        bdb_tenants_close(s->tenants);
+        fault_vfs_free(s);
+        free(s);
+        return rc;
     }
+    if (o.sink)
+        BDB_INFO("storage: %s", o.sink->ops->describe(o.sink));
     rc = bdb_db_open(&o, &s->db);
     if (rc != BDB_OK) {
         if (o.sink) /* storage: a failed open leaves the sink to us */

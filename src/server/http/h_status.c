@@ -7,7 +7,7 @@
 #include "server/http/conn_guard.h"
 #include "server/admission/devlimit.h"
 #include "server/mqtt/mqtt_gw.h"
-#include "storage/cassandra/cass_sink.h" /* storage: cassandra:// metrics */
+#include "storage/backend.h" /* storage: the backend's metrics */
 
 #include <dirent.h>
 #include <stdio.h>
@@ -168,8 +168,7 @@ enum MHD_Result h_health(bdb_server *s, struct MHD_Connection *c)
     bdb_buf_free(&warnings);
     /* The backend raw samples are flushed to (blocks count block files only). */
     bdb_buf_printf(&b, ",\"storage\":{\"engine\":\"%s\",\"writable\":%s,\"reason\":",
-                   strncmp(s->cfg.storage, "cassandra://", 12) ? "embedded" : "cassandra",
-                   st.readonly ? "false" : "true");
+                   bdb_backend_name(s->cfg.storage), st.readonly ? "false" : "true");
     if (st.readonly) {
         bdb_buf_putc(&b, '"');
         bdb_buf_json_str(&b, st.readonly_reason, strlen(st.readonly_reason));
@@ -597,9 +596,9 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     bdb_buf_printf(&b, "process_start_time_seconds %lld\n", (long long)(s->start_ms / 1000));
     bdb_mqtt_gw_metrics(atomic_load(&s->mqtt), &b);
     h_late_metrics(s, &b); /* late data: late events, windows recomputed (h_query.c) */
-    /* storage: cassandra:// -- the backend's counters, per-node up/down and the WAL
-     * waiting for Cassandra (cass_metrics.c); nothing with the embedded engine. */
-    cass_sink_metrics(&b, st.wal.bytes_on_disk, st.wal.segments_on_disk);
+    /* storage: the backend's own families (Cassandra's counters, nodes, the WAL waiting
+     * for it); nothing with the embedded engine */
+    bdb_backend_metrics(s->cfg.storage, &b, st.wal.bytes_on_disk, st.wal.segments_on_disk);
 
     enum MHD_Result r =
         respond(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
