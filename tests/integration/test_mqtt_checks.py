@@ -123,7 +123,7 @@ def storage_quota_rejects_with_0x97_and_spares_other_tenants():
             eq(rows(s, "sq", "q1"), [], "nothing of a refused message is stored")
             settled(s, "accepted", 1)
             eq(pubacks(b, "bdbtest-sq", RC_QUOTA), 3, "PUBACK reason 0x97 (quota exceeded)")
-            contains(s.log(), "quota exceeded: tenant 'sq' stores")
+            contains(s.log(), "storage quota exceeded: tenant 'sq' may store 1000 bytes")
             rej = admin(s, "GET", "/tenants/sq")["rejections"]
             check(rej["storage_bytes"] >= 4, "the refusals counted for sq: %r" % rej)
         # with a dead-letter topic the message goes there, acknowledged with success
@@ -136,7 +136,8 @@ def storage_quota_rejects_with_0x97_and_spares_other_tenants():
                 {"Authorization": "Token " + sq}).status == 429, [s.log()])
             check(b.publish("bucketdb/sq/q2/telemetry", lp("q2", BASE, 7)))
             out = sub_read(b, "bdbtest-sq-dl", DL, "mqttv5", 1, "%P|%p")
-            contains(out, "reason:quota exceeded: tenant 'sq' stores", "dead letter (%r)" % out)
+            contains(out, "reason:storage quota exceeded: tenant 'sq' may store 1000 bytes",
+                     "dead letter (%r)" % out)
             contains(out, "topic:bucketdb/sq/q2/telemetry")
             contains(out, "|" + lp("q2", BASE, 7))
             settled_metric(s, "bucketdb_mqtt_dead_letters_total", 1)
@@ -189,7 +190,7 @@ def hot_partition_policies_over_mqtt():
             eq(result(s, "hot_partition"), 2)
             eq(pubacks(b, "bdbtest-hot", RC_QUOTA), 2, "PUBACK 0x97 for the 2 rejected")
             settled(s, "accepted", 5 + 5 + 5 + 1, "the sampled messages count as accepted")
-            contains(s.log(), "hot partition rate limit: device 'r1' is hot")
+            contains(s.log(), "hot partition rate limit: device 'r1' of tenant 'rl' is hot")
             r = s.request("GET", "/api/v1/partitions/hot", None,
                           {"Authorization": "Token " + s.token})
             eq(r.status, 200)
@@ -221,7 +222,7 @@ def device_max_rps_rejects_with_0x97_and_dead_letters():
             eq(rows(s, "acme", "lim"), [])
             eq(result(s, "device_rate"), 1)
             eq(pubacks(b, "bdbtest-rps", RC_QUOTA), 1)
-            contains(s.log(), "device 'lim' over its max_rps 2")
+            contains(s.log(), "device 'lim' of tenant 'acme' may send 2 reports per second")
         with mqtt_server(b, "bdbtest-rps2", args=["--mqtt-dead-letter-topic", DL]) as s:
             r = s.request("PUT", "/api/v1/devices/lim/profile", None,
                           {"Authorization": "Token " + s.token},
@@ -230,7 +231,8 @@ def device_max_rps_rejects_with_0x97_and_dead_letters():
             wait_connected(s, b)
             check(b.publish("bucketdb/acme/lim/telemetry", three))
             out = sub_read(b, "bdbtest-rps-dl", DL, "mqttv5", 1, "%P|%p")
-            contains(out, "reason:device 'lim' over its max_rps 2", "dead letter (%r)" % out)
+            contains(out, "reason:device rate limit exceeded: device 'lim' of tenant 'acme' may "
+                     "send 2 reports per second", "dead letter (%r)" % out)
             contains(out, "|" + three.split("\n")[0])
             eq(result(s, "device_rate"), 1)
             eq(pubacks(b, "bdbtest-rps2", RC_QUOTA), 0, "dead-lettered: PUBACK success")
