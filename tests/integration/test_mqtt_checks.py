@@ -10,6 +10,8 @@
   ratelimit rejects the messages over the minute's allowance (0x97), sample stores
   exactly the stated fraction;
 - a device profile's max_rps: a message over it is rejected (0x97) and dead-lettered;
+- one admission order: a batch over two limits is refused for the same one over
+  HTTP and over MQTT;
 - the tenant's retention: a point older than the tenant's TTL is refused as "beyond
   retention policy" (a message of only such points is rejected with 0x99, a message
   with some is stored in part and counted partial);
@@ -236,6 +238,40 @@ def device_max_rps_rejects_with_0x97_and_dead_letters():
             contains(out, "|" + three.split("\n")[0])
             eq(result(s, "device_rate"), 1)
             eq(pubacks(b, "bdbtest-rps2", RC_QUOTA), 0, "dead-lettered: PUBACK success")
+
+
+@suite.test
+def http_and_mqtt_refuse_the_same_batch_for_the_same_limit():
+    """One admission order (docs/RELIABILITY.md#admission): a batch over the tenant's
+    device quota and over a device's max_rps is refused for the device quota by both
+    protocols (the MQTT gateway used to check max_rps first), and neither takes the
+    device's rate tokens for it."""
+    with LogBroker() as b:
+        with mqtt_server(b, "bdbtest-order") as s:
+            tok = admin(s, "POST", "/tenants", {"name": "acme",
+                                                "quotas": {"max_devices": 1}})["token"]
+            auth = {"Authorization": "Token " + tok}
+            r = s.request("PUT", "/api/v1/devices/lim/profile", None,
+                          {"Authorization": "Token " + s.token},
+                          params={"tenant": "acme", "max_rps": 2})
+            eq(r.status, 200, "PUT profile (%r)" % r.body[:300])
+            r = s.request("POST", "/write", lp("d1", BASE, 1), auth, params={"db": "acme"})
+            eq(r.status, 204, "acme's one device (%r)" % r.body[:300])
+            wait_connected(s, b)
+            # 3 reports of a second device, lim, beyond its burst of 2 whatever the clock
+            r = s.request("POST", "/write", "\n".join(lp("lim", BASE + k, k) for k in range(3)),
+                          auth, params={"db": "acme"})
+            eq(r.status, 429, "HTTP (%r)" % r.body[:300])
+            eq(r.json()["limit"], "max_devices")
+            check(b.publish("bucketdb/acme/lim/telemetry",
+                            "\n".join(mq(BASE + k, k) for k in range(3))))
+            wait_for("the MQTT refusal", lambda: result(s, "device_quota") == 1, [s.log()])
+            eq(result(s, "device_rate"), 0, "refused for the device quota, not max_rps")
+            eq(metric(s, "bucketdb_device_rate_rejections_total"), 0)
+            eq(pubacks(b, "bdbtest-order", RC_QUOTA), 1)
+            contains(s.log(), "quota exceeded: tenant 'acme' may have at most 1 devices; it has 1 "
+                              "and this message would add 1")
+            eq(rows(s, "acme", "lim"), [])
 
 
 # ------------------------------------------------------------ retention

@@ -1,19 +1,18 @@
-/* mqtt_msg: one MQTT message from topic to durable samples, with every check of the
- * HTTP write path (docs/MQTT.md#delivery-guarantee):
+/* mqtt_msg: one MQTT message from topic to durable samples, through the admission of
+ * HTTP writes (admit.h, docs/MQTT.md#delivery-guarantee):
  *
  *   1. topic -> tenant and device (the topic scheme); a topic that does not fit is
  *      rejected;
- *   2. in-flight budgets and the head guard (backpressure.h), as a write request
- *      takes them at admission: when refused the gateway pauses (stops reading, the
- *      broker holds the stream) and tries again, it never drops;
+ *   2. the reservation (bdb_admit_reserve: head guard, in-flight budgets): when
+ *      refused the gateway pauses (stops reading, the broker holds the stream) and
+ *      tries again, it never drops;
  *   3. payload -> batch (the format of the topic's pattern);
- *   4. the tenant's write rate: pause while it is exceeded; a message over the burst
- *      can never pass and is rejected;
- *   5. storage quota, device profiles (max_rps), the tenant's device quota and a hot
- *      partition's rate limit: rejected (waiting would not help, or would stall
- *      every other tenant behind one); a hot partition's sample policy stores only
- *      the kept reports;
- *   6. bdb_db_write; a storage failure is never acknowledged.
+ *   4. bdb_admit_batch: the head guard or the tenant's write rate pause as in 2;
+ *      every other refusal (storage quota, device quota, a message over the burst,
+ *      max_rps, a hot partition's rate limit) rejects it, since waiting would not
+ *      help or would stall every other tenant behind one; a hot partition's sample
+ *      policy stores only the kept reports;
+ *   5. bdb_db_write; a storage failure is never acknowledged.
  *
  * A rejected message is counted, logged with topic and reason, published to the
  * dead-letter topic when one is configured (QoS 1, acknowledged by the broker
