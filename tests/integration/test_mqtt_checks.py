@@ -24,8 +24,9 @@
   password file: a tenant's user cannot publish into another tenant's topics,
   bucketdb's user reads every tenant and writes its dead-letter topic.
 
-Each test can fail: remove a check from src/server/mqtt/mqtt_msg.c (or acknowledge a
-failed write in mqtt_gw.c) and the matching test fails."""
+Each test can fail: remove a check from src/server/admission/admit.c or its mapping in
+src/server/mqtt/mqtt_msg.c (or acknowledge a failed write in mqtt_gw.c) and the
+matching test fails."""
 
 import base64
 import json

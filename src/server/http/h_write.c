@@ -116,7 +116,8 @@ int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, cons
 }
 
 /* Answers a write that admission refused (admit.h) with the status, Retry-After and
- * JSON body of its limit (docs/API.md#quotas-and-limits); nothing of it was written. */
+ * JSON body of its limit (docs/API.md#post-write, docs/TENANCY.md#quotas); nothing of
+ * it was written. */
 static enum MHD_Result refusal(bdb_server *s, struct MHD_Connection *c, const char *tenant,
                                const bdb_admit_result *ar)
 {
