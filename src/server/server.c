@@ -50,29 +50,11 @@ uint64_t now_us(void)
 
 int req_bp_grow(bdb_server *s, req *r, uint64_t bytes)
 {
-    enum bdb_bp_reason why = bdb_bp_grow(s->bp, &r->bp, bytes, bdb_monotonic_ms());
+    enum bdb_bp_reason why = bdb_bp_grow(s->bp, &r->adm.bp, bytes, bdb_monotonic_ms());
     if (why == BDB_BP_NONE)
         return 0;
     r->bp_refused = why;
     return -1;
-}
-
-int head_guard_wait(bdb_server *s)
-{
-    int64_t t0 = bdb_monotonic_ms();
-    for (;;) {
-        int64_t now = bdb_monotonic_ms();
-        if (!bdb_bp_head_check(s->bp, bdb_db_head_bytes(s->db), s->cfg.head_max_bytes, 0, now))
-            return 0;
-        if (now - t0 >= BDB_BP_HEAD_WAIT_MS) {
-            bdb_bp_count(s->bp, BDB_BP_HEAD_MEMORY, now);
-            return -1;
-        }
-        /* The background thread is flushing (a writer signals it whenever the head is
-         * over its limit); look again shortly. */
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
 }
 
 static enum MHD_Result h_ping(bdb_server *s, struct MHD_Connection *c)
@@ -142,7 +124,8 @@ static enum MHD_Result dispatch(bdb_server *s, struct MHD_Connection *c, const c
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int post = !strcmp(method, "POST");
     if (r->bp_refused != BDB_BP_NONE)
-        return respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+        return respond_backpressure(s, c, r->bp_refused,
+                                    r->adm.bp.tenant[0] ? r->adm.bp.tenant : NULL);
     if (r->too_large) {
         atomic_fetch_add(&s->body_too_large, 1);
         char msg[160];
@@ -316,12 +299,9 @@ static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char
     char tenant[BDB_TENANT_NAME_MAX + 1] = "";
     if (write && req_peek_tenant(s, c, !strcmp(url, "/api/v2/write"), tenant) != 0)
         tenant[0] = '\0'; /* refused later (401/400): only the server-wide budgets apply */
-    enum bdb_bp_reason why = BDB_BP_NONE;
-    if (write && head_guard_wait(s) != 0)
-        why = BDB_BP_HEAD_MEMORY;
-    else
-        why = bdb_bp_admit(s->bp, &r->bp, write ? tenant : NULL,
-                           write ? cl * (1 + BDB_BP_PARSE_FACTOR) : cl, write, bdb_monotonic_ms());
+    enum bdb_bp_reason why = write
+                                 ? bdb_admit_reserve(s->admit, &r->adm, tenant, cl)
+                                 : bdb_bp_admit(s->bp, &r->adm.bp, NULL, cl, 0, bdb_monotonic_ms());
     if (why == BDB_BP_NONE) {
         r->parse_reserved = write ? cl * BDB_BP_PARSE_FACTOR : 0;
         if (cl) { /* the body's buffer, exactly as reserved */
@@ -333,7 +313,7 @@ static enum MHD_Result admit(bdb_server *s, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     r->bp_refused = why;
-    snprintf(r->bp.tenant, sizeof r->bp.tenant, "%s", tenant);
+    snprintf(r->adm.bp.tenant, sizeof r->adm.bp.tenant, "%s", tenant);
     const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
     if (expect && !strcasecmp(expect, "100-continue")) {
         r->answered = 1;
@@ -353,8 +333,8 @@ static void body_append(bdb_server *s, req *r, const char *data, size_t n)
         bdb_buf_free(&r->body);
         return;
     }
-    if (!r->bp.admitted) /* a body nobody announced: account it from here on */
-        bdb_bp_admit(s->bp, &r->bp, NULL, 0, 0, bdb_monotonic_ms());
+    if (!r->adm.bp.admitted) /* a body nobody announced: account it from here on */
+        bdb_bp_admit(s->bp, &r->adm.bp, NULL, 0, 0, bdb_monotonic_ms());
     if (r->body.len + n > r->body.cap) {
         size_t want = r->body.cap < 65536 ? 65536 : r->body.cap * 2;
         if (want < r->body.len + n)
@@ -364,7 +344,7 @@ static void body_append(bdb_server *s, req *r, const char *data, size_t n)
         if (req_bp_grow(s, r, want - r->body.cap) != 0) {
             /* over the budget mid-body: drop what we have, answer at the end */
             bdb_buf_free(&r->body);
-            bdb_bp_release(s->bp, &r->bp);
+            bdb_bp_release(s->bp, &r->adm.bp);
             r->parse_reserved = 0;
             return;
         }
@@ -447,7 +427,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     bdb_conn_guard_idle(s->guard, guarded(c)); /* the next request's headers from now */
     req *r = *con_cls;
     if (r) {
-        bdb_bp_release(s->bp, &r->bp);
+        /* a write handler released its ticket (bdb_admit_done); this is what any other
+         * request holds, and a write refused before its handler ran */
+        bdb_bp_release(s->bp, &r->adm.bp);
         bdb_buf_free(&r->body);
         form_free(r);
         free(r);
@@ -693,8 +675,6 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         free(s);
         return rc;
     }
-    for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
-        pthread_mutex_init(&s->devq_mu[i], NULL);
     hot_start(s);                                  /* hot partitions (h_partitions.c) */
     s->purge = bdb_purge_start(s->tenants, s->db); /* deleted tenants' data */
     if (!s->purge)
@@ -705,6 +685,18 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
                         (unsigned)cfg->tenant_inflight_share};
     s->bp = bdb_bp_new(&bl);
     if (!s->bp)
+        abort();
+    bdb_admit_env ae = {s->tenants,
+                        s->db,
+                        s->bp,
+                        s->devlimit,
+                        s->hot,
+                        hot_policy_of,
+                        s,
+                        cfg->head_max_bytes,
+                        cfg->partition_warn_bytes};
+    s->admit = bdb_admit_new(&ae);
+    if (!s->admit)
         abort();
     s->guard = bdb_conn_guard_start(cfg->http_header_timeout, cfg->http_body_min_rate);
     if (!s->guard)
@@ -723,6 +715,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         bdb_conn_guard_stop(s->guard);
         bdb_pool_free(s->pool);
         bdb_bp_free(s->bp);
+        bdb_admit_free(s->admit);
         bdb_tenants_close(s->tenants);
         bdb_devlimit_free(s->devlimit);
         hot_stop(s);
@@ -775,8 +768,7 @@ int bdb_server_stop(bdb_server *s)
     fault_vfs_free(s);
     bdb_tenants_close(s->tenants);
     bdb_devlimit_free(s->devlimit);
-    for (size_t i = 0; i < sizeof s->devq_mu / sizeof s->devq_mu[0]; i++)
-        pthread_mutex_destroy(&s->devq_mu[i]);
+    bdb_admit_free(s->admit);
     free(s);
     return rc;
 }

@@ -4,6 +4,7 @@
 
 #include "common/buf.h"
 #include "query/pool.h"
+#include "server/admission/admit.h"
 #include "server/admission/backpressure.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -42,10 +43,7 @@ struct bdb_server {
     bdb_tenants *tenants;          /* registry, <data>/tenants */
     struct bdb_purge *purge;       /* deleted tenants' data removal (tenants_purge.h) */
     struct bdb_devlimit *devlimit; /* device profiles and limiter (devlimit.h) */
-    _Atomic uint64_t device_rate_rejections;
-    /* Writes that would add devices to a tenant with a device quota are serialised
-     * per stripe of tenants, so two requests cannot both pass the check. */
-    pthread_mutex_t devq_mu[16];
+    bdb_admit *admit;              /* the admission of every write (admit.h) */
     int64_t start_ms;
     /* counters for /metrics */
     _Atomic uint64_t http_requests[6]; /* by status class 1xx..5xx, [0] unused */
@@ -87,7 +85,7 @@ typedef struct req {
     form_args form; /* a POSTed query's parameters (form.c) */
     int too_large;
     uint64_t start_us;
-    bdb_bp_ticket bp;              /* what it holds of the in-flight budgets */
+    bdb_admit_ticket adm;          /* in-flight budgets (adm.bp); a write's admission */
     uint64_t parse_reserved;       /* of which reserved at admission for parsing */
     enum bdb_bp_reason bp_refused; /* BDB_BP_NONE, or why it is refused (body dropped) */
     int answered;                  /* a response was queued at the first call */
@@ -105,10 +103,6 @@ int req_bp_grow(bdb_server *s, req *r, uint64_t bytes);
  * "(other)" one, so /metrics has a bounded number of series. Every ingestion path
  * calls it after a successful bdb_db_write. */
 void count_ingest(bdb_server *s, const char *tenant, uint64_t samples);
-/* The head guard for a write: 0 when the head is within bounds (at once, or after
- * waiting up to BDB_BP_HEAD_WAIT_MS for a flush), -1 when the write is to be refused
- * (counted; answer respond_backpressure(BDB_BP_HEAD_MEMORY)). */
-int head_guard_wait(bdb_server *s);
 
 /* Response helpers: queue a response and return the MHD result. */
 enum MHD_Result respond(bdb_server *s, struct MHD_Connection *c, unsigned status, const char *ctype,
@@ -211,18 +205,11 @@ const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Resu
  * the request (it is then accounted to no tenant). */
 int req_peek_tenant(bdb_server *s, struct MHD_Connection *c, int use_bucket,
                     char out[BDB_TENANT_NAME_MAX + 1]);
-/* Device quota for a request that may create devices (writes, device profiles):
- * returns 0 when the tenant may add the batch's devices (with *locked set when the
- * caller must call devq_unlock after writing), or -1 with a 429 queued. */
+/* Device quota for a device profile, which may create a device (bdb_admit_devices):
+ * 0 with *held to release with bdb_admit_devices_unlock after the change, or -1 with
+ * a 429 queued. */
 int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
-               int *locked, enum MHD_Result *r);
-void devq_unlock(bdb_server *s, const char *tenant);
-/* The same decision for any ingestion path, without an answer (the MQTT gateway): 0
- * when the tenant may add b's devices (*locked as for devq_check), or -1 when they
- * would exceed its max_devices (counted as a rejection; *max, *have and *fresh say
- * by how much). */
-int devq_admit(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked, uint64_t *max,
-               uint64_t *have, uint64_t *fresh);
+               pthread_mutex_t **held, enum MHD_Result *r);
 uint64_t now_us(void);
 
 /* handlers */
@@ -261,18 +248,9 @@ enum MHD_Result h_partitions_hot(bdb_server *s, struct MHD_Connection *c);
 enum MHD_Result h_telemetry_by_tenant(bdb_server *s, struct MHD_Connection *c);
 /* test_clock only: POST /internal/clock?now_ms=<ms> or advance_ms=<ms>, admin token. */
 enum MHD_Result h_clock(bdb_server *s, struct MHD_Connection *c);
-/* Hot partition admission of a write (policy of the tenant, sampling, rate limit): 0
- * with *out = NULL (write b) or a batch to write instead (free it), or -1 with a 429
- * queued (nothing written). */
-int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
-              bdb_batch **out, enum MHD_Result *r);
-/* The same decision for any ingestion path (the MQTT gateway): the tenant's policy
- * applied to batch b. 1: write *out if set (the kept reports; free it), else b; 0:
- * refuse all of b (ratelimit; v names the device and the wait). Every report counts
- * toward detection either way. */
-struct bdb_hot_verdict;
-int hot_decide_batch(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_batch **out,
-                     struct bdb_hot_verdict *v);
+/* The hot partition policy of a tenant: the server's, with the tenant's overrides
+ * (bdb_admit_env.hot_policy; ctx is the server). */
+void hot_policy_of(void *ctx, const char *tenant, bdb_hot_policy *p);
 /* The wall clock the server acts on (test_clock aware). */
 bdb_clock server_clock(bdb_server *s);
 /* Sets up s->hot (after s->db and s->tenants); frees it. */

@@ -203,7 +203,7 @@ def mqtt_message_over_limit_dropped_and_counted():
                               params=dict(span(), tenant="acme", device="hot"))
                 return q.status == 200 and len(q.json()["values"]) == 1
             wait_for("the good message", stored)
-            contains(s.log(), "over its max_rps")
+            contains(s.log(), "device rate limit exceeded: device 'hot'")
 
 
 suite.main()

@@ -10,6 +10,8 @@
   ratelimit rejects the messages over the minute's allowance (0x97), sample stores
   exactly the stated fraction;
 - a device profile's max_rps: a message over it is rejected (0x97) and dead-lettered;
+- one admission order: a batch over two limits is refused for the same one over
+  HTTP and over MQTT;
 - the tenant's retention: a point older than the tenant's TTL is refused as "beyond
   retention policy" (a message of only such points is rejected with 0x99, a message
   with some is stored in part and counted partial);
@@ -22,8 +24,9 @@
   password file: a tenant's user cannot publish into another tenant's topics,
   bucketdb's user reads every tenant and writes its dead-letter topic.
 
-Each test can fail: remove a check from src/server/mqtt/mqtt_msg.c (or acknowledge a
-failed write in mqtt_gw.c) and the matching test fails."""
+Each test can fail: remove a check from src/server/admission/admit.c or its mapping in
+src/server/mqtt/mqtt_msg.c (or acknowledge a failed write in mqtt_gw.c) and the
+matching test fails."""
 
 import base64
 import json
@@ -123,7 +126,7 @@ def storage_quota_rejects_with_0x97_and_spares_other_tenants():
             eq(rows(s, "sq", "q1"), [], "nothing of a refused message is stored")
             settled(s, "accepted", 1)
             eq(pubacks(b, "bdbtest-sq", RC_QUOTA), 3, "PUBACK reason 0x97 (quota exceeded)")
-            contains(s.log(), "quota exceeded: tenant 'sq' stores")
+            contains(s.log(), "storage quota exceeded: tenant 'sq' may store 1000 bytes")
             rej = admin(s, "GET", "/tenants/sq")["rejections"]
             check(rej["storage_bytes"] >= 4, "the refusals counted for sq: %r" % rej)
         # with a dead-letter topic the message goes there, acknowledged with success
@@ -136,7 +139,8 @@ def storage_quota_rejects_with_0x97_and_spares_other_tenants():
                 {"Authorization": "Token " + sq}).status == 429, [s.log()])
             check(b.publish("bucketdb/sq/q2/telemetry", lp("q2", BASE, 7)))
             out = sub_read(b, "bdbtest-sq-dl", DL, "mqttv5", 1, "%P|%p")
-            contains(out, "reason:quota exceeded: tenant 'sq' stores", "dead letter (%r)" % out)
+            contains(out, "reason:storage quota exceeded: tenant 'sq' may store 1000 bytes",
+                     "dead letter (%r)" % out)
             contains(out, "topic:bucketdb/sq/q2/telemetry")
             contains(out, "|" + lp("q2", BASE, 7))
             settled_metric(s, "bucketdb_mqtt_dead_letters_total", 1)
@@ -189,7 +193,7 @@ def hot_partition_policies_over_mqtt():
             eq(result(s, "hot_partition"), 2)
             eq(pubacks(b, "bdbtest-hot", RC_QUOTA), 2, "PUBACK 0x97 for the 2 rejected")
             settled(s, "accepted", 5 + 5 + 5 + 1, "the sampled messages count as accepted")
-            contains(s.log(), "hot partition rate limit: device 'r1' is hot")
+            contains(s.log(), "hot partition rate limit: device 'r1' of tenant 'rl' is hot")
             r = s.request("GET", "/api/v1/partitions/hot", None,
                           {"Authorization": "Token " + s.token})
             eq(r.status, 200)
@@ -221,7 +225,7 @@ def device_max_rps_rejects_with_0x97_and_dead_letters():
             eq(rows(s, "acme", "lim"), [])
             eq(result(s, "device_rate"), 1)
             eq(pubacks(b, "bdbtest-rps", RC_QUOTA), 1)
-            contains(s.log(), "device 'lim' over its max_rps 2")
+            contains(s.log(), "device 'lim' of tenant 'acme' may send 2 reports per second")
         with mqtt_server(b, "bdbtest-rps2", args=["--mqtt-dead-letter-topic", DL]) as s:
             r = s.request("PUT", "/api/v1/devices/lim/profile", None,
                           {"Authorization": "Token " + s.token},
@@ -230,10 +234,45 @@ def device_max_rps_rejects_with_0x97_and_dead_letters():
             wait_connected(s, b)
             check(b.publish("bucketdb/acme/lim/telemetry", three))
             out = sub_read(b, "bdbtest-rps-dl", DL, "mqttv5", 1, "%P|%p")
-            contains(out, "reason:device 'lim' over its max_rps 2", "dead letter (%r)" % out)
+            contains(out, "reason:device rate limit exceeded: device 'lim' of tenant 'acme' may "
+                     "send 2 reports per second", "dead letter (%r)" % out)
             contains(out, "|" + three.split("\n")[0])
             eq(result(s, "device_rate"), 1)
             eq(pubacks(b, "bdbtest-rps2", RC_QUOTA), 0, "dead-lettered: PUBACK success")
+
+
+@suite.test
+def http_and_mqtt_refuse_the_same_batch_for_the_same_limit():
+    """One admission order (docs/RELIABILITY.md#admission): a batch over the tenant's
+    device quota and over a device's max_rps is refused for the device quota by both
+    protocols (the MQTT gateway used to check max_rps first), and neither takes the
+    device's rate tokens for it."""
+    with LogBroker() as b:
+        with mqtt_server(b, "bdbtest-order") as s:
+            tok = admin(s, "POST", "/tenants", {"name": "acme",
+                                                "quotas": {"max_devices": 1}})["token"]
+            auth = {"Authorization": "Token " + tok}
+            r = s.request("PUT", "/api/v1/devices/lim/profile", None,
+                          {"Authorization": "Token " + s.token},
+                          params={"tenant": "acme", "max_rps": 2})
+            eq(r.status, 200, "PUT profile (%r)" % r.body[:300])
+            r = s.request("POST", "/write", lp("d1", BASE, 1), auth, params={"db": "acme"})
+            eq(r.status, 204, "acme's one device (%r)" % r.body[:300])
+            wait_connected(s, b)
+            # 3 reports of a second device, lim, beyond its burst of 2 whatever the clock
+            r = s.request("POST", "/write", "\n".join(lp("lim", BASE + k, k) for k in range(3)),
+                          auth, params={"db": "acme"})
+            eq(r.status, 429, "HTTP (%r)" % r.body[:300])
+            eq(r.json()["limit"], "max_devices")
+            check(b.publish("bucketdb/acme/lim/telemetry",
+                            "\n".join(mq(BASE + k, k) for k in range(3))))
+            wait_for("the MQTT refusal", lambda: result(s, "device_quota") == 1, [s.log()])
+            eq(result(s, "device_rate"), 0, "refused for the device quota, not max_rps")
+            eq(metric(s, "bucketdb_device_rate_rejections_total"), 0)
+            eq(pubacks(b, "bdbtest-order", RC_QUOTA), 1)
+            contains(s.log(), "quota exceeded: tenant 'acme' may have at most 1 devices; it has 1 "
+                              "and this message would add 1")
+            eq(rows(s, "acme", "lim"), [])
 
 
 # ------------------------------------------------------------ retention

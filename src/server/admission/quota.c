@@ -131,16 +131,22 @@ int bdb_quota_storage_admit(bdb_tenants *reg, bdb_db *db, const bdb_usage_opts *
     return 0;
 }
 
-void bdb_quota_storage_error(bdb_buf *b, char *msg, size_t msglen, const char *tenant,
-                             uint64_t limit, uint64_t usage)
+void bdb_quota_storage_msg(char *msg, size_t msglen, const char *tenant, uint64_t limit,
+                           uint64_t usage, const char *noun)
 {
     char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
     snprintf(msg, msglen,
              "storage quota exceeded: tenant '%s' may store %llu bytes (storage_bytes) and "
-             "stores %llu; nothing of this request was written; space frees when retention "
+             "stores %llu; nothing of this %s was written; space frees when retention "
              "drops old data or the quota is raised",
              bdb_tenant_key_name(tenant, tname), (unsigned long long)limit,
-             (unsigned long long)usage);
+             (unsigned long long)usage, noun);
+}
+
+void bdb_quota_storage_error(bdb_buf *b, char *msg, size_t msglen, const char *tenant,
+                             uint64_t limit, uint64_t usage)
+{
+    bdb_quota_storage_msg(msg, msglen, tenant, limit, usage, "request");
     bdb_quota_error_json(b, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_STORAGE), limit,
                          BDB_QUOTA_STORAGE_RETRY_S);
     /* one more field: what the tenant stores now */

@@ -79,6 +79,9 @@ void bdb_quota_error_json(bdb_buf *b, const char *msg, const char *tenant, const
  * the tracker is started if it is not running. */
 int bdb_quota_storage_admit(bdb_tenants *reg, bdb_db *db, const bdb_usage_opts *uo,
                             const char *tenant, uint64_t *limit, uint64_t *usage);
+/* The refusal's message; noun names what was refused ("request", "message"). */
+void bdb_quota_storage_msg(char *msg, size_t msglen, const char *tenant, uint64_t limit,
+                           uint64_t usage, const char *noun);
 /* The refusal: msg (for X-Influxdb-Error) and the JSON body of bdb_quota_error_json
  * with "usage" added; Retry-After is BDB_QUOTA_STORAGE_RETRY_S. */
 void bdb_quota_storage_error(bdb_buf *b, char *msg, size_t msglen, const char *tenant,

@@ -71,8 +71,9 @@ void hot_stop(bdb_server *s)
 }
 
 /* The tenant's policy: the server's, with the tenant's overrides. */
-static void policy_for(bdb_server *s, const char *tenant, bdb_hot_policy *p)
+void hot_policy_of(void *ctx, const char *tenant, bdb_hot_policy *p)
 {
+    bdb_server *s = ctx;
     char err[200];
     if (bdb_config_hot_policy(&s->cfg, p, err, sizeof err) != 0)
         memset(p, 0, sizeof *p); /* checked at start: cannot happen */
@@ -90,46 +91,6 @@ static void policy_for(bdb_server *s, const char *tenant, bdb_hot_policy *p)
         p->max_per_minute = h->rate_limit;
     if (h->sample != 0)
         p->sample = h->sample;
-}
-
-/* ---------------------------------------------------------------- admission */
-
-int hot_decide_batch(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_batch **out,
-                     bdb_hot_verdict *v)
-{
-    *out = NULL;
-    memset(v, 0, sizeof *v);
-    bdb_hot_policy p;
-    policy_for(s, tenant, &p);
-    if (!p.threshold)
-        return 1;
-    return bdb_hotpart_admit_batch(s->hot, tenant, &p, b, out, v);
-}
-
-int hot_admit(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
-              bdb_batch **out, enum MHD_Result *r)
-{
-    bdb_hot_verdict v;
-    if (hot_decide_batch(s, tenant, b, out, &v))
-        return 0;
-    int64_t retry = (v.retry_after_ms + 999) / 1000;
-    if (retry < 1)
-        retry = 1;
-    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
-    /* on the heap: a device name may be as long as max_key_bytes allows */
-    bdb_buf msg;
-    bdb_buf_init(&msg);
-    bdb_buf_printf(&msg,
-                   "hot partition rate limit: device '%.*s' of tenant '%s' is hot and may send "
-                   "%llu reports per minute while hot; this request holds %zu of its reports, "
-                   "more than remain of this minute's allowance; nothing of it was written",
-                   (int)v.device_len, v.device, bdb_tenant_key_name(tenant, tname),
-                   (unsigned long long)v.limit, v.rejected);
-    bdb_buf_putc(&msg, '\0');
-    *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, v.device, v.device_len,
-                              "hot_rate_limit", v.limit, v.rejected);
-    bdb_buf_free(&msg);
-    return -1;
 }
 
 /* ---------------------------------------------------------------- GET partitions/hot */

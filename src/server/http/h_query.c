@@ -672,8 +672,8 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
         bdb_batch_begin(one, dev, strlen(dev), 0, 0);
         bdb_batch_state(one, "", 0);
         bdb_batch_end(one);
-        int locked;
-        if (devq_check(s, c, tenant, one, &locked, &res) != 0) {
+        pthread_mutex_t *held;
+        if (devq_check(s, c, tenant, one, &held, &res) != 0) {
             bdb_batch_free(one);
             return res;
         }
@@ -688,8 +688,7 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
             rc = bdb_devlimit_set_profile(s->devlimit, tenant, dev, rps_s ? (uint32_t)rps : old_rps,
                                           iv_s ? iv : old_iv);
         }
-        if (locked)
-            devq_unlock(s, tenant);
+        bdb_admit_devices_unlock(held);
         if (rc != BDB_OK)
             return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500, bdb_strerror(rc),
                                       0);

@@ -440,7 +440,7 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     bdb_tenants_list(s->tenants, quota_cb, &b);
     metric_u(&b, "bucketdb_device_rate_rejections_total", "counter",
              "Write requests refused because a device exceeded its profile's max_rps.",
-             atomic_load(&s->device_rate_rejections));
+             bdb_admit_count(s->admit, BDB_ADMIT_DEVICE_RATE));
     metric_u(&b, "bucketdb_device_limiter_entries", "gauge",
              "Devices with live rate-limiter state (idle ones expire).",
              bdb_devlimit_entries(s->devlimit));

@@ -11,7 +11,7 @@
 #include "ingest/json_ingest.h"
 #include "ingest/lp_ingest.h"
 #include "model/dedup.h"
-#include "server/admission/devlimit.h"
+#include "server/admission/admit.h"
 #include "server/admission/quota.h"
 
 #include <pthread.h>
@@ -41,7 +41,8 @@ static const bdb_buf *request_body(bdb_server *s, struct MHD_Connection *c, req 
     int g =
         bdb_gzip_inflate(r->body.data, r->body.len, s->cfg.max_body_bytes, tmp, gunzip_grow, sr);
     if (g == BDB_ERR_AGAIN) {
-        *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+        *res = respond_backpressure(s, c, r->bp_refused,
+                                    r->adm.bp.tenant[0] ? r->adm.bp.tenant : NULL);
         return NULL;
     }
     if (g == BDB_ERR_LIMIT) {
@@ -92,147 +93,56 @@ static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, in
     }
 }
 
-/* ---- quotas (docs/TENANCY.md). Only registered tenants have quotas. ---- */
-
-static pthread_mutex_t *devq_lock_of(bdb_server *s, const char *tenant)
-{
-    return &s->devq_mu[bdb_hash(tenant, strlen(tenant)) %
-                       (sizeof s->devq_mu / sizeof s->devq_mu[0])];
-}
-
-void devq_unlock(bdb_server *s, const char *tenant)
-{
-    pthread_mutex_unlock(devq_lock_of(s, tenant));
-}
-
-int devq_admit(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked, uint64_t *max,
-               uint64_t *have, uint64_t *fresh)
-{
-    *locked = 0;
-    *max = *have = *fresh = 0;
-    bdb_tenant_info ti;
-    if (bdb_tenants_get(s->tenants, tenant, &ti) != BDB_OK || !ti.quotas.max_devices)
-        return 0;
-    *max = ti.quotas.max_devices;
-    if (bdb_db_tenant_usage(s->db, tenant, b, have, fresh) != BDB_OK || *fresh == 0)
-        return 0; /* adds no device: nothing to serialise */
-    /* Check again under the tenant's lock, held until the write is done, so that two
-     * requests cannot both take the last free device. */
-    pthread_mutex_lock(devq_lock_of(s, tenant));
-    if (bdb_db_tenant_usage(s->db, tenant, b, have, fresh) == BDB_OK &&
-        !bdb_quota_devices_ok(*have, *fresh, *max)) {
-        devq_unlock(s, tenant);
-        bdb_tenants_count_rejection(s->tenants, tenant, BDB_LIMIT_DEVICES);
-        return -1;
-    }
-    *locked = 1;
-    return 0;
-}
-
+/* Device quota of a device profile (h_query.c), which may create the device. */
 int devq_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, const bdb_batch *b,
-               int *locked, enum MHD_Result *r)
+               pthread_mutex_t **held, enum MHD_Result *r)
 {
     uint64_t max, have, fresh;
-    if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) != 0) {
-        char msg[512], tname[BDB_TENANT_NAME_MAX + 1];
-        snprintf(msg, sizeof msg,
-                 "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
-                 "this request would add %llu; nothing of it was written",
-                 bdb_tenant_key_name(tenant, tname), (unsigned long long)max,
-                 (unsigned long long)have, (unsigned long long)fresh);
-        bdb_buf out;
-        bdb_buf_init(&out);
-        /* Waiting does not free a device; the Retry-After only paces retries. */
-        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_DEVICES), max,
-                             BDB_QUOTA_DEVICES_RETRY_S);
-        *r = respond_retry_error(s, c, 429, BDB_QUOTA_DEVICES_RETRY_S, msg, out.data, out.len);
-        bdb_buf_free(&out);
-        return -1;
-    }
-    return 0; /* *locked as devq_admit set it */
-}
-
-/* Write-rate admission of a whole request; 0, or -1 with a 429 (or 413) queued. */
-static int rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant, uint64_t cost,
-                      enum MHD_Result *r)
-{
-    int64_t retry = 0;
-    uint64_t value = 0;
-    int v = bdb_tenants_admit(s->tenants, tenant, cost, bdb_monotonic_ms(), &retry, &value);
-    if (v > 0)
+    if (bdb_admit_devices(s->admit, tenant, b, held, &max, &have, &fresh) == 0)
         return 0;
-    char msg[512], tname[BDB_TENANT_NAME_MAX + 1];
-    const char *tn = bdb_tenant_key_name(tenant, tname); /* the name, not its storage key */
-    bdb_buf out;
-    bdb_buf_init(&out);
-    if (v == 0) {
-        snprintf(msg, sizeof msg,
-                 "quota exceeded: tenant '%s' may write %llu samples per second; this request "
-                 "of %llu samples can be accepted in %lld s; nothing of it was written",
-                 tn, (unsigned long long)value, (unsigned long long)cost, (long long)retry);
-        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_RATE), value, retry);
-        *r = respond_retry_error(s, c, 429, retry, msg, out.data, out.len);
-    } else {
-        snprintf(msg, sizeof msg,
-                 "request too large for the quota: tenant '%s' has a burst of %llu samples and "
-                 "this request holds %llu; split it into smaller requests; nothing of it was "
-                 "written",
-                 tn, (unsigned long long)value, (unsigned long long)cost);
-        bdb_quota_error_json(&out, msg, tenant, bdb_quota_limit_name(BDB_LIMIT_BURST), value, -1);
-        *r = respond_retry_error(s, c, 413, 0, msg, out.data, out.len);
-    }
-    bdb_buf_free(&out);
-    return -1;
-}
-
-/* Storage quota (docs/TENANCY.md#storage-quota): a tenant at or over storage_bytes is
- * refused whole with 429. 0, or -1 with the answer queued. */
-static int storage_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
-                         enum MHD_Result *r)
-{
-    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
-    uint64_t limit = 0, usage = 0;
-    if (bdb_quota_storage_admit(s->tenants, s->db, &uo, tenant, &limit, &usage))
-        return 0;
-    char msg[512];
-    bdb_buf out;
-    bdb_buf_init(&out);
-    bdb_quota_storage_error(&out, msg, sizeof msg, tenant, limit, usage);
-    *r = respond_retry_error(s, c, 429, BDB_QUOTA_STORAGE_RETRY_S, msg, out.data, out.len);
-    bdb_buf_free(&out);
-    return -1;
-}
-
-/* Device profiles (docs/TENANCY.md, "Device profiles"): every device of the request
- * with a max_rps profile must have room for its reports, else the whole request is
- * refused with 429. 0, or -1 with the answer queued. */
-static int device_rate_check(bdb_server *s, struct MHD_Connection *c, const char *tenant,
-                             const bdb_batch *b, enum MHD_Result *r)
-{
-    const char *dev = NULL;
-    size_t dlen = 0;
-    uint32_t limit = 0, value = 0;
-    int64_t retry = 1;
-    int v = bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), &dev, &dlen, &limit,
-                               &value, &retry);
-    if (v > 0)
-        return 0;
-    atomic_fetch_add(&s->device_rate_rejections, 1);
-    if (v < 0)
-        retry = 1; /* more reports than one second allows: only pacing helps */
-    char tname[BDB_TENANT_NAME_MAX + 1]; /* the name, not its storage key */
-    /* on the heap: a device name may be as long as max_key_bytes allows */
-    bdb_buf msg;
+    bdb_buf msg, out;
     bdb_buf_init(&msg);
-    bdb_buf_printf(&msg,
-                   "device rate limit exceeded: device '%.*s' of tenant '%s' may send %u reports "
-                   "per second; this request holds %u of its reports; nothing of it was written",
-                   (int)dlen, dev, bdb_tenant_key_name(tenant, tname), limit, value);
+    bdb_buf_init(&out);
+    bdb_admit_devices_msg(&msg, tenant, max, have, fresh, "request");
     bdb_buf_putc(&msg, '\0');
-    *r = respond_device_limit(s, c, retry, (const char *)msg.data, tenant, dev, dlen, "max_rps",
-                              limit, value);
+    /* Waiting does not free a device; the Retry-After only paces retries. */
+    bdb_quota_error_json(&out, (const char *)msg.data, tenant,
+                         bdb_quota_limit_name(BDB_LIMIT_DEVICES), max, BDB_QUOTA_DEVICES_RETRY_S);
+    *r = respond_retry_error(s, c, 429, BDB_QUOTA_DEVICES_RETRY_S, (const char *)msg.data, out.data,
+                             out.len);
+    bdb_buf_free(&out);
     bdb_buf_free(&msg);
     return -1;
+}
+
+/* Answers a write that admission refused (admit.h) with the status, Retry-After and
+ * JSON body of its limit (docs/API.md#post-write, docs/TENANCY.md#quotas); nothing of
+ * it was written. */
+static enum MHD_Result refusal(bdb_server *s, struct MHD_Connection *c, const char *tenant,
+                               const bdb_admit_result *ar)
+{
+    const char *limit = bdb_admit_limit_name(ar->verdict);
+    if (ar->verdict == BDB_ADMIT_HEAD)
+        return respond_backpressure(s, c, BDB_BP_HEAD_MEMORY, NULL);
+    if (ar->verdict == BDB_ADMIT_DEVICE_RATE || ar->verdict == BDB_ADMIT_HOT)
+        return respond_device_limit(s, c, ar->retry_after_s, ar->msg, tenant, ar->device,
+                                    ar->device_len, limit, ar->limit, ar->value);
+    bdb_buf out;
+    bdb_buf_init(&out);
+    enum MHD_Result res;
+    if (ar->verdict == BDB_ADMIT_STORAGE) {
+        char msg[512]; /* the same message as ar->msg: the noun is "request" */
+        bdb_quota_storage_error(&out, msg, sizeof msg, tenant, ar->limit, ar->usage);
+        res = respond_retry_error(s, c, 429, ar->retry_after_s, msg, out.data, out.len);
+    } else if (ar->verdict == BDB_ADMIT_BURST) {
+        bdb_quota_error_json(&out, ar->msg, tenant, limit, ar->limit, -1);
+        res = respond_retry_error(s, c, 413, 0, ar->msg, out.data, out.len);
+    } else { /* max_devices, writes_per_second */
+        bdb_quota_error_json(&out, ar->msg, tenant, limit, ar->limit, ar->retry_after_s);
+        res = respond_retry_error(s, c, 429, ar->retry_after_s, ar->msg, out.data, out.len);
+    }
+    bdb_buf_free(&out);
+    return res;
 }
 
 /* What parsing made of a request: how many lines (or reports) were accepted and
@@ -273,7 +183,7 @@ static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const 
 {
     uint64_t est = parse_estimate(body, json);
     if (est <= r->parse_reserved) {
-        bdb_bp_shrink(s->bp, &r->bp, r->parse_reserved - est);
+        bdb_bp_shrink(s->bp, &r->adm.bp, r->parse_reserved - est);
         r->parse_reserved = est;
         return 0;
     }
@@ -281,8 +191,21 @@ static int parse_reserve(bdb_server *s, struct MHD_Connection *c, req *r, const 
         r->parse_reserved = est;
         return 0;
     }
-    *res = respond_backpressure(s, c, r->bp_refused, r->bp.tenant[0] ? r->bp.tenant : NULL);
+    *res = respond_backpressure(s, c, r->bp_refused, r->adm.bp.tenant[0] ? r->adm.bp.tenant : NULL);
     return -1;
+}
+
+/* The body to parse (decompressed if needed) with the request's reservation set to
+ * what parsing it takes: every write endpoint reads its body this way. NULL with a
+ * response queued (tmp freed). */
+static const bdb_buf *body_to_parse(bdb_server *s, struct MHD_Connection *c, req *r, bdb_buf *tmp,
+                                    int json, enum MHD_Result *res)
+{
+    const bdb_buf *body = request_body(s, c, r, tmp, res);
+    if (body && parse_reserve(s, c, r, body, json, res) == 0)
+        return body;
+    bdb_buf_free(tmp);
+    return NULL;
 }
 
 void server_device_rule(bdb_server *s, const char *tenant, bdb_devrule *out)
@@ -305,58 +228,28 @@ void count_ingest(bdb_server *s, const char *tenant, uint64_t samples)
 
 /* Writes the accepted part and answers: 204 when nothing was rejected, else 400 with
  * the Influx phrases ("partial write:" when some of the body was stored) and the
- * counts, so a client knows exactly what happened to its request. */
+ * counts, so a client knows exactly what happened to its request. *wrc: the write's
+ * result (untouched when nothing was written). */
 static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c, req *r,
-                                         const char *tenant, bdb_batch *b, const struct outcome *o)
+                                         const char *tenant, bdb_batch *b, const struct outcome *o,
+                                         int *wrc)
 {
     bdb_dedup dd = {0, 0};
     if (o->accepted) {
-        /* The head may have grown while the body arrived: check again before
-         * writing (and before the quotas take anything). */
-        if (head_guard_wait(s) != 0)
-            return respond_backpressure(s, c, BDB_BP_HEAD_MEMORY, NULL);
-        /* Quotas decide for the whole request before anything is written. */
-        enum MHD_Result qr;
-        int locked;
-        if (storage_check(s, c, tenant, &qr) != 0)
-            return qr;
-        if (devq_check(s, c, tenant, b, &locked, &qr) != 0)
-            return qr;
-        uint64_t cost = bdb_quota_cost(b);
-        if (rate_check(s, c, tenant, cost, &qr) != 0) {
-            if (locked)
-                devq_unlock(s, tenant);
-            return qr;
-        }
-        if (device_rate_check(s, c, tenant, b, &qr) != 0) {
-            bdb_tenants_refund(s->tenants, tenant, cost);
-            if (locked)
-                devq_unlock(s, tenant);
-            return qr;
-        }
-        /* Hot partitions (h_partitions.c): with the sample policy only the kept reports
-         * are written (the request is still acknowledged); a rate-limited hot device
-         * over its minute refuses the whole request, as a device over max_rps does. */
-        bdb_batch *kept = NULL;
-        if (hot_admit(s, c, tenant, b, &kept, &qr) != 0) {
-            bdb_tenants_refund(s->tenants, tenant, cost);
-            if (locked)
-                devq_unlock(s, tenant);
-            return qr;
-        }
-        const bdb_batch *wb = kept ? kept : b;
+        /* The whole request is admitted or refused before anything is written; with
+         * the hot sample policy only the kept reports are written. */
+        bdb_admit_result ar;
+        if (bdb_admit_batch(s->admit, &r->adm, tenant, b, "request", bdb_monotonic_ms(), &ar) !=
+            BDB_ADMIT_OK)
+            return refusal(s, c, tenant, &ar);
         /* Reports of one device and millisecond are one sample per metric once stored:
          * the counters and `accepted` count what is kept (model/dedup.h). */
-        bdb_dedup_count(wb, &dd);
-        int rc = bdb_db_write(s->db, tenant, wb);
-        if (locked)
-            devq_unlock(s, tenant);
-        uint64_t written = bdb_batch_samples(wb) - dd.samples;
-        bdb_batch_free(kept);
-        if (rc != BDB_OK) {
-            bdb_tenants_refund(s->tenants, tenant, cost);
+        bdb_dedup_count(ar.batch, &dd);
+        int rc = bdb_db_write(s->db, tenant, ar.batch);
+        *wrc = rc;
+        if (rc != BDB_OK)
             return storage_error(s, c, rc);
-        }
+        uint64_t written = bdb_batch_samples(ar.batch) - dd.samples;
         atomic_fetch_add(o->samples, written);
         hist_observe(&s->batch_size, written);
         count_ingest(s, tenant, written);
@@ -392,7 +285,7 @@ static enum MHD_Result commit_and_answer(bdb_server *s, struct MHD_Connection *c
     return res;
 }
 
-enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int v2)
+static enum MHD_Result write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int v2, int *wrc)
 {
     enum MHD_Result res;
     const char *tenant = req_tenant_in(s, c, &res, v2);
@@ -414,15 +307,9 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int 
     }
     bdb_buf tmp;
     bdb_buf_init(&tmp);
-    const bdb_buf *body = request_body(s, c, r, &tmp, &res);
-    if (!body) {
-        bdb_buf_free(&tmp);
+    const bdb_buf *body = body_to_parse(s, c, r, &tmp, 0, &res);
+    if (!body)
         return res;
-    }
-    if (parse_reserve(s, c, r, body, 0, &res) != 0) {
-        bdb_buf_free(&tmp);
-        return res;
-    }
     bdb_lp_limits lim;
     bdb_lp_limits_default(&lim);
     lim.max_line_len = s->cfg.max_line_bytes;
@@ -467,12 +354,12 @@ enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int 
                  lr.strings_skipped, lr.first_skipped);
         o.not_stored = skipped;
     }
-    res = commit_and_answer(s, c, r, tenant, b, &o);
+    res = commit_and_answer(s, c, r, tenant, b, &o, wrc);
     bdb_batch_free(b);
     return res;
 }
 
-enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
+static enum MHD_Result write_json(bdb_server *s, struct MHD_Connection *c, req *r, int *wrc)
 {
     enum MHD_Result res;
     const char *tenant = req_tenant(s, c, &res);
@@ -480,15 +367,9 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
         return res;
     bdb_buf tmp;
     bdb_buf_init(&tmp);
-    const bdb_buf *body = request_body(s, c, r, &tmp, &res);
-    if (!body) {
-        bdb_buf_free(&tmp);
+    const bdb_buf *body = body_to_parse(s, c, r, &tmp, 1, &res);
+    if (!body)
         return res;
-    }
-    if (parse_reserve(s, c, r, body, 1, &res) != 0) {
-        bdb_buf_free(&tmp);
-        return res;
-    }
     bdb_json_limits lim;
     bdb_json_limits_default(&lim);
     lim.max_key_len = s->cfg.max_key_bytes;
@@ -532,9 +413,32 @@ enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
                  jr.strings_skipped, jr.first_skipped);
         o.not_stored = skipped;
     }
-    res = commit_and_answer(s, c, r, tenant, b, &o);
+    res = commit_and_answer(s, c, r, tenant, b, &o, wrc);
     bdb_batch_free(b);
     return res;
+}
+
+/* Every write endpoint ends here, whatever it answered: its admission ticket is
+ * released once, and the body goes with the reservation that covered it. */
+static enum MHD_Result write_done(bdb_server *s, req *r, enum MHD_Result res, int wrc)
+{
+    bdb_admit_done(s->admit, &r->adm, wrc);
+    bdb_buf_free(&r->body);
+    return res;
+}
+
+enum MHD_Result h_write_lp(bdb_server *s, struct MHD_Connection *c, req *r, int v2)
+{
+    int wrc = BDB_ERR_INVALID; /* nothing written */
+    enum MHD_Result res = write_lp(s, c, r, v2, &wrc);
+    return write_done(s, r, res, wrc);
+}
+
+enum MHD_Result h_write_json(bdb_server *s, struct MHD_Connection *c, req *r)
+{
+    int wrc = BDB_ERR_INVALID;
+    enum MHD_Result res = write_json(s, c, r, &wrc);
+    return write_done(s, r, res, wrc);
 }
 
 enum MHD_Result h_influx_v2_query(bdb_server *s, struct MHD_Connection *c)

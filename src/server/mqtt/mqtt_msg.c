@@ -1,19 +1,18 @@
-/* mqtt_msg: one MQTT message from topic to durable samples, with every check of the
- * HTTP write path (docs/MQTT.md#delivery-guarantee):
+/* mqtt_msg: one MQTT message from topic to durable samples, through the admission of
+ * HTTP writes (admit.h, docs/MQTT.md#delivery-guarantee):
  *
  *   1. topic -> tenant and device (the topic scheme); a topic that does not fit is
  *      rejected;
- *   2. in-flight budgets and the head guard (backpressure.h), as a write request
- *      takes them at admission: when refused the gateway pauses (stops reading, the
- *      broker holds the stream) and tries again, it never drops;
+ *   2. the reservation (bdb_admit_reserve: head guard, in-flight budgets): when
+ *      refused the gateway pauses (stops reading, the broker holds the stream) and
+ *      tries again, it never drops;
  *   3. payload -> batch (the format of the topic's pattern);
- *   4. the tenant's write rate: pause while it is exceeded; a message over the burst
- *      can never pass and is rejected;
- *   5. storage quota, device profiles (max_rps), the tenant's device quota and a hot
- *      partition's rate limit: rejected (waiting would not help, or would stall
- *      every other tenant behind one); a hot partition's sample policy stores only
- *      the kept reports;
- *   6. bdb_db_write; a storage failure is never acknowledged.
+ *   4. bdb_admit_batch: the head guard or the tenant's write rate pause as in 2;
+ *      every other refusal (storage quota, device quota, a message over the burst,
+ *      max_rps, a hot partition's rate limit) rejects it, since waiting would not
+ *      help or would stall every other tenant behind one; a hot partition's sample
+ *      policy stores only the kept reports;
+ *   5. bdb_db_write; a storage failure is never acknowledged.
  *
  * A rejected message is counted, logged with topic and reason, published to the
  * dead-letter topic when one is configured (QoS 1, acknowledged by the broker
@@ -25,10 +24,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/utf8.h"
-#include "server/admission/backpressure.h"
-#include "server/admission/devlimit.h"
-#include "server/admission/hotpart.h"
-#include "server/admission/quota.h"
+#include "server/admission/admit.h"
 #include "server/server_int.h"
 #include "server/tenants/tenants.h"
 
@@ -346,17 +342,13 @@ static int reject(mq_client *c, const bdb_mqtt_publish *p, int too_large, const 
 /* Pauses while the server refuses the message's in-flight reservation or the head
  * is over its bound. 1 admitted (*t holds the reservation), -1 stopping or the
  * connection failed while pausing. */
-static int admit_bp(mq_client *c, const char *tenant, uint64_t bytes, bdb_bp_ticket *t,
+static int admit_bp(mq_client *c, const char *tenant, uint64_t bytes, bdb_admit_ticket *t,
                     const char *topic)
 {
     bdb_server *s = c->g->s;
     int logged = 0;
     for (;;) {
-        enum bdb_bp_reason why;
-        if (head_guard_wait(s) != 0)
-            why = BDB_BP_HEAD_MEMORY;
-        else
-            why = bdb_bp_admit(s->bp, t, tenant, bytes, 1, bdb_monotonic_ms());
+        enum bdb_bp_reason why = bdb_admit_reserve(s->admit, t, tenant, bytes);
         if (why == BDB_BP_NONE)
             return 1;
         atomic_fetch_add(&c->g->bp_pauses, 1);
@@ -369,57 +361,49 @@ static int admit_bp(mq_client *c, const char *tenant, uint64_t bytes, bdb_bp_tic
     }
 }
 
-/* The tenant's write rate for a message of `cost` samples: 1 admitted, 0 never
- * admissible (larger than the burst), -1 stopping or the connection failed. */
-static int admit_rate(mq_client *c, const char *tenant, uint64_t cost, const char *topic)
+/* The admission of a parsed message (admit.h), pausing while the head is over its
+ * bound or the tenant over its write rate, since waiting lets those pass: the verdict
+ * (OK or a refusal that waiting cannot lift), or -1 stopping or the connection failed
+ * while pausing. */
+static int admit_message(mq_client *c, bdb_admit_ticket *t, const char *tenant, const bdb_batch *b,
+                         const char *topic, bdb_admit_result *ar)
 {
     bdb_mqtt_gw *g = c->g;
     int logged = 0;
     for (;;) {
-        int64_t retry = 0;
-        uint64_t value = 0;
-        int v = bdb_tenants_admit(g->s->tenants, tenant, cost, bdb_monotonic_ms(), &retry, &value);
-        if (v != 0)
-            return v > 0 ? 1 : 0;
-        atomic_fetch_add(&g->quota_pauses, 1);
-        if (!logged++)
+        enum bdb_admit_verdict v =
+            bdb_admit_batch(g->s->admit, t, tenant, b, "message", bdb_monotonic_ms(), ar);
+        if (v != BDB_ADMIT_HEAD && v != BDB_ADMIT_RATE)
+            return v;
+        atomic_fetch_add(v == BDB_ADMIT_RATE ? &g->quota_pauses : &g->bp_pauses, 1);
+        if (!logged++ && v == BDB_ADMIT_RATE)
             BDB_WARN("mqtt: tenant '%s' is over its write rate of %llu samples/s; consumption "
                      "paused (message on '%s' not yet acknowledged)",
-                     tenant, (unsigned long long)value, topic);
-        if (mq_keepalive(c) != 0 || mq_sleep(g, 250) != 0)
+                     tenant, (unsigned long long)ar->limit, topic);
+        else if (logged == 1)
+            BDB_WARN("mqtt: server saturated (%s); consumption from %s paused (message on '%s' "
+                     "not yet acknowledged)",
+                     bdb_admit_limit_name(v), c->name, topic);
+        if (mq_keepalive(c) != 0 || mq_sleep(g, v == BDB_ADMIT_RATE ? 250 : PAUSE_STEP_MS) != 0)
             return -1;
     }
 }
 
-/* The tenant's device quota, decided by devq_admit (h_write.c) as for HTTP writes
- * under the same per-tenant lock: 0 admitted (*locked: devq_unlock after the
- * write), -1 the message would add devices beyond it (why filled). */
-static int devices_check(bdb_server *s, const char *tenant, const bdb_batch *b, int *locked,
-                         char *why, size_t whylen)
+/* The counter of a refusal that waiting cannot lift. */
+static int refused_result(enum bdb_admit_verdict v)
 {
-    uint64_t max, have, fresh;
-    if (devq_admit(s, tenant, b, locked, &max, &have, &fresh) == 0)
-        return 0;
-    snprintf(why, whylen,
-             "quota exceeded: tenant '%s' may have at most %llu devices; it has %llu and "
-             "this message would add %llu",
-             tenant, (unsigned long long)max, (unsigned long long)have, (unsigned long long)fresh);
-    return -1;
-}
-
-/* Hot partitions, decided by hot_decide_batch (h_partitions.c) as for HTTP writes:
- * 0 (write *kept when set, else b), or -1 with why (a rate-limited hot device over
- * its minute). */
-static int hot_check(bdb_server *s, const char *tenant, const bdb_batch *b, bdb_batch **kept,
-                     char *why, size_t whylen)
-{
-    bdb_hot_verdict v;
-    if (hot_decide_batch(s, tenant, b, kept, &v))
-        return 0;
-    snprintf(why, whylen,
-             "hot partition rate limit: device '%.*s' is hot and may send %llu reports per minute",
-             (int)v.device_len, v.device, (unsigned long long)v.limit);
-    return -1;
+    switch (v) {
+    case BDB_ADMIT_STORAGE:
+        return MR_STORAGE_QUOTA;
+    case BDB_ADMIT_DEVICES:
+        return MR_DEVICE_QUOTA;
+    case BDB_ADMIT_BURST:
+        return MR_OVER_BURST;
+    case BDB_ADMIT_DEVICE_RATE:
+        return MR_DEVICE_RATE;
+    default:
+        return MR_HOT;
+    }
 }
 
 /* ------------------------------------------------------------ one message */
@@ -488,13 +472,10 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
     /* as HTTP writes: a deleted tenant's data stays out of reach (req_tenant) */
     bdb_tenants_storage_key(s->tenants, tname, tenant, sizeof tenant);
 
-    bdb_bp_ticket ticket;
-    memset(&ticket, 0, sizeof ticket);
-    if (admit_bp(c, tenant, (uint64_t)p->payload_len * (1 + BDB_BP_PARSE_FACTOR), &ticket, topic) <
-        0)
+    bdb_admit_ticket ticket = BDB_ADMIT_TICKET_INIT;
+    if (admit_bp(c, tenant, p->payload_len, &ticket, topic) < 0)
         return -1;
-    int ret = -1, locked = 0;
-    uint64_t cost = 0;
+    int ret = -1, rc = BDB_ERR_INVALID; /* rc: nothing written */
     bdb_mqtt_in in = {0};
     if (g->by_route) {
         in.format = rt->format;
@@ -508,7 +489,7 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
     bdb_devrule rule;
     server_device_rule(s, tenant, &rule);
     in.rule = &rule;
-    bdb_batch *b = bdb_batch_new(), *kept = NULL;
+    bdb_batch *b = bdb_batch_new();
     char pwhy[600];
     int pr = !b ? BDB_MQTT_BAD
                 : bdb_mqtt_payload_parse_in(&s->cfg, &in, (const char *)p->payload, p->payload_len,
@@ -520,63 +501,26 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
         ret = reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
         goto out;
     }
-    bdb_usage_opts uo = {s->cfg.partition_warn_bytes, 0};
-    uint64_t slimit = 0, susage = 0;
-    if (!bdb_quota_storage_admit(s->tenants, s->db, &uo, tenant, &slimit, &susage)) {
-        snprintf(why, sizeof why,
-                 "quota exceeded: tenant '%s' stores %llu bytes, its storage_bytes is %llu", tenant,
-                 (unsigned long long)susage, (unsigned long long)slimit);
-        ret = reject(c, p, 0, topic, MR_STORAGE_QUOTA, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
-        goto out;
-    }
-    cost = bdb_quota_cost(b);
-    int ad = admit_rate(c, tenant, cost, topic);
-    if (ad < 0)
+    bdb_admit_result ar;
+    int v = admit_message(c, &ticket, tenant, b, topic, &ar);
+    if (v < 0)
         goto out; /* not acknowledged: the broker re-sends it */
-    if (ad == 0) {
-        snprintf(why, sizeof why, "%llu samples exceed tenant '%s''s burst",
-                 (unsigned long long)cost, tenant);
-        ret = reject(c, p, 0, topic, MR_OVER_BURST, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
+    if (v != BDB_ADMIT_OK) {
+        snprintf(why, sizeof why, "%s", ar.msg);
+        ret = reject(c, p, 0, topic, refused_result(v), why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
         goto out;
     }
-    /* device profiles (docs/TENANCY.md): a message over a device's max_rps is
-     * rejected, not retried (a retry would only be over it again) */
-    const char *dev = NULL;
-    size_t dlen = 0;
-    uint32_t limit = 0, value = 0;
-    int64_t retry = 0;
-    if (bdb_devlimit_admit(s->devlimit, tenant, b, bdb_monotonic_ms(), &dev, &dlen, &limit, &value,
-                           &retry) <= 0) {
-        bdb_tenants_refund(s->tenants, tenant, cost);
-        atomic_fetch_add(&s->device_rate_rejections, 1);
-        snprintf(why, sizeof why, "device '%.*s' over its max_rps %u", (int)dlen, dev, limit);
-        ret = reject(c, p, 0, topic, MR_DEVICE_RATE, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
-        goto out;
-    }
-    if (devices_check(s, tenant, b, &locked, why, sizeof why) != 0) {
-        bdb_tenants_refund(s->tenants, tenant, cost);
-        ret = reject(c, p, 0, topic, MR_DEVICE_QUOTA, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
-        goto out;
-    }
-    if (hot_check(s, tenant, b, &kept, why, sizeof why) != 0) {
-        bdb_tenants_refund(s->tenants, tenant, cost);
-        if (locked)
-            devq_unlock(s, tenant);
-        ret = reject(c, p, 0, topic, MR_HOT, why, BDB_MQTT_RC_QUOTA_EXCEEDED, reason);
-        goto out;
-    }
-    const bdb_batch *wb = kept ? kept : b; /* hot sample policy: the kept reports */
-    int rc = bdb_db_write(s->db, tenant, wb);
-    if (locked)
-        devq_unlock(s, tenant);
-    if (rc != BDB_OK)
-        bdb_tenants_refund(s->tenants, tenant, cost);
+    /* ar.batch: with the hot sample policy, the kept reports */
+    rc = bdb_db_write(s->db, tenant, ar.batch);
+    size_t n = bdb_batch_samples(ar.batch);
+    /* released before anything below may wait for the broker (a dead letter) */
+    bdb_admit_done(s->admit, &ticket, rc);
     if (rc == BDB_ERR_LIMIT || rc == BDB_ERR_INVALID) {
         /* a property of the message (e.g. too many metrics in one report): retrying
          * cannot help, so it is rejected like any malformed message */
         snprintf(why, sizeof why, "%s", bdb_strerror(rc));
         ret = reject(c, p, 0, topic, MR_BAD, why, BDB_MQTT_RC_PAYLOAD_INVALID, reason);
-        goto out;
+        goto written;
     }
     if (rc != BDB_OK) {
         atomic_fetch_add(&g->results[MR_WRITE_FAILED], 1);
@@ -584,9 +528,8 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
         BDB_ERROR("mqtt: cannot store message on '%s': %s; not acknowledged, the broker keeps "
                   "it; reconnecting later",
                   topic, bdb_strerror(rc));
-        goto out;
+        goto written;
     }
-    size_t n = bdb_batch_samples(wb);
     atomic_fetch_add(&g->samples, n);
     if (in.strings_skipped)
         atomic_fetch_add(&g->strings_skipped, in.strings_skipped);
@@ -600,9 +543,10 @@ static int handle_message(mq_client *c, const bdb_mqtt_publish *p, int too_large
         atomic_fetch_add(&g->results[MR_OK], 1);
     }
     ret = 0;
-out:
-    bdb_batch_free(kept);
+    goto written;
+out: /* before the write: the ticket is released here, once */
+    bdb_admit_done(s->admit, &ticket, rc);
+written:
     bdb_batch_free(b);
-    bdb_bp_release(s->bp, &ticket);
     return ret;
 }
