@@ -634,10 +634,14 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
                  "never use it in production");
     }
     /* storage: the sink flushed data goes to, none for the embedded engine */
-    rc = bdb_backend_open(cfg->storage, BDB_TENANT_NAME_MAX, cfg->max_key_bytes, &o.sink, terr,
-                          sizeof terr);
+    rc = bdb_backend_open(cfg->storage, cfg->data, BDB_TENANT_NAME_MAX, cfg->max_key_bytes, &o.sink,
+                          terr, sizeof terr);
     if (rc != BDB_OK) {
         BDB_ERROR("storage: %s", terr);
+        /* the keyspace is another directory's or another server's: a configuration to
+         * change, not the data directory's lock (which BDB_ERR_EXISTS tells serve) */
+        if (rc == BDB_ERR_EXISTS)
+            rc = BDB_ERR_INVALID;
         bdb_tenants_close(s->tenants);
         fault_vfs_free(s);
         free(s);

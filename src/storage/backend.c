@@ -14,8 +14,8 @@ static int is_cassandra(const char *url)
     return name && !strcmp(name, "cassandra");
 }
 
-int bdb_backend_open(const char *url, size_t max_tenant_bytes, size_t max_key_bytes, bdb_sink **out,
-                     char *err, size_t errlen)
+int bdb_backend_open(const char *url, const char *data_dir, size_t max_tenant_bytes,
+                     size_t max_key_bytes, bdb_sink **out, char *err, size_t errlen)
 {
     *out = NULL;
     const char *name = bdb_backend_name(url);
@@ -28,7 +28,7 @@ int bdb_backend_open(const char *url, size_t max_tenant_bytes, size_t max_key_by
         return BDB_OK;
     /* A key over Cassandra's 64 KiB would make every flush fail: refused at start. */
     int rc = sch_check_key_limits(max_tenant_bytes, max_key_bytes, err, errlen);
-    return rc != BDB_OK ? rc : cass_sink_open(url, out, err, errlen);
+    return rc != BDB_OK ? rc : cass_sink_open(url, data_dir, out, err, errlen);
 }
 
 void bdb_backend_metrics(const char *url, struct bdb_buf *b, uint64_t wal_bytes,

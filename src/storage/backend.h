@@ -26,12 +26,14 @@ static inline const char *bdb_backend_name(const char *url)
 
 /* The sink the engine flushes to for url, made after the backend's checks (for
  * Cassandra: that keys up to max_tenant_bytes and max_key_bytes fit its key limit,
- * then the connection and schema); *out is NULL for the embedded engine (no sink).
+ * then the connection, the schema, and the keyspace claimed for data_dir:
+ * cass_owner.h); *out is NULL for the embedded engine (no sink).
  * Errors: BDB_ERR_INVALID (unknown url, bad option), BDB_ERR_LIMIT (keys too long for
- * the backend), BDB_ERR_IO (no node answered) or the backend's status; the message is
- * in err. */
-int bdb_backend_open(const char *url, size_t max_tenant_bytes, size_t max_key_bytes, bdb_sink **out,
-                     char *err, size_t errlen);
+ * the backend), BDB_ERR_EXISTS (the keyspace is another data directory's, or another
+ * server writes to it), BDB_ERR_IO (no node answered) or the backend's status; the
+ * message is in err. */
+int bdb_backend_open(const char *url, const char *data_dir, size_t max_tenant_bytes,
+                     size_t max_key_bytes, bdb_sink **out, char *err, size_t errlen);
 
 /* Appends the backend's own /metrics families to b (nothing for the embedded engine).
  * wal_bytes and wal_segments: the engine's WAL on disk, which with a sink waits for

@@ -43,7 +43,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cassnode  # noqa: E402
-from bdbtest import BIN, MIN, Server, Suite, TestFailure, check, eq  # noqa: E402
+from bdbtest import BIN, MIN, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
 
 suite = Suite("test_cassandra_state", embedded_only="starts its own Cassandra node")
 SEED = int(os.environ.get("BDB_SEED", "4004"))
@@ -82,8 +82,11 @@ def node():
     return NODE
 
 
-def cass_server(ks, data=None, args=()):
-    uri = "cassandra://%s:%d/%s?consistency=ONE" % (NODE.addr, node().port, ks)
+def cass_server(ks, data=None, args=(), adopt=False):
+    # adopt: a server on an empty data directory against a keyspace with data is
+    # refused unless it takes the keyspace over (cass_owner.h)
+    uri = "cassandra://%s:%d/%s?consistency=ONE%s" % (NODE.addr, node().port, ks,
+                                                       "&adopt=true" if adopt else "")
     return Server(data=data, args=["--storage", uri, "--flush-interval-ms", "1h"] + list(args))
 
 
@@ -202,8 +205,21 @@ def state_on_cassandra():
         eq(r, [], "devices in the older state")
         cas.stop()
 
-        # Cassandra is the store: an empty data directory, the same keyspace.
-        fresh = cass_server(ks).start()
+        # An empty data directory on the same keyspace is refused (its catalog knows
+        # nothing the keyspace holds: issue 20's lost data directory) ...
+        refused = cass_server(ks)
+        try:
+            refused.start()
+        except TestFailure as e:
+            contains(str(e), "holds the data of another data directory")
+        else:
+            refused.stop()
+            raise TestFailure("a server on an empty data directory started on a keyspace "
+                              "holding another directory's data")
+        finally:
+            refused.kill()
+        # ... unless it adopts the keyspace: Cassandra is the store of the state.
+        fresh = cass_server(ks, adopt=True).start()
         try:
             got = answers(fresh)
             same("empty data directory", want2, got)
@@ -342,7 +358,7 @@ def late_on_cassandra():
         cas.stop()
 
         # Cassandra is the store: an empty data directory, the same keyspace.
-        fresh = cass_server(ks).start()
+        fresh = cass_server(ks, adopt=True).start()
         try:
             got = late_doc(fresh)
             eq(got["events"], want["events"], "late events from an empty data directory")
@@ -468,7 +484,7 @@ def long_states_on_cassandra():
         eq(sorted(d for d, full in r if full == "h" * 65536), ["pb"], "rows of the longest state")
         eq(len(r), len(states), "latest_by_state rows after moves")
         cas.stop()  # checks exit 0 and a clean stop: every flush went through
-        fresh = cass_server(ks, args=big).start()
+        fresh = cass_server(ks, args=big, adopt=True).start()
         try:
             for st in urlable(states.values()):
                 eq(in_state(fresh, st), sorted(d for d in states if states[d] == st),
@@ -503,7 +519,9 @@ def registry_collections_encoded():
             "VALUES ('default', 'old-1', {'site': 'x'}, 'unknown', 3600, 1704067200000, "
             "1704067200000, false, {1704067200000: 3600}, {'m.v'}, 1)" % ks)
     check(p.returncode == 0, "old keyspace: %s" % p.stderr)
-    cas = cass_server(ks).start()
+    # a keyspace with data and no owner identity (an older bucketdb's) on an empty data
+    # directory: refused unless adopted (cass_owner.h)
+    cas = cass_server(ks, adopt=True).start()
     try:
         types = dict((c[0], c[1]) for c in rows(
             ks, "SELECT column_name, validator FROM system.schema_columns WHERE "
@@ -553,7 +571,7 @@ def attributes_on_cassandra():
         got = {d: a for d, a in r}
         eq(got["a1"], "{'m.fw': '1.2', 'm.mode': 'eco', 'm.site': 'berlin'}", "row of a1")
         cas.stop()
-        fresh = cass_server(ks).start()
+        fresh = cass_server(ks, adopt=True).start()
         try:
             for d, a in want.items():
                 eq(fresh.get("/api/v1/state/latest", device=d).json()["attributes"], a,
@@ -590,7 +608,7 @@ def attributes_added_to_older_keyspace():
         cas.write(['m,device=o1 v=1,fw="3.1" %d' % T0], precision="ms")
         cas.flush()
         cas.stop()
-        fresh = cass_server(ks).start()
+        fresh = cass_server(ks, adopt=True).start()
         try:
             eq(fresh.get("/api/v1/state/latest", device="o1").json()["attributes"],
                {"m.fw": {"value": "3.1", "time": T0}}, "from the upgraded table")

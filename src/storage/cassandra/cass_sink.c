@@ -9,6 +9,7 @@
 #include "storage/cassandra/cass_agg.h" /* tiers and fleet */
 #include "storage/cassandra/cass_drop.h"
 #include "storage/cassandra/cass_late.h"
+#include "storage/cassandra/cass_owner.h"
 #include "storage/cassandra/cass_state.h"
 #include "storage/cassandra/cass_uri.h"
 #include "storage/cassandra/cql/cluster/cql_session.h"
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_TTL_S INT64_C(630720000) /* Cassandra's limit: 20 years */
 #define QUEUE_PER_WORKER 2
@@ -62,6 +64,14 @@ typedef struct cass_sink {
 
     _Atomic uint64_t batches, rows, batch_failures, expired_rows, reads, read_failures;
     _Atomic uint64_t commits, commit_failures;
+
+    /* the keyspace's identity and the writer lease (cass_owner.h): claimed at the
+     * first connection, renewed by the lease thread, given up at close */
+    char *data_dir;
+    cass_owner *owner;
+    pthread_t lease_th;
+    int lease_running;
+    pthread_cond_t cv_lease;
 } cass_sink;
 
 /* The sink /metrics reports (cass_sink_with_open): a server opens one. Guarded so
@@ -181,6 +191,11 @@ static int connect_now(cass_sink *s, char *err, size_t errlen)
     int rc = cql_session_open(&so, &sess, err, errlen);
     if (rc == BDB_OK && u->create_schema)
         rc = create_schema(sess, u, err, errlen);
+    /* nothing is written before the keyspace is this data directory's and the lease
+     * is held (cass_owner.h) */
+    if (rc == BDB_OK && s->data_dir)
+        rc = cass_owner_claim(sess, u->ks, s->data_dir, u->write_cl, u->adopt, &s->owner, err,
+                              errlen);
     if (rc != BDB_OK) {
         cql_session_close(sess);
         return rc;
@@ -365,10 +380,18 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* A server that lost the writer lease writes nothing more (cass_owner.h). */
+static int lease_lost(const cass_sink *s)
+{
+    return s->owner && !cass_owner_valid(s->owner);
+}
+
 static int sink_put(bdb_sink *base, const char *tn, const char *dn, const char *metric,
                     int64_t partition, int64_t ttl_ms, const int64_t *ts, const double *v, size_t n)
 {
     cass_sink *s = (cass_sink *)base;
+    if (lease_lost(s))
+        return BDB_ERR_EXISTS;
     pthread_mutex_lock(&s->mu);
     int failed = s->first_err;
     pthread_mutex_unlock(&s->mu);
@@ -415,6 +438,8 @@ static int sink_commit(bdb_sink *base)
     while (s->pending)
         pthread_cond_wait(&s->cv_done, &s->mu);
     int rc = s->first_err;
+    if (rc == BDB_OK && lease_lost(s))
+        rc = BDB_ERR_EXISTS;
     if (s->failed)
         BDB_WARN("cassandra: %zu of %zu batches failed or were dropped after the first failure; "
                  "the WAL keeps them for the next flush",
@@ -590,10 +615,16 @@ static void sink_close(bdb_sink *base)
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv_job);
+    pthread_cond_broadcast(&s->cv_lease);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->nworkers; i++)
         pthread_join(s->workers[i], NULL);
     free(s->workers);
+    if (s->lease_running)
+        pthread_join(s->lease_th, NULL);
+    cass_owner_free(s->owner, atomic_load(&s->sess));
+    free(s->data_dir);
+    pthread_cond_destroy(&s->cv_lease);
     cql_session_close(atomic_load(&s->sess));
     free(s->u);
     pthread_mutex_destroy(&s->conn_mu);
@@ -604,6 +635,39 @@ static void sink_close(bdb_sink *base)
     free(s);
 }
 
+/* The other writes, refused once the lease is lost. */
+static int g_tier_put(bdb_sink *b, const char *t, const char *d, const char *m, int res,
+                      const struct bdb_rollup *r, const int32_t *ttl)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_agg_tier_put(b, t, d, m, res, r, ttl);
+}
+static int g_fleet_put(bdb_sink *b, const char *t, const char *m, int res,
+                       const struct bdb_fleet *f, const int32_t *ttl)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_agg_fleet_put(b, t, m, res, f, ttl);
+}
+static int g_state_put(bdb_sink *b, const bdb_sink_state *v, size_t n)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_state_put(b, v, n);
+}
+static int g_device_put(bdb_sink *b, const bdb_sink_device *v, size_t n)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_device_put(b, v, n);
+}
+static int g_count_put(bdb_sink *b, const bdb_sink_count *v, size_t n)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_count_put(b, v, n);
+}
+static int g_late_put(bdb_sink *b, const struct bdb_sink_late *v, size_t n)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_late_put(b, v, n);
+}
+static int g_drop_tenant(bdb_sink *b, const char *t, const bdb_sink_device *d, const uint32_t *ns,
+                         size_t n)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_drop_tenant(b, t, d, ns, n);
+}
+
 static const bdb_sink_ops cass_ops = {
     .put = sink_put,
     .commit = sink_commit,
@@ -611,23 +675,23 @@ static const bdb_sink_ops cass_ops = {
     .describe = sink_describe,
     .close = sink_close,
     /* tiers and fleet (cass_agg.c) */
-    .tier_put = cass_agg_tier_put,
+    .tier_put = g_tier_put,
     .tier_read = cass_agg_tier_read,
-    .fleet_put = cass_agg_fleet_put,
+    .fleet_put = g_fleet_put,
     .fleet_read = cass_agg_fleet_read,
     /* state, registry, counters (cass_state.c) */
-    .state_put = cass_state_put,
-    .device_put = cass_device_put,
-    .count_put = cass_count_put,
+    .state_put = g_state_put,
+    .device_put = g_device_put,
+    .count_put = g_count_put,
     .state_get = cass_state_get,
     .state_list = cass_state_list,
     .device_list = cass_device_list,
     .count_list = cass_count_list,
     /* late arrivals (cass_late.c) */
-    .late_put = cass_late_put,
+    .late_put = g_late_put,
     .late_list = cass_late_list,
 
-    .drop_tenant = cass_drop_tenant,
+    .drop_tenant = g_drop_tenant,
 };
 
 /* tiers and fleet: cass_agg.c sends through this sink's session */
@@ -670,7 +734,29 @@ void cass_sink_get_stats(bdb_sink *base, cass_sink_stats *st)
     st->nodes_up = ss.nodes_up;
 }
 
-int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen)
+/* Renews the writer lease every CASS_OWNER_RENEW_S until the sink closes. */
+static void *lease_main(void *arg)
+{
+    cass_sink *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += CASS_OWNER_RENEW_S;
+        pthread_cond_timedwait(&s->cv_lease, &s->mu, &until);
+        if (s->stopping)
+            break;
+        pthread_mutex_unlock(&s->mu);
+        cql_session *sess = atomic_load(&s->sess);
+        if (sess && s->owner)
+            cass_owner_renew(s->owner, sess);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int cass_sink_open(const char *uri, const char *data_dir, bdb_sink **out, char *err, size_t errlen)
 {
     *out = NULL;
     cass_uri u;
@@ -685,6 +771,9 @@ int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen)
     pthread_cond_init(&s->cv_job, NULL);
     pthread_cond_init(&s->cv_space, NULL);
     pthread_cond_init(&s->cv_done, NULL);
+    pthread_cond_init(&s->cv_lease, NULL);
+    if (data_dir && !(s->data_dir = strdup(data_dir)))
+        abort();
     snprintf(s->ks, sizeof s->ks, "%s", u.ks);
     s->write_cl = u.write_cl;
     s->read_cl = u.read_cl;
@@ -727,6 +816,11 @@ int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen)
     for (int i = 0; i < s->nworkers; i++)
         if (pthread_create(&s->workers[i], NULL, worker, s) != 0)
             abort();
+    if (data_dir) {
+        if (pthread_create(&s->lease_th, NULL, lease_main, s) != 0)
+            abort();
+        s->lease_running = 1;
+    }
     pthread_mutex_lock(&g_open_mu);
     if (!g_open)
         g_open = s;

@@ -44,7 +44,10 @@
 /* Parses the URI, connects, discovers the cluster and (schema=create) applies the
  * schema idempotently (waiting for schema agreement). BDB_ERR_INVALID (bad URI, with the key or
  * value named), BDB_ERR_IO (no node answered), or a server error's status; message in err. */
-int cass_sink_open(const char *uri, bdb_sink **out, char *err, size_t errlen);
+/* data_dir: the data directory of the engine the sink serves; the keyspace is
+ * claimed for it (cass_owner.h) before anything is written (NULL: no claim, for tools
+ * that only read). */
+int cass_sink_open(const char *uri, const char *data_dir, bdb_sink **out, char *err, size_t errlen);
 
 /* Counters since open (rows = rows Cassandra confirmed; commits = flushes confirmed
  * whole, commit_failures = flushes that failed and stay in the WAL), the batches in

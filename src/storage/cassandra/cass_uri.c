@@ -149,6 +149,8 @@ int cass_uri_parse(const char *uri, cass_uri *o, char *err, size_t errlen)
             rc = parse_int(k, v, 0, 20, &o->retries, err, errlen);
         else if (!strcmp(k, "offline_start"))
             rc = parse_bool(k, v, &o->offline_start, err, errlen);
+        else if (!strcmp(k, "adopt"))
+            rc = parse_bool(k, v, &o->adopt, err, errlen);
         else if (!strcmp(k, "timeout_ms"))
             rc = parse_int(k, v, 100, 600000, &o->timeout_ms, err, errlen);
         else if (!strcmp(k, "schema")) {
@@ -174,12 +176,13 @@ int cass_uri_parse(const char *uri, cass_uri *o, char *err, size_t errlen)
                 snprintf(dst, sizeof o->ca, "%s", v);
             }
         } else {
-            snprintf(err, errlen,
-                     "storage URI: unknown key '%s' (dc, consistency, write_consistency, "
-                     "read_consistency, replication, user, password, inflight, batch_rows, "
-                     "pool, retries, timeout_ms, schema, bucket, offline_start, tls, ca, cert, "
-                     "key, tls_verify)",
-                     k);
+            snprintf(
+                err, errlen,
+                "storage URI: unknown key '%s' (dc, consistency, write_consistency, "
+                "read_consistency, replication, user, password, inflight, batch_rows, "
+                "pool, retries, timeout_ms, schema, bucket, offline_start, adopt, tls, ca, cert, "
+                "key, tls_verify)",
+                k);
             rc = BDB_ERR_INVALID;
         }
     }

@@ -17,6 +17,9 @@ typedef struct cass_uri {
     int inflight, batch_rows, pool, retries, timeout_ms;
     int create_schema;
     int offline_start;
+    /* start on a data directory that is not the keyspace's (cass_owner.h): its id is
+     * taken over, with the hazards docs/CASSANDRA.md names */
+    int adopt;
     int64_t bucket_s;
     int tls, tls_verify;               /* tls=, tls_verify= */
     char ca[512], cert[512], key[512]; /* ca=, cert=, key= (PEM files) */

@@ -647,5 +647,15 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
             ks, ks);
         break;
     }
+    /* which data directory the keyspace belongs to, which server writes to it now */
+    bdb_buf_printf(out,
+                   "-- Owner (cass_owner.c): row 'keyspace' names the keyspace's identity,\n"
+                   "-- which the data directory that writes to it keeps in its file 'cluster';\n"
+                   "-- row 'writer' is the lease of the one server writing now (a TTL the\n"
+                   "-- server renews; taken and renewed with lightweight transactions).\n"
+                   "CREATE TABLE IF NOT EXISTS %s.owner (\n"
+                   "  k text PRIMARY KEY,\n  id text,\n  node text,\n  host text,\n"
+                   "  pid int,\n  since bigint\n) WITH gc_grace_seconds = %lld;\n",
+                   ks, (long long)o->gc_grace_s);
     return BDB_OK;
 }

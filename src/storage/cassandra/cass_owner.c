@@ -1,0 +1,451 @@
+/* cass_owner: the keyspace's identity and the writer lease (cass_owner.h). */
+#include "storage/cassandra/cass_owner.h"
+#include "storage/cassandra/cql/cluster/cql_session.h"
+#include "storage/cassandra/cql/wire/cql_value.h"
+#include "storage/vfs/vfs.h"
+
+#include "bucketdb/bdb.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define ID_HEX 32 /* 128 random bits */
+
+struct cass_owner {
+    char ks[64];
+    char node[ID_HEX + 1]; /* this data directory's node id */
+    char host[256];
+    int32_t pid;
+    int write_cl;
+    atomic_int valid;
+    char q_renew[256], q_take[256], q_release[192];
+};
+
+/* ---------------------------------------------------------------- statements */
+
+static cql_bytes txt(const char *s)
+{
+    return (cql_bytes){(const uint8_t *)s, (int32_t)strlen(s)};
+}
+
+/* One statement sent as a QUERY (a lightweight transaction's answer has columns a
+ * prepared statement's metadata does not name). */
+static int run(cql_session *sess, const char *q, const cql_bytes *v, uint16_t n, int cl,
+               cql_response **r, char *err, size_t errlen)
+{
+    cql_call c = {.query = q, .values = v, .nvalues = n, .consistency = cl, .unprepared = 1};
+    int rc = cql_session_execute(sess, &c, r);
+    if (rc != BDB_OK && err)
+        snprintf(err, errlen, "cassandra: %.120s: %s", q,
+                 *r && (*r)->h.opcode == CQL_OP_ERROR && (*r)->error.message ? (*r)->error.message
+                                                                             : bdb_strerror(rc));
+    return rc;
+}
+
+/* Column name's cell of row 0, or NULL (absent, null or no row). */
+static const cql_bytes *cell(const cql_response *r, const char *name)
+{
+    const cql_result *res = &r->result;
+    if (res->kind != CQL_RESULT_ROWS || res->nrows < 1 || !res->meta.cols)
+        return NULL;
+    for (int32_t i = 0; i < res->meta.ncols; i++)
+        if (res->meta.cols[i].name && !strcmp(res->meta.cols[i].name, name))
+            return res->cells[i].len >= 0 ? &res->cells[i] : NULL;
+    return NULL;
+}
+
+static void cell_str(const cql_response *r, const char *name, char *out, size_t cap)
+{
+    const cql_bytes *c = cell(r, name);
+    size_t n = c ? (size_t)c->len : 0;
+    if (n >= cap)
+        n = cap - 1;
+    if (n)
+        memcpy(out, c->p, n);
+    out[n] = 0;
+}
+
+static int applied(const cql_response *r)
+{
+    const cql_bytes *c = cell(r, "[applied]");
+    int v = 0;
+    return c && cql_dec_boolean(*c, &v) == BDB_OK && v;
+}
+
+/* ---------------------------------------------------------------- the local file */
+
+static int random_hex(char out[ID_HEX + 1])
+{
+    uint8_t b[ID_HEX / 2];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        return BDB_ERR_IO;
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return BDB_OK;
+}
+
+static int hex_ok(const char *s)
+{
+    if (strlen(s) != ID_HEX)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* Reads <dir>/cluster: 1 found (ks, id, node filled), 0 absent, -1 damaged. */
+static int file_read(const char *dir, char ks[64], char id[ID_HEX + 1], char node[ID_HEX + 1])
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, CASS_OWNER_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? 0 : -1;
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    int ok =
+        sscanf(buf, "bucketdb-cluster 1\nkeyspace %63s\nid %32s\nnode %32s\n", ks, id, node) == 3;
+    return ok && hex_ok(id) && hex_ok(node) ? 1 : -1;
+}
+
+static int file_write(const char *dir, const char *ks, const char *id, const char *node)
+{
+    bdb_vfs *vfs = bdb_vfs_posix();
+    int rc = bdb_vfs_mkdir(vfs, dir);
+    if (rc != BDB_OK)
+        return rc;
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "bucketdb-cluster 1\nkeyspace %s\nid %s\nnode %s\n", ks, id,
+                     node);
+    return bdb_vfs_write_atomic(vfs, dir, CASS_OWNER_FILE, buf, (size_t)n);
+}
+
+/* 1 when dir holds an engine catalog (a data directory that has flushed before). */
+static int has_catalog(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/catalog", dir);
+    return access(path, F_OK) == 0;
+}
+
+/* ---------------------------------------------------------------- identity */
+
+static int keyspace_has_data(cql_session *sess, const char *ks, int cl, int *yes, char *err,
+                             size_t errlen)
+{
+    char q[160];
+    snprintf(q, sizeof q, "SELECT tenant_id FROM %s.devices LIMIT 1", ks);
+    cql_response *r = NULL;
+    int rc = run(sess, q, NULL, 0, cl, &r, err, errlen);
+    *yes = rc == BDB_OK && r->result.kind == CQL_RESULT_ROWS && r->result.nrows > 0;
+    cql_response_free(r);
+    return rc;
+}
+
+/* A refusal, or with adopt a warning and BDB_OK (the caller takes the keyspace over). */
+static int refuse(int adopt, char *err, size_t errlen)
+{
+    if (!adopt)
+        return BDB_ERR_EXISTS;
+    BDB_WARN("cassandra: adopt=true: %s. Taking the keyspace over: raw and tier reads miss "
+             "what the catalog that wrote it knew, and the next flushes overwrite tier, fleet "
+             "and device rows of the devices that report",
+             err);
+    err[0] = 0;
+    (void)errlen;
+    return BDB_OK;
+}
+
+/* The keyspace's id into id (made now when it has none and may get one). */
+static int identity(cql_session *sess, const char *ks, const char *dir, int cl, int have_local,
+                    const char *local_id, int adopt, char id[ID_HEX + 1], char *err, size_t errlen)
+{
+    char q[256];
+    snprintf(q, sizeof q, "SELECT id FROM %s.owner WHERE k = 'keyspace'", ks);
+    cql_response *r = NULL;
+    int rc = run(sess, q, NULL, 0, CQL_SERIAL, &r, err, errlen);
+    if (rc != BDB_OK) {
+        cql_response_free(r);
+        return rc;
+    }
+    cell_str(r, "id", id, ID_HEX + 1);
+    cql_response_free(r);
+    if (id[0]) {
+        if (!have_local) {
+            snprintf(err, errlen,
+                     "keyspace %s holds the data of another data directory (keyspace id %s), "
+                     "and %s has none of its catalog: a server here would answer 404 for what "
+                     "was flushed and overwrite tier, fleet and device rows. Start with the "
+                     "data directory that wrote the keyspace (its file '%s' names id %s); see "
+                     "docs/CASSANDRA.md#one-keyspace-one-writer",
+                     ks, id, dir, CASS_OWNER_FILE, id);
+            return refuse(adopt, err, errlen);
+        }
+        if (strcmp(id, local_id) != 0) {
+            snprintf(err, errlen,
+                     "data directory %s was made for a keyspace with id %s, but keyspace %s "
+                     "has id %s (another data directory's, or the keyspace was made again): "
+                     "refusing to write; see docs/CASSANDRA.md#one-keyspace-one-writer",
+                     dir, local_id, ks, id);
+            return refuse(adopt, err, errlen);
+        }
+        return BDB_OK;
+    }
+    if (have_local) {
+        snprintf(err, errlen,
+                 "data directory %s was made for keyspace %s with id %s, which the keyspace "
+                 "no longer has (dropped or truncated?): its catalog would point at data that "
+                 "is gone; move the directory away to start afresh",
+                 dir, ks, local_id);
+        if (refuse(adopt, err, errlen) != BDB_OK)
+            return BDB_ERR_EXISTS;
+    }
+    /* A keyspace with data and no id was written by a version before the identity: its
+     * own data directory (one with a catalog) takes it over, an empty one may not. */
+    int data = 0;
+    rc = keyspace_has_data(sess, ks, cl, &data, err, errlen);
+    if (rc != BDB_OK)
+        return rc;
+    if (data && !has_catalog(dir)) {
+        snprintf(err, errlen,
+                 "keyspace %s holds data, and data directory %s has no catalog: a server "
+                 "here would answer 404 for what was flushed and overwrite tier, fleet and "
+                 "device rows. Start with the data directory that wrote the keyspace; see "
+                 "docs/CASSANDRA.md#one-keyspace-one-writer",
+                 ks, dir);
+        if (refuse(adopt, err, errlen) != BDB_OK)
+            return BDB_ERR_EXISTS;
+    }
+    char mine[ID_HEX + 1];
+    if (random_hex(mine) != BDB_OK) {
+        snprintf(err, errlen, "no random bytes for a keyspace id");
+        return BDB_ERR_IO;
+    }
+    char ts[8];
+    int64_t now = bdb_now_ms();
+    for (int i = 0; i < 8; i++)
+        ts[i] = (char)((uint64_t)now >> (56 - 8 * i));
+    cql_bytes v[2] = {txt(mine), {(const uint8_t *)ts, 8}};
+    snprintf(q, sizeof q,
+             "INSERT INTO %s.owner (k, id, since) VALUES ('keyspace', ?, ?) IF NOT EXISTS", ks);
+    r = NULL;
+    rc = run(sess, q, v, 2, cl, &r, err, errlen);
+    if (rc == BDB_OK && applied(r)) {
+        memcpy(id, mine, sizeof mine);
+    } else if (rc == BDB_OK) {
+        cell_str(r, "id", id, ID_HEX + 1); /* another server made it first */
+        if (!id[0]) {
+            snprintf(err, errlen, "keyspace %s: the owner row 'keyspace' has no id", ks);
+            rc = BDB_ERR_CORRUPT;
+        } else {
+            snprintf(err, errlen,
+                     "keyspace %s was claimed by another data directory (id %s) while this "
+                     "one (%s) started: refusing to write",
+                     ks, id, dir);
+            rc = BDB_ERR_EXISTS;
+        }
+    }
+    cql_response_free(r);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the lease */
+
+/* Values of the lease's statements: node, host, pid, since. */
+struct lv {
+    char pid[4], since[8];
+    cql_bytes v[4];
+};
+
+static void lease_values(const cass_owner *o, struct lv *x)
+{
+    int64_t now = bdb_now_ms();
+    for (int i = 0; i < 4; i++)
+        x->pid[i] = (char)((uint32_t)o->pid >> (24 - 8 * i));
+    for (int i = 0; i < 8; i++)
+        x->since[i] = (char)((uint64_t)now >> (56 - 8 * i));
+    x->v[0] = txt(o->node);
+    x->v[1] = txt(o->host);
+    x->v[2] = (cql_bytes){(const uint8_t *)x->pid, 4};
+    x->v[3] = (cql_bytes){(const uint8_t *)x->since, 8};
+}
+
+/* The process holding a lease of this node is gone: on this host and no such pid. */
+static int holder_gone(const cass_owner *o, const char *host, int32_t pid)
+{
+    return !strcmp(host, o->host) && pid > 0 && pid != o->pid && kill(pid, 0) != 0 &&
+           errno == ESRCH;
+}
+
+static int take(cass_owner *o, cql_session *sess, char *err, size_t errlen)
+{
+    struct lv x;
+    lease_values(o, &x);
+    char q[320];
+    snprintf(q, sizeof q,
+             "INSERT INTO %s.owner (k, node, host, pid, since) VALUES ('writer', ?, ?, ?, ?) "
+             "IF NOT EXISTS USING TTL %d",
+             o->ks, CASS_OWNER_TTL_S);
+    cql_response *r = NULL;
+    int rc = run(sess, q, x.v, 4, o->write_cl, &r, err, errlen);
+    if (rc != BDB_OK || applied(r)) {
+        cql_response_free(r);
+        return rc;
+    }
+    char node[ID_HEX + 1], host[256];
+    cell_str(r, "node", node, sizeof node);
+    cell_str(r, "host", host, sizeof host);
+    const cql_bytes *pc = cell(r, "pid");
+    int32_t pid = 0;
+    if (pc)
+        cql_dec_int(*pc, &pid);
+    cql_response_free(r);
+    if (!strcmp(node, o->node) && holder_gone(o, host, pid)) {
+        /* this directory's server before a crash: its lease is ours */
+        lease_values(o, &x);
+        cql_bytes v[5] = {x.v[1], x.v[2], x.v[3], x.v[0], txt(node)};
+        r = NULL;
+        rc = run(sess, o->q_take, v, 5, o->write_cl, &r, err, errlen);
+        int ok = rc == BDB_OK && applied(r);
+        cql_response_free(r);
+        if (rc != BDB_OK || ok)
+            return rc;
+    }
+    snprintf(err, errlen,
+             "another server writes to keyspace %s (node %s%s, host %s, pid %d): two servers "
+             "on one keyspace overwrite each other's tier, fleet and device rows. Its lease "
+             "lasts %d s after its last renewal; see docs/CASSANDRA.md#one-keyspace-one-writer",
+             o->ks, node, !strcmp(node, o->node) ? ", this data directory's: a copy running" : "",
+             host, pid, CASS_OWNER_TTL_S);
+    return BDB_ERR_EXISTS;
+}
+
+int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, int write_cl,
+                     int adopt, cass_owner **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char fks[64] = "", lid[ID_HEX + 1] = "", node[ID_HEX + 1] = "", id[ID_HEX + 1] = "";
+    int have = file_read(data_dir, fks, lid, node);
+    if (have < 0) {
+        snprintf(err, errlen, "%s/%s is damaged or unreadable: refusing to write", data_dir,
+                 CASS_OWNER_FILE);
+        return BDB_ERR_CORRUPT;
+    }
+    if (have && strcmp(fks, ks) != 0) {
+        snprintf(err, errlen,
+                 "data directory %s was made for keyspace %s, not %s: refusing to write; see "
+                 "docs/CASSANDRA.md#one-keyspace-one-writer",
+                 data_dir, fks, ks);
+        return BDB_ERR_EXISTS;
+    }
+    int rc = identity(sess, ks, data_dir, write_cl, have, lid, adopt, id, err, errlen);
+    if (rc != BDB_OK)
+        return rc;
+    if (!have && random_hex(node) != BDB_OK) {
+        snprintf(err, errlen, "no random bytes for a node id");
+        return BDB_ERR_IO;
+    }
+    /* a first start, or an adopted keyspace: the directory takes the keyspace's id */
+    if ((!have || strcmp(lid, id) != 0) && (rc = file_write(data_dir, ks, id, node)) != BDB_OK) {
+        snprintf(err, errlen, "cannot write %s/%s: %s", data_dir, CASS_OWNER_FILE,
+                 bdb_strerror(rc));
+        return rc;
+    }
+    cass_owner *o = calloc(1, sizeof *o);
+    if (!o)
+        return BDB_ERR_NOMEM;
+    snprintf(o->ks, sizeof o->ks, "%s", ks);
+    memcpy(o->node, node, sizeof node);
+    if (gethostname(o->host, sizeof o->host - 1) != 0)
+        snprintf(o->host, sizeof o->host, "unknown");
+    o->pid = (int32_t)getpid();
+    o->write_cl = write_cl;
+    atomic_store(&o->valid, 1);
+    snprintf(o->q_renew, sizeof o->q_renew,
+             "UPDATE %s.owner USING TTL %d SET host = ?, pid = ?, since = ? WHERE k = 'writer' "
+             "IF node = ?",
+             ks, CASS_OWNER_TTL_S);
+    snprintf(o->q_take, sizeof o->q_take,
+             "UPDATE %s.owner USING TTL %d SET host = ?, pid = ?, since = ?, node = ? WHERE k = "
+             "'writer' IF node = ?",
+             ks, CASS_OWNER_TTL_S);
+    snprintf(o->q_release, sizeof o->q_release,
+             "DELETE FROM %s.owner WHERE k = 'writer' IF node = ?", ks);
+    rc = take(o, sess, err, errlen);
+    if (rc != BDB_OK) {
+        free(o);
+        return rc;
+    }
+    BDB_INFO("cassandra: keyspace %s (id %s) claimed by this data directory (node %s)", ks, id,
+             node);
+    *out = o;
+    return BDB_OK;
+}
+
+int cass_owner_renew(cass_owner *o, cql_session *sess)
+{
+    if (!atomic_load(&o->valid))
+        return BDB_ERR_EXISTS;
+    struct lv x;
+    lease_values(o, &x);
+    cql_bytes v[4] = {x.v[1], x.v[2], x.v[3], x.v[0]};
+    cql_response *r = NULL;
+    char err[256];
+    int rc = run(sess, o->q_renew, v, 4, o->write_cl, &r, err, sizeof err);
+    if (rc != BDB_OK) {
+        cql_response_free(r);
+        BDB_WARN("cassandra: renewing the writer lease failed: %s", err);
+        return rc;
+    }
+    if (applied(r)) {
+        cql_response_free(r);
+        return BDB_OK;
+    }
+    char node[ID_HEX + 1];
+    cell_str(r, "node", node, sizeof node);
+    cql_response_free(r);
+    if (!node[0]) { /* expired during an outage and nobody took it: take it again */
+        char terr[512];
+        if (take(o, sess, terr, sizeof terr) == BDB_OK)
+            return BDB_OK;
+        BDB_ERROR("cassandra: %s", terr);
+    }
+    atomic_store(&o->valid, 0);
+    BDB_ERROR("cassandra: the writer lease of keyspace %s is lost%s%s: flushes fail from now "
+              "on (the WAL keeps every sample); stop this server",
+              o->ks, node[0] ? " to node " : "", node);
+    return BDB_ERR_EXISTS;
+}
+
+int cass_owner_valid(const cass_owner *o)
+{
+    return atomic_load(&((cass_owner *)o)->valid);
+}
+
+void cass_owner_free(cass_owner *o, cql_session *sess)
+{
+    if (!o)
+        return;
+    if (sess && atomic_load(&o->valid)) {
+        cql_bytes v[1] = {txt(o->node)};
+        cql_response *r = NULL;
+        char err[256];
+        if (run(sess, o->q_release, v, 1, o->write_cl, &r, err, sizeof err) != BDB_OK)
+            BDB_WARN("cassandra: giving the writer lease up failed (%s); it expires in %d s", err,
+                     CASS_OWNER_TTL_S);
+        cql_response_free(r);
+    }
+    free(o);
+}

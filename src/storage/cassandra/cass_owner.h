@@ -1,0 +1,55 @@
+/* cass_owner: which data directory a keyspace belongs to, and which server writes to it
+ * now (issue 20's safety rails; docs/CASSANDRA.md#one-keyspace-one-writer).
+ *
+ * On this backend the catalog (devices, their bucket histories, where flushed data
+ * lies in time), the state index and the tiers' and fleet tables' merge bases are
+ * kept in the data directory. A server on a different or empty directory against a
+ * keyspace with data would answer 404 for what it does not know and overwrite tier,
+ * fleet and device rows; two servers on one keyspace overwrite each other's windows.
+ * So a server claims the keyspace before it writes:
+ *  - identity: the keyspace's row 'keyspace' of table owner holds a random id, and the
+ *    data directory's file 'cluster' the same id (and this directory's node id). A
+ *    keyspace with an id another directory holds, or with data but no id (made by an
+ *    older version) and a directory with no catalog, is refused with the reason,
+ *    unless the storage URI says adopt=true (the directory then takes the keyspace's
+ *    id over, with a warning naming what an empty catalog misses and overwrites);
+ *  - the writer lease: row 'writer' (node, host, pid, since) written with a TTL of
+ *    CASS_OWNER_TTL_S by a lightweight transaction (IF NOT EXISTS / IF node = ...)
+ *    and renewed every CASS_OWNER_RENEW_S. A live lease of another node refuses the
+ *    start. This node's own lease (a restart) is taken over at once when the process
+ *    that holds it is gone from this host; one held by a live process (a copy of the
+ *    directory running elsewhere or here) refuses the start until it expires. A lease
+ *    lost while running (another node took it after an outage longer than the TTL)
+ *    makes every flush fail: the WAL keeps the samples, nothing is overwritten.
+ *
+ * Thread-safety: renew and valid may run on any thread; claim and free on one. */
+#ifndef BDB_CASS_OWNER_H
+#define BDB_CASS_OWNER_H
+
+#include <stddef.h>
+
+#define CASS_OWNER_TTL_S 30
+#define CASS_OWNER_RENEW_S 10
+#define CASS_OWNER_FILE "cluster"
+
+struct cql_session;
+typedef struct cass_owner cass_owner;
+
+/* Checks the identity of keyspace ks against data_dir (making both on a first start)
+ * and takes the writer lease. write_cl: the consistency of the plain reads and
+ * writes (the lease's transactions use SERIAL). adopt: take a keyspace whose identity
+ * does not match over instead of refusing. BDB_OK, or BDB_ERR_EXISTS (refused:
+ * another directory's keyspace, another live writer; the reason in err), BDB_ERR_IO
+ * and Cassandra's errors (err says which statement). */
+int cass_owner_claim(struct cql_session *sess, const char *ks, const char *data_dir, int write_cl,
+                     int adopt, cass_owner **out, char *err, size_t errlen);
+/* Renews the lease. BDB_OK, BDB_ERR_EXISTS when another node holds it now (the lease
+ * is lost for good: valid() turns 0), or the error of the statement (a retry later
+ * may succeed while the TTL lasts). */
+int cass_owner_renew(cass_owner *o, struct cql_session *sess);
+/* 1 while this server may write: the lease was never lost. */
+int cass_owner_valid(const cass_owner *o);
+/* Gives the lease up (a restart elsewhere need not wait for the TTL) and frees o. */
+void cass_owner_free(cass_owner *o, struct cql_session *sess);
+
+#endif
