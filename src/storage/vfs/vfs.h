@@ -137,6 +137,14 @@ void bdb_vfs_stream_abort(bdb_vfs_stream *s);
 /* Writes a whole file atomically: one stream (above) written at once. */
 int bdb_vfs_write_atomic(bdb_vfs *v, const char *dir, const char *name, const void *data,
                          size_t len);
+/* Writes a whole file atomically as head[0..hlen), then src[0..slen) compressed as one
+ * zstd frame at level (the frame header carries slen), then the CRC-32 (zlib's) of
+ * every byte before it as a little-endian u32: the layout of the catalog and the
+ * current-state index (docs/formats). The compressed bytes go out in pieces, so the
+ * file is never held in memory beside src. BDB_OK, BDB_ERR_NOMEM, BDB_ERR_IO (the
+ * compressor failed too), or the stream's error. */
+int bdb_vfs_write_zstd(bdb_vfs *v, const char *dir, const char *name, const void *head, size_t hlen,
+                       const void *src, size_t slen, int level);
 /* Reads a whole file into a malloc'd buffer (caller frees). */
 int bdb_vfs_read_all(bdb_vfs *v, const char *path, void **data, size_t *len);
 

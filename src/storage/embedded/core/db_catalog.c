@@ -346,25 +346,14 @@ void cat_encode(bdb_db *db, bdb_buf *out)
 
 int cat_save(bdb_db *db, const bdb_buf *enc)
 {
-    bdb_buf out;
-    bdb_buf_init_checked(&out); /* out of memory: the flush fails, the WAL stays */
-    size_t bound = ZSTD_compressBound(enc->len);
-    if (bdb_buf_reserve(&out, 8 + 4 + 8 + bound + 4) != BDB_OK)
-        return BDB_ERR_NOMEM;
-    bdb_buf_append(&out, CAT2_MAGIC, 8);
-    bdb_buf_put_u32le(&out, CAT2_VERSION);
-    bdb_buf_put_u64le(&out, enc->len);
-    size_t z = ZSTD_compress(out.data + out.len, bound, enc->data, enc->len, 3);
-    if (ZSTD_isError(z)) {
-        BDB_ERROR("catalog compression failed: %s", ZSTD_getErrorName(z));
-        bdb_buf_free(&out);
-        return BDB_ERR_IO;
-    }
-    out.len += z;
-    bdb_buf_put_u32le(&out, (uint32_t)crc32(0, out.data, (uInt)out.len));
-    int rc = bdb_vfs_write_atomic(db->vfs, db->dir, "catalog", out.data, out.len);
-    bdb_buf_free(&out);
-    return rc;
+    uint8_t head[8 + 4 + 8];
+    memcpy(head, CAT2_MAGIC, 8);
+    for (int i = 0; i < 4; i++)
+        head[8 + i] = (uint8_t)(CAT2_VERSION >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        head[12 + i] = (uint8_t)((uint64_t)enc->len >> (8 * i));
+    return bdb_vfs_write_zstd(db->vfs, db->dir, "catalog", head, sizeof head, enc->data, enc->len,
+                              3);
 }
 
 /* Unwraps a version 2 file into its image (malloc'd, replaces *data). */

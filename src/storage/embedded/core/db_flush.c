@@ -560,6 +560,7 @@ static int flush_once(bdb_db *db)
     }
     db_ss_sent(db, ss_round); /* sink: those state changes are confirmed */
     rc = cat_save(db, &cat);
+    bdb_buf_free(&cat); /* before the commit phase builds its own images */
     if (rc != BDB_OK) {
         BDB_ERROR("catalog save failed: %s; WAL segments kept", bdb_strerror(rc));
     }

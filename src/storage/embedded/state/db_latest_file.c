@@ -65,9 +65,8 @@ static void encode_entry(bdb_buf *b, const lt_dev *e)
 int db_latest_save(bdb_db *db, uint64_t wal_upto)
 {
     struct db_latest *L = lt_of(db);
-    bdb_buf img, out;
+    bdb_buf img;
     bdb_buf_init_checked(&img); /* out of memory: the save fails, the WAL stays */
-    bdb_buf_init_checked(&out);
     uint64_t n = 0;
     /* One stripe at a time: writers of other stripes go on meanwhile. */
     for (uint32_t s = 0; s < DB_STRIPES; s++) {
@@ -90,28 +89,19 @@ int db_latest_save(bdb_db *db, uint64_t wal_upto)
             db_set_readonly(db, rc, "WAL segment cut (state index)");
         goto out;
     }
-    size_t bound = ZSTD_compressBound(img.len);
-    if ((rc = bdb_buf_reserve(&out, LT_HEADER + bound + 4)) != BDB_OK)
-        goto out;
-    bdb_buf_append(&out, LT_MAGIC, 8);
-    bdb_buf_put_u32le(&out, LT_VERSION);
-    bdb_buf_put_u64le(&out, wal_upto);
-    bdb_buf_put_u64le(&out, n);
-    bdb_buf_put_u64le(&out, img.len);
-    size_t z = ZSTD_compress(out.data + out.len, bound, img.data, img.len, 1);
-    if (ZSTD_isError(z)) {
-        BDB_ERROR("state index compression failed: %s", ZSTD_getErrorName(z));
-        rc = BDB_ERR_IO;
-        goto out;
-    }
-    out.len += z;
-    bdb_buf_put_u32le(&out, (uint32_t)crc32(0, out.data, (uInt)out.len));
-    rc = bdb_vfs_write_atomic(db->vfs, db->dir, "latest", out.data, out.len);
+    uint8_t head[LT_HEADER];
+    uint64_t fields[3] = {wal_upto, n, img.len};
+    memcpy(head, LT_MAGIC, 8);
+    for (int i = 0; i < 4; i++)
+        head[8 + i] = (uint8_t)(LT_VERSION >> (8 * i));
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < 8; i++)
+            head[12 + 8 * f + i] = (uint8_t)(fields[f] >> (8 * i));
+    rc = bdb_vfs_write_zstd(db->vfs, db->dir, "latest", head, sizeof head, img.data, img.len, 1);
 out:
     if (rc != BDB_OK)
         BDB_ERROR("state index save failed: %s; WAL segments kept", bdb_strerror(rc));
     bdb_buf_free(&img);
-    bdb_buf_free(&out);
     return rc;
 }
 
