@@ -1,0 +1,303 @@
+/* db_space (the disk reserve) where space_test.c does not go: a reserve that cannot
+ * be made (its path taken by a directory; larger than the file system; out of
+ * memory), given back twice or after it was deleted by hand, the setting off, free
+ * space that cannot be read (the data directory moved away), and a write crossing the
+ * flush mark, which wakes the background thread for a flush. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "storage/embedded/engutil.h"
+
+#include "common/log.h"
+#include "storage/embedded/core/db_space.h"
+
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#define T0 INT64_C(1700000000000)
+#define RESERVE (1u << 20)
+#define TMPFS_MAGIC_NR 0x01021994
+
+static char tmp[256], data[300], reserve[400], logpath[400];
+static int64_t now_ms;
+
+static int setup(void **state)
+{
+    (void)state;
+    bdb_log_set_level(BDB_LOG_OFF); /* on only where a test reads the log */
+    eu_scratch(tmp, sizeof tmp, "spacecov", EU_TMPFS, data, sizeof data);
+    snprintf(reserve, sizeof reserve, "%s/%s", data, DB_SPACE_FILE);
+    snprintf(logpath, sizeof logpath, "%s/log", tmp);
+    now_ms = T0;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bdb_log_set_level(BDB_LOG_ERROR);
+    return eu_cleanup(tmp);
+}
+
+static bdb_db *open_reserve(uint64_t bytes, int background)
+{
+    bdb_db_opts o;
+    eu_opts(&o, data, eu_clock, &now_ms);
+    o.vfs = eu_nosync_vfs();
+    o.disk_reserve_bytes = bytes;
+    o.background = background;
+    o.flush_interval_ms = 24 * 3600 * 1000; /* only an ask starts a flush */
+    return eu_open(&o);
+}
+
+static int put1(bdb_db *db, int64_t ts)
+{
+    bdb_batch *b = bdb_batch_new();
+    bdb_batch_begin(b, "d", 1, ts, 1);
+    bdb_batch_metric(b, "m", 1, 1.0);
+    bdb_batch_end(b);
+    int rc = bdb_db_write(db, "t", b);
+    bdb_batch_free(b);
+    return rc;
+}
+
+static long long reserve_size(void)
+{
+    struct stat st;
+    if (stat(reserve, &st) != 0)
+        return -1;
+    return S_ISREG(st.st_mode) ? (long long)st.st_size : -2;
+}
+
+static int space_low(bdb_db *db)
+{
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    return (int)st.space_low;
+}
+
+/* Warnings to the file logpath until log_restore. */
+static int log_to_file(void)
+{
+    bdb_log_set_level(BDB_LOG_WARN);
+    return eu_stderr_to(logpath);
+}
+
+static void log_restore(int saved)
+{
+    eu_stderr_restore(saved);
+    bdb_log_set_level(BDB_LOG_OFF);
+}
+
+/* What the log holds, read back after log_restore. */
+static char *log_text(void)
+{
+    size_t n;
+    return (char *)eu_read_file(logpath, &n);
+}
+
+/* A directory where the reserve belongs: the open warns and refuses writes; once the
+ * path is free the reserve is made and writes are taken. */
+static void test_reserve_path_taken(void **state)
+{
+    (void)state;
+    assert_int_equal(mkdir(data, 0700), 0);
+    assert_int_equal(mkdir(reserve, 0700), 0);
+    int saved = log_to_file();
+    bdb_db *db = open_reserve(RESERVE, 0);
+    log_restore(saved);
+    char *log = log_text();
+    if (!strstr(log, "disk reserve: cannot make 1048576 bytes") || !strstr(log, "Is a directory"))
+        fail_msg("no warning naming the reserve and the error: %s", log);
+    free(log);
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_int_equal(put1(db, T0), BDB_ERR_NOSPACE);
+    assert_int_equal(db_space_restore(db), BDB_ERR_IO);
+    assert_int_equal(reserve_size(), -2); /* the directory is left alone */
+    assert_int_equal(rmdir(reserve), 0);
+    assert_int_equal(db_space_restore(db), BDB_OK);
+    assert_int_equal(reserve_size(), RESERVE);
+    assert_int_equal(space_low(db), 0);
+    assert_int_equal(put1(db, T0), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* A reserve larger than the whole file system: ENOSPC from the allocation, no
+ * partial file left holding space, writes refused. Only on tmpfs, which refuses such a
+ * size at once; a disk file system might fill itself first. */
+static void test_reserve_larger_than_the_disk(void **state)
+{
+    (void)state;
+    struct statfs sf;
+    struct statvfs sv;
+    assert_int_equal(statfs(tmp, &sf), 0);
+    assert_int_equal(statvfs(tmp, &sv), 0);
+    if ((unsigned long)sf.f_type != TMPFS_MAGIC_NR || sv.f_blocks == 0) {
+        print_message("skipped: %s is not a size-limited tmpfs\n", tmp);
+        return;
+    }
+    uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+    bdb_db *db = open_reserve(2 * total, 0);
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_int_equal(reserve_size(), -1);
+    assert_int_equal(db_space_restore(db), BDB_ERR_NOSPACE);
+    assert_int_equal(reserve_size(), -1);
+    assert_int_equal(put1(db, T0), BDB_ERR_NOSPACE);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* Giving the reserve back: once (a second release while it is out says there is no
+ * room to give), after a hand deletion (the release still stops writes, says the
+ * file is missing, and counts no release), out of memory on the way back, and with
+ * the setting off (nothing to give, nothing to make, never tight). */
+static void test_release_and_restore(void **state)
+{
+    (void)state;
+    bdb_db *db = open_reserve(RESERVE, 0);
+    assert_int_equal(reserve_size(), RESERVE);
+    assert_int_equal(db_space_release(db), 1);
+    assert_int_equal(reserve_size(), -1);
+    assert_int_equal(db_space_release(db), 0); /* already out */
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.space_releases, 1);
+    assert_int_equal(put1(db, T0), BDB_ERR_NOSPACE);
+
+    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
+    int rc = db_space_restore(db);
+    bdb_alloc_fail_disarm();
+    assert_int_equal(rc, BDB_ERR_NOMEM);
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_int_equal(db_space_restore(db), BDB_OK);
+    assert_int_equal(reserve_size(), RESERVE);
+    assert_int_equal(db_space_restore(db), BDB_OK); /* in place: nothing to do */
+
+    assert_int_equal(unlink(reserve), 0); /* deleted by hand */
+    int saved = log_to_file();
+    assert_int_equal(db_space_release(db), 1);
+    log_restore(saved);
+    char *log = log_text();
+    if (!strstr(log, "missing (deleted by hand?)"))
+        fail_msg("no word of the missing reserve: %s", log);
+    free(log);
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.space_releases, 1);
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_int_equal(put1(db, T0), BDB_ERR_NOSPACE);
+    assert_int_equal(db_space_restore(db), BDB_OK);
+    assert_int_equal(put1(db, T0), BDB_OK);
+
+    /* the release cannot even name the file: still out, no release counted */
+    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
+    rc = db_space_release(db);
+    bdb_alloc_fail_disarm();
+    assert_int_equal(rc, 1);
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_int_equal(reserve_size(), RESERVE);
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.space_releases, 1);
+    assert_int_equal(db_space_restore(db), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+
+    db = open_reserve(0, 0);
+    assert_int_equal(reserve_size(), -1);
+    assert_int_equal(db_space_release(db), 0);
+    assert_int_equal(db_space_restore(db), BDB_OK);
+    assert_int_equal(db_space_tight(db), 0);
+    db_space_crossed(db, 0);
+    assert_int_equal(db_space_tight(db), 0); /* off: an ask is never answered */
+    assert_int_equal(put1(db, T0), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* Free space unknown (statvfs fails: the data directory was moved): no mark is moved,
+ * and a flush is due only when the write path asked for one, once per ask. */
+static void test_free_space_unknown(void **state)
+{
+    (void)state;
+    bdb_db *db = open_reserve(RESERVE, 0);
+    char moved[400];
+    snprintf(moved, sizeof moved, "%s/moved", tmp);
+    assert_true(db_space_free(db) < UINT64_MAX);
+    assert_int_equal(rename(data, moved), 0);
+    assert_int_equal(db_space_free(db), UINT64_MAX);
+    assert_int_equal(db_space_tight(db), 0);
+    db_space_crossed(db, 0); /* below the hold mark: an ask, no hold */
+    assert_int_equal(space_low(db), 0);
+    assert_int_equal(db_space_tight(db), 1);
+    assert_int_equal(db_space_tight(db), 0);
+    assert_int_equal(rename(moved, data), 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* A WAL past 64 KiB on a roomy disk is not tight; crossing the hold mark twice holds
+ * writes once (one warning), and the next look at the disk lifts the hold. */
+static void test_marks(void **state)
+{
+    (void)state;
+    bdb_db *db = open_reserve(RESERVE, 0);
+    eu_put_run(db, "t", "d", T0, 1000, 5000);
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    assert_true(st.wal.bytes_on_disk >= (64u << 10));
+    assert_int_equal(db_space_tight(db), 0);
+    int saved = log_to_file();
+    db_space_crossed(db, UINT64_MAX);
+    db_space_crossed(db, UINT64_MAX);
+    log_restore(saved);
+    char *log = log_text();
+    const char *first = strstr(log, "disk nearly full");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "disk nearly full"));
+    free(log);
+    assert_int_equal(space_low(db), DB_SPACE_HOLD);
+    assert_int_equal(put1(db, T0 + 6000 * 1000), BDB_ERR_NOSPACE);
+    assert_int_equal(db_space_tight(db), 1); /* asked by the crossing */
+    assert_int_equal(space_low(db), 0);
+    assert_int_equal(put1(db, T0 + 6000 * 1000), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* With the background thread on, a write crossing the flush mark wakes it and the
+ * head is flushed, long before the flush interval (a day here). */
+static void test_crossing_wakes_the_flusher(void **state)
+{
+    (void)state;
+    bdb_db *db = open_reserve(RESERVE, 1);
+    eu_put_run(db, "t", "d", T0, 1000, 100);
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    uint64_t flushes = st.flushes;
+    /* the thread looks at the disk every second: nothing to flush without the ask */
+    nanosleep(&(struct timespec){1, 500 * 1000 * 1000}, NULL);
+    bdb_db_get_stats(db, &st);
+    assert_int_equal(st.flushes, flushes);
+    db_space_crossed(db, 0);
+    for (int i = 0; i < 1000; i++) { /* 10 s at most */
+        bdb_db_get_stats(db, &st);
+        if (st.flushes > flushes && st.blocks > 0)
+            break;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    assert_true(st.flushes > flushes);
+    assert_true(st.blocks > 0);
+    assert_int_equal(space_low(db), 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_reserve_path_taken, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_larger_than_the_disk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_and_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_free_space_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crossing_wakes_the_flusher, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
