@@ -1,8 +1,10 @@
 /* db_space (the disk reserve) where space_test.c does not go: a reserve that cannot
  * be made (its path taken by a directory; larger than the file system; out of
  * memory), given back twice or after it was deleted by hand, the setting off, free
- * space that cannot be read (the data directory moved away), and a write crossing the
- * flush mark, which wakes the background thread for a flush. */
+ * space that cannot be read (the data directory moved away), a write crossing the
+ * flush mark, which wakes the background thread for a flush, and the background
+ * thread making a missing reserve and retrying a flush that failed for lack of
+ * space. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 #include "common/log.h"
 #include "storage/embedded/core/db_space.h"
 
+#include <errno.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -289,6 +292,95 @@ static void test_crossing_wakes_the_flusher(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* Waits up to 10 s for the background thread to bring stats to what ok() wants. */
+static int wait_for(bdb_db *db, int (*ok)(const bdb_db_stats *st))
+{
+    bdb_db_stats st;
+    for (int i = 0; i < 1000; i++) {
+        bdb_db_get_stats(db, &st);
+        if (ok(&st))
+            return 1;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
+static int reserve_in_place(const bdb_db_stats *st)
+{
+    return st->space_low == 0;
+}
+
+/* A reserve that could not be made at open is made by the background thread once
+ * the path is free, and writes are taken again without any call. */
+static void test_background_makes_the_reserve(void **state)
+{
+    (void)state;
+    assert_int_equal(mkdir(data, 0700), 0);
+    assert_int_equal(mkdir(reserve, 0700), 0);
+    bdb_db *db = open_reserve(RESERVE, 1);
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_int_equal(put1(db, T0), BDB_ERR_NOSPACE);
+    assert_int_equal(rmdir(reserve), 0);
+    assert_true(wait_for(db, reserve_in_place));
+    assert_int_equal(reserve_size(), RESERVE);
+    assert_int_equal(put1(db, T0), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+/* A flush that failed for lack of space is retried by the background thread within
+ * seconds (not after the flush interval, a day here) once space returns. */
+static int full_writes;
+static struct bdb_vfs_ops full_ops;
+static bdb_vfs full_vfs = {&full_ops};
+
+static int full_pwrite(bdb_file *f, const void *buf, size_t n, uint64_t off)
+{
+    if (full_writes) {
+        errno = ENOSPC;
+        return BDB_ERR_NOSPACE;
+    }
+    return bdb_vfs_posix()->ops->pwrite(f, buf, n, off);
+}
+
+static int full_open(bdb_vfs *v, const char *path, int flags, bdb_file **out)
+{
+    (void)v;
+    int rc = bdb_vfs_posix()->ops->open(bdb_vfs_posix(), path, flags, out);
+    if (rc == BDB_OK)
+        (*out)->vfs = &full_vfs;
+    return rc;
+}
+
+static int flushed_again(const bdb_db_stats *st)
+{
+    return st->flush_fail_streak == 0 && st->blocks > 0;
+}
+
+static void test_background_retries_a_full_disk(void **state)
+{
+    (void)state;
+    full_ops = *bdb_vfs_posix()->ops;
+    full_ops.open = full_open;
+    full_ops.pwrite = full_pwrite;
+    full_writes = 0;
+    bdb_db_opts o;
+    eu_opts(&o, data, eu_clock, &now_ms);
+    o.vfs = &full_vfs;
+    o.background = 1;
+    o.flush_interval_ms = 24 * 3600 * 1000;
+    bdb_db *db = eu_open(&o);
+    eu_put_run(db, "t", "d", T0, 1000, 100);
+    full_writes = 1;
+    assert_int_equal(bdb_db_flush(db), BDB_ERR_NOSPACE);
+    bdb_db_stats st;
+    bdb_db_get_stats(db, &st);
+    assert_true(st.flush_fail_streak >= 1);
+    assert_int_equal(st.blocks, 0);
+    full_writes = 0;
+    assert_true(wait_for(db, flushed_again));
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +390,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_free_space_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crossing_wakes_the_flusher, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_background_makes_the_reserve, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_background_retries_a_full_disk, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
