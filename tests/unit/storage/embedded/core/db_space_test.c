@@ -100,7 +100,9 @@ static void log_restore(int saved)
 static char *log_text(void)
 {
     size_t n;
-    return (char *)eu_read_file(logpath, &n);
+    char *t = (char *)eu_read_file(logpath, &n);
+    t[n] = '\0'; /* the spare byte */
+    return t;
 }
 
 /* A directory where the reserve belongs: the open warns and refuses writes; once the
