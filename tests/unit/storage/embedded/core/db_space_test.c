@@ -4,7 +4,8 @@
  * space that cannot be read (the data directory moved away), a write crossing the
  * flush mark, which wakes the background thread for a flush, and the background
  * thread making a missing reserve and retrying a flush that failed for lack of
- * space. */
+ * space; the flush and hold marks on a nearly full disk (a 4 MiB tmpfs when the test
+ * may mount one). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,9 +15,12 @@
 #include "storage/embedded/engutil.h"
 
 #include "common/log.h"
+#include "storage/embedded/core/db_int.h"
 #include "storage/embedded/core/db_space.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -25,7 +29,7 @@
 #define RESERVE (1u << 20)
 #define TMPFS_MAGIC_NR 0x01021994
 
-static char tmp[256], data[300], reserve[400], logpath[400];
+static char tmp[256], data[500], reserve[600], logpath[400];
 static int64_t now_ms;
 
 static int setup(void **state)
@@ -39,10 +43,13 @@ static int setup(void **state)
     return 0;
 }
 
+static void unmount_small(void);
+
 static int teardown(void **state)
 {
     (void)state;
     bdb_log_set_level(BDB_LOG_ERROR);
+    unmount_small(); /* a failed test leaves its small file system mounted */
     return eu_cleanup(tmp);
 }
 
@@ -383,6 +390,107 @@ static void test_background_retries_a_full_disk(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* ---- a nearly full disk: a 4 MiB tmpfs (mounting needs root; skipped without) and a
+ * filler file that leaves about 100 KiB free */
+
+#define SMALL_FREE (100u << 10)
+
+static char small[300], filler[400];
+static int mounted;
+
+static int mount_small(void)
+{
+    snprintf(small, sizeof small, "%s/small", tmp);
+    snprintf(filler, sizeof filler, "%s/filler", small);
+    assert_int_equal(mkdir(small, 0700), 0);
+    if (mount("tmpfs", small, "tmpfs", 0, "size=4m") != 0) {
+        print_message("skipped: cannot mount a small tmpfs (%s)\n", strerror(errno));
+        return 0;
+    }
+    mounted = 1;
+    snprintf(data, sizeof data, "%s/data", small);
+    snprintf(reserve, sizeof reserve, "%s/%s", data, DB_SPACE_FILE);
+    return 1;
+}
+
+static void unmount_small(void)
+{
+    if (mounted)
+        assert_int_equal(umount2(small, MNT_DETACH), 0);
+    mounted = 0;
+}
+
+/* Fills the small file system up to SMALL_FREE bytes free. */
+static void fill_disk(void)
+{
+    struct statvfs sv;
+    assert_int_equal(statvfs(small, &sv), 0);
+    uint64_t f = (uint64_t)sv.f_bavail * sv.f_frsize;
+    assert_true(f > SMALL_FREE);
+    int fd = open(filler, O_RDWR | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(posix_fallocate(fd, 0, (off_t)(f - SMALL_FREE)), 0);
+    close(fd);
+}
+
+static void marks(bdb_db *db, uint64_t *written, uint64_t *w, uint64_t *ask, uint64_t *hold)
+{
+    bdb_wal_stats ws;
+    bdb_wal_get_stats(db->wal, &ws);
+    *written = ws.written_lsn;
+    *w = ws.bytes_on_disk;
+    *ask = atomic_load(&db->space_flush_lsn) - ws.written_lsn;
+    *hold = atomic_load(&db->space_hold_lsn) - ws.written_lsn;
+}
+
+/* Little WAL, little free space, no reserve in place: the flush mark is never nearer
+ * than 64 KiB of WAL (a smaller flush is not worth starting early) and the hold mark
+ * not nearer than the flush mark; no flush is due. */
+static void test_nearly_full_small_wal(void **state)
+{
+    (void)state;
+    if (!mount_small())
+        return;
+    fill_disk();
+    bdb_db *db = open_reserve(RESERVE, 0); /* no room for it */
+    assert_int_equal(space_low(db), DB_SPACE_OUT);
+    assert_true(db_space_free(db) <= SMALL_FREE);
+    assert_int_equal(db_space_tight(db), 0);
+    uint64_t written, w, ask, hold;
+    marks(db, &written, &w, &ask, &hold);
+    assert_true(w < (64u << 10));
+    assert_int_equal(ask, (64u << 10) - w);
+    assert_int_equal(hold, ask);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    unmount_small();
+}
+
+/* More WAL than half the free space, the reserve given away: a flush is due now, and
+ * both marks are where the WAL is (the next write asks for a flush and is held). */
+static void test_nearly_full_big_wal(void **state)
+{
+    (void)state;
+    if (!mount_small())
+        return;
+    bdb_db *db = open_reserve(RESERVE, 0);
+    assert_int_equal(space_low(db), 0);
+    eu_put_run(db, "t", "d", T0, 1000, 20000);
+    assert_int_equal(db_space_release(db), 1);
+    fill_disk();
+    uint64_t written, w, ask, hold;
+    assert_int_equal(db_space_tight(db), 1);
+    marks(db, &written, &w, &ask, &hold);
+    assert_true(w >= (64u << 10));
+    assert_true(db_space_free(db) / 2 < w);
+    assert_int_equal(ask, 0);
+    assert_int_equal(hold, 0);
+    assert_int_equal(unlink(filler), 0); /* room again: not tight, the reserve made */
+    assert_int_equal(db_space_tight(db), 0);
+    assert_int_equal(db_space_restore(db), BDB_OK);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    unmount_small();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +502,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crossing_wakes_the_flusher, setup, teardown),
         cmocka_unit_test_setup_teardown(test_background_makes_the_reserve, setup, teardown),
         cmocka_unit_test_setup_teardown(test_background_retries_a_full_disk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nearly_full_small_wal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nearly_full_big_wal, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
