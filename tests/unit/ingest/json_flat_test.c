@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "bucketdb/bdb.h"
+#include "common/alloc.h"
 #include "ingest/json_flat.h"
 #include "model/batch.h"
 
@@ -107,11 +108,108 @@ static void refusals(void **state)
     bdb_batch_free(b);
 }
 
+/* Limits at their edges: a joined name past the 1024-byte name buffer even when
+ * max-key-bytes allows more, the long prefix cut to 60 bytes in the error, a top-level
+ * name too long, the 65th attribute and strings that cannot be attributes (a
+ * control character in the name) skipped and counted, an object with only
+ * nulls refused without a skipped list. */
+static void limits(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    size_t n;
+    static char body[8192];
+    char key[1100];
+    memset(key, 'k', 1020);
+    key[1020] = '\0';
+    /* "k...k" (1020) + "." + "abcd" = 1025 bytes: over the buffer, under max_key 4096 */
+    snprintf(body, sizeof body, "{\"%s\":{\"abcd\":1}}", key);
+    assert_int_equal(run(b, body, 256, 4096), BDB_ERR_INVALID);
+    assert_non_null(strstr(WHY, "is longer than max-key-bytes 4096"));
+    char want[80];
+    memset(want, 'k', 60);
+    snprintf(want + 60, sizeof want - 60, ".abcd' is");
+    if (!strstr(WHY, want))
+        fail_msg("want the prefix cut to 60 bytes: '%s'", WHY);
+    bdb_batch_reports(b, &n);
+    assert_int_equal(n, 0);
+    /* one byte less fits */
+    snprintf(body, sizeof body, "{\"%s\":{\"abc\":1}}", key);
+    assert_int_equal(run(b, body, 256, 4096), BDB_OK);
+    /* a top-level name: no '.' */
+    assert_int_equal(run(b, "{\"abcdefg\":1}", 256, 6), BDB_ERR_INVALID);
+    assert_non_null(strstr(WHY, "name 'abcdefg' is longer than max-key-bytes 6"));
+
+    /* 66 short strings: 64 attributes, the other 2 skipped, the first of them named */
+    size_t off = (size_t)snprintf(body, sizeof body, "{\"m\":1");
+    for (int i = 0; i < 66; i++)
+        off += (size_t)snprintf(body + off, sizeof body - off, ",\"a%02d\":\"x\"", i);
+    snprintf(body + off, sizeof body - off, "}");
+    assert_int_equal(run(b, body, 256, 256), BDB_OK);
+    const bdb_report *r = bdb_batch_reports(b, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(r->nattrs, BDB_MAX_REPORT_ATTRS);
+    assert_int_equal(R.attrs, BDB_MAX_REPORT_ATTRS);
+    assert_int_equal(R.strings_skipped, 2);
+    assert_string_equal(R.first_skipped, "string 'a64'");
+
+    /* a control character in the name: not an attribute (a NUL in the value never
+     * gets here: the parser refuses \u0000) */
+    assert_int_equal(run(b, "{\"m\":2,\"c\\u0002\":\"v\",\"s\":\"a\\u0000b\"}", 256, 256),
+                     BDB_ERR_INVALID);
+    assert_non_null(strstr(WHY, "invalid JSON"));
+    assert_int_equal(run(b, "{\"m\":2,\"c\\u0002\":\"v\"}", 256, 256), BDB_OK);
+    r = bdb_batch_reports(b, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(r->nattrs, 0);
+    assert_int_equal(R.strings_skipped, 1);
+    assert_string_equal(R.first_skipped, "string 'c\002'");
+
+    /* nulls only: nothing to store, and no list of skipped strings */
+    assert_int_equal(run(b, "{\"a\":null,\"state\":null}", 256, 256), BDB_ERR_INVALID);
+    assert_string_equal(WHY, "nothing to store: no number, boolean or state");
+    /* two strings skipped: the first named */
+    assert_int_equal(run(b, "{\"a\":\"123456789\",\"b\":\"123456789\"}", 256, 256),
+                     BDB_ERR_INVALID);
+    assert_string_equal(WHY,
+                        "nothing to store: no number, boolean or state (not stored: string 'a')");
+    bdb_batch_reports(b, &n);
+    assert_int_equal(n, 0);
+    bdb_batch_free(b);
+}
+
+/* Out of memory while the batch takes the object: BDB_ERR_NOMEM, never a partial
+ * report taken as stored. */
+static void out_of_memory(void **state)
+{
+    (void)state;
+    const char *body = "{\"t\":21.5,\"u\":{\"v\":1},\"state\":\"ON\",\"fw\":\"1.2\"}";
+    uint64_t nomem = 0;
+    for (uint64_t nth = 1; nth < 1000; nth++) {
+        bdb_batch *b = bdb_batch_new();
+        assert_non_null(b);
+        bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, nth);
+        int rc = run(b, body, 256, 256);
+        int hit = bdb_alloc_fail_injected() > 0;
+        bdb_alloc_fail_disarm();
+        bdb_batch_free(b);
+        if (!hit) {
+            assert_int_equal(rc, BDB_OK);
+            break;
+        }
+        assert_int_equal(rc, BDB_ERR_NOMEM);
+        nomem++;
+    }
+    assert_true(nomem >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shapes),
         cmocka_unit_test(refusals),
+        cmocka_unit_test(limits),
+        cmocka_unit_test(out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

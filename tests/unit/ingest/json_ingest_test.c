@@ -399,6 +399,31 @@ static void test_names_in_errors_are_bounded(void **state)
                     "field \"metrics.a?b?c\"");
 }
 
+/* A configured device tag without a rule: the "device" member stands for it, and a
+ * report naming only the tag is taken by it too. */
+static void test_device_tag_without_rule(void **state)
+{
+    (void)state;
+    bdb_json_limits lim;
+    bdb_json_limits_default(&lim);
+    lim.device_tag = "host";
+    size_t n;
+    assert_int_equal(ingest_lim("[{\"device\":\"d1\",\"metrics\":{\"m\":1}},"
+                                "{\"tags\":{\"host\":\"h2\"},\"metrics\":{\"m\":2}}]",
+                                &lim),
+                     BDB_OK);
+    const bdb_report *r = reports(&n);
+    assert_int_equal(n, 2);
+    assert_string_equal(r[0].device, "d1");
+    assert_string_equal(r[1].device, "h2");
+    assert_true(metric(&r[1], "m") == 2);
+    /* a "device" tag is only a tag now: the report names no device */
+    assert_int_equal(ingest_lim("{\"tags\":{\"device\":\"d3\"},\"metrics\":{\"m\":3}}", &lim),
+                     BDB_ERR_INVALID);
+    assert_int_equal(R.rejected, 1);
+    assert_string_equal(R.first_error, "report 0: field \"device\": required string");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_invalid_bodies),
         cmocka_unit_test(test_names_in_errors_are_bounded),
+        cmocka_unit_test(test_device_tag_without_rule),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

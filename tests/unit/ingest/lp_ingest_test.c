@@ -528,6 +528,38 @@ static void test_multiline_state(void **state)
     done(&x);
 }
 
+/* Skipped strings over several lines: the first one named, the count summed; a field
+ * name over 100 bytes cut to 100 in both messages. */
+static void test_skipped_strings_named_once(void **state)
+{
+    (void)state;
+    struct run x = {0};
+    bdb_lp_map m = default_map();
+    m.max_state_bytes = 4;
+    ingest(&x,
+           "pump,device=p1 rpm=1,note=\"hello\"\n"
+           "pump,device=p2 rpm=2,memo=\"world!\",text=\"again\"\n",
+           BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 2);
+    assert_int_equal(x.res.strings_skipped, 3);
+    assert_string_equal(x.res.first_skipped, "line 1: string field 'note'");
+    char key[131], body[400], want[200];
+    memset(key, 'k', 130);
+    key[130] = '\0';
+    snprintf(body, sizeof body, "pump,device=p1 rpm=1,%s=\"hello\"\n", key);
+    ingest(&x, body, BDB_LP_MS, &m);
+    assert_int_equal(x.res.accepted, 1);
+    snprintf(want, sizeof want, "line 1: string field '%.100s'", key);
+    assert_string_equal(x.res.first_skipped, want);
+    snprintf(body, sizeof body, "pump,device=p1 %s=\"hello\"\n", key);
+    ingest(&x, body, BDB_LP_MS, &m);
+    assert_int_equal(x.res.rejected, 1);
+    snprintf(want, sizeof want, "no field could be stored: string field '%.100s' (only", key);
+    if (!strstr(x.res.first_error, want))
+        fail_msg("'%s' lacks '%s'", x.res.first_error, want);
+    done(&x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -544,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_multiline_state),
         cmocka_unit_test(test_invalid_utf8_refused),
         cmocka_unit_test(test_long_metric_names),
+        cmocka_unit_test(test_skipped_strings_named_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,57 @@ static void test_refusals(void **state)
     refused(longf, "filter longer than 1023 bytes");
 }
 
+/* The limits and look-alike option names: a value of 1024 bytes, a scheme that fits
+ * the value but not the scheme, long words cut to 64 bytes in the error, option names
+ * of the right length but another spelling, and the blanks allowed before a filter. */
+static void test_refusal_limits(void **state)
+{
+    (void)state;
+    char err[600] = "";
+    assert_int_equal(bdb_mqtt_route_parse("\t a/+ qos=1 payload=json", &r, err, sizeof err), 0);
+    assert_string_equal(r.filter, "a/+");
+    assert_int_equal(r.qos, 1);
+    refused("a/+ tenant=x tenant=y", "tenant= given twice");
+    refused("a/+ qos=0 qos=1", "qos= given twice");
+    refused("a/+ payloax=json", "unknown option 'payloax'");
+    refused("a/+ qoz=1", "unknown option 'qoz'");
+    refused("a/+ tenanx=a", "unknown option 'tenanx'");
+    refused("a/+ schemx=a/{device}", "unknown option 'schemx'");
+    static char spec[1400], want[80];
+    /* a word without '=' longer than 64 bytes: the first 64 are named */
+    memset(want, 'w', 64);
+    want[64] = '\0';
+    snprintf(spec, sizeof spec, "a/+ %s%s", want, "zzzz");
+    refused(spec, want);
+    char quoted[200];
+    snprintf(quoted, sizeof quoted, "'%s' is not option=value", want);
+    refused(spec, quoted);
+    /* an unknown option name longer than 64 bytes, cut the same way */
+    snprintf(spec, sizeof spec, "a/+ %szzzz=1", want);
+    snprintf(quoted, sizeof quoted, "unknown option '%s' (", want);
+    refused(spec, quoted);
+    /* a value of 1023 bytes passes the value limit, 1024 does not */
+    char val[1100];
+    memset(val, 'v', 1024);
+    val[1024] = '\0';
+    snprintf(spec, sizeof spec, "a/+ tenant=%s", val);
+    refused(spec, "tenant= value longer than 1023 bytes");
+    val[1023] = '\0';
+    snprintf(spec, sizeof spec, "a/+ tenant=%s", val);
+    refused(spec, "tenant= must be 1..128 characters");
+    /* a scheme of the scheme buffer's size (255 bytes fit) */
+    char sch[300];
+    memset(sch, 'a', sizeof sch);
+    memcpy(sch, "{device}/", 9);
+    sch[256] = '\0';
+    snprintf(spec, sizeof spec, "a/+ scheme=%s", sch);
+    refused(spec, "scheme= longer than 255 bytes");
+    sch[255] = '\0';
+    snprintf(spec, sizeof spec, "a/+ scheme=%s", sch);
+    assert_int_equal(bdb_mqtt_route_parse(spec, &r, err, sizeof err), 0);
+    assert_int_equal(r.scheme.device, 0);
+}
+
 static void test_subscribe_with_identifier(void **state)
 {
     (void)state;
@@ -152,6 +203,7 @@ int main(void)
         cmocka_unit_test(test_full_line),
         cmocka_unit_test(test_defaults_and_share),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusal_limits),
         cmocka_unit_test(test_subscribe_with_identifier),
         cmocka_unit_test(test_publish_identifiers),
     };

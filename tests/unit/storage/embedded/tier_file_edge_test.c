@@ -6,19 +6,22 @@
  * change at a time: header fields (version 2 with its flags byte: the known flag,
  * none, an unknown one; an empty tenant or one with a NUL; a resolution or file window
  * that does not fit), a file cut after its header, index counts and offsets that do
- * not describe the records, a series twice. Documented outcome: a file without a
- * change (v1, and v2 with the known flag) is rewritten as version 3 and served with
- * the same windows; any other is quarantined at open, never read, and the engine
+ * not describe the records, a series twice, a record naming another series than its
+ * index entry, holding a byte after its windows or one byte too few, index names
+ * with a NUL. Documented outcome: a file without a change (v1, and v2 with the known
+ * flag, and a file of one record) is rewritten as version 3 and served with the same
+ * windows; any other is quarantined at open, never read, and the engine
  * serves the rest.
  *
  * Version 3: the flushed file re-encoded with one change at a time: an unknown flag,
  * a metric table unsorted or with a NUL in a name, devices unsorted, twice or with a
  * NUL in a name (empty names are accepted, as in version 1), a series
- * whose metric id is past the table or not increasing, a record length that does not
- * reach its neighbour, a byte after the index. The same outcome: the unchanged file is
- * served, every other one quarantined. A record that changes on disk after open (cut
- * short, or a byte flipped) makes the tier read fail with BDB_ERR_CORRUPT instead of
- * answering wrong numbers. */
+ * whose metric id is past the table or not increasing, of length 0 or past its
+ * record, a record length that does not reach its neighbour or holds only the CRC,
+ * metric or device counts past what the index holds, a byte after the index. The same outcome: the
+ * unchanged file is served, every other one quarantined. A record that changes on disk after open
+ * (cut short, or a byte flipped) makes the tier read fail with BDB_ERR_CORRUPT instead of answering
+ * wrong numbers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +40,7 @@
 #include "storage/embedded/tier/db_tier.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,8 +223,38 @@ enum change {
     OFF_GAP,      /* the first record does not start right after the header */
     TRAILING,     /* a byte after the last index entry */
     TWICE,        /* one series twice (its record repeated) */
+    ONE_REC,      /* a file of d1's record alone: served */
+    NINPUTS_HUGE, /* more inputs than the header has bytes */
+    REC_NAME,     /* d1's record names device "dX" (the index says d1) */
+    REC_TRAILING, /* a byte after d1's windows, inside its CRC */
+    REC_WIN_CUT,  /* d1's windows one byte short */
+    REC_SHORT,    /* an index length of 3 for d1's record */
+    IDX_DEV_NUL,  /* a NUL in a device name of the index */
+    IDX_MET_NUL,  /* a NUL in a metric name of the index */
     NCHANGES
 };
+
+/* Record k of the original, changed by c, appended to out with a new CRC. */
+static void put_record(const uint8_t *r, uint64_t len, int k, enum change c, bdb_buf *out)
+{
+    size_t pos = 0, at = out->len;
+    uint64_t dl = uvar(r, &pos);
+    const uint8_t *dn = r + pos;
+    pos += dl;
+    uint64_t ml = uvar(r, &pos);
+    const uint8_t *mn = r + pos;
+    pos += ml;
+    if (c == REC_NAME && k == 0)
+        bdb_buf_put_str(out, "dX", 2);
+    else
+        bdb_buf_put_str(out, (const char *)dn, dl);
+    bdb_buf_put_str(out, (const char *)mn, ml);
+    size_t wl = len - 4 - pos;
+    bdb_buf_append(out, r + pos, c == REC_WIN_CUT && k == 0 ? wl - 1 : wl);
+    if (c == REC_TRAILING && k == 0)
+        bdb_buf_putc(out, 0);
+    bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data + at, (uInt)(out->len - at)));
+}
 
 /* The original file re-encoded with change c into out (its length returned). */
 static size_t rebuild(enum change c, bdb_buf *out)
@@ -237,7 +271,6 @@ static size_t rebuild(enum change c, bdb_buf *out)
     memcpy(tenant, orig + pos, tl);
     pos += tl;
     assert_int_equal(uvar(orig, &pos), 0); /* no inputs */
-    size_t hlen = pos + 4;
     uint64_t ioff = u64at(orig + norig - 24), ilen = u64at(orig + norig - 16);
     size_t ip = ioff;
     uint64_t nrec = uvar(orig, &ip);
@@ -273,7 +306,7 @@ static size_t rebuild(enum change c, bdb_buf *out)
         bdb_buf_put_str(out, "ac\0me", 5);
     else
         bdb_buf_put_str(out, tenant, tl);
-    bdb_buf_put_uvarint(out, 0);
+    bdb_buf_put_uvarint(out, c == NINPUTS_HUGE ? 1000000 : 0);
     if (v2)
         bdb_buf_putc(out, c == V2_REPLACES ? 1 : c == V2_NOFLAG ? 0 : 4);
     bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data, (uInt)out->len));
@@ -281,24 +314,36 @@ static size_t rebuild(enum change c, bdb_buf *out)
         return out->len;
     if (c == OFF_GAP)
         bdb_buf_putc(out, 0);
-    size_t shift = out->len - hlen;
-    bdb_buf_append(out, orig + hlen, ioff - hlen);
+    uint64_t noff[3], nlen[3];
+    for (int k = 0; k < (c == ONE_REC ? 1 : 2); k++) {
+        noff[k] = out->len;
+        put_record(orig + e[k].off, e[k].len, k, c, out);
+        nlen[k] = out->len - noff[k];
+    }
+    noff[2] = out->len;
+    nlen[2] = e[0].len;
     if (c == TWICE)
         bdb_buf_append(out, orig + e[0].off, e[0].len);
     /* index */
     bdb_buf idx;
     bdb_buf_init(&idx);
-    uint64_t n = c == NREC_HUGE ? 1000000 : c == NREC_LESS ? 1 : c == TWICE ? 3 : 2;
+    uint64_t n = c == NREC_HUGE ? 1000000 : c == NREC_LESS || c == ONE_REC ? 1 : c == TWICE ? 3 : 2;
     bdb_buf_put_uvarint(&idx, n);
-    for (uint64_t i = 0; i < (c == TWICE ? 3u : c == NREC_LESS ? 1u : 2u); i++) {
+    for (uint64_t i = 0; i < (c == TWICE ? 3u : c == NREC_LESS || c == ONE_REC ? 1u : 2u); i++) {
         int k = i == 2 ? 0 : (int)i;
-        uint64_t off = i == 2 ? ioff + shift : e[k].off + shift;
+        uint64_t off = noff[i];
         if (c == OFF_GAP && i == 0)
-            off = e[k].off + shift - 1; /* claims the gap byte */
-        bdb_buf_put_str(&idx, (const char *)e[k].d, e[k].dl);
-        bdb_buf_put_str(&idx, (const char *)e[k].m, e[k].ml);
+            off = noff[0] - 1; /* claims the gap byte */
+        if (c == IDX_DEV_NUL && i == 0)
+            bdb_buf_put_str(&idx, "d\0", 2);
+        else
+            bdb_buf_put_str(&idx, (const char *)e[k].d, e[k].dl);
+        if (c == IDX_MET_NUL && i == 0)
+            bdb_buf_put_str(&idx, "te\0p", 4);
+        else
+            bdb_buf_put_str(&idx, (const char *)e[k].m, e[k].ml);
         bdb_buf_put_uvarint(&idx, off);
-        bdb_buf_put_uvarint(&idx, e[k].len);
+        bdb_buf_put_uvarint(&idx, c == REC_SHORT && i == 0 ? 3 : nlen[i]);
     }
     if (c == TRAILING)
         bdb_buf_putc(&idx, 0);
@@ -353,9 +398,9 @@ static void test_rebuilt_files(void **st)
         assert_int_equal(rc, BDB_OK);
         size_t n2 = windows(db, "d2", &rc);
         assert_int_equal(rc, BDB_OK);
-        if (c == SAME || c == V2_REPLACES) {
+        if (c == SAME || c == V2_REPLACES || c == ONE_REC) {
             assert_int_equal(ts.quarantined, 0);
-            assert_true(n1 == 3 && n2 == 3);
+            assert_true(n1 == 3 && n2 == (c == ONE_REC ? 0 : 3));
             read_cur(); /* rewritten in place as version 3 */
             assert_int_equal(cur[8], 3);
         } else {
@@ -381,6 +426,11 @@ enum change3 {
     V3_NO_SERIES,    /* a record of nothing but its CRC */
     V3_TRAILING,     /* a byte after the last index entry */
     V3_CUT,          /* nothing after the header */
+    V3_NMET_HUGE,    /* a metric count far above what the index can hold */
+    V3_NDEV_HUGE,    /* a device count far above what the index can hold */
+    V3_REC_LEN4,     /* an index length of 4 for d1's record (its CRC alone) */
+    V3_SERIES_EMPTY, /* a series of length 0 */
+    V3_SERIES_LONG,  /* a series longer than its record */
     NCHANGES3
 };
 
@@ -431,12 +481,19 @@ static void rebuild3(enum change3 c, bdb_buf *out)
         const uint8_t *r = rec[order[k]];
         size_t len = rlen[order[k]] - 4, at = out->len;
         assert_int_equal(r[0], 0); /* the series of metric id 0 */
+        int own = k == 0 && (c == V3_NO_SERIES || c == V3_SERIES_EMPTY || c == V3_SERIES_LONG);
         if (c == V3_BAD_ID && k == 0)
             bdb_buf_putc(out, 1);
         else if (!(c == V3_NO_SERIES && k == 0))
             bdb_buf_putc(out, 0);
-        if (!(c == V3_NO_SERIES && k == 0))
+        if (!own)
             bdb_buf_append(out, r + 1, len - 1);
+        if (c == V3_SERIES_EMPTY && k == 0)
+            bdb_buf_putc(out, 0);
+        if (c == V3_SERIES_LONG && k == 0) {
+            bdb_buf_put_uvarint(out, 1000);
+            bdb_buf_append(out, "xxxx", 4);
+        }
         if (c == V3_ID_TWICE && k == 0)
             bdb_buf_append(out, r, len);
         bdb_buf_put_u32le(out, (uint32_t)crc32(0L, out->data + at, (uInt)(out->len - at)));
@@ -452,16 +509,16 @@ static void rebuild3(enum change3 c, bdb_buf *out)
         bdb_buf_put_uvarint(&idx, 1);
         bdb_buf_put_str(&idx, "te\0p", 4);
     } else {
-        bdb_buf_put_uvarint(&idx, 1);
+        bdb_buf_put_uvarint(&idx, c == V3_NMET_HUGE ? 1000000 : 1);
         bdb_buf_put_str(&idx, "temp", 4);
     }
-    bdb_buf_put_uvarint(&idx, (uint64_t)n);
+    bdb_buf_put_uvarint(&idx, c == V3_NDEV_HUGE ? 1000000 : (uint64_t)n);
     for (int k = 0; k < n; k++) {
         if (c == V3_DEV_NUL && k == 0)
             bdb_buf_put_str(&idx, "d\0", 2);
         else
             bdb_buf_put_str(&idx, order[k] ? "d2" : "d1", 2);
-        bdb_buf_put_uvarint(&idx, nlen[k]);
+        bdb_buf_put_uvarint(&idx, c == V3_REC_LEN4 && k == 0 ? 4 : nlen[k]);
     }
     if (c == V3_TRAILING)
         bdb_buf_putc(&idx, 0);
@@ -542,12 +599,123 @@ static void test_changed_after_open(void **st)
     }
 }
 
+/* ---- the rewrite of a version 1 file fails: nothing is served from a half-loaded
+ * set of tier files (the read answers an error), the old file stays as it was, and a
+ * later read, with the disk or memory back, loads and rewrites it */
+
+static int tier_full; /* writes of files under tiers/ fail with ENOSPC */
+static struct bdb_vfs_ops tf_ops;
+static bdb_vfs tf_vfs = {&tf_ops};
+
+static int tf_pwrite(bdb_file *f, const void *buf, size_t n, uint64_t off)
+{
+    if (tier_full) {
+        errno = ENOSPC;
+        return BDB_ERR_NOSPACE;
+    }
+    return bdb_vfs_posix()->ops->pwrite(f, buf, n, off);
+}
+
+static int tf_open(bdb_vfs *v, const char *path, int flags, bdb_file **out)
+{
+    (void)v;
+    int rc = bdb_vfs_posix()->ops->open(bdb_vfs_posix(), path, flags, out);
+    if (rc == BDB_OK && strstr(path, "/tiers/"))
+        (*out)->vfs = &tf_vfs;
+    else if (rc == BDB_OK)
+        (*out)->vfs = bdb_vfs_posix();
+    return rc;
+}
+
+static int tier_entries(void)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/tiers/1h", datadir);
+    return eu_count_entries(dir);
+}
+
+static void test_upgrade_rewrite_fails(void **st)
+{
+    (void)st;
+    tf_ops = *bdb_vfs_posix()->ops;
+    tf_ops.open = tf_open;
+    tf_ops.pwrite = tf_pwrite;
+    build();
+    bdb_buf b;
+    bdb_buf_init(&b);
+    rebuild(SAME, &b);
+    put_file(&b);
+    bdb_db_opts o;
+    eu_opts(&o, datadir, clock_fn, NULL);
+    o.sync_mode = BDB_WAL_SYNC_PERIODIC;
+    o.vfs = &tf_vfs;
+    tier_full = 1;
+    bdb_db *db = eu_open(&o);
+    int rc;
+    assert_int_equal(windows(db, "d1", &rc), 0);
+    assert_int_equal(rc, BDB_ERR_NOMEM); /* the load is retried, not served in part */
+    read_cur();
+    assert_int_equal(ncur, b.len);
+    assert_memory_equal(cur, b.data, b.len); /* the version 1 file untouched */
+    assert_int_equal(tier_entries(), 1);     /* and no temporary file left */
+    tier_full = 0;
+    assert_int_equal(windows(db, "d1", &rc), 3);
+    assert_int_equal(rc, BDB_OK);
+    read_cur();
+    assert_int_equal(cur[8], 3);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    bdb_buf_free(&b);
+}
+
+/* Every allocation of the load of a version 1 file fails in turn. */
+static void test_upgrade_allocation_failures(void **st)
+{
+    (void)st;
+    bdb_buf b;
+    bdb_buf_init(&b);
+    uint64_t runs = 0, nomem = 0;
+    for (uint64_t nth = 1; nth < 100000; nth++) {
+        build();
+        rebuild(SAME, &b);
+        put_file(&b);
+        bdb_db *db = open_db();
+        int rc;
+        eu_arm(nth);
+        size_t n = windows(db, "d1", &rc);
+        int hit = eu_disarm(), first = rc;
+        assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
+        if (rc == BDB_OK) {
+            assert_int_equal(n, 3);
+        } else { /* what out holds after an error is not an answer: read again */
+            assert_int_equal(windows(db, "d1", &rc), 3);
+            assert_int_equal(rc, BDB_OK);
+        }
+        bdb_tier_stats ts;
+        bdb_db_tier_get_stats(db, &ts);
+        assert_int_equal(ts.quarantined, 0);
+        assert_int_equal(windows(db, "d2", &rc), 3);
+        read_cur();
+        assert_int_equal(cur[8], 3);
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+        if (!eu_swept(&runs, &nomem, hit, first))
+            break;
+    }
+    bdb_buf_free(&b);
+    print_message(
+        "version 1 load: %llu allocations failed in turn, %llu reads answered NOMEM, " EU_LEAKS
+        "\n",
+        (unsigned long long)runs, (unsigned long long)nomem);
+    assert_true(nomem > 5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rebuilt_files),
         cmocka_unit_test(test_rebuilt_v3_files),
         cmocka_unit_test(test_changed_after_open),
+        cmocka_unit_test(test_upgrade_rewrite_fails),
+        cmocka_unit_test(test_upgrade_allocation_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,166 @@
+/* head (the in-memory chunks and their out-of-order side lists) where the engine
+ * tests do not go: rewrites of one time in the stream and in the side list (the
+ * latest write wins, before and after the side list is merged into the stream and
+ * after a flush), and every allocation of an out-of-order burst failed in turn
+ * (BDB_ERR_NOMEM, never a wrong or doubled sample; a retry makes the data exact). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "storage/embedded/engutil.h"
+
+#include "common/log.h"
+
+#define T0 INT64_C(1790000000000)
+#define SEC INT64_C(1000)
+#define NBASE 40 /* in-order samples: chunks of 16, the first two full */
+
+static char tmp[256], data[300];
+static int64_t now_ms;
+
+/* The model: value by second since T0, NAN where nothing was written. */
+static double model[NBASE + 8];
+/* One batch for every write, made before any allocation is failed; a batch that
+ * cannot take the report counts as a refused write. */
+static bdb_batch *B;
+
+static int setup(void **state)
+{
+    (void)state;
+    bdb_log_set_level(BDB_LOG_OFF); /* the sweep's failures log */
+    eu_scratch(tmp, sizeof tmp, "head", EU_TMPFS, data, sizeof data);
+    now_ms = T0 + NBASE * SEC;
+    B = bdb_batch_new();
+    return B ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    bdb_log_set_level(BDB_LOG_ERROR);
+    bdb_batch_free(B);
+    return eu_cleanup(tmp);
+}
+
+static bdb_db *open_db(void)
+{
+    bdb_db_opts o;
+    eu_opts(&o, data, eu_clock, &now_ms);
+    o.vfs = eu_nosync_vfs();
+    o.chunk_max_samples = 16;
+    return eu_open(&o);
+}
+
+static int put(bdb_db *db, int sec, double v)
+{
+    bdb_batch_reset(B);
+    bdb_batch_begin(B, "d", 1, T0 + sec * SEC, 1);
+    bdb_batch_metric(B, "m", 1, v);
+    if (bdb_batch_end(B) != 1)
+        return BDB_ERR_NOMEM;
+    int rc = bdb_db_write(db, "t", B);
+    if (rc == BDB_OK)
+        model[sec] = v;
+    return rc;
+}
+
+static void base(bdb_db *db)
+{
+    for (size_t i = 0; i < sizeof model / sizeof *model; i++)
+        model[i] = NAN;
+    for (int i = 0; i < NBASE; i++)
+        assert_int_equal(put(db, i, i), BDB_OK);
+}
+
+/* Every sample read back equals the model, once per time. */
+static void check(bdb_db *db, const char *when)
+{
+    const char *m[] = {"m"};
+    bdb_samples s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(bdb_db_read(db, "t", "d", m, 1, T0, T0 + 3600 * SEC, &s, NULL), BDB_OK);
+    size_t want = 0;
+    for (size_t i = 0; i < sizeof model / sizeof *model; i++)
+        want += !isnan(model[i]);
+    if (s.n != want)
+        fail_msg("%s: %zu samples, want %zu", when, s.n, want);
+    for (size_t i = 0; i < s.n; i++) {
+        int64_t sec = (s.ts[i] - T0) / SEC;
+        assert_true(sec >= 0 && sec < (int64_t)(sizeof model / sizeof *model));
+        if (s.v[i] != model[sec])
+            fail_msg("%s: second %lld reads %g, want %g", when, (long long)sec, s.v[i], model[sec]);
+        if (i && s.ts[i] <= s.ts[i - 1])
+            fail_msg("%s: time %lld twice or out of order", when, (long long)sec);
+    }
+    bdb_samples_free(&s);
+}
+
+/* The out-of-order burst: rewrites of times in full chunks (twice for second 5, so
+ * the side list holds two writes of it), and new times between them after the
+ * newest; more than the 8 a side list holds before it is merged. */
+static const int burst_sec[] = {5, 3, 5, 12, 20, 7, 0, 15, 9, 3, 21, 1, 44, 42};
+
+static void test_latest_write_wins(void **state)
+{
+    (void)state;
+    bdb_db *db = open_db();
+    base(db);
+    for (size_t i = 0; i < sizeof burst_sec / sizeof *burst_sec; i++) {
+        assert_int_equal(put(db, burst_sec[i], 1000 + (double)i), BDB_OK);
+        check(db, "during the burst");
+    }
+    assert_true(model[5] == 1002);
+    assert_true(model[3] == 1009);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    check(db, "after the flush");
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+    db = open_db();
+    check(db, "after a reopen");
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
+static void test_burst_allocation_failures(void **state)
+{
+    (void)state;
+    uint64_t runs = 0, nomem = 0;
+    for (uint64_t nth = 1; nth < 100000; nth++) {
+        tu_rm_rf(data);
+        bdb_db *db = open_db();
+        base(db);
+        int hit = 0;
+        size_t failed = 0;
+        eu_arm(nth);
+        for (size_t i = 0; i < sizeof burst_sec / sizeof *burst_sec; i++) {
+            int rc = put(db, burst_sec[i], 1000 + (double)i);
+            assert_true(rc == BDB_OK || rc == BDB_ERR_NOMEM);
+            if (rc != BDB_OK) {
+                failed++;
+                hit = eu_disarm();
+                check(db, "after a refused write"); /* nothing of it, nothing lost */
+                assert_int_equal(put(db, burst_sec[i], 1000 + (double)i), BDB_OK);
+            }
+        }
+        hit |= eu_disarm();
+        check(db, "after the burst");
+        assert_int_equal(bdb_db_flush(db), BDB_OK);
+        check(db, "after the flush");
+        assert_int_equal(bdb_db_close(db), BDB_OK);
+        if (!eu_swept(&runs, &nomem, hit, failed ? BDB_ERR_NOMEM : BDB_OK))
+            break;
+    }
+    print_message(
+        "out-of-order burst: %llu allocations failed in turn, %llu writes refused, " EU_LEAKS "\n",
+        (unsigned long long)runs, (unsigned long long)nomem);
+    assert_true(nomem > 10);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_latest_write_wins, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_burst_allocation_failures, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
