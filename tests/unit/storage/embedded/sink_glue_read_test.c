@@ -3,7 +3,8 @@
  * tier and fleet reads) against the in-memory fake sink of
  * tests/unit/storage/fakesink.h, with the helpers of sink_glue_util.h (the flush side
  * is sink_glue_test.c):
- *   - every read op failing: the readers fall back to the local files and index;
+ *   - every read op failing: the readers fall back to the local files and index; the
+ *     raw read answers the head's samples as BDB_ERR_PARTIAL;
  *   - a fresh data directory over a sink that holds another engine's flushes: the
  *     state, registry, count and late readers answer from the sink;
  *   - the sink as the newer side (two engines over one sink): per field the newer
@@ -38,13 +39,26 @@ static void test_read_fallbacks(void **st)
         }
         assert_true(f->failed > 0); /* the op was asked and failed */
     }
-    /* the raw read failing: an error, never samples missing the flushed part */
-    f->fail_op = FS_READ;
-    f->fail_rc = BDB_ERR_IO;
+    /* the raw read failing for want of the sink (IO, AGAIN): BDB_ERR_PARTIAL with the
+     * head's samples only, never samples missing the flushed part presented as whole;
+     * any other failure stays an error */
+    report(&dbs[1], 1, 0, T0 + 5 * DAY, -1, 42.0); /* d0's one sample in the head */
     bdb_samples s[1];
-    memset(s, 0, sizeof s);
-    assert_int_equal(bdb_db_read(dbs[1], "t1", "d0", &mets[1], 1, LO, HI, s, NULL), BDB_ERR_IO);
-    bdb_samples_free(s);
+    for (int k = 0; k < 3; k++) {
+        static const int rcs[] = {BDB_ERR_IO, BDB_ERR_AGAIN, BDB_ERR_CORRUPT};
+        f->fail_op = FS_READ;
+        f->fail_rc = rcs[k];
+        memset(s, 0, sizeof s);
+        int rc = bdb_db_read(dbs[1], "t1", "d0", &mets[1], 1, LO, HI, s, NULL);
+        if (k < 2) {
+            assert_int_equal(rc, BDB_ERR_PARTIAL);
+            assert_int_equal(s[0].n, 1);
+            assert_true(s[0].ts[0] == T0 + 5 * DAY && s[0].v[0] == 42.0);
+        } else {
+            assert_int_equal(rc, BDB_ERR_CORRUPT);
+        }
+        bdb_samples_free(s);
+    }
     f->fail_op = -1;
     bdb_db_close(dbs[0]);
     bdb_db_close(dbs[1]);
