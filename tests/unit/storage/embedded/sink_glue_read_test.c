@@ -11,6 +11,24 @@
  *     event wins, counts take the larger. */
 #include "storage/embedded/sink_glue_util.h"
 
+#include "query/range.h"
+
+struct got {
+    size_t n;
+    int64_t ts;
+    double v;
+};
+
+static int range_cb(void *ctx, const char *metric, int64_t ts, double v)
+{
+    (void)metric;
+    struct got *g = ctx;
+    g->n++;
+    g->ts = ts;
+    g->v = v;
+    return 0;
+}
+
 /* Every read op failing in turn, always: the readers answer from the local files and
  * index (which hold the same flushed data), or fail; never a wrong answer. */
 static void test_read_fallbacks(void **st)
@@ -59,6 +77,15 @@ static void test_read_fallbacks(void **st)
         }
         bdb_samples_free(s);
     }
+    /* the query layer over it: every head sample emitted, then BDB_ERR_PARTIAL */
+    f->fail_op = FS_READ;
+    f->fail_rc = BDB_ERR_IO;
+    bdb_range_query q = {
+        .tenant = "t1", .device = "d0", .metrics = &mets[1], .nmetrics = 1, .from = LO, .to = HI};
+    struct got g = {0, 0, 0};
+    assert_int_equal(bdb_query_range(dbs[1], NULL, &q, range_cb, &g, NULL), BDB_ERR_PARTIAL);
+    assert_int_equal(g.n, 1);
+    assert_true(g.ts == T0 + 5 * DAY && g.v == 42.0);
     f->fail_op = -1;
     bdb_db_close(dbs[0]);
     bdb_db_close(dbs[1]);
