@@ -107,13 +107,23 @@ static void drop_device(struct exp *e)
     e->have_dev = 0;
 }
 
+/* A read failed: what is left of the stream is the marker line (h_export). */
+static void fail(struct exp *e, int rc)
+{
+    e->failed = 1;
+    e->fail_rc = rc;
+    bdb_buf_reset(&e->out);
+    e->out_pos = 0;
+    bdb_buf_printf(&e->out, EXPORT_ERROR_MARK "%s\n", bdb_strerror(rc));
+}
+
 static int open_next_device(struct exp *e)
 {
     while (e->di < e->ndev) {
         const char *dev = e->devices[e->di++];
         int src = bdb_db_device_snapshot(e->s->db, e->tenant, dev, &e->snap);
         if (src == BDB_ERR_NOMEM) { /* skipping the device would look complete */
-            e->failed = 1;
+            fail(e, src);
             return 0;
         }
         if (src != BDB_OK)
@@ -123,7 +133,7 @@ static int open_next_device(struct exp *e)
         if (src != BDB_OK) {
             drop_device(e);
             if (src == BDB_ERR_NOMEM) {
-                e->failed = 1;
+                fail(e, src);
                 return 0;
             }
             continue;
@@ -149,14 +159,15 @@ static int open_next_device(struct exp *e)
     return 0;
 }
 
-/* Produces the lines of the next partition into e->out; returns 0 at the end. */
+/* Produces the lines of the next partition into e->out (after a failure: the marker
+ * line); returns 0 at the end. */
 static int produce(struct exp *e)
 {
     bdb_buf_reset(&e->out);
     e->out_pos = 0;
     while (e->out.len == 0) {
         if (!e->have_dev && !open_next_device(e))
-            return 0;
+            return e->failed;
         if (e->t >= e->t_end) {
             drop_device(e);
             continue;
@@ -174,10 +185,7 @@ static int produce(struct exp *e)
              * an error; after it the stream ends with the marker line (below). */
             BDB_ERROR("export %s/%s: read failed: %s; stream ended early", e->tenant, dev,
                       bdb_strerror(rc));
-            e->failed = 1;
-            e->fail_rc = rc;
-            bdb_buf_reset(&e->out);
-            bdb_buf_printf(&e->out, EXPORT_ERROR_MARK "%s\n", bdb_strerror(rc));
+            fail(e, rc);
             return 1;
         }
         for (size_t m = 0; m < e->nmetrics; m++) {
