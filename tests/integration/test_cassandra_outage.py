@@ -8,9 +8,11 @@ tests stop and restart it (a clean stop, SIGTERM). The tests:
 - healthy_start_metrics: a start on a new keyspace and a restart on the same one
   leave bucketdb_cassandra_failures_total and errors_total at 0 (they read 14: one
   refused ALTER TABLE ... ADD per column that exists);
-- export_cut_mid_stream: the node stops while a large export streams; the stream
-  ends with the line "# bucketdb-export-error: ..." and no last chunk, never as a
-  complete-looking short 200; `bucketdb import` of such a file fails naming the line;
+- export_cut_mid_stream: the node stops while two large exports stream (one read
+  over HTTP, one by `bucketdb export`); the stream ends with the line
+  "# bucketdb-export-error: ..." and no last chunk, never as a complete-looking short
+  200; `bucketdb export` keeps the line, says why and exits 1; `bucketdb import` of
+  such a file fails naming the line;
 - outage_reads: with the node stopped, a raw query answers the head's samples with
   X-Bucketdb-Partial and "partial": true (JSON) or the header alone (CSV) instead of
   a 500, for a device with flushed samples and one whose samples were never flushed;
@@ -147,7 +149,25 @@ def export_cut_mid_stream():
         eq(r.status, 200, "export status with the node up")
         first = r.read(64 * 1024)
         check(first.startswith(b"env,device=x00,"), "first bytes %r" % first[:80])
+        # `bucketdb export` at the same time, paused the same way (its stdout unread)
+        cli = subprocess.Popen([BIN, "export", "--server", "http://127.0.0.1:%d" % s.port,
+                                "--token", s.token], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        cli_first = cli.stdout.read(64 * 1024)
+        check(cli_first.startswith(b"env,device=x00,"), "CLI first bytes %r" % cli_first[:80])
         stop_node()
+        try:
+            cli_rest, cli_err = cli.communicate(timeout=120)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+        cli_err = cli_err.decode()
+        eq(cli.returncode, 1, "bucketdb export cut by the server: %s" % cli_err)
+        contains(cli_err, "the server could not complete the export: partial answer")
+        cli_lines = (cli_first + cli_rest).decode().splitlines()
+        check(cli_lines[-1].startswith(MARK), "bucketdb export's last line %r"
+              % cli_lines[-1][:120])
         rest = b""
         cut = False
         deadline = time.monotonic() + 120
