@@ -21,7 +21,8 @@
     X(BDB_ERR_NOSPACE, -30008, "no space left on device")                                          \
     X(BDB_ERR_EXISTS, -30009, "already exists")                                                    \
     X(BDB_ERR_AGAIN, -30010, "temporarily unavailable, try again")                                 \
-    X(BDB_ERR_SHUTDOWN, -30011, "shutting down")
+    X(BDB_ERR_SHUTDOWN, -30011, "shutting down")                                                   \
+    X(BDB_ERR_PARTIAL, -30012, "partial answer: the storage backend could not be read")
 
 enum bdb_status {
 #define BDB_X_ENUM(name, value, msg) name = value,

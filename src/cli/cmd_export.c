@@ -43,6 +43,7 @@ struct exp {
     long long lines, bytes, bad;
     int64_t next_progress, t0;
     int tty, write_failed;
+    int cut; /* the server ended the stream with its error marker */
 };
 
 static void progress(struct exp *e, int final)
@@ -62,6 +63,16 @@ static void emit_line(struct exp *e, const char *p, size_t n)
 {
     if (n == 0)
         return;
+    size_t ml = sizeof XFER_EXPORT_ERROR_MARK - 1;
+    if (n >= ml && !memcmp(p, XFER_EXPORT_ERROR_MARK, ml)) {
+        /* kept in a line-protocol file too, so that importing it fails as well */
+        fprintf(stderr, "bucketdb export: the server could not complete the export: %.*s\n",
+                (int)(n - ml), p + ml);
+        e->cut = 1;
+        if (!e->csv && (fwrite(p, 1, n, e->out) != n || fputc('\n', e->out) == EOF))
+            e->write_failed = 1;
+        return;
+    }
     e->lines++;
     if (!e->csv) {
         if (fwrite(p, 1, n, e->out) != n || fputc('\n', e->out) == EOF)
@@ -216,6 +227,8 @@ int cmd_export(int argc, char **argv)
                     (char *)r.body.data);
             rc = BDB_EXIT_FAIL;
         }
+        if (e.cut)
+            rc = BDB_EXIT_FAIL;
         cli_resp_free(&r);
         bdb_buf_free(&path);
         if (e.write_failed)

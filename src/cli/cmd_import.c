@@ -176,6 +176,13 @@ static int add_line(struct imp *m, char *line, size_t n, long long lineno)
         line[--n] = '\0';
     if (n == 0)
         return 0;
+    if (!strncmp(line, XFER_EXPORT_ERROR_MARK, sizeof XFER_EXPORT_ERROR_MARK - 1)) {
+        fprintf(stderr,
+                "bucketdb import: line %lld: the export this file holds was cut short by the "
+                "server (%s); export again\n",
+                lineno, line + sizeof XFER_EXPORT_ERROR_MARK - 1);
+        return -1;
+    }
     if (line[0] == '#') {
         static const char mark[] = "# tenant: ";
         if (!strncmp(line, mark, sizeof mark - 1))

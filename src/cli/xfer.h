@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The last line of a server's export stream that could not complete (the server's
+ * h_export.c writes it, followed by the reason): export and import fail on it. */
+#define XFER_EXPORT_ERROR_MARK "# bucketdb-export-error: "
+
 typedef struct xfer_point {
     char device[256];
     char metric[512];

@@ -138,6 +138,7 @@ int bdb_query_range(bdb_db *db, bdb_pool *pool, const bdb_range_query *q,
     bdb_bucket_enumerate(&snap.hist, clamped.from, clamped.to, collect, &p);
 
     uint64_t emitted = 0;
+    int partial = 0;
     size_t wave = pool ? (size_t)bdb_pool_workers(pool) * 2 : 1;
     int stop = 0;
     for (size_t first = 0; first < p.nparts && !stop && rc == BDB_OK; first += wave) {
@@ -151,6 +152,10 @@ int bdb_query_range(bdb_db *db, bdb_pool *pool, const bdb_range_query *q,
         for (size_t i = 0; i < n; i++) {
             size_t idx = p.desc ? p.nparts - 1 - (first + i) : first + i;
             struct part *pt = &p.parts[idx];
+            if (pt->rc == BDB_ERR_PARTIAL) { /* its head samples are still emitted */
+                partial = 1;
+                pt->rc = BDB_OK;
+            }
             if (pt->rc != BDB_OK && rc == BDB_OK)
                 rc = pt->rc;
             if (st) {
@@ -167,6 +172,8 @@ int bdb_query_range(bdb_db *db, bdb_pool *pool, const bdb_range_query *q,
     }
     if (st)
         st->samples = emitted;
+    if (rc == BDB_OK && partial)
+        rc = BDB_ERR_PARTIAL;
 done:
     free(p.parts);
     bdb_device_snapshot_free(&snap);

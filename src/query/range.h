@@ -35,7 +35,9 @@ typedef struct bdb_query_stats {
 
 /* cb gets each sample; returning non-zero stops the query (not an error).
  * Errors: BDB_ERR_NOTFOUND (no such device), BDB_ERR_LIMIT (more partitions than
- * BDB_QUERY_MAX_PARTITIONS), BDB_ERR_INVALID (from >= to), BDB_ERR_CORRUPT. */
+ * BDB_QUERY_MAX_PARTITIONS), BDB_ERR_INVALID (from >= to), BDB_ERR_CORRUPT.
+ * BDB_ERR_PARTIAL: every sample was emitted except those of a sink that could not be
+ * read (bdb_db_read); an answer built from them must be marked partial. */
 int bdb_query_range(bdb_db *db, bdb_pool *pool, const bdb_range_query *q,
                     int (*cb)(void *ctx, const char *metric, int64_t ts, double v), void *ctx,
                     bdb_query_stats *st);

@@ -17,6 +17,15 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* An answer built while the storage backend (a sink: Cassandra) could not be read
+ * holds only what the head and the local files hold; it says so with this header and
+ * with "partial": true, "partial_reason" in its JSON (docs/API.md#partial-answers). */
+#define H_PARTIAL_HEADER "X-Bucketdb-Partial"
+#define H_PARTIAL_REASON "sink unavailable"
+/* The last line of an export stream that could not complete (h_export.c); the CLI's
+ * export and import look for it (src/cli/xfer.h has the same text). */
+#define EXPORT_ERROR_MARK "# bucketdb-export-error: "
+
 /* Latency histogram with fixed Prometheus buckets (seconds). */
 #define HIST_NB 12
 typedef struct hist {

@@ -4,7 +4,13 @@
  * A metric "m.f" becomes measurement m, field f (what the default mapping made of
  * it); a metric without a dot becomes measurement <metric>, field "value". The device
  * is the device tag; the device's current tags follow; timestamps are nanoseconds, so
- * the output can be POSTed to /write as it is. */
+ * the output can be POSTed to /write as it is.
+ *
+ * The first partition is read before the status line, so a read that fails there
+ * (the storage backend away: BDB_ERR_PARTIAL) answers 503. A read failing later ends
+ * the stream with the line EXPORT_ERROR_MARK + reason and no last chunk: a line
+ * protocol comment, which `bucketdb export` and `bucketdb import` refuse
+ * (docs/API.md#get-apiv1export). */
 #include "server/server_int.h"
 
 #include "bucketdb/bdb.h"
@@ -33,7 +39,8 @@ struct exp {
     bdb_buf out;
     size_t out_pos;
     bdb_samples *samples;
-    int failed; /* a read failed: the stream must end as an error, not as complete */
+    int failed;  /* a read failed: the stream must end as an error, not as complete */
+    int fail_rc; /* its status */
 };
 
 /* Abort-on-OOM (docs/RELIABILITY.md): a device left out for want of memory would
@@ -100,13 +107,23 @@ static void drop_device(struct exp *e)
     e->have_dev = 0;
 }
 
+/* A read failed: what is left of the stream is the marker line (h_export). */
+static void fail(struct exp *e, int rc)
+{
+    e->failed = 1;
+    e->fail_rc = rc;
+    bdb_buf_reset(&e->out);
+    e->out_pos = 0;
+    bdb_buf_printf(&e->out, EXPORT_ERROR_MARK "%s\n", bdb_strerror(rc));
+}
+
 static int open_next_device(struct exp *e)
 {
     while (e->di < e->ndev) {
         const char *dev = e->devices[e->di++];
         int src = bdb_db_device_snapshot(e->s->db, e->tenant, dev, &e->snap);
         if (src == BDB_ERR_NOMEM) { /* skipping the device would look complete */
-            e->failed = 1;
+            fail(e, src);
             return 0;
         }
         if (src != BDB_OK)
@@ -116,7 +133,7 @@ static int open_next_device(struct exp *e)
         if (src != BDB_OK) {
             drop_device(e);
             if (src == BDB_ERR_NOMEM) {
-                e->failed = 1;
+                fail(e, src);
                 return 0;
             }
             continue;
@@ -142,14 +159,15 @@ static int open_next_device(struct exp *e)
     return 0;
 }
 
-/* Produces the lines of the next partition into e->out; returns 0 at the end. */
+/* Produces the lines of the next partition into e->out (after a failure: the marker
+ * line); returns 0 at the end. */
 static int produce(struct exp *e)
 {
     bdb_buf_reset(&e->out);
     e->out_pos = 0;
     while (e->out.len == 0) {
         if (!e->have_dev && !open_next_device(e))
-            return 0;
+            return e->failed;
         if (e->t >= e->t_end) {
             drop_device(e);
             continue;
@@ -162,12 +180,13 @@ static int produce(struct exp *e)
         int rc = bdb_db_read(e->s->db, e->tenant, dev, e->metrics, e->nmetrics, lo, hi, e->samples,
                              NULL);
         if (rc != BDB_OK) {
-            /* The status line is gone already; end the stream early and say why in
-             * the log. A client sees a short export, never a wrong value. */
+            /* A partial read (the backend away) is a failure too: an export holds
+             * everything or says it does not. Before the status line h_export answers
+             * an error; after it the stream ends with the marker line (below). */
             BDB_ERROR("export %s/%s: read failed: %s; stream ended early", e->tenant, dev,
                       bdb_strerror(rc));
-            e->failed = 1;
-            return 0;
+            fail(e, rc);
+            return 1;
         }
         for (size_t m = 0; m < e->nmetrics; m++) {
             const char *name = e->metrics[m];
@@ -198,7 +217,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct exp *e = cls;
-    if (e->out_pos >= e->out.len && !produce(e))
+    if (e->out_pos >= e->out.len && (e->failed || !produce(e)))
         /* after a failed read, no last chunk: the client sees a cut transfer */
         return e->failed ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
     size_t n = e->out.len - e->out_pos;
@@ -265,6 +284,16 @@ enum MHD_Result h_export(bdb_server *s, struct MHD_Connection *c)
     const char *m = arg(c, "metric");
     if (m && *m)
         add_list(&e->filter, &e->nfilter, m);
+    /* The first lines before the status line: a backend that is away (or any failed
+     * read) then gets an error status instead of a 200 that ends short. */
+    produce(e);
+    if (e->failed) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "export failed: %s", bdb_strerror(e->fail_rc));
+        int st = e->fail_rc == BDB_ERR_PARTIAL || e->fail_rc == BDB_ERR_NOMEM ? 503 : 500;
+        free_exp(e);
+        return respond_json_error(s, c, (unsigned)st, msg, 0);
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, reader, e, free_exp);
     if (!resp) {

@@ -230,7 +230,8 @@ static enum MHD_Result query_tier(bdb_server *s, struct MHD_Connection *c, const
             return respond_json_error(s, c, 404, msg, 0);
         }
         snprintf(msg, sizeof msg, "query failed: %s", bdb_strerror(rc));
-        return respond_json_error(s, c, 500, msg, 0);
+        /* windows are never answered half-computed: 503 while the backend is away */
+        return respond_json_error(s, c, rc == BDB_ERR_PARTIAL ? 503 : 500, msg, 0);
     }
     if (o.overflow) {
         bdb_buf_free(&body);
@@ -380,6 +381,9 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     int rc = bdb_query_range(s->db, s->pool, &q, row_cb, &o, &st);
     free(mlist);
     atomic_fetch_add(&s->queries, 1);
+    int partial = rc == BDB_ERR_PARTIAL; /* the head's rows, marked below */
+    if (partial)
+        rc = BDB_OK;
     if (rc == BDB_ERR_NOTFOUND) {
         bdb_buf_free(&body);
         char msg[400], tname[BDB_TENANT_NAME_MAX + 1];
@@ -411,8 +415,9 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
     }
     atomic_fetch_add(&s->query_samples, o.n);
     hist_observe(&s->query_latency, now_us() - t0);
+    const char *ph = partial ? H_PARTIAL_HEADER : NULL;
     if (csv) {
-        res = respond(s, c, 200, "text/csv", body.data, body.len);
+        res = respond_hdr(s, c, 200, "text/csv", body.data, body.len, ph, H_PARTIAL_REASON);
         bdb_buf_free(&body);
         return res;
     }
@@ -434,9 +439,12 @@ enum MHD_Result h_query(bdb_server *s, struct MHD_Connection *c)
         rs ? rs : "raw", (long long)q.from, (long long)q.to, q.desc ? "desc" : "asc",
         (unsigned long long)st.partitions, (unsigned long long)st.chunks, (unsigned long long)o.n);
     bdb_buf_append(&full, body.data, body.len);
-    bdb_buf_puts(&full, "]}\n");
+    bdb_buf_puts(&full, "]");
+    if (partial)
+        bdb_buf_puts(&full, ",\"partial\":true,\"partial_reason\":\"" H_PARTIAL_REASON "\"");
+    bdb_buf_puts(&full, "}\n");
     bdb_buf_free(&body);
-    res = respond(s, c, 200, "application/json", full.data, full.len);
+    res = respond_hdr(s, c, 200, "application/json", full.data, full.len, ph, H_PARTIAL_REASON);
     bdb_buf_free(&full);
     return res;
 }

@@ -1,5 +1,6 @@
 /* cass_late: late events into and out of late_arrivals (cass_late.h). */
 #include "storage/cassandra/cass_late.h"
+#include "storage/cassandra/cass_state.h" /* cass_column_exists */
 #include "storage/cassandra/cass_state_int.h"
 
 #include "bucketdb/bdb.h"
@@ -36,10 +37,12 @@ void cass_late_upgrade(cql_session *sess, const char *ks)
     static const char *const cols[][2] = {{"device_newest", "timestamp"},
                                           {"arrival_seq", "bigint"}};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+        if (cass_column_exists(sess, ks, "late_arrivals", cols[i][0]) == 1)
+            continue; /* the usual case (cass_state.h) */
         snprintf(q, sizeof q, "ALTER TABLE %s.late_arrivals ADD %s %s", ks, cols[i][0], cols[i][1]);
         cql_call c = {.query = q, .consistency = CQL_ONE, .idempotent = 1, .unprepared = 1};
         cql_response *r = NULL;
-        /* Refused when the column exists (the usual case). */
+        /* Refused when the column exists after all. */
         if (cql_session_execute(sess, &c, &r) == BDB_OK) {
             BDB_INFO("cassandra: added late_arrivals.%s (a keyspace from an older bucketdb)",
                      cols[i][0]);

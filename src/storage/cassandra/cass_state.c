@@ -13,6 +13,8 @@
 #include "storage/cassandra/cql/wire/cql_proto.h"
 #include "storage/cassandra/cql/cluster/cql_session.h"
 #include "storage/cassandra/cql/cluster/cql_token.h"
+#include "storage/cassandra/cql/cluster/cql_topology.h"
+#include "storage/cassandra/schema.h"
 #include "storage/cassandra/cql/wire/cql_value.h"
 
 #include <stddef.h>
@@ -331,6 +333,39 @@ int64_t cs_cell_ms(cql_bytes b, int64_t dflt)
 
 /* ---------------------------------------------------------------- schema */
 
+int cass_column_exists(cql_session *sess, const char *ks, const char *table, const char *col)
+{
+    /* The schema tables moved in 3.0 (system_schema.columns, table_name). */
+    const cql_topology *t = cql_session_topology(sess);
+    int ver[3] = {0, 0, 0};
+    for (size_t i = 0; t && i < t->nnodes; i++)
+        if (t->nodes[i].is_local && t->nodes[i].release[0])
+            sch_parse_version(t->nodes[i].release, ver);
+    /* an unquoted name in DDL is stored in lower case */
+    char lks[64];
+    size_t n = 0;
+    for (; ks[n] && n < sizeof lks - 1; n++)
+        lks[n] = (char)(ks[n] >= 'A' && ks[n] <= 'Z' ? ks[n] - 'A' + 'a' : ks[n]);
+    lks[n] = 0;
+    char q[384];
+    if (ver[0] >= 3)
+        snprintf(q, sizeof q,
+                 "SELECT column_name FROM system_schema.columns WHERE keyspace_name = '%s' "
+                 "AND table_name = '%s' AND column_name = '%s'",
+                 lks, table, col);
+    else
+        snprintf(q, sizeof q,
+                 "SELECT column_name FROM system.schema_columns WHERE keyspace_name = '%s' "
+                 "AND columnfamily_name = '%s' AND column_name = '%s'",
+                 lks, table, col);
+    cql_call c = {.query = q, .consistency = CQL_ONE, .idempotent = 1, .unprepared = 1};
+    cql_response *r = NULL;
+    int rc = cql_session_execute(sess, &c, &r);
+    int found = rc != BDB_OK || r->result.kind != CQL_RESULT_ROWS ? -1 : r->result.nrows > 0;
+    cql_response_free(r);
+    return found;
+}
+
 void cass_state_upgrade(cql_session *sess, const char *ks)
 {
     static const char *const cols[][3] = {
@@ -348,13 +383,15 @@ void cass_state_upgrade(cql_session *sess, const char *ks)
         {"latest_by_device", "attribute_times", "map<text, timestamp>"},
     };
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+        if (cass_column_exists(sess, ks, cols[i][0], cols[i][1]) == 1)
+            continue; /* the usual case: no ALTER for Cassandra to refuse */
         char q[256];
         snprintf(q, sizeof q, "ALTER TABLE %s.%s ADD %s %s", ks, cols[i][0], cols[i][1],
                  cols[i][2]);
         cql_call c = {.query = q, .consistency = CQL_ONE, .idempotent = 1, .unprepared = 1};
         cql_response *r = NULL;
-        /* A column that exists is refused ("conflicts with an existing column"): the
-         * usual case, nothing to do. */
+        /* Refused when the column exists after all (the schema tables could not
+         * tell): nothing to do. */
         if (cql_session_execute(sess, &c, &r) == BDB_OK) {
             BDB_INFO("cassandra: added %s.%s %s (a keyspace from an older bucketdb)", cols[i][0],
                      cols[i][1], cols[i][2]);

@@ -42,10 +42,17 @@
 /* s must come from cass_sink_open (the ops reach its session through
  * cass_sink_session; while it is not connected every op fails with BDB_ERR_IO). */
 /* After the schema's CREATE ... IF NOT EXISTS: adds the columns this file writes to
- * tables of a keyspace created before they existed (each ALTER that finds the column
- * is refused, which is ignored). */
+ * tables of a keyspace created before they existed. Each column is looked up in the
+ * schema tables first, so a healthy start sends no ALTER that Cassandra refuses (a
+ * refusal would count in /metrics' failures and errors); an ALTER refused anyway is
+ * ignored. */
 struct cql_session;
 void cass_state_upgrade(struct cql_session *sess, const char *ks);
+/* 1 when ks.table has column col, 0 when it has not, -1 when the schema tables could
+ * not be read (the caller then tries the ALTER). Names are identifiers already checked
+ * (cass_uri.c's keyspace rule, this code's own table and column names). */
+int cass_column_exists(struct cql_session *sess, const char *ks, const char *table,
+                       const char *col);
 
 int cass_state_put(bdb_sink *s, const bdb_sink_state *v, size_t n);
 int cass_device_put(bdb_sink *s, const bdb_sink_device *v, size_t n);

@@ -655,8 +655,9 @@ static void test_status_strings(void **state)
     assert_string_equal(bdb_strerror(BDB_ERR_NOTFOUND), "not found");
     assert_string_equal(bdb_strerror(12345), "unknown status");
     assert_string_equal(bdb_strerror(-1), "unknown status");
-    int codes[] = {BDB_ERR_NOMEM,   BDB_ERR_IO,     BDB_ERR_CORRUPT, BDB_ERR_INVALID, BDB_ERR_LIMIT,
-                   BDB_ERR_NOSPACE, BDB_ERR_EXISTS, BDB_ERR_AGAIN,   BDB_ERR_SHUTDOWN};
+    int codes[] = {BDB_ERR_NOMEM,    BDB_ERR_IO,      BDB_ERR_CORRUPT, BDB_ERR_INVALID,
+                   BDB_ERR_LIMIT,    BDB_ERR_NOSPACE, BDB_ERR_EXISTS,  BDB_ERR_AGAIN,
+                   BDB_ERR_SHUTDOWN, BDB_ERR_PARTIAL};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         assert_true(codes[i] < -1000);
         assert_string_not_equal(bdb_strerror(codes[i]), "unknown status");

@@ -317,7 +317,10 @@ void bdb_samples_free(bdb_samples *s);
 /* Reads the samples of the given metrics of one device inside [lo, hi) from the head
  * and the blocks, newest write winning per time; out[i] receives metric i in time
  * order (reset first). Errors: BDB_ERR_NOTFOUND, BDB_ERR_CORRUPT (a damaged chunk:
- * nothing is returned rather than wrong values). */
+ * nothing is returned rather than wrong values). BDB_ERR_PARTIAL: a sink could not be
+ * reached; out holds what the head (and any local data) holds, and a caller that
+ * answers it must say the answer is partial (callers that treat every non-OK code as
+ * a failure need not know it). */
 int bdb_db_read(bdb_db *db, const char *tenant, const char *device, const char *const *metrics,
                 size_t nmetrics, int64_t lo, int64_t hi, bdb_samples *out, uint64_t *chunks);
 

@@ -251,10 +251,14 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
         }
     }
     pthread_rwlock_unlock(&db->blocks_lock);
+    int partial = 0;
     if (rc == BDB_OK && db->o.sink) { /* sink: flushed samples live there (db_sink.c) */
         rc = db_sink_read(db, d, tn, dn, metrics, nmetrics, lo, hi, sink_add, g);
         for (size_t m = 0; m < nmetrics; m++)
             add_run(&g[m], 1);
+        partial = rc == BDB_ERR_PARTIAL; /* the head's samples are still answered */
+        if (partial)
+            rc = BDB_OK;
     }
 
     for (size_t m = 0; m < nmetrics; m++)
@@ -270,7 +274,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
     free(g);
     if (chunks)
         *chunks += nchunks;
-    return rc;
+    return rc == BDB_OK && partial ? BDB_ERR_PARTIAL : rc;
 }
 
 /* ---------------------------------------------------------------- listings */

@@ -106,6 +106,14 @@ static int part_cb(void *ctx, int64_t start, int64_t end)
     return p->n >= 100000; /* bounded: the query layer reads one partition per call */
 }
 
+/* A sink that cannot be reached (BDB_ERR_IO, _AGAIN: Cassandra down or timing out)
+ * leaves the head's samples still worth answering, as long as the answer says what it
+ * lacks; other failures (out of memory, a row that does not decode) stay errors. */
+static int partial_if_away(int rc)
+{
+    return rc == BDB_ERR_IO || rc == BDB_ERR_AGAIN ? BDB_ERR_PARTIAL : rc;
+}
+
 int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const char *const *metrics,
                  size_t nmetrics, int64_t lo, int64_t hi,
                  void (*add)(void *ud, size_t metric, int64_t ts, double v), void *ud)
@@ -126,7 +134,8 @@ int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const ch
         rc = BDB_ERR_NOMEM;
     bdb_bucket_history_free(&h);
     if (p.n && rc == BDB_OK)
-        rc = sk->ops->read(sk, tn, dn, p.v, p.n, nsub, lo, hi, metrics, nmetrics, add, ud);
+        rc = partial_if_away(
+            sk->ops->read(sk, tn, dn, p.v, p.n, nsub, lo, hi, metrics, nmetrics, add, ud));
     free(p.v);
     return rc;
 }

@@ -3,12 +3,31 @@
  * tier and fleet reads) against the in-memory fake sink of
  * tests/unit/storage/fakesink.h, with the helpers of sink_glue_util.h (the flush side
  * is sink_glue_test.c):
- *   - every read op failing: the readers fall back to the local files and index;
+ *   - every read op failing: the readers fall back to the local files and index; the
+ *     raw read answers the head's samples as BDB_ERR_PARTIAL;
  *   - a fresh data directory over a sink that holds another engine's flushes: the
  *     state, registry, count and late readers answer from the sink;
  *   - the sink as the newer side (two engines over one sink): per field the newer
  *     event wins, counts take the larger. */
 #include "storage/embedded/sink_glue_util.h"
+
+#include "query/range.h"
+
+struct got {
+    size_t n;
+    int64_t ts;
+    double v;
+};
+
+static int range_cb(void *ctx, const char *metric, int64_t ts, double v)
+{
+    (void)metric;
+    struct got *g = ctx;
+    g->n++;
+    g->ts = ts;
+    g->v = v;
+    return 0;
+}
 
 /* Every read op failing in turn, always: the readers answer from the local files and
  * index (which hold the same flushed data), or fail; never a wrong answer. */
@@ -38,13 +57,35 @@ static void test_read_fallbacks(void **st)
         }
         assert_true(f->failed > 0); /* the op was asked and failed */
     }
-    /* the raw read failing: an error, never samples missing the flushed part */
+    /* the raw read failing for want of the sink (IO, AGAIN): BDB_ERR_PARTIAL with the
+     * head's samples only, never samples missing the flushed part presented as whole;
+     * any other failure stays an error */
+    report(&dbs[1], 1, 0, T0 + 5 * DAY, -1, 42.0); /* d0's one sample in the head */
+    bdb_samples s[1];
+    for (int k = 0; k < 3; k++) {
+        static const int rcs[] = {BDB_ERR_IO, BDB_ERR_AGAIN, BDB_ERR_CORRUPT};
+        f->fail_op = FS_READ;
+        f->fail_rc = rcs[k];
+        memset(s, 0, sizeof s);
+        int rc = bdb_db_read(dbs[1], "t1", "d0", &mets[1], 1, LO, HI, s, NULL);
+        if (k < 2) {
+            assert_int_equal(rc, BDB_ERR_PARTIAL);
+            assert_int_equal(s[0].n, 1);
+            assert_true(s[0].ts[0] == T0 + 5 * DAY && s[0].v[0] == 42.0);
+        } else {
+            assert_int_equal(rc, BDB_ERR_CORRUPT);
+        }
+        bdb_samples_free(s);
+    }
+    /* the query layer over it: every head sample emitted, then BDB_ERR_PARTIAL */
     f->fail_op = FS_READ;
     f->fail_rc = BDB_ERR_IO;
-    bdb_samples s[1];
-    memset(s, 0, sizeof s);
-    assert_int_equal(bdb_db_read(dbs[1], "t1", "d0", &mets[1], 1, LO, HI, s, NULL), BDB_ERR_IO);
-    bdb_samples_free(s);
+    bdb_range_query q = {
+        .tenant = "t1", .device = "d0", .metrics = &mets[1], .nmetrics = 1, .from = LO, .to = HI};
+    struct got g = {0, 0, 0};
+    assert_int_equal(bdb_query_range(dbs[1], NULL, &q, range_cb, &g, NULL), BDB_ERR_PARTIAL);
+    assert_int_equal(g.n, 1);
+    assert_true(g.ts == T0 + 5 * DAY && g.v == 42.0);
     f->fail_op = -1;
     bdb_db_close(dbs[0]);
     bdb_db_close(dbs[1]);
