@@ -12,6 +12,7 @@ Issue 20's silent failures, each now a refusal with its reason:
   gone) and answers everything acknowledged;
 - a keyspace written by an older bucketdb (data, no identity): its own data directory
   (with a catalog) takes it over, an empty one is refused;
+- the lease is renewed whole (every column's TTL) while the server runs;
 - the lease taken by another node while running (an outage longer than its TTL):
   flushes fail from the next renewal on and the WAL keeps every acknowledged sample;
   the keyspace's telemetry rows do not grow.
@@ -180,6 +181,18 @@ def lease_lost_stops_flushes():
         write_points(a, 20)
         a.flush()
         sent = table_rows(ks, "telemetry")
+        # a renewal rewrites every column of the lease: a column left out would keep
+        # the first write's TTL and expire under a lease renewed ever after
+        first = rows("SELECT since FROM %s.owner WHERE k = 'writer'" % ks)[0][0]
+        deadline = time.monotonic() + 20  # renewed every 10 s
+        while time.monotonic() < deadline:
+            r = rows("SELECT since, TTL(node), TTL(host) FROM %s.owner WHERE k = 'writer'" % ks)
+            if r and r[0][0] != first:
+                break
+            time.sleep(0.2)
+        check(r and r[0][0] != first, "no renewal of the lease within 20 s: %r" % r)
+        check(int(r[0][1]) >= 25 and abs(int(r[0][1]) - int(r[0][2])) <= 2,
+              "TTLs of node and host after a renewal: %r" % r)
         # another node takes the lease (as after an outage longer than its TTL)
         p = cql("UPDATE %s.owner USING TTL 120 SET node = 'ffffffffffffffffffffffffffffffff' "
                 "WHERE k = 'writer'" % ks)

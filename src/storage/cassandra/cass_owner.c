@@ -27,7 +27,7 @@ struct cass_owner {
     int32_t pid;
     int write_cl;
     atomic_int valid;
-    char q_renew[256], q_take[256], q_release[192];
+    char q_renew[256], q_release[192];
 };
 
 /* ---------------------------------------------------------------- statements */
@@ -317,7 +317,7 @@ static int take(cass_owner *o, cql_session *sess, char *err, size_t errlen)
         lease_values(o, &x);
         cql_bytes v[5] = {x.v[1], x.v[2], x.v[3], x.v[0], txt(node)};
         r = NULL;
-        rc = run(sess, o->q_take, v, 5, o->write_cl, &r, err, errlen);
+        rc = run(sess, o->q_renew, v, 5, o->write_cl, &r, err, errlen);
         int ok = rc == BDB_OK && applied(r);
         cql_response_free(r);
         if (rc != BDB_OK || ok)
@@ -373,11 +373,9 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
     o->pid = (int32_t)getpid();
     o->write_cl = write_cl;
     atomic_store(&o->valid, 1);
+    /* Every column again: a column not written keeps the TTL of the write that set
+     * it, so a node written once would expire under a lease renewed ever after. */
     snprintf(o->q_renew, sizeof o->q_renew,
-             "UPDATE %s.owner USING TTL %d SET host = ?, pid = ?, since = ? WHERE k = 'writer' "
-             "IF node = ?",
-             ks, CASS_OWNER_TTL_S);
-    snprintf(o->q_take, sizeof o->q_take,
              "UPDATE %s.owner USING TTL %d SET host = ?, pid = ?, since = ?, node = ? WHERE k = "
              "'writer' IF node = ?",
              ks, CASS_OWNER_TTL_S);
@@ -400,10 +398,10 @@ int cass_owner_renew(cass_owner *o, cql_session *sess)
         return BDB_ERR_EXISTS;
     struct lv x;
     lease_values(o, &x);
-    cql_bytes v[4] = {x.v[1], x.v[2], x.v[3], x.v[0]};
+    cql_bytes v[5] = {x.v[1], x.v[2], x.v[3], x.v[0], x.v[0]};
     cql_response *r = NULL;
     char err[256];
-    int rc = run(sess, o->q_renew, v, 4, o->write_cl, &r, err, sizeof err);
+    int rc = run(sess, o->q_renew, v, 5, o->write_cl, &r, err, sizeof err);
     if (rc != BDB_OK) {
         cql_response_free(r);
         BDB_WARN("cassandra: renewing the writer lease failed: %s", err);
