@@ -10,8 +10,9 @@
  * its samples in the source's own order (db_merger_push, or a whole chunk with
  * db_merger_push_chunk / db_merger_add_head / db_merger_add_list), repeat per source,
  * then db_merger_sort. The result, m->t[0 .. m->n), is in ascending time with one
- * sample per time: the one of the highest priority, and among equal priorities the
- * one its source gave first. db_merger_emit, db_merger_each_part and
+ * sample per time: the one of the highest priority; within one source, the one pushed
+ * first (two sources of one priority should not share a time: which of them wins is
+ * then unspecified). db_merger_emit, db_merger_each_part and
  * db_merger_samples sort and hand the result on in one step; db_merger_clear empties
  * the merger. More sources may be added after a sort: the result so far is merged
  * again with them (the late recompute sorts the few head samples first, so that the
