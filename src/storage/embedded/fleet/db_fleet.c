@@ -431,7 +431,7 @@ uint64_t fl_gather_list(db_merger *g, const hchunk *list, int64_t lo, int64_t hi
     return db_merger_add_list(g, list, lo, hi, base, skip ? covered_cb : NULL, skip);
 }
 
-/* Non-finite samples are skipped. */
+/* Non-finite samples are left out of the windows (bdb_stats_add refuses them). */
 int fl_gather_into(db_merger *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
 {
     int rc = db_merger_sort(g); /* out of memory: never windows from part of the samples */
