@@ -181,6 +181,8 @@ int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key,
 {
     m->enc.checked = 1;
     int rc = db_merger_sort(m);
+    if (rc == BDB_OK && max == 0)
+        rc = BDB_ERR_INVALID; /* no chunk could hold a sample */
     if (rc == BDB_OK && reserve_scratch(m, m->n < max ? m->n : max) != BDB_OK)
         rc = BDB_ERR_NOMEM;
     size_t i = 0;

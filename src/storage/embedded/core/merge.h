@@ -86,7 +86,7 @@ int db_merger_sort(db_merger *m);
 /* Empties the merger, keeping its buffers. */
 void db_merger_clear(db_merger *m);
 /* Sorts and writes the result to w as chunks of series key, at most max samples each
- * and one partition each; empties the merger. */
+ * (max 0: BDB_ERR_INVALID) and one partition each; empties the merger. */
 int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max);
 /* Sorts and calls put once per partition, in the order of each partition's first
  * sample, with that partition's samples in ascending time (a partition's samples need

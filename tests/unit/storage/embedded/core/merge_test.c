@@ -551,6 +551,10 @@ static void test_emit_block(void **st)
     bdb_series_key key = {"t", 1, "d", 1, "m", 1};
     db_merger m;
     memset(&m, 0, sizeof m);
+    db_merger_source(&m, 1, 0);
+    db_merger_push(&m, 1, 1.0);
+    assert_int_equal(db_merger_emit(&m, w, &key, 0), BDB_ERR_INVALID); /* writes nothing */
+    assert_int_equal(m.n, 0);
     db_merger_source(&m, 1, 0); /* partition 0: 0 .. 9, partition 1000: 1000 .. 1004 */
     for (int64_t t = 0; t < 10; t++)
         db_merger_push(&m, t, (double)t);
