@@ -293,7 +293,9 @@ def tls_connections_cut():
     # the devices differ, and rows are counted from what was there before.
     ks = KS
     proxy = CutProxy(NODE.port)
-    s = Server(args=["--storage", uri(ks, port=proxy.port), "--flush-interval-ms", "1h"])
+    # a new data directory on that keyspace: adopt=true takes it over (cass_owner.h)
+    s = Server(args=["--storage", uri(ks, port=proxy.port, adopt="true"),
+                     "--flush-interval-ms", "1h"])
     want = {}
     try:
         s.start()
@@ -353,7 +355,7 @@ def bad_tls_uri_refused():
         finally:
             s.kill()
     # tls_verify=false: the same wrong CA is not checked (insecure, but it works).
-    s = Server(args=["--storage", uri(ca=wrong, tls_verify="false")])
+    s = Server(args=["--storage", uri(ca=wrong, tls_verify="false", adopt="true")])
     try:
         s.start()
         s.stop()

@@ -204,19 +204,8 @@ static int compact_blocks(bdb_db *db, blockent *in, size_t nb, int64_t now)
                     rc = more;
                     break;
                 }
-                bdb_chunk_iter it;
-                rc = bdb_chunk_iter_init(&it, ref.data, ref.len);
-                int64_t t;
-                double v;
-                int r;
-                while (rc == BDB_OK && (r = bdb_chunk_iter_next(&it, &t, &v)) != 0) {
-                    if (r < 0) {
-                        rc = BDB_ERR_CORRUPT;
-                        break;
-                    }
-                    db_merger_stage(&m, t, v);
-                }
-                db_merger_add(&m, prio, ref.bucket_start);
+                db_merger_source(&m, prio, ref.bucket_start);
+                rc = db_merger_push_chunk(&m, ref.data, ref.len, INT64_MIN, INT64_MAX);
             }
         }
         if (rc == BDB_OK && !expired) {

@@ -29,117 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void db_merger_stage(db_merger *m, int64_t ts, double v)
-{
-    if (m->tn == m->tcap) {
-        size_t cap = m->tcap ? m->tcap * 2 : 256;
-        int64_t *nt = bdb_realloc(m->ts, cap * sizeof *nt);
-        if (nt)
-            m->ts = nt;
-        double *nv = nt ? bdb_realloc(m->v, cap * sizeof *nv) : NULL;
-        if (!nv) { /* the sample is dropped and emit fails the flush (alloc.h) */
-            m->oom = 1;
-            return;
-        }
-        m->v = nv;
-        m->tcap = cap;
-    }
-    m->ts[m->tn] = ts;
-    m->v[m->tn] = v;
-    m->tn++;
-}
-
-void db_merger_free(db_merger *m)
-{
-    free(m->t);
-    free(m->ts);
-    free(m->v);
-    bdb_buf_free(&m->enc);
-}
-
-void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket)
-{
-    if (m->n + m->tn > m->cap) {
-        size_t cap = (m->n + m->tn) * 2;
-        struct db_tagged *p = bdb_realloc(m->t, cap * sizeof *p);
-        if (!p) {
-            m->oom = 1;
-            m->tn = 0;
-            return;
-        }
-        m->t = p;
-        m->cap = cap;
-    }
-    for (size_t i = 0; i < m->tn; i++)
-        m->t[m->n++] = (struct db_tagged){m->ts[i], prio, i, bucket, m->v[i]};
-    m->tn = 0;
-}
-
-static int tagged_cmp(const void *a, const void *b)
-{
-    const struct db_tagged *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1;
-    return (x->order > y->order) - (x->order < y->order);
-}
-
-/* Sorts and dedups the gathered samples and writes them as chunks of at most max
- * samples, one partition per chunk. */
-int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max)
-{
-    m->enc.checked = 1;
-    if (m->oom) {
-        m->oom = 0;
-        m->n = m->tn = 0;
-        return BDB_ERR_NOMEM;
-    }
-    if (m->n > 1)
-        qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
-    size_t k = 0;
-    for (size_t i = 0; i < m->n; i++) {
-        if (i > 0 && m->t[i].ts == m->t[i - 1].ts)
-            continue;
-        m->t[k++] = m->t[i];
-    }
-    m->n = k;
-    int rc = BDB_OK;
-    size_t i = 0;
-    while (i < m->n && rc == BDB_OK) {
-        size_t j = i;
-        m->tn = 0;
-        while (j < m->n && j - i < max && m->t[j].bucket == m->t[i].bucket) {
-            db_merger_stage(m, m->t[j].ts, m->t[j].v);
-            j++;
-        }
-        if (m->oom) {
-            m->oom = 0;
-            rc = BDB_ERR_NOMEM;
-            break;
-        }
-        bdb_buf_reset(&m->enc);
-        rc = bdb_chunk_encode(m->ts, m->v, m->tn, &m->enc);
-        if (rc == BDB_OK && m->enc.oom)
-            rc = BDB_ERR_NOMEM;
-        if (rc != BDB_OK) {
-            m->enc.oom = 0;
-            break;
-        }
-        bdb_chunk_ref c = {.bucket_start = m->t[i].bucket,
-                           .min_ts = m->ts[0],
-                           .max_ts = m->ts[m->tn - 1],
-                           .count = (uint32_t)m->tn,
-                           .data = m->enc.data,
-                           .len = m->enc.len};
-        rc = bdb_block_writer_add(w, key, &c);
-        i = j;
-    }
-    m->n = 0;
-    m->tn = 0;
-    return rc;
-}
-
 /* ---------------------------------------------------------------- block list */
 
 static int block_cmp(const void *a, const void *b)
@@ -456,10 +345,7 @@ static int flush_series(bdb_db *db, series *s, db_writers *ws, db_merger *m, int
         while (b < nc && arr[b]->lo < hi) {
             if (hc_hi(arr[b]) > hi)
                 hi = hc_hi(arr[b]);
-            if (head_chunk_samples(arr[b], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap) !=
-                BDB_OK)
-                m->oom = 1; /* emit fails */
-            db_merger_add(m, (uint64_t)b + 1, hc_bucket(arr[b]));
+            db_merger_add_head(m, arr[b], INT64_MIN, INT64_MAX, (uint64_t)b + 1, hc_bucket(arr[b]));
             b++;
         }
         bdb_block_writer *w;

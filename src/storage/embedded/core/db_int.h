@@ -22,6 +22,7 @@
 #include "storage/embedded/block/block.h"
 #include "storage/embedded/chunk/chunk.h"
 #include "storage/embedded/core/db.h"
+#include "storage/embedded/core/merge.h" /* db_merger: flush, compaction, sink */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -251,31 +252,6 @@ static inline pthread_mutex_t *dev_lock(bdb_db *db, const device *d)
 {
     return &db->stripes[d->stripe];
 }
-
-/* db_flush.c: the sample merger (newest write wins per time), shared by flush and
- * compaction. */
-struct db_tagged {
-    int64_t ts;
-    uint64_t prio, order;
-    int64_t bucket;
-    double v;
-};
-typedef struct db_merger {
-    struct db_tagged *t;
-    size_t n, cap;
-    int64_t *ts; /* staging: samples of one source, moved in by db_merger_add */
-    double *v;
-    size_t tn, tcap;
-    bdb_buf enc;
-    int oom; /* a stage or add ran out of memory: emit fails with BDB_ERR_NOMEM */
-} db_merger;
-void db_merger_free(db_merger *m);
-/* Appends one sample to the staging arrays (ts/v/tn). */
-void db_merger_stage(db_merger *m, int64_t ts, double v);
-/* Moves the staged samples (ts/v/tn) in as one source of priority prio. */
-void db_merger_add(db_merger *m, uint64_t prio, int64_t bucket);
-/* Sorts, dedups (highest priority wins) and writes chunks of at most max samples. */
-int db_merger_emit(db_merger *m, bdb_block_writer *w, const bdb_series_key *key, uint32_t max);
 
 /* Block writers of one flush or compaction, one per (window, TTL class). */
 struct db_wwin {

@@ -61,124 +61,10 @@ void bdb_device_snapshot_free(bdb_device_snapshot *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Samples gathered from several sources before the newest-write-wins merge. */
-struct tagged {
-    int64_t ts;
-    uint64_t prio;
-    uint64_t order; /* position inside its source, so the sort is deterministic */
-    double v;
-};
-
-struct gather {
-    struct tagged *t;
-    size_t n, cap;
-    int64_t *ts;
-    double *v;
-    size_t tn, tcap;
-    int oom; /* a sample was dropped for lack of memory: the read fails */
-};
-
-/* Stages one sample: BDB_OK or BDB_ERR_NOMEM (g->oom set). */
-static int stage(struct gather *g, int64_t t, double v)
-{
-    if (g->tn == g->tcap) {
-        size_t cap = g->tcap ? g->tcap * 2 : 256;
-        int64_t *nt = bdb_realloc(g->ts, cap * sizeof *nt);
-        if (nt)
-            g->ts = nt;
-        double *nv = nt ? bdb_realloc(g->v, cap * sizeof *nv) : NULL;
-        if (!nv) {
-            g->oom = 1;
-            return BDB_ERR_NOMEM;
-        }
-        g->v = nv;
-        g->tcap = cap;
-    }
-    g->ts[g->tn] = t;
-    g->v[g->tn] = v;
-    g->tn++;
-    return BDB_OK;
-}
-
-static void add_run(struct gather *g, uint64_t prio)
-{
-    if (g->n + g->tn > g->cap) {
-        size_t cap = (g->n + g->tn) * 2;
-        struct tagged *p = bdb_realloc(g->t, cap * sizeof *p);
-        if (!p) {
-            g->oom = 1;
-            g->tn = 0;
-            return;
-        }
-        g->t = p;
-        g->cap = cap;
-    }
-    for (size_t i = 0; i < g->tn; i++)
-        g->t[g->n++] = (struct tagged){g->ts[i], prio, i, g->v[i]};
-    g->tn = 0;
-}
-
-static int tagged_cmp(const void *a, const void *b)
-{
-    const struct tagged *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1; /* newest source first */
-    return (x->order > y->order) - (x->order < y->order);
-}
-
-static int finish(struct gather *g, bdb_samples *out)
-{
-    if (g->n > 1) /* g->t is NULL while nothing was gathered: qsort(NULL) is UB */
-        qsort(g->t, g->n, sizeof *g->t, tagged_cmp);
-    out->n = 0;
-    for (size_t i = 0; i < g->n; i++) {
-        if (i > 0 && g->t[i].ts == g->t[i - 1].ts)
-            continue; /* an older write of the same time */
-        if (out->n == out->cap) {
-            size_t cap = out->cap ? out->cap * 2 : 256;
-            int64_t *nt = bdb_realloc(out->ts, cap * sizeof *nt);
-            if (nt)
-                out->ts = nt;
-            double *nv = nt ? bdb_realloc(out->v, cap * sizeof *nv) : NULL;
-            if (!nv) {
-                out->n = 0;
-                g->n = 0;
-                return BDB_ERR_NOMEM;
-            }
-            out->v = nv;
-            out->cap = cap;
-        }
-        out->ts[out->n] = g->t[i].ts;
-        out->v[out->n] = g->t[i].v;
-        out->n++;
-    }
-    g->n = 0;
-    return BDB_OK;
-}
-
-/* sink: one sample from db_sink_read, staged like a decoded chunk */
+/* sink: one sample from db_sink_read, pushed into its metric's merger */
 static void sink_add(void *ud, size_t m, int64_t t, double v)
 {
-    stage(&((struct gather *)ud)[m], t, v); /* g->oom fails the read */
-}
-
-static int decode_chunk(const bdb_chunk_ref *c, int64_t lo, int64_t hi, struct gather *g)
-{
-    bdb_chunk_iter it;
-    if (bdb_chunk_iter_init(&it, c->data, c->len) != BDB_OK)
-        return BDB_ERR_CORRUPT;
-    int64_t t;
-    double v;
-    int r;
-    while ((r = bdb_chunk_iter_next(&it, &t, &v)) == 1) {
-        if (t < lo || t >= hi)
-            continue;
-        if (stage(g, t, v) != BDB_OK)
-            return BDB_ERR_NOMEM;
-    }
-    return r < 0 ? BDB_ERR_CORRUPT : BDB_OK;
+    db_merger_push(&((db_merger *)ud)[m], t, v); /* out of memory fails the read */
 }
 
 int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *metrics,
@@ -196,7 +82,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             out[m].n = 0;
         return BDB_OK;
     }
-    struct gather *g = bdb_calloc(nmetrics ? nmetrics : 1, sizeof *g);
+    db_merger *g = bdb_calloc(nmetrics ? nmetrics : 1, sizeof *g);
     if (!g)
         return BDB_ERR_NOMEM;
     uint64_t nchunks = 0;
@@ -216,9 +102,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             for (hchunk *c = lists[l]; c; c = c->next, prio--) {
                 if (hc_hi(c) <= lo || c->lo >= hi)
                     continue;
-                if (head_chunk_samples(c, lo, hi, &g[m].ts, &g[m].v, &g[m].tn, &g[m].tcap))
-                    g[m].oom = 1;
-                add_run(&g[m], prio);
+                db_merger_add_head(&g[m], c, lo, hi, prio, 0);
                 nchunks++;
             }
         }
@@ -241,9 +125,9 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
                 r = BDB_OK;
                 if (c.max_ts < lo || c.min_ts >= hi)
                     continue;
-                if ((r = decode_chunk(&c, lo, hi, &g[m])) != BDB_OK)
+                db_merger_source(&g[m], bm->seq, 0);
+                if ((r = db_merger_push_chunk(&g[m], c.data, c.len, lo, hi)) != BDB_OK)
                     break;
-                add_run(&g[m], bm->seq);
                 nchunks++;
             }
             if (r < 0)
@@ -253,9 +137,9 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
     pthread_rwlock_unlock(&db->blocks_lock);
     int partial = 0;
     if (rc == BDB_OK && db->o.sink) { /* sink: flushed samples live there (db_sink.c) */
-        rc = db_sink_read(db, d, tn, dn, metrics, nmetrics, lo, hi, sink_add, g);
         for (size_t m = 0; m < nmetrics; m++)
-            add_run(&g[m], 1);
+            db_merger_source(&g[m], 1, 0);
+        rc = db_sink_read(db, d, tn, dn, metrics, nmetrics, lo, hi, sink_add, g);
         partial = rc == BDB_ERR_PARTIAL; /* the head's samples are still answered */
         if (partial)
             rc = BDB_OK;
@@ -266,10 +150,8 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
             rc = BDB_ERR_NOMEM; /* never part of the samples presented as all */
     for (size_t m = 0; m < nmetrics; m++) {
         if (rc == BDB_OK)
-            rc = finish(&g[m], &out[m]);
-        free(g[m].t);
-        free(g[m].ts);
-        free(g[m].v);
+            rc = db_merger_samples(&g[m], &out[m].ts, &out[m].v, &out[m].n, &out[m].cap);
+        db_merger_free(&g[m]);
     }
     free(g);
     if (chunks)

@@ -411,16 +411,6 @@ void bdb_db_fleet_get_stats(bdb_db *db, bdb_fleet_file_stats *st)
 
 /* ---------------------------------------------------------------- head samples */
 
-static int samp_cmp(const void *a, const void *b)
-{
-    const struct fl_samp *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1;
-    return (x->order > y->order) - (x->order < y->order);
-}
-
 int fl_ptr_cmp(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t) * (const hchunk *const *)a,
@@ -433,56 +423,27 @@ static int covered(const fstate *t, const hchunk *c)
     return t->ncov && bsearch(&c, t->cov, t->ncov, sizeof *t->cov, fl_ptr_cmp) != NULL;
 }
 
-/* Appends a chunk list (newest first) oldest first, so later writes get higher
- * priorities, skipping chunks in skip's covered set (skip may be NULL). */
-uint64_t fl_gather_list(fl_gather *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
-                        const fstate *skip)
+static int covered_cb(const void *t, const hchunk *c)
 {
-    size_t nc = 0, k = 0;
-    for (const hchunk *c = list; c; c = c->next)
-        nc++;
-    for (const hchunk *c = list; c; c = c->next, k++) {
-        if (hc_hi(c) <= lo || c->lo >= hi || (skip && covered(skip, c)))
-            continue;
-        g->tn = 0;
-        if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
-            g->oom = 1;
-        if (g->n + g->tn > g->cap) {
-            struct fl_samp *ns = fl_realloc(g->s, (g->n + g->tn) * 2 * sizeof *g->s);
-            if (!ns) {
-                g->oom = 1; /* gather_into fails */
-                continue;
-            }
-            g->s = ns;
-            g->cap = (g->n + g->tn) * 2;
-        }
-        for (size_t i = 0; i < g->tn; i++)
-            g->s[g->n++] = (struct fl_samp){g->ts[i], base + nc - k, i, g->v[i]};
-    }
-    return base + nc;
+    return covered(t, c);
 }
 
-/* Sorts the gathered samples, keeps the newest write of each time (as raw reads do)
- * and adds each window's statistics (width w) of device dev to every fleet in fl[0..nf)
- * (widths multiples of w). Empties the gather. Non-finite samples are skipped. */
-int fl_gather_into(fl_gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
+uint64_t fl_gather_list(db_merger *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
+                        const fstate *skip)
 {
-    if (g->oom) { /* never windows from part of the samples */
-        g->oom = 0;
-        g->n = 0;
-        return BDB_ERR_NOMEM;
-    }
-    if (g->n > 1)
-        qsort(g->s, g->n, sizeof *g->s, samp_cmp);
-    int rc = BDB_OK;
+    return db_merger_add_list(g, list, lo, hi, base, skip ? covered_cb : NULL, skip);
+}
+
+/* Non-finite samples are left out of the windows (bdb_stats_add refuses them). */
+int fl_gather_into(db_merger *g, int64_t w, const char *dev, bdb_fleet *fl, int nf)
+{
+    int rc = db_merger_sort(g); /* out of memory: never windows from part of the samples */
     bdb_stats st;
     bdb_stats_init(&st);
     int64_t cur = INT64_MIN;
     for (size_t i = 0; i <= g->n && rc == BDB_OK; i++) {
         int end = i == g->n;
-        if (!end && i > 0 && g->s[i].ts == g->s[i - 1].ts)
-            continue;
-        int64_t ws = end ? INT64_MIN : bdb_align_down(g->s[i].ts, w);
+        int64_t ws = end ? INT64_MIN : bdb_align_down(g->t[i].ts, w);
         if ((end || ws != cur) && st.count) {
             for (int k = 0; k < nf && rc == BDB_OK; k++)
                 rc = bdb_fleet_add(&fl[k], dev, cur, &st);
@@ -491,19 +452,12 @@ int fl_gather_into(fl_gather *g, int64_t w, const char *dev, bdb_fleet *fl, int 
         if (end)
             break;
         cur = ws;
-        int arc = bdb_stats_add(&st, g->s[i].v);
+        int arc = bdb_stats_add(&st, g->t[i].v);
         if (arc == BDB_ERR_LIMIT)
             rc = arc; /* BDB_ERR_INVALID: a non-finite value, not aggregated */
     }
-    g->n = 0;
+    db_merger_clear(g);
     return rc;
-}
-
-void fl_gather_free(fl_gather *g)
-{
-    free(g->s);
-    free(g->ts);
-    free(g->v);
 }
 
 /* ---------------------------------------------------------------- read */
@@ -541,7 +495,7 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
             BDB_ERROR("fleet file %s: record %s/%s failed to decode", f->path, tn, mn);
     }
     /* the head: samples not yet in fleet files */
-    fl_gather g;
+    db_merger g;
     memset(&g, 0, sizeof g);
     pthread_rwlock_rdlock(&db->flush_lock);
     const fstate *skip = t->covered_at == atomic_load(&db->flushes) ? t : NULL;
@@ -566,7 +520,7 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
     pthread_rwlock_unlock(&db->cat_lock);
     pthread_rwlock_unlock(&db->flush_lock);
     pthread_rwlock_unlock(&t->lock);
-    fl_gather_free(&g);
+    db_merger_free(&g);
     return rc;
 }
 

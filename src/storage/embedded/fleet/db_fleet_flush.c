@@ -91,7 +91,7 @@ int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t seale
     bdb_map *accs = bdb_map_new();
     if (!accs)
         rc = BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
-    fl_gather g;
+    db_merger g;
     memset(&g, 0, sizeof g);
     const hchunk **cov = NULL;
     size_t ncov = 0, capcov = 0;
@@ -146,7 +146,7 @@ int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t seale
         /* hours of this device, added to its hour and its day */
         rc = fl_gather_into(&g, bdb_res_width(BDB_RES_1H), s->dev->name, a->f, NRES);
     }
-    fl_gather_free(&g);
+    db_merger_free(&g);
     size_t na = accs ? bdb_map_count(accs) : 0, k = 0;
     struct acc **av = fl_realloc(NULL, (na + 1) * sizeof *av);
     size_t pos = 0, kl;

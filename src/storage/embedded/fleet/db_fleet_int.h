@@ -92,30 +92,16 @@ int fl_write(fstate *t, int ri, int64_t start, uint64_t seq, uint64_t upto, cons
  * out (tried again at the next use). */
 fstate *fl_get(bdb_db *db);
 
-/* Head samples (db_fleet.c), shared by the reads and the flush hook. */
-struct fl_samp {
-    int64_t ts;
-    uint64_t prio, order;
-    double v;
-};
-typedef struct fl_gather {
-    struct fl_samp *s;
-    size_t n, cap;
-    int64_t *ts;
-    double *v;
-    size_t tn, tcap;
-    int oom; /* a sample was dropped for lack of memory: fl_gather_into fails */
-} fl_gather;
-/* Appends a chunk list (newest first) oldest first, so later writes get higher
- * priorities, skipping chunks in skip's covered set (skip may be NULL); returns the
- * priority base for a list of newer chunks. */
-uint64_t fl_gather_list(fl_gather *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
+/* Head samples (db_fleet.c), shared by the reads and the flush hook, merged by a
+ * db_merger (core/merge.h). */
+/* Adds a chunk list (newest first) to g, later writes at higher priorities, skipping
+ * chunks in skip's covered set (skip may be NULL); returns the priority base for a list
+ * of newer chunks. */
+uint64_t fl_gather_list(db_merger *g, const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
                         const fstate *skip);
-/* Adds the gathered samples (the newest write of each time) as per-window statistics
- * (width w) of device dev to fl[0..nf); empties the gather. BDB_ERR_NOMEM when a
- * sample was dropped for lack of memory. */
-int fl_gather_into(fl_gather *g, int64_t w, const char *dev, bdb_fleet *fl, int nf);
-void fl_gather_free(fl_gather *g);
+/* Adds the merged samples of g (the newest write of each time) as per-window statistics
+ * (width w) of device dev to fl[0..nf); empties g. BDB_ERR_NOMEM when g lost a sample. */
+int fl_gather_into(db_merger *g, int64_t w, const char *dev, bdb_fleet *fl, int nf);
 /* Orders chunk addresses (the covered set is sorted by it). */
 int fl_ptr_cmp(const void *a, const void *b);
 

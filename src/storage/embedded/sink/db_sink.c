@@ -11,19 +11,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int tagged_cmp(const void *a, const void *b)
+struct put_ctx {
+    bdb_db *db;
+    const series *s;
+    int64_t ttl_ms;
+};
+
+static int put_part(void *ctx, int64_t part, const int64_t *ts, const double *v, size_t n)
 {
-    const struct db_tagged *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1;
-    return (x->order > y->order) - (x->order < y->order);
+    struct put_ctx *p = ctx;
+    const series *s = p->s;
+    bdb_sink *sk = p->db->o.sink;
+    int rc =
+        sk->ops->put(sk, s->dev->tenant->name, s->dev->name, s->metric, part, p->ttl_ms, ts, v, n);
+    if (rc == BDB_OK) /* quota: counted once the flush commits (db_sink_usage.c) */
+        db_sku_note(p->db, s->dev->tenant->name, s->dev->name, s->metric, p->ttl_ms, ts, n);
+    return rc;
 }
 
 int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
 {
-    bdb_sink *sk = db->o.sink;
     size_t nc = 0;
     for (hchunk *c = s->frozen; c; c = c->next)
         nc++;
@@ -33,56 +40,14 @@ int db_sink_flush_series(bdb_db *db, series *s, db_merger *m, int64_t ttl_ms)
     size_t i = nc;
     for (hchunk *c = s->frozen; c; c = c->next)
         arr[--i] = c; /* oldest first: later chunks get a higher priority */
-    for (size_t k = 0; k < nc; k++) {
-        if (head_chunk_samples(arr[k], INT64_MIN, INT64_MAX, &m->ts, &m->v, &m->tn, &m->tcap))
-            m->oom = 1;
-        db_merger_add(m, (uint64_t)k + 1, hc_bucket(arr[k]));
-    }
+    for (size_t k = 0; k < nc; k++)
+        db_merger_add_head(m, arr[k], INT64_MIN, INT64_MAX, (uint64_t)k + 1, hc_bucket(arr[k]));
     free(arr);
-    if (m->oom) {
-        m->oom = 0;
-        m->n = m->tn = 0;
-        return BDB_ERR_NOMEM;
-    }
-    if (m->n > 1)
-        qsort(m->t, m->n, sizeof *m->t, tagged_cmp);
     /* Newest write of each time only, then one put per partition: the sink batches
-     * per partition. */
-    size_t k = 0;
-    for (size_t j = 0; j < m->n; j++)
-        if (j == 0 || m->t[j].ts != m->t[j - 1].ts)
-            m->t[k++] = m->t[j];
-    m->n = k;
-    int rc = BDB_OK;
-    int64_t *ts = bdb_malloc((m->n + 1) * sizeof *ts);
-    double *v = bdb_malloc((m->n + 1) * sizeof *v);
-    /* Samples of one partition are not contiguous in time order when sub-buckets
-     * interleave them; gather each partition in turn. */
-    unsigned char *done = bdb_calloc(m->n + 1, 1);
-    if (!ts || !v || !done)
-        rc = BDB_ERR_NOMEM; /* nothing put; the flush fails and keeps head and WAL */
-    for (size_t a = 0; a < m->n && rc == BDB_OK; a++) {
-        if (done[a])
-            continue;
-        int64_t part = m->t[a].bucket;
-        size_t n = 0;
-        for (size_t b = a; b < m->n; b++)
-            if (!done[b] && m->t[b].bucket == part) {
-                done[b] = 1;
-                ts[n] = m->t[b].ts;
-                v[n++] = m->t[b].v;
-            }
-        rc =
-            sk->ops->put(sk, s->dev->tenant->name, s->dev->name, s->metric, part, ttl_ms, ts, v, n);
-        if (rc == BDB_OK) /* quota: counted once the flush commits (db_sink_usage.c) */
-            db_sku_note(db, s->dev->tenant->name, s->dev->name, s->metric, ttl_ms, ts, n);
-    }
-    free(done);
-    free(ts);
-    free(v);
-    m->n = 0;
-    m->tn = 0;
-    return rc;
+     * per partition. Out of memory: nothing put; the flush fails and keeps head and
+     * WAL. */
+    struct put_ctx p = {db, s, ttl_ms};
+    return db_merger_each_part(m, put_part, &p);
 }
 
 struct parts {

@@ -378,89 +378,12 @@ void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st)
 
 /* ---------------------------------------------------------------- head samples */
 
-struct tsamp {
-    int64_t ts;
-    uint64_t prio, order;
-    double v;
-};
-
-struct gather {
-    struct tsamp *s;
-    size_t n, cap;
-    int64_t *ts;
-    double *v;
-    size_t tn, tcap;
-    int oom; /* a sample was dropped for lack of memory: gather_into fails */
-};
-
-static void gather_free(struct gather *g)
+int tier_merge_into(db_merger *m, bdb_rollup *r)
 {
-    free(g->s);
-    free(g->ts);
-    free(g->v);
-}
-
-static int tsamp_cmp(const void *a, const void *b)
-{
-    const struct tsamp *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1;
-    return (x->order > y->order) - (x->order < y->order);
-}
-
-/* Appends the samples of chunk c in [lo, hi) with priority prio (later writes higher). */
-static void gather_chunk(struct gather *g, const hchunk *c, int64_t lo, int64_t hi, uint64_t prio)
-{
-    g->tn = 0;
-    if (head_chunk_samples(c, lo, hi, &g->ts, &g->v, &g->tn, &g->tcap) != BDB_OK)
-        g->oom = 1;
-    if (g->n + g->tn > g->cap) {
-        size_t cap = (g->n + g->tn) * 2;
-        struct tsamp *p = bdb_realloc(g->s, cap * sizeof *g->s);
-        if (!p) {
-            g->oom = 1;
-            return;
-        }
-        g->s = p;
-        g->cap = cap;
-    }
-    for (size_t i = 0; i < g->tn; i++)
-        g->s[g->n++] = (struct tsamp){g->ts[i], prio, i, g->v[i]};
-}
-
-/* Gathers a chunk list (newest first) oldest first, so later writes get higher
- * priorities; base is the priority below the list's oldest chunk. */
-static uint64_t gather_list(struct gather *g, const hchunk *list, int64_t lo, int64_t hi,
-                            uint64_t base)
-{
-    size_t nc = 0;
-    for (const hchunk *c = list; c; c = c->next)
-        nc++;
-    size_t k = 0;
-    for (const hchunk *c = list; c; c = c->next, k++)
-        if (hc_hi(c) > lo && c->lo < hi)
-            gather_chunk(g, c, lo, hi, base + nc - k);
-    return base + nc;
-}
-
-/* Sorts, keeps the newest write of each time (as raw reads do) and adds the samples to
- * r; empties the gather. */
-static int gather_into(struct gather *g, bdb_rollup *r)
-{
-    if (g->oom) { /* never windows from part of the samples */
-        g->oom = 0;
-        g->n = 0;
-        return BDB_ERR_NOMEM;
-    }
-    if (g->n > 1)
-        qsort(g->s, g->n, sizeof *g->s, tsamp_cmp);
-    int rc = BDB_OK;
-    for (size_t i = 0; i < g->n && rc == BDB_OK; i++)
-        if (i == 0 || g->s[i].ts != g->s[i - 1].ts)
-            rc = bdb_rollup_add(r, g->s[i].ts, g->s[i].v);
-    g->n = 0;
+    int rc = db_merger_sort(m); /* out of memory: never windows from part of the samples */
+    for (size_t i = 0; i < m->n && rc == BDB_OK; i++)
+        rc = bdb_rollup_add(r, m->t[i].ts, m->t[i].v);
+    db_merger_clear(m);
     return rc;
 }
 
@@ -603,7 +526,7 @@ int db_tier_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed
         return rc;
     if (!t)
         return BDB_ERR_NOMEM; /* the flush fails and keeps head and WAL (alloc.h) */
-    struct gather g;
+    db_merger g;
     memset(&g, 0, sizeof g);
     struct builders bs = {NULL, 0};
     struct written w = {NULL, 0, 0};
@@ -639,8 +562,8 @@ int db_tier_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed
                 bdb_rollup_reset(&r[k]);
                 bdb_rollup_reset(&rep[k]);
             }
-            gather_list(&g, v[i]->frozen, INT64_MIN, INT64_MAX, 0);
-            rc = gather_into(&g, &r[0]);
+            db_merger_add_list(&g, v[i]->frozen, INT64_MIN, INT64_MAX, 0, NULL, NULL);
+            rc = tier_merge_into(&g, &r[0]);
             skipped += r[0].skipped;
             /* hours from minutes, days from hours: the pyramid, never raw again */
             if (rc == BDB_OK)
@@ -679,7 +602,7 @@ int db_tier_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed
         bdb_rollup_free(&rep[k]);
     for (int i = 0; i < BDB_TIERS; i++)
         bdb_rollup_free(&r[i]);
-    gather_free(&g);
+    db_merger_free(&g);
     if (rc == BDB_OK && agg_sink_tiers(db)) { /* sink: complete windows before publishing */
         pthread_rwlock_wrlock(&t->lock);
         t->sink_synced = 0;
@@ -1153,7 +1076,7 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
         rc = read_files(t, tn, dn, metrics[m], res, lo, hi, &out[m]);
     /* the head: samples not yet in tier files */
     if (rc == BDB_OK) {
-        struct gather g;
+        db_merger g;
         memset(&g, 0, sizeof g);
         bdb_rollup tmp;
         pthread_rwlock_rdlock(&db->flush_lock);
@@ -1165,17 +1088,17 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
                 continue;
             uint64_t base = 0;
             if (!skip_frozen)
-                base = gather_list(&g, s->frozen, lo, hi, 0);
-            gather_list(&g, s->active, lo, hi, base);
+                base = db_merger_add_list(&g, s->frozen, lo, hi, 0, NULL, NULL);
+            db_merger_add_list(&g, s->active, lo, hi, base, NULL, NULL);
             bdb_rollup_init(&tmp, width);
-            rc = gather_into(&g, &tmp);
+            rc = tier_merge_into(&g, &tmp);
             if (rc == BDB_OK)
                 rc = bdb_rollup_merge(&out[m], &tmp);
             bdb_rollup_free(&tmp);
         }
         pthread_mutex_unlock(dev_lock(db, d));
         pthread_rwlock_unlock(&db->flush_lock);
-        gather_free(&g);
+        db_merger_free(&g);
     }
     pthread_rwlock_unlock(&t->lock);
     return rc;

@@ -216,6 +216,11 @@ int late_fix_read(bdb_db *db, const char *tn, const char *dn, const char *const 
                   size_t nmetrics, enum bdb_res res, int64_t from, int64_t to, const int64_t *dirty,
                   size_t ndirty, bdb_rollup *out);
 
+/* db_tier.c: adds the merged samples of m (core/merge.h: the newest write of each time,
+ * as raw reads keep) to r and empties m; BDB_ERR_NOMEM when m lost a sample. */
+struct db_merger;
+int tier_merge_into(struct db_merger *m, bdb_rollup *r);
+
 /* db_tier_late.c: the 1m windows of (tenant, device, metric) in [lo, hi) from raw data,
  * head and blocks, the newest write winning per time as in raw reads, merged into r (of
  * width 1 minute); tier_raw_key_minutes reads the blocks only (maintenance, which holds

@@ -306,56 +306,16 @@ void late_frozen_done(bdb_db *db)
 
 /* ---------------------------------------------------------------- raw from blocks */
 
-struct rsamp {
-    int64_t ts;
-    uint64_t prio;
-    uint32_t order;
-    double v;
-};
-
-static int rsamp_cmp(const void *a, const void *b)
-{
-    const struct rsamp *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->prio != y->prio)
-        return x->prio > y->prio ? -1 : 1;
-    return (x->order > y->order) - (x->order < y->order);
-}
-
-struct rvec {
-    struct rsamp *v;
-    size_t n, cap;
-    int oom; /* a sample was dropped for lack of memory: the recompute fails */
-};
-
-static void rvec_push(struct rvec *r, int64_t ts, uint64_t prio, uint32_t order, double v)
-{
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 256;
-        struct rsamp *p = bdb_realloc(r->v, cap * sizeof *r->v);
-        if (!p) {
-            r->oom = 1;
-            return;
-        }
-        r->v = p;
-        r->cap = cap;
-    }
-    r->v[r->n++] = (struct rsamp){ts, prio, order, v};
-}
-
 /* the sink (storage/sink.h) keeps one value per time: the lowest priority */
 static void sink_add(void *ud, size_t metric, int64_t ts, double v)
 {
     (void)metric;
-    struct rvec *r = ud;
-    rvec_push(r, ts, 0, (uint32_t)r->n, v);
+    db_merger_push(ud, ts, v);
 }
 
-/* Pushes the samples of key in [lo, hi) from the published blocks, each with its
- * block's seq as priority (the newest block wins per time, as in raw reads). */
-static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
-                       struct rvec *rv)
+/* Pushes the samples of key in [lo, hi) from the published blocks, each block a source
+ * with its seq as priority (the newest block wins per time, as in raw reads). */
+static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi, db_merger *m)
 {
     int rc = BDB_OK;
     pthread_rwlock_rdlock(&db->blocks_lock);
@@ -367,25 +327,13 @@ static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_
         int x = bdb_block_find(db->blocks[bi].b, key, &cur);
         if (x == BDB_ERR_NOTFOUND)
             continue;
+        db_merger_source(m, bm->seq, 0);
         bdb_chunk_ref c;
-        uint32_t k = 0;
         while (x == BDB_OK && (x = bdb_block_cursor_next(&cur, &c)) == 1) {
             x = BDB_OK;
             if (c.max_ts < lo || c.min_ts >= hi)
                 continue;
-            bdb_chunk_iter it;
-            if (bdb_chunk_iter_init(&it, c.data, c.len) != BDB_OK) {
-                x = BDB_ERR_CORRUPT;
-                break;
-            }
-            int64_t t;
-            double val;
-            int y;
-            while ((y = bdb_chunk_iter_next(&it, &t, &val)) == 1)
-                if (t >= lo && t < hi)
-                    rvec_push(rv, t, bm->seq, k++, val);
-            if (y < 0)
-                x = BDB_ERR_CORRUPT;
+            x = db_merger_push_chunk(m, c.data, c.len, lo, hi);
         }
         if (x < 0)
             rc = x;
@@ -394,23 +342,12 @@ static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_
     return rc;
 }
 
-/* Sorts rv, keeps the highest priority per time and adds the samples to r; frees rv. */
-static int rvec_into(struct rvec *rv, int rc, bdb_rollup *r)
+/* Unless rc already failed, adds the merged samples of m to r; frees m. */
+static int merged_into(db_merger *m, int rc, bdb_rollup *r)
 {
-    if (rc == BDB_OK && rv->oom) /* never a window from part of its samples */
-        rc = BDB_ERR_NOMEM;
-    /* blocks give time-ordered runs, window after window: usually nothing to sort */
-    size_t run = 1;
-    while (run < rv->n && rv->v[run - 1].ts < rv->v[run].ts)
-        run++;
-    if (rc == BDB_OK && run < rv->n)
-        qsort(rv->v, rv->n, sizeof *rv->v, rsamp_cmp);
-    for (size_t i = 0; i < rv->n && rc == BDB_OK; i++)
-        if (i == 0 || rv->v[i].ts != rv->v[i - 1].ts)
-            rc = bdb_rollup_add(r, rv->v[i].ts, rv->v[i].v);
-    free(rv->v);
-    rv->v = NULL;
-    rv->n = rv->cap = 0;
+    if (rc == BDB_OK)
+        rc = tier_merge_into(m, r);
+    db_merger_free(m);
     return rc;
 }
 
@@ -419,82 +356,56 @@ static int rvec_into(struct rvec *rv, int rc, bdb_rollup *r)
  * purpose: its samples reach the tiers with a later flush. */
 static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_rollup *r)
 {
-    struct rvec rv = {NULL, 0, 0, 0};
+    db_merger m;
+    memset(&m, 0, sizeof m);
     const char *tn = s->dev->tenant->name;
     bdb_series_key key = {tn, strlen(tn), s->dev->name, s->dev->nlen, s->metric, s->mlen};
-    int rc = blocks_push(db, &key, lo, hi, &rv);
+    int rc = blocks_push(db, &key, lo, hi, &m);
     if (rc == BDB_OK && db->o.sink) {
         const char *mn[1] = {s->metric};
-        rc = db_sink_read(db, s->dev, tn, s->dev->name, mn, 1, lo, hi, sink_add, &rv);
+        db_merger_source(&m, 0, 0);
+        rc = db_sink_read(db, s->dev, tn, s->dev->name, mn, 1, lo, hi, sink_add, &m);
     }
-    return rvec_into(&rv, rc, r);
+    return merged_into(&m, rc, r);
 }
 
 /* Head chunks sit above every block: later writes than anything flushed. */
 #define HEAD_PRIO (UINT64_C(1) << 62)
 
-/* Pushes a chunk list (newest first) with priorities base + 1 (oldest) and up. */
-static uint64_t head_push(const hchunk *list, int64_t lo, int64_t hi, uint64_t base,
-                          struct rvec *rv, int64_t **ts, double **v, size_t *cap)
-{
-    size_t nc = 0;
-    for (const hchunk *c = list; c; c = c->next)
-        nc++;
-    size_t k = 0;
-    for (const hchunk *c = list; c; c = c->next, k++) {
-        if (!(hc_hi(c) > lo && c->lo < hi))
-            continue;
-        size_t n = 0;
-        if (head_chunk_samples(c, lo, hi, ts, v, &n, cap) != BDB_OK) {
-            rv->oom = 1;
-            continue;
-        }
-        for (size_t i = 0; i < n; i++)
-            rvec_push(rv, (*ts)[i], base + nc - k, (uint32_t)i, (*v)[i]);
-    }
-    return base + nc;
-}
-
 int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int64_t hi,
                      bdb_rollup *r)
 {
-    struct rvec hv = {NULL, 0, 0, 0}, rv = {NULL, 0, 0, 0};
-    int64_t *ts = NULL;
-    double *v = NULL;
-    size_t cap = 0, ml = strlen(metric);
+    db_merger m;
+    memset(&m, 0, sizeof m);
+    size_t ml = strlen(metric);
     /* The head before the blocks: a flush that moves samples from one to the other in
      * between gives them twice (one kept per time), never not at all. */
     pthread_rwlock_rdlock(&db->flush_lock);
     pthread_mutex_lock(dev_lock(db, d));
     series *s = cat_series(db, d, metric, ml, 0);
     if (s) {
-        uint64_t base = head_push(s->frozen, lo, hi, HEAD_PRIO, &hv, &ts, &v, &cap);
-        head_push(s->active, lo, hi, base, &hv, &ts, &v, &cap);
+        uint64_t base = db_merger_add_list(&m, s->frozen, lo, hi, HEAD_PRIO, NULL, NULL);
+        db_merger_add_list(&m, s->active, lo, hi, base, NULL, NULL);
     }
     pthread_mutex_unlock(dev_lock(db, d));
     pthread_rwlock_unlock(&db->flush_lock);
-    free(ts);
-    free(v);
+    /* the head's samples (few) merged on their own: one ascending run, newer as a rule
+     * than the blocks' run after it, which the final merge then only rotates */
+    int rc = db_merger_sort(&m);
     const char *tn = d->tenant->name;
     bdb_series_key key = {tn, strlen(tn), d->name, d->nlen, metric, ml};
-    int rc = blocks_push(db, &key, lo, hi, &rv);
-    /* the head's samples (few, sorted here) after the blocks': newer as a rule, so the
-     * whole is in time order and rvec_into need not sort it */
-    if (hv.n > 1)
-        qsort(hv.v, hv.n, sizeof *hv.v, rsamp_cmp);
-    for (size_t i = 0; i < hv.n; i++)
-        rvec_push(&rv, hv.v[i].ts, hv.v[i].prio, hv.v[i].order, hv.v[i].v);
-    rv.oom |= hv.oom;
-    free(hv.v);
-    return rvec_into(&rv, rc, r);
+    if (rc == BDB_OK)
+        rc = blocks_push(db, &key, lo, hi, &m);
+    return merged_into(&m, rc, r);
 }
 
 int tier_raw_key_minutes(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
                          bdb_rollup *r)
 {
-    struct rvec rv = {NULL, 0, 0, 0};
-    int rc = blocks_push(db, key, lo, hi, &rv);
-    return rvec_into(&rv, rc, r);
+    db_merger m;
+    memset(&m, 0, sizeof m);
+    int rc = blocks_push(db, key, lo, hi, &m);
+    return merged_into(&m, rc, r);
 }
 
 /* ---------------------------------------------------------------- recompute */
