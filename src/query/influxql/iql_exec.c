@@ -496,12 +496,21 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     fmetric[f] = m->mf[j].metric;
                 }
         }
+        int quant = 0; /* a column the sketches answer */
+        for (size_t i = 0; i < nk; i++)
+            quant |= k[i].fn == IQL_FN_MEDIAN || k[i].fn == IQL_FN_PERCENTILE;
     again:;
         int retry = 0;
         /* read each device's wanted metrics */
         pt *p = NULL;
         size_t np = 0, capp = 0;
-        tier_rows tr = {0};
+        tier_acc ta;
+        if (tier) {
+            iql_tier_acc_init(&ta, dg, ng, fields.n, every, off, s.wfrom, s.to, x->max_points);
+            for (size_t i = 0; i < nk; i++)
+                ta.spread |= k[i].fn == IQL_FN_STDDEV;
+        } else
+            memset(&ta, 0, sizeof ta);
         size_t mj = 0; /* m->mf and md are both in device order: one walk */
         for (size_t i = 0; i < nmd && fields.n && !s.over; i++) {
             const char *metrics[IQL_MAX_LIST];
@@ -520,10 +529,10 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             if (tier) {
                 /* with the fleet tables, the devices' tiers answer only the edges */
                 int rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i,
-                                       s.from, fleet ? fa : s.to, &tr, &s.read);
+                                       s.from, fleet ? fa : s.to, quant, &ta, &s.read);
                 if (rc == BDB_OK && fleet)
                     rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i, fb,
-                                       s.to, &tr, &s.read);
+                                       s.to, quant, &ta, &s.read);
                 if (rc == BDB_ERR_LIMIT) {
                     s.over = 1;
                 } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
@@ -553,7 +562,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
         for (size_t f = 0; f < fields.n && fleet && !s.over && !r->error; f++) {
             if (!fmetric[f])
                 continue; /* a field this measurement does not have */
-            int rc = iql_fleet_read(x, fleet, fmetric[f], (uint32_t)f, fa, fb, &tr, &s.read);
+            int rc = iql_fleet_read(x, fleet, fmetric[f], (uint32_t)f, fa, fb, &ta, &s.read);
             if (rc == BDB_ERR_LIMIT)
                 s.over = 1;
             else if (rc != BDB_OK)
@@ -586,15 +595,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 gorder[b] = gorder[b - 1];
                 gorder[b - 1] = t;
             }
-        size_t *tstart = iql_xmalloc((ng + 2) * sizeof *tstart);
-        iql_tier_sort(&tr, dg, ng, tstart);
         double *scratch = iql_xmalloc((np + 1) * sizeof *scratch);
         pt *fp = iql_xmalloc((np + 1) * sizeof *fp);
         for (size_t go = 0; go < ng && nk && !s.over && !r->error; go++) {
             size_t g = gorder[go];
             const pt *gp = sorted + gstart[g];
             size_t gn = gstart[g + 1] - gstart[g];
-            int has_tier = tier && tstart[g + 1] > tstart[g];
+            int has_tier = tier && ta.seen[g];
             if (!gn && !has_tier)
                 continue;
             iql_series *se = iql_add_series(r, m->name, nk + 1);
@@ -639,8 +646,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     }
                 }
             } else if (has_tier) {
-                int trc = iql_tier_rows(st, tr.w + tstart[g], tstart[g + 1] - tstart[g], k, nk,
-                                        every, off, s.wfrom, s.to, se, x->max_points);
+                int trc = iql_tier_rows(st, &ta, g, k, nk, se);
                 if (trc == -2) {
                     retry = 1;
                     break;
@@ -701,13 +707,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             }
         }
         free(scratch);
-        free(tstart);
         free(fp);
         free(gorder);
         free(sorted);
         free(gstart);
         free(p);
-        iql_tier_rows_free(&tr);
+        if (tier)
+            iql_tier_acc_free(&ta);
         if (retry) {
             /* a percentile the sketches cannot give at InfluxDB's rank: raw after all */
             while (r->nseries > first_series)
