@@ -64,11 +64,19 @@ typedef struct cat {
     struct trip *t;
     size_t nt, capt;
     const char *devtag;
+    /* private to iql_cat.c: the catalog's strings and arrays in a few blocks (one
+     * malloc per string cost more than the listing), the measurement names by id */
+    struct cat_blk *arena;
+    struct bdb_map *mids;
+    char **mnames;
+    size_t nmid, capmid;
+    char *value; /* "value": the field of a metric without a dot */
 } cat;
 
 typedef struct trip {
     char *meas, *field, *metric;
     size_t dev;
+    uint32_t mid; /* the measurement's id (cat.mnames) */
 } trip;
 
 /* Loads the tenant's devices and their measurements; free with iql_cat_free (also

@@ -1166,6 +1166,7 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
                 base = gather_list(&g, s->frozen, lo, hi, 0);
             gather_list(&g, s->active, lo, hi, base);
             bdb_rollup_init(&tmp, width);
+            tmp.stats_only = out[m].stats_only;
             rc = gather_into(&g, &tmp);
             if (rc == BDB_OK)
                 rc = bdb_rollup_merge(&out[m], &tmp);
