@@ -324,13 +324,54 @@ static void test_tier_rule(void **state)
     iql_result_free(&raw);
 }
 
+/* Tier windows of several devices, groups and fields land in their own output windows
+ * (merged as they are read): GROUP BY device over both devices, two fields, an
+ * unaligned range whose edges come from raw, fill(none) after the data ends, against
+ * the same statement answered from raw. */
+static void test_tier_groups(void **state)
+{
+    (void)state;
+    char q[500];
+    const char *fns = "count(temp), mean(temp), stddev(hum), max(temp), sum(hum), spread(temp)";
+    const char *range = "time >= %lldms AND time < %lldms GROUP BY time(10m%s), device";
+    char where[160];
+    snprintf(where, sizeof where, range, T0 + 37000, T0 + 3 * HOUR - 13000, "");
+    snprintf(q, sizeof q, "SELECT %s FROM env WHERE %s fill(none)", fns, where);
+    iql_result tier = run(q, 0);
+    assert_null(tier.error);
+    assert_string_equal(tier.tier, "1m");
+    assert_int_equal(tier.nseries, 2);
+    /* first(hum) is never a tier's: the same windows from raw */
+    snprintf(q, sizeof q, "SELECT %s, first(hum) FROM env WHERE %s fill(none)", fns, where);
+    iql_result raw = run(q, 0);
+    assert_string_equal(raw.tier, "raw");
+    assert_int_equal(raw.nseries, tier.nseries);
+    for (size_t g = 0; g < raw.nseries; g++) {
+        assert_int_equal(raw.series[g].nrows, tier.series[g].nrows);
+        assert_int_equal(raw.series[g].nrows, 12); /* 2 h of data, no row after it */
+        for (size_t i = 0; i < raw.series[g].nrows; i++)
+            for (size_t k = 0; k < tier.series[g].ncols; k++) {
+                const iql_val *x = cell(&raw, g, i, k), *y = cell(&tier, g, i, k);
+                assert_int_equal(x->t, y->t);
+                if (x->t == IQL_V_NUM)
+                    assert_true(fabs(x->num - y->num) <= 1e-9 * fabs(x->num) + 1e-12);
+                else
+                    assert_int_equal(x->i, y->i);
+            }
+    }
+    /* d2's temp is 100 + i % 10: its mean is not d1's */
+    assert_true(cell(&tier, 1, 3, 2)->num > 100);
+    assert_true(cell(&tier, 0, 3, 2)->num < 10);
+    iql_result_free(&raw);
+    iql_result_free(&tier);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mapping_and_show),
-        cmocka_unit_test(test_time_bounds),
-        cmocka_unit_test(test_fill_and_limits),
-        cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
+        cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_tier_groups),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
