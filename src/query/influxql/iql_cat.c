@@ -63,6 +63,40 @@ static uint32_t meas_id(cat *c, const char *name, size_t n)
     return (uint32_t)c->nmid++;
 }
 
+/* The catalog's one copy of a field name or tag key: equal names are one pointer, so
+ * that a measurement's lists are made unique without comparing strings. */
+static char *intern(cat *c, const char *s, size_t n)
+{
+    uint64_t h = bdb_hash(s, n);
+    char *v = bdb_map_get_h(c->strs, s, n, h);
+    if (v)
+        return v;
+    v = cat_str(c, s, n);
+    if (bdb_map_set_h(c->strs, s, n, h, v) != BDB_OK)
+        abort();
+    return v;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (char *const *)a, y = (uintptr_t) * (char *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* s (interned names) unique, then in name order. */
+static void unique_sorted(strv *s)
+{
+    if (s->n < 2)
+        return;
+    qsort(s->v, s->n, sizeof *s->v, cmp_ptr);
+    size_t k = 1;
+    for (size_t i = 1; i < s->n; i++)
+        if (s->v[i] != s->v[k - 1])
+            s->v[k++] = s->v[i];
+    s->n = k;
+    iql_strv_sort_unique(s);
+}
+
 static int cat_cb(void *ctx, const bdb_device_info *di)
 {
     cat *c = ctx;
@@ -76,7 +110,7 @@ static int cat_cb(void *ctx, const bdb_device_info *di)
     d->tk = cat_alloc(c, (di->ntags + 1) * sizeof *d->tk);
     d->tv = cat_alloc(c, (di->ntags + 1) * sizeof *d->tv);
     for (size_t i = 0; i < di->ntags; i++) {
-        d->tk[i] = cat_str(c, di->tags[i].key, di->tags[i].klen);
+        d->tk[i] = intern(c, di->tags[i].key, di->tags[i].klen);
         d->tv[i] = cat_str(c, di->tags[i].val, di->tags[i].vlen);
     }
     for (size_t i = 0; i < di->nmetrics; i++) {
@@ -92,7 +126,7 @@ static int cat_cb(void *ctx, const bdb_device_info *di)
         t->metric = cat_str(c, m, ml);
         if (dot && dot > m && dot[1]) {
             t->mid = meas_id(c, m, (size_t)(dot - m));
-            t->field = t->metric + (dot - m) + 1;
+            t->field = intern(c, dot + 1, ml - (size_t)(dot - m) - 1);
         } else {
             t->mid = meas_id(c, m, ml);
             t->field = c->value;
@@ -167,9 +201,10 @@ int iql_cat_load(const iql_ctx *x, cat *c)
     memset(c, 0, sizeof *c);
     c->devtag = x->device_tag;
     c->mids = bdb_map_new();
-    if (!c->mids)
+    c->strs = bdb_map_new();
+    if (!c->mids || !c->strs)
         abort();
-    c->value = cat_str(c, "value", 5);
+    c->value = intern(c, "value", 5);
     int rc = bdb_db_list_devices(x->db, x->tenant, cat_cb, c);
     if (rc != BDB_OK)
         return rc;
@@ -179,7 +214,7 @@ int iql_cat_load(const iql_ctx *x, cat *c)
     c->m = iql_xmalloc((c->nt + 1) * sizeof *c->m);
     for (size_t i = 0; i < c->nt;) {
         size_t j = i;
-        while (j < c->nt && !strcmp(c->t[j].meas, c->t[i].meas))
+        while (j < c->nt && c->t[j].mid == c->t[i].mid)
             j++;
         meas *m = &c->m[c->nm++];
         memset(m, 0, sizeof *m);
@@ -192,14 +227,14 @@ int iql_cat_load(const iql_ctx *x, cat *c)
                 m->devs[m->ndevs++] = c->t[k].dev;
             m->mf[m->nmf++] = (mfield){c->t[k].field, c->t[k].metric, c->t[k].dev};
         }
-        iql_strv_sort_unique(&m->fields);
+        unique_sorted(&m->fields);
         iql_strv_push(&m->tagkeys, c->devtag);
         for (size_t k = 0; k < m->ndevs; k++) {
             const dev *d = &c->d[m->devs[k]];
             for (size_t t = 0; t < d->nt; t++)
                 iql_strv_push(&m->tagkeys, d->tk[t]);
         }
-        iql_strv_sort_unique(&m->tagkeys);
+        unique_sorted(&m->tagkeys);
         i = j;
     }
     return BDB_OK;
@@ -219,6 +254,8 @@ void iql_cat_free(cat *c)
     free(c->mnames);
     if (c->mids)
         bdb_map_free(c->mids);
+    if (c->strs)
+        bdb_map_free(c->strs);
     while (c->arena) {
         struct cat_blk *n = c->arena->next;
         free(c->arena);

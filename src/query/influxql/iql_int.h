@@ -67,7 +67,7 @@ typedef struct cat {
     /* private to iql_cat.c: the catalog's strings and arrays in a few blocks (one
      * malloc per string cost more than the listing), the measurement names by id */
     struct cat_blk *arena;
-    struct bdb_map *mids;
+    struct bdb_map *mids, *strs;
     char **mnames;
     size_t nmid, capmid;
     char *value; /* "value": the field of a metric without a dot */
