@@ -196,7 +196,7 @@ const char *iql_dev_tag(const cat *c, const dev *d, const char *key)
     return NULL;
 }
 
-int iql_cat_load(const iql_ctx *x, cat *c)
+static int cat_load(const iql_ctx *x, const char *device, cat *c)
 {
     memset(c, 0, sizeof *c);
     c->devtag = x->device_tag;
@@ -205,7 +205,10 @@ int iql_cat_load(const iql_ctx *x, cat *c)
     if (!c->mids || !c->strs)
         abort();
     c->value = intern(c, "value", 5);
-    int rc = bdb_db_list_devices(x->db, x->tenant, cat_cb, c);
+    int rc = device ? bdb_db_get_device(x->db, x->tenant, device, cat_cb, c)
+                    : bdb_db_list_devices(x->db, x->tenant, cat_cb, c);
+    if (device && rc == BDB_ERR_NOTFOUND)
+        rc = BDB_OK; /* no such device: nothing to answer */
     if (rc != BDB_OK)
         return rc;
     if (c->nt)
@@ -238,6 +241,16 @@ int iql_cat_load(const iql_ctx *x, cat *c)
         i = j;
     }
     return BDB_OK;
+}
+
+int iql_cat_load(const iql_ctx *x, cat *c)
+{
+    return cat_load(x, NULL, c);
+}
+
+int iql_cat_load_device(const iql_ctx *x, const char *device, cat *c)
+{
+    return cat_load(x, device, c);
 }
 
 void iql_cat_free(cat *c)

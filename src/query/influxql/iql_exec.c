@@ -377,6 +377,30 @@ static void reverse_rows(iql_series *s)
     }
 }
 
+/* The catalog a SELECT needs. A panel of one device (WHERE device = 'x' and time)
+ * lists that device alone rather than the whole tenant, where its own fields and tags
+ * answer as every device's would: functions of named fields only (no raw field, no
+ * wildcard, no GROUP BY *), each a field the device has in the measurement, so that
+ * no column is absent from it that another device has. */
+static int load_catalog(const iql_ctx *x, const iql_stmt *st, cat *c)
+{
+    const char *pin = iql_where_device(st->where, x->device_tag);
+    int one = pin && !st->group_all_tags && st->nfields;
+    for (size_t i = 0; i < st->nfields && one; i++)
+        one = st->fields[i].func != IQL_FN_NONE && st->fields[i].arg.kind == IQL_N_NAME;
+    if (!one)
+        return iql_cat_load(x, c);
+    int rc = iql_cat_load_device(x, pin, c);
+    for (size_t mi = 0; mi < c->nm && rc == BDB_OK && one; mi++)
+        if (iql_meas_selected(st, &c->m[mi]))
+            for (size_t i = 0; i < st->nfields && one; i++)
+                one = iql_strv_has(&c->m[mi].fields, st->fields[i].arg.name);
+    if (rc != BDB_OK || one)
+        return rc;
+    iql_cat_free(c);
+    return iql_cat_load(x, c);
+}
+
 static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
 {
     sel s = {.x = x,
@@ -411,7 +435,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
     r->tier = "raw";
     unsigned used = 0; /* bits: which data answered each measurement */
     cat c;
-    if (iql_cat_load(x, &c) != BDB_OK) {
+    if (load_catalog(x, st, &c) != BDB_OK) {
         iql_cat_free(&c);
         iql_set_error(r, "listing the devices failed");
         return 0;

@@ -366,12 +366,65 @@ static void test_tier_groups(void **state)
     iql_result_free(&tier);
 }
 
+/* A statement pinned to one device (WHERE device = 'x') answers as with every device
+ * listed: compared with the same statement selecting the device by a regex. d3 has
+ * temp only: hum is still a field of env (d1's and d2's), so count(hum) is 0, not
+ * null, in d3's windows. Runs last: it adds d3. */
+static void test_one_device(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    for (int i = 0; i < 30; i++) {
+        bdb_batch_begin(b, "d3", 2, T0 + i * 60000LL, (size_t)i);
+        bdb_batch_metric(b, "env.temp", 8, 7.5);
+        assert_int_equal(bdb_batch_end(b), 1);
+    }
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+    const char *stmts[] = {
+        "SELECT count(hum), count(temp) FROM env WHERE %s AND time >= %lldms AND time < %lldms "
+        "GROUP BY time(10m)",
+        "SELECT mean(temp), max(hum) FROM env WHERE %s AND time >= %lldms AND time < %lldms "
+        "GROUP BY time(10m) fill(none)",
+        "SELECT max(temp) FROM env WHERE %s AND time >= %lldms AND time < %lldms"};
+    const char *devs[] = {"d3", "d1", "nope"};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t d = 0; d < 3; d++) {
+            char q[400], w[64];
+            snprintf(w, sizeof w, "device = '%s'", devs[d]);
+            snprintf(q, sizeof q, stmts[k], w, T0, T0 + HOUR);
+            iql_result one = run(q, 0);
+            snprintf(w, sizeof w, "device =~ /^%s$/", devs[d]);
+            snprintf(q, sizeof q, stmts[k], w, T0, T0 + HOUR);
+            iql_result all = run(q, 0);
+            assert_null(one.error);
+            assert_null(all.error);
+            same_rows(&all, &one);
+            if (d == 2)
+                assert_int_equal(one.nseries, 0);
+            iql_result_free(&one);
+            iql_result_free(&all);
+        }
+    /* d3's count(hum): 0 beside its temp */
+    char q[300];
+    snprintf(q, sizeof q,
+             "SELECT count(hum), count(temp) FROM env WHERE device = 'd3' AND time >= %lldms AND "
+             "time < %lldms GROUP BY time(10m)",
+             T0, T0 + HOUR);
+    iql_result r = run(q, 0);
+    assert_int_equal(r.nseries, 1);
+    assert_int_equal(cell(&r, 0, 0, 1)->t, IQL_V_INT);
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 0);
+    assert_int_equal(cell(&r, 0, 0, 2)->i, 10);
+    iql_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
         cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
-        cmocka_unit_test(test_tier_groups),
+        cmocka_unit_test(test_tier_groups),      cmocka_unit_test(test_one_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
