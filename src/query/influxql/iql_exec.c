@@ -22,6 +22,7 @@ typedef struct pt {
     double v;
     uint32_t dev; /* index in the matched device list */
     uint32_t fi;
+    const char *s; /* a string field's value (owned by the result); v is then NaN */
 } pt;
 
 typedef struct sel {
@@ -63,7 +64,7 @@ static int read_cb(void *ctx, const char *metric, int64_t ts, double v)
         *rc->cap = *rc->cap ? *rc->cap * 2 : 1024;
         *rc->p = iql_xrealloc(*rc->p, *rc->cap * sizeof **rc->p);
     }
-    (*rc->p)[(*rc->n)++] = (pt){ts, v, rc->dev, fi};
+    (*rc->p)[(*rc->n)++] = (pt){ts, v, rc->dev, fi, NULL};
     return 0;
 }
 
@@ -401,6 +402,74 @@ static int load_catalog(const iql_ctx *x, const iql_stmt *st, cat *c)
     return iql_cat_load(x, c);
 }
 
+/* String fields: a device keeps only the latest value of each (its attributes,
+ * docs/INFLUX.md#the-mapping), so a raw SELECT of one shows that value at its time
+ * when the time is in the range. */
+struct attr_read {
+    sel *s;
+    const meas *m;
+    const col *k;
+    size_t nk;
+    uint32_t dev;
+    int fcond; /* rows were filtered on fields: a value only beside a row that passed */
+    pt **p;
+    size_t *n, *cap;
+};
+
+static int attr_read_cb(void *ctx, const bdb_latest *l)
+{
+    struct attr_read *a = ctx;
+    size_t ml = strlen(a->m->name);
+    for (size_t i = 0; i < l->nattrs; i++) {
+        const bdb_latest_attr *at = &l->attrs[i];
+        /* measurement and field split as a metric's (iql_cat.c) */
+        const char *name = at->name, *dot = strchr(name, '.'), *field = "value";
+        size_t nl = strlen(name);
+        if (dot && dot > name && dot[1]) {
+            field = dot + 1;
+            nl = (size_t)(dot - name);
+        }
+        if (nl != ml || memcmp(name, a->m->name, ml) || at->ts < a->s->from || at->ts >= a->s->to)
+            continue;
+        int kept = !a->fcond;
+        for (size_t j = 0; j < *a->n && !kept; j++)
+            kept = (*a->p)[j].dev == a->dev && (*a->p)[j].ts == at->ts;
+        if (!kept)
+            continue;
+        for (size_t q = 0; q < a->nk; q++) {
+            if (a->k[q].is_tag || !a->k[q].absent || strcmp(a->k[q].field, field))
+                continue;
+            if (++a->s->read > a->s->x->max_points) {
+                a->s->over = 1;
+                return 1;
+            }
+            if (*a->n == *a->cap) {
+                *a->cap = *a->cap ? *a->cap * 2 : 1024;
+                *a->p = iql_xrealloc(*a->p, *a->cap * sizeof **a->p);
+            }
+            (*a->p)[(*a->n)++] =
+                (pt){at->ts, NAN, a->dev, (uint32_t)a->k[q].fi, iql_ostr(a->s->r, at->value)};
+            break;
+        }
+    }
+    return 0;
+}
+
+/* The string fields among st's raw columns (fields m has no float of): each device's
+ * latest value as a point. */
+static void read_attrs(sel *s, const meas *m, const col *k, size_t nk, const size_t *md, size_t nmd,
+                       int fcond, pt **p, size_t *np, size_t *capp)
+{
+    int any = 0;
+    for (size_t q = 0; q < nk; q++)
+        any |= !k[q].is_tag && k[q].absent;
+    struct attr_read a = {s, m, k, nk, 0, fcond, p, np, capp};
+    for (size_t i = 0; i < nmd && any && !s->over; i++) {
+        a.dev = (uint32_t)i;
+        bdb_db_latest(s->x->db, s->x->tenant, s->c->d[md[i]].name, attr_read_cb, &a);
+    }
+}
+
 static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
 {
     sel s = {.x = x,
@@ -583,6 +652,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 break;
             }
         }
+        if (!agg && !r->error && !s.over)
+            read_attrs(&s, m, k, nk, md, nmd, fcond, &p, &np, &capp);
         for (size_t f = 0; f < fields.n && fleet && !s.over && !r->error; f++) {
             if (!fmetric[f])
                 continue; /* a field this measurement does not have */
@@ -652,7 +723,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     for (; j < gn && gp[j].ts == gp[i].ts && gp[j].dev == gp[i].dev; j++)
                         for (size_t q = 0; q < nk; q++)
                             if (!k[q].is_tag && (uint32_t)k[q].fi == gp[j].fi) {
-                                row[q + 1] = (iql_val){.t = IQL_V_NUM, .num = gp[j].v};
+                                row[q + 1] = gp[j].s ? (iql_val){.t = IQL_V_STR, .s = gp[j].s}
+                                                     : (iql_val){.t = IQL_V_NUM, .num = gp[j].v};
                                 any = 1;
                             }
                     for (size_t q = 0; q < nk; q++)
