@@ -89,6 +89,7 @@ void iql_tier_acc_init(tier_acc *a, const size_t *dg, size_t ng, size_t nf, int6
     int64_t hi = floordiv64(to - 1 - off, every) * every + off;
     uint64_t span = (uint64_t)((hi - a->lo) / every);
     a->nwin = span < max ? (size_t)span + 1 : 0;
+    a->max_cells = max > UINT64_MAX / 4 ? UINT64_MAX : max * 4;
     a->g = calloc(ng + 1, sizeof *a->g);
     a->seen = calloc(ng + 1, sizeof *a->seen);
     if (!a->g || !a->seen)
@@ -117,6 +118,13 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
     if (j == a->nwin)
         return;
     if (!a->g[g]) {
+        /* every window of the group, as its rows will be: bounded over all groups */
+        uint64_t cells = (uint64_t)a->nwin * a->nf;
+        if (cells > a->max_cells - a->cells) {
+            a->over = 1;
+            return;
+        }
+        a->cells += cells;
         a->g[g] = calloc(a->nwin * a->nf, sizeof *a->g[g]);
         if (!a->g[g])
             abort();
@@ -166,6 +174,10 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
             break;
         }
     acc_add(t->ta, t->dev, fi, r);
+    if (t->ta->over) {
+        t->over = 1;
+        return 1;
+    }
     return 0;
 }
 

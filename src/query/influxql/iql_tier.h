@@ -49,6 +49,10 @@ typedef struct tier_acc {
     iql_tacc **g;   /* per group: nwin x nf, NULL until its first window */
     uint64_t *seen; /* per group: windows merged (or, with nwin 0, that would be) */
     int spread;     /* a column is a stddev: mean and m2 are merged too (divisions) */
+    /* windows x fields of the groups with data, at most max_cells (4 x the statement's
+     * point limit: the rows they become); over once a group would pass it */
+    uint64_t cells, max_cells;
+    int over;
 } tier_acc;
 
 /* Sets a up for ng groups (dg: device -> group) and nf fields, the output windows of

@@ -419,12 +419,47 @@ static void test_one_device(void **state)
     iql_result_free(&r);
 }
 
+/* A tier answer keeps every window of each group with data (the rows it becomes):
+ * at most 4 x max_query_samples windows x fields over all groups, even where few are
+ * read (ten devices of one sample each, GROUP BY device, fill(none)). Runs last. */
+static void test_tier_cells_limit(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    for (int d = 0; d < 10; d++) {
+        char dev[8];
+        snprintf(dev, sizeof dev, "e%d", d);
+        bdb_batch_begin(b, dev, strlen(dev), T0 + 5 * MIN, 0);
+        bdb_batch_metric(b, "env.temp", 8, d);
+        assert_int_equal(bdb_batch_end(b), 1);
+    }
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+    char q[300];
+    snprintf(q, sizeof q,
+             "SELECT mean(temp) FROM env WHERE device =~ /^e/ AND time >= %lldms AND time < "
+             "%lldms GROUP BY time(1m), device fill(none)",
+             T0, T0 + 2 * HOUR);
+    iql_result r = run(q, 400); /* 10 groups x 120 windows = 1200 <= 1600 */
+    assert_null(r.error);
+    assert_string_equal(r.tier, "1m");
+    assert_int_equal(r.nseries, 10);
+    assert_int_equal(r.series[9].nrows, 1);
+    assert_true(cell(&r, 9, 0, 1)->num == 9);
+    iql_result_free(&r);
+    r = run(q, 200); /* 1200 > 800 */
+    assert_non_null(r.error);
+    assert_non_null(strstr(r.error, "max-select-point"));
+    iql_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
         cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
         cmocka_unit_test(test_tier_groups),      cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_tier_cells_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
