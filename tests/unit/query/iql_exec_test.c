@@ -427,7 +427,7 @@ static void test_tier_cells_limit(void **state)
     (void)state;
     bdb_batch *b = bdb_batch_new();
     for (int d = 0; d < 10; d++) {
-        char dev[8];
+        char dev[16];
         snprintf(dev, sizeof dev, "e%d", d);
         bdb_batch_begin(b, dev, strlen(dev), T0 + 5 * MIN, 0);
         bdb_batch_metric(b, "env.temp", 8, d);
