@@ -281,8 +281,9 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
         }
         if (base) {
             if (part && idx * r->width < lo) {
-                if ((rc = bdb_stats_read_c(&w.st, d)) != BDB_OK ||
-                    (rc = bdb_sketch_skip_c(d, w.st.count)) != BDB_OK)
+                uint64_t cnt;
+                if ((rc = bdb_stats_skip_count_c(d, &cnt)) != BDB_OK ||
+                    (rc = bdb_sketch_skip_c(d, cnt)) != BDB_OK)
                     break;
                 continue;
             }

@@ -775,9 +775,17 @@ static void test_compact_roundtrip(void **state)
         bdb_dec_init(&d, b.data, b.len);
         assert_int_equal(bdb_stats_skip_c(&d), BDB_OK);
         assert_int_equal(b.len - bdb_dec_left(&d), len);
+        /* stepping over it (framing only) ends where reading it does, with its count */
+        uint64_t cnt = 0;
+        bdb_dec_init(&d, b.data, b.len);
+        assert_int_equal(bdb_stats_skip_count_c(&d, &cnt), BDB_OK);
+        assert_int_equal(cnt, w[k].count);
+        assert_int_equal(b.len - bdb_dec_left(&d), len);
         for (size_t cut = 0; cut < len; cut++) {
             bdb_dec_init(&d, b.data, cut);
             assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+            bdb_dec_init(&d, b.data, cut);
+            assert_int_equal(bdb_stats_skip_count_c(&d, &cnt), BDB_ERR_CORRUPT);
         }
         bdb_buf_free(&b);
         bdb_buf_free(&again);
