@@ -136,8 +136,9 @@ int bdb_rollup_add(bdb_rollup *r, int64_t ts, double v)
     if (!w)
         return BDB_ERR_NOMEM;
     /* The sketch first: it is the one that can fail for memory, and the stats add
-     * cannot fail once the sketch accepted the count. */
-    int rc = bdb_sketch_add(&w->sk, v);
+     * cannot fail once the sketch accepted the count. A reader that shows no quantile
+     * has no use for it (a tier derived from raw adds every sample). */
+    int rc = r->stats_only ? BDB_OK : bdb_sketch_add(&w->sk, v);
     if (rc == BDB_OK && (rc = bdb_stats_add(&w->st, v)) != BDB_OK) {
         /* Only the 2^53 limit gets here; the sketch took one value too many. Rebuilding
          * it is not worth it for a count no telemetry reaches: report the limit. */
@@ -280,8 +281,9 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
         }
         if (base) {
             if (part && idx * r->width < lo) {
-                if ((rc = bdb_stats_read_c(&w.st, d)) != BDB_OK ||
-                    (rc = bdb_sketch_skip_c(d, w.st.count)) != BDB_OK)
+                uint64_t cnt;
+                if ((rc = bdb_stats_skip_count_c(d, &cnt)) != BDB_OK ||
+                    (rc = bdb_sketch_skip_c(d, cnt)) != BDB_OK)
                     break;
                 continue;
             }

@@ -44,8 +44,9 @@ typedef struct bdb_rollup {
     uint64_t skipped; /* non-finite samples not aggregated */
     /* Set by a reader whose answer shows no quantile: bdb_rollup_read and _read_part
      * step over the encoded sketches (bdb_sketch_skip) and keep the statistics only,
-     * so the windows' sketches hold only what was added or merged in memory. Decoding
-     * the sketches is most of the cost of reading a tier record. */
+     * and bdb_rollup_add adds to the statistics only, so the windows' sketches hold
+     * only what was merged in memory. Decoding the sketches is most of the cost of
+     * reading a tier record, and adding to them most of deriving one from raw. */
     int stats_only;
 } bdb_rollup;
 

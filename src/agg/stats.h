@@ -85,6 +85,9 @@ int bdb_stats_decode(bdb_stats *s, const void *p, size_t n);
  * checked as bdb_stats_read; an empty window is not encodable (the writer has none). */
 void bdb_stats_write_c(const bdb_stats *s, bdb_buf *out);
 int bdb_stats_read_c(bdb_stats *s, bdb_dec *d);
+/* Steps d over one compact encoding, as bdb_stats_skip (framing checked, values not);
+ * *count gets its count. BDB_OK, or BDB_ERR_CORRUPT with d->err set. */
+int bdb_stats_skip_count_c(bdb_dec *d, uint64_t *count);
 int bdb_stats_skip_c(bdb_dec *d);
 
 #endif

@@ -552,6 +552,17 @@ double bdb_dec_num(bdb_dec *d)
     return d->err ? 0.0 : v;
 }
 
+void bdb_dec_skip_num(bdb_dec *d)
+{
+    uint64_t u = bdb_dec_uvarint(d);
+    if (d->err || (u & 15u) != NUM_RAW)
+        return;
+    if (u != NUM_RAW)
+        d->err = 1;
+    else
+        bdb_dec_bytes(d, 8);
+}
+
 int64_t bdb_dec_varint(bdb_dec *d)
 {
     uint64_t u = bdb_dec_uvarint(d);

@@ -71,6 +71,9 @@ uint64_t bdb_dec_uvarint_canon(bdb_dec *d);
 int64_t bdb_dec_varint_canon(bdb_dec *d); /* zigzag, shortest form only */
 double bdb_dec_f64(bdb_dec *d);
 double bdb_dec_num(bdb_dec *d); /* bdb_buf_put_num's form; err if not canonical */
+/* Steps over a bdb_buf_put_num value: its framing is checked, its form and value are
+ * not (a reader stepping over data whose checksum it verified). */
+void bdb_dec_skip_num(bdb_dec *d);
 /* Returns a pointer into the decoded range (not copied) and its length. */
 const char *bdb_dec_str(bdb_dec *d, size_t *n);
 const uint8_t *bdb_dec_bytes(bdb_dec *d, size_t n);

@@ -109,11 +109,31 @@ def show_field_keys_lists_them():
         res = influxql(s, "SHOW FIELD KEYS")
         eq([x["name"] for x in res["series"]], ["cpu", "sys"])
         eq(res["series"][0]["values"], [["load", "float"]])
-        # a SELECT of a string field selects no value (docs/INFLUX.md)
-        eq(influxql(s, "SELECT fw FROM sys").get("series"), None, "no series")
+        # a raw SELECT of a string field: each device's latest value at its time
+        # (docs/INFLUX.md), beside the float fields of the same time in one row
+        res = influxql(s, "SELECT fw FROM sys")
+        eq(res["series"], [{"name": "sys", "columns": ["time", "fw"], "values": [[T0, "1.2"]]}])
         res = influxql(s, "SELECT up, fw FROM sys WHERE device = 'd1'")
         eq(res["series"][0]["columns"], ["time", "up", "fw"])
-        eq(res["series"][0]["values"], [[T0, 5, None]])
+        eq(res["series"][0]["values"], [[T0, 5, "1.2"]])
+        res = influxql(s, "SELECT fw, loc FROM sys")
+        eq(res["series"][0]["values"], [[T0, "1.2", None], [T0, None, "hall"]], "two devices")
+        res = influxql(s, "SELECT fw FROM sys GROUP BY device")
+        eq([(x["tags"], x["values"]) for x in res["series"]],
+           [({"device": "d1"}, [[T0, "1.2"]])], "GROUP BY device")
+        # outside the range, or beside a row a field condition drops: no value
+        eq(influxql(s, "SELECT fw FROM sys WHERE time > %dms" % T0).get("series"), None,
+           "after its time")
+        eq(influxql(s, "SELECT up, fw FROM sys WHERE up > 5 AND device = 'd1'").get("series"),
+           None, "a row the condition drops")
+        res = influxql(s, "SELECT up, fw FROM sys WHERE up >= 5 AND device = 'd1'")
+        eq(res["series"][0]["values"], [[T0, 5, "1.2"]], "a row the condition keeps")
+        # a newer value replaces the older: the attribute is the latest only
+        s.write("sys,device=d1 fw=\"1.3\" %d" % ((T0 + 5) * NS))
+        res = influxql(s, "SELECT up, fw FROM sys WHERE device = 'd1'")
+        eq(res["series"][0]["values"], [[T0, 5, None], [T0 + 5, None, "1.3"]], "the latest")
+        # functions see float fields only
+        eq(influxql(s, "SELECT count(fw) FROM sys").get("series"), None, "count of a string")
 
 
 if __name__ == "__main__":

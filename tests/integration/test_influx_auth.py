@@ -207,5 +207,28 @@ def v2_write_parameters_and_query_api():
         contains(doc["message"], "/query")
 
 
+@suite.test
+def show_databases_lists_what_the_caller_may_read():
+    # docs/INFLUX.md: anonymous (no token required here): the default tenant and the
+    # unregistered tenants with data; the admin token: those and every registered
+    # tenant, data or not; a tenant token: its tenant.
+    with Server() as s:
+        ta = make_tenant(s, "acme")
+        make_tenant(s, "empty")
+        for db, headers in (("fleet", None), ("acme", tok(ta)), ("zoo", None)):
+            r = s.request("POST", "/write?db=%s&precision=ms" % db,
+                          "env,device=d1 temp=1 %d" % T0, headers)
+            eq(r.status, 204, r.body[:200])
+
+        def dbs(headers):
+            r = s.request("GET", "/query?q=SHOW+DATABASES", None, headers)
+            eq(r.status, 200, r.body[:200])
+            return [v[0] for v in r.json()["results"][0]["series"][0]["values"]]
+
+        eq(dbs(None), ["default", "fleet", "zoo"], "anonymous")
+        eq(dbs(tok(s.token)), ["acme", "default", "empty", "fleet", "zoo"], "admin")
+        eq(dbs(tok(ta)), ["acme"], "a tenant's token")
+
+
 if __name__ == "__main__":
     suite.main()

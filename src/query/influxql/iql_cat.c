@@ -3,27 +3,98 @@
 #include "query/influxql/iql_int.h"
 
 #include "bucketdb/bdb.h"
+#include "common/map.h"
 #include "common/timeutil.h"
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void split_metric(const char *m, char **meas_out, char **field_out)
+struct cat_blk {
+    struct cat_blk *next;
+    size_t used, cap;
+    _Alignas(max_align_t) unsigned char data[];
+};
+
+/* n bytes from the catalog's arena, aligned for pointers; freed with the catalog. */
+static void *cat_alloc(cat *c, size_t n)
 {
-    const char *dot = strchr(m, '.');
-    if (dot && dot > m && dot[1]) {
-        size_t n = (size_t)(dot - m);
-        *meas_out = iql_xmalloc(n + 1);
-        memcpy(*meas_out, m, n);
-        (*meas_out)[n] = 0;
-        *field_out = iql_xstrdup(dot + 1);
-    } else {
-        *meas_out = iql_xstrdup(m);
-        *field_out = iql_xstrdup("value");
+    n = (n + 15) & ~(size_t)15;
+    struct cat_blk *b = c->arena;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > 65536 ? n : 65536;
+        b = iql_xmalloc(sizeof *b + cap);
+        b->next = c->arena;
+        b->used = 0;
+        b->cap = cap;
+        c->arena = b;
     }
+    void *p = b->data + b->used;
+    b->used += n;
+    return p;
+}
+
+static char *cat_str(cat *c, const char *s, size_t n)
+{
+    char *p = cat_alloc(c, n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+/* The id of measurement name[0..n), given one the first time it is seen. */
+static uint32_t meas_id(cat *c, const char *name, size_t n)
+{
+    uint64_t h = bdb_hash(name, n);
+    void *v = bdb_map_get_h(c->mids, name, n, h);
+    if (v)
+        return (uint32_t)((uintptr_t)v - 1);
+    if (c->nmid == c->capmid) {
+        c->capmid = c->capmid ? c->capmid * 2 : 16;
+        c->mnames = iql_xrealloc(c->mnames, c->capmid * sizeof *c->mnames);
+    }
+    c->mnames[c->nmid] = cat_str(c, name, n);
+    if (bdb_map_set_h(c->mids, name, n, h, (void *)(uintptr_t)(c->nmid + 1)) != BDB_OK)
+        abort(); /* the server's policy on allocation failure (docs/RELIABILITY.md) */
+    return (uint32_t)c->nmid++;
+}
+
+/* The catalog's one copy of a field name or tag key: equal names are one pointer, so
+ * that a measurement's lists are made unique without comparing strings. */
+static char *intern(cat *c, const char *s, size_t n)
+{
+    uint64_t h = bdb_hash(s, n);
+    char *v = bdb_map_get_h(c->strs, s, n, h);
+    if (v)
+        return v;
+    v = cat_str(c, s, n);
+    if (bdb_map_set_h(c->strs, s, n, h, v) != BDB_OK)
+        abort();
+    return v;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (char *const *)a, y = (uintptr_t) * (char *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* s (interned names) unique, then in name order. */
+static void unique_sorted(strv *s)
+{
+    if (s->n < 2)
+        return;
+    qsort(s->v, s->n, sizeof *s->v, cmp_ptr);
+    size_t k = 1;
+    for (size_t i = 1; i < s->n; i++)
+        if (s->v[i] != s->v[k - 1])
+            s->v[k++] = s->v[i];
+    s->n = k;
+    iql_strv_sort_unique(s);
 }
 
 static int cat_cb(void *ctx, const bdb_device_info *di)
@@ -34,17 +105,13 @@ static int cat_cb(void *ctx, const bdb_device_info *di)
         c->d = iql_xrealloc(c->d, c->capd * sizeof *c->d);
     }
     dev *d = &c->d[c->nd];
-    d->name = iql_xstrdup(di->device);
+    d->name = cat_str(c, di->device, strlen(di->device));
     d->nt = di->ntags;
-    d->tk = iql_xmalloc((di->ntags + 1) * sizeof *d->tk);
-    d->tv = iql_xmalloc((di->ntags + 1) * sizeof *d->tv);
+    d->tk = cat_alloc(c, (di->ntags + 1) * sizeof *d->tk);
+    d->tv = cat_alloc(c, (di->ntags + 1) * sizeof *d->tv);
     for (size_t i = 0; i < di->ntags; i++) {
-        d->tk[i] = iql_xmalloc(di->tags[i].klen + 1);
-        memcpy(d->tk[i], di->tags[i].key, di->tags[i].klen);
-        d->tk[i][di->tags[i].klen] = 0;
-        d->tv[i] = iql_xmalloc(di->tags[i].vlen + 1);
-        memcpy(d->tv[i], di->tags[i].val, di->tags[i].vlen);
-        d->tv[i][di->tags[i].vlen] = 0;
+        d->tk[i] = intern(c, di->tags[i].key, di->tags[i].klen);
+        d->tv[i] = cat_str(c, di->tags[i].val, di->tags[i].vlen);
     }
     for (size_t i = 0; i < di->nmetrics; i++) {
         if (c->nt == c->capt) {
@@ -52,23 +119,71 @@ static int cat_cb(void *ctx, const bdb_device_info *di)
             c->t = iql_xrealloc(c->t, c->capt * sizeof *c->t);
         }
         trip *t = &c->t[c->nt++];
-        split_metric(di->metrics[i], &t->meas, &t->field);
-        t->metric = iql_xstrdup(di->metrics[i]);
+        /* m.f: measurement m, field f (the first dot that leaves both non-empty);
+         * otherwise measurement m, field value */
+        const char *m = di->metrics[i], *dot = strchr(m, '.');
+        size_t ml = strlen(m);
+        t->metric = cat_str(c, m, ml);
+        if (dot && dot > m && dot[1]) {
+            t->mid = meas_id(c, m, (size_t)(dot - m));
+            t->field = intern(c, dot + 1, ml - (size_t)(dot - m) - 1);
+        } else {
+            t->mid = meas_id(c, m, ml);
+            t->field = c->value;
+        }
+        t->meas = c->mnames[t->mid];
         t->dev = c->nd;
     }
     c->nd++;
     return 0;
 }
 
-static int cmp_trip(const void *a, const void *b)
+static _Thread_local char *const *sort_names; /* qsort has no context argument */
+
+static int cmp_mid(const void *a, const void *b)
 {
-    const trip *x = a, *y = b;
-    int r = strcmp(x->meas, y->meas);
-    if (r)
-        return r;
-    if (x->dev != y->dev)
-        return x->dev < y->dev ? -1 : 1;
-    return strcmp(x->field, y->field);
+    return strcmp(sort_names[*(const uint32_t *)a], sort_names[*(const uint32_t *)b]);
+}
+
+/* The triples by measurement name, then device (the order the listing gave them),
+ * then field: a counting sort over the measurements (few, sorted by name) instead of
+ * comparing strings for each of the tenant's metrics. */
+static void sort_trips(cat *c)
+{
+    uint32_t *ids = iql_xmalloc((c->nmid + 1) * sizeof *ids);
+    uint32_t *rk = iql_xmalloc((c->nmid + 1) * sizeof *rk);
+    size_t *start = iql_xmalloc((c->nmid + 1) * sizeof *start);
+    trip *out = iql_xmalloc((c->nt + 1) * sizeof *out);
+    for (size_t i = 0; i < c->nmid; i++)
+        ids[i] = (uint32_t)i;
+    sort_names = c->mnames;
+    qsort(ids, c->nmid, sizeof *ids, cmp_mid);
+    for (size_t i = 0; i < c->nmid; i++)
+        rk[ids[i]] = (uint32_t)i;
+    memset(start, 0, (c->nmid + 1) * sizeof *start);
+    for (size_t i = 0; i < c->nt; i++)
+        start[rk[c->t[i].mid] + 1]++;
+    for (size_t i = 1; i < c->nmid; i++)
+        start[i] += start[i - 1];
+    for (size_t i = 0; i < c->nt; i++)
+        out[start[rk[c->t[i].mid]]++] = c->t[i];
+    /* fields within one (measurement, device): a device's few metrics */
+    for (size_t i = 1; i < c->nt; i++) {
+        trip x = out[i];
+        size_t j = i;
+        while (j > 0 && out[j - 1].mid == x.mid && out[j - 1].dev == x.dev &&
+               strcmp(out[j - 1].field, x.field) > 0) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = x;
+    }
+    free(c->t);
+    c->t = out;
+    c->capt = c->nt + 1;
+    free(start);
+    free(rk);
+    free(ids);
 }
 
 const char *iql_dev_tag(const cat *c, const dev *d, const char *key)
@@ -81,20 +196,28 @@ const char *iql_dev_tag(const cat *c, const dev *d, const char *key)
     return NULL;
 }
 
-int iql_cat_load(const iql_ctx *x, cat *c)
+static int cat_load(const iql_ctx *x, const char *device, cat *c)
 {
     memset(c, 0, sizeof *c);
     c->devtag = x->device_tag;
-    int rc = bdb_db_list_devices(x->db, x->tenant, cat_cb, c);
+    c->mids = bdb_map_new();
+    c->strs = bdb_map_new();
+    if (!c->mids || !c->strs)
+        abort();
+    c->value = intern(c, "value", 5);
+    int rc = device ? bdb_db_get_device(x->db, x->tenant, device, cat_cb, c)
+                    : bdb_db_list_devices(x->db, x->tenant, cat_cb, c);
+    if (device && rc == BDB_ERR_NOTFOUND)
+        rc = BDB_OK; /* no such device: nothing to answer */
     if (rc != BDB_OK)
         return rc;
     if (c->nt)
-        qsort(c->t, c->nt, sizeof *c->t, cmp_trip);
+        sort_trips(c);
     /* measurements: runs of equal meas in the sorted triples */
     c->m = iql_xmalloc((c->nt + 1) * sizeof *c->m);
     for (size_t i = 0; i < c->nt;) {
         size_t j = i;
-        while (j < c->nt && !strcmp(c->t[j].meas, c->t[i].meas))
+        while (j < c->nt && c->t[j].mid == c->t[i].mid)
             j++;
         meas *m = &c->m[c->nm++];
         memset(m, 0, sizeof *m);
@@ -107,30 +230,31 @@ int iql_cat_load(const iql_ctx *x, cat *c)
                 m->devs[m->ndevs++] = c->t[k].dev;
             m->mf[m->nmf++] = (mfield){c->t[k].field, c->t[k].metric, c->t[k].dev};
         }
-        iql_strv_sort_unique(&m->fields);
+        unique_sorted(&m->fields);
         iql_strv_push(&m->tagkeys, c->devtag);
         for (size_t k = 0; k < m->ndevs; k++) {
             const dev *d = &c->d[m->devs[k]];
             for (size_t t = 0; t < d->nt; t++)
                 iql_strv_push(&m->tagkeys, d->tk[t]);
         }
-        iql_strv_sort_unique(&m->tagkeys);
+        unique_sorted(&m->tagkeys);
         i = j;
     }
     return BDB_OK;
 }
 
+int iql_cat_load(const iql_ctx *x, cat *c)
+{
+    return cat_load(x, NULL, c);
+}
+
+int iql_cat_load_device(const iql_ctx *x, const char *device, cat *c)
+{
+    return cat_load(x, device, c);
+}
+
 void iql_cat_free(cat *c)
 {
-    for (size_t i = 0; i < c->nd; i++) {
-        for (size_t t = 0; t < c->d[i].nt; t++) {
-            free(c->d[i].tk[t]);
-            free(c->d[i].tv[t]);
-        }
-        free(c->d[i].tk);
-        free(c->d[i].tv);
-        free(c->d[i].name);
-    }
     free(c->d);
     for (size_t i = 0; i < c->nm; i++) {
         free(c->m[i].fields.v);
@@ -139,12 +263,17 @@ void iql_cat_free(cat *c)
         free(c->m[i].mf);
     }
     free(c->m);
-    for (size_t i = 0; i < c->nt; i++) {
-        free(c->t[i].meas);
-        free(c->t[i].field);
-        free(c->t[i].metric);
-    }
     free(c->t);
+    free(c->mnames);
+    if (c->mids)
+        bdb_map_free(c->mids);
+    if (c->strs)
+        bdb_map_free(c->strs);
+    while (c->arena) {
+        struct cat_blk *n = c->arena->next;
+        free(c->arena);
+        c->arena = n;
+    }
 }
 
 int iql_name_match(const iql_name *n, const char *s)

@@ -353,6 +353,29 @@ int iql_where_has_tags(const iql_expr *e)
     return !iql_refers_time(e);
 }
 
+static int pin_walk(const iql_expr *e, const char *devtag, const char **pin)
+{
+    if (e->kind != IQL_X_BIN || e->op == IQL_OR)
+        return 0;
+    if (e->op == IQL_AND)
+        return pin_walk(e->l, devtag, pin) && pin_walk(e->r, devtag, pin);
+    if (iql_refers_time(e))
+        return 1;
+    const iql_expr *id = e->l->kind == IQL_X_IDENT ? e->l : e->r;
+    const iql_expr *lit = id == e->l ? e->r : e->l;
+    if (e->op != IQL_EQ || *pin || id->kind != IQL_X_IDENT || lit->kind != IQL_X_STR ||
+        strcmp(id->s, devtag))
+        return 0;
+    *pin = lit->s;
+    return 1;
+}
+
+const char *iql_where_device(const iql_expr *e, const char *devtag)
+{
+    const char *pin = NULL;
+    return e && pin_walk(e, devtag, &pin) ? pin : NULL;
+}
+
 /* The devices of m that pass the statement's WHERE: a 0/1 per catalog device. -1 on error. */
 int iql_match_devs(const cat *c, const iql_stmt *st, const meas *m, unsigned char *ok,
                    iql_result *r)

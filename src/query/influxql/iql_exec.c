@@ -22,6 +22,7 @@ typedef struct pt {
     double v;
     uint32_t dev; /* index in the matched device list */
     uint32_t fi;
+    const char *s; /* a string field's value (owned by the result); v is then NaN */
 } pt;
 
 typedef struct sel {
@@ -63,7 +64,7 @@ static int read_cb(void *ctx, const char *metric, int64_t ts, double v)
         *rc->cap = *rc->cap ? *rc->cap * 2 : 1024;
         *rc->p = iql_xrealloc(*rc->p, *rc->cap * sizeof **rc->p);
     }
-    (*rc->p)[(*rc->n)++] = (pt){ts, v, rc->dev, fi};
+    (*rc->p)[(*rc->n)++] = (pt){ts, v, rc->dev, fi, NULL};
     return 0;
 }
 
@@ -377,6 +378,98 @@ static void reverse_rows(iql_series *s)
     }
 }
 
+/* The catalog a SELECT needs. A panel of one device (WHERE device = 'x' and time)
+ * lists that device alone rather than the whole tenant, where its own fields and tags
+ * answer as every device's would: functions of named fields only (no raw field, no
+ * wildcard, no GROUP BY *), each a field the device has in the measurement, so that
+ * no column is absent from it that another device has. */
+static int load_catalog(const iql_ctx *x, const iql_stmt *st, cat *c)
+{
+    const char *pin = iql_where_device(st->where, x->device_tag);
+    int one = pin && !st->group_all_tags && st->nfields;
+    for (size_t i = 0; i < st->nfields && one; i++)
+        one = st->fields[i].func != IQL_FN_NONE && st->fields[i].arg.kind == IQL_N_NAME;
+    if (!one)
+        return iql_cat_load(x, c);
+    int rc = iql_cat_load_device(x, pin, c);
+    for (size_t mi = 0; mi < c->nm && rc == BDB_OK && one; mi++)
+        if (iql_meas_selected(st, &c->m[mi]))
+            for (size_t i = 0; i < st->nfields && one; i++)
+                one = iql_strv_has(&c->m[mi].fields, st->fields[i].arg.name);
+    if (rc != BDB_OK || one)
+        return rc;
+    iql_cat_free(c);
+    return iql_cat_load(x, c);
+}
+
+/* String fields: a device keeps only the latest value of each (its attributes,
+ * docs/INFLUX.md#the-mapping), so a raw SELECT of one shows that value at its time
+ * when the time is in the range. */
+struct attr_read {
+    sel *s;
+    const meas *m;
+    const col *k;
+    size_t nk;
+    uint32_t dev;
+    int fcond; /* rows were filtered on fields: a value only beside a row that passed */
+    pt **p;
+    size_t *n, *cap;
+};
+
+static int attr_read_cb(void *ctx, const bdb_latest *l)
+{
+    struct attr_read *a = ctx;
+    size_t ml = strlen(a->m->name);
+    for (size_t i = 0; i < l->nattrs; i++) {
+        const bdb_latest_attr *at = &l->attrs[i];
+        /* measurement and field split as a metric's (iql_cat.c) */
+        const char *name = at->name, *dot = strchr(name, '.'), *field = "value";
+        size_t nl = strlen(name);
+        if (dot && dot > name && dot[1]) {
+            field = dot + 1;
+            nl = (size_t)(dot - name);
+        }
+        if (nl != ml || memcmp(name, a->m->name, ml) || at->ts < a->s->from || at->ts >= a->s->to)
+            continue;
+        int kept = !a->fcond;
+        for (size_t j = 0; j < *a->n && !kept; j++)
+            kept = (*a->p)[j].dev == a->dev && (*a->p)[j].ts == at->ts;
+        if (!kept)
+            continue;
+        for (size_t q = 0; q < a->nk; q++) {
+            if (a->k[q].is_tag || !a->k[q].absent || strcmp(a->k[q].field, field))
+                continue;
+            if (++a->s->read > a->s->x->max_points) {
+                a->s->over = 1;
+                return 1;
+            }
+            if (*a->n == *a->cap) {
+                *a->cap = *a->cap ? *a->cap * 2 : 1024;
+                *a->p = iql_xrealloc(*a->p, *a->cap * sizeof **a->p);
+            }
+            (*a->p)[(*a->n)++] =
+                (pt){at->ts, NAN, a->dev, (uint32_t)a->k[q].fi, iql_ostr(a->s->r, at->value)};
+            break;
+        }
+    }
+    return 0;
+}
+
+/* The string fields among st's raw columns (fields m has no float of): each device's
+ * latest value as a point. */
+static void read_attrs(sel *s, const meas *m, const col *k, size_t nk, const size_t *md, size_t nmd,
+                       int fcond, pt **p, size_t *np, size_t *capp)
+{
+    int any = 0;
+    for (size_t q = 0; q < nk; q++)
+        any |= !k[q].is_tag && k[q].absent;
+    struct attr_read a = {s, m, k, nk, 0, fcond, p, np, capp};
+    for (size_t i = 0; i < nmd && any && !s->over; i++) {
+        a.dev = (uint32_t)i;
+        bdb_db_latest(s->x->db, s->x->tenant, s->c->d[md[i]].name, attr_read_cb, &a);
+    }
+}
+
 static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
 {
     sel s = {.x = x,
@@ -411,7 +504,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
     r->tier = "raw";
     unsigned used = 0; /* bits: which data answered each measurement */
     cat c;
-    if (iql_cat_load(x, &c) != BDB_OK) {
+    if (load_catalog(x, st, &c) != BDB_OK) {
         iql_cat_free(&c);
         iql_set_error(r, "listing the devices failed");
         return 0;
@@ -496,12 +589,21 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     fmetric[f] = m->mf[j].metric;
                 }
         }
+        int quant = 0; /* a column the sketches answer */
+        for (size_t i = 0; i < nk; i++)
+            quant |= k[i].fn == IQL_FN_MEDIAN || k[i].fn == IQL_FN_PERCENTILE;
     again:;
         int retry = 0;
         /* read each device's wanted metrics */
         pt *p = NULL;
         size_t np = 0, capp = 0;
-        tier_rows tr = {0};
+        tier_acc ta;
+        if (tier) {
+            iql_tier_acc_init(&ta, dg, ng, fields.n, every, off, s.wfrom, s.to, x->max_points);
+            for (size_t i = 0; i < nk; i++)
+                ta.spread |= k[i].fn == IQL_FN_STDDEV;
+        } else
+            memset(&ta, 0, sizeof ta);
         size_t mj = 0; /* m->mf and md are both in device order: one walk */
         for (size_t i = 0; i < nmd && fields.n && !s.over; i++) {
             const char *metrics[IQL_MAX_LIST];
@@ -520,10 +622,10 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             if (tier) {
                 /* with the fleet tables, the devices' tiers answer only the edges */
                 int rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i,
-                                       s.from, fleet ? fa : s.to, &tr, &s.read);
+                                       s.from, fleet ? fa : s.to, quant, &ta, &s.read);
                 if (rc == BDB_OK && fleet)
                     rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i, fb,
-                                       s.to, &tr, &s.read);
+                                       s.to, quant, &ta, &s.read);
                 if (rc == BDB_ERR_LIMIT) {
                     s.over = 1;
                 } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
@@ -550,10 +652,12 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 break;
             }
         }
+        if (!agg && !r->error && !s.over)
+            read_attrs(&s, m, k, nk, md, nmd, fcond, &p, &np, &capp);
         for (size_t f = 0; f < fields.n && fleet && !s.over && !r->error; f++) {
             if (!fmetric[f])
                 continue; /* a field this measurement does not have */
-            int rc = iql_fleet_read(x, fleet, fmetric[f], (uint32_t)f, fa, fb, &tr, &s.read);
+            int rc = iql_fleet_read(x, fleet, fmetric[f], (uint32_t)f, fa, fb, &ta, &s.read);
             if (rc == BDB_ERR_LIMIT)
                 s.over = 1;
             else if (rc != BDB_OK)
@@ -586,15 +690,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 gorder[b] = gorder[b - 1];
                 gorder[b - 1] = t;
             }
-        size_t *tstart = iql_xmalloc((ng + 2) * sizeof *tstart);
-        iql_tier_sort(&tr, dg, ng, tstart);
         double *scratch = iql_xmalloc((np + 1) * sizeof *scratch);
         pt *fp = iql_xmalloc((np + 1) * sizeof *fp);
         for (size_t go = 0; go < ng && nk && !s.over && !r->error; go++) {
             size_t g = gorder[go];
             const pt *gp = sorted + gstart[g];
             size_t gn = gstart[g + 1] - gstart[g];
-            int has_tier = tier && tstart[g + 1] > tstart[g];
+            int has_tier = tier && ta.seen[g];
             if (!gn && !has_tier)
                 continue;
             iql_series *se = iql_add_series(r, m->name, nk + 1);
@@ -621,7 +723,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     for (; j < gn && gp[j].ts == gp[i].ts && gp[j].dev == gp[i].dev; j++)
                         for (size_t q = 0; q < nk; q++)
                             if (!k[q].is_tag && (uint32_t)k[q].fi == gp[j].fi) {
-                                row[q + 1] = (iql_val){.t = IQL_V_NUM, .num = gp[j].v};
+                                row[q + 1] = gp[j].s ? (iql_val){.t = IQL_V_STR, .s = gp[j].s}
+                                                     : (iql_val){.t = IQL_V_NUM, .num = gp[j].v};
                                 any = 1;
                             }
                     for (size_t q = 0; q < nk; q++)
@@ -639,8 +742,7 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                     }
                 }
             } else if (has_tier) {
-                int trc = iql_tier_rows(st, tr.w + tstart[g], tstart[g + 1] - tstart[g], k, nk,
-                                        every, off, s.wfrom, s.to, se, x->max_points);
+                int trc = iql_tier_rows(st, &ta, g, k, nk, se);
                 if (trc == -2) {
                     retry = 1;
                     break;
@@ -701,13 +803,13 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             }
         }
         free(scratch);
-        free(tstart);
         free(fp);
         free(gorder);
         free(sorted);
         free(gstart);
         free(p);
-        iql_tier_rows_free(&tr);
+        if (tier)
+            iql_tier_acc_free(&ta);
         if (retry) {
             /* a percentile the sketches cannot give at InfluxDB's rank: raw after all */
             while (r->nseries > first_series)

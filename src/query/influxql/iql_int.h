@@ -64,16 +64,28 @@ typedef struct cat {
     struct trip *t;
     size_t nt, capt;
     const char *devtag;
+    /* private to iql_cat.c: the catalog's strings and arrays in a few blocks (one
+     * malloc per string cost more than the listing), the measurement names by id */
+    struct cat_blk *arena;
+    struct bdb_map *mids, *strs;
+    char **mnames;
+    size_t nmid, capmid;
+    char *value; /* "value": the field of a metric without a dot */
 } cat;
 
 typedef struct trip {
     char *meas, *field, *metric;
     size_t dev;
+    uint32_t mid; /* the measurement's id (cat.mnames) */
 } trip;
 
 /* Loads the tenant's devices and their measurements; free with iql_cat_free (also
  * after an error). */
 int iql_cat_load(const iql_ctx *x, cat *c);
+/* The same for one device only (none when it does not exist): its measurements hold
+ * only its own fields and tag keys, which a statement may use only where those of
+ * every device would give the same answer (iql_exec.c). */
+int iql_cat_load_device(const iql_ctx *x, const char *device, cat *c);
 void iql_cat_free(cat *c);
 /* Tag key of device d: the device tag, its own tags; NULL when it has none. */
 const char *iql_dev_tag(const cat *c, const dev *d, const char *key);
@@ -103,6 +115,9 @@ int iql_time_bounds(const iql_ctx *c, const iql_expr *e, int under_or, int64_t *
                     int *has_from, int *has_to, int64_t *wfrom, iql_result *r);
 /* 1 when e compares anything but time. */
 int iql_where_has_tags(const iql_expr *e);
+/* The device e selects by itself: an AND of time comparisons and one `devtag = 'name'`;
+ * NULL for any other condition. */
+const char *iql_where_device(const iql_expr *e, const char *devtag);
 /* ok[device index] = 1 for the devices of m that may pass the WHERE. -1 on error. */
 int iql_match_devs(const cat *c, const iql_stmt *st, const meas *m, unsigned char *ok,
                    iql_result *r);

@@ -77,8 +77,81 @@ int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every
     return 0;
 }
 
+void iql_tier_acc_init(tier_acc *a, const size_t *dg, size_t ng, size_t nf, int64_t every,
+                       int64_t off, int64_t from, int64_t to, uint64_t max)
+{
+    memset(a, 0, sizeof *a);
+    a->dg = dg;
+    a->ng = ng;
+    a->nf = nf;
+    a->every = every;
+    a->lo = floordiv64(from - off, every) * every + off;
+    int64_t hi = floordiv64(to - 1 - off, every) * every + off;
+    uint64_t span = (uint64_t)((hi - a->lo) / every);
+    a->nwin = span < max ? (size_t)span + 1 : 0;
+    a->max_cells = max > UINT64_MAX / 4 ? UINT64_MAX : max * 4;
+    a->g = calloc(ng + 1, sizeof *a->g);
+    a->seen = calloc(ng + 1, sizeof *a->seen);
+    if (!a->g || !a->seen)
+        abort();
+}
+
+void iql_tier_acc_free(tier_acc *a)
+{
+    for (size_t g = 0; a->g && g < a->ng; g++)
+        free(a->g[g]);
+    free(a->g);
+    free(a->seen);
+    memset(a, 0, sizeof *a);
+}
+
+/* Merges one window of field fi of device dev into its output window: a window that
+ * starts before the first goes into the first, one after the last is never shown. */
+static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row *r)
+{
+    size_t g = a->dg[dev];
+    a->seen[g]++;
+    if (!a->nwin || !r->count)
+        return;
+    int64_t d = r->start - a->lo;
+    size_t j = d < 0 ? 0 : (uint64_t)(d / a->every) >= a->nwin ? a->nwin : (size_t)(d / a->every);
+    if (j == a->nwin)
+        return;
+    if (!a->g[g]) {
+        /* every window of the group, as its rows will be: bounded over all groups */
+        uint64_t cells = (uint64_t)a->nwin * a->nf;
+        if (cells > a->max_cells - a->cells) {
+            a->over = 1;
+            return;
+        }
+        a->cells += cells;
+        a->g[g] = calloc(a->nwin * a->nf, sizeof *a->g[g]);
+        if (!a->g[g])
+            abort();
+    }
+    iql_tacc *c = &a->g[g][j * a->nf + fi];
+    double m2 = a->spread ? r->stddev * r->stddev * (double)r->count : 0;
+    if (!c->count) {
+        *c = (iql_tacc){r->count, r->sum, r->min, r->max, r->mean, m2, r->p50, r->p95, r->p99};
+        return;
+    }
+    if (a->spread) { /* Chan et al.: merge (count, mean, m2) of two parts */
+        double dm = r->mean - c->mean;
+        uint64_t tot = c->count + r->count;
+        c->mean += dm * (double)r->count / (double)tot;
+        c->m2 += m2 + dm * dm * (double)c->count * (double)r->count / (double)tot;
+    }
+    c->count += r->count;
+    c->sum += r->sum;
+    c->min = r->min < c->min ? r->min : c->min;
+    c->max = r->max > c->max ? r->max : c->max;
+    c->p50 = r->p50; /* sketches answer only one window of one device (iql_tier_choose) */
+    c->p95 = r->p95;
+    c->p99 = r->p99;
+}
+
 struct tread {
-    tier_rows *tr;
+    tier_acc *ta;
     const char *const *metrics;
     const uint32_t *fis;
     size_t nm;
@@ -96,21 +169,15 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
     }
     uint32_t fi = 0;
     for (size_t i = 0; i < t->nm; i++)
-        if (!strcmp(t->metrics[i], r->metric)) {
+        if (t->metrics[i] == r->metric || !strcmp(t->metrics[i], r->metric)) {
             fi = t->fis[i];
             break;
         }
-    tier_rows *tr = t->tr;
-    if (tr->n == tr->cap) {
-        tr->cap = tr->cap ? tr->cap * 2 : 256;
-        tr->w = realloc(tr->w, tr->cap * sizeof *tr->w);
-        if (!tr->w)
-            abort();
+    acc_add(t->ta, t->dev, fi, r);
+    if (t->ta->over) {
+        t->over = 1;
+        return 1;
     }
-    tr->w[tr->n++] = (iql_twin){t->dev,   fi,      r->start,
-                                r->count, r->sum,  r->min,
-                                r->max,   r->mean, r->stddev * r->stddev * (double)r->count,
-                                r->p50,   r->p95,  r->p99};
     return 0;
 }
 
@@ -148,12 +215,12 @@ static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int6
 
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
-                  tier_rows *tr, uint64_t *read)
+                  int quantiles, tier_acc *ta, uint64_t *read)
 {
     int64_t w = bdb_res_width((enum bdb_res)tier);
     /* [a, b): the tier's whole windows inside the range; the edges from raw */
     int64_t a = floordiv64(from - 1, w) * w + w, b = floordiv64(to, w) * w;
-    struct tread t = {tr, metrics, fis, nm, dev, read, c->max_points, 0};
+    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0};
     int rc = BDB_OK;
     if (a >= b) {
         rc = read_edge(c, device, &t, from, to);
@@ -165,7 +232,8 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
                               .from = a,
                               .to = b,
                               .res = (enum bdb_res)tier,
-                              .lateness_ms = c->lateness_ms};
+                              .lateness_ms = c->lateness_ms,
+                              .no_quantiles = !quantiles};
         int64_t wm;
         rc = read_edge(c, device, &t, from, a);
         if (rc == BDB_OK && !t.over)
@@ -178,51 +246,10 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
     return rc;
 }
 
-static _Thread_local const size_t *sort_dg; /* qsort has no context argument */
-
-static int cmp_group_start(const void *a, const void *b)
+/* One column of one output window. */
+static int tier_value(const iql_col *k, const iql_tacc *w, iql_val *out)
 {
-    const iql_twin *x = a, *y = b;
-    size_t gx = sort_dg[x->dev], gy = sort_dg[y->dev];
-    if (gx != gy)
-        return gx < gy ? -1 : 1;
-    if (x->start != y->start)
-        return x->start < y->start ? -1 : 1;
-    return x->dev < y->dev ? -1 : x->dev > y->dev;
-}
-
-void iql_tier_sort(tier_rows *tr, const size_t *dg, size_t ng, size_t *gstart)
-{
-    sort_dg = dg;
-    if (tr->n)
-        qsort(tr->w, tr->n, sizeof *tr->w, cmp_group_start);
-    size_t at = 0;
-    for (size_t g = 0; g <= ng; g++) {
-        gstart[g] = at;
-        while (at < tr->n && dg[tr->w[at].dev] == g)
-            at++;
-    }
-}
-
-/* One column over the tier windows ws[0..n) of one output window (all of its field). */
-static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *out)
-{
-    uint64_t cnt = 0;
-    double sum = 0, lo = INFINITY, hi = -INFINITY, mean = 0, m2 = 0;
-    for (size_t i = 0; i < n; i++) {
-        const iql_twin *w = ws[i];
-        if (!w->count)
-            continue;
-        /* Chan et al.: merge (count, mean, m2) of two parts */
-        double d = w->mean - mean;
-        uint64_t tot = cnt + w->count;
-        mean += d * (double)w->count / (double)tot;
-        m2 += w->m2 + d * d * (double)cnt * (double)w->count / (double)tot;
-        cnt = tot;
-        sum += w->sum;
-        lo = w->min < lo ? w->min : lo;
-        hi = w->max > hi ? w->max : hi;
-    }
+    uint64_t cnt = w ? w->count : 0;
     if (k->fn == IQL_FN_COUNT) {
         out->t = IQL_V_INT;
         out->i = (int64_t)cnt;
@@ -233,40 +260,34 @@ static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *
     out->t = IQL_V_NUM;
     switch (k->fn) {
     case IQL_FN_SUM:
-        out->num = sum;
+        out->num = w->sum;
         return 1;
     case IQL_FN_MEAN:
-        out->num = sum / (double)cnt;
+        out->num = w->sum / (double)cnt;
         return 1;
     case IQL_FN_MIN:
-        out->num = lo;
+        out->num = w->min;
         return 1;
     case IQL_FN_MAX:
-        out->num = hi;
+        out->num = w->max;
         return 1;
     case IQL_FN_SPREAD:
-        out->num = hi - lo;
+        out->num = w->max - w->min;
         return 1;
     case IQL_FN_STDDEV:
         if (cnt < 2)
             return 0;
-        out->num = sqrt(m2 / (double)(cnt - 1));
+        out->num = sqrt(w->m2 / (double)(cnt - 1));
         return 1;
     case IQL_FN_MEDIAN:
     case IQL_FN_PERCENTILE: {
-        /* one device, one window (iql_tier_choose) */
-        const iql_twin *w = NULL;
-        for (size_t i = 0; i < n; i++)
-            if (ws[i]->count)
-                w = ws[i];
         double p = k->fn == IQL_FN_MEDIAN ? 50 : k->param, q = p / 100;
         /* The sketch answers rank floor(q (n - 1)) (agg/sketch.h); InfluxDB's percentile
          * takes rank floor(n q + 0.5) - 1 and its median averages the middle two of an
          * even count. Only where they agree is the sketch's value InfluxDB's (within
          * its error). */
-        double nn = (double)w->count;
-        if (k->fn == IQL_FN_MEDIAN ? w->count % 2 == 0
-                                   : floor(nn * q + 0.5) - 1 != floor(q * (nn - 1)))
+        double nn = (double)cnt;
+        if (k->fn == IQL_FN_MEDIAN ? cnt % 2 == 0 : floor(nn * q + 0.5) - 1 != floor(q * (nn - 1)))
             return -2;
         out->num = p == 50 ? w->p50 : p == 95 ? w->p95 : w->p99;
         return !isnan(out->num);
@@ -276,41 +297,21 @@ static int tier_value(const iql_col *k, iql_twin *const *ws, size_t n, iql_val *
     }
 }
 
-int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, size_t nk,
-                  int64_t every, int64_t off, int64_t from, int64_t to, iql_series *se,
-                  uint64_t max)
+int iql_tier_rows(const iql_stmt *st, const tier_acc *ta, size_t g, const iql_col *k, size_t nk,
+                  iql_series *se)
 {
-    iql_twin **ws = malloc((n + 1) * sizeof *ws);
-    iql_twin **fw = malloc((n + 1) * sizeof *fw);
-    if (!ws || !fw)
-        abort();
-    for (size_t i = 0; i < n; i++)
-        ws[i] = &gw[i];
-    int64_t lo = floordiv64(from - off, every) * every + off;
-    int64_t hi = floordiv64(to - 1 - off, every) * every + off;
-    int rc = 0;
-    if ((uint64_t)((hi - lo) / every) >= max) {
-        rc = -1;
-        goto out;
-    }
-    size_t at = 0;
-    for (int64_t w0 = lo; w0 <= hi; w0 += every) {
-        size_t a = at;
-        while (at < n && ws[at]->start < w0 + every)
-            at++;
+    if (!ta->nwin)
+        return -1;
+    const iql_tacc *acc = ta->g[g];
+    for (size_t j = 0; j < ta->nwin; j++) {
         iql_val *row = iql_series_add_row(se);
-        row[0] = (iql_val){.t = IQL_V_TIME, .i = w0};
+        row[0] = (iql_val){.t = IQL_V_TIME, .i = ta->lo + (int64_t)j * ta->every};
         int any = 0;
         for (size_t q = 0; q < nk; q++) {
-            size_t m = 0;
-            for (size_t i = a; i < at; i++)
-                if (ws[i]->fi == (uint32_t)k[q].fi)
-                    fw[m++] = ws[i];
-            int v = tier_value(&k[q], fw, m, &row[q + 1]);
-            if (v == -2) {
-                rc = -2;
-                goto out;
-            }
+            const iql_tacc *w = acc && !k[q].is_tag ? &acc[j * ta->nf + (size_t)k[q].fi] : NULL;
+            int v = tier_value(&k[q], w, &row[q + 1]);
+            if (v == -2)
+                return -2;
             if (v)
                 any = 1;
             else if (k[q].fn != IQL_FN_COUNT || st->fill != IQL_FILL_NULL || k[q].absent)
@@ -319,10 +320,7 @@ int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, 
         if (!any && st->fill == IQL_FILL_NONE)
             se->nrows--;
     }
-out:
-    free(ws);
-    free(fw);
-    return rc;
+    return 0;
 }
 
 int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
@@ -345,13 +343,13 @@ int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t ever
 }
 
 int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
-                   int64_t to, tier_rows *tr, uint64_t *read)
+                   int64_t to, tier_acc *ta, uint64_t *read)
 {
     bdb_fleet f;
     bdb_fleet_init(&f, bdb_res_width((enum bdb_res)res));
     int rc = bdb_query_fleet_tables(c->db, c->pool, c->tenant, metric, (enum bdb_res)res, from, to,
                                     &f, NULL);
-    struct tread t = {tr, &metric, &fi, 1, 0, read, c->max_points, 0};
+    struct tread t = {ta, &metric, &fi, 1, 0, read, c->max_points, 0};
     for (size_t i = 0; rc == BDB_OK && i < f.n && !t.over; i++) {
         bdb_fleet_row fr;
         bdb_fleet_row_of(&f, &f.w[i], &fr);
@@ -374,10 +372,4 @@ int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, i
     if (t.over)
         return BDB_ERR_LIMIT;
     return rc;
-}
-
-void iql_tier_rows_free(tier_rows *tr)
-{
-    free(tr->w);
-    memset(tr, 0, sizeof *tr);
 }

@@ -31,18 +31,35 @@ typedef struct iql_col {
     int absent;  /* the measurement has no such field: null, never count's 0 */
 } iql_col;
 
-/* One tier window of one device's field. */
-typedef struct iql_twin {
-    uint32_t dev, fi;
-    int64_t start;
+/* One output window of one field of one group: the tier windows (and raw edge
+ * samples) that fall in it, merged as they are read. */
+typedef struct iql_tacc {
     uint64_t count;
     double sum, min, max, mean, m2, p50, p95, p99;
-} iql_twin;
+} iql_tacc;
 
-typedef struct tier_rows {
-    iql_twin *w;
-    size_t n, cap;
-} tier_rows;
+/* The output windows [lo, lo + nwin * every) of every group and field. Merging each
+ * window where it belongs as it comes costs less than keeping them all and sorting
+ * them by group and time. */
+typedef struct tier_acc {
+    const size_t *dg; /* device index -> group */
+    size_t ng, nf;
+    int64_t lo, every;
+    size_t nwin;    /* 0: more windows than the statement may return */
+    iql_tacc **g;   /* per group: nwin x nf, NULL until its first window */
+    uint64_t *seen; /* per group: windows merged (or, with nwin 0, that would be) */
+    int spread;     /* a column is a stddev: mean and m2 are merged too (divisions) */
+    /* windows x fields of the groups with data, at most max_cells (4 x the statement's
+     * point limit: the rows they become); over once a group would pass it */
+    uint64_t cells, max_cells;
+    int over;
+} tier_acc;
+
+/* Sets a up for ng groups (dg: device -> group) and nf fields, the output windows of
+ * GROUP BY time(every, off) over [from, to) as iql_tier_rows shows them, at most max. */
+void iql_tier_acc_init(tier_acc *a, const size_t *dg, size_t ng, size_t nf, int64_t every,
+                       int64_t off, int64_t from, int64_t to, uint64_t max);
+void iql_tier_acc_free(tier_acc *a);
 
 /* The tier (BDB_RES_1M/1H/1D) that answers, or 0 (raw). single: each series is one
  * device. */
@@ -50,22 +67,17 @@ int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every
                     int64_t from, int64_t to, int has_from, int has_to, int single);
 const char *iql_tier_name(int tier);
 /* Reads device's windows of the metrics (fis: their field indexes) in [from, to) into
- * tr, the edges outside whole tier windows as raw samples; *read counts windows and
- * samples against c->max_points (BDB_ERR_LIMIT past it). */
+ * ta, the edges outside whole tier windows as raw samples; *read counts windows and
+ * samples against c->max_points (BDB_ERR_LIMIT past it). quantiles: p50/p95/p99 are
+ * wanted (decoding the sketches costs more than the rest of a window). */
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
-                  tier_rows *tr, uint64_t *read);
-/* Sorts tr by group (dg: device -> group, ng groups), then start: group g's windows
- * are tr->w[gstart[g] .. gstart[g + 1]) (gstart has ng + 1 entries). */
-void iql_tier_sort(tier_rows *tr, const size_t *dg, size_t ng, size_t *gstart);
-/* Appends the rows (time, then one value per column) of one group's windows gw[0..n)
- * (sorted by start) to se. -1: more than max rows; -2: a percentile or median whose
- * rank in InfluxDB's definition is not the sketch's (small or even counts): the
- * caller answers from raw instead. */
-int iql_tier_rows(const iql_stmt *st, iql_twin *gw, size_t n, const iql_col *k, size_t nk,
-                  int64_t every, int64_t off, int64_t from, int64_t to, iql_series *se,
-                  uint64_t max);
-void iql_tier_rows_free(tier_rows *tr);
+                  int quantiles, tier_acc *ta, uint64_t *read);
+/* Appends the rows (time, then one value per column) of group g to se. -1: more than
+ * max rows; -2: a percentile or median whose rank in InfluxDB's definition is not the
+ * sketch's (small or even counts): the caller answers from raw instead. */
+int iql_tier_rows(const iql_stmt *st, const tier_acc *ta, size_t g, const iql_col *k, size_t nk,
+                  iql_series *se);
 
 /* The fleet tables (query/fleetq.h: every device's readings of a metric per hour or
  * day) answer a statement over many devices with no tag condition and no GROUP BY tag
@@ -74,9 +86,9 @@ void iql_tier_rows_free(tier_rows *tr);
  * devices' tiers); 0 when they do not answer (sketch functions, no whole window). */
 int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,
                      int64_t from, int64_t to, int64_t *a, int64_t *b);
-/* Adds the fleet windows of metric (field index fi) in [from, to) to tr as device 0's
+/* Adds the fleet windows of metric (field index fi) in [from, to) to ta as device 0's
  * (the statement has one group); *read as iql_tier_read. */
 int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
-                   int64_t to, tier_rows *tr, uint64_t *read);
+                   int64_t to, tier_acc *ta, uint64_t *read);
 
 #endif

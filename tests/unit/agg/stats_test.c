@@ -775,9 +775,17 @@ static void test_compact_roundtrip(void **state)
         bdb_dec_init(&d, b.data, b.len);
         assert_int_equal(bdb_stats_skip_c(&d), BDB_OK);
         assert_int_equal(b.len - bdb_dec_left(&d), len);
+        /* stepping over it (framing only) ends where reading it does, with its count */
+        uint64_t cnt = 0;
+        bdb_dec_init(&d, b.data, b.len);
+        assert_int_equal(bdb_stats_skip_count_c(&d, &cnt), BDB_OK);
+        assert_int_equal(cnt, w[k].count);
+        assert_int_equal(b.len - bdb_dec_left(&d), len);
         for (size_t cut = 0; cut < len; cut++) {
             bdb_dec_init(&d, b.data, cut);
             assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+            bdb_dec_init(&d, b.data, cut);
+            assert_int_equal(bdb_stats_skip_count_c(&d, &cnt), BDB_ERR_CORRUPT);
         }
         bdb_buf_free(&b);
         bdb_buf_free(&again);
@@ -825,10 +833,49 @@ static void test_compact_roundtrip(void **state)
     bdb_buf_free(&b);
 }
 
+/* The decoder's absolute room for subnormal sums and squares (n * 2^-1074 on the sum,
+ * n * 2^-1060 on m2) still decides a window that only it lets through: the checks try
+ * without it first, and that shortcut must neither widen nor narrow what passes. */
+static void test_absolute_room(void **state)
+{
+    (void)state;
+    /* three readings in [0, 1e-300]: n min = 0, so the relative room is nothing */
+    const double sums[] = {-0x1p-1073, -0x1p-1072, 0x1p-1073};
+    const int ok[] = {1, 0, 1}; /* 2 and 4 units below 0, the room being 3 */
+    for (int k = 0; k < 3; k++) {
+        bdb_stats s = {.count = 3, .min = 0.0, .max = 1e-300, .sum_hi = sums[k]};
+        bdb_buf b;
+        bdb_buf_init(&b);
+        bdb_stats_write_c(&s, &b);
+        bdb_dec d;
+        bdb_dec_init(&d, b.data, b.len);
+        bdb_stats r;
+        assert_int_equal(bdb_stats_read_c(&r, &d), ok[k] ? BDB_OK : BDB_ERR_CORRUPT);
+        bdb_buf_free(&b);
+    }
+    /* a spread whose (max - min)^2 / 4 underflows to 0: m2 within n * 2^-1060 passes,
+     * beyond it does not */
+    const double m2s[] = {0.0, 0x1p-1060, 0x1p-1058};
+    const int m2ok[] = {1, 1, 0};
+    for (int k = 0; k < 3; k++) {
+        bdb_stats s = {.count = 3, .min = 0.0, .max = 0x1p-540, .m2 = m2s[k]};
+        s.sum_hi = s.max * 0x1p-64; /* readings 0, 0 and max */
+        bdb_buf b;
+        bdb_buf_init(&b);
+        bdb_stats_write_c(&s, &b);
+        bdb_dec d;
+        bdb_dec_init(&d, b.data, b.len);
+        bdb_stats r;
+        assert_int_equal(bdb_stats_read_c(&r, &d), m2ok[k] ? BDB_OK : BDB_ERR_CORRUPT);
+        bdb_buf_free(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pyramid_every_dataset),
+        cmocka_unit_test(test_absolute_room),
         cmocka_unit_test(test_uneven_windows),
         cmocka_unit_test(test_offset_defeats_sum_of_squares),
         cmocka_unit_test(test_constant_is_exact),

@@ -324,13 +324,142 @@ static void test_tier_rule(void **state)
     iql_result_free(&raw);
 }
 
+/* Tier windows of several devices, groups and fields land in their own output windows
+ * (merged as they are read): GROUP BY device over both devices, two fields, an
+ * unaligned range whose edges come from raw, fill(none) after the data ends, against
+ * the same statement answered from raw. */
+static void test_tier_groups(void **state)
+{
+    (void)state;
+    char q[500];
+    const char *fns = "count(temp), mean(temp), stddev(hum), max(temp), sum(hum), spread(temp)";
+    const char *range = "time >= %lldms AND time < %lldms GROUP BY time(10m%s), device";
+    char where[160];
+    snprintf(where, sizeof where, range, T0 + 37000, T0 + 3 * HOUR - 13000, "");
+    snprintf(q, sizeof q, "SELECT %s FROM env WHERE %s fill(none)", fns, where);
+    iql_result tier = run(q, 0);
+    assert_null(tier.error);
+    assert_string_equal(tier.tier, "1m");
+    assert_int_equal(tier.nseries, 2);
+    /* first(hum) is never a tier's: the same windows from raw */
+    snprintf(q, sizeof q, "SELECT %s, first(hum) FROM env WHERE %s fill(none)", fns, where);
+    iql_result raw = run(q, 0);
+    assert_string_equal(raw.tier, "raw");
+    assert_int_equal(raw.nseries, tier.nseries);
+    for (size_t g = 0; g < raw.nseries; g++) {
+        assert_int_equal(raw.series[g].nrows, tier.series[g].nrows);
+        assert_int_equal(raw.series[g].nrows, 12); /* 2 h of data, no row after it */
+        for (size_t i = 0; i < raw.series[g].nrows; i++)
+            for (size_t k = 0; k < tier.series[g].ncols; k++) {
+                const iql_val *x = cell(&raw, g, i, k), *y = cell(&tier, g, i, k);
+                assert_int_equal(x->t, y->t);
+                if (x->t == IQL_V_NUM)
+                    assert_true(fabs(x->num - y->num) <= 1e-9 * fabs(x->num) + 1e-12);
+                else
+                    assert_int_equal(x->i, y->i);
+            }
+    }
+    /* d2's temp is 100 + i % 10: its mean is not d1's */
+    assert_true(cell(&tier, 1, 3, 2)->num > 100);
+    assert_true(cell(&tier, 0, 3, 2)->num < 10);
+    iql_result_free(&raw);
+    iql_result_free(&tier);
+}
+
+/* A statement pinned to one device (WHERE device = 'x') answers as with every device
+ * listed: compared with the same statement selecting the device by a regex. d3 has
+ * temp only: hum is still a field of env (d1's and d2's), so count(hum) is 0, not
+ * null, in d3's windows. Runs last: it adds d3. */
+static void test_one_device(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    for (int i = 0; i < 30; i++) {
+        bdb_batch_begin(b, "d3", 2, T0 + i * 60000LL, (size_t)i);
+        bdb_batch_metric(b, "env.temp", 8, 7.5);
+        assert_int_equal(bdb_batch_end(b), 1);
+    }
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+    const char *stmts[] = {
+        "SELECT count(hum), count(temp) FROM env WHERE %s AND time >= %lldms AND time < %lldms "
+        "GROUP BY time(10m)",
+        "SELECT mean(temp), max(hum) FROM env WHERE %s AND time >= %lldms AND time < %lldms "
+        "GROUP BY time(10m) fill(none)",
+        "SELECT max(temp) FROM env WHERE %s AND time >= %lldms AND time < %lldms"};
+    const char *devs[] = {"d3", "d1", "nope"};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t d = 0; d < 3; d++) {
+            char q[400], w[64];
+            snprintf(w, sizeof w, "device = '%s'", devs[d]);
+            snprintf(q, sizeof q, stmts[k], w, T0, T0 + HOUR);
+            iql_result one = run(q, 0);
+            snprintf(w, sizeof w, "device =~ /^%s$/", devs[d]);
+            snprintf(q, sizeof q, stmts[k], w, T0, T0 + HOUR);
+            iql_result all = run(q, 0);
+            assert_null(one.error);
+            assert_null(all.error);
+            same_rows(&all, &one);
+            if (d == 2)
+                assert_int_equal(one.nseries, 0);
+            iql_result_free(&one);
+            iql_result_free(&all);
+        }
+    /* d3's count(hum): 0 beside its temp */
+    char q[300];
+    snprintf(q, sizeof q,
+             "SELECT count(hum), count(temp) FROM env WHERE device = 'd3' AND time >= %lldms AND "
+             "time < %lldms GROUP BY time(10m)",
+             T0, T0 + HOUR);
+    iql_result r = run(q, 0);
+    assert_int_equal(r.nseries, 1);
+    assert_int_equal(cell(&r, 0, 0, 1)->t, IQL_V_INT);
+    assert_int_equal(cell(&r, 0, 0, 1)->i, 0);
+    assert_int_equal(cell(&r, 0, 0, 2)->i, 10);
+    iql_result_free(&r);
+}
+
+/* A tier answer keeps every window of each group with data (the rows it becomes):
+ * at most 4 x max_query_samples windows x fields over all groups, even where few are
+ * read (ten devices of one sample each, GROUP BY device, fill(none)). Runs last. */
+static void test_tier_cells_limit(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    for (int d = 0; d < 10; d++) {
+        char dev[16];
+        snprintf(dev, sizeof dev, "e%d", d);
+        bdb_batch_begin(b, dev, strlen(dev), T0 + 5 * MIN, 0);
+        bdb_batch_metric(b, "env.temp", 8, d);
+        assert_int_equal(bdb_batch_end(b), 1);
+    }
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+    char q[300];
+    snprintf(q, sizeof q,
+             "SELECT mean(temp) FROM env WHERE device =~ /^e/ AND time >= %lldms AND time < "
+             "%lldms GROUP BY time(1m), device fill(none)",
+             T0, T0 + 2 * HOUR);
+    iql_result r = run(q, 400); /* 10 groups x 120 windows = 1200 <= 1600 */
+    assert_null(r.error);
+    assert_string_equal(r.tier, "1m");
+    assert_int_equal(r.nseries, 10);
+    assert_int_equal(r.series[9].nrows, 1);
+    assert_true(cell(&r, 9, 0, 1)->num == 9);
+    iql_result_free(&r);
+    r = run(q, 200); /* 1200 > 800 */
+    assert_non_null(r.error);
+    assert_non_null(strstr(r.error, "max-select-point"));
+    iql_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mapping_and_show),
-        cmocka_unit_test(test_time_bounds),
-        cmocka_unit_test(test_fill_and_limits),
-        cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
+        cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_tier_groups),      cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_tier_cells_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1091,6 +1091,7 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
                 base = db_merger_add_list(&g, s->frozen, lo, hi, 0, NULL, NULL);
             db_merger_add_list(&g, s->active, lo, hi, base, NULL, NULL);
             bdb_rollup_init(&tmp, width);
+            tmp.stats_only = out[m].stats_only;
             rc = tier_merge_into(&g, &tmp);
             if (rc == BDB_OK)
                 rc = bdb_rollup_merge(&out[m], &tmp);
