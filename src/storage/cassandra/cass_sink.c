@@ -68,7 +68,9 @@ typedef struct cass_sink {
     /* the keyspace's identity and the writer lease (cass_owner.h): claimed at the
      * first connection, renewed by the lease thread, given up at close */
     char *data_dir;
-    cass_owner *owner;
+    /* set by the first connection, which may be a flush's (offline_start) while the
+     * lease thread and writers read it: atomic */
+    cass_owner *_Atomic owner;
     pthread_t lease_th;
     int lease_running;
     pthread_cond_t cv_lease;
@@ -188,18 +190,20 @@ static int connect_now(cass_sink *s, char *err, size_t errlen)
                                    .key_file = u->key,
                                    .insecure = !u->tls_verify}};
     cql_session *sess = NULL;
+    cass_owner *claimed = NULL;
     int rc = cql_session_open(&so, &sess, err, errlen);
     if (rc == BDB_OK && u->create_schema)
         rc = create_schema(sess, u, err, errlen);
     /* nothing is written before the keyspace is this data directory's and the lease
      * is held (cass_owner.h) */
     if (rc == BDB_OK && s->data_dir)
-        rc = cass_owner_claim(sess, u->ks, s->data_dir, u->write_cl, u->adopt, &s->owner, err,
+        rc = cass_owner_claim(sess, u->ks, s->data_dir, u->write_cl, u->adopt, &claimed, err,
                               errlen);
     if (rc != BDB_OK) {
         cql_session_close(sess);
         return rc;
     }
+    atomic_store(&s->owner, claimed);
     const cql_topology *t = cql_session_topology(sess);
     snprintf(
         s->desc, sizeof s->desc,
@@ -381,9 +385,10 @@ static void *worker(void *arg)
 }
 
 /* A server that lost the writer lease writes nothing more (cass_owner.h). */
-static int lease_lost(const cass_sink *s)
+static int lease_lost(cass_sink *s)
 {
-    return s->owner && !cass_owner_valid(s->owner);
+    cass_owner *o = atomic_load(&s->owner);
+    return o && !cass_owner_valid(o);
 }
 
 static int sink_put(bdb_sink *base, const char *tn, const char *dn, const char *metric,
@@ -622,7 +627,7 @@ static void sink_close(bdb_sink *base)
     free(s->workers);
     if (s->lease_running)
         pthread_join(s->lease_th, NULL);
-    cass_owner_free(s->owner, atomic_load(&s->sess));
+    cass_owner_free(atomic_load(&s->owner), atomic_load(&s->sess));
     free(s->data_dir);
     pthread_cond_destroy(&s->cv_lease);
     cql_session_close(atomic_load(&s->sess));
@@ -748,8 +753,9 @@ static void *lease_main(void *arg)
             break;
         pthread_mutex_unlock(&s->mu);
         cql_session *sess = atomic_load(&s->sess);
-        if (sess && s->owner)
-            cass_owner_renew(s->owner, sess);
+        cass_owner *o = atomic_load(&s->owner);
+        if (sess && o)
+            cass_owner_renew(o, sess);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
