@@ -812,6 +812,10 @@ static const char *quoted_line_end(const char *s, const char *end, size_t *inner
 {
     enum { KEYS, FKEY, VALUE, STRING, UNQUOTED, TAIL } st = KEYS;
     *inner = 0;
+    /* as bdb_lp_parse_line does: leading blanks do not start the field section (a
+     * line starting with one would otherwise take its measurement for a field key
+     * and a '"' in it for a string holding the next line's newline) */
+    s = skip_ws(s, end);
     while (s < end) {
         char c = *s;
         switch (st) {

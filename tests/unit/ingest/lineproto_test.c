@@ -1053,6 +1053,16 @@ static void test_newline_inside_string(void **state)
     split_body("m,device=d1 state=\"open\nm,device=d1 f=2 3\nm,device=d1 f=4 5\n", &sp);
     assert_int_equal(sp.n, 1);
     assert_int_equal(sp.rc[0], BDB_ERR_INVALID);
+    /* leading blanks are skipped before the measurement, as the parser does: a quote
+     * in the measurement opens no string, so the measurement never takes the next
+     * line's newline (the fuzzer's case: the splitter read the measurement as a field
+     * key, its '"' as a string, and the parser then took a raw newline into it) */
+    split_body(" m=\"x\nm s=\"\" 15\n", &sp);
+    assert_int_equal(sp.n, 2);
+    assert_int_equal(sp.rc[0], BDB_ERR_INVALID);
+    assert_string_equal(sp.text[0], " m=\"x");
+    assert_int_equal(sp.rc[1], 1);
+    assert_int_equal(sp.lineno[1], 2);
     /* a line that fails without a string crossing a newline stays one line */
     split_body("m,device=d1 state=\"ok\",f=oops 1\nm,device=d1 f=2 3\n", &sp);
     assert_int_equal(sp.n, 2);
