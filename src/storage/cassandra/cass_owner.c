@@ -312,8 +312,11 @@ static int take(cass_owner *o, cql_session *sess, char *err, size_t errlen)
     if (pc)
         cql_dec_int(*pc, &pid);
     cql_response_free(r);
-    if (!strcmp(node, o->node) && holder_gone(o, host, pid)) {
-        /* this directory's server before a crash: its lease is ours */
+    /* Ours already: an earlier attempt of this process applied but its answer was lost
+     * (a timeout of the transaction's commit). Or this directory's server before a
+     * crash, gone now: its lease is ours. */
+    int self = !strcmp(host, o->host) && pid == o->pid;
+    if (!strcmp(node, o->node) && (self || holder_gone(o, host, pid))) {
         lease_values(o, &x);
         cql_bytes v[5] = {x.v[1], x.v[2], x.v[3], x.v[0], txt(node)};
         r = NULL;
@@ -416,8 +419,15 @@ int cass_owner_renew(cass_owner *o, cql_session *sess)
     cql_response_free(r);
     if (!node[0]) { /* expired during an outage and nobody took it: take it again */
         char terr[512];
-        if (take(o, sess, terr, sizeof terr) == BDB_OK)
+        int trc = take(o, sess, terr, sizeof terr);
+        if (trc == BDB_OK)
             return BDB_OK;
+        if (trc != BDB_ERR_EXISTS) {
+            /* the cluster is not answering yet (nodes restarting, a transaction's
+             * timeout): nobody else holds the lease, so try again at the next renewal */
+            BDB_WARN("cassandra: taking the expired writer lease again failed: %s", terr);
+            return trc;
+        }
         BDB_ERROR("cassandra: %s", terr);
     }
     atomic_store(&o->valid, 0);
