@@ -393,6 +393,8 @@ def main():
     ap.add_argument("--load-limit", type=int, default=900, help="seconds for the whole load")
     ap.add_argument("--chunk", type=int, default=5000, help="lines per write request")
     ap.add_argument("--peers", default="bucketdb,influxd,vm")
+    ap.add_argument("--panels", default="q24h,q30d,qtag24h,qtag30d",
+                    help="the panels to time (the equality check covers them all)")
     ap.add_argument("--vm-nocache", action="store_true",
                     help="send nocache=1 to VictoriaMetrics: no rollup result cache")
     a = ap.parse_args()
@@ -411,6 +413,10 @@ def main():
         raise SystemExit("--sites must be above %s and --devices above 1" % SITE[1:])
     if a.days * 24 < 30 * 24 - a.fine_hours:
         log("--days %d: the 30 d panels reach before the data (fine: they read less)" % a.days)
+    panels_wanted = a.panels.split(",")
+    for q in panels_wanted:
+        if q not in ("q24h", "q30d", "qtag24h", "qtag30d"):
+            raise SystemExit("--panels: q24h, q30d, qtag24h, qtag30d")
     peers_wanted = a.peers.split(",")
     for p in peers_wanted:
         if p not in ("bucketdb", "influxd", "vm"):
@@ -512,6 +518,8 @@ def main():
                     runs.append((pname, qid, labels[qid] + " (PromQL)", pre +
                                  "/api/v1/query_range?" + urllib.parse.urlencode(params)))
             for pname, qid, label, path in runs:
+                if qid not in panels_wanted:
+                    continue
                 p50, p99, n, data, tier = timed(p, path, a.runs, a.warm, a.query_limit)
                 size = len(data)
                 answers[(pname, qid)] = data

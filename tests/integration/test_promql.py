@@ -302,5 +302,28 @@ def same_answers_after_flush():
         eq([prom(s, p, **q) for p, q in qs], before)
 
 
+@suite.test
+def value_strings():
+    """Sample values and times as Prometheus writes them (Go's FormatFloat 'f', -1): the
+    fewest digits that read back, never an exponent; times as seconds with up to three
+    decimals, no trailing zeros."""
+    import decimal
+    vals = [0.1, 21.37, -0.3, 1 / 3, 2e10 / 3, 123456.789, 1e-05, 0.0001, 1.5e16,
+            99999999999999.98, 1e15, 7.0, -1234567890123456.8, 2.5e-7, 0.0, 1e300, -1.25e-300,
+            123456789012345680000.0]
+    lines = ["v,device=f%d x=%r %d" % (i, v, T0 * 1000 + 250) for i, v in enumerate(vals)]
+    with Server() as s:
+        s.write(lines, precision="ms")
+        for i, v in enumerate(vals):
+            r = s.request("GET", "/prometheus/api/v1/query?" + urllib.parse.urlencode(
+                {"query": 'v_x{device="f%d"}' % i, "time": "%d.25" % T0}))
+            eq(r.status, 200, r.body[:300])
+            body = r.body.decode()
+            want = format(decimal.Decimal(repr(v)), "f")
+            if "." in want:
+                want = want.rstrip("0").rstrip(".")
+            contains(body, '"value":[%d.25,"%s"]' % (T0, want), repr(v))
+
+
 if __name__ == "__main__":
     suite.main()

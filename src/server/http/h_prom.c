@@ -116,16 +116,18 @@ static void put_time(bdb_buf *b, int64_t ms)
 {
     /* |ms| fits: times are within BDB_QT_MIN_MS..BDB_QT_MAX_MS */
     uint64_t a = ms < 0 ? (uint64_t)0 - (uint64_t)ms : (uint64_t)ms;
-    unsigned long long sec = a / 1000, frac = a % 1000;
-    if (!frac) {
-        bdb_buf_printf(b, "%s%llu", ms < 0 ? "-" : "", sec);
+    unsigned frac = (unsigned)(a % 1000);
+    if (ms < 0)
+        bdb_buf_putc(b, '-');
+    bdb_buf_u64(b, a / 1000);
+    if (!frac)
         return;
-    }
-    char f[8];
-    snprintf(f, sizeof f, "%03llu", frac);
-    for (int i = 2; i > 0 && f[i] == '0'; i--)
-        f[i] = '\0';
-    bdb_buf_printf(b, "%s%llu.%s", ms < 0 ? "-" : "", sec, f);
+    char f[4] = {'.', (char)('0' + frac / 100), (char)('0' + frac / 10 % 10),
+                 (char)('0' + frac % 10)};
+    size_t n = 4;
+    while (f[n - 1] == '0') /* frac > 0: a digit other than 0 stops it */
+        n--;
+    bdb_buf_append(b, f, n);
 }
 
 /* A sample value as Go's strconv.FormatFloat(v, 'f', -1, 64): the shortest digits
@@ -138,6 +140,16 @@ static void put_value(bdb_buf *b, double v)
     }
     if (isinf(v)) {
         bdb_buf_puts(b, v > 0 ? "\"+Inf\"" : "\"-Inf\"");
+        return;
+    }
+    /* In [1e-4, 1e15) bdb_buf_double writes the shortest digits that read back in
+     * fixed notation, as Go does, without printf (which was most of a range answer's
+     * time); outside it, it would use an exponent, which Go's 'f' format never does. */
+    double a = fabs(v);
+    if (a == 0 || (a >= 1e-4 && a < 1e15)) {
+        bdb_buf_putc(b, '"');
+        bdb_buf_double(b, v);
+        bdb_buf_putc(b, '"');
         return;
     }
     /* The fewest significant digits p that read back to v (17 always do), found by
@@ -155,11 +167,31 @@ static void put_value(bdb_buf *b, double v)
             p = mid + 1;
     }
     snprintf(e, sizeof e, "%.*e", p - 1, v);
-    int ex = atoi(strchr(e, 'e') + 1);
-    int decimals = p - 1 - ex;
-    char out[400];
-    snprintf(out, sizeof out, "%.*f", decimals > 0 ? decimals : 0, v);
-    bdb_buf_printf(b, "\"%s\"", out);
+    /* Those p digits in fixed notation: "%.*f" would print the double's exact binary
+     * value, every digit of 1e300 */
+    char dig[20];
+    size_t nd = 0;
+    const char *q = e;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9')
+            dig[nd++] = *q;
+    int ex = atoi(q + 1);
+    bdb_buf_puts(b, v < 0 ? "\"-" : "\"");
+    if (ex < 0) {
+        bdb_buf_puts(b, "0.");
+        for (int z = -1; z > ex; z--)
+            bdb_buf_putc(b, '0');
+        bdb_buf_append(b, dig, nd);
+    } else if ((size_t)ex + 1 >= nd) {
+        bdb_buf_append(b, dig, nd);
+        for (size_t z = nd; z < (size_t)ex + 1; z++)
+            bdb_buf_putc(b, '0');
+    } else {
+        bdb_buf_append(b, dig, (size_t)ex + 1);
+        bdb_buf_putc(b, '.');
+        bdb_buf_append(b, dig + ex + 1, nd - (size_t)ex - 1);
+    }
+    bdb_buf_putc(b, '"');
 }
 
 static void put_labels(bdb_buf *b, const pql_labels *l)

@@ -195,6 +195,33 @@ static void test_subbuckets_spread_and_read(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* A sub-bucketed device reporting every 10 s: consecutive samples fall in different
+ * sub-partitions, and each partition's samples are stored as chunks of their own, not
+ * as one chunk per sample (as the flush did until 2026-11: 16 bytes a sample). */
+static void test_subbuckets_chunks(void **state)
+{
+    (void)state;
+    bdb_db *db = open_dir(datadir, 0);
+    eu_put_run(db, "t", "slow", T0 + 3, 10000, 1);
+    assert_int_equal(bdb_db_set_subbuckets(db, "t", "slow", 8), BDB_OK);
+    eu_put_run(db, "t", "slow", T0 + 10003, 10000, 719); /* 2 h; 10 s mod 8: 4 ids */
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    struct pids p;
+    partition_ids(db, "slow", &p);
+    /* 4 ids in each bucket the 2 h cross (1 h buckets: 2) */
+    assert_true(p.n >= 4 && p.n <= 8);
+    const char *m[] = {"m"};
+    bdb_samples out[1];
+    memset(out, 0, sizeof out);
+    uint64_t chunks = 0;
+    assert_int_equal(bdb_db_read(db, "t", "slow", m, 1, T0, T0 + 2 * HOUR, out, &chunks), BDB_OK);
+    assert_int_equal(out[0].n, 720);
+    assert_true(chunks <= (uint64_t)p.n); /* one per partition id, not one per sample */
+    bdb_samples_free(&out[0]);
+    assert_int_equal(query_count(db, "t", "slow", T0, T0 + 2 * HOUR), 720);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 struct tbt {
     uint64_t ev[8];
     int64_t start[8];
@@ -315,6 +342,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_subbuckets_spread_and_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subbuckets_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_per_partition, setup, teardown),
         cmocka_unit_test_setup_teardown(test_promotion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forget_counts, setup, teardown),

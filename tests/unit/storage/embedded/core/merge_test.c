@@ -602,6 +602,73 @@ static void test_emit_block(void **st)
     tu_rm_rf(dir);
 }
 
+/* A hot device's sub-buckets interleave partitions sample by sample: each partition's
+ * samples become chunks of their own (at most max each), in the block by increasing
+ * min_ts, never one chunk per sample. */
+static void test_emit_interleaved(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/bdb-merge-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    bdb_vfs *vfs = bdb_vfs_posix();
+    bdb_block_writer *w;
+    assert_int_equal(bdb_block_writer_open(vfs, dir, "b.blk", 0, 100000, 1, &w), BDB_OK);
+    bdb_series_key key = {"t", 1, "d", 1, "m", 1};
+    db_merger m;
+    memset(&m, 0, sizeof m);
+    for (int64_t t = 0; t < 100; t++) {
+        db_merger_source(&m, 1, 100 + t % 4);
+        db_merger_push(&m, t * 10, (double)t);
+    }
+    assert_int_equal(db_merger_emit(&m, w, &key, 10), BDB_OK);
+    bdb_block_meta meta;
+    assert_int_equal(bdb_block_writer_finish(w, &meta), BDB_OK);
+    assert_int_equal(meta.nchunks, 12); /* 25 samples per partition: 10 + 10 + 5 */
+    assert_int_equal(meta.nsamples, 100);
+    char path[128];
+    snprintf(path, sizeof path, "%s/b.blk", dir);
+    bdb_block *b;
+    assert_int_equal(bdb_block_open(vfs, path, &b), BDB_OK);
+    bdb_block_cursor cur;
+    assert_int_equal(bdb_block_find(b, &key, &cur), BDB_OK);
+    bdb_chunk_ref c;
+    int seen[100] = {0};
+    int64_t prev_min = -1;
+    size_t k = 0;
+    while (bdb_block_cursor_next(&cur, &c) == 1) {
+        assert_true(c.min_ts > prev_min);
+        prev_min = c.min_ts;
+        bdb_chunk_iter it;
+        assert_int_equal(bdb_chunk_iter_init(&it, c.data, c.len), BDB_OK);
+        int64_t t;
+        double v;
+        while (bdb_chunk_iter_next(&it, &t, &v) == 1) {
+            assert_int_equal(t % 10, 0);
+            assert_int_equal(100 + (t / 10) % 4, c.bucket_start); /* its own partition */
+            assert_true(v == (double)(t / 10));
+            seen[t / 10]++;
+        }
+        k++;
+    }
+    assert_int_equal(k, 12);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(seen[i], 1);
+    bdb_block_close(b);
+    /* out of memory for the partitions' list: nothing written, the merger empty */
+    assert_int_equal(bdb_block_writer_open(vfs, dir, "c.blk", 0, 100000, 2, &w), BDB_OK);
+    for (int64_t t = 0; t < 100; t++) {
+        db_merger_source(&m, 1, 100 + t % 4);
+        db_merger_push(&m, t * 10, (double)t);
+    }
+    bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
+    assert_int_equal(db_merger_emit(&m, w, &key, 10), BDB_ERR_NOMEM);
+    bdb_alloc_fail_disarm();
+    assert_int_equal(m.n, 0);
+    bdb_block_writer_abort(w);
+    db_merger_free(&m);
+    tu_rm_rf(dir);
+}
+
 /* ---------------------------------------------------------------- out of memory */
 
 /* A push that cannot grow the buffers: every output then fails with BDB_ERR_NOMEM,
@@ -684,13 +751,13 @@ static void test_out_of_memory(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_priority_wins),  cmocka_unit_test(test_duplicates_in_a_source),
-        cmocka_unit_test(test_extremes),       cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_many_sources),   cmocka_unit_test(test_large),
-        cmocka_unit_test(test_sort_then_more), cmocka_unit_test(test_push_chunk),
-        cmocka_unit_test(test_head_chunks),    cmocka_unit_test(test_each_part),
-        cmocka_unit_test(test_samples_grow),   cmocka_unit_test(test_emit_block),
-        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_priority_wins),    cmocka_unit_test(test_duplicates_in_a_source),
+        cmocka_unit_test(test_extremes),         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_many_sources),     cmocka_unit_test(test_large),
+        cmocka_unit_test(test_sort_then_more),   cmocka_unit_test(test_push_chunk),
+        cmocka_unit_test(test_head_chunks),      cmocka_unit_test(test_each_part),
+        cmocka_unit_test(test_samples_grow),     cmocka_unit_test(test_emit_block),
+        cmocka_unit_test(test_emit_interleaved), cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
