@@ -13,6 +13,7 @@ int cmd_query(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_cql(int argc, char **argv);
 int cmd_schema(int argc, char **argv);
+int cmd_cluster(int argc, char **argv); /* Cassandra cluster status */
 int cmd_tenant(int argc, char **argv);
 int cmd_plan(int argc, char **argv); /* operator tools: docs/OPERATIONS.md */
 int cmd_load(int argc, char **argv);

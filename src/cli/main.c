@@ -14,6 +14,7 @@ static void usage(FILE *f)
                "  tenant    manage tenants, tokens and quotas of a running server\n"
                "  cql       run CQL statements on a Cassandra node\n"
                "  schema    print the CQL schema (DDL) for a Cassandra keyspace\n"
+               "  cluster   status of a Cassandra cluster: nodes, keyspace, writer lease\n"
                "  plan      capacity plan and bucket advice for a fleet\n"
                "  load      simulate a device fleet writing to a running server\n"
                "  export    stream samples out of a running server (line protocol, CSV)\n"
@@ -39,6 +40,8 @@ int main(int argc, char **argv)
         return cmd_cql(argc - 1, argv + 1);
     if (!strcmp(cmd, "schema"))
         return cmd_schema(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cluster"))
+        return cmd_cluster(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan"))
         return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "load"))

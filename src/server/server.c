@@ -554,6 +554,15 @@ static int64_t tenant_ttl(void *ctx, const char *tenant)
     return bdb_tenants_get(ctx, tenant, &ti) == BDB_OK ? ti.retention_ms : 0;
 }
 
+/* The backlog the Cassandra writer row publishes (bdb_backend_set_reporter): the WAL
+ * on disk, which with a sink holds what was acknowledged and not yet confirmed. */
+static uint64_t server_backlog(void *ctx)
+{
+    bdb_db_stats st;
+    bdb_db_get_stats(((bdb_server *)ctx)->db, &st);
+    return st.wal.bytes_on_disk;
+}
+
 /* A tenant's own rollup tier TTL (db_tier.h retention hook), else the server's. */
 static int64_t tenant_tier_ttl(void *ctx, const char *tenant, enum bdb_res res, int64_t dflt)
 {
@@ -737,6 +746,14 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         return BDB_ERR_INVALID;
     }
     atomic_store(&s->mqtt, gw);
+    /* the writer row's report (cluster status): set once nothing here can fail, so
+     * that every path that closes the engine has cleared it first (bdb_server_stop) */
+    s->sink = o.sink;
+    char listen[300];
+    const char *colon = strrchr(cfg->listen, ':');
+    snprintf(listen, sizeof listen, "%.*s:%d", colon ? (int)(colon - cfg->listen) : 0, cfg->listen,
+             s->port);
+    bdb_backend_set_reporter(cfg->storage, s->sink, listen, server_backlog, s);
     *out = s;
     return BDB_OK;
 }
@@ -768,6 +785,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_bp_free(s->bp);
     hot_stop(s);
     bdb_purge_stop(s->purge); /* a drop running ends first */
+    bdb_backend_set_reporter(s->cfg.storage, s->sink, NULL, NULL, NULL); /* before db goes */
     int rc = bdb_db_close(s->db);
     fault_vfs_free(s);
     bdb_tenants_close(s->tenants);

@@ -42,6 +42,7 @@ struct bdb_server {
      * daemon, whose /metrics reads it. */
     struct bdb_mqtt_gw *_Atomic mqtt;
     bdb_db *db;
+    struct bdb_sink *sink; /* the backend's (storage/backend.h), owned by db; NULL embedded */
     bdb_pool *pool;
     struct MHD_Daemon *mhd;
     struct bdb_conn_guard *guard; /* slow clients' deadlines (conn_guard.h) */

@@ -38,3 +38,10 @@ void bdb_backend_metrics(const char *url, struct bdb_buf *b, uint64_t wal_bytes,
     if (is_cassandra(url))
         cass_sink_metrics(b, wal_bytes, wal_segments);
 }
+
+void bdb_backend_set_reporter(const char *url, bdb_sink *sink, const char *listen,
+                              uint64_t (*backlog)(void *ud), void *ud)
+{
+    if (sink && is_cassandra(url))
+        cass_sink_set_reporter(sink, listen, backlog, ud);
+}

@@ -41,4 +41,12 @@ int bdb_backend_open(const char *url, const char *data_dir, size_t max_tenant_by
 void bdb_backend_metrics(const char *url, struct bdb_buf *b, uint64_t wal_bytes,
                          uint64_t wal_segments);
 
+/* What the backend publishes about the server using sink (for Cassandra the writer
+ * row `bucketdb cluster status` reads, docs/CASSANDRA.md#cluster-status): listen, the
+ * server's HTTP address, and backlog(ud), the engine's WAL bytes on disk, called on
+ * a backend thread now and then (every 10 s). backlog NULL clears; once that call
+ * returns backlog is not called again. No-op without a sink. */
+void bdb_backend_set_reporter(const char *url, bdb_sink *sink, const char *listen,
+                              uint64_t (*backlog)(void *ud), void *ud);
+
 #endif

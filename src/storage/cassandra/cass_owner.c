@@ -1,5 +1,6 @@
 /* cass_owner: the keyspace's identity and the writer lease (cass_owner.h). */
 #include "storage/cassandra/cass_owner.h"
+#include "storage/cassandra/cass_state.h" /* cass_column_exists */
 #include "storage/cassandra/cql/cluster/cql_session.h"
 #include "storage/cassandra/cql/wire/cql_value.h"
 #include "storage/vfs/vfs.h"
@@ -26,9 +27,15 @@ struct cass_owner {
     char host[256];
     int32_t pid;
     int write_cl;
+    int report; /* the owner table has the report's columns */
     atomic_int valid;
-    char q_renew[256], q_release[192];
+    char q_take[384], q_renew[384], q_release[192];
 };
+
+/* The report's columns (cass_owner_report), in the order the statements bind them. */
+static const char *const rep_cols[][2] = {
+    {"backlog_bytes", "bigint"}, {"last_flush", "bigint"}, {"listen", "text"}, {"version", "text"}};
+#define NREP 4
 
 /* ---------------------------------------------------------------- statements */
 
@@ -263,23 +270,57 @@ static int identity(cql_session *sess, const char *ks, const char *dir, int cl, 
 
 /* ---------------------------------------------------------------- the lease */
 
-/* Values of the lease's statements: node, host, pid, since. */
+/* Values of the lease's statements: node, host, pid, since, then (o->report) the
+ * report's columns; an unknown figure is a null (every column is written each time,
+ * for the TTL's sake: cass_owner_claim). */
 struct lv {
-    char pid[4], since[8];
-    cql_bytes v[4];
+    char pid[4], since[8], backlog[8], flush[8];
+    cql_bytes v[4 + NREP];
+    uint16_t n;
 };
 
-static void lease_values(const cass_owner *o, struct lv *x)
+static void be64(char out[8], int64_t v)
 {
-    int64_t now = bdb_now_ms();
+    for (int i = 0; i < 8; i++)
+        out[i] = (char)((uint64_t)v >> (56 - 8 * i));
+}
+
+static void lease_values(const cass_owner *o, const cass_owner_report *rep, struct lv *x)
+{
     for (int i = 0; i < 4; i++)
         x->pid[i] = (char)((uint32_t)o->pid >> (24 - 8 * i));
-    for (int i = 0; i < 8; i++)
-        x->since[i] = (char)((uint64_t)now >> (56 - 8 * i));
+    be64(x->since, bdb_now_ms());
     x->v[0] = txt(o->node);
     x->v[1] = txt(o->host);
     x->v[2] = (cql_bytes){(const uint8_t *)x->pid, 4};
     x->v[3] = (cql_bytes){(const uint8_t *)x->since, 8};
+    x->n = 4;
+    if (!o->report)
+        return;
+    const cql_bytes null = {NULL, CQL_NULL};
+    cass_owner_report none = {.backlog_bytes = -1};
+    if (!rep)
+        rep = &none;
+    be64(x->backlog, rep->backlog_bytes);
+    be64(x->flush, rep->last_flush_ms);
+    x->v[4] = rep->backlog_bytes >= 0 ? (cql_bytes){(const uint8_t *)x->backlog, 8} : null;
+    x->v[5] = rep->last_flush_ms > 0 ? (cql_bytes){(const uint8_t *)x->flush, 8} : null;
+    x->v[6] = rep->listen && rep->listen[0] ? txt(rep->listen) : null;
+    x->v[7] = txt(BDB_VERSION);
+    x->n = 4 + NREP;
+}
+
+/* The renewal's values: host, pid, since, node, the report, then its condition's node. */
+static uint16_t renew_values(const struct lv *x, const char *cond_node, cql_bytes v[5 + NREP])
+{
+    v[0] = x->v[1];
+    v[1] = x->v[2];
+    v[2] = x->v[3];
+    v[3] = x->v[0];
+    for (uint16_t i = 4; i < x->n; i++)
+        v[i] = x->v[i];
+    v[x->n] = txt(cond_node);
+    return (uint16_t)(x->n + 1);
 }
 
 /* The process holding a lease of this node is gone: on this host and no such pid. */
@@ -289,17 +330,13 @@ static int holder_gone(const cass_owner *o, const char *host, int32_t pid)
            errno == ESRCH;
 }
 
-static int take(cass_owner *o, cql_session *sess, char *err, size_t errlen)
+static int take(cass_owner *o, cql_session *sess, const cass_owner_report *rep, char *err,
+                size_t errlen)
 {
     struct lv x;
-    lease_values(o, &x);
-    char q[320];
-    snprintf(q, sizeof q,
-             "INSERT INTO %s.owner (k, node, host, pid, since) VALUES ('writer', ?, ?, ?, ?) "
-             "IF NOT EXISTS USING TTL %d",
-             o->ks, CASS_OWNER_TTL_S);
+    lease_values(o, rep, &x);
     cql_response *r = NULL;
-    int rc = run(sess, q, x.v, 4, o->write_cl, &r, err, errlen);
+    int rc = run(sess, o->q_take, x.v, x.n, o->write_cl, &r, err, errlen);
     if (rc != BDB_OK || applied(r)) {
         cql_response_free(r);
         return rc;
@@ -317,10 +354,11 @@ static int take(cass_owner *o, cql_session *sess, char *err, size_t errlen)
      * crash, gone now: its lease is ours. */
     int self = !strcmp(host, o->host) && pid == o->pid;
     if (!strcmp(node, o->node) && (self || holder_gone(o, host, pid))) {
-        lease_values(o, &x);
-        cql_bytes v[5] = {x.v[1], x.v[2], x.v[3], x.v[0], txt(node)};
+        lease_values(o, rep, &x);
+        cql_bytes v[5 + NREP];
+        uint16_t nv = renew_values(&x, node, v);
         r = NULL;
-        rc = run(sess, o->q_renew, v, 5, o->write_cl, &r, err, errlen);
+        rc = run(sess, o->q_renew, v, nv, o->write_cl, &r, err, errlen);
         int ok = rc == BDB_OK && applied(r);
         cql_response_free(r);
         if (rc != BDB_OK || ok)
@@ -376,15 +414,29 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
     o->pid = (int32_t)getpid();
     o->write_cl = write_cl;
     atomic_store(&o->valid, 1);
+    /* schema=none on a keyspace older than the report: the lease works without it */
+    o->report = cass_column_exists(sess, ks, "owner", rep_cols[NREP - 1][0]) != 0;
+    if (!o->report)
+        BDB_WARN("cassandra: table %s.owner has no column %s (a keyspace from an older "
+                 "bucketdb, schema=none): `bucketdb cluster status` shows the writer lease "
+                 "without its backlog, last flush, listen address and version",
+                 ks, rep_cols[NREP - 1][0]);
+    const char *rc_set =
+        o->report ? ", backlog_bytes = ?, last_flush = ?, listen = ?, version = ?" : "";
+    snprintf(o->q_take, sizeof o->q_take,
+             "INSERT INTO %s.owner (k, node, host, pid, since%s) VALUES ('writer', ?, ?, ?, "
+             "?%s) IF NOT EXISTS USING TTL %d",
+             ks, o->report ? ", backlog_bytes, last_flush, listen, version" : "",
+             o->report ? ", ?, ?, ?, ?" : "", CASS_OWNER_TTL_S);
     /* Every column again: a column not written keeps the TTL of the write that set
      * it, so a node written once would expire under a lease renewed ever after. */
     snprintf(o->q_renew, sizeof o->q_renew,
-             "UPDATE %s.owner USING TTL %d SET host = ?, pid = ?, since = ?, node = ? WHERE k = "
-             "'writer' IF node = ?",
-             ks, CASS_OWNER_TTL_S);
+             "UPDATE %s.owner USING TTL %d SET host = ?, pid = ?, since = ?, node = ?%s WHERE k "
+             "= 'writer' IF node = ?",
+             ks, CASS_OWNER_TTL_S, rc_set);
     snprintf(o->q_release, sizeof o->q_release,
              "DELETE FROM %s.owner WHERE k = 'writer' IF node = ?", ks);
-    rc = take(o, sess, err, errlen);
+    rc = take(o, sess, NULL, err, errlen);
     if (rc != BDB_OK) {
         free(o);
         return rc;
@@ -395,16 +447,17 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
     return BDB_OK;
 }
 
-int cass_owner_renew(cass_owner *o, cql_session *sess)
+int cass_owner_renew(cass_owner *o, cql_session *sess, const cass_owner_report *rep)
 {
     if (!atomic_load(&o->valid))
         return BDB_ERR_EXISTS;
     struct lv x;
-    lease_values(o, &x);
-    cql_bytes v[5] = {x.v[1], x.v[2], x.v[3], x.v[0], x.v[0]};
+    lease_values(o, rep, &x);
+    cql_bytes v[5 + NREP];
+    uint16_t nv = renew_values(&x, o->node, v);
     cql_response *r = NULL;
     char err[256];
-    int rc = run(sess, o->q_renew, v, 5, o->write_cl, &r, err, sizeof err);
+    int rc = run(sess, o->q_renew, v, nv, o->write_cl, &r, err, sizeof err);
     if (rc != BDB_OK) {
         cql_response_free(r);
         BDB_WARN("cassandra: renewing the writer lease failed: %s", err);
@@ -419,7 +472,7 @@ int cass_owner_renew(cass_owner *o, cql_session *sess)
     cql_response_free(r);
     if (!node[0]) { /* expired during an outage and nobody took it: take it again */
         char terr[512];
-        int trc = take(o, sess, terr, sizeof terr);
+        int trc = take(o, sess, rep, terr, sizeof terr);
         if (trc == BDB_OK)
             return BDB_OK;
         if (trc != BDB_ERR_EXISTS) {
@@ -456,4 +509,23 @@ void cass_owner_free(cass_owner *o, cql_session *sess)
         cql_response_free(r);
     }
     free(o);
+}
+
+void cass_owner_upgrade(cql_session *sess, const char *ks)
+{
+    for (int i = 0; i < NREP; i++) {
+        if (cass_column_exists(sess, ks, "owner", rep_cols[i][0]) == 1)
+            continue;
+        char q[192];
+        snprintf(q, sizeof q, "ALTER TABLE %s.owner ADD %s %s", ks, rep_cols[i][0], rep_cols[i][1]);
+        cql_call c = {.query = q, .consistency = CQL_ONE, .idempotent = 1, .unprepared = 1};
+        cql_response *r = NULL;
+        /* refused when the column is there after all: nothing to do */
+        if (cql_session_execute(sess, &c, &r) == BDB_OK) {
+            BDB_INFO("cassandra: added owner.%s %s (a keyspace from an older bucketdb)",
+                     rep_cols[i][0], rep_cols[i][1]);
+            cql_session_wait_schema(sess, 30000);
+        }
+        cql_response_free(r);
+    }
 }

@@ -21,12 +21,18 @@
  *    directory running elsewhere or here) refuses the start until it expires. A lease
  *    lost while running (another node took it after an outage longer than the TTL)
  *    makes every flush fail: the WAL keeps the samples, nothing is overwritten.
+ *  - what an operator needs to see (`bucketdb cluster status`) rides on the lease's
+ *    writes: the writer row also holds the server's backlog, last flush, listen
+ *    address and version (cass_owner_report), refreshed by each renewal. A keyspace
+ *    whose owner table lacks those columns (schema=none on an older keyspace) gets the
+ *    lease's columns only.
  *
  * Thread-safety: renew and valid may run on any thread; claim and free on one. */
 #ifndef BDB_CASS_OWNER_H
 #define BDB_CASS_OWNER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define CASS_OWNER_TTL_S 30
 #define CASS_OWNER_RENEW_S 10
@@ -34,6 +40,14 @@
 
 struct cql_session;
 typedef struct cass_owner cass_owner;
+
+/* The figures a renewal publishes in the writer row; the caller (the sink) gathers
+ * them, so this module needs none of its internals. */
+typedef struct cass_owner_report {
+    int64_t backlog_bytes; /* acknowledged, not yet confirmed by Cassandra; < 0 unknown */
+    int64_t last_flush_ms; /* of the last flush Cassandra confirmed whole; 0 none yet */
+    const char *listen;    /* the server's HTTP address; NULL or "" unknown */
+} cass_owner_report;
 
 /* Checks the identity of keyspace ks against data_dir (making both on a first start)
  * and takes the writer lease. write_cl: the consistency of the plain reads and
@@ -43,13 +57,17 @@ typedef struct cass_owner cass_owner;
  * and Cassandra's errors (err says which statement). */
 int cass_owner_claim(struct cql_session *sess, const char *ks, const char *data_dir, int write_cl,
                      int adopt, cass_owner **out, char *err, size_t errlen);
-/* Renews the lease. BDB_OK, BDB_ERR_EXISTS when another node holds it now (the lease
- * is lost for good: valid() turns 0), or the error of the statement (a retry later
- * may succeed while the TTL lasts). */
-int cass_owner_renew(cass_owner *o, struct cql_session *sess);
+/* Renews the lease and publishes rep (NULL: every figure unknown). BDB_OK, BDB_ERR_EXISTS when
+ * another node holds it now (the lease is lost for good: valid() turns 0), or the error of the
+ * statement (a retry later may succeed while the TTL lasts). */
+int cass_owner_renew(cass_owner *o, struct cql_session *sess, const cass_owner_report *rep);
 /* 1 while this server may write: the lease was never lost. */
 int cass_owner_valid(const cass_owner *o);
 /* Gives the lease up (a restart elsewhere need not wait for the TTL) and frees o. */
 void cass_owner_free(cass_owner *o, struct cql_session *sess);
+/* After the schema's CREATE TABLE IF NOT EXISTS: adds the report's columns to the
+ * owner table of a keyspace made before them (cass_state.h's rule: looked up first,
+ * a refused ALTER ignored). */
+void cass_owner_upgrade(struct cql_session *sess, const char *ks);
 
 #endif

@@ -74,6 +74,13 @@ typedef struct cass_sink {
     pthread_t lease_th;
     int lease_running;
     pthread_cond_t cv_lease;
+    /* the writer row's report (cass_sink_set_reporter): rep_mu is held while backlog
+     * runs, so clearing it waits for a call in progress */
+    _Atomic int64_t last_flush_ms;
+    pthread_mutex_t rep_mu;
+    uint64_t (*backlog)(void *ud);
+    void *backlog_ud;
+    char listen[256];
 } cass_sink;
 
 /* The sink /metrics reports (cass_sink_with_open): a server opens one. Guarded so
@@ -165,6 +172,8 @@ static int create_schema(cql_session *sess, const cass_uri *u, char *err, size_t
             cass_state_upgrade(sess, u->ks);
         if (rc == BDB_OK) /* late arrivals: device_newest (cass_late.c) */
             cass_late_upgrade(sess, u->ks);
+        if (rc == BDB_OK) /* the writer row's report (cass_owner.c) */
+            cass_owner_upgrade(sess, u->ks);
     }
     bdb_buf_free(&ddl);
     bdb_buf_free(&warn);
@@ -453,6 +462,8 @@ static int sink_commit(bdb_sink *base)
     s->failed = s->sent = 0;
     pthread_mutex_unlock(&s->mu);
     atomic_fetch_add(rc == BDB_OK ? &s->commits : &s->commit_failures, 1);
+    if (rc == BDB_OK)
+        atomic_store(&s->last_flush_ms, bdb_now_ms());
     return rc;
 }
 
@@ -630,6 +641,7 @@ static void sink_close(bdb_sink *base)
     cass_owner_free(atomic_load(&s->owner), atomic_load(&s->sess));
     free(s->data_dir);
     pthread_cond_destroy(&s->cv_lease);
+    pthread_mutex_destroy(&s->rep_mu);
     cql_session_close(atomic_load(&s->sess));
     free(s->u);
     pthread_mutex_destroy(&s->conn_mu);
@@ -754,8 +766,18 @@ static void *lease_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         cql_session *sess = atomic_load(&s->sess);
         cass_owner *o = atomic_load(&s->owner);
-        if (sess && o)
-            cass_owner_renew(o, sess);
+        if (sess && o) {
+            char listen[sizeof s->listen];
+            cass_owner_report rep = {.backlog_bytes = -1,
+                                     .last_flush_ms = atomic_load(&s->last_flush_ms),
+                                     .listen = listen};
+            pthread_mutex_lock(&s->rep_mu);
+            if (s->backlog)
+                rep.backlog_bytes = (int64_t)s->backlog(s->backlog_ud);
+            memcpy(listen, s->listen, sizeof listen);
+            pthread_mutex_unlock(&s->rep_mu);
+            cass_owner_renew(o, sess, &rep);
+        }
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -778,6 +800,7 @@ int cass_sink_open(const char *uri, const char *data_dir, bdb_sink **out, char *
     pthread_cond_init(&s->cv_space, NULL);
     pthread_cond_init(&s->cv_done, NULL);
     pthread_cond_init(&s->cv_lease, NULL);
+    pthread_mutex_init(&s->rep_mu, NULL);
     if (data_dir && !(s->data_dir = strdup(data_dir)))
         abort();
     snprintf(s->ks, sizeof s->ks, "%s", u.ks);
@@ -843,4 +866,20 @@ int cass_sink_with_open(void (*fn)(bdb_sink *s, cql_session *sess, void *ud), vo
         fn(&s->base, atomic_load(&s->sess), ud);
     pthread_mutex_unlock(&g_open_mu);
     return s != NULL;
+}
+
+void cass_sink_set_reporter(bdb_sink *base, const char *listen, uint64_t (*backlog)(void *ud),
+                            void *ud)
+{
+    cass_sink *s = (cass_sink *)base;
+    pthread_mutex_lock(&s->rep_mu);
+    s->backlog = backlog;
+    s->backlog_ud = ud;
+    snprintf(s->listen, sizeof s->listen, "%s", listen ? listen : "");
+    pthread_mutex_unlock(&s->rep_mu);
+    if (backlog) { /* publish now rather than at the next renewal */
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv_lease);
+        pthread_mutex_unlock(&s->mu);
+    }
 }

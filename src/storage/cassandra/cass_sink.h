@@ -61,6 +61,14 @@ typedef struct cass_sink_stats {
 /* s must come from cass_sink_open. */
 void cass_sink_get_stats(bdb_sink *s, cass_sink_stats *st);
 
+/* What the writer row (cass_owner.h) publishes that only the server knows: its listen
+ * address, and its backlog (the engine's WAL bytes on disk), which backlog(ud) returns
+ * on the lease thread at each renewal (every CASS_OWNER_RENEW_S, no per-sample work).
+ * Setting renews at once; backlog NULL clears, and once that call returns backlog is
+ * not running and is not called again (clear it before what ud points at goes). */
+void cass_sink_set_reporter(bdb_sink *s, const char *listen, uint64_t (*backlog)(void *ud),
+                            void *ud);
+
 struct cql_session;
 /* Calls fn with the first Cassandra sink open in this process (a server has one) and
  * its session (NULL while not connected, offline_start), holding a lock that keeps the
