@@ -397,6 +397,16 @@ static int fetch(ev *e, const pql_node *sel, int64_t back, pql_series_set *set)
     int rc = e->src->select(e->src->ctx, m, from, to, set, why, sizeof why);
     pql_matchset_free(m);
     e->samples += set->samples;
+    if (rc == PQL_E_EXECUTION && e->o->max_samples && e->samples >= e->o->max_samples &&
+        set->max_samples < e->o->max_samples) {
+        /* the source named what was left for this selector; the limit is the query's */
+        pql_series_set_free(set);
+        return efail(e, rc,
+                     "query processing would load too many samples into memory in query "
+                     "execution (more than max-query-samples %llu, over all the query's "
+                     "selectors); narrow the selectors or the range",
+                     (unsigned long long)e->o->max_samples);
+    }
     if (rc != PQL_E_OK) {
         pql_series_set_free(set);
         return efail(e, rc, "%s", why);
