@@ -394,11 +394,16 @@ static int match_op(bctx *b, const side *m, const side *o, size_t ng, pql_out_se
         pbase[i] = npairs;
         npairs += ostart[g + 1] - ostart[g];
     }
-    if (b->max_points && *b->points + npairs > b->max_points) {
+    /* every pair that may match holds a label set: bounded even without a point
+     * limit, since a group of the "one" side whose series take turns pairs with every
+     * series of the other side */
+    uint64_t cap = b->max_points ? b->max_points : PQL_BINOP_MAX_PAIRS;
+    if (*b->points + npairs > cap) {
         bfail(b, PQL_E_EXECUTION,
-              "query would hold more than %llu points (series x steps) at once; narrow the "
-              "selector or the range, or raise the step",
-              (unsigned long long)b->max_points);
+              "query would hold more than %llu points (series x steps, and the pairs of "
+              "series vector matching can pair) at once; narrow the selector or the range, "
+              "or raise the step",
+              (unsigned long long)cap);
         goto done;
     }
     pl = calloc(npairs + 1, sizeof *pl);

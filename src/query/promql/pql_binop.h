@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Pairs of series one vector matching may pair, when the query has no point limit
+ * (with one, the pairs count against it). */
+#define PQL_BINOP_MAX_PAIRS 10000000
+
 /* a op b. Arithmetic: the result, *keep 1. A comparison: a, and *keep whether it
  * holds (NaN compares unequal to everything). */
 double pql_binop_value(enum pql_binop op, double a, double b, int *keep);

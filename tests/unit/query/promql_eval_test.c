@@ -501,6 +501,9 @@ static void test_vector_binary_steps_and_errors(void **state)
     r = run("cnt - temp", 0, 100 * S, S);
     pql_result_free(&r);
     eval_err("cnt or temp", 0, 100 * S, S, 400, PQL_E_EXECUTION, "more than 400 points");
+    /* and the pairs one matching may pair: 3 x 2 here, past 10 with the 5 input points */
+    eval_err("{__name__=~\"temp|cnt\"} + on() group_left temp", 90 * S, 90 * S, 1, 10,
+             PQL_E_EXECUTION, "pairs of series");
 }
 
 static void test_limits_and_errors(void **state)
