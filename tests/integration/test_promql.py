@@ -233,6 +233,93 @@ def extreme_parameters_never_5xx():
             eq(doc["data"]["result"], [float(t), "1"], "time %s" % t)
 
 
+def write_fleet(s):
+    """d1 and d2 in site a, d3 in site b: power.used and power.cap at T0, +60 s, +120 s."""
+    used = {"d1": [10, 20, 30], "d2": [50, 60, 70], "d3": [5, 5, 5]}
+    cap = {"d1": 100, "d2": 80, "d3": 10}
+    site = {"d1": "a", "d2": "a", "d3": "b"}
+    s.write(["power,device=%s,site=%s used=%d,cap=%d %d" % (d, site[d], used[d][i], cap[d],
+                                                            (T0 + 60 * i) * 1000)
+             for d in used for i in range(3)], precision="ms")
+
+
+def vector(doc):
+    """{(sorted label pairs): value} of an instant query's vector answer."""
+    eq(doc["data"]["resultType"], "vector")
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1])
+            for r in doc["data"]["result"]}
+
+
+def near(got, want, what):
+    eq(sorted(got), sorted(want), what + ": series")
+    for k in want:
+        check(abs(got[k] - want[k]) <= 1e-12 * max(1, abs(want[k])),
+              "%s %r: %r, want %r" % (what, k, got[k], want[k]))
+
+
+@suite.test
+def binary_operators_on_a_fleet():
+    """Answers computed by hand from the fleet's samples at T0 + 120 s (used 30, 70, 5;
+    cap 100, 80, 10)."""
+    D = {d: (("device", d), ("site", "a" if d != "d3" else "b")) for d in ("d1", "d2", "d3")}
+
+    def nm(name, d):
+        return (("__name__", name),) + D[d]
+
+    cases = [
+        ("power_used / power_cap", {D["d1"]: 0.3, D["d2"]: 0.875, D["d3"]: 0.5}),
+        ("sum(power_used) / count(power_used)", {(): 35}),
+        ("power_used > 25", {nm("power_used", "d1"): 30, nm("power_used", "d2"): 70}),
+        ("25 < power_used", {nm("power_used", "d1"): 30, nm("power_used", "d2"): 70}),
+        ("power_used > bool 25", {D["d1"]: 1, D["d2"]: 1, D["d3"]: 0}),
+        ("power_used / on(site) group_left sum by (site) (power_used)",
+         {D["d1"]: 0.3, D["d2"]: 0.7, D["d3"]: 1}),
+        ("power_used and power_cap > 50", {nm("power_used", "d1"): 30,
+                                           nm("power_used", "d2"): 70}),
+        ("power_used unless power_cap > 50", {nm("power_used", "d3"): 5}),
+        ("power_used or power_cap", {nm("power_used", d): v
+                                     for d, v in (("d1", 30), ("d2", 70), ("d3", 5))}),
+        ("power_used - on(device) power_cap", {(("device", "d1"),): -70,
+                                               (("device", "d2"),): -10,
+                                               (("device", "d3"),): -5}),
+        # filtering with group_right: the left ("one") side's value, the right side's labels
+        ("sum by (site) (power_used) > on(site) group_right power_cap",
+         {nm("power_cap", "d2"): 100}),
+        ("power_cap - power_used * 2 ^ 2 / 4", {D["d1"]: 70, D["d2"]: 10, D["d3"]: 5}),
+    ]
+    with Server() as s:
+        write_fleet(s)
+        for q, want in cases:
+            near(vector(prom(s, "query", query=q, time=T0 + 120)), want, q)
+        # a range query matches step by step
+        doc = prom(s, "query_range", query="power_used > bool 15", start=T0, end=T0 + 120,
+                   step=60)
+        got = {r["metric"]["device"]: [float(v) for _, v in r["values"]]
+               for r in doc["data"]["result"]}
+        eq(got, {"d1": [0, 1, 1], "d2": [1, 1, 1], "d3": [0, 0, 0]})
+        # Prometheus' refusals: many-to-many at evaluation (422), the rest at parse (400)
+        doc = prom(s, "query", expect=422, query="power_used + on(site) power_cap",
+                   time=T0 + 120)
+        eq(doc["errorType"], "execution")
+        eq(doc["error"], 'found duplicate series for the match group {site="a"} on the right '
+           'hand-side of the operation: [{__name__="power_cap", device="d2", site="a"}, '
+           '{__name__="power_cap", device="d1", site="a"}];many-to-many matching not '
+           'allowed: matching labels must be unique on one side')
+        for q, msg in (("1 > 2", "1:3: parse error: comparisons between scalars must use BOOL"),
+                       ("power_used + bool power_cap", "1:12: parse error: bool modifier"),
+                       ("power_used and 1", "set operator \"and\" not allowed"),
+                       ("power_used * group_left power_cap", "1:14: parse error: unexpected")):
+            doc = prom(s, "query", expect=400, query=q, time=T0 + 120)
+            eq(doc["errorType"], "bad_data", q)
+            contains(doc["error"], msg, q)
+    # both operands count against max-query-samples: 9 samples each, 18 together
+    with Server(args=["--max-query-samples", "15"]) as s:
+        write_fleet(s)
+        prom(s, "query", query="power_used", time=T0 + 120)
+        doc = prom(s, "query", expect=422, query="power_used / power_cap", time=T0 + 120)
+        contains(doc["error"], "max-query-samples 15")
+
+
 @suite.test
 def tiers_answer_aligned_window_functions():
     """Recent data (inside the 1m tier's 90 days): an aligned quantile_over_time over one

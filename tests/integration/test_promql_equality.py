@@ -77,6 +77,32 @@ EXPRS = [
     "avg_over_time(env_temp[1h])",
     "max_over_time(env_cnt[1h])",
     "min_over_time(env_cnt[1h])",
+    # binary operators between two vectors, comparisons, set operators
+    "env_temp - env_cnt",
+    "env_cnt % env_temp",
+    "sum(env_temp) / count(env_temp)",
+    "env_temp / on(device) env_cnt",
+    "env_temp / ignoring(site) env_cnt",
+    "rate(env_cnt[5m]) / on(device, site) env_temp",
+    "env_temp > 22",
+    "env_temp > bool 22",
+    "22 < env_temp",
+    "30 - env_temp <= 8",
+    "1 < bool 2",
+    "env_temp >= env_cnt",
+    "env_temp == bool env_temp",
+    "env_temp != on(device) group_left env_cnt",
+    "env_temp and env_cnt > 100",
+    "env_temp or env_cnt",
+    "env_temp offset 10m or env_temp",
+    "env_temp unless env_cnt > 150",
+    "env_temp and on(site) env_cnt offset 5m",
+    "env_temp * on(site) group_left sum by (site) (env_cnt)",
+    "sum by (site) (env_cnt) - on(site) group_right env_temp",
+    "env_cnt * on(device) group_left(site) max by (device, site) (env_temp)",
+    "env_temp + on() group_left sum(env_temp)",
+    "2 ^ 3 ^ 2 - env_temp % 3 * 2",
+    "-env_temp ^ 2 + env_cnt / 2 > bool 100 or env_temp",
 ]
 
 
@@ -288,7 +314,15 @@ def promql_equals_prometheus():
             for q, status in (("rate(env_cnt)", 400), ("sum(env_cnt[5m])", 400),
                               ("env_cnt{", 400), ("{}", 400),
                               ('rate({__name__=~"env_.*"}[5m])', 422),
-                              ('-{__name__=~"env_.*"}', 422)):
+                              ('-{__name__=~"env_.*"}', 422),
+                              ('env_temp + {__name__=~"env_.*"}', 422),
+                              ('{__name__=~"env_.*"} + env_temp', 422),
+                              ("env_temp * on() group_left env_cnt", 422),
+                              ('{__name__=~"env_.*"} * on(site) group_left sum by (site) (env_cnt)', 422),
+                              ("1 > 2", 400), ("env_temp and 1", 400),
+                              ("env_temp + bool env_cnt", 400),
+                              ("env_temp + on(site) 2", 400),
+                              ("env_temp or on(site) group_left env_cnt", 400)):
                 ours = s.get("/prometheus/api/v1/query", query=q, time=T0 + 600)
                 theirs = prom.get("/api/v1/query", query=q, time=T0 + 600)
                 eq(ours.status, status, "%s: status (%r)" % (q, ours.body[:200]))

@@ -3,6 +3,7 @@
  * per step), so a selector is read from the source once per query, not per step. */
 #include "query/promql/pql_eval.h"
 
+#include "query/promql/pql_binop.h"
 #include "query/promql/pql_func.h"
 
 #include <math.h>
@@ -396,6 +397,16 @@ static int fetch(ev *e, const pql_node *sel, int64_t back, pql_series_set *set)
     int rc = e->src->select(e->src->ctx, m, from, to, set, why, sizeof why);
     pql_matchset_free(m);
     e->samples += set->samples;
+    if (rc == PQL_E_EXECUTION && e->o->max_samples && e->samples >= e->o->max_samples &&
+        set->max_samples < e->o->max_samples) {
+        /* the source named what was left for this selector; the limit is the query's */
+        pql_series_set_free(set);
+        return efail(e, rc,
+                     "query processing would load too many samples into memory in query "
+                     "execution (more than max-query-samples %llu, over all the query's "
+                     "selectors); narrow the selectors or the range",
+                     (unsigned long long)e->o->max_samples);
+    }
     if (rc != PQL_E_OK) {
         pql_series_set_free(set);
         return efail(e, rc, "%s", why);
@@ -736,25 +747,6 @@ static int eval_agg(ev *e, const pql_node *n, val *out)
     return e->code;
 }
 
-static double arith(enum pql_binop op, double a, double b)
-{
-    switch (op) {
-    case PQL_B_ADD:
-        return a + b;
-    case PQL_B_SUB:
-        return a - b;
-    case PQL_B_MUL:
-        return a * b;
-    case PQL_B_DIV:
-        return a / b;
-    case PQL_B_MOD:
-        return fmod(a, b);
-    case PQL_B_POW:
-        return pow(a, b);
-    }
-    return NAN;
-}
-
 static int scalar_alloc(ev *e, val *v)
 {
     v->type = PQL_SCALAR;
@@ -762,8 +754,24 @@ static int scalar_alloc(ev *e, val *v)
     return v->scalar ? 0 : efail(e, PQL_E_INTERNAL, "out of memory");
 }
 
-/* vector op scalar, scalar op vector, -vector: the series keep their labels but the
- * metric name, as in Prometheus. */
+/* vector op vector (pql_binop.h): the result replaces both operands */
+static int eval_vv(ev *e, const pql_node *n, val *a, val *b, val *out)
+{
+    pql_out_series *s;
+    size_t ns;
+    int rc = pql_vector_binop(n, a->s, a->n, b->s, b->n, e->nsteps, &e->points, e->o->max_points,
+                              &s, &ns, e->err, e->errlen);
+    if (rc != PQL_E_OK)
+        return e->code = rc;
+    out->type = PQL_VECTOR;
+    out->s = s;
+    out->n = ns;
+    return 0;
+}
+
+/* scalar op scalar, vector op scalar, scalar op vector, -vector: as Prometheus, a
+ * comparison keeps the vector's value (or answers 0/1 with bool), and arithmetic
+ * and bool drop the metric name. */
 static int eval_binary(ev *e, const pql_node *n, val *out)
 {
     val a = {0}, b = {0};
@@ -772,6 +780,10 @@ static int eval_binary(ev *e, const pql_node *n, val *out)
         val_free(&b);
         return e->code;
     }
+    if (a.type == PQL_VECTOR && b.type == PQL_VECTOR) {
+        eval_vv(e, n, &a, &b, out);
+        goto done;
+    }
     if (n->kind == PQL_NEG) { /* the operand moves right, as in 0 - x */
         b = a;
         a = (val){0};
@@ -779,29 +791,48 @@ static int eval_binary(ev *e, const pql_node *n, val *out)
             goto done;
     }
     enum pql_binop op = n->kind == PQL_NEG ? PQL_B_SUB : n->op;
+    int keep, bool_mod = n->kind == PQL_BINARY && n->bool_mod;
     if (a.type == PQL_SCALAR && b.type == PQL_SCALAR) {
-        for (size_t k = 0; k < e->nsteps; k++)
-            a.scalar[k] = n->kind == PQL_NEG ? -b.scalar[k] : arith(op, a.scalar[k], b.scalar[k]);
+        for (size_t k = 0; k < e->nsteps; k++) {
+            double x = n->kind == PQL_NEG ? -b.scalar[k]
+                                          : pql_binop_value(op, a.scalar[k], b.scalar[k], &keep);
+            a.scalar[k] = bool_mod ? keep : x;
+        }
         *out = a;
         a = (val){0};
         goto done;
     }
-    int vec_left = a.type == PQL_VECTOR;
+    int vec_left = a.type == PQL_VECTOR, cmp = pql_binop_is_cmp(op);
     val *v = vec_left ? &a : &b, *s = vec_left ? &b : &a;
     for (size_t i = 0; i < v->n; i++) {
         pql_out_series *o = &v->s[i];
-        pql_labels l;
-        if (labels_copy(&l, o->labels.v, o->labels.n, not_name, NULL) != 0) {
-            efail(e, PQL_E_INTERNAL, "out of memory");
-            goto done;
+        if (!cmp || bool_mod) {
+            pql_labels l;
+            if (labels_copy(&l, o->labels.v, o->labels.n, not_name, NULL) != 0) {
+                efail(e, PQL_E_INTERNAL, "out of memory");
+                goto done;
+            }
+            pql_labels_free(&o->labels);
+            o->labels = l;
         }
-        pql_labels_free(&o->labels);
-        o->labels = l;
-        for (size_t k = 0; k < e->nsteps; k++)
-            if (o->has[k])
-                o->v[k] = n->kind == PQL_NEG ? -o->v[k]
-                          : vec_left         ? arith(op, o->v[k], s->scalar[k])
-                                             : arith(op, s->scalar[k], o->v[k]);
+        for (size_t k = 0; k < e->nsteps; k++) {
+            if (!o->has[k])
+                continue;
+            if (n->kind == PQL_NEG) {
+                o->v[k] = -o->v[k];
+                continue;
+            }
+            double x = vec_left ? pql_binop_value(op, o->v[k], s->scalar[k], &keep)
+                                : pql_binop_value(op, s->scalar[k], o->v[k], &keep);
+            if (cmp && !vec_left)
+                x = o->v[k];
+            if (bool_mod)
+                o->v[k] = keep;
+            else if (keep)
+                o->v[k] = x;
+            else
+                o->has[k] = 0;
+        }
     }
     *out = *v;
     *v = (val){0};
@@ -817,9 +848,11 @@ static int idx_cmp_ctx_labels(const void *a, const void *b, void *ctx)
     return pql_labels_cmp(&s[*(const size_t *)a].labels, &s[*(const size_t *)b].labels);
 }
 
-/* Prometheus refuses a vector holding two series with the same labels at one step
- * (a function or arithmetic that drops __name__ from series told apart by it). */
-static int check_unique(ev *e, const val *v)
+/* Series with the same labels are one series to Prometheus: they merge when present
+ * at different steps (a function or arithmetic dropping __name__ from series told
+ * apart by it, x or x offset 5m), and are refused, as by Prometheus, when two have a
+ * value at one step. */
+static int merge_same_labels(ev *e, val *v)
 {
     if (v->type != PQL_VECTOR || v->n < 2)
         return 0;
@@ -829,17 +862,41 @@ static int check_unique(ev *e, const val *v)
     for (size_t i = 0; i < v->n; i++)
         ix[i] = i;
     qsort_r(ix, v->n, sizeof *ix, idx_cmp_ctx_labels, v->s);
-    int dup = 0;
+    int dup = 0, merged = 0;
     for (size_t i = 1; i < v->n && !dup; i++) {
-        const pql_out_series *a = &v->s[ix[i - 1]], *b = &v->s[ix[i]];
+        pql_out_series *a = &v->s[ix[i - 1]], *b = &v->s[ix[i]];
         if (pql_labels_cmp(&a->labels, &b->labels))
             continue;
         for (size_t k = 0; k < e->nsteps && !dup; k++)
             dup = a->has[k] && b->has[k];
+        for (size_t k = 0; k < e->nsteps && !dup; k++)
+            if (a->has[k]) { /* b, the survivor of the run, takes a's points */
+                b->v[k] = a->v[k];
+                b->has[k] = 1;
+                a->has[k] = 0;
+            }
+        merged = 1;
     }
     free(ix);
-    return dup ? efail(e, PQL_E_EXECUTION, "vector cannot contain metrics with the same labelset")
-               : 0;
+    if (dup)
+        return efail(e, PQL_E_EXECUTION, "vector cannot contain metrics with the same labelset");
+    if (merged) { /* a series emptied by the merge is dropped with the empty ones */
+        size_t k = 0;
+        for (size_t i = 0; i < v->n; i++) {
+            int any = 0;
+            for (size_t j = 0; j < e->nsteps && !any; j++)
+                any = v->s[i].has[j];
+            if (any)
+                v->s[k++] = v->s[i];
+            else {
+                pql_labels_free(&v->s[i].labels);
+                free(v->s[i].v);
+                free(v->s[i].has);
+            }
+        }
+        v->n = k;
+    }
+    return 0;
 }
 
 static int eval_node(ev *e, const pql_node *n, val *out)
@@ -858,12 +915,12 @@ static int eval_node(ev *e, const pql_node *n, val *out)
                          "argument here");
         return eval_selector(e, n, out);
     case PQL_CALL:
-        return eval_call(e, n, out) || check_unique(e, out);
+        return eval_call(e, n, out) || merge_same_labels(e, out);
     case PQL_AGG:
         return eval_agg(e, n, out);
     case PQL_BINARY:
     case PQL_NEG:
-        return eval_binary(e, n, out) || check_unique(e, out);
+        return eval_binary(e, n, out) || merge_same_labels(e, out);
     case PQL_STRING:
         break;
     }

@@ -30,7 +30,7 @@ enum pql_tok {
     PQL_T_DIV,
     PQL_T_MOD,
     PQL_T_POW,
-    PQL_T_CMP, /* == < > <= >=: lexed so that the parser can refuse them by name */
+    PQL_T_CMP, /* == < > <= >= (the text tells which); != is PQL_T_NEQ */
     PQL_T_COLON,
     PQL_T_AT,
 };

@@ -1,6 +1,7 @@
-/* pql_parse: recursive descent over pql_lex tokens. Precedence, lowest first:
- * + -, then * / %, then unary minus, then ^ (right-associative), so -2^2 is -4 as in
- * Prometheus. Depth is bounded by PQL_MAX_DEPTH so that no input exhausts the stack. */
+/* pql_parse: recursive descent over pql_lex tokens. Precedence, lowest first, as in
+ * Prometheus: or; and unless; == != > < >= <=; + -; * / %; unary minus; ^
+ * (right-associative, so -2^2 is -4 and 2^3^2 is 512); the rest left-associative. Depth is bounded
+ * by PQL_MAX_DEPTH so that no input exhausts the stack. */
 #include "query/promql/pql_parse.h"
 
 #include "query/promql/pql_lex.h"
@@ -114,6 +115,12 @@ void pql_free(pql_node *n)
     for (size_t i = 0; i < n->ngrouping; i++)
         free(n->grouping[i]);
     free(n->grouping);
+    for (size_t i = 0; i < n->nmatch; i++)
+        free(n->match[i]);
+    free(n->match);
+    for (size_t i = 0; i < n->ninclude; i++)
+        free(n->include[i]);
+    free(n->include);
     free(n->str);
     pql_free(n->args[0]);
     pql_free(n->args[1]);
@@ -597,39 +604,213 @@ static int enter(parser *p)
 
 static pql_node *unary(parser *p);
 
-static pql_node *binary(parser *p, enum pql_binop op, pql_node *l, pql_node *r, size_t pos)
+const char *pql_binop_name(enum pql_binop op)
 {
-    if (!r) {
-        pql_free(l);
-        return NULL;
+    static const char *const names[] = {
+        "+", "-", "*", "/", "%", "^", "==", "!=", ">", "<", ">=", "<=", "and", "or", "unless"};
+    return (size_t)op < sizeof names / sizeof names[0] ? names[op] : "?";
+}
+
+int pql_binop_is_cmp(enum pql_binop op)
+{
+    return op >= PQL_B_EQ && op <= PQL_B_LE;
+}
+
+int pql_binop_is_set(enum pql_binop op)
+{
+    return op >= PQL_B_AND;
+}
+
+/* Prometheus' keywords are case-insensitive ("AND", "On") */
+static int is_kw(const pql_token *t, const char *word)
+{
+    return t->kind == PQL_T_IDENT && t->len == strlen(word) && !strncasecmp(t->text, word, t->len);
+}
+
+/* The binary operator at t and its precedence, Prometheus', lowest first: or 1, and
+ * unless 2, comparisons 3, + - 4, * / % 5 (^ is parsed by power()); 0: none. */
+static int binop_at(const pql_token *t, enum pql_binop *op)
+{
+    switch (t->kind) {
+    case PQL_T_ADD:
+        *op = PQL_B_ADD;
+        return 4;
+    case PQL_T_SUB:
+        *op = PQL_B_SUB;
+        return 4;
+    case PQL_T_MUL:
+        *op = PQL_B_MUL;
+        return 5;
+    case PQL_T_DIV:
+        *op = PQL_B_DIV;
+        return 5;
+    case PQL_T_MOD:
+        *op = PQL_B_MOD;
+        return 5;
+    case PQL_T_NEQ:
+        *op = PQL_B_NE;
+        return 3;
+    case PQL_T_CMP:
+        if (t->text[0] == '=')
+            *op = PQL_B_EQ;
+        else if (t->text[0] == '<')
+            *op = t->len == 2 ? PQL_B_LE : PQL_B_LT;
+        else
+            *op = t->len == 2 ? PQL_B_GE : PQL_B_GT;
+        return 3;
+    default:
+        break;
     }
+    if (is_kw(t, "or")) {
+        *op = PQL_B_OR;
+        return 1;
+    }
+    if (is_kw(t, "and") || is_kw(t, "unless")) {
+        *op = is_kw(t, "and") ? PQL_B_AND : PQL_B_UNLESS;
+        return 2;
+    }
+    return 0;
+}
+
+/* "(" label, ... ")" of on/ignoring/group_left/group_right into *out */
+static int label_list(parser *p, char ***out, size_t *n)
+{
+    if (p->tok.kind != PQL_T_LPAREN) {
+        unexpected(p, "in grouping opts, expected \"(\"");
+        return -1;
+    }
+    advance(p);
+    if (!(*out = calloc(PQL_MAX_GROUPING, sizeof **out))) {
+        fail(p, p->tok.pos, "out of memory");
+        return -1;
+    }
+    while (!p->failed && p->tok.kind != PQL_T_RPAREN) {
+        if (p->tok.kind != PQL_T_IDENT) {
+            unexpected(p, "in grouping opts, expected label");
+            return -1;
+        }
+        if (*n == PQL_MAX_GROUPING) {
+            fail(p, p->tok.pos, "more than %d grouping labels", PQL_MAX_GROUPING);
+            return -1;
+        }
+        if (!((*out)[*n] = tok_ident(p)))
+            return -1;
+        (*n)++;
+        advance(p);
+        if (p->tok.kind == PQL_T_COMMA)
+            advance(p);
+        else if (p->tok.kind != PQL_T_RPAREN) {
+            unexpected(p, "in grouping opts, expected \",\" or \")\"");
+            return -1;
+        }
+    }
+    if (p->failed)
+        return -1;
+    advance(p);
+    return 0;
+}
+
+/* The operator token is current: a PQL_BINARY node at it with the modifiers that
+ * follow it, in Prometheus' order: bool, on/ignoring (...), group_left/group_right
+ * [(...)]; the operands are added by binary(). */
+static pql_node *operator(parser *p, enum pql_binop op)
+{
     pql_node *n = node(p, PQL_BINARY, PQL_SCALAR);
-    if (!n) {
-        pql_free(l);
-        pql_free(r);
+    if (!n)
         return NULL;
-    }
-    n->pos = pos;
     n->op = op;
+    advance(p);
+    if (is_kw(&p->tok, "bool")) {
+        n->bool_mod = 1;
+        advance(p);
+    }
+    if (is_kw(&p->tok, "on") || is_kw(&p->tok, "ignoring")) {
+        n->on = is_kw(&p->tok, "on");
+        advance(p);
+        if (label_list(p, &n->match, &n->nmatch) != 0)
+            goto bad;
+        if (is_kw(&p->tok, "group_left") || is_kw(&p->tok, "group_right")) {
+            n->card = is_kw(&p->tok, "group_left") ? PQL_CARD_MANY_TO_ONE : PQL_CARD_ONE_TO_MANY;
+            advance(p);
+            if (p->tok.kind == PQL_T_LPAREN && label_list(p, &n->include, &n->ninclude) != 0)
+                goto bad;
+        }
+    } else if (is_kw(&p->tok, "group_left") || is_kw(&p->tok, "group_right")) {
+        fail(p, p->tok.pos, "unexpected \"%.*s\": it needs on(...) or ignoring(...) before it",
+             (int)p->tok.len, p->tok.text);
+        goto bad;
+    }
+    if (!p->failed)
+        return n;
+bad:
+    pql_free(n);
+    return NULL;
+}
+
+/* Where a binary expression's text starts (its leftmost operand), for the messages
+ * Prometheus places there. A loop: a long a+b+c+... chain nests to the left. */
+static size_t start_pos(const pql_node *n)
+{
+    while (n->kind == PQL_BINARY)
+        n = n->args[0];
+    return n->pos;
+}
+
+/* Completes the operator node n with its operands and Prometheus' parse-time checks,
+ * in Prometheus' order (the first failing one is reported). */
+static pql_node *binary(parser *p, pql_node *n, pql_node *l, pql_node *r)
+{
     n->args[0] = l;
     n->args[1] = r;
     n->nargs = 2;
-    for (int i = 0; i < 2; i++)
-        if (n->args[i]->type != PQL_SCALAR && n->args[i]->type != PQL_VECTOR) {
-            fail(p, n->args[i]->pos,
-                 "binary expression must contain only scalar and instant vector types");
-            pql_free(n);
-            return NULL;
-        }
-    if (l->type == PQL_VECTOR && r->type == PQL_VECTOR) {
-        fail(p, pos,
-             "binary operations between two instant vectors are not in bucketdb's PromQL "
-             "subset (vector with scalar is)");
+    if (!r) {
         pql_free(n);
         return NULL;
     }
+    enum pql_binop op = n->op;
+    const char *name = pql_binop_name(op);
+    int cmp = pql_binop_is_cmp(op), set = pql_binop_is_set(op);
+    if (n->bool_mod && !cmp) {
+        fail(p, n->pos, "bool modifier can only be used on comparison operators");
+        goto bad;
+    }
+    if (cmp && !n->bool_mod && l->type == PQL_SCALAR && r->type == PQL_SCALAR) {
+        fail(p, n->pos, "comparisons between scalars must use BOOL modifier");
+        goto bad;
+    }
+    for (size_t i = 0; n->on && i < n->nmatch; i++)
+        for (size_t j = 0; j < n->ninclude; j++)
+            if (!strcmp(n->match[i], n->include[j])) {
+                fail(p, n->pos, "label \"%s\" must not occur in ON and GROUP clause at once",
+                     n->match[i]);
+                goto bad;
+            }
+    for (int i = 0; i < 2; i++)
+        if (n->args[i]->type != PQL_SCALAR && n->args[i]->type != PQL_VECTOR) {
+            fail(p, start_pos(n->args[i]),
+                 "binary expression must contain only scalar and instant vector types");
+            goto bad;
+        }
+    int vv = l->type == PQL_VECTOR && r->type == PQL_VECTOR;
+    if (!vv && n->nmatch) {
+        fail(p, start_pos(l), "vector matching only allowed between instant vectors");
+        goto bad;
+    }
+    if (vv && set && n->card != PQL_CARD_ONE_TO_ONE) {
+        fail(p, start_pos(l), "no grouping allowed for \"%s\" operation", name);
+        goto bad;
+    }
+    if (!vv && set) {
+        fail(p, start_pos(l), "set operator \"%s\" not allowed in binary scalar expression", name);
+        goto bad;
+    }
+    if (!vv)
+        n->card = PQL_CARD_ONE_TO_ONE; /* group_left between a vector and a scalar: no effect */
     n->type = l->type == PQL_VECTOR || r->type == PQL_VECTOR ? PQL_VECTOR : PQL_SCALAR;
     return n;
+bad:
+    pql_free(n);
+    return NULL;
 }
 
 static pql_node *power(parser *p)
@@ -637,15 +818,15 @@ static pql_node *power(parser *p)
     pql_node *l = postfix(p);
     if (!l || p->tok.kind != PQL_T_POW)
         return l;
-    size_t pos = p->tok.pos;
-    advance(p);
-    if (enter(p) != 0) {
+    pql_node *n = operator(p, PQL_B_POW);
+    if (!n || enter(p) != 0) {
+        pql_free(n);
         pql_free(l);
         return NULL;
     }
     pql_node *r = unary(p); /* right-associative, and 2^-1 is allowed */
     p->depth--;
-    return binary(p, PQL_B_POW, l, r, pos);
+    return binary(p, n, l, r);
 }
 
 static pql_node *unary(parser *p)
@@ -683,41 +864,21 @@ static pql_node *unary(parser *p)
     return n;
 }
 
-static int set_or_cmp(parser *p)
-{
-    if (p->tok.kind == PQL_T_CMP) {
-        fail(p, p->tok.pos, "comparison operators are not in bucketdb's PromQL subset");
-        return 1;
-    }
-    if (is_ident(&p->tok, "and") || is_ident(&p->tok, "or") || is_ident(&p->tok, "unless")) {
-        fail(p, p->tok.pos, "set operator \"%.*s\" is not in bucketdb's PromQL subset",
-             (int)p->tok.len, p->tok.text);
-        return 1;
-    }
-    if (is_ident(&p->tok, "on") || is_ident(&p->tok, "ignoring") || is_ident(&p->tok, "bool") ||
-        is_ident(&p->tok, "group_left") || is_ident(&p->tok, "group_right")) {
-        fail(p, p->tok.pos, "vector matching (\"%.*s\") is not in bucketdb's PromQL subset",
-             (int)p->tok.len, p->tok.text);
-        return 1;
-    }
-    return 0;
-}
-
-static pql_node *term(parser *p)
+/* Precedence climbing over the levels of binop_at; each level is left-associative.
+ * The recursion is bounded by the number of levels; parentheses go through expr(),
+ * which counts depth. */
+static pql_node *binexpr(parser *p, int minprec)
 {
     pql_node *l = unary(p);
-    while (l && !p->failed &&
-           (p->tok.kind == PQL_T_MUL || p->tok.kind == PQL_T_DIV || p->tok.kind == PQL_T_MOD)) {
-        enum pql_binop op = p->tok.kind == PQL_T_MUL   ? PQL_B_MUL
-                            : p->tok.kind == PQL_T_DIV ? PQL_B_DIV
-                                                       : PQL_B_MOD;
-        size_t pos = p->tok.pos;
-        advance(p);
-        if (set_or_cmp(p)) {
+    enum pql_binop op;
+    int prec;
+    while (l && !p->failed && (prec = binop_at(&p->tok, &op)) >= minprec) {
+        pql_node *n = operator(p, op);
+        if (!n) {
             pql_free(l);
             return NULL;
         }
-        l = binary(p, op, l, unary(p), pos);
+        l = binary(p, n, l, binexpr(p, prec + 1));
     }
     return l;
 }
@@ -726,22 +887,7 @@ static pql_node *expr(parser *p)
 {
     if (enter(p) != 0)
         return NULL;
-    pql_node *l = term(p);
-    while (l && !p->failed && (p->tok.kind == PQL_T_ADD || p->tok.kind == PQL_T_SUB)) {
-        enum pql_binop op = p->tok.kind == PQL_T_ADD ? PQL_B_ADD : PQL_B_SUB;
-        size_t pos = p->tok.pos;
-        advance(p);
-        if (set_or_cmp(p)) {
-            pql_free(l);
-            l = NULL;
-            break;
-        }
-        l = binary(p, op, l, term(p), pos);
-    }
-    if (l && !p->failed && set_or_cmp(p)) {
-        pql_free(l);
-        l = NULL;
-    }
+    pql_node *l = binexpr(p, 1);
     p->depth--;
     if (p->failed) {
         pql_free(l);

@@ -40,7 +40,29 @@ enum pql_func {
 
 enum pql_aggop { PQL_A_SUM, PQL_A_AVG, PQL_A_MIN, PQL_A_MAX, PQL_A_COUNT };
 
-enum pql_binop { PQL_B_ADD, PQL_B_SUB, PQL_B_MUL, PQL_B_DIV, PQL_B_MOD, PQL_B_POW };
+enum pql_binop {
+    PQL_B_ADD,
+    PQL_B_SUB,
+    PQL_B_MUL,
+    PQL_B_DIV,
+    PQL_B_MOD,
+    PQL_B_POW,
+    /* comparisons: filter, or 0/1 with bool */
+    PQL_B_EQ,
+    PQL_B_NE,
+    PQL_B_GT,
+    PQL_B_LT,
+    PQL_B_GE,
+    PQL_B_LE,
+    /* set operators, between two instant vectors only */
+    PQL_B_AND,
+    PQL_B_OR,
+    PQL_B_UNLESS,
+};
+
+/* Vector matching of a binary operation: one-to-one, group_left (many-to-one),
+ * group_right (one-to-many); set operators are many-to-many. */
+enum pql_card { PQL_CARD_ONE_TO_ONE, PQL_CARD_MANY_TO_ONE, PQL_CARD_ONE_TO_MANY };
 
 typedef struct pql_node pql_node;
 struct pql_node {
@@ -65,6 +87,13 @@ struct pql_node {
     size_t ngrouping;
     /* PQL_BINARY (lhs args[0], rhs args[1]) and PQL_NEG (args[0]) */
     enum pql_binop op;
+    int bool_mod; /* a comparison answering 0/1 instead of filtering */
+    int on;       /* on(match...): match on those labels; else ignoring(match...) */
+    char **match;
+    size_t nmatch;
+    enum pql_card card;
+    char **include; /* group_left/group_right(include...): copied from the "one" side */
+    size_t ninclude;
 };
 
 /* Parses q (len bytes): 0 with *out set (free with pql_free), or -1 with err filled
@@ -73,5 +102,9 @@ int pql_parse(const char *q, size_t len, pql_node **out, char *err, size_t errle
 void pql_free(pql_node *n);
 const char *pql_type_name(enum pql_type t);
 const char *pql_func_name(enum pql_func f);
+/* The operator as written ("+", "==", "and"). */
+const char *pql_binop_name(enum pql_binop op);
+int pql_binop_is_cmp(enum pql_binop op);
+int pql_binop_is_set(enum pql_binop op);
 
 #endif

@@ -337,6 +337,175 @@ static void test_aggregation_and_arithmetic(void **state)
     pql_result_free(&r);
 }
 
+/* eval_err: q's evaluation fails with code and a message containing want */
+static void eval_err(const char *q, int64_t start, int64_t end, int64_t step, uint64_t max_points,
+                     int code, const char *want)
+{
+    pql_node *n;
+    char err[600];
+    if (pql_parse(q, strlen(q), &n, err, sizeof err) != 0)
+        fail_msg("parse '%s': %s", q, err);
+    pql_eval_opts o = {start, end, step, 0, max_points, 0};
+    pql_result r;
+    int rc = pql_eval(n, &src, &o, &r, err, sizeof err);
+    pql_free(n);
+    if (rc == PQL_E_OK) {
+        pql_result_free(&r);
+        fail_msg("'%s' evaluated", q);
+    }
+    assert_int_equal(rc, code);
+    if (!strstr(err, want))
+        fail_msg("'%s': error '%s' lacks '%s'", q, err, want);
+}
+
+/* At 90 s: temp{d1,a} 11, temp{d2,b} 22, cnt{d1,a} 60. */
+static void test_vector_binary_operators(void **state)
+{
+    (void)state;
+    /* one-to-one on all labels but __name__; arithmetic drops the name */
+    pql_result r = run("cnt - temp", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.s[0].labels.n, 2);
+    assert_string_equal(label(&r.s[0].labels, "device"), "d1");
+    near(r.s[0].v[0], 49);
+    pql_result_free(&r);
+    /* filtering comparisons keep the left side's value and name */
+    r = run("cnt > temp", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(label(&r.s[0].labels, "__name__"), "cnt");
+    near(r.s[0].v[0], 60);
+    pql_result_free(&r);
+    r = run("cnt < temp", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 0);
+    pql_result_free(&r);
+    r = run("temp > 15", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(label(&r.s[0].labels, "__name__"), "temp");
+    near(r.s[0].v[0], 22);
+    pql_result_free(&r);
+    r = run("15 < temp", 90 * S, 90 * S, 1); /* the vector's value, not the scalar's */
+    assert_int_equal(r.n, 1);
+    near(r.s[0].v[0], 22);
+    pql_result_free(&r);
+    /* bool: 0/1 for every series, without the name */
+    r = run("temp > bool 15", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 2);
+    near(r.s[0].v[0], 0);
+    near(r.s[1].v[0], 1);
+    assert_null(label(&r.s[0].labels, "__name__"));
+    pql_result_free(&r);
+    r = run("cnt == bool on(site) temp", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.s[0].labels.n, 1); /* on() keeps only the matching labels */
+    near(r.s[0].v[0], 0);
+    pql_result_free(&r);
+    r = run("2 >= bool 3", 0, 0, 1);
+    assert_int_equal(r.type, PQL_SCALAR);
+    near(r.scalar[0], 0);
+    pql_result_free(&r);
+    /* many-to-one: each temp with its site's sum */
+    r = run("temp / on(site) group_left sum by (site) (temp)", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 2);
+    near(r.s[0].v[0], 1);
+    assert_string_equal(label(&r.s[1].labels, "device"), "d2");
+    pql_result_free(&r);
+    r = run("temp + on() group_left cnt", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 2);
+    near(r.s[0].v[0], 71);
+    near(r.s[1].v[0], 82);
+    pql_result_free(&r);
+    /* one-to-many: the labels of the right ("many") side, the operands in order */
+    r = run("cnt - on(site) group_right temp", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(label(&r.s[0].labels, "device"), "d1");
+    near(r.s[0].v[0], 49);
+    pql_result_free(&r);
+    /* group_left(label) copies the label from the "one" side */
+    r = run("sum by (site) (temp) * on(site) group_left(device) cnt", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(label(&r.s[0].labels, "device"), "d1");
+    near(r.s[0].v[0], 660);
+    pql_result_free(&r);
+    /* set operators keep the left side's labels and values */
+    r = run("temp and cnt", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(label(&r.s[0].labels, "__name__"), "temp");
+    near(r.s[0].v[0], 11);
+    pql_result_free(&r);
+    r = run("temp unless cnt", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(label(&r.s[0].labels, "device"), "d2");
+    pql_result_free(&r);
+    r = run("cnt or temp", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 2);
+    assert_string_equal(label(&r.s[0].labels, "__name__"), "cnt");
+    assert_string_equal(label(&r.s[1].labels, "device"), "d2");
+    pql_result_free(&r);
+    r = run("temp and on(site) cnt", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 1);
+    pql_result_free(&r);
+    r = run("temp and on() cnt", 90 * S, 90 * S, 1);
+    assert_int_equal(r.n, 2);
+    pql_result_free(&r);
+}
+
+static void test_vector_binary_steps_and_errors(void **state)
+{
+    (void)state;
+    /* a range query filters step by step: cnt is 0, 60, 120, 10, 70 */
+    pql_result r = run("cnt > bool 50", 0, 240 * S, 60 * S);
+    static const double want[] = {0, 1, 1, 0, 1};
+    for (int k = 0; k < 5; k++)
+        near(r.s[0].v[k], want[k]);
+    pql_result_free(&r);
+    r = run("cnt > on(device) temp", 0, 240 * S, 60 * S);
+    assert_int_equal(r.n, 1);
+    static const uint8_t has[] = {0, 1, 1, 0, 1};
+    for (int k = 0; k < 5; k++)
+        assert_int_equal(r.s[0].has[k], has[k]);
+    pql_result_free(&r);
+    /* d1's temp 4 minutes ago, else now: one series (the same labels) */
+    r = run("temp{device=\"d1\"} offset 4m or temp{device=\"d1\"}", 0, 480 * S, 60 * S);
+    assert_int_equal(r.n, 1);
+    static const double both[] = {10, 11, 12, 13, 10, 11, 12, 13, 13};
+    for (int k = 0; k < 9; k++) {
+        assert_true(r.s[0].has[k]);
+        near(r.s[0].v[k], both[k]);
+    }
+    pql_result_free(&r);
+
+    /* many-to-many, with Prometheus' message naming the group and both series */
+    eval_err("temp + on(site) {__name__=~\"temp|cnt\"}", 90 * S, 90 * S, 1, 0, PQL_E_EXECUTION,
+             "found duplicate series for the match group {site=\"a\"} on the right hand-side of "
+             "the operation: [{__name__=\"temp\", device=\"d1\", site=\"a\"}, "
+             "{__name__=\"cnt\", device=\"d1\", site=\"a\"}];many-to-many matching not allowed: "
+             "matching labels must be unique on one side");
+    eval_err("{__name__=~\"temp|cnt\"} / on(site) group_right temp", 90 * S, 90 * S, 1, 0,
+             PQL_E_EXECUTION, "on the left hand-side");
+    eval_err("{__name__=~\"temp|cnt\"} - on(site) sum by (site) (temp)", 90 * S, 90 * S, 1, 0,
+             PQL_E_EXECUTION,
+             "multiple matches for labels: many-to-one matching must be explicit "
+             "(group_left/group_right)");
+    eval_err("{__name__=~\"temp|cnt\"} * on(site) group_left sum by (site) (temp)", 90 * S, 90 * S,
+             1, 0, PQL_E_EXECUTION,
+             "multiple matches for labels: grouping labels must ensure unique matches");
+    /* per step: at 0 s d2 has no sample, so nothing is matched and nothing refused */
+    static const char dup2[] = "temp{device=\"d2\"} * on() temp";
+    r = run(dup2, 0, 0, 1);
+    assert_int_equal(r.n, 0);
+    pql_result_free(&r);
+    eval_err(dup2, 0, 90 * S, 30 * S, 0, PQL_E_EXECUTION, "many-to-many matching not allowed");
+    /* the operands count against the point limit, and so does the result: cnt and
+     * temp hold 3 x 101 points, the difference 101 more */
+    eval_err("cnt - temp", 0, 100 * S, S, 303, PQL_E_EXECUTION, "more than 303 points");
+    r = run("cnt - temp", 0, 100 * S, S);
+    pql_result_free(&r);
+    eval_err("cnt or temp", 0, 100 * S, S, 400, PQL_E_EXECUTION, "more than 400 points");
+    /* and the pairs one matching may pair: 3 x 2 here, past 10 with the 5 input points */
+    eval_err("{__name__=~\"temp|cnt\"} + on() group_left temp", 90 * S, 90 * S, 1, 10,
+             PQL_E_EXECUTION, "pairs of series");
+}
+
 static void test_limits_and_errors(void **state)
 {
     (void)state;
@@ -485,6 +654,8 @@ int main(void)
         cmocka_unit_test(test_lookback_and_staleness),
         cmocka_unit_test(test_range_steps_and_windows),
         cmocka_unit_test(test_aggregation_and_arithmetic),
+        cmocka_unit_test(test_vector_binary_operators),
+        cmocka_unit_test(test_vector_binary_steps_and_errors),
         cmocka_unit_test(test_limits_and_errors),
         cmocka_unit_test(test_tier_routing),
     };

@@ -146,8 +146,21 @@ static double num(const pql_node *n)
             return fmod(a, b);
         case PQL_B_POW:
             return pow(a, b);
+        case PQL_B_EQ:
+            return a == b;
+        case PQL_B_NE:
+            return a != b;
+        case PQL_B_GT:
+            return a > b;
+        case PQL_B_LT:
+            return a < b;
+        case PQL_B_GE:
+            return a >= b;
+        case PQL_B_LE:
+            return a <= b;
+        default:
+            return NAN;
         }
-        return NAN;
     }
     default:
         return NAN;
@@ -190,12 +203,6 @@ static void test_arithmetic(void **state)
     assert_int_equal(n->type, PQL_VECTOR);
     pql_free(n);
 
-    bad("x + y", "between two instant vectors");
-    bad("x > 1", "comparison operators");
-    bad("x == 1", "comparison operators");
-    bad("x and y", "set operator \"and\"");
-    bad("x or y", "set operator \"or\"");
-    bad("x / on(a) y", "vector matching");
     bad("x[5m] * 2", "only scalar and instant vector");
     bad("-x[5m]", "unary expression only allowed");
     bad("1 +", "unexpected end of input");
@@ -207,6 +214,122 @@ static void test_arithmetic(void **state)
     bad("   ", "no expression found");
     bad("1 $ 2", "unexpected character");
     bad("1 ! 2", "after '!'");
+}
+
+/* The shape of a tree as text: (op l r), selectors by metric name, numbers as %g. */
+static void shape(const pql_node *n, char *buf, size_t cap)
+{
+    size_t len = strlen(buf);
+    if (n->kind == PQL_BINARY) {
+        snprintf(buf + len, cap - len, "(%s ", pql_binop_name(n->op));
+        shape(n->args[0], buf, cap);
+        strncat(buf, " ", cap - strlen(buf) - 1);
+        shape(n->args[1], buf, cap);
+        strncat(buf, ")", cap - strlen(buf) - 1);
+    } else if (n->kind == PQL_NEG) {
+        strncat(buf, "(neg ", cap - len - 1);
+        shape(n->args[0], buf, cap);
+        strncat(buf, ")", cap - strlen(buf) - 1);
+    } else if (n->kind == PQL_SELECTOR) {
+        snprintf(buf + len, cap - len, "%s", n->matchers[0].value);
+    } else if (n->kind == PQL_NUMBER) {
+        snprintf(buf + len, cap - len, "%g", n->num);
+    } else {
+        snprintf(buf + len, cap - len, "?");
+    }
+}
+
+static void test_binary_operators(void **state)
+{
+    (void)state;
+    /* Prometheus' precedence: or < and unless < comparisons < + - < * / % < ^ */
+    static const struct {
+        const char *q, *tree;
+    } cases[] = {
+        {"a or b and c", "(or a (and b c))"},
+        {"a and b or c", "(or (and a b) c)"},
+        {"a unless b or c and d", "(or (unless a b) (and c d))"},
+        {"a and b > 1", "(and a (> b 1))"},
+        {"a > b + 1", "(> a (+ b 1))"},
+        {"a + b * c", "(+ a (* b c))"},
+        {"a - b - c", "(- (- a b) c)"},
+        {"a / b % c", "(% (/ a b) c)"},
+        {"a ^ b ^ c", "(^ a (^ b c))"},
+        {"-a ^ 2", "(neg (^ a 2))"},
+        {"a == b != c", "(!= (== a b) c)"},
+        {"a <= b >= c < d > e", "(> (< (>= (<= a b) c) d) e)"},
+        {"(a or b) and c", "(and (or a b) c)"},
+        {"a AND b Or c UNLESS d", "(or (and a b) (unless c d))"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pql_node *n = ok(cases[i].q);
+        char buf[256] = "";
+        shape(n, buf, sizeof buf);
+        if (strcmp(buf, cases[i].tree))
+            fail_msg("'%s' parsed as %s, want %s", cases[i].q, buf, cases[i].tree);
+        assert_int_equal(n->type, PQL_VECTOR);
+        pql_free(n);
+    }
+
+    pql_node *n = ok("a / on(device, site) group_left(host) b");
+    assert_int_equal(n->op, PQL_B_DIV);
+    assert_true(n->on);
+    assert_int_equal(n->nmatch, 2);
+    assert_string_equal(n->match[1], "site");
+    assert_int_equal(n->card, PQL_CARD_MANY_TO_ONE);
+    assert_int_equal(n->ninclude, 1);
+    assert_string_equal(n->include[0], "host");
+    pql_free(n);
+    n = ok("a > bool ignoring(x) b");
+    assert_true(n->bool_mod);
+    assert_false(n->on);
+    assert_int_equal(n->nmatch, 1);
+    assert_int_equal(n->card, PQL_CARD_ONE_TO_ONE);
+    pql_free(n);
+    n = ok("a * on() group_right b");
+    assert_true(n->on);
+    assert_int_equal(n->nmatch, 0);
+    assert_int_equal(n->card, PQL_CARD_ONE_TO_MANY);
+    assert_int_equal(n->ninclude, 0);
+    pql_free(n);
+    n = ok("a ^ ignoring(x) b"); /* ^ takes modifiers too */
+    assert_int_equal(n->nmatch, 1);
+    pql_free(n);
+    n = ok("sum(a) - on() group_left 1"); /* grouping without labels between vector and scalar */
+    assert_int_equal(n->type, PQL_VECTOR);
+    pql_free(n);
+    n = ok("2 == bool 1 + 1");
+    assert_int_equal(n->type, PQL_SCALAR);
+    assert_true(num(n) == 1);
+    pql_free(n);
+    n = ok("1 < bool 2 > bool 0");
+    assert_true(num(n) == 1);
+    pql_free(n);
+
+    /* Prometheus' checks, at the operator or at the expression's start */
+    bad("1 > 2", "1:3: parse error: comparisons between scalars must use BOOL modifier");
+    bad("x + bool y", "1:3: parse error: bool modifier can only be used on comparison operators");
+    bad("x and 1",
+        "1:1: parse error: set operator \"and\" not allowed in binary scalar expression");
+    bad("1 or x", "set operator \"or\" not allowed in binary scalar expression");
+    bad("sum(x) + on(a) 1",
+        "1:1: parse error: vector matching only allowed between instant vectors");
+    bad("x or on(a) group_left y", "1:1: parse error: no grouping allowed for \"or\" operation");
+    bad("x * on(a) group_left(b, a) y",
+        "1:3: parse error: label \"a\" must not occur in ON and GROUP clause at once");
+    bad("x * group_left y", "1:5: parse error: unexpected \"group_left\": it needs on(...)");
+    bad("x / on y", "1:8: parse error: unexpected \"y\" in grouping opts, expected \"(\"");
+    bad("x / on(a b",
+        "1:10: parse error: unexpected \"b\" in grouping opts, expected \",\" or \")\"");
+    bad("x / ignoring(1) y", "expected label");
+    bad("x[5m] > 1",
+        "1:1: parse error: binary expression must contain only scalar and instant vector");
+    bad("x > rate(y[1m])[5m]", "ranges only allowed for vector selectors");
+    bad("x >", "1:4: parse error: unexpected end of input");
+    bad("x > bool", "unexpected end of input");
+    bad("x = y", "unexpected \"=\" after the expression");
+    bad("a + b\n  > bool c and 1", "1:1: parse error: set operator \"and\"");
+    bad("a and\n 1 > 2", "2:4: parse error: comparisons between scalars");
 }
 
 static void test_positions_and_limits(void **state)
@@ -270,8 +393,11 @@ static void test_durations(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_selectors),  cmocka_unit_test(test_functions_and_aggregations),
-        cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_positions_and_limits),
+        cmocka_unit_test(test_selectors),
+        cmocka_unit_test(test_functions_and_aggregations),
+        cmocka_unit_test(test_arithmetic),
+        cmocka_unit_test(test_binary_operators),
+        cmocka_unit_test(test_positions_and_limits),
         cmocka_unit_test(test_durations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
