@@ -27,15 +27,16 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* One head chunk: samples of one series inside [lo, hi), which lies inside one
- * partition and one block window. In-order samples go to the STREAM appender; samples
- * older than the newest (out of order, or rewriting a time) go to a small side list
- * merged at read time, where the later write of a time wins, and merged into the
- * stream when it grows (head.c). */
-/* A head chunk: the samples of one series in one (partition x block window) range.
- * The head holds one per live series, so it is packed: the range's end and the
- * partition id are 32-bit offsets from lo, which a range within one block window
- * (at most a day) and a partition of at most a day keep in range. */
+/* A head chunk: the samples of one series in one (partition x block window) range
+ * [lo, hc_hi), which lies inside one partition and one block window. In-order samples
+ * go to the STREAM bytes in buf; samples older than the newest (out of order, or
+ * rewriting a time) go to a small side list merged at read time, where the later
+ * write of a time wins, and merged into the stream when it grows (head.c).
+ * The head holds one per live series, so it is packed: the stream's bytes follow the
+ * struct in the same allocation (which head.c reallocates as the stream grows, so a
+ * chunk moves: only the link to it is kept, under the device's stripe lock); the
+ * range's end and the partition id are 32-bit offsets from lo, which a range within
+ * one block window (at most a day) and a partition of at most a day keep in range. */
 typedef struct hchunk {
     struct hchunk *next; /* newer chunks first */
     int64_t lo;          /* range [lo, hc_hi) */
@@ -43,11 +44,15 @@ typedef struct hchunk {
         int64_t ts;
         double v;
     } * ooo;
-    bdb_chunk_app app;
+    bdb_chunk_state st;
     uint32_t span;          /* hc_hi - lo */
     int32_t boff;           /* lo - partition id (hc_bucket): a sub-bucket's id may exceed lo */
     uint16_t nooo, cap_ooo; /* the side list: at most DB_OOO_MAX samples */
+    uint32_t cap;           /* bytes of buf */
+    uint8_t buf[];          /* the STREAM chunk (bdb_chunk_stream_put), zero past its end */
 } hchunk;
+/* The head's bytes per live series start here (docs/ARCHITECTURE.md#head-memory). */
+_Static_assert(sizeof(hchunk) <= 80, "hchunk grew: the head holds one per live series");
 #define DB_OOO_MAX 65535u
 static inline int64_t hc_hi(const hchunk *c)
 {
