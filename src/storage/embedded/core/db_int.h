@@ -64,19 +64,24 @@ static inline int64_t hc_bucket(const hchunk *c)
     return c->lo - (int64_t)c->boff;
 }
 
+/* A series: made in its tenant's arena (cat_series), at offsetof(series, metric) +
+ * the name's bytes, and freed with the tenant. */
 typedef struct series {
     struct device *dev;
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
-    /* db.c, under the device stripe: the samples of write batch resv_batch reserved so
-     * far (head room before the WAL append, without a map allocated per batch) */
-    uint64_t resv_batch;
+    /* db.c, under the device stripe: the samples of write batch resv_batch (the low
+     * 32 bits of its id) reserved so far (head room before the WAL append, without a
+     * map allocated per batch). A batch 2^32 ids later that finds its id here reserves
+     * more room than it needs, never less. */
+    uint32_t resv_batch;
     uint32_t resv_n;
     uint32_t mlen; /* metric names are short (keys are limited to a few hundred bytes) */
     /* The name inside the struct: looking a series up by name (every write) then
      * touches one allocation, not two. NUL-terminated. */
     char metric[];
 } series;
+_Static_assert(offsetof(series, metric) <= 36, "series grew: the head holds one per live series");
 
 /* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
  * sub-bucket history and dynamic bucket promotion. Guarded by the device stripe. */
@@ -125,9 +130,22 @@ typedef struct device {
     uint64_t ext[];
 } device;
 
+/* A tenant's arena: series are freed only with their tenant, so they are cut from
+ * blocks (no allocator header and size rounding per series: 16 of a series' ~50
+ * bytes). */
+struct cat_block {
+    struct cat_block *next;
+    size_t size, used;
+    _Alignas(8) unsigned char data[];
+};
+
 typedef struct tenant {
     char *name;
     bdb_map *devices;
+    /* the arena: a leaf lock, taken under a device's stripe (series of the tenant's
+     * devices on different stripes are made at the same time) */
+    pthread_mutex_t arena_mu;
+    struct cat_block *arena;
 } tenant;
 
 /* A published block. cls is its TTL class: the resolved TTL (ms, 0 = forever) shared
@@ -237,6 +255,10 @@ int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, do
 tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create);
 device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int create);
 series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create);
+/* Room for n series in the array of a device that has none yet, sized exactly (a
+ * device's first report names the metrics it usually has; the array grows by half
+ * later): BDB_OK or BDB_ERR_NOMEM. Stripe lock held. */
+int cat_series_room(device *d, uint32_t n);
 int cat_set_tags(device *d, const bdb_kv *tags, uint32_t n);
 int cat_tags_copy(const bdb_kv *tags, uint32_t n, bdb_kv **out);
 void cat_tags_free(bdb_kv *v, uint32_t n);
