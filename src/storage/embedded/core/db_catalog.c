@@ -128,22 +128,23 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     device *d = bdb_map_get_h(t->devices, name, len, h);
     if (d || !create)
         return d;
-    d = bdb_calloc(1, sizeof *d + db->cons.dev_total);
+    /* From the arena (a device lives as long as its tenant), its name behind it. Out
+     * of memory below leaves these bytes unused in the arena until the tenant goes. */
+    size_t dsz = (sizeof *d + db->cons.dev_total + 7) & ~(size_t)7;
+    d = arena_alloc(t, dsz + len + 1);
     if (!d)
         return NULL;
     d->tenant = t;
-    d->name = xstrndup(name, len);
+    d->name = (char *)d + dsz;
+    memcpy(d->name, name, len);
     d->nlen = len;
     d->stripe = (uint32_t)(bdb_hash(t->name, strlen(t->name)) ^ h) % DB_STRIPES;
     d->first_ts = INT64_MAX;
     d->last_ts = INT64_MIN;
     d->state_ts = INT64_MIN;
-    if (!d->name ||
-        bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
+    if (bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
         bdb_map_set_h(t->devices, name, len, h, d) != BDB_OK) {
         bdb_bucket_history_free(&d->hist);
-        free(d->name);
-        free(d);
         return NULL;
     }
     db_consumers_dev_init(db, d, 0);
@@ -595,8 +596,6 @@ void cat_tenant_free(bdb_db *db, tenant *t)
         free(d->state);
         bdb_bucket_history_free(&d->hist);
         db_hot_free(d);
-        free(d->name);
-        free(d);
     }
     bdb_map_free(t->devices);
     arena_free(t);

@@ -94,41 +94,44 @@ struct db_subent {
     uint32_t n;      /* sub-buckets, 1 = none */
 };
 typedef struct dev_hot {
-    struct db_pcount *pc; /* sorted by minute */
+    struct db_pcount *pc;   /* sorted by minute */
+    struct db_subent *subs; /* nsubs of them */
+    int64_t promo_cap;      /* 0, or the largest bucket the learner may pick */
+    int64_t cur_start;      /* partition of the newest event, for promotion */
+    uint64_t cur_samples;   /* samples written into it */
     uint32_t npc, cap_pc;
     uint32_t nsubs; /* 0 = one sub-bucket everywhere */
-    struct db_subent *subs;
-    int64_t promo_cap;    /* 0, or the largest bucket the learner may pick */
-    int64_t cur_start;    /* partition of the newest event, for promotion */
-    uint64_t cur_samples; /* samples written into it */
-    int promote;          /* promotion decided during the current write */
+    int promote;    /* promotion decided during the current write */
 } dev_hot;
 
+/* A device: made in its tenant's arena with its name (cat_device), freed with the
+ * tenant. Fields ordered by size: the head holds one per live device. */
 typedef struct device {
     struct tenant *tenant;
     char *name;
-    size_t nlen;
-    uint32_t stripe;
     bdb_kv *tags; /* owned strings */
-    uint32_t ntags;
     char *state;
+    series **series;
+    size_t nlen;
     int64_t state_ts;
     int64_t first_ts, last_ts;
     uint64_t samples;
+    int64_t pinned; /* 0 = learn */
     bdb_bucket_history hist;
     bdb_rate_learner learner;
-    int64_t pinned; /* 0 = learn */
-    int relearn;    /* the learner changed class during the current write (db.c) */
-    series **series;
+    dev_hot hs; /* db_hot.c: the partition layout (sub-buckets, promotion) */
+    uint32_t stripe;
+    uint32_t ntags;
+    int relearn; /* the learner changed class during the current write (db.c) */
     uint32_t nseries, cap_series;
     /* db_catalog.c: where cat_series looks first, one past its last match (reports list
      * a device's metrics in the same order as the sorted series); relaxed, a hint only */
     _Atomic uint32_t series_hint;
-    dev_hot hs; /* db_hot.c: the partition layout (sub-buckets, promotion) */
     /* the registered consumers' bytes of this device (db_consumer.h: dev_size),
      * db->cons.dev_total in all */
     uint64_t ext[];
 } device;
+_Static_assert(offsetof(device, ext) <= 200, "device grew: the head holds one per live device");
 
 /* A tenant's arena: series are freed only with their tenant, so they are cut from
  * blocks (no allocator header and size rounding per series: 16 of a series' ~50
