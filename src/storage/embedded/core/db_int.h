@@ -51,7 +51,7 @@ typedef struct hchunk {
     uint32_t cap;           /* bytes of buf */
     uint8_t buf[];          /* the STREAM chunk (bdb_chunk_stream_put), zero past its end */
 } hchunk;
-/* The head's bytes per live series start here (docs/ARCHITECTURE.md#head-memory). */
+/* The head's bytes per live series start here (docs/STORAGE.md#memory-per-live-series). */
 _Static_assert(sizeof(hchunk) <= 80, "hchunk grew: the head holds one per live series");
 #define DB_OOO_MAX 65535u
 static inline int64_t hc_hi(const hchunk *c)

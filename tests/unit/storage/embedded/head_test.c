@@ -4,7 +4,7 @@
  * after a flush), and every allocation of an out-of-order burst failed in turn
  * (BDB_ERR_NOMEM, never a wrong or doubled sample; a retry makes the data exact);
  * the head's bytes per live series after ten minutes of 10 s reports, against a
- * budget (docs/ARCHITECTURE.md#head-memory). */
+ * budget (docs/STORAGE.md#memory-per-live-series). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
