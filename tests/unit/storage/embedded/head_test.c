@@ -115,8 +115,11 @@ static void test_latest_write_wins(void **state)
     }
     assert_true(model[5] == 1002);
     assert_true(model[3] == 1009);
+    assert_true(bdb_db_head_bytes(db) > 0);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     check(db, "after the flush");
+    /* every byte the side lists, their merges and the chunks' moves counted went back */
+    assert_int_equal(bdb_db_head_bytes(db), 0);
     assert_int_equal(bdb_db_close(db), BDB_OK);
     db = open_db();
     check(db, "after a reopen");
