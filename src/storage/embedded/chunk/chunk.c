@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline void put_value(bdb_chunk_app *a, uint8_t *s, uint64_t bits)
+static inline void put_value(bdb_chunk_state *a, uint8_t *s, uint64_t bits)
 {
     uint64_t x = bits ^ a->v_last;
     a->v_last = bits;
@@ -75,7 +75,7 @@ static inline void put_value(bdb_chunk_app *a, uint8_t *s, uint64_t bits)
 }
 
 /* One XOR sample; the caller has checked order and capacity. */
-static inline void xor_put(bdb_chunk_app *a, uint8_t *s, int64_t ts, uint64_t bits)
+static inline void xor_put(bdb_chunk_state *a, uint8_t *s, int64_t ts, uint64_t bits)
 {
     put_ts(s, &a->nbits, a->count, &a->t_last, &a->t_delta, ts);
     if (a->count == 0) {
@@ -97,8 +97,8 @@ static size_t encode_xor(const int64_t *ts, const double *vals, size_t n, bdb_bu
     if (bdb_buf_reserve(out, xor_max) != BDB_OK)
         return SIZE_MAX; /* out->oom */
     memset(out->data + base, 0, xor_max);
-    bdb_chunk_app a;
-    bdb_chunk_app_init(&a);
+    bdb_chunk_state a;
+    bdb_chunk_state_init(&a);
     uint8_t *s = out->data + base + HDR_XOR;
     for (size_t i = 0; i < n; i++)
         xor_put(&a, s, ts[i], dbl_bits(vals[i]));

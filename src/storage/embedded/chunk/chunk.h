@@ -43,21 +43,42 @@ static inline int bdb_chunk_kind(uint8_t first)
     return first & BDB_CHUNK_PACKED ? BDB_CHUNK_PACKED : first;
 }
 
-/* Appender for a STREAM chunk, kept small because the head holds one per live series.
- * Fields are private (the XOR encoder of chunk.c uses the same struct). */
-typedef struct bdb_chunk_app {
-    uint8_t *buf; /* encoded bytes; buf[0] = BDB_CHUNK_STREAM, then count (u16le); NULL if empty */
-    uint32_t cap; /* bytes allocated */
-    uint32_t nbits; /* bits used after the header */
+/* The state of an appender, without its bytes: the head keeps the bytes in the same
+ * allocation as its chunk (one allocation per live series, not two), so the appending
+ * functions take the buffer beside the state. Fields are private (the XOR encoder of
+ * chunk.c uses the same struct). */
+typedef struct bdb_chunk_state {
+    int64_t t_last;
+    uint64_t t_delta; /* last timestamp delta (ms) */
+    uint64_t v_last;  /* XOR: bit pattern of the last value; STREAM: last mantissa */
+    uint32_t nbits;   /* bits used after the header */
     uint16_t count;
     uint8_t lead, trail; /* XOR: current window; lead == 0xff before the first window */
     uint8_t exp;         /* STREAM: exponent of the mantissa chain, 0xff before one */
     uint8_t miss;        /* STREAM: raw values in a row, up to a small limit */
     uint8_t zeros, run;  /* STREAM: decimals the chain's values have not needed so far,
                           * and how many values said so */
-    int64_t t_last;
-    uint64_t t_delta; /* last timestamp delta (ms) */
-    uint64_t v_last;  /* XOR: bit pattern of the last value; STREAM: last mantissa */
+} bdb_chunk_state;
+
+void bdb_chunk_state_init(bdb_chunk_state *st);
+/* Bytes a STREAM buffer needs so that n more appends fit (the worst case per sample). */
+size_t bdb_chunk_stream_need(const bdb_chunk_state *st, uint32_t n);
+/* Appends one sample to the STREAM chunk in buf, which must hold
+ * bdb_chunk_stream_need(st, 1) bytes, zero past the bytes used so far. ts must be >
+ * the last appended ts. BDB_OK, BDB_ERR_INVALID (ts not increasing) or BDB_ERR_LIMIT
+ * (chunk full); never allocates. */
+int bdb_chunk_stream_put(bdb_chunk_state *st, uint8_t *buf, int64_t ts, double v);
+/* The encoded chunk in buf (a static empty chunk while st holds no sample). */
+const uint8_t *bdb_chunk_stream_bytes(const bdb_chunk_state *st, const uint8_t *buf, size_t *len);
+/* Bytes the chunk in buf uses (what a buffer must keep when it stops growing). */
+size_t bdb_chunk_stream_used(const bdb_chunk_state *st);
+
+/* Appender for a STREAM chunk that owns its buffer (tests, the head's merge of a side
+ * list). */
+typedef struct bdb_chunk_app {
+    uint8_t *buf; /* encoded bytes; buf[0] = BDB_CHUNK_STREAM, then count (u16le); NULL if empty */
+    uint32_t cap; /* bytes allocated */
+    bdb_chunk_state st;
 } bdb_chunk_app;
 
 #define BDB_CHUNK_MAX_SAMPLES 65535
@@ -71,9 +92,6 @@ int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v);
 /* Grows the buffer so that n more appends cannot fail for lack of memory:
  * BDB_OK or BDB_ERR_NOMEM (the chunk unchanged). */
 int bdb_chunk_app_reserve(bdb_chunk_app *a, uint32_t n);
-/* Gives back the room kept for appends (a chunk that stops growing); later appends
- * still work and grow it again. */
-void bdb_chunk_app_trim(bdb_chunk_app *a);
 /* The encoded chunk so far (valid until the next append). */
 const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len);
 

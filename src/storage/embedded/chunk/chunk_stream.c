@@ -28,11 +28,18 @@
 /* Chain values in a row that all needed a smaller exponent before the chain drops to it. */
 #define RUN_LOWER 16
 
+void bdb_chunk_state_init(bdb_chunk_state *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->lead = NO_WINDOW;
+    st->exp = NO_EXP;
+}
+
 void bdb_chunk_app_init(bdb_chunk_app *a)
 {
-    memset(a, 0, sizeof(*a));
-    a->lead = NO_WINDOW;
-    a->exp = NO_EXP;
+    a->buf = NULL;
+    a->cap = 0;
+    bdb_chunk_state_init(&a->st);
 }
 
 void bdb_chunk_app_free(bdb_chunk_app *a)
@@ -41,8 +48,17 @@ void bdb_chunk_app_free(bdb_chunk_app *a)
     bdb_chunk_app_init(a);
 }
 
-/* Grows by half: the head holds every chunk's spare room until the flush, so a
- * smaller step saves more memory than the extra copies of small buffers cost. */
+size_t bdb_chunk_stream_need(const bdb_chunk_state *st, uint32_t n)
+{
+    return HDR_XOR + ((st->nbits + (uint64_t)n * MAX_SAMPLE_BITS) >> 3) + SLACK;
+}
+
+size_t bdb_chunk_stream_used(const bdb_chunk_state *st)
+{
+    return HDR_XOR + ((st->nbits + 7) >> 3);
+}
+
+/* Grows by half: a buffer of its own is a test's or a merge's, not the head's. */
 static int app_grow(bdb_chunk_app *a, size_t need)
 {
     size_t cap = a->cap ? a->cap : 32;
@@ -57,28 +73,14 @@ static int app_grow(bdb_chunk_app *a, size_t need)
     return BDB_OK;
 }
 
-void bdb_chunk_app_trim(bdb_chunk_app *a)
-{
-    if (!a->buf)
-        return;
-    size_t need = HDR_XOR + ((a->nbits + 7) >> 3) + SLACK;
-    if (need >= a->cap)
-        return;
-    uint8_t *p = bdb_realloc(a->buf, need);
-    if (!p)
-        return; /* the larger buffer serves as well */
-    a->buf = p;
-    a->cap = (uint32_t)need;
-}
-
 int bdb_chunk_app_reserve(bdb_chunk_app *a, uint32_t n)
 {
-    size_t need = HDR_XOR + ((a->nbits + (uint64_t)n * MAX_SAMPLE_BITS) >> 3) + SLACK;
+    size_t need = bdb_chunk_stream_need(&a->st, n);
     return need > a->cap ? app_grow(a, need) : BDB_OK;
 }
 
 /* A new mantissa chain: value m at exponent e. */
-static void put_restart(bdb_chunk_app *a, uint8_t *s, unsigned e, int64_t m)
+static void put_restart(bdb_chunk_state *a, uint8_t *s, unsigned e, int64_t m)
 {
     put_bits(s, &a->nbits, STREAM_RESTART << 4 | e, 10);
     put_bit_uvarint(s, &a->nbits, zigzag(m));
@@ -100,7 +102,7 @@ static unsigned dec_zeros(int64_t m, unsigned max)
     return z;
 }
 
-static void put_stream_value(bdb_chunk_app *a, uint8_t *s, double v)
+static void put_stream_value(bdb_chunk_state *a, uint8_t *s, double v)
 {
     int64_t m;
     if (a->exp != NO_EXP) {
@@ -150,30 +152,43 @@ restart:
         a->miss++;
 }
 
-int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
+int bdb_chunk_stream_put(bdb_chunk_state *a, uint8_t *buf, int64_t ts, double v)
 {
     if (a->count == BDB_CHUNK_MAX_SAMPLES)
         return BDB_ERR_LIMIT;
     if (a->count > 0 && ts <= a->t_last)
         return BDB_ERR_INVALID;
-    size_t need = HDR_XOR + ((a->nbits + MAX_SAMPLE_BITS) >> 3) + SLACK;
-    if (need > a->cap && app_grow(a, need) != BDB_OK)
-        return BDB_ERR_NOMEM;
-    uint8_t *s = a->buf + HDR_XOR;
+    uint8_t *s = buf + HDR_XOR;
     put_ts(s, &a->nbits, a->count, &a->t_last, &a->t_delta, ts);
     put_stream_value(a, s, v);
     a->count++;
-    write_hdr(a->buf, BDB_CHUNK_STREAM, a->count);
+    write_hdr(buf, BDB_CHUNK_STREAM, a->count);
     return BDB_OK;
+}
+
+int bdb_chunk_app_append(bdb_chunk_app *a, int64_t ts, double v)
+{
+    if (a->st.count == BDB_CHUNK_MAX_SAMPLES)
+        return BDB_ERR_LIMIT;
+    if (a->st.count > 0 && ts <= a->st.t_last)
+        return BDB_ERR_INVALID;
+    if (bdb_chunk_app_reserve(a, 1) != BDB_OK)
+        return BDB_ERR_NOMEM;
+    return bdb_chunk_stream_put(&a->st, a->buf, ts, v);
+}
+
+const uint8_t *bdb_chunk_stream_bytes(const bdb_chunk_state *st, const uint8_t *buf, size_t *len)
+{
+    static const uint8_t empty[HDR_XOR] = {BDB_CHUNK_STREAM, 0, 0};
+    if (!st->count) {
+        *len = sizeof(empty);
+        return empty;
+    }
+    *len = bdb_chunk_stream_used(st);
+    return buf;
 }
 
 const uint8_t *bdb_chunk_app_bytes(const bdb_chunk_app *a, size_t *len)
 {
-    static const uint8_t empty[HDR_XOR] = {BDB_CHUNK_STREAM, 0, 0};
-    if (!a->buf) {
-        *len = sizeof(empty);
-        return empty;
-    }
-    *len = HDR_XOR + ((a->nbits + 7) >> 3);
-    return a->buf;
+    return bdb_chunk_stream_bytes(&a->st, a->buf, len);
 }

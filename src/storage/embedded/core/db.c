@@ -256,7 +256,7 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
      * needs. A concurrent batch writing the same series restarts its count; it then
      * reserves less, and its apply grows the chunk itself: what a concurrent writer took
      * meanwhile is the one thing the reservation does not cover (ARCHITECTURE.md). */
-    uint64_t bid = atomic_fetch_add(&db->resv_batches, 1) + 1;
+    uint32_t bid = (uint32_t)(atomic_fetch_add(&db->resv_batches, 1) + 1);
     for (size_t i = 0; i < nrep; i++) {
         const bdb_report *r = &reps[i];
         device *d = p[i].d = get_device(db, tn, tl, r->device, r->device_len);
@@ -273,6 +273,8 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         }
         if (rc == BDB_OK && r->state && !(p[i].state = bdb_strndup(r->state, r->state_len)))
             rc = BDB_ERR_NOMEM;
+        if (rc == BDB_OK)
+            rc = cat_series_room(d, r->nmetrics);
         for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
             series *s = p[i].ser[k] = cat_series(db, d, r->metrics[k].name, r->metrics[k].nlen, 1);
             if (!s) {

@@ -54,6 +54,50 @@ static char *xstrndup(const char *s, size_t n)
     return p;
 }
 
+/* First and largest block of a tenant's arena: a tenant of one device takes 1 KiB,
+ * a fleet's blocks waste at most 64 KiB. */
+#define ARENA_FIRST 1024
+#define ARENA_MAX 65536
+
+/* n zeroed bytes, 8-aligned, from t's arena; NULL when out of memory. */
+static void *arena_alloc(tenant *t, size_t n)
+{
+    n = (n + 7) & ~(size_t)7;
+    void *p = NULL;
+    pthread_mutex_lock(&t->arena_mu);
+    struct cat_block *b = t->arena;
+    if (!b || b->size - b->used < n) {
+        size_t sz = b ? b->size * 2 : ARENA_FIRST;
+        if (sz > ARENA_MAX)
+            sz = ARENA_MAX;
+        if (sz < n)
+            sz = n;
+        struct cat_block *nb = bdb_malloc(sizeof *nb + sz);
+        if (!nb)
+            goto out;
+        nb->next = b;
+        nb->size = sz;
+        nb->used = 0;
+        t->arena = b = nb;
+    }
+    p = b->data + b->used;
+    b->used += n;
+out:
+    pthread_mutex_unlock(&t->arena_mu);
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+static void arena_free(tenant *t)
+{
+    for (struct cat_block *b = t->arena, *n; b; b = n) {
+        n = b->next;
+        free(b);
+    }
+    t->arena = NULL;
+}
+
 /* Caller holds cat_lock exclusively when create is set. Out of memory: NULL, and
  * nothing was added (so for every create below). */
 tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
@@ -66,8 +110,10 @@ tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
         return NULL;
     t->name = xstrndup(name, len);
     t->devices = bdb_map_new();
+    pthread_mutex_init(&t->arena_mu, NULL);
     if (!t->name || !t->devices || bdb_map_set(db->tenants, name, len, t) != BDB_OK) {
         bdb_map_free(t->devices);
+        pthread_mutex_destroy(&t->arena_mu);
         free(t->name);
         free(t);
         return NULL;
@@ -82,27 +128,40 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     device *d = bdb_map_get_h(t->devices, name, len, h);
     if (d || !create)
         return d;
-    d = bdb_calloc(1, sizeof *d + db->cons.dev_total);
+    /* From the arena (a device lives as long as its tenant), its name behind it. Out
+     * of memory below leaves these bytes unused in the arena until the tenant goes. */
+    size_t dsz = (sizeof *d + db->cons.dev_total + 7) & ~(size_t)7;
+    d = arena_alloc(t, dsz + len + 1);
     if (!d)
         return NULL;
     d->tenant = t;
-    d->name = xstrndup(name, len);
+    d->name = (char *)d + dsz;
+    memcpy(d->name, name, len);
     d->nlen = len;
     d->stripe = (uint32_t)(bdb_hash(t->name, strlen(t->name)) ^ h) % DB_STRIPES;
     d->first_ts = INT64_MAX;
     d->last_ts = INT64_MIN;
     d->state_ts = INT64_MIN;
-    if (!d->name ||
-        bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
+    if (bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
         bdb_map_set_h(t->devices, name, len, h, d) != BDB_OK) {
         bdb_bucket_history_free(&d->hist);
-        free(d->name);
-        free(d);
         return NULL;
     }
     db_consumers_dev_init(db, d, 0);
     atomic_fetch_add(&db->device_count, 1);
     return d;
+}
+
+int cat_series_room(device *d, uint32_t n)
+{
+    if (d->nseries || d->cap_series >= n)
+        return BDB_OK;
+    series **a = bdb_realloc(d->series, n * sizeof *a);
+    if (!a)
+        return BDB_ERR_NOMEM;
+    d->series = a;
+    d->cap_series = n;
+    return BDB_OK;
 }
 
 /* Caller holds the device's stripe lock. Devices report a handful of metrics, so a
@@ -132,7 +191,7 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
         d->series = n;
         d->cap_series = cap;
     }
-    series *s = bdb_calloc(1, sizeof *s + mlen + 1);
+    series *s = arena_alloc(d->tenant, offsetof(series, metric) + mlen + 1);
     if (!s)
         return NULL;
     s->dev = d;
@@ -486,6 +545,8 @@ int cat_load(bdb_db *db)
                 nomem = 1;
         }
         uint64_t nm = bdb_dec_uvarint(&d);
+        if (!d.err && nm <= bdb_dec_left(&d) && cat_series_room(dv, (uint32_t)nm) != BDB_OK)
+            nomem = 1;
         for (uint64_t k = 0; k < nm && !d.err && !nomem; k++) {
             size_t ml;
             const char *m = bdb_dec_str(&d, &ml);
@@ -527,7 +588,6 @@ void cat_tenant_free(bdb_db *db, tenant *t)
         for (uint32_t i = 0; i < d->nseries; i++) {
             head_free_chunks(db, d->series[i]->active);
             head_free_chunks(db, d->series[i]->frozen);
-            free(d->series[i]);
         }
         nser += d->nseries;
         ndev++;
@@ -536,10 +596,10 @@ void cat_tenant_free(bdb_db *db, tenant *t)
         free(d->state);
         bdb_bucket_history_free(&d->hist);
         db_hot_free(d);
-        free(d->name);
-        free(d);
     }
     bdb_map_free(t->devices);
+    arena_free(t);
+    pthread_mutex_destroy(&t->arena_mu);
     free(t->name);
     free(t);
     atomic_fetch_sub(&db->device_count, ndev);

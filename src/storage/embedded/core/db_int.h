@@ -27,15 +27,16 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* One head chunk: samples of one series inside [lo, hi), which lies inside one
- * partition and one block window. In-order samples go to the STREAM appender; samples
- * older than the newest (out of order, or rewriting a time) go to a small side list
- * merged at read time, where the later write of a time wins, and merged into the
- * stream when it grows (head.c). */
-/* A head chunk: the samples of one series in one (partition x block window) range.
- * The head holds one per live series, so it is packed: the range's end and the
- * partition id are 32-bit offsets from lo, which a range within one block window
- * (at most a day) and a partition of at most a day keep in range. */
+/* A head chunk: the samples of one series in one (partition x block window) range
+ * [lo, hc_hi), which lies inside one partition and one block window. In-order samples
+ * go to the STREAM bytes in buf; samples older than the newest (out of order, or
+ * rewriting a time) go to a small side list merged at read time, where the later
+ * write of a time wins, and merged into the stream when it grows (head.c).
+ * The head holds one per live series, so it is packed: the stream's bytes follow the
+ * struct in the same allocation (which head.c reallocates as the stream grows, so a
+ * chunk moves: only the link to it is kept, under the device's stripe lock); the
+ * range's end and the partition id are 32-bit offsets from lo, which a range within
+ * one block window (at most a day) and a partition of at most a day keep in range. */
 typedef struct hchunk {
     struct hchunk *next; /* newer chunks first */
     int64_t lo;          /* range [lo, hc_hi) */
@@ -43,11 +44,15 @@ typedef struct hchunk {
         int64_t ts;
         double v;
     } * ooo;
-    bdb_chunk_app app;
+    bdb_chunk_state st;
     uint32_t span;          /* hc_hi - lo */
     int32_t boff;           /* lo - partition id (hc_bucket): a sub-bucket's id may exceed lo */
     uint16_t nooo, cap_ooo; /* the side list: at most DB_OOO_MAX samples */
+    uint32_t cap;           /* bytes of buf */
+    uint8_t buf[];          /* the STREAM chunk (bdb_chunk_stream_put), zero past its end */
 } hchunk;
+/* The head's bytes per live series start here (docs/STORAGE.md#memory-per-live-series). */
+_Static_assert(sizeof(hchunk) <= 80, "hchunk grew: the head holds one per live series");
 #define DB_OOO_MAX 65535u
 static inline int64_t hc_hi(const hchunk *c)
 {
@@ -59,19 +64,24 @@ static inline int64_t hc_bucket(const hchunk *c)
     return c->lo - (int64_t)c->boff;
 }
 
+/* A series: made in its tenant's arena (cat_series), at offsetof(series, metric) +
+ * the name's bytes, and freed with the tenant. */
 typedef struct series {
     struct device *dev;
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
-    /* db.c, under the device stripe: the samples of write batch resv_batch reserved so
-     * far (head room before the WAL append, without a map allocated per batch) */
-    uint64_t resv_batch;
+    /* db.c, under the device stripe: the samples of write batch resv_batch (the low
+     * 32 bits of its id) reserved so far (head room before the WAL append, without a
+     * map allocated per batch). A batch 2^32 ids later that finds its id here reserves
+     * more room than it needs, never less. */
+    uint32_t resv_batch;
     uint32_t resv_n;
     uint32_t mlen; /* metric names are short (keys are limited to a few hundred bytes) */
     /* The name inside the struct: looking a series up by name (every write) then
      * touches one allocation, not two. NUL-terminated. */
     char metric[];
 } series;
+_Static_assert(offsetof(series, metric) <= 36, "series grew: the head holds one per live series");
 
 /* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
  * sub-bucket history and dynamic bucket promotion. Guarded by the device stripe. */
@@ -84,45 +94,61 @@ struct db_subent {
     uint32_t n;      /* sub-buckets, 1 = none */
 };
 typedef struct dev_hot {
-    struct db_pcount *pc; /* sorted by minute */
+    struct db_pcount *pc;   /* sorted by minute */
+    struct db_subent *subs; /* nsubs of them */
+    int64_t promo_cap;      /* 0, or the largest bucket the learner may pick */
+    int64_t cur_start;      /* partition of the newest event, for promotion */
+    uint64_t cur_samples;   /* samples written into it */
     uint32_t npc, cap_pc;
     uint32_t nsubs; /* 0 = one sub-bucket everywhere */
-    struct db_subent *subs;
-    int64_t promo_cap;    /* 0, or the largest bucket the learner may pick */
-    int64_t cur_start;    /* partition of the newest event, for promotion */
-    uint64_t cur_samples; /* samples written into it */
-    int promote;          /* promotion decided during the current write */
+    int promote;    /* promotion decided during the current write */
 } dev_hot;
 
+/* A device: made in its tenant's arena with its name (cat_device), freed with the
+ * tenant. Fields ordered by size: the head holds one per live device. */
 typedef struct device {
     struct tenant *tenant;
     char *name;
-    size_t nlen;
-    uint32_t stripe;
     bdb_kv *tags; /* owned strings */
-    uint32_t ntags;
     char *state;
+    series **series;
+    size_t nlen;
     int64_t state_ts;
     int64_t first_ts, last_ts;
     uint64_t samples;
+    int64_t pinned; /* 0 = learn */
     bdb_bucket_history hist;
     bdb_rate_learner learner;
-    int64_t pinned; /* 0 = learn */
-    int relearn;    /* the learner changed class during the current write (db.c) */
-    series **series;
+    dev_hot hs; /* db_hot.c: the partition layout (sub-buckets, promotion) */
+    uint32_t stripe;
+    uint32_t ntags;
+    int relearn; /* the learner changed class during the current write (db.c) */
     uint32_t nseries, cap_series;
     /* db_catalog.c: where cat_series looks first, one past its last match (reports list
      * a device's metrics in the same order as the sorted series); relaxed, a hint only */
     _Atomic uint32_t series_hint;
-    dev_hot hs; /* db_hot.c: the partition layout (sub-buckets, promotion) */
     /* the registered consumers' bytes of this device (db_consumer.h: dev_size),
      * db->cons.dev_total in all */
     uint64_t ext[];
 } device;
+_Static_assert(offsetof(device, ext) <= 200, "device grew: the head holds one per live device");
+
+/* A tenant's arena: series are freed only with their tenant, so they are cut from
+ * blocks (no allocator header and size rounding per series: 16 of a series' ~50
+ * bytes). */
+struct cat_block {
+    struct cat_block *next;
+    size_t size, used;
+    _Alignas(8) unsigned char data[];
+};
 
 typedef struct tenant {
     char *name;
     bdb_map *devices;
+    /* the arena: a leaf lock, taken under a device's stripe (series of the tenant's
+     * devices on different stripes are made at the same time) */
+    pthread_mutex_t arena_mu;
+    struct cat_block *arena;
 } tenant;
 
 /* A published block. cls is its TTL class: the resolved TTL (ms, 0 = forever) shared
@@ -232,6 +258,10 @@ int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, do
 tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create);
 device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int create);
 series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int create);
+/* Room for n series in the array of a device that has none yet, sized exactly (a
+ * device's first report names the metrics it usually has; the array grows by half
+ * later): BDB_OK or BDB_ERR_NOMEM. Stripe lock held. */
+int cat_series_room(device *d, uint32_t n);
 int cat_set_tags(device *d, const bdb_kv *tags, uint32_t n);
 int cat_tags_copy(const bdb_kv *tags, uint32_t n, bdb_kv **out);
 void cat_tags_free(bdb_kv *v, uint32_t n);

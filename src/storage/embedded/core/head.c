@@ -21,36 +21,78 @@ static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_star
     c->lo = lo;
     c->span = (uint32_t)(hi - lo);
     c->boff = (int32_t)(lo - bucket_start);
-    bdb_chunk_app_init(&c->app);
+    bdb_chunk_state_init(&c->st);
     atomic_fetch_add(&db->head_bytes, sizeof *c);
     return c;
 }
 
-/* Gives back a chunk's append room (its buffer grows by doubling). */
-static void chunk_trim(bdb_db *db, hchunk *c)
+/* The capacity of a chunk whose stream needs need bytes and has old: an eighth more
+ * than old, and 16 bytes (a dozen samples of a steady series) at least, so a chunk
+ * grows every dozen samples or so, not every sample; the struct and its bytes a size
+ * malloc gives without rounding (glibc: 16-byte steps with 8 bytes of header, so 8
+ * mod 16). The head holds the spare room of every open chunk until the flush, so a
+ * small step saves more memory than the extra copies of a few hundred bytes cost. */
+static size_t chunk_cap_for(size_t need, uint32_t old)
 {
-    uint32_t before = c->app.cap;
-    bdb_chunk_app_trim(&c->app);
-    atomic_fetch_sub(&db->head_bytes, before - c->app.cap);
+    size_t cap = (size_t)old + (old / 8 > 16 ? old / 8 : 16);
+    if (cap < need)
+        cap = need;
+    size_t tot = ((sizeof(hchunk) + cap + 7) & ~(size_t)15) + 8;
+    return tot - sizeof(hchunk);
 }
 
-/* A new chunk for [lo, hi) linked in front of `next` (after `prev`, or at the head). */
-static hchunk *chunk_insert(bdb_db *db, series *s, hchunk *prev, hchunk *next, int64_t lo,
-                            int64_t hi, int64_t bucket_start)
+/* Makes *link's chunk hold need stream bytes, moving it (the link follows): BDB_OK or
+ * BDB_ERR_NOMEM (the chunk as it was). */
+static int chunk_room(bdb_db *db, hchunk **link, size_t need)
+{
+    hchunk *c = *link;
+    if (need <= c->cap)
+        return BDB_OK;
+    size_t cap = chunk_cap_for(need, c->cap);
+    if (cap > UINT32_MAX)
+        return BDB_ERR_NOMEM;
+    c = bdb_realloc(c, sizeof *c + cap);
+    if (!c)
+        return BDB_ERR_NOMEM;
+    memset(c->buf + c->cap, 0, cap - c->cap);
+    atomic_fetch_add(&db->head_bytes, cap - c->cap);
+    c->cap = (uint32_t)cap;
+    *link = c;
+    return BDB_OK;
+}
+
+/* Gives back a chunk's append room (a chunk that stops growing), keeping the bytes a
+ * reader's bit loads touch past the end (bdb_chunk_stream_need of no sample). */
+static void chunk_trim(bdb_db *db, hchunk **link)
+{
+    hchunk *c = *link;
+    size_t need = bdb_chunk_stream_need(&c->st, 0);
+    if (!c->st.count || need >= c->cap)
+        return;
+    size_t tot = ((sizeof *c + need + 7) & ~(size_t)15) + 8, cap = tot - sizeof *c;
+    if (cap >= c->cap)
+        return;
+    hchunk *n = bdb_realloc(c, tot);
+    if (!n)
+        return; /* the larger chunk serves as well */
+    atomic_fetch_sub(&db->head_bytes, n->cap - cap);
+    n->cap = (uint32_t)cap;
+    *link = n;
+}
+
+/* A new (empty) chunk for [lo, hi) linked in at *link, in front of the chunk there. */
+static hchunk *chunk_insert(bdb_db *db, series *s, hchunk **link, int64_t lo, int64_t hi,
+                            int64_t bucket_start)
 {
     hchunk *n = chunk_new(db, lo, hi, bucket_start);
     if (!n)
         return NULL;
-    n->next = next;
-    if (prev) {
-        prev->next = n;
-    } else {
-        s->active = n;
-        /* The newest chunk so far is done growing (a new range or a full chunk): reports
-         * move forward in time, and the head holds every chunk until the flush. */
-        if (next)
-            chunk_trim(db, next);
-    }
+    n->next = *link;
+    *link = n;
+    /* The newest chunk so far is done growing (a new range or a full chunk): reports
+     * move forward in time, and the head holds every chunk until the flush. */
+    if (link == &s->active && n->next)
+        chunk_trim(db, &n->next);
     return n;
 }
 
@@ -58,9 +100,8 @@ void head_free_chunks(bdb_db *db, hchunk *c)
 {
     while (c) {
         hchunk *n = c->next;
-        atomic_fetch_sub(&db->head_bytes, sizeof *c + c->app.cap + c->cap_ooo * sizeof *c->ooo);
-        atomic_fetch_sub(&db->head_samples, (uint64_t)c->app.count + c->nooo);
-        bdb_chunk_app_free(&c->app);
+        atomic_fetch_sub(&db->head_bytes, sizeof *c + c->cap + c->cap_ooo * sizeof *c->ooo);
+        atomic_fetch_sub(&db->head_samples, (uint64_t)c->st.count + c->nooo);
         free(c->ooo);
         free(c);
         c = n;
@@ -71,11 +112,13 @@ void head_free_chunks(bdb_db *db, hchunk *c)
  * a side-list sample costs 16 bytes, a STREAM sample about 1.3. */
 #define OOO_MERGE_MIN 8
 
-/* Re-encodes the chunk with its side list merged in (the later write of a time wins),
- * with room for n more samples in the stream and none in the list. BDB_ERR_NOMEM or
- * BDB_ERR_LIMIT (too many samples for one chunk) leave the chunk as it was. */
-static int ooo_merge(bdb_db *db, hchunk *c, uint32_t n)
+/* Re-encodes *link's chunk with its side list merged in (the later write of a time
+ * wins), with room for n more samples in the stream and none in the list; the chunk
+ * moves (the link follows). BDB_ERR_NOMEM or BDB_ERR_LIMIT (too many samples for one
+ * chunk) leave the chunk as it was. */
+static int ooo_merge(bdb_db *db, hchunk **link, uint32_t n)
 {
+    hchunk *c = *link;
     int64_t *ts = NULL;
     double *v = NULL;
     size_t ns = 0, cap = 0;
@@ -86,37 +129,49 @@ static int ooo_merge(bdb_db *db, hchunk *c, uint32_t n)
     bdb_chunk_app_init(&app);
     for (size_t i = 0; i < ns && rc == BDB_OK; i++)
         rc = bdb_chunk_app_append(&app, ts[i], v[i]);
-    if (rc == BDB_OK)
-        rc = bdb_chunk_app_reserve(&app, n);
     free(ts);
     free(v);
+    size_t ncap = chunk_cap_for(bdb_chunk_stream_need(&app.st, n), 0);
+    hchunk *m = NULL;
+    if (rc == BDB_OK && ncap > UINT32_MAX)
+        rc = BDB_ERR_NOMEM;
+    if (rc == BDB_OK && !(m = bdb_realloc(c, sizeof *c + ncap)))
+        rc = BDB_ERR_NOMEM;
     if (rc != BDB_OK) {
         bdb_chunk_app_free(&app);
         return rc;
     }
-    uint64_t before = c->app.cap + (uint64_t)c->cap_ooo * sizeof *c->ooo;
-    uint64_t dropped = (uint64_t)c->app.count + c->nooo - ns; /* rewritten times */
-    bdb_chunk_app_free(&c->app);
-    free(c->ooo);
-    c->app = app;
-    c->ooo = NULL;
-    c->nooo = c->cap_ooo = 0;
-    if (c->app.cap > before)
-        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
+    uint64_t before = m->cap + (uint64_t)m->cap_ooo * sizeof *m->ooo;
+    uint64_t dropped = (uint64_t)m->st.count + m->nooo - ns; /* rewritten times */
+    size_t used = ns ? bdb_chunk_stream_used(&app.st) : 0;
+    memcpy(m->buf, app.buf, used);
+    memset(m->buf + used, 0, ncap - used);
+    m->st = app.st;
+    bdb_chunk_app_free(&app);
+    free(m->ooo);
+    m->ooo = NULL;
+    m->nooo = m->cap_ooo = 0;
+    m->cap = (uint32_t)ncap;
+    *link = m;
+    if (ncap > before)
+        atomic_fetch_add(&db->head_bytes, ncap - before);
     else
-        atomic_fetch_sub(&db->head_bytes, before - c->app.cap);
+        atomic_fetch_sub(&db->head_bytes, before - ncap);
     atomic_fetch_sub(&db->head_samples, dropped);
     return BDB_OK;
 }
-
-/* Room for n more side-list samples: BDB_OK or BDB_ERR_NOMEM (the list unchanged). A
- * long list is merged into the stream first when that works. */
-static int ooo_room(bdb_db *db, hchunk *c, uint32_t n)
+/* Room for n more side-list samples in *link's chunk: BDB_OK or BDB_ERR_NOMEM (the list
+ * unchanged). A long list is merged into the stream first when that works (the chunk
+ * moves; the link follows). */
+static int ooo_room(bdb_db *db, hchunk **link, uint32_t n)
 {
+    hchunk *c = *link;
     if ((uint32_t)c->cap_ooo - c->nooo >= n)
         return BDB_OK;
-    if (c->nooo >= OOO_MERGE_MIN)
-        (void)ooo_merge(db, c, n); /* if it fails, the list grows as it would have */
+    if (c->nooo >= OOO_MERGE_MIN) {
+        (void)ooo_merge(db, link, n); /* if it fails, the list grows as it would have */
+        c = *link;
+    }
     uint32_t cap = c->cap_ooo ? c->cap_ooo * 2u : 4u;
     while (cap - c->nooo < n)
         cap *= 2;
@@ -136,19 +191,21 @@ static int ooo_room(bdb_db *db, hchunk *c, uint32_t n)
     return BDB_OK;
 }
 
-static int ooo_add(bdb_db *db, hchunk *c, int64_t ts, double v)
+static int ooo_add(bdb_db *db, hchunk **link, int64_t ts, double v)
 {
-    if (ooo_room(db, c, 1) != BDB_OK)
+    if (ooo_room(db, link, 1) != BDB_OK)
         return BDB_ERR_NOMEM;
+    hchunk *c = *link;
     c->ooo[c->nooo++] = (struct ooo_sample){ts, v};
     atomic_fetch_add(&db->ooo_samples, 1);
     return BDB_OK;
 }
 
-/* The chunk a sample at ts goes to, created (empty) if the range has none yet; with
- * in_order set and the newest chunk full, its (empty) continuation. NULL when out of
- * memory. An empty chunk holds no sample, so creating one changes no answer. */
-static hchunk *chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
+/* The link to the chunk a sample at ts goes to, created (empty) if the range has none
+ * yet; with in_order set and the newest chunk full, its (empty) continuation. NULL
+ * when out of memory. An empty chunk holds no sample, so creating one changes no
+ * answer. */
+static hchunk **chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
 {
     device *d = s->dev;
     int64_t bstart, bend;
@@ -158,43 +215,33 @@ static hchunk *chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
     int64_t lo = bstart > wstart ? bstart : wstart;
     int64_t hi = bend < wstart + w ? bend : wstart + w;
     int64_t pid = db_partition_id(d, ts, bstart);
-    hchunk *c = s->active, *prev = NULL;
-    while (c && c->lo > lo) {
-        prev = c;
-        c = c->next;
-    }
-    hchunk *g = c, *gprev = prev;
-    while (g && g->lo == lo && hc_bucket(g) != pid) {
-        gprev = g;
-        g = g->next;
-    }
-    if (g && g->lo == lo) {
-        c = g;
-        prev = gprev;
-    } else {
-        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* first of the range's group */
-        if (!c)
-            return NULL;
-    }
-    *in_order = c->app.count == 0 || ts > c->app.t_last;
-    if (*in_order && c->app.count >= db->o.chunk_max_samples)
-        c = chunk_insert(db, s, prev, c, lo, hi, pid); /* full: continuation in front */
-    return c;
+    hchunk **link = &s->active;
+    while (*link && (*link)->lo > lo)
+        link = &(*link)->next;
+    hchunk **g = link;
+    while (*g && (*g)->lo == lo && hc_bucket(*g) != pid)
+        g = &(*g)->next;
+    if (*g && (*g)->lo == lo)
+        link = g;
+    else if (!chunk_insert(db, s, link, lo, hi, pid)) /* first of the range's group */
+        return NULL;
+    const hchunk *c = *link;
+    *in_order = c->st.count == 0 || ts > c->st.t_last;
+    if (*in_order && c->st.count >= db->o.chunk_max_samples &&
+        !chunk_insert(db, s, link, lo, hi, pid)) /* full: continuation in front */
+        return NULL;
+    return link;
 }
 
 int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n)
 {
     int in_order;
-    hchunk *c = chunk_for(db, s, ts, &in_order);
-    if (!c)
+    hchunk **link = chunk_for(db, s, ts, &in_order);
+    if (!link)
         return BDB_ERR_NOMEM;
     if (!in_order)
-        return ooo_room(db, c, n);
-    uint32_t before = c->app.cap;
-    int rc = bdb_chunk_app_reserve(&c->app, n);
-    if (c->app.cap != before)
-        atomic_fetch_add(&db->head_bytes, c->app.cap - before);
-    return rc;
+        return ooo_room(db, link, n);
+    return chunk_room(db, link, bdb_chunk_stream_need(&(*link)->st, n));
 }
 
 /* Caller holds the device's stripe lock and counts the sample in db->head_samples
@@ -204,20 +251,17 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v)
     /* The newest chunk of the range and partition id takes in-order appends; older
      * full chunks of the same pair only receive out-of-order samples. */
     int in_order;
-    hchunk *c = chunk_for(db, s, ts, &in_order);
-    if (!c)
+    hchunk **link = chunk_for(db, s, ts, &in_order);
+    if (!link)
         return BDB_ERR_NOMEM;
-    if (in_order) {
-        uint32_t before = c->app.cap;
-        int rc = bdb_chunk_app_append(&c->app, ts, v);
-        if (rc != BDB_OK)
-            return rc;
-        if (c->app.cap != before)
-            atomic_fetch_add(&db->head_bytes, c->app.cap - before);
-    } else if (ooo_add(db, c, ts, v) != BDB_OK) { /* accounts for what it allocates */
+    if (!in_order)
+        return ooo_add(db, link, ts, v); /* accounts for what it allocates */
+    if ((*link)->st.count == BDB_CHUNK_MAX_SAMPLES)
+        return BDB_ERR_LIMIT;
+    if (chunk_room(db, link, bdb_chunk_stream_need(&(*link)->st, 1)) != BDB_OK)
         return BDB_ERR_NOMEM;
-    }
-    return BDB_OK;
+    hchunk *c = *link;
+    return bdb_chunk_stream_put(&c->st, c->buf, ts, v);
 }
 
 static int push(int64_t **ts, double **v, size_t *n, size_t *cap, int64_t t, double x)
@@ -256,7 +300,7 @@ int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, do
                        size_t *cap)
 {
     size_t len;
-    const uint8_t *bytes = bdb_chunk_app_bytes(&c->app, &len);
+    const uint8_t *bytes = bdb_chunk_stream_bytes(&c->st, c->buf, &len);
     /* Sort a copy of the side list stably by time; among equal times the later write
      * (higher index) must win, so tag with the index before sorting. */
     struct ooo_sample *o = NULL;

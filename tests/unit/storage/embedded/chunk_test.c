@@ -518,7 +518,8 @@ static void test_non_increasing_rejected(void **state)
 static void test_appender_small(void **state)
 {
     (void)state;
-    assert_true(sizeof(bdb_chunk_app) <= 48);
+    /* the head holds a state per live series, its bytes beside it (db_int.h) */
+    assert_true(sizeof(bdb_chunk_state) <= 40);
     bdb_chunk_app a;
     bdb_chunk_app_init(&a);
     assert_null(a.buf); /* an idle series costs no buffer */

@@ -403,25 +403,29 @@ static int skip_cb(const void *ctx, const struct hchunk *x)
 static void test_head_chunks(void **st)
 {
     (void)st;
-    hchunk c[2];
-    memset(c, 0, sizeof c);
+    /* the stream's bytes follow the struct, as head.c allocates them */
+    hchunk *c0 = calloc(1, sizeof(hchunk) + 256), *c1 = calloc(1, sizeof(hchunk) + 256);
+    assert_non_null(c0);
+    assert_non_null(c1);
+    hchunk *c[2] = {c0, c1};
     struct ooo_sample side[3] = {{20, 2.5}, {5, 0.5}, {20, 2.75}};
     for (int k = 0; k < 2; k++) {
-        bdb_chunk_app_init(&c[k].app);
-        c[k].lo = 0;
-        c[k].span = 1000;
+        bdb_chunk_state_init(&c[k]->st);
+        c[k]->cap = 256;
+        c[k]->lo = 0;
+        c[k]->span = 1000;
     }
     for (int64_t t = 10; t <= 40; t += 10)
-        assert_int_equal(bdb_chunk_app_append(&c[0].app, t, (double)t), BDB_OK);
-    c[0].ooo = side;
-    c[0].nooo = c[0].cap_ooo = 3;
-    assert_int_equal(bdb_chunk_app_append(&c[1].app, 30, -30.0), BDB_OK); /* newer */
-    c[1].next = &c[0];
+        assert_int_equal(bdb_chunk_stream_put(&c0->st, c0->buf, t, (double)t), BDB_OK);
+    c0->ooo = side;
+    c0->nooo = c0->cap_ooo = 3;
+    assert_int_equal(bdb_chunk_stream_put(&c1->st, c1->buf, 30, -30.0), BDB_OK); /* newer */
+    c1->next = c0;
 
     db_merger m;
     memset(&m, 0, sizeof m);
     /* the list, newest first: c[1] at base + 2, c[0] at base + 1 */
-    assert_int_equal(db_merger_add_list(&m, &c[1], INT64_MIN, INT64_MAX, 40, NULL, NULL), 42);
+    assert_int_equal(db_merger_add_list(&m, c1, INT64_MIN, INT64_MAX, 40, NULL, NULL), 42);
     assert_int_equal(db_merger_sort(&m), BDB_OK);
     const int64_t ts[] = {5, 10, 20, 30, 40};
     const double v[] = {0.5, 10, 2.75, -30, 40};
@@ -432,25 +436,25 @@ static void test_head_chunks(void **st)
     }
     db_merger_clear(&m);
     /* [lo, hi): c[0] gives 10 20 30, c[1] 30; then c[1] skipped */
-    db_merger_add_list(&m, &c[1], 10, 31, 0, NULL, NULL);
+    db_merger_add_list(&m, c1, 10, 31, 0, NULL, NULL);
     assert_int_equal(m.n, 4);
     db_merger_clear(&m);
     int calls = 0;
-    struct skipper sk = {&calls, &c[1]};
-    db_merger_add_list(&m, &c[1], INT64_MIN, INT64_MAX, 0, skip_cb, &sk);
+    struct skipper sk = {&calls, c1};
+    db_merger_add_list(&m, c1, INT64_MIN, INT64_MAX, 0, skip_cb, &sk);
     assert_int_equal(calls, 2);
     assert_int_equal(db_merger_sort(&m), BDB_OK);
     assert_int_equal(m.n, 5);
     assert_true(m.t[3].v == 30.0); /* c[0]'s own: c[1] was skipped */
     db_merger_clear(&m);
     /* one chunk on its own, with its priority and partition */
-    db_merger_add_head(&m, &c[1], INT64_MIN, INT64_MAX, 9, 1234);
+    db_merger_add_head(&m, c1, INT64_MIN, INT64_MAX, 9, 1234);
     assert_int_equal(m.n, 1);
     assert_int_equal(m.t[0].prio, 9);
     assert_int_equal(m.t[0].part, 1234);
     db_merger_free(&m);
-    for (int k = 0; k < 2; k++)
-        bdb_chunk_app_free(&c[k].app);
+    free(c0);
+    free(c1);
 }
 
 /* ---------------------------------------------------------------- outputs */
