@@ -78,8 +78,11 @@ void bdb_rollup_free(bdb_rollup *r)
  * case (a flush walks a series in time order), so the last slot is tried first. */
 static size_t lower_bound(const bdb_rollup *r, int64_t key)
 {
+    /* samples arrive in time order: the last window, or a new one after it */
     if (r->n == 0 || r->w[r->n - 1].start < key)
         return r->n;
+    if (r->w[r->n - 1].start == key)
+        return r->n - 1;
     size_t lo = 0, hi = r->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -144,6 +147,28 @@ int bdb_rollup_add(bdb_rollup *r, int64_t ts, double v)
          * it is not worth it for a count no telemetry reaches: report the limit. */
         return rc;
     }
+    if (rc != BDB_OK)
+        drop_if_empty(r, w);
+    return rc;
+}
+
+int bdb_rollup_add_window(bdb_rollup *r, int64_t start, const double *v, size_t n)
+{
+    if (n == 0)
+        return BDB_OK;
+    bdb_window *w = slot(r, bdb_align_down(start, r->width));
+    if (!w)
+        return BDB_ERR_NOMEM;
+    /* as n calls of bdb_rollup_add: the readings the sketch took are in the stats too */
+    size_t k = 0;
+    int rc = BDB_OK;
+    while (k < n && !r->stats_only && (rc = bdb_sketch_add(&w->sk, v[k])) == BDB_OK)
+        k++;
+    if (r->stats_only)
+        k = n;
+    int sr = bdb_stats_add_n(&w->st, v, k);
+    if (rc == BDB_OK)
+        rc = sr;
     if (rc != BDB_OK)
         drop_if_empty(r, w);
     return rc;

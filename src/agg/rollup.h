@@ -68,6 +68,10 @@ void bdb_rollup_reset(bdb_rollup *r);
 /* Adds one sample to the window holding ts. A non-finite v is skipped (BDB_OK).
  * Errors: BDB_ERR_LIMIT (a window's count past 2^53), BDB_ERR_NOMEM. */
 int bdb_rollup_add(bdb_rollup *r, int64_t ts, double v);
+/* Adds n finite readings, all of the window holding start, as n bdb_rollup_add calls
+ * would (the statistics of the run at once: bdb_stats_add_n). Same errors; on one,
+ * the readings the window took are counted in all of it. */
+int bdb_rollup_add_window(bdb_rollup *r, int64_t start, const double *v, size_t n);
 /* Merges a window of any width that is a divisor of r->width (including r->width)
  * into the window of r holding w->start: the coarsening step of the pyramid.
  * Errors: BDB_ERR_INVALID (different sketch accuracy), BDB_ERR_LIMIT, BDB_ERR_NOMEM. */

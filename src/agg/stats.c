@@ -111,6 +111,45 @@ int bdb_stats_add(bdb_stats *s, double v)
     return BDB_OK;
 }
 
+int bdb_stats_add_n(bdb_stats *s, const double *v, size_t n)
+{
+    if (n < 2)
+        return n ? bdb_stats_add(s, v[0]) : BDB_OK;
+    if (n > BDB_STATS_MAX_COUNT - s->count)
+        return BDB_ERR_LIMIT;
+    bdb_stats b;
+    memset(&b, 0, sizeof b);
+    b.count = n;
+    b.min = b.max = v[0] + 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = v[i] + 0.0; /* -0.0 -> 0.0 */
+        if (!isfinite(x))
+            return BDB_ERR_INVALID;
+        if (x < b.min)
+            b.min = x;
+        if (x > b.max)
+            b.max = x;
+        dd_add(&b.sum_hi, &b.sum_lo, x * SCALE_DOWN, 0.0);
+    }
+    /* Two passes: the deviations from the mean as an unevaluated sum (one division
+     * for the run, where Welford takes two means per reading) */
+    if (b.min != b.max) {
+        double q, ql;
+        mean_dd(&b, &q, &ql);
+        double m2 = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double d = (v[i] - q) - ql;
+            m2 += d * d;
+        }
+        b.m2 = isnan(m2) ? INFINITY : m2;
+    }
+    if (s->count == 0) {
+        *s = b;
+        return BDB_OK;
+    }
+    return bdb_stats_merge(s, &b);
+}
+
 int bdb_stats_merge(bdb_stats *dst, const bdb_stats *src)
 {
     if (src->count == 0)

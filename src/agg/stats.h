@@ -50,6 +50,11 @@ int bdb_stats_add(bdb_stats *s, double v);
 /* dst := dst merged with src (src may be dst). BDB_ERR_LIMIT if the counts together
  * pass BDB_STATS_MAX_COUNT (dst unchanged). */
 int bdb_stats_merge(bdb_stats *dst, const bdb_stats *src);
+/* Adds n readings at once, as n calls of bdb_stats_add would within rounding (the sum
+ * exactly the same but for its last bits when s was not empty; m2 from two passes over
+ * the readings, at least as accurate as Welford's): BDB_OK, BDB_ERR_INVALID (a reading
+ * is not finite: s unchanged) or BDB_ERR_LIMIT (s unchanged). */
+int bdb_stats_add_n(bdb_stats *s, const double *v, size_t n);
 
 /* Accessors. Every one but count and sum returns NaN for an empty window. */
 uint64_t bdb_stats_count(const bdb_stats *s);

@@ -293,6 +293,53 @@ static void test_offset_defeats_sum_of_squares(void **state)
     free(x);
 }
 
+/* A run of readings at once (bdb_stats_add_n, what the 1-minute windows from raw
+ * use): every dataset's minutes within the same bounds as one reading at a time, count,
+ * min and max exactly equal, into an empty window and into one that holds readings. */
+static void test_add_n_every_dataset(void **state)
+{
+    (void)state;
+    for (int ds = 0; ds < DS_COUNT; ds++) {
+        double *x = day_of(ds, 2000 + (uint64_t)ds);
+        errs e = {0};
+        for (size_t m = 0; m < 120; m++) {
+            const double *w = x + m * MINUTE;
+            bdb_stats one, run, half;
+            bdb_stats_init(&one);
+            bdb_stats_init(&run);
+            bdb_stats_init(&half);
+            for (size_t i = 0; i < MINUTE; i++)
+                assert_int_equal(bdb_stats_add(&one, w[i]), BDB_OK);
+            assert_int_equal(bdb_stats_add_n(&run, w, MINUTE), BDB_OK);
+            assert_int_equal(bdb_stats_add_n(&half, w, MINUTE / 3), BDB_OK);
+            assert_int_equal(bdb_stats_add_n(&half, w + MINUTE / 3, MINUTE - MINUTE / 3), BDB_OK);
+            check_window(&run, w, MINUTE, &e);
+            check_window(&half, w, MINUTE, &e);
+            assert_int_equal(run.count, one.count);
+            assert_true(run.min == one.min && run.max == one.max);
+            assert_true(bdb_stats_mean(&run) == bdb_stats_mean(&one));
+        }
+        free(x);
+    }
+    /* equal readings: no spread at all */
+    double c[5] = {0.1, 0.1, 0.1, 0.1, 0.1};
+    bdb_stats s;
+    bdb_stats_init(&s);
+    assert_int_equal(bdb_stats_add_n(&s, c, 5), BDB_OK);
+    assert_true(s.m2 == 0.0 && bdb_stats_stddev_pop(&s) == 0.0);
+    /* a reading that is not finite: nothing taken */
+    double bad[3] = {1.0, NAN, 2.0};
+    bdb_stats before = s;
+    assert_int_equal(bdb_stats_add_n(&s, bad, 3), BDB_ERR_INVALID);
+    assert_memory_equal(&s, &before, sizeof s);
+    /* past the count limit: nothing taken */
+    s.count = BDB_STATS_MAX_COUNT - 1;
+    before = s;
+    assert_int_equal(bdb_stats_add_n(&s, c, 2), BDB_ERR_LIMIT);
+    assert_memory_equal(&s, &before, sizeof s);
+    assert_int_equal(bdb_stats_add_n(&s, c, 0), BDB_OK);
+}
+
 /* ------------------------------------------------------------ edge cases */
 
 static void test_constant_is_exact(void **state)
@@ -877,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_pyramid_every_dataset),
         cmocka_unit_test(test_absolute_room),
         cmocka_unit_test(test_uneven_windows),
+        cmocka_unit_test(test_add_n_every_dataset),
         cmocka_unit_test(test_offset_defeats_sum_of_squares),
         cmocka_unit_test(test_constant_is_exact),
         cmocka_unit_test(test_small_counts),

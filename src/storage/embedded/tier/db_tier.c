@@ -30,6 +30,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,8 +382,26 @@ void bdb_db_tier_get_stats(bdb_db *db, bdb_tier_stats *st)
 int tier_merge_into(db_merger *m, bdb_rollup *r)
 {
     int rc = db_merger_sort(m); /* out of memory: never windows from part of the samples */
-    for (size_t i = 0; i < m->n && rc == BDB_OK; i++)
-        rc = bdb_rollup_add(r, m->t[i].ts, m->t[i].v);
+    /* each window's run of samples at once: its statistics in two passes instead of
+     * two exact means per sample (most of a 1-minute panel's time) */
+    double run[256];
+    size_t k = 0;
+    int64_t start = 0;
+    for (size_t i = 0; i < m->n && rc == BDB_OK; i++) {
+        int64_t w = bdb_align_down(m->t[i].ts, r->width);
+        if (k && (w != start || k == sizeof run / sizeof *run)) {
+            rc = bdb_rollup_add_window(r, start, run, k);
+            k = 0;
+        }
+        if (!isfinite(m->t[i].v)) {
+            r->skipped++; /* as bdb_rollup_add does */
+            continue;
+        }
+        start = w;
+        run[k++] = m->t[i].v;
+    }
+    if (rc == BDB_OK && k)
+        rc = bdb_rollup_add_window(r, start, run, k);
     db_merger_clear(m);
     return rc;
 }
