@@ -254,6 +254,20 @@ class SharedNode:
         return ""
 
 
+_STARTED = {}
+
+
+def ensure(node, failure=RuntimeError):
+    """node (a Node or SharedNode), started the first time a test of the file asks for
+    it; failure(reason) is raised then and at every later call if it did not start, so
+    that one broken start fails each test with the reason instead of retrying it."""
+    if id(node) not in _STARTED:
+        _STARTED[id(node)] = None if node.start() else (node.error or "the node did not start")
+    if _STARTED[id(node)]:
+        raise failure(_STARTED[id(node)])
+    return node
+
+
 def node_for(prefix, cluster, ready, **kw):
     """The shared node when $BDB_CASSANDRA_NODE is set, else a Node of this file's own
     (kw as Node's). Only for files that leave the node as it is."""

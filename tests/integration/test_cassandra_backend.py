@@ -54,16 +54,10 @@ def cql(*stmts):
 
 NODE = cassnode.Node("bucketdb-backend-", "bucketdb-backend-it",
                      lambda n: cql("SELECT release_version FROM system.local"))
-_node_state = {"started": False, "error": None}
 
 
 def node():
-    if not _node_state["started"]:
-        _node_state["started"] = True
-        if not NODE.start():
-            _node_state["error"] = NODE.error
-    if _node_state["error"]:
-        raise TestFailure(_node_state["error"])
+    cassnode.ensure(NODE, TestFailure)
     return NODE
 
 

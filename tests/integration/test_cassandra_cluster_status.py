@@ -46,16 +46,10 @@ def cql(*stmts):
 
 NODE = cassnode.node_for("bucketdb-cstatus-", "bucketdb-cstatus-it",
                          lambda n: cql("SELECT release_version FROM system.local"))
-_node = {"started": False, "error": None}
 
 
 def node():
-    if not _node["started"]:
-        _node["started"] = True
-        if not NODE.start():
-            _node["error"] = NODE.error
-    if _node["error"]:
-        raise TestFailure(_node["error"])
+    cassnode.ensure(NODE, TestFailure)
     return NODE
 
 

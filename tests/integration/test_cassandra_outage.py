@@ -55,16 +55,10 @@ def cql(*stmts):
 
 NODE = cassnode.Node("bucketdb-outage-", "bucketdb-outage-it",
                      lambda n: cql("SELECT release_version FROM system.local"))
-_node_state = {"started": False, "error": None}
 
 
 def node():
-    if not _node_state["started"]:
-        _node_state["started"] = True
-        if not NODE.start():
-            _node_state["error"] = NODE.error
-    if _node_state["error"]:
-        raise TestFailure(_node_state["error"])
+    cassnode.ensure(NODE, TestFailure)
     if not NODE.pid:  # a test stopped it and failed before starting it again
         check(NODE.start(same_ports=True), NODE.error or "node did not restart")
     return NODE

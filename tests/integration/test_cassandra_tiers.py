@@ -80,16 +80,10 @@ def _new_node():
 
 
 NODE = _new_node()
-_node_state = {"started": False, "error": None}
 
 
 def node():
-    if not _node_state["started"]:
-        _node_state["started"] = True
-        if not NODE.start():
-            _node_state["error"] = NODE.error
-    if _node_state["error"]:
-        raise TestFailure(_node_state["error"])
+    cassnode.ensure(NODE, TestFailure)
     return NODE
 
 

@@ -68,16 +68,10 @@ def cql(*stmts, tls=True, ca="ca.pem", cert="client.pem", key="client.key", extr
 NODE = cassnode.Node("bucketdb-tls-", "bucketdb-tls-it",
                      lambda n: cql("SELECT release_version FROM system.local"),
                      tls=True, tls_client_auth=True)
-_node_state = {"started": False, "error": None}
 
 
 def node():
-    if not _node_state["started"]:
-        _node_state["started"] = True
-        if not NODE.start():
-            _node_state["error"] = NODE.error
-    if _node_state["error"]:
-        raise TestFailure(_node_state["error"])
+    cassnode.ensure(NODE, TestFailure)
     return NODE
 
 
