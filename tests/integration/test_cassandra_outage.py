@@ -19,8 +19,8 @@ tests stop and restart it (a clean stop, SIGTERM). The tests:
   tier, fleet, state and device answers (from the local files and index, which hold
   the same data) equal the answers before the outage and carry no partial marker;
   /api/v1/export answers 503 before its status line instead of a 200 that ends after
-  0 bytes, and `bucketdb export` exits 1; after the node is back the raw answer is
-  whole again, unmarked.
+  0 bytes, and `bucketdb export` exits 1; PromQL answers 503 "unavailable"; after the
+  node is back the raw answer is whole again, unmarked.
 
 If Java or the Cassandra package is missing every test FAILS with the reason.
     BUCKETDB_BIN=build/bucketdb python3 tests/integration/test_cassandra_outage.py"""
@@ -291,6 +291,12 @@ def outage_reads():
                                 "--token", s.token], timeout=120)
         eq(rc, 1, "bucketdb export during the outage: %r %r" % (out[:200], err))
         contains(err, "HTTP 503")
+        # PromQL: Prometheus' 503 "unavailable", never the head's part as the answer
+        r = s.get("/prometheus/api/v1/query", query='env_t{device="a"}',
+                  time="%.3f" % ((T0 + 2 * MIN + 1000) / 1000.0))
+        eq(r.status, 503, "PromQL during the outage: %r" % r.body[:300])
+        eq(r.json().get("errorType"), "unavailable", "PromQL errorType: %r" % r.body[:300])
+        contains(r.json()["error"], "could not be read")
 
         start_node()
         deadline = time.monotonic() + 60

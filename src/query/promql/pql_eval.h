@@ -94,7 +94,16 @@ typedef struct pql_source {
 
 /* PQL_E_NO_TIER: select_windows cannot answer (the tier no longer covers the range);
  * the evaluator then reads raw samples. pql_eval never returns it. */
-enum pql_errtype { PQL_E_OK, PQL_E_BAD_DATA, PQL_E_EXECUTION, PQL_E_INTERNAL, PQL_E_NO_TIER };
+/* PQL_E_UNAVAILABLE: the storage backend could not be read (the answer would hold only
+ * what the head holds): the caller answers 503, never a silently partial result. */
+enum pql_errtype {
+    PQL_E_OK,
+    PQL_E_BAD_DATA,
+    PQL_E_EXECUTION,
+    PQL_E_INTERNAL,
+    PQL_E_NO_TIER,
+    PQL_E_UNAVAILABLE
+};
 
 /* The answer: a scalar (values[step]), vector series (values[step] where has[step]),
  * or, for an instant query of a range selector, raw series (matrix). */

@@ -282,6 +282,12 @@ static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
             snprintf(err, errlen, "the range spans more than %d partitions of device '%.200s'",
                      BDB_QUERY_MAX_PARTITIONS, sc.p[i].device);
             code = PQL_E_EXECUTION;
+        } else if (rc == BDB_ERR_PARTIAL) {
+            snprintf(err, errlen,
+                     "the storage backend could not be read for device '%.200s'; an answer "
+                     "would hold only the samples not yet flushed: retry",
+                     sc.p[i].device);
+            code = PQL_E_UNAVAILABLE;
         } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
             snprintf(err, errlen, "reading device '%.200s' failed: %s", sc.p[i].device,
                      bdb_strerror(rc));
@@ -375,6 +381,12 @@ static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int
         } else if (r.nomem) {
             snprintf(err, errlen, "out of memory reading windows");
             code = PQL_E_INTERNAL;
+        } else if (rc == BDB_ERR_PARTIAL) {
+            snprintf(err, errlen,
+                     "the storage backend could not be read for the %s windows of device "
+                     "'%.200s': retry",
+                     bdb_res_name(res), sc.p[i].device);
+            code = PQL_E_UNAVAILABLE;
         } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
             snprintf(err, errlen, "reading the %s windows of device '%.200s' failed: %s",
                      bdb_res_name(res), sc.p[i].device, bdb_strerror(rc));

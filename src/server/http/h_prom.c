@@ -339,9 +339,10 @@ static enum MHD_Result run_query(bdb_server *s, struct MHD_Connection *c, const 
     pql_free(expr);
     atomic_fetch_add(&s->queries, 1);
     if (rc != PQL_E_OK)
-        return rc == PQL_E_BAD_DATA    ? bad_data(s, c, msg)
-               : rc == PQL_E_EXECUTION ? prom_error(s, c, 422, "execution", msg)
-                                       : prom_error(s, c, 500, "internal", msg);
+        return rc == PQL_E_BAD_DATA      ? bad_data(s, c, msg)
+               : rc == PQL_E_EXECUTION   ? prom_error(s, c, 422, "execution", msg)
+               : rc == PQL_E_UNAVAILABLE ? prom_error(s, c, 503, "unavailable", msg)
+                                         : prom_error(s, c, 500, "internal", msg);
     bdb_buf b;
     bdb_buf_init(&b);
     put_result(&b, &res, range);
