@@ -401,20 +401,16 @@ static int gen_compare(cass_owner *o, cql_session *sess, const char *dir, int ha
     if (has_gen)
         snprintf(mine, sizeof mine, "%" PRId64, *dgen);
     else
-        snprintf(mine, sizeof mine, "none (a file from before generations)");
+        snprintf(mine, sizeof mine, "none (a file of an older bucketdb)");
     snprintf(err, errlen,
-             "data directory %s is an older copy: its flush generation is %s, keyspace %s is "
-             "at generation %" PRId64 " (the last flush by node %s%s, at %s). Its catalog "
-             "misses what was flushed since: a server on it would answer 404 for those "
-             "devices and ranges and overwrite tier, fleet and device rows with partial "
-             "windows. Start on the newest copy of the directory; or, to take the keyspace "
-             "over with what this copy knows, add adopt=true to the storage URI; see "
+             "data directory %s is an older copy: flush generation %s, keyspace %s is at %" PRId64
+             " (last flush by node %s%s at %s): its catalog misses what was flushed since "
+             "(404s for those devices and ranges; tier, fleet and device rows overwritten "
+             "with partial windows). Start on the newest copy of the directory, or add "
+             "adopt=true to the URI to take the keyspace over with what this copy knows; see "
              "docs/CASSANDRA.md#older-copies-of-the-data-directory",
              dir, mine, o->ks, kgen, who[0] ? who : "unknown",
-             !strcmp(who, node) ? ", this directory's node: the original ran on after this copy "
-                                  "was made"
-                                : "",
-             when);
+             !strcmp(who, node) ? " (this directory's)" : "", when);
     rc = refuse(adopt, err, errlen);
     if (rc == BDB_OK) {
         BDB_WARN("cassandra: adopt=true: data directory %s takes flush generation %" PRId64 " over",
