@@ -459,11 +459,6 @@ int cass_owner_flushed(cass_owner *o, cql_session *sess, char *err, size_t errle
     return BDB_OK;
 }
 
-int64_t cass_owner_generation(const cass_owner *o)
-{
-    return o->gen;
-}
-
 /* ---------------------------------------------------------------- the lease */
 
 /* Values of the lease's statements: node, host, pid, since, then (o->report) the

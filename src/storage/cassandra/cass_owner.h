@@ -60,8 +60,9 @@ typedef struct cass_owner_report {
 /* Checks the identity of keyspace ks against data_dir (making both on a first start)
  * and takes the writer lease. write_cl: the consistency of the plain reads and
  * writes (the lease's transactions use SERIAL). adopt: take a keyspace whose identity
- * does not match over instead of refusing. BDB_OK, or BDB_ERR_EXISTS (refused:
- * another directory's keyspace, another live writer; the reason in err), BDB_ERR_IO
+ * does not match, or the generation of an older copy, over instead of refusing.
+ * BDB_OK, or BDB_ERR_EXISTS (refused: another directory's keyspace, an older copy of
+ * this directory, another live writer; the reason in err), BDB_ERR_IO
  * and Cassandra's errors (err says which statement). */
 int cass_owner_claim(struct cql_session *sess, const char *ks, const char *data_dir, int write_cl,
                      int adopt, cass_owner **out, char *err, size_t errlen);
@@ -74,8 +75,6 @@ int cass_owner_renew(cass_owner *o, struct cql_session *sess, const cass_owner_r
  * error (err says which write) should fail the flush: a retry writes the same
  * generation again. Not thread-safe: the flushes call it one at a time. */
 int cass_owner_flushed(cass_owner *o, struct cql_session *sess, char *err, size_t errlen);
-/* The generation the data directory's file holds (0: none yet). */
-int64_t cass_owner_generation(const cass_owner *o);
 
 /* The start's rule between the directory's generation dir (0 for a file without one)
  * and the keyspace's ks (0 for none): CASS_GEN_OK when dir is ks, or ks + 1 (a crash
