@@ -678,18 +678,20 @@ static void sink_close(bdb_sink *base)
     free(s);
 }
 
-/* The other writes, refused once the lease is lost, counted by the next commit. */
+/* The other writes, refused once the lease is lost. Tier and fleet windows go out
+ * after the commit of the flush they belong to (sink.h), which counted that flush
+ * already: they do not make the next one count (a stop with nothing new to flush
+ * then writes nothing, as before the generation). The rest are counted by the next
+ * commit. */
 static int g_tier_put(bdb_sink *b, const char *t, const char *d, const char *m, int res,
                       const struct bdb_rollup *r, const int32_t *ttl)
 {
-    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS
-                                         : cass_agg_tier_put(b, t, d, m, res, r, ttl);
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_agg_tier_put(b, t, d, m, res, r, ttl);
 }
 static int g_fleet_put(bdb_sink *b, const char *t, const char *m, int res,
                        const struct bdb_fleet *f, const int32_t *ttl)
 {
-    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS
-                                         : cass_agg_fleet_put(b, t, m, res, f, ttl);
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_agg_fleet_put(b, t, m, res, f, ttl);
 }
 static int g_state_put(bdb_sink *b, const bdb_sink_state *v, size_t n)
 {
