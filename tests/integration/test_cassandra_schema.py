@@ -159,14 +159,16 @@ def test_tables_exist_with_options():
     check(kinds.get("sub_bucket") == ("partition_key", "3"), "sub_bucket %r" % (kinds,))
     check(kinds.get("event_time") == ("clustering_key", "0"), "event_time %r" % (kinds,))
     check(kinds.get("metric_name") == ("clustering_key", "1"), "metric_name %r" % (kinds,))
-    # the owner table: the lease's columns and what `cluster status` reads of its server
+    # the owner table: the lease's columns, what `cluster status` reads of its server and
+    # the flush generation (older copies of a data directory)
     p = cql("SELECT column_name, validator FROM system.schema_columns "
             "WHERE keyspace_name = '%s' AND columnfamily_name = 'owner'" % KS)
     _, rs = rows(p)
     cols = {r[0]: r[1].rsplit(".", 1)[-1] for r in rs}
     want = {"k": "UTF8Type", "id": "UTF8Type", "node": "UTF8Type", "host": "UTF8Type",
             "pid": "Int32Type", "since": "LongType", "backlog_bytes": "LongType",
-            "last_flush": "LongType", "listen": "UTF8Type", "version": "UTF8Type"}
+            "last_flush": "LongType", "listen": "UTF8Type", "version": "UTF8Type",
+            "generation": "LongType"}
     check(cols == want, "owner columns %r, expected %r" % (cols, want))
 
 

@@ -11,12 +11,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ID_HEX 32 /* 128 random bits */
@@ -30,12 +32,22 @@ struct cass_owner {
     int report; /* the owner table has the report's columns */
     atomic_int valid;
     char q_take[384], q_renew[384], q_release[192];
+    /* the flush generation (cass_owner_flushed); only the flushes touch these */
+    int gen_col;    /* the owner table has column generation */
+    int64_t gen;    /* what the file 'cluster' holds */
+    int64_t ks_gen; /* what the keyspace holds, as far as this server wrote or read it */
+    int64_t gen_ts; /* the last generation write's timestamp (microseconds) */
+    char *dir;
+    char id[ID_HEX + 1];
+    char q_gen[256];
 };
 
 /* The report's columns (cass_owner_report), in the order the statements bind them. */
 static const char *const rep_cols[][2] = {
     {"backlog_bytes", "bigint"}, {"last_flush", "bigint"}, {"listen", "text"}, {"version", "text"}};
 #define NREP 4
+/* The flush generation's column (cass_owner_flushed): added by upgrade as well. */
+#define GEN_COL "generation"
 
 /* ---------------------------------------------------------------- statements */
 
@@ -56,6 +68,12 @@ static int run(cql_session *sess, const char *q, const cql_bytes *v, uint16_t n,
                  *r && (*r)->h.opcode == CQL_OP_ERROR && (*r)->error.message ? (*r)->error.message
                                                                              : bdb_strerror(rc));
     return rc;
+}
+
+static void be64(char out[8], int64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (char)((uint64_t)v >> (56 - 8 * i));
 }
 
 /* Column name's cell of row 0, or NULL (absent, null or no row). */
@@ -110,8 +128,49 @@ static int hex_ok(const char *s)
     return 1;
 }
 
-/* Reads <dir>/cluster: 1 found (ks, id, node filled), 0 absent, -1 damaged. */
-static int file_read(const char *dir, char ks[64], char id[ID_HEX + 1], char node[ID_HEX + 1])
+/* "generation N" at p (after the node line): 1 with *gen set, 0 none there, -1 bad. */
+static int gen_line(const char *p, int64_t *gen)
+{
+    while (*p == '\n')
+        p++;
+    if (!*p)
+        return 0;
+    if (strncmp(p, "generation ", 11) != 0)
+        return -1;
+    p += 11;
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (*p < '0' || *p > '9' || errno == ERANGE || *end != '\n' || end[1])
+        return -1;
+    *gen = (int64_t)v;
+    return 1;
+}
+
+int cass_owner_file_parse(const char *text, char ks[64], char id[ID_HEX + 1], char node[ID_HEX + 1],
+                          int64_t *gen)
+{
+    *gen = -1;
+    int ver = 0, pos = 0;
+    if (sscanf(text, "bucketdb-cluster %d\nkeyspace %63s\nid %32s\nnode %32s%n", &ver, ks, id, node,
+               &pos) != 4 ||
+        pos <= 0 || (ver != 1 && ver != 2) || !hex_ok(id) || !hex_ok(node))
+        return -1;
+    /* Version 2 has the generation line; version 1 was written without one, and may
+     * have one after a downgrade (docs/formats: an older bucketdb reads the first
+     * four lines only). */
+    const char *rest = text + pos;
+    if (*rest != '\n')
+        return -1;
+    int g = gen_line(rest, gen);
+    if (g < 0 || (ver == 2 && g == 0))
+        return -1;
+    return 1;
+}
+
+/* Reads <dir>/cluster: 1 found (ks, id, node, gen filled), 0 absent, -1 damaged. */
+static int file_read(const char *dir, char ks[64], char id[ID_HEX + 1], char node[ID_HEX + 1],
+                     int64_t *gen)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, CASS_OWNER_FILE);
@@ -122,20 +181,20 @@ static int file_read(const char *dir, char ks[64], char id[ID_HEX + 1], char nod
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
-    int ok =
-        sscanf(buf, "bucketdb-cluster 1\nkeyspace %63s\nid %32s\nnode %32s\n", ks, id, node) == 3;
-    return ok && hex_ok(id) && hex_ok(node) ? 1 : -1;
+    return cass_owner_file_parse(buf, ks, id, node, gen);
 }
 
-static int file_write(const char *dir, const char *ks, const char *id, const char *node)
+static int file_write(const char *dir, const char *ks, const char *id, const char *node,
+                      int64_t gen)
 {
     bdb_vfs *vfs = bdb_vfs_posix();
     int rc = bdb_vfs_mkdir(vfs, dir);
     if (rc != BDB_OK)
         return rc;
     char buf[512];
-    int n = snprintf(buf, sizeof buf, "bucketdb-cluster 1\nkeyspace %s\nid %s\nnode %s\n", ks, id,
-                     node);
+    int n = snprintf(buf, sizeof buf,
+                     "bucketdb-cluster 2\nkeyspace %s\nid %s\nnode %s\ngeneration %" PRId64 "\n",
+                     ks, id, node, gen);
     return bdb_vfs_write_atomic(vfs, dir, CASS_OWNER_FILE, buf, (size_t)n);
 }
 
@@ -268,6 +327,138 @@ static int identity(cql_session *sess, const char *ks, const char *dir, int cl, 
     return rc;
 }
 
+/* ---------------------------------------------------------------- the flush generation */
+
+int cass_owner_gen_check(int64_t dir, int64_t ks)
+{
+    if (dir < ks)
+        return CASS_GEN_OLDER;
+    /* the file is written before the keyspace: a crash between them leaves it one ahead */
+    return dir - ks <= 1 ? CASS_GEN_OK : CASS_GEN_AHEAD;
+}
+
+static void ms_text(int64_t ms, char *out, size_t cap)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms <= 0 || !gmtime_r(&t, &tm) || !strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(out, cap, "an unknown time");
+}
+
+/* The keyspace's generation row: gen (0 none), the node that wrote it and when. */
+static int gen_read(cql_session *sess, const char *ks, int64_t *gen, char node[ID_HEX + 1],
+                    int64_t *since, char *err, size_t errlen)
+{
+    char q[160];
+    snprintf(q, sizeof q, "SELECT " GEN_COL ", node, since FROM %s.owner WHERE k = 'generation'",
+             ks);
+    cql_response *r = NULL;
+    /* SERIAL as the identity's read: the newest value whatever the write consistency */
+    int rc = run(sess, q, NULL, 0, CQL_SERIAL, &r, err, errlen);
+    *gen = *since = 0;
+    node[0] = 0;
+    if (rc == BDB_OK) {
+        const cql_bytes *g = cell(r, GEN_COL), *t = cell(r, "since");
+        if (g && cql_dec_bigint(*g, gen) != BDB_OK)
+            *gen = 0;
+        if (t && cql_dec_bigint(*t, since) != BDB_OK)
+            *since = 0;
+        cell_str(r, "node", node, ID_HEX + 1);
+        if (*gen < 0) {
+            snprintf(err, errlen, "keyspace %s: the owner row 'generation' holds %" PRId64, ks,
+                     *gen);
+            rc = BDB_ERR_CORRUPT;
+        }
+    }
+    cql_response_free(r);
+    return rc;
+}
+
+/* Compares the directory's generation (*dgen, 0 none) with the keyspace's: a refusal
+ * of an older copy, or with adopt a warning and *dgen set to the keyspace's. */
+static int gen_compare(cass_owner *o, cql_session *sess, const char *dir, int has_gen,
+                       const char *node, int adopt, int64_t *dgen, char *err, size_t errlen)
+{
+    int64_t kgen, since;
+    char who[ID_HEX + 1];
+    int rc = gen_read(sess, o->ks, &kgen, who, &since, err, errlen);
+    if (rc != BDB_OK)
+        return rc;
+    o->ks_gen = kgen;
+    if (*dgen < 0)
+        *dgen = 0;
+    int v = cass_owner_gen_check(*dgen, kgen);
+    if (v == CASS_GEN_AHEAD)
+        BDB_WARN("cassandra: data directory %s is at flush generation %" PRId64 " and keyspace "
+                 "%s at %" PRId64 ": the keyspace lost writes this directory made (restored "
+                 "from an older snapshot, or its owner row deleted?): raw and tier reads of "
+                 "what was flushed since may find nothing; starting",
+                 dir, *dgen, o->ks, kgen);
+    if (v != CASS_GEN_OLDER)
+        return BDB_OK;
+    char when[32], mine[48];
+    ms_text(since, when, sizeof when);
+    if (has_gen)
+        snprintf(mine, sizeof mine, "%" PRId64, *dgen);
+    else
+        snprintf(mine, sizeof mine, "none (a file of an older bucketdb)");
+    snprintf(err, errlen,
+             "data directory %s is an older copy: flush generation %s, keyspace %s is at %" PRId64
+             " (last flush by node %s%s at %s): its catalog misses what was flushed since "
+             "(404s for those devices and ranges; tier, fleet and device rows overwritten "
+             "with partial windows). Start on the newest copy of the directory, or add "
+             "adopt=true to the URI to take the keyspace over with what this copy knows; see "
+             "docs/CASSANDRA.md#older-copies-of-the-data-directory",
+             dir, mine, o->ks, kgen, who[0] ? who : "unknown",
+             !strcmp(who, node) ? " (this directory's)" : "", when);
+    rc = refuse(adopt, err, errlen);
+    if (rc == BDB_OK) {
+        BDB_WARN("cassandra: adopt=true: data directory %s takes flush generation %" PRId64 " over",
+                 dir, kgen);
+        *dgen = kgen;
+    }
+    return rc;
+}
+
+int cass_owner_flushed(cass_owner *o, cql_session *sess, char *err, size_t errlen)
+{
+    if (!o->gen_col)
+        return BDB_OK;
+    int64_t next = o->ks_gen + 1;
+    /* The file first: a directory's file is then never behind the keyspace it wrote, and
+     * a copy made before this flush is behind it from now on. */
+    if (o->gen < next) {
+        int rc = file_write(o->dir, o->ks, o->id, o->node, next);
+        if (rc != BDB_OK) {
+            snprintf(err, errlen, "cannot write %s/%s (flush generation %" PRId64 "): %s", o->dir,
+                     CASS_OWNER_FILE, next, bdb_strerror(rc));
+            return rc;
+        }
+        o->gen = next;
+    }
+    /* A timestamp of our own, rising: two coordinators' clocks must not order the
+     * generations (an older one winning would let an older copy through). */
+    int64_t ts = bdb_now_ms() * 1000;
+    if (ts <= o->gen_ts)
+        ts = o->gen_ts + 1;
+    char g[8], t[8], since[8];
+    be64(g, next);
+    be64(t, ts);
+    be64(since, bdb_now_ms());
+    cql_bytes v[4] = {{(const uint8_t *)g, 8},
+                      txt(o->node),
+                      {(const uint8_t *)since, 8},
+                      {(const uint8_t *)t, 8}};
+    cql_response *r = NULL;
+    int rc = run(sess, o->q_gen, v, 4, o->write_cl, &r, err, errlen);
+    cql_response_free(r);
+    if (rc != BDB_OK)
+        return rc;
+    o->gen_ts = ts;
+    o->ks_gen = next;
+    return BDB_OK;
+}
+
 /* ---------------------------------------------------------------- the lease */
 
 /* Values of the lease's statements: node, host, pid, since, then (o->report) the
@@ -278,12 +469,6 @@ struct lv {
     cql_bytes v[4 + NREP];
     uint16_t n;
 };
-
-static void be64(char out[8], int64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        out[i] = (char)((uint64_t)v >> (56 - 8 * i));
-}
 
 static void lease_values(const cass_owner *o, const cass_owner_report *rep, struct lv *x)
 {
@@ -378,7 +563,8 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
 {
     *out = NULL;
     char fks[64] = "", lid[ID_HEX + 1] = "", node[ID_HEX + 1] = "", id[ID_HEX + 1] = "";
-    int have = file_read(data_dir, fks, lid, node);
+    int64_t dgen = 0;
+    int have = file_read(data_dir, fks, lid, node, &dgen);
     if (have < 0) {
         snprintf(err, errlen, "%s/%s is damaged or unreadable: refusing to write", data_dir,
                  CASS_OWNER_FILE);
@@ -398,17 +584,50 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
         snprintf(err, errlen, "no random bytes for a node id");
         return BDB_ERR_IO;
     }
-    /* a first start, or an adopted keyspace: the directory takes the keyspace's id */
-    if ((!have || strcmp(lid, id) != 0) && (rc = file_write(data_dir, ks, id, node)) != BDB_OK) {
-        snprintf(err, errlen, "cannot write %s/%s: %s", data_dir, CASS_OWNER_FILE,
-                 bdb_strerror(rc));
-        return rc;
-    }
     cass_owner *o = calloc(1, sizeof *o);
-    if (!o)
+    if (!o || !(o->dir = strdup(data_dir))) {
+        free(o);
         return BDB_ERR_NOMEM;
+    }
     snprintf(o->ks, sizeof o->ks, "%s", ks);
     memcpy(o->node, node, sizeof node);
+    memcpy(o->id, id, sizeof id);
+    /* the flush generation: an older copy of the directory is refused (cass_owner.h) */
+    int64_t fgen = dgen < 0 ? 0 : dgen; /* a file without one gets it at the first flush */
+    o->gen_col = cass_column_exists(sess, ks, "owner", GEN_COL) != 0;
+    if (!o->gen_col)
+        BDB_WARN("cassandra: table %s.owner has no column " GEN_COL " (a keyspace from an older "
+                 "bucketdb, schema=none): an older copy of the data directory is not detected",
+                 ks);
+    else if (have) {
+        rc = gen_compare(o, sess, data_dir, dgen >= 0, node, adopt, &dgen, err, errlen);
+    } else { /* a first start (0), or an empty directory adopting the keyspace */
+        char who[ID_HEX + 1];
+        int64_t since;
+        rc = gen_read(sess, ks, &o->ks_gen, who, &since, err, errlen);
+        dgen = o->ks_gen;
+    }
+    if (dgen < 0) /* a file from before generations: counting starts here */
+        dgen = 0;
+    if (rc != BDB_OK) {
+        free(o->dir);
+        free(o);
+        return rc;
+    }
+    /* after a crash between the file's write and the keyspace's, the next flush writes
+     * the file's generation to the keyspace (cass_owner_flushed) */
+    o->gen = dgen;
+    if (o->ks_gen < dgen - 1)
+        o->ks_gen = dgen - 1;
+    /* a first start, or an adopted keyspace or generation: the directory takes them */
+    if ((!have || strcmp(lid, id) != 0 || dgen != fgen) &&
+        (rc = file_write(data_dir, ks, id, node, dgen)) != BDB_OK) {
+        snprintf(err, errlen, "cannot write %s/%s: %s", data_dir, CASS_OWNER_FILE,
+                 bdb_strerror(rc));
+        free(o->dir);
+        free(o);
+        return rc;
+    }
     if (gethostname(o->host, sizeof o->host - 1) != 0)
         snprintf(o->host, sizeof o->host, "unknown");
     o->pid = (int32_t)getpid();
@@ -436,8 +655,13 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
              ks, CASS_OWNER_TTL_S, rc_set);
     snprintf(o->q_release, sizeof o->q_release,
              "DELETE FROM %s.owner WHERE k = 'writer' IF node = ?", ks);
+    snprintf(o->q_gen, sizeof o->q_gen,
+             "INSERT INTO %s.owner (k, " GEN_COL ", node, since) VALUES ('generation', ?, ?, ?) "
+             "USING TIMESTAMP ?",
+             ks);
     rc = take(o, sess, NULL, err, errlen);
     if (rc != BDB_OK) {
+        free(o->dir);
         free(o);
         return rc;
     }
@@ -508,22 +732,24 @@ void cass_owner_free(cass_owner *o, cql_session *sess)
                      CASS_OWNER_TTL_S);
         cql_response_free(r);
     }
+    free(o->dir);
     free(o);
 }
 
 void cass_owner_upgrade(cql_session *sess, const char *ks)
 {
-    for (int i = 0; i < NREP; i++) {
-        if (cass_column_exists(sess, ks, "owner", rep_cols[i][0]) == 1)
+    for (int i = 0; i <= NREP; i++) {
+        const char *col = i < NREP ? rep_cols[i][0] : GEN_COL;
+        const char *type = i < NREP ? rep_cols[i][1] : "bigint";
+        if (cass_column_exists(sess, ks, "owner", col) == 1)
             continue;
         char q[192];
-        snprintf(q, sizeof q, "ALTER TABLE %s.owner ADD %s %s", ks, rep_cols[i][0], rep_cols[i][1]);
+        snprintf(q, sizeof q, "ALTER TABLE %s.owner ADD %s %s", ks, col, type);
         cql_call c = {.query = q, .consistency = CQL_ONE, .idempotent = 1, .unprepared = 1};
         cql_response *r = NULL;
         /* refused when the column is there after all: nothing to do */
         if (cql_session_execute(sess, &c, &r) == BDB_OK) {
-            BDB_INFO("cassandra: added owner.%s %s (a keyspace from an older bucketdb)",
-                     rep_cols[i][0], rep_cols[i][1]);
+            BDB_INFO("cassandra: added owner.%s %s (a keyspace from an older bucketdb)", col, type);
             cql_session_wait_schema(sess, 30000);
         }
         cql_response_free(r);

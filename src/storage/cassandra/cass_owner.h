@@ -21,6 +21,14 @@
  *    directory running elsewhere or here) refuses the start until it expires. A lease
  *    lost while running (another node took it after an outage longer than the TTL)
  *    makes every flush fail: the WAL keeps the samples, nothing is overwritten.
+ *  - the flush generation: every flush Cassandra confirmed whole that wrote something
+ *    counts one, recorded in the data directory's file 'cluster' and then in the
+ *    keyspace's row 'generation' (cass_owner_flushed). The file is written first, so
+ *    it is never behind the keyspace on the directory that flushed: one whose file is
+ *    behind is an older copy (a restored backup) and is refused, as it misses what was
+ *    flushed since (adopt=true takes the keyspace's generation over, with a warning).
+ *    A crash between the two writes leaves the file one ahead, which is accepted
+ *    (cass_owner_gen_check; docs/CASSANDRA.md#older-copies-of-the-data-directory);
  *  - what an operator needs to see (`bucketdb cluster status`) rides on the lease's
  *    writes: the writer row also holds the server's backlog, last flush, listen
  *    address and version (cass_owner_report), refreshed by each renewal. A keyspace
@@ -52,8 +60,9 @@ typedef struct cass_owner_report {
 /* Checks the identity of keyspace ks against data_dir (making both on a first start)
  * and takes the writer lease. write_cl: the consistency of the plain reads and
  * writes (the lease's transactions use SERIAL). adopt: take a keyspace whose identity
- * does not match over instead of refusing. BDB_OK, or BDB_ERR_EXISTS (refused:
- * another directory's keyspace, another live writer; the reason in err), BDB_ERR_IO
+ * does not match, or the generation of an older copy, over instead of refusing.
+ * BDB_OK, or BDB_ERR_EXISTS (refused: another directory's keyspace, an older copy of
+ * this directory, another live writer; the reason in err), BDB_ERR_IO
  * and Cassandra's errors (err says which statement). */
 int cass_owner_claim(struct cql_session *sess, const char *ks, const char *data_dir, int write_cl,
                      int adopt, cass_owner **out, char *err, size_t errlen);
@@ -61,6 +70,24 @@ int cass_owner_claim(struct cql_session *sess, const char *ks, const char *data_
  * another node holds it now (the lease is lost for good: valid() turns 0), or the error of the
  * statement (a retry later may succeed while the TTL lasts). */
 int cass_owner_renew(cass_owner *o, struct cql_session *sess, const cass_owner_report *rep);
+/* After a flush Cassandra confirmed whole: counts it in the file 'cluster' (atomically,
+ * synced) and then in the keyspace's row 'generation' (a plain write at write_cl). An
+ * error (err says which write) should fail the flush: a retry writes the same
+ * generation again. Not thread-safe: the flushes call it one at a time. */
+int cass_owner_flushed(cass_owner *o, struct cql_session *sess, char *err, size_t errlen);
+
+/* The start's rule between the directory's generation dir (0 for a file without one)
+ * and the keyspace's ks (0 for none): CASS_GEN_OK when dir is ks, or ks + 1 (a crash
+ * between the file's write and the keyspace's); CASS_GEN_OLDER when dir < ks (an
+ * older copy: the keyspace took flushes this directory never made); CASS_GEN_AHEAD
+ * when dir > ks + 1 (the keyspace lost writes: restored from an older snapshot). */
+enum { CASS_GEN_OK, CASS_GEN_OLDER, CASS_GEN_AHEAD };
+int cass_owner_gen_check(int64_t dir, int64_t ks);
+
+/* The file 'cluster' (docs/formats): parses text (NUL-terminated) into ks, id, node
+ * and gen (-1 when the file has none: version 1). 1 parsed, -1 damaged. */
+int cass_owner_file_parse(const char *text, char ks[64], char id[33], char node[33], int64_t *gen);
+
 /* 1 while this server may write: the lease was never lost. */
 int cass_owner_valid(const cass_owner *o);
 /* Gives the lease up (a restart elsewhere need not wait for the TTL) and frees o. */

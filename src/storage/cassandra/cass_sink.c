@@ -71,6 +71,9 @@ typedef struct cass_sink {
     /* set by the first connection, which may be a flush's (offline_start) while the
      * lease thread and writers read it: atomic */
     cass_owner *_Atomic owner;
+    /* something was written since the last counted flush: the next commit counts one
+     * (cass_owner_flushed); an idle flush writes nothing and counts nothing */
+    atomic_int dirty;
     pthread_t lease_th;
     int lease_running;
     pthread_cond_t cv_lease;
@@ -400,11 +403,20 @@ static int lease_lost(cass_sink *s)
     return o && !cass_owner_valid(o);
 }
 
+/* Before a write: refused once the lease is lost; else the next commit counts a flush. */
+static int write_refused(cass_sink *s)
+{
+    if (lease_lost(s))
+        return 1;
+    atomic_store(&s->dirty, 1);
+    return 0;
+}
+
 static int sink_put(bdb_sink *base, const char *tn, const char *dn, const char *metric,
                     int64_t partition, int64_t ttl_ms, const int64_t *ts, const double *v, size_t n)
 {
     cass_sink *s = (cass_sink *)base;
-    if (lease_lost(s))
+    if (write_refused(s))
         return BDB_ERR_EXISTS;
     pthread_mutex_lock(&s->mu);
     int failed = s->first_err;
@@ -461,6 +473,20 @@ static int sink_commit(bdb_sink *base)
     s->first_err = BDB_OK;
     s->failed = s->sent = 0;
     pthread_mutex_unlock(&s->mu);
+    /* the flush generation (cass_owner.h): part of the commit, so that a flush whose
+     * generation was not recorded fails and is made again */
+    cass_owner *o = atomic_load(&s->owner);
+    if (rc == BDB_OK && o && atomic_exchange(&s->dirty, 0)) {
+        char err[512];
+        cql_session *sess = atomic_load(&s->sess);
+        rc = sess ? cass_owner_flushed(o, sess, err, sizeof err) : BDB_ERR_IO;
+        if (rc != BDB_OK) {
+            atomic_store(&s->dirty, 1);
+            BDB_WARN("cassandra: counting the flush failed: %s; the flush fails and the WAL "
+                     "keeps it for the next one",
+                     sess ? err : "not connected");
+        }
+    }
     atomic_fetch_add(rc == BDB_OK ? &s->commits : &s->commit_failures, 1);
     if (rc == BDB_OK)
         atomic_store(&s->last_flush_ms, bdb_now_ms());
@@ -652,7 +678,11 @@ static void sink_close(bdb_sink *base)
     free(s);
 }
 
-/* The other writes, refused once the lease is lost. */
+/* The other writes, refused once the lease is lost. Tier and fleet windows go out
+ * after the commit of the flush they belong to (sink.h), which counted that flush
+ * already: they do not make the next one count (a stop with nothing new to flush
+ * then writes nothing, as before the generation). The rest are counted by the next
+ * commit. */
 static int g_tier_put(bdb_sink *b, const char *t, const char *d, const char *m, int res,
                       const struct bdb_rollup *r, const int32_t *ttl)
 {
@@ -665,24 +695,24 @@ static int g_fleet_put(bdb_sink *b, const char *t, const char *m, int res,
 }
 static int g_state_put(bdb_sink *b, const bdb_sink_state *v, size_t n)
 {
-    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_state_put(b, v, n);
+    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS : cass_state_put(b, v, n);
 }
 static int g_device_put(bdb_sink *b, const bdb_sink_device *v, size_t n)
 {
-    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_device_put(b, v, n);
+    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS : cass_device_put(b, v, n);
 }
 static int g_count_put(bdb_sink *b, const bdb_sink_count *v, size_t n)
 {
-    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_count_put(b, v, n);
+    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS : cass_count_put(b, v, n);
 }
 static int g_late_put(bdb_sink *b, const struct bdb_sink_late *v, size_t n)
 {
-    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_late_put(b, v, n);
+    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS : cass_late_put(b, v, n);
 }
 static int g_drop_tenant(bdb_sink *b, const char *t, const bdb_sink_device *d, const uint32_t *ns,
                          size_t n)
 {
-    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_drop_tenant(b, t, d, ns, n);
+    return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS : cass_drop_tenant(b, t, d, ns, n);
 }
 
 static const bdb_sink_ops cass_ops = {

@@ -654,11 +654,14 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
                    "-- row 'writer' is the lease of the one server writing now (a TTL the\n"
                    "-- server renews; taken and renewed with lightweight transactions), with\n"
                    "-- what `bucketdb cluster status` shows of that server: its backlog in\n"
-                   "-- bytes, last confirmed flush (ms), listen address and version.\n"
+                   "-- bytes, last confirmed flush (ms), listen address and version; row\n"
+                   "-- 'generation' counts the flushes (with the node that made the last),\n"
+                   "-- which the data directory's file also keeps: an older copy is behind.\n"
                    "CREATE TABLE IF NOT EXISTS %s.owner (\n"
                    "  k text PRIMARY KEY,\n  id text,\n  node text,\n  host text,\n"
                    "  pid int,\n  since bigint,\n  backlog_bytes bigint,\n  last_flush bigint,\n"
-                   "  listen text,\n  version text\n) WITH gc_grace_seconds = %lld;\n",
+                   "  listen text,\n  version text,\n  generation bigint\n"
+                   ") WITH gc_grace_seconds = %lld;\n",
                    ks, (long long)o->gc_grace_s);
     return BDB_OK;
 }
