@@ -117,8 +117,9 @@ def lifecycle_of_the_lease():
     version = run(["version"]).stdout.split()[-1]
     s = Server(args=["--storage", uri(ks), "--flush-interval-ms", "1h"]).start()
     try:
-        # the server publishes its figures right after the start, not at the first renewal
-        doc = wait_writer(ks, lambda w: w["backlog_bytes"] is not None, "first report", 5)
+        # the server publishes its figures right after the start, before the first
+        # renewal (10 s); 9 s leaves a loaded machine room
+        doc = wait_writer(ks, lambda w: w["backlog_bytes"] is not None, "first report", 9)
         w = doc["writer"]
         eq(w["pid"], s.proc.pid, "lease pid")
         eq(w["listen"], "127.0.0.1:%d" % s.port, "listen address")
@@ -166,7 +167,7 @@ def json_shape():
     ks = fresh_keyspace("bdb_cstatus_shape")
     s = Server(args=["--storage", uri(ks), "--flush-interval-ms", "1h"]).start()
     try:
-        doc = wait_writer(ks, lambda w: w["listen"] is not None, "report", 5)
+        doc = wait_writer(ks, lambda w: w["listen"] is not None, "report", 9)
     finally:
         s.stop()
     eq(sorted(doc), ["cluster", "keyspace", "nodes", "writer"], "top-level keys")
@@ -208,7 +209,7 @@ def owner_table_of_an_older_version():
     s = Server(data=s.data, args=["--storage", uri(ks), "--flush-interval-ms", "1h"]).start()
     try:
         contains(s.log(), "added owner.backlog_bytes")
-        doc = wait_writer(ks, lambda w: w["listen"] is not None, "report after the upgrade", 5)
+        doc = wait_writer(ks, lambda w: w["listen"] is not None, "report after the upgrade", 9)
         eq(doc["writer"]["listen"], "127.0.0.1:%d" % s.port)
     finally:
         s.stop()
