@@ -9,6 +9,7 @@
 #include "query/windows.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,10 +114,21 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
     a->seen[g]++;
     if (!a->nwin || !r->count)
         return;
-    int64_t d = r->start - a->lo;
-    size_t j = d < 0 ? 0 : (uint64_t)(d / a->every) >= a->nwin ? a->nwin : (size_t)(d / a->every);
-    if (j == a->nwin)
-        return;
+    size_t j;
+    if (r->start >= a->jlo && r->start < a->jhi) { /* the last one's window (edge samples) */
+        j = a->j;
+    } else {
+        int64_t d = r->start - a->lo;
+        uint64_t q = d < 0 ? 0 : (uint64_t)(d / a->every);
+        if (q >= a->nwin)
+            return;
+        j = (size_t)q;
+        if (d >= 0) {
+            a->j = j;
+            a->jlo = a->lo + (int64_t)j * a->every;
+            a->jhi = a->jlo + a->every;
+        }
+    }
     if (!a->g[g]) {
         /* every window of the group, as its rows will be: bounded over all groups */
         uint64_t cells = (uint64_t)a->nwin * a->nf;
@@ -150,6 +162,46 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
     c->p99 = r->p99;
 }
 
+/* A window (or edge sample) of one device read on the pool, kept in read order until
+ * the caller merges the devices' in device order. */
+typedef struct tier_item {
+    int64_t start;
+    double v; /* an edge sample's value */
+    uint32_t fi;
+    uint32_t w; /* a window: its index in tier_buf.w; an edge sample: UINT32_MAX */
+} tier_item;
+
+typedef struct tier_buf {
+    tier_item *v;
+    size_t n, cap;
+    bdb_window_row *w;
+    size_t nw, capw;
+} tier_buf;
+
+static void *grow(void *p, size_t *cap, size_t size)
+{
+    *cap = *cap ? *cap * 2 : 256;
+    p = realloc(p, *cap * size);
+    if (!p)
+        abort();
+    return p;
+}
+
+/* An edge sample as a window of one. */
+static bdb_window_row sample_row(const char *metric, int64_t ts, double v)
+{
+    return (bdb_window_row){.metric = metric,
+                            .start = ts,
+                            .count = 1,
+                            .sum = v,
+                            .min = v,
+                            .max = v,
+                            .mean = v,
+                            .p50 = v,
+                            .p95 = v,
+                            .p99 = v};
+}
+
 struct tread {
     tier_acc *ta;
     const char *const *metrics;
@@ -158,12 +210,17 @@ struct tread {
     uint32_t dev;
     uint64_t *read, max;
     int over;
+    /* on the pool: the windows go to buf, counted against max in *shared (all the
+     * devices read at once), and are merged later */
+    tier_buf *buf;
+    _Atomic uint64_t *shared;
+    int sample; /* the row is an edge sample: the item alone keeps it */
 };
 
 static int tread_cb(void *ctx, const bdb_window_row *r)
 {
     struct tread *t = ctx;
-    if (++*t->read > t->max) {
+    if (t->buf ? atomic_fetch_add(t->shared, 1) + 1 > t->max : ++*t->read > t->max) {
         t->over = 1;
         return 1;
     }
@@ -173,6 +230,20 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
             fi = t->fis[i];
             break;
         }
+    if (t->buf) {
+        tier_buf *b = t->buf;
+        if (b->n == b->cap)
+            b->v = grow(b->v, &b->cap, sizeof *b->v);
+        uint32_t w = UINT32_MAX;
+        if (!t->sample) {
+            if (b->nw == b->capw)
+                b->w = grow(b->w, &b->capw, sizeof *b->w);
+            w = (uint32_t)b->nw;
+            b->w[b->nw++] = *r;
+        }
+        b->v[b->n++] = (tier_item){r->start, r->sum, fi, w};
+        return 0;
+    }
     acc_add(t->ta, t->dev, fi, r);
     if (t->ta->over) {
         t->over = 1;
@@ -185,17 +256,12 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
  * tier's windows (every function a tier answers across edges is mergeable). */
 static int edge_cb(void *ctx, const char *metric, int64_t ts, double v)
 {
-    bdb_window_row row = {.metric = metric,
-                          .start = ts,
-                          .count = 1,
-                          .sum = v,
-                          .min = v,
-                          .max = v,
-                          .mean = v,
-                          .p50 = v,
-                          .p95 = v,
-                          .p99 = v};
-    return tread_cb(ctx, &row);
+    struct tread *t = ctx;
+    bdb_window_row row = sample_row(metric, ts, v);
+    t->sample = 1;
+    int stop = tread_cb(ctx, &row);
+    t->sample = 0;
+    return stop;
 }
 
 static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int64_t from,
@@ -213,17 +279,18 @@ static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int6
     return bdb_query_range(c->db, c->pool, &q, edge_cb, t, &st);
 }
 
-int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
-                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
-                  int quantiles, tier_acc *ta, uint64_t *read)
+/* iql_tier_read into t (which says where the windows go). */
+static int tier_read(const iql_ctx *c, int tier, const char *device, struct tread *t, int64_t from,
+                     int64_t to, int quantiles, int moments)
 {
     int64_t w = bdb_res_width((enum bdb_res)tier);
     /* [a, b): the tier's whole windows inside the range; the edges from raw */
     int64_t a = floordiv64(from - 1, w) * w + w, b = floordiv64(to, w) * w;
-    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0};
+    const char *const *metrics = t->metrics;
+    size_t nm = t->nm;
     int rc = BDB_OK;
     if (a >= b) {
-        rc = read_edge(c, device, &t, from, to);
+        rc = read_edge(c, device, t, from, to);
     } else {
         bdb_window_query q = {.tenant = c->tenant,
                               .device = device,
@@ -233,17 +300,125 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
                               .to = b,
                               .res = (enum bdb_res)tier,
                               .lateness_ms = c->lateness_ms,
-                              .no_quantiles = !quantiles};
+                              .no_quantiles = !quantiles,
+                              .no_moments = !moments};
         int64_t wm;
-        rc = read_edge(c, device, &t, from, a);
-        if (rc == BDB_OK && !t.over)
-            rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
-        if (rc == BDB_OK && !t.over)
-            rc = read_edge(c, device, &t, b, to);
+        rc = read_edge(c, device, t, from, a);
+        if (rc == BDB_OK && !t->over)
+            rc = bdb_query_windows(c->db, &q, tread_cb, t, &wm);
+        if (rc == BDB_OK && !t->over)
+            rc = read_edge(c, device, t, b, to);
     }
-    if (t.over)
+    if (t->over)
         return BDB_ERR_LIMIT;
     return rc;
+}
+
+int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
+                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
+                  int quantiles, tier_acc *ta, uint64_t *read)
+{
+    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0, NULL, NULL};
+    return tier_read(c, tier, device, &t, from, to, quantiles, ta->spread);
+}
+
+struct devs_job {
+    const iql_ctx *c;
+    int tier, quantiles, moments;
+    iql_tier_dev *devs;
+    const int64_t *ranges;
+    size_t nranges;
+    tier_buf *bufs; /* one per device of the wave */
+    size_t first;   /* the wave's first device */
+    _Atomic uint64_t shared;
+};
+
+static void read_dev(void *arg, size_t i)
+{
+    struct devs_job *j = arg;
+    iql_tier_dev *d = &j->devs[j->first + i];
+    /* the engine's range reads stay on this thread: a pool task that waits on the pool
+     * could wait for itself */
+    iql_ctx c = *j->c;
+    c.pool = NULL;
+    struct tread t = {.metrics = d->metrics,
+                      .fis = d->fis,
+                      .nm = d->nm,
+                      .dev = d->dev,
+                      .max = c.max_points,
+                      .buf = &j->bufs[i],
+                      .shared = &j->shared};
+    j->bufs[i].n = 0;
+    j->bufs[i].nw = 0;
+    d->rc = BDB_OK;
+    for (size_t r = 0; r < j->nranges && d->rc == BDB_OK; r++)
+        d->rc = tier_read(&c, j->tier, d->device, &t, j->ranges[2 * r], j->ranges[2 * r + 1],
+                          j->quantiles, j->moments);
+}
+
+void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n,
+                        const int64_t *ranges, size_t nranges, int quantiles, tier_acc *ta,
+                        uint64_t *read)
+{
+    size_t wave =
+        c->pool && bdb_pool_workers(c->pool) > 1 ? (size_t)bdb_pool_workers(c->pool) * 2 : 0;
+    if (wave < 2 || n < 2) { /* one after another, straight into ta */
+        for (size_t i = 0; i < n; i++) {
+            iql_tier_dev *d = &devs[i];
+            d->rc = BDB_OK;
+            for (size_t r = 0; r < nranges && d->rc == BDB_OK; r++)
+                d->rc = iql_tier_read(c, tier, d->device, d->metrics, d->fis, d->nm, d->dev,
+                                      ranges[2 * r], ranges[2 * r + 1], quantiles, ta, read);
+            if (d->rc == BDB_ERR_LIMIT)
+                return;
+        }
+        return;
+    }
+    /* The devices are read in parallel, a wave at a time (as range.c reads partitions,
+     * so that other queries' reads get the pool between waves), each into its buffer;
+     * the buffers are merged in device order, the order of a read one after another,
+     * so that the sums are the same to the last bit whatever thread read what. */
+    struct devs_job j = {.c = c,
+                         .tier = tier,
+                         .quantiles = quantiles,
+                         .moments = ta->spread,
+                         .devs = devs,
+                         .ranges = ranges,
+                         .nranges = nranges};
+    j.bufs = calloc(wave, sizeof *j.bufs);
+    if (!j.bufs)
+        abort();
+    for (size_t first = 0; first < n; first += wave) {
+        size_t m = n - first < wave ? n - first : wave;
+        j.first = first;
+        atomic_store(&j.shared, *read);
+        bdb_pool_run(c->pool, read_dev, &j, m);
+        int stop = 0;
+        for (size_t i = 0; i < m && !stop; i++) {
+            iql_tier_dev *d = &devs[first + i];
+            const tier_buf *b = &j.bufs[i];
+            for (size_t k = 0; k < b->n && !stop; k++) {
+                const tier_item *it = &b->v[k];
+                bdb_window_row sr;
+                if (it->w == UINT32_MAX)
+                    sr = sample_row(NULL, it->start, it->v);
+                if (++*read > c->max_points ||
+                    (acc_add(ta, d->dev, it->fi, it->w == UINT32_MAX ? &sr : &b->w[it->w]),
+                     ta->over)) {
+                    d->rc = BDB_ERR_LIMIT;
+                    stop = 1;
+                }
+            }
+            stop |= d->rc == BDB_ERR_LIMIT;
+        }
+        if (stop)
+            break;
+    }
+    for (size_t i = 0; i < wave; i++) {
+        free(j.bufs[i].v);
+        free(j.bufs[i].w);
+    }
+    free(j.bufs);
 }
 
 /* One column of one output window. */
