@@ -322,47 +322,59 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
     return tier_read(c, tier, device, &t, from, to, quantiles, ta->spread);
 }
 
+/* Devices per pool run: other queries' reads get the pool between two runs. */
+#define TIER_WAVE 64
+
 struct devs_job {
     const iql_ctx *c;
     int tier, quantiles, moments;
     iql_tier_dev *devs;
     const int64_t *ranges;
     size_t nranges;
-    tier_buf *bufs; /* one per device of the wave */
-    size_t first;   /* the wave's first device */
+    tier_buf *bufs; /* one per task */
+    struct span {
+        uint32_t task;
+        size_t a, b; /* the device's items in its task's buffer */
+    } * span;        /* per device of the wave */
+    size_t first, n; /* the wave */
+    _Atomic size_t next;
     _Atomic uint64_t shared;
 };
 
-static void read_dev(void *arg, size_t i)
+/* A task takes the wave's next device until none is left: tasks that wait for a core
+ * do not hold devices the others could read. */
+static void read_devs_task(void *arg, size_t i)
 {
     struct devs_job *j = arg;
-    iql_tier_dev *d = &j->devs[j->first + i];
+    tier_buf *b = &j->bufs[i];
     /* the engine's range reads stay on this thread: a pool task that waits on the pool
      * could wait for itself */
     iql_ctx c = *j->c;
     c.pool = NULL;
-    struct tread t = {.metrics = d->metrics,
-                      .fis = d->fis,
-                      .nm = d->nm,
-                      .dev = d->dev,
-                      .max = c.max_points,
-                      .buf = &j->bufs[i],
-                      .shared = &j->shared};
-    j->bufs[i].n = 0;
-    j->bufs[i].nw = 0;
-    d->rc = BDB_OK;
-    for (size_t r = 0; r < j->nranges && d->rc == BDB_OK; r++)
-        d->rc = tier_read(&c, j->tier, d->device, &t, j->ranges[2 * r], j->ranges[2 * r + 1],
-                          j->quantiles, j->moments);
+    for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->n;) {
+        iql_tier_dev *d = &j->devs[j->first + k];
+        struct tread t = {.metrics = d->metrics,
+                          .fis = d->fis,
+                          .nm = d->nm,
+                          .dev = d->dev,
+                          .max = c.max_points,
+                          .buf = b,
+                          .shared = &j->shared};
+        size_t a = b->n;
+        d->rc = BDB_OK;
+        for (size_t r = 0; r < j->nranges && d->rc == BDB_OK; r++)
+            d->rc = tier_read(&c, j->tier, d->device, &t, j->ranges[2 * r], j->ranges[2 * r + 1],
+                              j->quantiles, j->moments);
+        j->span[k] = (struct span){(uint32_t)i, a, b->n};
+    }
 }
 
 void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n,
                         const int64_t *ranges, size_t nranges, int quantiles, tier_acc *ta,
                         uint64_t *read)
 {
-    size_t wave =
-        c->pool && bdb_pool_workers(c->pool) > 1 ? (size_t)bdb_pool_workers(c->pool) * 2 : 0;
-    if (wave < 2 || n < 2) { /* one after another, straight into ta */
+    size_t tasks = c->pool ? (size_t)bdb_pool_workers(c->pool) : 0;
+    if (tasks < 2 || n < 2) { /* one after another, straight into ta */
         for (size_t i = 0; i < n; i++) {
             iql_tier_dev *d = &devs[i];
             d->rc = BDB_OK;
@@ -374,10 +386,10 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
         }
         return;
     }
-    /* The devices are read in parallel, a wave at a time (as range.c reads partitions,
-     * so that other queries' reads get the pool between waves), each into its buffer;
-     * the buffers are merged in device order, the order of a read one after another,
-     * so that the sums are the same to the last bit whatever thread read what. */
+    /* The devices are read in parallel, a wave at a time, into the tasks' buffers; the
+     * buffers are merged in device order, the order of a read one after another, so
+     * that the sums are the same to the last bit whatever thread read what. The items
+     * buffered at once are bounded by max_points like the reads (shared). */
     struct devs_job j = {.c = c,
                          .tier = tier,
                          .quantiles = quantiles,
@@ -385,20 +397,24 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
                          .devs = devs,
                          .ranges = ranges,
                          .nranges = nranges};
-    j.bufs = calloc(wave, sizeof *j.bufs);
-    if (!j.bufs)
+    j.bufs = calloc(tasks, sizeof *j.bufs);
+    j.span = calloc(TIER_WAVE, sizeof *j.span);
+    if (!j.bufs || !j.span)
         abort();
-    for (size_t first = 0; first < n; first += wave) {
-        size_t m = n - first < wave ? n - first : wave;
+    for (size_t first = 0; first < n; first += TIER_WAVE) {
         j.first = first;
+        j.n = n - first < TIER_WAVE ? n - first : TIER_WAVE;
+        atomic_store(&j.next, 0);
         atomic_store(&j.shared, *read);
-        bdb_pool_run(c->pool, read_dev, &j, m);
+        for (size_t i = 0; i < tasks; i++)
+            j.bufs[i].n = j.bufs[i].nw = 0;
+        bdb_pool_run(c->pool, read_devs_task, &j, j.n < tasks ? j.n : tasks);
         int stop = 0;
-        for (size_t i = 0; i < m && !stop; i++) {
-            iql_tier_dev *d = &devs[first + i];
-            const tier_buf *b = &j.bufs[i];
-            for (size_t k = 0; k < b->n && !stop; k++) {
-                const tier_item *it = &b->v[k];
+        for (size_t k = 0; k < j.n && !stop; k++) {
+            iql_tier_dev *d = &devs[first + k];
+            const tier_buf *b = &j.bufs[j.span[k].task];
+            for (size_t x = j.span[k].a; x < j.span[k].b && !stop; x++) {
+                const tier_item *it = &b->v[x];
                 bdb_window_row sr;
                 if (it->w == UINT32_MAX)
                     sr = sample_row(NULL, it->start, it->v);
@@ -414,11 +430,12 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
         if (stop)
             break;
     }
-    for (size_t i = 0; i < wave; i++) {
+    for (size_t i = 0; i < tasks; i++) {
         free(j.bufs[i].v);
         free(j.bufs[i].w);
     }
     free(j.bufs);
+    free(j.span);
 }
 
 /* One column of one output window. */
