@@ -9,9 +9,11 @@
 #include "query/windows.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *iql_tier_name(int tier)
 {
@@ -166,10 +168,13 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
  * the caller merges the devices' in device order. */
 typedef struct tier_item {
     int64_t start;
-    double v; /* an edge sample's value */
+    uint64_t count;
+    double sum, min, max; /* an edge sample: its value */
     uint32_t fi;
-    uint32_t w; /* a window: its index in tier_buf.w; an edge sample: UINT32_MAX */
+    uint32_t w; /* ITEM_SAMPLE, ITEM_STATS, or the whole row's index in tier_buf.w */
 } tier_item;
+#define ITEM_SAMPLE UINT32_MAX
+#define ITEM_STATS (UINT32_MAX - 1) /* a window of which the answer wants these alone */
 
 typedef struct tier_buf {
     tier_item *v;
@@ -185,6 +190,40 @@ static void *grow(void *p, size_t *cap, size_t size)
     if (!p)
         abort();
     return p;
+}
+
+/* Buffers kept between queries: a 30-day panel of a tag group buffers some 20,000
+ * windows, and memory fresh from the system costs a page fault per 4 KiB, more than
+ * reading them. At most BUF_KEEP of at most BUF_KEEP_BYTES each are kept. */
+#define BUF_KEEP 8
+#define BUF_KEEP_BYTES (4u << 20)
+static pthread_mutex_t buf_mu = PTHREAD_MUTEX_INITIALIZER;
+static tier_buf buf_kept[BUF_KEEP];
+static size_t buf_nkept;
+
+static void buf_take(tier_buf *b)
+{
+    pthread_mutex_lock(&buf_mu);
+    if (buf_nkept)
+        *b = buf_kept[--buf_nkept];
+    else
+        memset(b, 0, sizeof *b);
+    pthread_mutex_unlock(&buf_mu);
+    b->n = b->nw = 0;
+}
+
+static void buf_give(tier_buf *b)
+{
+    pthread_mutex_lock(&buf_mu);
+    if (buf_nkept < BUF_KEEP && b->cap * sizeof *b->v + b->capw * sizeof *b->w <= BUF_KEEP_BYTES) {
+        buf_kept[buf_nkept++] = *b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&buf_mu);
+    if (b) {
+        free(b->v);
+        free(b->w);
+    }
 }
 
 /* An edge sample as a window of one. */
@@ -215,6 +254,7 @@ struct tread {
     tier_buf *buf;
     _Atomic uint64_t *shared;
     int sample; /* the row is an edge sample: the item alone keeps it */
+    int whole;  /* the answer wants the windows' mean, stddev or quantiles too */
 };
 
 static int tread_cb(void *ctx, const bdb_window_row *r)
@@ -234,14 +274,14 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
         tier_buf *b = t->buf;
         if (b->n == b->cap)
             b->v = grow(b->v, &b->cap, sizeof *b->v);
-        uint32_t w = UINT32_MAX;
-        if (!t->sample) {
+        uint32_t w = t->sample ? ITEM_SAMPLE : ITEM_STATS;
+        if (!t->sample && t->whole) {
             if (b->nw == b->capw)
                 b->w = grow(b->w, &b->capw, sizeof *b->w);
             w = (uint32_t)b->nw;
             b->w[b->nw++] = *r;
         }
-        b->v[b->n++] = (tier_item){r->start, r->sum, fi, w};
+        b->v[b->n++] = (tier_item){r->start, r->count, r->sum, r->min, r->max, fi, w};
         return 0;
     }
     acc_add(t->ta, t->dev, fi, r);
@@ -359,7 +399,8 @@ static void read_devs_task(void *arg, size_t i)
                           .dev = d->dev,
                           .max = c.max_points,
                           .buf = b,
-                          .shared = &j->shared};
+                          .shared = &j->shared,
+                          .whole = j->moments || j->quantiles};
         size_t a = b->n;
         d->rc = BDB_OK;
         for (size_t r = 0; r < j->nranges && d->rc == BDB_OK; r++)
@@ -373,7 +414,15 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
                         const int64_t *ranges, size_t nranges, int quantiles, tier_acc *ta,
                         uint64_t *read)
 {
+    /* a task per core at most: more only take turns on the cores (sysconf reads a
+     * file: once) */
+    static _Atomic long ncores;
+    long cores = atomic_load(&ncores);
+    if (!cores)
+        atomic_store(&ncores, cores = sysconf(_SC_NPROCESSORS_ONLN));
     size_t tasks = c->pool ? (size_t)bdb_pool_workers(c->pool) : 0;
+    if (cores > 0 && tasks > (size_t)cores)
+        tasks = (size_t)cores;
     if (tasks < 2 || n < 2) { /* one after another, straight into ta */
         for (size_t i = 0; i < n; i++) {
             iql_tier_dev *d = &devs[i];
@@ -401,6 +450,8 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
     j.span = calloc(TIER_WAVE, sizeof *j.span);
     if (!j.bufs || !j.span)
         abort();
+    for (size_t i = 0; i < tasks; i++)
+        buf_take(&j.bufs[i]);
     for (size_t first = 0; first < n; first += TIER_WAVE) {
         j.first = first;
         j.n = n - first < TIER_WAVE ? n - first : TIER_WAVE;
@@ -416,10 +467,21 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
             for (size_t x = j.span[k].a; x < j.span[k].b && !stop; x++) {
                 const tier_item *it = &b->v[x];
                 bdb_window_row sr;
-                if (it->w == UINT32_MAX)
-                    sr = sample_row(NULL, it->start, it->v);
+                if (it->w == ITEM_SAMPLE)
+                    sr = sample_row(NULL, it->start, it->sum);
+                else if (it->w == ITEM_STATS)
+                    sr = (bdb_window_row){.start = it->start,
+                                          .count = it->count,
+                                          .sum = it->sum,
+                                          .min = it->min,
+                                          .max = it->max,
+                                          .mean = NAN,
+                                          .stddev = NAN,
+                                          .p50 = NAN,
+                                          .p95 = NAN,
+                                          .p99 = NAN};
                 if (++*read > c->max_points ||
-                    (acc_add(ta, d->dev, it->fi, it->w == UINT32_MAX ? &sr : &b->w[it->w]),
+                    (acc_add(ta, d->dev, it->fi, it->w >= ITEM_STATS ? &sr : &b->w[it->w]),
                      ta->over)) {
                     d->rc = BDB_ERR_LIMIT;
                     stop = 1;
@@ -430,10 +492,8 @@ void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n
         if (stop)
             break;
     }
-    for (size_t i = 0; i < tasks; i++) {
-        free(j.bufs[i].v);
-        free(j.bufs[i].w);
-    }
+    for (size_t i = 0; i < tasks; i++)
+        buf_give(&j.bufs[i]);
     free(j.bufs);
     free(j.span);
 }
