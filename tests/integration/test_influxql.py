@@ -307,38 +307,6 @@ def test_same_answers_as_influxd():
 
 
 @suite.test
-def test_parallel_tier_reads():
-    """The devices of a tier answer are read in parallel on the query pool and merged in
-    device order: the same bytes as one worker reading them one after another, the
-    limit error too."""
-    lines = fleet_lines()
-    tiered = [stmt for stmt, tier, _ in STATEMENTS if tier not in (None, "raw")]
-    check(len(tiered) >= 15, "tier statements: %d" % len(tiered))
-    with Server(args=["--query-workers", "1"]) as one, Server(args=["--query-workers", "4"]) as four:
-        for s in (one, four):
-            write_all(s.port, lines, "fleet")
-        for flushed in (False, True):
-            for stmt in tiered:
-                a, b = query(one.port, stmt), query(four.port, stmt)
-                eq(a.status, 200, "%s (%r)" % (stmt, a.body[:300]))
-                eq(b.body, a.body, "%s (flushed %s): 4 workers differ from 1" % (stmt, flushed))
-            if not flushed:
-                one.flush()
-                four.flush()
-    # past the point limit while the devices are read at once: the same error
-    stmt = "SELECT mean(temp) FROM env WHERE %s GROUP BY time(1m), site" % RU
-    answers = []
-    for w in ("1", "4"):
-        with Server(args=["--query-workers", w, "--max-query-samples", "500"]) as s:
-            write_all(s.port, lines, "fleet")
-            s.flush()
-            answers.append(query(s.port, stmt))
-    eq(answers[0].status, answers[1].status)
-    eq(answers[1].body, answers[0].body)
-    contains(answers[1].body.decode(), "max-select-point limit exceeded")
-
-
-@suite.test
 def test_errors_and_limits():
     with Server(args=["--max-query-samples", "1000"]) as s:
         write_all(s.port, fleet_lines()[:3000], "fleet")

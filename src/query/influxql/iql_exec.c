@@ -604,16 +604,6 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 ta.spread |= k[i].fn == IQL_FN_STDDEV;
         } else
             memset(&ta, 0, sizeof ta);
-        /* with a tier, the devices' metrics are gathered first and read together */
-        iql_tier_dev *tdv = NULL;
-        const char **tmet = NULL;
-        uint32_t *tfis = NULL;
-        size_t ntdv = 0, ntmet = 0;
-        if (tier) {
-            tdv = iql_xmalloc((nmd + 1) * sizeof *tdv);
-            tmet = iql_xmalloc((m->nmf + 1) * sizeof *tmet);
-            tfis = iql_xmalloc((m->nmf + 1) * sizeof *tfis);
-        }
         size_t mj = 0; /* m->mf and md are both in device order: one walk */
         for (size_t i = 0; i < nmd && fields.n && !s.over; i++) {
             const char *metrics[IQL_MAX_LIST];
@@ -630,12 +620,18 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             if (!nm)
                 continue;
             if (tier) {
-                /* nm <= the device's entries in m->mf: the flat lists hold them all */
-                memcpy(tmet + ntmet, metrics, nm * sizeof *tmet);
-                memcpy(tfis + ntmet, fis, nm * sizeof *tfis);
-                tdv[ntdv++] = (iql_tier_dev){c.d[md[i]].name, tmet + ntmet, tfis + ntmet, nm,
-                                             (uint32_t)i,     BDB_OK};
-                ntmet += nm;
+                /* with the fleet tables, the devices' tiers answer only the edges */
+                int rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i,
+                                       s.from, fleet ? fa : s.to, quant, &ta, &s.read);
+                if (rc == BDB_OK && fleet)
+                    rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i, fb,
+                                       s.to, quant, &ta, &s.read);
+                if (rc == BDB_ERR_LIMIT) {
+                    s.over = 1;
+                } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
+                    iql_set_error(r, "reading the %s tier failed: %s", iql_tier_name(tier),
+                                  bdb_strerror(rc));
+                }
                 continue;
             }
             bdb_range_query q = {.tenant = x->tenant,
@@ -655,24 +651,6 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                               bdb_strerror(e));
                 break;
             }
-        }
-        if (tier) {
-            /* with the fleet tables, the devices' tiers answer only the edges */
-            int64_t rg[4] = {s.from, fleet ? fa : s.to, fb, s.to};
-            iql_tier_read_devs(x, tier, tdv, ntdv, rg, fleet ? 2 : 1, quant, &ta, &s.read);
-            for (size_t i = 0; i < ntdv; i++) {
-                int rc = tdv[i].rc;
-                if (rc == BDB_ERR_LIMIT) {
-                    s.over = 1;
-                    break;
-                } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
-                    iql_set_error(r, "reading the %s tier failed: %s", iql_tier_name(tier),
-                                  bdb_strerror(rc));
-                }
-            }
-            free(tdv);
-            free(tmet);
-            free(tfis);
         }
         if (!agg && !r->error && !s.over)
             read_attrs(&s, m, k, nk, md, nmd, fcond, &p, &np, &capp);

@@ -9,11 +9,8 @@
 #include "query/windows.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *iql_tier_name(int tier)
 {
@@ -164,83 +161,6 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
     c->p99 = r->p99;
 }
 
-/* A window (or edge sample) of one device read on the pool, kept in read order until
- * the caller merges the devices' in device order. */
-typedef struct tier_item {
-    int64_t start;
-    uint64_t count;
-    double sum, min, max; /* an edge sample: its value */
-    uint32_t fi;
-    uint32_t w; /* ITEM_SAMPLE, ITEM_STATS, or the whole row's index in tier_buf.w */
-} tier_item;
-#define ITEM_SAMPLE UINT32_MAX
-#define ITEM_STATS (UINT32_MAX - 1) /* a window of which the answer wants these alone */
-
-typedef struct tier_buf {
-    tier_item *v;
-    size_t n, cap;
-    bdb_window_row *w;
-    size_t nw, capw;
-} tier_buf;
-
-static void *grow(void *p, size_t *cap, size_t size)
-{
-    *cap = *cap ? *cap * 2 : 256;
-    p = realloc(p, *cap * size);
-    if (!p)
-        abort();
-    return p;
-}
-
-/* Buffers kept between queries: a 30-day panel of a tag group buffers some 20,000
- * windows, and memory fresh from the system costs a page fault per 4 KiB, more than
- * reading them. At most BUF_KEEP of at most BUF_KEEP_BYTES each are kept. */
-#define BUF_KEEP 8
-#define BUF_KEEP_BYTES (4u << 20)
-static pthread_mutex_t buf_mu = PTHREAD_MUTEX_INITIALIZER;
-static tier_buf buf_kept[BUF_KEEP];
-static size_t buf_nkept;
-
-static void buf_take(tier_buf *b)
-{
-    pthread_mutex_lock(&buf_mu);
-    if (buf_nkept)
-        *b = buf_kept[--buf_nkept];
-    else
-        memset(b, 0, sizeof *b);
-    pthread_mutex_unlock(&buf_mu);
-    b->n = b->nw = 0;
-}
-
-static void buf_give(tier_buf *b)
-{
-    pthread_mutex_lock(&buf_mu);
-    if (buf_nkept < BUF_KEEP && b->cap * sizeof *b->v + b->capw * sizeof *b->w <= BUF_KEEP_BYTES) {
-        buf_kept[buf_nkept++] = *b;
-        b = NULL;
-    }
-    pthread_mutex_unlock(&buf_mu);
-    if (b) {
-        free(b->v);
-        free(b->w);
-    }
-}
-
-/* An edge sample as a window of one. */
-static bdb_window_row sample_row(const char *metric, int64_t ts, double v)
-{
-    return (bdb_window_row){.metric = metric,
-                            .start = ts,
-                            .count = 1,
-                            .sum = v,
-                            .min = v,
-                            .max = v,
-                            .mean = v,
-                            .p50 = v,
-                            .p95 = v,
-                            .p99 = v};
-}
-
 struct tread {
     tier_acc *ta;
     const char *const *metrics;
@@ -249,18 +169,12 @@ struct tread {
     uint32_t dev;
     uint64_t *read, max;
     int over;
-    /* on the pool: the windows go to buf, counted against max in *shared (all the
-     * devices read at once), and are merged later */
-    tier_buf *buf;
-    _Atomic uint64_t *shared;
-    int sample; /* the row is an edge sample: the item alone keeps it */
-    int whole;  /* the answer wants the windows' mean, stddev or quantiles too */
 };
 
 static int tread_cb(void *ctx, const bdb_window_row *r)
 {
     struct tread *t = ctx;
-    if (t->buf ? atomic_fetch_add(t->shared, 1) + 1 > t->max : ++*t->read > t->max) {
+    if (++*t->read > t->max) {
         t->over = 1;
         return 1;
     }
@@ -270,20 +184,6 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
             fi = t->fis[i];
             break;
         }
-    if (t->buf) {
-        tier_buf *b = t->buf;
-        if (b->n == b->cap)
-            b->v = grow(b->v, &b->cap, sizeof *b->v);
-        uint32_t w = t->sample ? ITEM_SAMPLE : ITEM_STATS;
-        if (!t->sample && t->whole) {
-            if (b->nw == b->capw)
-                b->w = grow(b->w, &b->capw, sizeof *b->w);
-            w = (uint32_t)b->nw;
-            b->w[b->nw++] = *r;
-        }
-        b->v[b->n++] = (tier_item){r->start, r->count, r->sum, r->min, r->max, fi, w};
-        return 0;
-    }
     acc_add(t->ta, t->dev, fi, r);
     if (t->ta->over) {
         t->over = 1;
@@ -296,12 +196,17 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
  * tier's windows (every function a tier answers across edges is mergeable). */
 static int edge_cb(void *ctx, const char *metric, int64_t ts, double v)
 {
-    struct tread *t = ctx;
-    bdb_window_row row = sample_row(metric, ts, v);
-    t->sample = 1;
-    int stop = tread_cb(ctx, &row);
-    t->sample = 0;
-    return stop;
+    bdb_window_row row = {.metric = metric,
+                          .start = ts,
+                          .count = 1,
+                          .sum = v,
+                          .min = v,
+                          .max = v,
+                          .mean = v,
+                          .p50 = v,
+                          .p95 = v,
+                          .p99 = v};
+    return tread_cb(ctx, &row);
 }
 
 static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int64_t from,
@@ -319,18 +224,17 @@ static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int6
     return bdb_query_range(c->db, c->pool, &q, edge_cb, t, &st);
 }
 
-/* iql_tier_read into t (which says where the windows go). */
-static int tier_read(const iql_ctx *c, int tier, const char *device, struct tread *t, int64_t from,
-                     int64_t to, int quantiles, int moments)
+int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
+                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
+                  int quantiles, tier_acc *ta, uint64_t *read)
 {
     int64_t w = bdb_res_width((enum bdb_res)tier);
     /* [a, b): the tier's whole windows inside the range; the edges from raw */
     int64_t a = floordiv64(from - 1, w) * w + w, b = floordiv64(to, w) * w;
-    const char *const *metrics = t->metrics;
-    size_t nm = t->nm;
+    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0};
     int rc = BDB_OK;
     if (a >= b) {
-        rc = read_edge(c, device, t, from, to);
+        rc = read_edge(c, device, &t, from, to);
     } else {
         bdb_window_query q = {.tenant = c->tenant,
                               .device = device,
@@ -341,161 +245,17 @@ static int tier_read(const iql_ctx *c, int tier, const char *device, struct trea
                               .res = (enum bdb_res)tier,
                               .lateness_ms = c->lateness_ms,
                               .no_quantiles = !quantiles,
-                              .no_moments = !moments};
+                              .no_moments = !ta->spread};
         int64_t wm;
-        rc = read_edge(c, device, t, from, a);
-        if (rc == BDB_OK && !t->over)
-            rc = bdb_query_windows(c->db, &q, tread_cb, t, &wm);
-        if (rc == BDB_OK && !t->over)
-            rc = read_edge(c, device, t, b, to);
+        rc = read_edge(c, device, &t, from, a);
+        if (rc == BDB_OK && !t.over)
+            rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
+        if (rc == BDB_OK && !t.over)
+            rc = read_edge(c, device, &t, b, to);
     }
-    if (t->over)
+    if (t.over)
         return BDB_ERR_LIMIT;
     return rc;
-}
-
-int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
-                  const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
-                  int quantiles, tier_acc *ta, uint64_t *read)
-{
-    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0, NULL, NULL};
-    return tier_read(c, tier, device, &t, from, to, quantiles, ta->spread);
-}
-
-/* Devices per pool run: other queries' reads get the pool between two runs. */
-#define TIER_WAVE 64
-
-struct devs_job {
-    const iql_ctx *c;
-    int tier, quantiles, moments;
-    iql_tier_dev *devs;
-    const int64_t *ranges;
-    size_t nranges;
-    tier_buf *bufs; /* one per task */
-    struct span {
-        uint32_t task;
-        size_t a, b; /* the device's items in its task's buffer */
-    } * span;        /* per device of the wave */
-    size_t first, n; /* the wave */
-    _Atomic size_t next;
-    _Atomic uint64_t shared;
-};
-
-/* A task takes the wave's next device until none is left: tasks that wait for a core
- * do not hold devices the others could read. */
-static void read_devs_task(void *arg, size_t i)
-{
-    struct devs_job *j = arg;
-    tier_buf *b = &j->bufs[i];
-    /* the engine's range reads stay on this thread: a pool task that waits on the pool
-     * could wait for itself */
-    iql_ctx c = *j->c;
-    c.pool = NULL;
-    for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->n;) {
-        iql_tier_dev *d = &j->devs[j->first + k];
-        struct tread t = {.metrics = d->metrics,
-                          .fis = d->fis,
-                          .nm = d->nm,
-                          .dev = d->dev,
-                          .max = c.max_points,
-                          .buf = b,
-                          .shared = &j->shared,
-                          .whole = j->moments || j->quantiles};
-        size_t a = b->n;
-        d->rc = BDB_OK;
-        for (size_t r = 0; r < j->nranges && d->rc == BDB_OK; r++)
-            d->rc = tier_read(&c, j->tier, d->device, &t, j->ranges[2 * r], j->ranges[2 * r + 1],
-                              j->quantiles, j->moments);
-        j->span[k] = (struct span){(uint32_t)i, a, b->n};
-    }
-}
-
-void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n,
-                        const int64_t *ranges, size_t nranges, int quantiles, tier_acc *ta,
-                        uint64_t *read)
-{
-    /* a task per core at most: more only take turns on the cores (sysconf reads a
-     * file: once) */
-    static _Atomic long ncores;
-    long cores = atomic_load(&ncores);
-    if (!cores)
-        atomic_store(&ncores, cores = sysconf(_SC_NPROCESSORS_ONLN));
-    size_t tasks = c->pool ? (size_t)bdb_pool_workers(c->pool) : 0;
-    if (cores > 0 && tasks > (size_t)cores)
-        tasks = (size_t)cores;
-    if (tasks < 2 || n < 2) { /* one after another, straight into ta */
-        for (size_t i = 0; i < n; i++) {
-            iql_tier_dev *d = &devs[i];
-            d->rc = BDB_OK;
-            for (size_t r = 0; r < nranges && d->rc == BDB_OK; r++)
-                d->rc = iql_tier_read(c, tier, d->device, d->metrics, d->fis, d->nm, d->dev,
-                                      ranges[2 * r], ranges[2 * r + 1], quantiles, ta, read);
-            if (d->rc == BDB_ERR_LIMIT)
-                return;
-        }
-        return;
-    }
-    /* The devices are read in parallel, a wave at a time, into the tasks' buffers; the
-     * buffers are merged in device order, the order of a read one after another, so
-     * that the sums are the same to the last bit whatever thread read what. The items
-     * buffered at once are bounded by max_points like the reads (shared). */
-    struct devs_job j = {.c = c,
-                         .tier = tier,
-                         .quantiles = quantiles,
-                         .moments = ta->spread,
-                         .devs = devs,
-                         .ranges = ranges,
-                         .nranges = nranges};
-    j.bufs = calloc(tasks, sizeof *j.bufs);
-    j.span = calloc(TIER_WAVE, sizeof *j.span);
-    if (!j.bufs || !j.span)
-        abort();
-    for (size_t i = 0; i < tasks; i++)
-        buf_take(&j.bufs[i]);
-    for (size_t first = 0; first < n; first += TIER_WAVE) {
-        j.first = first;
-        j.n = n - first < TIER_WAVE ? n - first : TIER_WAVE;
-        atomic_store(&j.next, 0);
-        atomic_store(&j.shared, *read);
-        for (size_t i = 0; i < tasks; i++)
-            j.bufs[i].n = j.bufs[i].nw = 0;
-        bdb_pool_run(c->pool, read_devs_task, &j, j.n < tasks ? j.n : tasks);
-        int stop = 0;
-        for (size_t k = 0; k < j.n && !stop; k++) {
-            iql_tier_dev *d = &devs[first + k];
-            const tier_buf *b = &j.bufs[j.span[k].task];
-            for (size_t x = j.span[k].a; x < j.span[k].b && !stop; x++) {
-                const tier_item *it = &b->v[x];
-                bdb_window_row sr;
-                if (it->w == ITEM_SAMPLE)
-                    sr = sample_row(NULL, it->start, it->sum);
-                else if (it->w == ITEM_STATS)
-                    sr = (bdb_window_row){.start = it->start,
-                                          .count = it->count,
-                                          .sum = it->sum,
-                                          .min = it->min,
-                                          .max = it->max,
-                                          .mean = NAN,
-                                          .stddev = NAN,
-                                          .p50 = NAN,
-                                          .p95 = NAN,
-                                          .p99 = NAN};
-                if (++*read > c->max_points ||
-                    (acc_add(ta, d->dev, it->fi, it->w >= ITEM_STATS ? &sr : &b->w[it->w]),
-                     ta->over)) {
-                    d->rc = BDB_ERR_LIMIT;
-                    stop = 1;
-                }
-            }
-            stop |= d->rc == BDB_ERR_LIMIT;
-        }
-        if (stop)
-            break;
-    }
-    for (size_t i = 0; i < tasks; i++)
-        buf_give(&j.bufs[i]);
-    free(j.bufs);
-    free(j.span);
 }
 
 /* One column of one output window. */

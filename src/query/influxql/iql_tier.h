@@ -77,24 +77,6 @@ const char *iql_tier_name(int tier);
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
                   int quantiles, tier_acc *ta, uint64_t *read);
-/* One device of iql_tier_read_devs: its metrics (fis: their field indexes), its index
- * dev in ta's device list, and the outcome of its read (rc). */
-typedef struct iql_tier_dev {
-    const char *device;
-    const char *const *metrics;
-    const uint32_t *fis;
-    size_t nm;
-    uint32_t dev;
-    int rc;
-} iql_tier_dev;
-/* iql_tier_read of each of devs[0..n) over each range [ranges[2k], ranges[2k + 1]) of
- * the nranges (a range after one that failed is not read), on c->pool when it has one:
- * the answer is the one of reading them one after another (the windows are merged in
- * device order). After a device whose rc is BDB_ERR_LIMIT the later ones are not read
- * (their rc is left as it was). */
-void iql_tier_read_devs(const iql_ctx *c, int tier, iql_tier_dev *devs, size_t n,
-                        const int64_t *ranges, size_t nranges, int quantiles, tier_acc *ta,
-                        uint64_t *read);
 /* Appends the rows (time, then one value per column) of group g to se. -1: more than
  * max rows; -2: a percentile or median whose rank in InfluxDB's definition is not the
  * sketch's (small or even counts): the caller answers from raw instead. */
