@@ -624,8 +624,11 @@ int bdb_sketch_skip_c(bdb_dec *d, uint64_t count)
         d->err = 1;
         return BDB_ERR_CORRUPT;
     }
-    /* the first key, the gaps, and the counts when some bucket holds more than one */
-    bdb_dec_skip_uvarints(d, nb + (nb < count ? nb : 0));
+    bdb_dec_varint(d);
+    for (uint64_t i = 1; i < nb && !d->err; i++)
+        bdb_dec_uvarint(d);
+    for (uint64_t i = 0; nb < count && i < nb && !d->err; i++)
+        bdb_dec_uvarint(d);
     return d->err ? BDB_ERR_CORRUPT : BDB_OK;
 }
 

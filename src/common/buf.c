@@ -452,32 +452,6 @@ uint64_t bdb_dec_uvarint_slow(bdb_dec *d)
     return 0;
 }
 
-void bdb_dec_skip_uvarints(bdb_dec *d, uint64_t k)
-{
-    if (d->err)
-        return;
-    const uint8_t *p = d->p, *end = d->end;
-    unsigned run = 0; /* continuation bytes of the varint under way */
-    while (k) {
-        if (p == end) {
-            d->err = 1;
-            return;
-        }
-        uint8_t c = *p++;
-        if (run == 9 && c > 1) { /* the 10th byte holds bit 63 only, and ends the varint */
-            d->err = 1;
-            return;
-        }
-        if (c & 0x80) {
-            run++;
-        } else {
-            run = 0;
-            k--;
-        }
-    }
-    d->p = p;
-}
-
 uint64_t bdb_dec_uvarint_canon_slow(bdb_dec *d)
 {
     const uint8_t *start = d->p;

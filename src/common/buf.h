@@ -73,9 +73,6 @@ static inline uint64_t bdb_dec_uvarint(bdb_dec *d)
     return bdb_dec_uvarint_slow(d);
 }
 int64_t bdb_dec_varint(bdb_dec *d);
-/* Steps over k uvarints, with the errors of k bdb_dec_uvarint calls (truncated, longer
- * than 64 bits), in one loop over their bytes. */
-void bdb_dec_skip_uvarints(bdb_dec *d, uint64_t k);
 /* Like bdb_dec_uvarint but also an error unless the varint is in its shortest form,
  * for formats whose encoding must be canonical (one byte string per value). */
 static inline uint64_t bdb_dec_uvarint_canon(bdb_dec *d)

@@ -120,53 +120,6 @@ static size_t uvarint_len(uint64_t v)
     return n;
 }
 
-/* bdb_dec_skip_uvarints ends where k bdb_dec_uvarint calls end, and fails where they
- * fail: random bytes (many long or overlong varints) and real varints. */
-static void test_skip_uvarints(void **state)
-{
-    (void)state;
-    uint64_t x = 0x2545f4914f6cdd1dull;
-    uint8_t buf[40];
-    for (int i = 0; i < 200000; i++) {
-        size_t n = 0;
-        if (i % 2) {
-            bdb_buf b;
-            bdb_buf_init(&b);
-            for (int v = 0; v < 4; v++) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                bdb_buf_put_uvarint(&b, x >> (x % 64));
-            }
-            n = b.len < sizeof buf ? b.len : sizeof buf;
-            memcpy(buf, b.data, n);
-            bdb_buf_free(&b);
-        } else {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            n = 1 + x % sizeof buf;
-            for (size_t k = 0; k < n; k++) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                /* mostly continuation bytes, some 0x00/0x01/0x7f ends */
-                buf[k] = (uint8_t)(x % 5 ? 0x80 | (x >> 8) : (x >> 8) % 3 == 0 ? 1 : x >> 9);
-            }
-        }
-        uint64_t k = (x >> 20) % 6;
-        bdb_dec a, b;
-        bdb_dec_init(&a, buf, n);
-        bdb_dec_init(&b, buf, n);
-        for (uint64_t j = 0; j < k && !a.err; j++)
-            bdb_dec_uvarint(&a);
-        bdb_dec_skip_uvarints(&b, k);
-        assert_int_equal(a.err, b.err);
-        if (!a.err)
-            assert_ptr_equal(a.p, b.p);
-    }
-}
-
 static void test_varints(void **state)
 {
     (void)state;
@@ -1208,7 +1161,6 @@ int main(void)
         cmocka_unit_test(test_num_canonical_forms),
         cmocka_unit_test(test_fixed_width),
         cmocka_unit_test(test_varints),
-        cmocka_unit_test(test_skip_uvarints),
         cmocka_unit_test(test_strings_and_bytes),
         cmocka_unit_test(test_dec_sticky_errors),
         cmocka_unit_test(test_exact_numbers),
