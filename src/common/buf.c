@@ -432,7 +432,7 @@ uint64_t bdb_dec_u64le(bdb_dec *d)
     return v;
 }
 
-uint64_t bdb_dec_uvarint(bdb_dec *d)
+uint64_t bdb_dec_uvarint_slow(bdb_dec *d)
 {
     uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
@@ -452,7 +452,7 @@ uint64_t bdb_dec_uvarint(bdb_dec *d)
     return 0;
 }
 
-uint64_t bdb_dec_uvarint_canon(bdb_dec *d)
+uint64_t bdb_dec_uvarint_canon_slow(bdb_dec *d)
 {
     const uint8_t *start = d->p;
     uint64_t v = bdb_dec_uvarint(d);
@@ -543,6 +543,13 @@ double bdb_dec_num(bdb_dec *d)
             return 0.0;
         }
         v = (double)k / num_p10[e];
+        /* num_form would find e and k again, so the form is canonical: with e = 0, v is
+         * k exactly; with |k| < 2^50 not a multiple of 10, another m' / 10^e' (e' < e)
+         * differs from k / 10^e by at least 10^-e, more than v's ulp (< 0.51 x 10^-e),
+         * so it rounds to another double, and v x 10^e is k within 0.25. The check
+         * costs more than the rest of the decoding. */
+        if (e == 0 || (k % 10 != 0 && k < (INT64_C(1) << 50) && k > -(INT64_C(1) << 50)))
+            return v;
         want = num_form(v, &m);
         if (want == e && m != k)
             want = NUM_RAW; /* another m of the same e: not what the writer made */

@@ -63,11 +63,24 @@ void bdb_dec_init(bdb_dec *d, const void *p, size_t n);
 uint8_t bdb_dec_u8(bdb_dec *d);
 uint32_t bdb_dec_u32le(bdb_dec *d);
 uint64_t bdb_dec_u64le(bdb_dec *d);
-uint64_t bdb_dec_uvarint(bdb_dec *d);
+uint64_t bdb_dec_uvarint_slow(bdb_dec *d);
+uint64_t bdb_dec_uvarint_canon_slow(bdb_dec *d);
+/* Most varints of the tier records and the WAL are one byte: that one without a call. */
+static inline uint64_t bdb_dec_uvarint(bdb_dec *d)
+{
+    if (!d->err && d->p < d->end && *d->p < 0x80)
+        return *d->p++;
+    return bdb_dec_uvarint_slow(d);
+}
 int64_t bdb_dec_varint(bdb_dec *d);
 /* Like bdb_dec_uvarint but also an error unless the varint is in its shortest form,
  * for formats whose encoding must be canonical (one byte string per value). */
-uint64_t bdb_dec_uvarint_canon(bdb_dec *d);
+static inline uint64_t bdb_dec_uvarint_canon(bdb_dec *d)
+{
+    if (!d->err && d->p < d->end && *d->p < 0x80)
+        return *d->p++; /* one byte: the shortest form */
+    return bdb_dec_uvarint_canon_slow(d);
+}
 int64_t bdb_dec_varint_canon(bdb_dec *d); /* zigzag, shortest form only */
 double bdb_dec_f64(bdb_dec *d);
 double bdb_dec_num(bdb_dec *d); /* bdb_buf_put_num's form; err if not canonical */

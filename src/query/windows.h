@@ -29,6 +29,8 @@ typedef struct bdb_window_query {
     int desc;
     int no_quantiles; /* p50/p95/p99 left NaN: walking the sketches costs, and an
                          answer that does not show them need not pay it */
+    int no_moments;   /* mean and stddev left NaN: their exact forms cost more than
+                         reading the window, and a caller that adds sums needs neither */
 } bdb_window_query;
 
 /* Statistics of one window, as reported. */

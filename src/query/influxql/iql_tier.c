@@ -113,10 +113,21 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
     a->seen[g]++;
     if (!a->nwin || !r->count)
         return;
-    int64_t d = r->start - a->lo;
-    size_t j = d < 0 ? 0 : (uint64_t)(d / a->every) >= a->nwin ? a->nwin : (size_t)(d / a->every);
-    if (j == a->nwin)
-        return;
+    size_t j;
+    if (r->start >= a->jlo && r->start < a->jhi) { /* the last one's window (edge samples) */
+        j = a->j;
+    } else {
+        int64_t d = r->start - a->lo;
+        uint64_t q = d < 0 ? 0 : (uint64_t)(d / a->every);
+        if (q >= a->nwin)
+            return;
+        j = (size_t)q;
+        if (d >= 0) {
+            a->j = j;
+            a->jlo = a->lo + (int64_t)j * a->every;
+            a->jhi = a->jlo + a->every;
+        }
+    }
     if (!a->g[g]) {
         /* every window of the group, as its rows will be: bounded over all groups */
         uint64_t cells = (uint64_t)a->nwin * a->nf;
@@ -233,7 +244,8 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
                               .to = b,
                               .res = (enum bdb_res)tier,
                               .lateness_ms = c->lateness_ms,
-                              .no_quantiles = !quantiles};
+                              .no_quantiles = !quantiles,
+                              .no_moments = !ta->spread};
         int64_t wm;
         rc = read_edge(c, device, &t, from, a);
         if (rc == BDB_OK && !t.over)

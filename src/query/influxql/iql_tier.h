@@ -53,6 +53,10 @@ typedef struct tier_acc {
      * point limit: the rows they become); over once a group would pass it */
     uint64_t cells, max_cells;
     int over;
+    /* the output window j = [jlo, jhi) of the last window merged: edge samples come in
+     * runs of one window, and finding it costs a division */
+    int64_t jlo, jhi;
+    size_t j;
 } tier_acc;
 
 /* Sets a up for ng groups (dg: device -> group) and nf fields, the output windows of

@@ -1111,10 +1111,54 @@ static void test_exact_numbers(void **state)
     bdb_buf_free(&b);
 }
 
+/* bdb_dec_num accepts a (mantissa, exponent) form exactly when it is the one the writer
+ * makes of its value, near the bounds of the decoder's shortcut (|m| < 2^50, m not a
+ * multiple of 10) too. */
+static void test_num_canonical_forms(void **state)
+{
+    (void)state;
+    static const double p10[15] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
+                                   1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14};
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    bdb_buf in, out;
+    bdb_buf_init(&in);
+    bdb_buf_init(&out);
+    for (int i = 0; i < 300000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int bits = (int)(x % 54); /* magnitudes up to 2^53, around 2^50 often */
+        if (i % 4 == 0)
+            bits = 48 + (int)(x % 6);
+        int64_t m = bits ? (int64_t)((x >> 10) & ((UINT64_C(1) << bits) - 1)) : 0;
+        if (i % 5 == 0)
+            m -= m % 10; /* a multiple of 10: never the shortest form past e = 0 */
+        if (i % 2)
+            m = -m;
+        unsigned e = (unsigned)((x >> 3) % 15);
+        uint64_t zz = ((uint64_t)m << 1) ^ (uint64_t)(m >> 63);
+        bdb_buf_reset(&in);
+        bdb_buf_put_uvarint(&in, zz << 4 | e);
+        bdb_dec d;
+        bdb_dec_init(&d, in.data, in.len);
+        double v = bdb_dec_num(&d);
+        double want = (double)m / p10[e];
+        bdb_buf_reset(&out);
+        bdb_buf_put_num(&out, want);
+        int canonical = out.len == in.len && !memcmp(out.data, in.data, in.len);
+        assert_int_equal(!d.err, canonical);
+        if (canonical)
+            assert_memory_equal(&v, &want, sizeof v);
+    }
+    bdb_buf_free(&in);
+    bdb_buf_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buf_basics),
+        cmocka_unit_test(test_num_canonical_forms),
         cmocka_unit_test(test_fixed_width),
         cmocka_unit_test(test_varints),
         cmocka_unit_test(test_strings_and_bytes),
