@@ -52,17 +52,10 @@ def rows(stmt):
 
 NODE = cassnode.node_for("bucketdb-older-", "bucketdb-older-it",
                          lambda n: cql("SELECT release_version FROM system.local"))
-_node = {"started": False, "error": None}
 
 
 def node():
-    if not _node["started"]:
-        _node["started"] = True
-        if not NODE.start():
-            _node["error"] = NODE.error
-    if _node["error"]:
-        raise TestFailure(_node["error"])
-    return NODE
+    return cassnode.ensure(NODE, TestFailure)
 
 
 def server(ks, data=None, adopt=False):
