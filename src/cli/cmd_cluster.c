@@ -27,7 +27,8 @@ static void help(FILE *f)
                "`serve --storage`, with its user, password, tls, ca, cert, key, dc and\n"
                "read consistency): its nodes (address, data center, rack, release; up when\n"
                "this command could connect to it, unknown when not), the keyspace's\n"
-               "identity, and the writer lease: the server that writes to the keyspace now\n"
+               "identity and flush generation, and the writer lease: the server that writes to the "
+               "keyspace now\n"
                "(node id, host, pid, last renewal, seconds left of its TTL, backlog of\n"
                "acknowledged bytes not yet in Cassandra, last confirmed flush, listen\n"
                "address, version), or \"no writer\".\n\n"
@@ -57,6 +58,10 @@ typedef struct st_ks {
     char absent_why[256];
     char id[64];
     int64_t since_ms;
+    /* the flush generation row (cass_owner.h): the keyspace's newest confirmed flush */
+    int has_gen;
+    int64_t gen, gen_since_ms;
+    char gen_node[64];
 } st_ks;
 
 /* ---------------------------------------------------------------- reading */
@@ -123,6 +128,33 @@ static int invalid(int rc, const cql_response *r)
     return rc != BDB_OK && r && r->h.opcode == CQL_OP_ERROR && r->error.code == CQL_ERR_INVALID;
 }
 
+/* The row k = 'generation': absent before a server's first counted flush, and its
+ * column absent from an owner table older than generations (neither is an error). */
+static int read_generation(cql_conn *c, const cass_uri *u, st_ks *ks, char *err, size_t errlen)
+{
+    char q[192];
+    snprintf(q, sizeof q, "SELECT generation, node, since FROM %s.owner WHERE k = 'generation'",
+             u->ks);
+    cql_response *r;
+    int rc = query(c, q, u->read_cl, &r);
+    if (invalid(rc, r)) {
+        cql_response_free(r);
+        return BDB_OK;
+    }
+    if (rc != BDB_OK) {
+        query_error(err, errlen, q, rc, r);
+        cql_response_free(r);
+        return rc;
+    }
+    ks->has_gen = cell_i64(r, "generation", &ks->gen);
+    if (ks->has_gen) {
+        cell_str(r, "node", ks->gen_node, sizeof ks->gen_node);
+        cell_i64(r, "since", &ks->gen_since_ms);
+    }
+    cql_response_free(r);
+    return BDB_OK;
+}
+
 static int read_keyspace(cql_conn *c, const cass_uri *u, st_ks *ks, char *err, size_t errlen)
 {
     char q[192];
@@ -144,7 +176,7 @@ static int read_keyspace(cql_conn *c, const cass_uri *u, st_ks *ks, char *err, s
     cell_str(r, "id", ks->id, sizeof ks->id);
     cell_i64(r, "since", &ks->since_ms);
     cql_response_free(r);
-    return BDB_OK;
+    return read_generation(c, u, ks, err, errlen);
 }
 
 static int read_writer(cql_conn *c, const cass_uri *u, st_writer *w, char *err, size_t errlen)
@@ -261,6 +293,14 @@ static void print_json(const cass_uri *u, const cql_topology *t, const st_node *
     json_opt_str(&b, ks->id);
     bdb_buf_puts(&b, ",\"since_ms\":");
     json_opt_i64(&b, ks->id[0] != 0, ks->since_ms);
+    bdb_buf_puts(&b, ",\"generation\":");
+    if (ks->has_gen) {
+        bdb_buf_printf(&b, "{\"n\":%" PRId64 ",\"node\":", ks->gen);
+        json_opt_str(&b, ks->gen_node);
+        bdb_buf_printf(&b, ",\"since_ms\":%" PRId64 "}", ks->gen_since_ms);
+    } else {
+        bdb_buf_puts(&b, "null");
+    }
     bdb_buf_puts(&b, "},\"writer\":");
     if (!w->present) {
         bdb_buf_puts(&b, "null");
@@ -318,6 +358,13 @@ static void print_table(const cass_uri *u, const cql_topology *t, const st_node 
     } else {
         iso_ms(ts, ks->since_ms);
         printf("  identity    %s (made %s)\n", ks->id, ts);
+    }
+    if (ks->has_gen) {
+        iso_ms(ts, ks->gen_since_ms);
+        printf("  generation  %" PRId64 " (flush of node %s at %s)\n", ks->gen,
+               ks->gen_node[0] ? ks->gen_node : "unknown", ts);
+    } else if (ks->exists) {
+        printf("  generation  none (no counted flush yet)\n");
     }
     printf("\nWriter lease\n");
     if (!w->present) {

@@ -131,6 +131,8 @@ def lifecycle_of_the_lease():
               "identity %r" % doc["keyspace"])
         with open(os.path.join(s.data, "cluster")) as f:
             contains(f.read(), "id %s\n" % doc["keyspace"]["id"], "the directory's identity")
+        eq(doc["keyspace"]["generation"], None, "no flush generation before a flush")
+        contains(status(ks), "generation  none")
         ident = cql("SELECT node FROM %s.owner WHERE k = 'writer'" % ks).stdout
         contains(ident, w["node"], "node id of the owner row")
         # acknowledged, not flushed: the backlog grows (seen at the next renewal)
@@ -146,7 +148,15 @@ def lifecycle_of_the_lease():
         check(w["last_flush_ms"] >= before - 1000, "last flush %r before the flush %r" %
               (w["last_flush_ms"], before))
         eq(w["backlog_bytes"], 0, "backlog after the flush")
+        # the flush counted a generation: the keyspace's row equals the directory's file
+        g = doc["keyspace"]["generation"]
+        with open(os.path.join(s.data, "cluster")) as f:
+            contains(f.read(), "generation %d\n" % g["n"], "the directory's generation")
+        check(g["n"] >= 1, "generation %r" % g)
+        eq(g["node"], w["node"], "the generation's node is the writer's")
+        check(abs(g["since_ms"] - before) < 60000, "generation since_ms %r" % g)
         text = status(ks)
+        contains(text, "generation  %d (flush of node %s at 20" % (g["n"], w["node"]))
         for want in ("Writer lease", "pid         %d" % s.proc.pid,
                      "listen      127.0.0.1:%d" % s.port, "backlog     0 bytes", "expires in",
                      "last flush  20", "version     %s" % version, "identity    %s" %
@@ -175,7 +185,8 @@ def json_shape():
     for n in doc["nodes"]:
         eq(sorted(n), ["address", "data_center", "rack", "release", "state"], "node keys")
         check(n["state"] in ("up", "unknown"), "state %r" % n["state"])
-    eq(sorted(doc["keyspace"]), ["exists", "id", "name", "since_ms"], "keyspace keys")
+    eq(sorted(doc["keyspace"]), ["exists", "generation", "id", "name", "since_ms"],
+       "keyspace keys")
     check(isinstance(doc["keyspace"]["since_ms"], int), "identity since_ms")
     eq(sorted(doc["writer"]), ["backlog_bytes", "host", "last_flush_ms", "listen", "node", "pid",
                                "since_ms", "ttl_s", "version"], "writer keys")
