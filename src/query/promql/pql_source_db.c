@@ -235,14 +235,21 @@ static int pick_cmp(const void *a, const void *b)
     return c ? c : strcmp(x->metric, y->metric);
 }
 
-static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
-                     pql_series_set *out, char *err, size_t errlen)
+/* One device's read for select_each: its picks (sorted by metric) and their metric
+ * names. Returns a PQL_E_* code with err set, or PQL_E_OK. */
+typedef int (*device_read_fn)(const pql_db_source *s, void *arg, pql_series_set *out,
+                              const struct pick *p, const char **metrics, size_t n, char *err,
+                              size_t errlen);
+
+/* The series matching m with data in [from, to], added to out, then read device by
+ * device (one read per device for all its matching metrics, devices in name order). */
+static int select_each(const pql_db_source *s, const pql_matchset *m, int64_t from, int64_t to,
+                       pql_series_set *out, device_read_fn read, void *arg, char *err,
+                       size_t errlen)
 {
-    const pql_db_source *s = ctx;
     struct sel_ctx sc = {out, NULL, 0, 0};
-    int rc = walk(s, m, from, to, sel_visit, &sc);
     int code = PQL_E_OK;
-    if (rc != BDB_OK) {
+    if (walk(s, m, from, to, sel_visit, &sc) != BDB_OK) {
         snprintf(err, errlen, "out of memory listing the series");
         code = PQL_E_INTERNAL;
     }
@@ -259,40 +266,7 @@ static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
             metrics[j - i] = sc.p[j].metric;
             j++;
         }
-        bdb_range_query q = {.tenant = s->tenant,
-                             .device = sc.p[i].device,
-                             .metrics = metrics,
-                             .nmetrics = j - i,
-                             .from = from,
-                             .to = to + 1};
-        struct read_ctx r = {out, sc.p + i, j - i, 0, 0};
-        bdb_query_stats st;
-        rc = bdb_query_range(s->db, s->pool, &q, read_cb, &r, &st);
-        if (r.over) {
-            snprintf(err, errlen,
-                     "query processing would load too many samples into memory in query "
-                     "execution (more than max-query-samples %llu); narrow the selector or "
-                     "the range",
-                     (unsigned long long)out->max_samples);
-            code = PQL_E_EXECUTION;
-        } else if (r.nomem) {
-            snprintf(err, errlen, "out of memory reading samples");
-            code = PQL_E_INTERNAL;
-        } else if (rc == BDB_ERR_LIMIT) {
-            snprintf(err, errlen, "the range spans more than %d partitions of device '%.200s'",
-                     BDB_QUERY_MAX_PARTITIONS, sc.p[i].device);
-            code = PQL_E_EXECUTION;
-        } else if (rc == BDB_ERR_PARTIAL) {
-            snprintf(err, errlen,
-                     "the storage backend could not be read for device '%.200s'; an answer "
-                     "would hold only the samples not yet flushed: retry",
-                     sc.p[i].device);
-            code = PQL_E_UNAVAILABLE;
-        } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
-            snprintf(err, errlen, "reading device '%.200s' failed: %s", sc.p[i].device,
-                     bdb_strerror(rc));
-            code = PQL_E_INTERNAL;
-        }
+        code = read(s, arg, out, sc.p + i, metrics, j - i, err, errlen);
         i = j;
     }
     free(metrics);
@@ -302,6 +276,57 @@ static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
     }
     free(sc.p);
     return code;
+}
+
+static int read_raw(const pql_db_source *s, void *arg, pql_series_set *out, const struct pick *p,
+                    const char **metrics, size_t n, char *err, size_t errlen)
+{
+    const int64_t *range = arg;
+    bdb_range_query q = {.tenant = s->tenant,
+                         .device = p->device,
+                         .metrics = metrics,
+                         .nmetrics = n,
+                         .from = range[0],
+                         .to = range[1] + 1};
+    struct read_ctx r = {out, p, n, 0, 0};
+    bdb_query_stats st;
+    int rc = bdb_query_range(s->db, s->pool, &q, read_cb, &r, &st);
+    if (r.over) {
+        snprintf(err, errlen,
+                 "query processing would load too many samples into memory in query "
+                 "execution (more than max-query-samples %llu); narrow the selector or "
+                 "the range",
+                 (unsigned long long)out->max_samples);
+        return PQL_E_EXECUTION;
+    }
+    if (r.nomem) {
+        snprintf(err, errlen, "out of memory reading samples");
+        return PQL_E_INTERNAL;
+    }
+    if (rc == BDB_ERR_LIMIT) {
+        snprintf(err, errlen, "the range spans more than %d partitions of device '%.200s'",
+                 BDB_QUERY_MAX_PARTITIONS, p->device);
+        return PQL_E_EXECUTION;
+    }
+    if (rc == BDB_ERR_PARTIAL) {
+        snprintf(err, errlen,
+                 "the storage backend could not be read for device '%.200s'; an answer "
+                 "would hold only the samples not yet flushed: retry",
+                 p->device);
+        return PQL_E_UNAVAILABLE;
+    }
+    if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
+        snprintf(err, errlen, "reading device '%.200s' failed: %s", p->device, bdb_strerror(rc));
+        return PQL_E_INTERNAL;
+    }
+    return PQL_E_OK;
+}
+
+static int db_select(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
+                     pql_series_set *out, char *err, size_t errlen)
+{
+    int64_t range[2] = {from, to};
+    return select_each(ctx, m, from, to, out, read_raw, range, err, errlen);
 }
 
 struct win_ctx {
@@ -328,6 +353,56 @@ static int win_cb(void *ctx, const bdb_window_row *row)
     return rc != 0;
 }
 
+struct win_args {
+    int64_t from, to;
+    enum bdb_res res;
+    int want_quantiles;
+};
+
+static int read_windows(const pql_db_source *s, void *arg, pql_series_set *out,
+                        const struct pick *p, const char **metrics, size_t n, char *err,
+                        size_t errlen)
+{
+    const struct win_args *a = arg;
+    bdb_window_query q = {.tenant = s->tenant,
+                          .device = p->device,
+                          .metrics = metrics,
+                          .nmetrics = n,
+                          .from = a->from,
+                          .to = a->to,
+                          .res = a->res,
+                          .lateness_ms = s->lateness_ms,
+                          .no_quantiles = !a->want_quantiles};
+    struct win_ctx r = {out, p, n, 0, 0};
+    int64_t wm;
+    int rc = bdb_query_windows(s->db, &q, win_cb, &r, &wm);
+    if (r.over) {
+        snprintf(err, errlen,
+                 "query processing would load too many samples into memory in query "
+                 "execution (more than max-query-samples %llu tier windows); narrow the "
+                 "selector or the range",
+                 (unsigned long long)out->max_samples);
+        return PQL_E_EXECUTION;
+    }
+    if (r.nomem) {
+        snprintf(err, errlen, "out of memory reading windows");
+        return PQL_E_INTERNAL;
+    }
+    if (rc == BDB_ERR_PARTIAL) {
+        snprintf(err, errlen,
+                 "the storage backend could not be read for the %s windows of device "
+                 "'%.200s': retry",
+                 bdb_res_name(a->res), p->device);
+        return PQL_E_UNAVAILABLE;
+    }
+    if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
+        snprintf(err, errlen, "reading the %s windows of device '%.200s' failed: %s",
+                 bdb_res_name(a->res), p->device, bdb_strerror(rc));
+        return PQL_E_INTERNAL;
+    }
+    return PQL_E_OK;
+}
+
 static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
                              int64_t width_ms, int want_quantiles, pql_series_set *out, char *err,
                              size_t errlen)
@@ -338,69 +413,9 @@ static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int
                                                                : BDB_RES_1M;
     if (from < s->tier_oldest[res - 1])
         return PQL_E_NO_TIER;
-    struct sel_ctx sc = {out, NULL, 0, 0};
+    struct win_args a = {from, to, res, want_quantiles};
     /* a device with data in [from, to) only: its last sample may lie in the last window */
-    int rc = walk(s, m, from, to - 1, sel_visit, &sc);
-    int code = PQL_E_OK;
-    if (rc != BDB_OK) {
-        snprintf(err, errlen, "out of memory listing the series");
-        code = PQL_E_INTERNAL;
-    }
-    if (sc.n) /* nothing matched: no array */
-        qsort(sc.p, sc.n, sizeof *sc.p, pick_cmp);
-    const char **metrics = calloc(sc.n ? sc.n : 1, sizeof *metrics);
-    if (!metrics && !code) {
-        snprintf(err, errlen, "out of memory");
-        code = PQL_E_INTERNAL;
-    }
-    for (size_t i = 0; i < sc.n && !code;) {
-        size_t j = i;
-        while (j < sc.n && !strcmp(sc.p[j].device, sc.p[i].device)) {
-            metrics[j - i] = sc.p[j].metric;
-            j++;
-        }
-        bdb_window_query q = {.tenant = s->tenant,
-                              .device = sc.p[i].device,
-                              .metrics = metrics,
-                              .nmetrics = j - i,
-                              .from = from,
-                              .to = to,
-                              .res = res,
-                              .lateness_ms = s->lateness_ms,
-                              .no_quantiles = !want_quantiles};
-        struct win_ctx r = {out, sc.p + i, j - i, 0, 0};
-        int64_t wm;
-        rc = bdb_query_windows(s->db, &q, win_cb, &r, &wm);
-        if (r.over) {
-            snprintf(err, errlen,
-                     "query processing would load too many samples into memory in query "
-                     "execution (more than max-query-samples %llu tier windows); narrow the "
-                     "selector or the range",
-                     (unsigned long long)out->max_samples);
-            code = PQL_E_EXECUTION;
-        } else if (r.nomem) {
-            snprintf(err, errlen, "out of memory reading windows");
-            code = PQL_E_INTERNAL;
-        } else if (rc == BDB_ERR_PARTIAL) {
-            snprintf(err, errlen,
-                     "the storage backend could not be read for the %s windows of device "
-                     "'%.200s': retry",
-                     bdb_res_name(res), sc.p[i].device);
-            code = PQL_E_UNAVAILABLE;
-        } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
-            snprintf(err, errlen, "reading the %s windows of device '%.200s' failed: %s",
-                     bdb_res_name(res), sc.p[i].device, bdb_strerror(rc));
-            code = PQL_E_INTERNAL;
-        }
-        i = j;
-    }
-    free(metrics);
-    for (size_t i = 0; i < sc.n; i++) {
-        free(sc.p[i].device);
-        free(sc.p[i].metric);
-    }
-    free(sc.p);
-    return code;
+    return select_each(s, m, from, to - 1, out, read_windows, &a, err, errlen);
 }
 
 void pql_db_source_init(pql_source *src, pql_db_source *ctx)
