@@ -22,6 +22,8 @@
 #include <stdint.h>
 
 typedef struct bdb_sink bdb_sink;
+struct bdb_sink_ack; /* one write batch's acknowledgement (ack_begin) */
+struct bdb_sink_row;
 struct bdb_rollup; /* tiers and fleet: agg/rollup.h, agg/fleet.h */
 struct bdb_fleet;
 
@@ -165,7 +167,31 @@ typedef struct bdb_sink_ops {
      * again what is gone is not an error (the engine calls again after a failure). */
     int (*drop_tenant)(bdb_sink *s, const char *tenant, const bdb_sink_device *devs,
                        const uint32_t *nsub, size_t n);
+
+    /* ---- acknowledgement through the sink (optional: NULL, or ack_begin giving no
+     * group, = a write is acknowledged once the WAL holds it: ack=wal). With a group,
+     * the engine hands a write batch's samples over right after its WAL fsync and
+     * acknowledges the batch only once ack_end confirmed every row at the sink's
+     * write consistency (storage/embedded/sink/db_ack_sink.c), so the samples outlive
+     * the loss of this node and its disk. The flush still puts them again later
+     * (same key, same value). ack_put may block while too much is in flight (the
+     * queue the flushes use). */
+    int (*ack_begin)(bdb_sink *s, struct bdb_sink_ack **g); /* *g NULL: ack=wal */
+    /* Rows of one partition (tenant, device, partition as for put; ttl_ms as put's).
+     * Strings are copied. */
+    int (*ack_put)(struct bdb_sink_ack *g, const char *tenant, const char *device,
+                   int64_t partition, int64_t ttl_ms, const struct bdb_sink_row *rows, size_t n);
+    /* Waits for every row of g and frees it: BDB_OK, or the error of a row that failed
+     * after its retries (BDB_ERR_AGAIN: not reachable, BDB_ERR_IO). */
+    int (*ack_end)(struct bdb_sink_ack *g);
 } bdb_sink_ops;
+
+/* One sample handed to ack_put. */
+typedef struct bdb_sink_row {
+    const char *metric;
+    int64_t ts;
+    double v;
+} bdb_sink_row;
 
 struct bdb_sink {
     const bdb_sink_ops *ops;

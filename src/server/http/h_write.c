@@ -87,6 +87,14 @@ static enum MHD_Result storage_error(bdb_server *s, struct MHD_Connection *c, in
     case BDB_ERR_NOSPACE:
         return respond_json_error(s, c, 507, "insufficient storage: disk full, write not accepted",
                                   1);
+    case BDB_ERR_AGAIN: {
+        /* ack=quorum: logged here, not confirmed by the storage backend; a retry writes
+         * the same values again (docs/CASSANDRA.md#acknowledgements) */
+        static const char m[] = "write not acknowledged: the storage backend did not confirm "
+                                "it (ack=quorum); retry";
+        snprintf(msg, sizeof msg, "{\"error\":\"%s\"}", m);
+        return respond_retry_error(s, c, 503, 1, m, msg, strlen(msg));
+    }
     default:
         snprintf(msg, sizeof msg, "write failed: %s", bdb_strerror(rc));
         return respond_json_error(s, c, 500, msg, 1);

@@ -67,6 +67,16 @@ static void write_metrics(bdb_sink *sink, cql_session *sess, void *ud)
     fam(b, "bucketdb_cassandra_flush_failures_total", "counter",
         "Flushes that failed; the head and the WAL keep their samples for the next one.",
         st.commit_failures);
+    fam(b, "bucketdb_cassandra_ack_writes_total", "counter",
+        "ack=quorum: write batches acknowledged after Cassandra confirmed every row.", st.acks);
+    fam(b, "bucketdb_cassandra_ack_refusals_total", "counter",
+        "ack=quorum: write batches answered 503 (or not PUBACKed): a row was not confirmed.",
+        st.ack_refusals);
+    fam(b, "bucketdb_cassandra_ack_rows_total", "counter",
+        "ack=quorum: sample rows sent before an acknowledgement (the flush sends them again).",
+        st.ack_rows);
+    fam(b, "bucketdb_cassandra_ack_batch_failures_total", "counter",
+        "ack=quorum: batches of rows that failed after their retries.", st.ack_failures);
     fam(b, "bucketdb_cassandra_wal_pending_bytes", "gauge",
         "WAL bytes on disk: samples acknowledged but not yet confirmed by Cassandra.",
         m->wal_bytes);

@@ -27,8 +27,14 @@
 #define MAX_TTL_S INT64_C(630720000) /* Cassandra's limit: 20 years */
 #define QUEUE_PER_WORKER 2
 
+struct bdb_sink_ack;
+
 typedef struct job {
     struct job *next;
+    /* an acknowledgement's rows (ack_put): its group, and a metric per row (metrics,
+     * pointing into mblob); a flush's: grp NULL, one metric */
+    struct bdb_sink_ack *grp;
+    char **metrics, *mblob;
     char *tenant, *device, *metric;
     int64_t partition, ttl_ms;
     int64_t *ts;
@@ -56,6 +62,7 @@ typedef struct cass_sink {
     job *head, *tail;
     size_t queued;       /* jobs in the queue */
     size_t pending;      /* queued + being sent */
+    size_t ack_pending;  /* of acknowledgements' jobs (ack=quorum), not in pending */
     int first_err;       /* of the jobs since the last commit */
     size_t failed, sent; /* jobs since the last commit */
     int stopping;
@@ -64,6 +71,8 @@ typedef struct cass_sink {
 
     _Atomic uint64_t batches, rows, batch_failures, expired_rows, reads, read_failures;
     _Atomic uint64_t commits, commit_failures;
+    /* ack=quorum: rows sent, batches of rows failed, writes confirmed and refused */
+    _Atomic uint64_t ack_rows, ack_failures, acks, ack_refusals;
 
     /* the keyspace's identity and the writer lease (cass_owner.h): claimed at the
      * first connection, renewed by the lease thread, given up at close */
@@ -252,6 +261,8 @@ static cql_session *session(cass_sink *s)
 
 static void job_free(job *j)
 {
+    free(j->metrics);
+    free(j->mblob);
     free(j->tenant);
     free(j->device);
     free(j->metric);
@@ -320,7 +331,8 @@ static int send_job(cass_sink *s, const job *j, char *msg, size_t msglen)
         r[2] = (cql_bytes){kb, 8};
         r[3] = (cql_bytes){kb + 8, 4};
         r[4] = (cql_bytes){p, 8};
-        r[5] = (cql_bytes){(const uint8_t *)j->metric, (int32_t)strlen(j->metric)};
+        const char *metric = j->metrics ? j->metrics[i] : j->metric;
+        r[5] = (cql_bytes){(const uint8_t *)metric, (int32_t)strlen(metric)};
         r[6] = (cql_bytes){p + 8, 8};
         r[7] = (cql_bytes){p + 16, 4};
         nrows++;
@@ -359,6 +371,117 @@ static int send_job(cass_sink *s, const job *j, char *msg, size_t msglen)
     return rc;
 }
 
+/* ---------------------------------------------------------------- acknowledgements */
+
+static int lease_lost(cass_sink *s);
+
+/* One write batch's rows in flight (ack=quorum, storage/sink.h): counted by the
+ * workers under s->mu, waited for on cv_done. */
+struct bdb_sink_ack {
+    cass_sink *s;
+    size_t pending;
+    int err;
+};
+
+/* Caller holds s->mu. */
+static void ack_done(cass_sink *s, struct bdb_sink_ack *g, int rc, const char *msg)
+{
+    if (rc != BDB_OK && g->err == BDB_OK) {
+        g->err = rc;
+        atomic_fetch_add(&s->ack_failures, 1);
+        BDB_WARN("cassandra: ack=quorum: %s; the write is not acknowledged", msg);
+    }
+    s->ack_pending--;
+    if (--g->pending == 0)
+        pthread_cond_broadcast(&s->cv_done);
+}
+
+static int sink_ack_begin(bdb_sink *base, struct bdb_sink_ack **out)
+{
+    cass_sink *s = (cass_sink *)base;
+    *out = NULL;
+    if (!s->u->ack_quorum)
+        return BDB_OK;
+    if (lease_lost(s))
+        return BDB_ERR_EXISTS;
+    struct bdb_sink_ack *g = calloc(1, sizeof *g);
+    if (!g)
+        return BDB_ERR_NOMEM;
+    g->s = s;
+    *out = g;
+    return BDB_OK;
+}
+
+static int sink_ack_put(struct bdb_sink_ack *g, const char *tn, const char *dn, int64_t partition,
+                        int64_t ttl_ms, const bdb_sink_row *rows, size_t n)
+{
+    cass_sink *s = g->s;
+    for (size_t off = 0; off < n; off += (size_t)s->batch_rows) {
+        size_t k = n - off < (size_t)s->batch_rows ? n - off : (size_t)s->batch_rows;
+        size_t blob = 0;
+        for (size_t i = 0; i < k; i++)
+            blob += strlen(rows[off + i].metric) + 1;
+        job *j = calloc(1, sizeof *j);
+        if (!j)
+            return BDB_ERR_NOMEM;
+        j->grp = g;
+        j->tenant = strdup(tn);
+        j->device = strdup(dn);
+        j->partition = partition;
+        j->ttl_ms = ttl_ms;
+        j->n = k;
+        j->ts = malloc(k * sizeof *j->ts);
+        j->v = malloc(k * sizeof *j->v);
+        j->metrics = malloc(k * sizeof *j->metrics);
+        j->mblob = malloc(blob);
+        if (!j->tenant || !j->device || !j->ts || !j->v || !j->metrics || !j->mblob) {
+            job_free(j);
+            return BDB_ERR_NOMEM;
+        }
+        char *p = j->mblob;
+        for (size_t i = 0; i < k; i++) {
+            const bdb_sink_row *r = &rows[off + i];
+            size_t l = strlen(r->metric) + 1;
+            memcpy(p, r->metric, l);
+            j->metrics[i] = p;
+            p += l;
+            j->ts[i] = r->ts;
+            j->v[i] = r->v;
+        }
+        pthread_mutex_lock(&s->mu);
+        /* bounded with the flushes' rows: a writer waits while the queue is full */
+        while (s->queued >= (size_t)s->nworkers * QUEUE_PER_WORKER)
+            pthread_cond_wait(&s->cv_space, &s->mu);
+        if (s->tail)
+            s->tail->next = j;
+        else
+            s->head = j;
+        s->tail = j;
+        s->queued++;
+        g->pending++;
+        s->ack_pending++;
+        atomic_fetch_add(&s->ack_rows, k);
+        pthread_cond_signal(&s->cv_job);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return BDB_OK;
+}
+
+static int sink_ack_end(struct bdb_sink_ack *g)
+{
+    cass_sink *s = g->s;
+    pthread_mutex_lock(&s->mu);
+    while (g->pending)
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    int rc = g->err;
+    pthread_mutex_unlock(&s->mu);
+    if (rc == BDB_OK && lease_lost(s))
+        rc = BDB_ERR_EXISTS;
+    atomic_fetch_add(rc == BDB_OK ? &s->acks : &s->ack_refusals, 1);
+    free(g);
+    return rc;
+}
+
 static void *worker(void *arg)
 {
     cass_sink *s = arg;
@@ -377,12 +500,18 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&s->mu);
         char msg[512];
         /* A flush is all or nothing: once a batch failed after its retries, the rest
-         * is dropped at once (the WAL keeps it for the next flush). */
-        int rc = s->first_err;
+         * is dropped at once (the WAL keeps it for the next flush). An
+         * acknowledgement's rows go whatever a flush did: they have their own group. */
+        struct bdb_sink_ack *g = j->grp;
+        int rc = g ? BDB_OK : s->first_err;
         if (rc == BDB_OK)
             rc = send_job(s, j, msg, sizeof msg);
         job_free(j);
         pthread_mutex_lock(&s->mu);
+        if (g) {
+            ack_done(s, g, rc, msg);
+            continue;
+        }
         if (rc != BDB_OK && s->first_err == BDB_OK) {
             s->first_err = rc;
             BDB_WARN("cassandra: %s", msg); /* one line per flush, the count at commit */
@@ -739,6 +868,9 @@ static const bdb_sink_ops cass_ops = {
     .late_list = cass_late_list,
 
     .drop_tenant = g_drop_tenant,
+    .ack_begin = sink_ack_begin,
+    .ack_put = sink_ack_put,
+    .ack_end = sink_ack_end,
 };
 
 /* tiers and fleet: cass_agg.c sends through this sink's session */
@@ -763,8 +895,12 @@ void cass_sink_get_stats(bdb_sink *base, cass_sink_stats *st)
     st->read_failures = atomic_load(&s->read_failures);
     st->commits = atomic_load(&s->commits);
     st->commit_failures = atomic_load(&s->commit_failures);
+    st->ack_rows = atomic_load(&s->ack_rows);
+    st->ack_failures = atomic_load(&s->ack_failures);
+    st->acks = atomic_load(&s->acks);
+    st->ack_refusals = atomic_load(&s->ack_refusals);
     pthread_mutex_lock(&s->mu);
-    st->inflight_batches = s->pending;
+    st->inflight_batches = s->pending + s->ack_pending;
     pthread_mutex_unlock(&s->mu);
     cql_session_stats ss;
     memset(&ss, 0, sizeof ss);

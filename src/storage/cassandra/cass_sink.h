@@ -55,6 +55,9 @@ int cass_sink_open(const char *uri, const char *data_dir, bdb_sink **out, char *
 typedef struct cass_sink_stats {
     uint64_t batches, rows, batch_failures, expired_rows, reads, read_failures;
     uint64_t commits, commit_failures, inflight_batches;
+    /* ack=quorum: rows sent for acknowledgements, their batches that failed, writes
+     * confirmed and writes refused (not acknowledged) */
+    uint64_t ack_rows, ack_failures, acks, ack_refusals;
     uint64_t requests, retries, failures, reconnects, nodes, nodes_up;
     uint64_t timeouts, attempt_errors, connect_failures;
 } cass_sink_stats;

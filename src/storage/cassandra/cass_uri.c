@@ -151,7 +151,13 @@ int cass_uri_parse(const char *uri, cass_uri *o, char *err, size_t errlen)
             rc = parse_bool(k, v, &o->offline_start, err, errlen);
         else if (!strcmp(k, "adopt"))
             rc = parse_bool(k, v, &o->adopt, err, errlen);
-        else if (!strcmp(k, "timeout_ms"))
+        else if (!strcmp(k, "ack")) {
+            if (strcmp(v, "wal") && strcmp(v, "quorum")) {
+                snprintf(err, errlen, "storage URI: ack=%s must be wal or quorum", v);
+                rc = BDB_ERR_INVALID;
+            }
+            o->ack_quorum = !strcmp(v, "quorum");
+        } else if (!strcmp(k, "timeout_ms"))
             rc = parse_int(k, v, 100, 600000, &o->timeout_ms, err, errlen);
         else if (!strcmp(k, "schema")) {
             if (strcmp(v, "create") && strcmp(v, "none")) {
@@ -180,8 +186,8 @@ int cass_uri_parse(const char *uri, cass_uri *o, char *err, size_t errlen)
                 err, errlen,
                 "storage URI: unknown key '%s' (dc, consistency, write_consistency, "
                 "read_consistency, replication, user, password, inflight, batch_rows, "
-                "pool, retries, timeout_ms, schema, bucket, offline_start, adopt, tls, ca, cert, "
-                "key, tls_verify)",
+                "pool, retries, timeout_ms, schema, bucket, offline_start, adopt, ack, tls, ca, "
+                "cert, key, tls_verify)",
                 k);
             rc = BDB_ERR_INVALID;
         }

@@ -20,6 +20,9 @@ typedef struct cass_uri {
     /* start on a data directory that is not the keyspace's (cass_owner.h): its id is
      * taken over, with the hazards docs/CASSANDRA.md names */
     int adopt;
+    /* ack=quorum: a write is acknowledged once Cassandra confirmed its rows at the
+     * write consistency, not only once the WAL holds it (ack=wal, the default) */
+    int ack_quorum;
     int64_t bucket_s;
     int tls, tls_verify;               /* tls=, tls_verify= */
     char ca[512], cert[512], key[512]; /* ca=, cert=, key= (PEM files) */

@@ -41,6 +41,7 @@ enum fs_op {
     FS_COUNT_LIST,
     FS_LATE_PUT,
     FS_LATE_LIST,
+    FS_ACK_PUT,
     FS_NOPS
 };
 
@@ -92,6 +93,12 @@ typedef struct fakesink {
     size_t ncnt;
     fs_late *late;
     size_t nlate;
+    /* acknowledgements (ack_begin/put/end): off unless ack_on; the rows acknowledged,
+     * kept apart from the flushes' (raw) with the same last-put-wins rule */
+    int ack_on;
+    fs_raw *ack;
+    size_t nack;
+    uint64_t ack_groups;
     uint64_t calls, op_calls[FS_NOPS];
     uint64_t fail_call; /* 0 = off */
     int fail_op;        /* -1 = off */
@@ -654,12 +661,67 @@ static int fs_late_list(bdb_sink *s, const char *tn, const char *dn,
     return rc;
 }
 
+/* An acknowledgement group: the fake's rows go in at the put, so end only counts. */
+struct bdb_sink_ack {
+    fakesink *f;
+};
+
+static int fs_ack_begin(bdb_sink *s, struct bdb_sink_ack **g)
+{
+    fakesink *f = (fakesink *)s;
+    *g = NULL;
+    if (!f->ack_on)
+        return BDB_OK;
+    *g = calloc(1, sizeof **g);
+    if (!*g)
+        abort();
+    (*g)->f = f;
+    return BDB_OK;
+}
+
+static int fs_ack_put(struct bdb_sink_ack *g, const char *tn, const char *dn, int64_t part,
+                      int64_t ttl_ms, const bdb_sink_row *rows, size_t n)
+{
+    (void)ttl_ms;
+    fakesink *f = g->f;
+    pthread_mutex_lock(&f->mu);
+    int rc = fs_enter(f, FS_ACK_PUT);
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
+        size_t k = 0;
+        while (k < f->nack &&
+               !(f->ack[k].ts == rows[i].ts && fs_eq(f->ack[k].metric, rows[i].metric) &&
+                 fs_eq(f->ack[k].device, dn) && fs_eq(f->ack[k].tenant, tn)))
+            k++;
+        if (k == f->nack) {
+            FS_GROW(f->ack, f->nack);
+            f->ack[f->nack++] = (fs_raw){fs_dup(tn), fs_dup(dn), fs_dup(rows[i].metric),
+                                         part,       rows[i].ts, rows[i].v};
+        } else {
+            f->ack[k].v = rows[i].v;
+            f->ack[k].part = part;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static int fs_ack_end(struct bdb_sink_ack *g)
+{
+    fakesink *f = g->f;
+    pthread_mutex_lock(&f->mu);
+    f->ack_groups++;
+    pthread_mutex_unlock(&f->mu);
+    free(g);
+    return BDB_OK;
+}
+
 /* Every op (full = 1) or the raw ops alone (full = 0: tiers, fleet, state and late
  * stay with the engine's files, as for a sink that does not take them). */
 static const bdb_sink_ops fs_ops_full = {
     fs_put,       fs_commit,     fs_read,        fs_describe,   fs_close,      fs_tier_put,
     fs_tier_read, fs_fleet_put,  fs_fleet_read,  fs_state_put,  fs_device_put, fs_count_put,
     fs_state_get, fs_state_list, fs_device_list, fs_count_list, fs_late_put,   fs_late_list,
+    NULL,         fs_ack_begin,  fs_ack_put,     fs_ack_end,
 };
 static const bdb_sink_ops fs_ops_raw = {fs_put, fs_commit, fs_read, fs_describe, fs_close, NULL,
                                         NULL,   NULL,      NULL,    NULL,        NULL,     NULL,
@@ -719,6 +781,12 @@ static void fakesink_free(fakesink *f)
         free(f->late[k].tenant);
         free(f->late[k].device);
     }
+    for (size_t k = 0; k < f->nack; k++) {
+        free(f->ack[k].tenant);
+        free(f->ack[k].device);
+        free(f->ack[k].metric);
+    }
+    free(f->ack);
     free(f->raw);
     free(f->tier);
     free(f->fleet);

@@ -690,6 +690,8 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         rc = bdb_wal_sync(db->wal, lsn);
     if (rc == BDB_ERR_READONLY || rc == BDB_ERR_IO)
         db_set_readonly(db, rc, "WAL fsync");
+    if (rc == BDB_OK) /* logged: what the acknowledgement waits for besides (db_consumer.h) */
+        rc = db_consumers_ack(db, tenant_name, reps, nrep, prep[0].resv);
     if (rc == BDB_OK) {
         atomic_fetch_add(&db->samples_written, samples);
         atomic_fetch_add(&db->reports_written, nrep);

@@ -120,6 +120,20 @@ void db_consumers_release(bdb_db *db, device *d, void *resv)
     }
 }
 
+int db_consumers_ack(bdb_db *db, const char *tn, const bdb_report *reps, size_t n, const void *resv)
+{
+    EACH(i)
+    {
+        if (C(i)->ack) {
+            int rc = C(i)->ack(db, tn, reps, n, (const char *)resv + db->cons.resv_off[i],
+                               db->cons.resv_total);
+            if (rc != BDB_OK)
+                return rc;
+        }
+    }
+    return BDB_OK;
+}
+
 int db_consumers_freeze(bdb_db *db)
 {
     int rc = BDB_OK;

@@ -29,6 +29,11 @@
  *                allocates as it goes; out of memory fails the open). May set
  *                *a->relearn to ask the core to reconsider the device's bucket after
  *                the batch (a->relearn may be NULL).
+ *  ack           write, once per batch after its WAL fsync (every report applied),
+ *                before release, outside every lock: what must hold before the batch
+ *                is acknowledged; it may block. An error fails the write (its records
+ *                stay logged and applied: a retry writes the same values again).
+ *                resv: report i's bytes of this consumer at resv + i * stride.
  *  release       write, once per reserved report, after its apply or instead of it (the
  *                write failed), under the stripe lock: give back what apply did not
  *                take. Called for every report whose reserve was called, also when that
@@ -82,6 +87,8 @@ typedef struct db_consumer {
     int (*reserve_batch)(bdb_db *db, void *batch);
     int (*apply)(bdb_db *db, device *d, const db_apply *a, void *resv);
     void (*release)(bdb_db *db, device *d, void *resv);
+    int (*ack)(bdb_db *db, const char *tn, const bdb_report *reps, size_t n, const void *resv,
+               size_t stride);
     int (*freeze)(bdb_db *db);
     int (*flush)(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc);
     int (*commit)(bdb_db *db, uint64_t sealed);
@@ -114,6 +121,9 @@ int db_consumers_reserve(bdb_db *db, device *d, const bdb_report *r, struct seri
 int db_consumers_reserve_batch(bdb_db *db, void *batch);
 int db_consumers_apply(bdb_db *db, device *d, const db_apply *a, void *resv);
 void db_consumers_release(bdb_db *db, device *d, void *resv);
+/* resv: report 0's reservation (db->cons.resv_total bytes per report, back to back). */
+int db_consumers_ack(bdb_db *db, const char *tn, const bdb_report *reps, size_t n,
+                     const void *resv);
 int db_consumers_freeze(bdb_db *db);
 int db_consumers_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed, int rc);
 int db_consumers_commit(bdb_db *db, uint64_t sealed);

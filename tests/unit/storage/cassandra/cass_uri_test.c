@@ -49,6 +49,7 @@ static void test_defaults(void **state)
     assert_int_equal(o.create_schema, 1);
     assert_int_equal(o.bucket_s, 3600);
     assert_int_equal(o.offline_start, 0);
+    assert_int_equal(o.ack_quorum, 0); /* ack=wal */
     assert_int_equal(o.tls, 0);
     assert_int_equal(o.tls_verify, 1);
     assert_string_equal(o.password, "");
@@ -69,7 +70,7 @@ static void test_every_key(void **state)
                            "&replication=eu1:3,us1:2&user=u&password=pw&inflight=256"
                            "&batch_rows=1000&pool=8&retries=0&timeout_ms=100&schema=none"
                            "&bucket=2h&offline_start=true&tls=true&ca=/c.pem&cert=/x.pem"
-                           "&key=/k.pem&tls_verify=false",
+                           "&key=/k.pem&tls_verify=false&ack=quorum",
                            &o),
                      BDB_OK);
     assert_string_equal(o.hosts, "a:9042,b:9043");
@@ -93,6 +94,9 @@ static void test_every_key(void **state)
     assert_string_equal(o.cert, "/x.pem");
     assert_string_equal(o.key, "/k.pem");
     assert_int_equal(o.tls_verify, 0);
+    assert_int_equal(o.ack_quorum, 1);
+    assert_int_equal(parse("cassandra://h/k?ack=wal", &o), BDB_OK);
+    assert_int_equal(o.ack_quorum, 0);
     assert_int_equal(parse("cassandra://h/k?write_consistency=ALL&read_consistency=LOCAL_ONE", &o),
                      BDB_OK);
     assert_int_equal(o.write_cl, CQL_ALL);
@@ -200,6 +204,8 @@ static void test_refusals(void **state)
     refused("cassandra://h/k-s", "letters, digits and _ only");
     refused("cassandra://h/k?inflight", "'inflight' is not key=value");
     refused("cassandra://h/k?nope=1", "unknown key 'nope'");
+    refused("cassandra://h/k?ack=all", "ack=all must be wal or quorum");
+    refused("cassandra://h/k?ack=", "ack= must be wal or quorum");
     refused("cassandra://h/k?consistency=SERIAL", "is not a consistency level");
     refused("cassandra://h/k?consistency=MOST", "is not a consistency level");
     refused("cassandra://h/k?schema=drop", "schema=drop must be create or none");

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""ack=quorum against a real Apache Cassandra 2.1.0 node (issue 20, item 3): a write
+is answered 204 only once Cassandra confirmed its rows, so losing the bucketdb node
+together with its data directory loses nothing acknowledged; ack=wal (the default)
+acknowledges from the WAL, and the same loss takes what no flush has sent yet.
+
+ONE node is started for the whole file (cassnode.py); one test stops and restarts it.
+- quorum_survives_node_and_disk: three requests (20 devices, 4 metrics, a device and
+  millisecond written twice in one request, the later value kept) acknowledged with
+  no flush; the telemetry rows hold every sample at once; bucketdb killed -9 and its
+  data directory deleted: every acknowledged sample is still in Cassandra, each with
+  its value; /metrics counted the acknowledgements;
+- wal_loses_unflushed_with_the_disk: the same writes with ack=wal: no row before a
+  flush (what a lost disk takes), every row after it;
+- quorum_refused_while_down: the node stopped: the write answers 503 with Retry-After
+  and is not acknowledged (the refusal counted); the node back: writes answer 204
+  again, and the refused write, logged in the WAL, reaches Cassandra with the flush
+  (a retry would have written the same values);
+- bad_ack_value: ack=maybe refuses the start, naming the values.
+
+If Java or the Cassandra package is missing every test FAILS with the reason.
+    BUCKETDB_BIN=build/bucketdb python3 tests/integration/test_cassandra_ack.py"""
+
+import calendar
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cassnode  # noqa: E402
+from bdbtest import BIN, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
+
+suite = Suite("test_cassandra_ack", embedded_only="starts its own Cassandra node")
+HOUR = 3600000
+T0 = (int(time.time() * 1000) // HOUR - 2) * HOUR  # recent: inside every retention
+DEVICES, METRICS = 20, ("t", "h", "p", "v")
+
+
+def cql(*stmts):
+    cmd = ["cql", "--host", cassnode.ADDR, "--port", str(NODE.port)]
+    for s in stmts:
+        cmd += ["-e", s]
+    return subprocess.run([BIN] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+
+
+NODE = cassnode.Node("bucketdb-ack-", "bucketdb-ack-it",
+                     lambda n: cql("SELECT release_version FROM system.local"))
+
+
+def node():
+    cassnode.ensure(NODE, TestFailure)
+    if not NODE.pid:  # a test stopped it and failed before starting it again
+        check(NODE.start(same_ports=True), NODE.error or "node did not restart")
+    return NODE
+
+
+def server(ks, ack=None):
+    uri = "cassandra://%s:%d/%s?consistency=ONE&offline_start=true&timeout_ms=2000" % (
+        cassnode.ADDR, node().port, ks)
+    if ack:
+        uri += "&ack=" + ack
+    # the test decides when a flush runs
+    return Server(args=["--storage", uri, "--flush-interval-ms", "1h"])
+
+
+def requests():
+    """Three bodies and the samples they store: {(device, metric, ts): value}."""
+    bodies, want = [], {}
+    for r in range(3):
+        lines = []
+        for d in range(DEVICES):
+            ts = T0 + r * 10000 + d * 7
+            vals = {m: round(r * 100 + d + i / 10.0, 2) for i, m in enumerate(METRICS)}
+            lines.append("env,device=d%02d %s %d" % (
+                d, ",".join("%s=%s" % kv for kv in vals.items()), ts))
+            for m, v in vals.items():
+                want[("d%02d" % d, "env." + m, ts)] = v
+        if r == 1:  # d00 at the same ms again in the same request: the later one wins
+            ts = T0 + 10000
+            lines.append("env,device=d00 t=-5.5 %d" % ts)
+            want[("d00", "env.t", ts)] = -5.5
+        bodies.append(lines)
+    return bodies, want
+
+
+def iso_ms(text):
+    """Unix ms of `bucketdb cql`'s RFC 3339 timestamp (UTC, 'Z')."""
+    body = text.rstrip("Z")
+    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in body else "%Y-%m-%dT%H:%M:%S"
+    dt = datetime.datetime.strptime(body, fmt)
+    return calendar.timegm(dt.timetuple()) * 1000 + dt.microsecond // 1000
+
+
+def rows(ks):
+    """Every telemetry row of the keyspace: {(device, metric, ts): value}."""
+    p = cql("SELECT device_id, metric_name, event_time, metric_value FROM %s.telemetry" % ks)
+    eq(p.returncode, 0, p.stderr)
+    out = {}
+    for line in p.stdout.strip().splitlines()[1:]:
+        d, m, t, v = line.split("\t")
+        out[(d, m, iso_ms(t))] = float(v)
+    return out
+
+
+def metric(s, name):
+    for line in s.metrics_text().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise TestFailure("no %s in /metrics" % name)
+
+
+@suite.test
+def quorum_survives_node_and_disk():
+    ks = cassnode.keyspace("bdb_ack_q")
+    bodies, want = requests()
+    s = server(ks, "quorum").start()
+    try:
+        for b in bodies:
+            s.write(b, precision="ms")  # 204 each, or the helper fails
+        eq(metric(s, "bucketdb_cassandra_ack_writes_total"), 3.0, "acknowledged writes")
+        eq(metric(s, "bucketdb_cassandra_ack_refusals_total"), 0.0, "refused writes")
+        check(metric(s, "bucketdb_cassandra_ack_rows_total") >= len(want), "rows sent")
+        eq(metric(s, "bucketdb_cassandra_flushes_total"), 0.0, "no flush ran")
+        eq(rows(ks), want, "rows in Cassandra after the acknowledgements, before any flush")
+    finally:
+        s.kill()  # SIGKILL: nothing more is sent
+    shutil.rmtree(s.data)  # the node's disk is gone with it
+    eq(rows(ks), want, "rows in Cassandra after the node and its disk were lost")
+
+
+@suite.test
+def wal_loses_unflushed_with_the_disk():
+    ks = cassnode.keyspace("bdb_ack_w")
+    bodies, want = requests()
+    s = server(ks).start()
+    try:
+        for b in bodies:
+            s.write(b, precision="ms")
+        eq(metric(s, "bucketdb_cassandra_ack_writes_total"), 0.0, "ack=wal sends nothing early")
+        # acknowledged from the WAL: nothing in Cassandra until a flush, so a lost disk
+        # would take all of it (docs/CASSANDRA.md#acknowledgements)
+        eq(rows(ks), {}, "rows before the flush in ack=wal")
+        s.flush()
+        eq(rows(ks), want, "rows after the flush")
+    finally:
+        s.stop()
+
+
+@suite.test
+def quorum_refused_while_down():
+    ks = cassnode.keyspace("bdb_ack_down")
+    s = server(ks, "quorum").start()
+    try:
+        s.write(["env,device=up t=1 %d" % T0], precision="ms")
+        NODE.kill(signal.SIGTERM)
+        try:
+            r = s.request("POST", "/write", body=("env,device=down t=2 %d" % (T0 + 1)).encode(),
+                          params={"precision": "ms"})
+            eq(r.status, 503, "a write Cassandra cannot confirm: %s" % r.text)
+            check(r.headers.get("retry-after"), "Retry-After on the refusal: %r" % r.headers)
+            contains(r.text, "not acknowledged")
+            eq(metric(s, "bucketdb_cassandra_ack_refusals_total"), 1.0, "refusal counted")
+        finally:
+            check(NODE.start(same_ports=True), NODE.error or "node did not restart")
+        # back: acknowledged again once the session reconnects (a few seconds)
+        deadline = time.time() + 90
+        while True:
+            r = s.request("POST", "/write", body=("env,device=back t=3 %d" % (T0 + 2)).encode(),
+                          params={"precision": "ms"})
+            if r.status == 204 or time.time() > deadline:
+                break
+            time.sleep(1)
+        eq(r.status, 204, "a write after the node came back: %s" % r.text)
+        got = rows(ks)
+        eq(got.get(("back", "env.t", T0 + 2)), 3.0, "the acknowledged write's row")
+        # the refused write is in the WAL and the head: the flush sends it
+        s.flush()
+        got = rows(ks)
+        eq(sorted(k for k in got), [("back", "env.t", T0 + 2), ("down", "env.t", T0 + 1),
+                                    ("up", "env.t", T0)], "rows after the flush")
+    finally:
+        s.stop()
+
+
+@suite.test
+def bad_ack_value():
+    s = Server(args=["--storage", "cassandra://127.0.0.1:1/ks?ack=maybe"])
+    try:
+        s.start()
+    except TestFailure as e:
+        contains(str(e), "ack=maybe must be wal or quorum")
+    else:
+        s.stop()
+        raise TestFailure("server started with ack=maybe")
+    finally:
+        s.kill()
+
+
+if __name__ == "__main__":
+    try:
+        suite.main()
+    finally:
+        if NODE.pid:
+            NODE.stop()
+        else:
+            shutil.rmtree(NODE.dir, ignore_errors=True)
