@@ -17,6 +17,9 @@ measure the contention):
      to Cassandra and returns once every batch is confirmed. Figures: ingest
      samples/s (load), flush rows/s (rows confirmed / flush time, from /metrics) and
      end to end samples/s (load + flush);
+  2b. the same with ack=quorum (a keyspace of its own): every load request waits for
+     Cassandra to confirm its rows before its 204, so the ingest rate includes them;
+     the flush then writes the same rows again;
   3. the same load into an embedded bucketdb (block files), flush timed the same way;
   4. cassandra-stress `user` mode with a profile of bucketdb's telemetry table (same
      partition key, event_time and metric_name clustering, a double value), UNLOGGED
@@ -186,6 +189,17 @@ def main():
         servers.append(cas)
         rc = bucketdb_run("cassandra", cas, args)
         cas.stop()
+        # ack=quorum: each request waits for Cassandra to confirm its rows (its own
+        # keyspace: the first one belongs to the first server's data directory)
+        uri_q = "cassandra://%s:%d/cass_bench_q?consistency=ONE&replication=simple:1&ack=quorum" % (
+            cassnode.ADDR, node.port)
+        casq = Server(args=["--storage", uri_q] + common).start()
+        servers.append(casq)
+        rq = bucketdb_run("cassandra ack=quorum", casq, args)
+        acks = metric(casq, "bucketdb_cassandra_ack_writes_total")
+        ack_rows = metric(casq, "bucketdb_cassandra_ack_rows_total")
+        refused = metric(casq, "bucketdb_cassandra_ack_refusals_total")
+        casq.stop()
         emb = Server(args=common).start()
         servers.append(emb)
         re_ = bucketdb_run("embedded", emb, args)
@@ -199,6 +213,8 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
     cs, cl, cf, crows = rc
+    qs, ql, qf, qrows = rq
+    qflush_rows = qrows - ack_rows  # the rows counter counts the acknowledgements' too
     es, el, ef, _ = re_
     flush_rows = crows / cf if cf > 0 else 0
     print()
@@ -210,6 +226,8 @@ def main():
     print("%-38s %12s %12s %12s" % ("", "ingest/s", "flush rows/s", "end-to-end/s"))
     print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb -> Cassandra (ONE)", cs / cl, flush_rows,
                                           cs / (cl + cf)))
+    print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb -> Cassandra (ONE, ack=quorum)", qs / ql,
+                                          qflush_rows / qf if qf > 0 else 0, qs / (ql + qf)))
     print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb embedded (block files)", es / el,
                                           es / ef if ef > 0 else 0, es / (el + ef)))
     print("%-38s %12s %12.0f %12s" % ("cassandra-stress (UNLOGGED, same table)", "-",
@@ -217,6 +235,8 @@ def main():
     print("rows confirmed by Cassandra in the bucketdb run: %d of %d samples" % (crows, cs))
     if st["row rate"] > 0:
         print("ratio bucketdb/cassandra-stress rows/s: %.2fx" % (flush_rows / st["row rate"]))
+    print("ratio ack=quorum/ack=wal ingest samples/s: %.2fx (%d requests acknowledged after "
+          "Cassandra confirmed them, %d refused)" % ((qs / ql) / (cs / cl), acks, refused))
     print("ratio embedded/cassandra end-to-end samples/s: %.2fx" % (
         (es / (el + ef)) / (cs / (cl + cf))))
 

@@ -86,6 +86,7 @@ typedef struct cass_sink {
     pthread_t lease_th;
     int lease_running;
     pthread_cond_t cv_lease;
+    int report_due; /* under mu: the lease thread publishes at once (set_reporter) */
     /* the writer row's report (cass_sink_set_reporter): rep_mu is held while backlog
      * runs, so clearing it waits for a call in progress */
     _Atomic int64_t last_flush_ms;
@@ -926,7 +927,11 @@ static void *lease_main(void *arg)
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += CASS_OWNER_RENEW_S;
-        pthread_cond_timedwait(&s->cv_lease, &s->mu, &until);
+        /* report_due: a reporter set while this thread was not waiting (starting, or
+         * in a renewal) would have lost its wake-up and waited a whole period */
+        if (!s->report_due)
+            pthread_cond_timedwait(&s->cv_lease, &s->mu, &until);
+        s->report_due = 0;
         if (s->stopping)
             break;
         pthread_mutex_unlock(&s->mu);
@@ -1045,6 +1050,7 @@ void cass_sink_set_reporter(bdb_sink *base, const char *listen, uint64_t (*backl
     pthread_mutex_unlock(&s->rep_mu);
     if (backlog) { /* publish now rather than at the next renewal */
         pthread_mutex_lock(&s->mu);
+        s->report_due = 1;
         pthread_cond_broadcast(&s->cv_lease);
         pthread_mutex_unlock(&s->mu);
     }
