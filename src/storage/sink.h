@@ -165,6 +165,12 @@ typedef struct bdb_sink_ops {
      * again what is gone is not an error (the engine calls again after a failure). */
     int (*drop_tenant)(bdb_sink *s, const char *tenant, const bdb_sink_device *devs,
                        const uint32_t *nsub, size_t n);
+
+    /* ---- the registry's tenants (optional). Every tenant the registry has a device
+     * of, in any order: an engine started with an empty catalog rebuilds it from
+     * device_list (storage/embedded/sink/db_cat_sink.h). NULL: the registry cannot be
+     * listed and such an engine starts empty. */
+    int (*tenant_list)(bdb_sink *s, void (*fn)(void *ud, const char *tenant), void *ud);
 } bdb_sink_ops;
 
 struct bdb_sink {

@@ -177,6 +177,8 @@ struct bdb_db {
 
     pthread_rwlock_t cat_lock;
     bdb_map *tenants;
+    /* sink: the inherited horizons (storage/embedded/sink/db_cat_sink.h), NULL none */
+    bdb_map *inherited, *inherited_tenants;
     pthread_mutex_t stripes[DB_STRIPES];
 
     pthread_mutex_t flush_mutex;
