@@ -215,6 +215,19 @@ static void device_cb(void *ud, const bdb_sink_device *r)
     x->devices++;
 }
 
+/* The current state of a rebuilt device (the registry row has none): the catalog's
+ * state is what /api/v1/devices answers for a device the catalog knows. */
+static void state_cb(void *ud, const bdb_sink_state *st)
+{
+    struct rebuild *x = ud;
+    if (x->rc != BDB_OK || !st->state)
+        return;
+    tenant *t = cat_tenant(x->db, st->tenant, strlen(st->tenant), 0);
+    device *d = t ? cat_device(x->db, t, st->device, strlen(st->device), 0) : NULL;
+    if (d && cat_set_state(d, st->state, strlen(st->state), st->state_ts) != BDB_OK)
+        x->rc = BDB_ERR_NOMEM;
+}
+
 int cat_sink_rebuild(bdb_db *db)
 {
     bdb_sink *sk = db->o.sink;
@@ -228,6 +241,10 @@ int cat_sink_rebuild(bdb_db *db)
     struct rebuild x = {db, 0, 0, BDB_OK};
     for (size_t i = 0; i < tn.n && rc == BDB_OK; i++) {
         rc = sk->ops->device_list(sk, tn.v[i], device_cb, &x);
+        if (rc == BDB_OK)
+            rc = x.rc;
+        if (rc == BDB_OK && sk->ops->state_list)
+            rc = sk->ops->state_list(sk, tn.v[i], NULL, state_cb, &x);
         if (rc == BDB_OK)
             rc = x.rc;
     }
