@@ -76,9 +76,9 @@ def node():
     return NODE
 
 
-def cass_server(ks, data=None):
+def cass_server(ks, data=None, args=()):
     uri = "cassandra://%s:%d/%s?consistency=ONE" % (NODE.addr, node().port, ks)
-    return Server(data=data, args=["--storage", uri, "--flush-interval-ms", "1h"])
+    return Server(data=data, args=["--storage", uri, "--flush-interval-ms", "1h"] + list(args))
 
 
 def send(servers, rws):
@@ -222,7 +222,26 @@ def check_rows(label, ks, emb):
     got = sorted((r[0], int(r[1])) for r in rows(
         "SELECT device_id, samples FROM %s.devices WHERE tenant_id = 'default'" % ks))
     eq(got, want, "%s: devices rows (device, samples)" % label)
+    want = sorted((b["bucket_ms"], d["device"], d["event_count"]) for b in tbt(emb)["buckets"]
+                  for d in b["devices"])
+    got = sorted((ms(r[0]), r[1], int(r[2])) for r in rows(
+        "SELECT bucket, device_id, event_count FROM %s.telemetry_by_tenant_totals WHERE "
+        "tenant_id = 'default' AND day = %d" % (ks, T0)))
+    eq(got, want, "%s: telemetry_by_tenant_totals rows (bucket, device, events)" % label)
     return n
+
+
+def tbt(s):
+    r = s.get("/api/v1/telemetry_by_tenant", **{"from": T0, "to": T0 + DAY})
+    eq(r.status, 200, "telemetry_by_tenant: %r" % r.body[:200])
+    return r.json()
+
+
+def events(s):
+    """(bucket, device, events) of telemetry_by_tenant (sub-buckets left out: the
+    embedded server has no hot device)."""
+    return sorted((b["bucket_ms"], d["device"], d["event_count"]) for b in tbt(s)["buckets"]
+                  for d in b["devices"])
 
 
 @suite.test
@@ -234,22 +253,31 @@ def new_directory_answers_and_adds():
     rng = random.Random(SEED)
     qs = queries()
     emb = Server(args=["--flush-interval-ms", "1h"]).start()
-    a = cass_server(ks).start()
+    # A makes devices with more than 100 reports a minute hot: their later samples
+    # spread over 4 sub-buckets, which B must read too
+    a = cass_server(ks, args=["--hot-threshold", "100", "--hot-subbuckets", "4"]).start()
     b = c = None
     try:
         first = batch(rng, DEVICES, T0, T0 + 2 * HOUR + 40 * MIN, 1500)
-        send([emb, a], first)
+        for i in range(0, len(first), 300):
+            send([emb, a], first[i:i + 300])
         emb.flush()
         a.flush()
         want = answers(a, qs)
         check(all(st == 200 for st, _ in want.values()), "A answers: %r" % [
             k for k, v in want.items() if v[0] != 200][:3])
+        want_tbt = tbt(a)
+        hot = [r for r in rows("SELECT device_id, sub_buckets FROM %s.telemetry_by_tenant_totals "
+                               "WHERE tenant_id = 'default' AND day = %d" % (ks, T0))
+               if int(r[1]) > 1]
+        check(hot, "no device of A became hot: %s" % a.log()[-1500:])
         a.stop()
 
         # An empty directory on the same keyspace, without adopt=true.
         b = cass_server(ks).start()
         check("rebuilt 6 device(s)" in b.log(), "no rebuild in the log: %s" % b.log()[-1500:])
         same("B on an empty directory", want, answers(b, qs))
+        eq(tbt(b), want_tbt, "telemetry_by_tenant of B")
         print("  B answers %d queries as A did" % len(qs))
 
         # Two writers: a third server while B runs is refused by the writer lease.
@@ -277,6 +305,7 @@ def new_directory_answers_and_adds():
         qs_tiers = [q for q in qs if "resolution" in q[1]]
         same_stats("B after its flush", answers(emb, qs_tiers), answers(b, qs_tiers))
         eq(registry(b), registry(emb), "registry after B's flush")
+        eq(events(b), events(emb), "telemetry_by_tenant after B's flush")
         n = check_rows("after B's flush", ks, emb)
         print("  after B's flush: answers and %d agg_1h/fleet_agg_1h rows add up" % n)
 

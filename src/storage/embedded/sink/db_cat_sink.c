@@ -6,6 +6,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/map.h"
+#include "common/timeutil.h"
 #include "storage/embedded/core/db_consumer.h"
 #include "storage/sink.h"
 
@@ -142,7 +143,8 @@ static void tenant_cb(void *ud, const char *tn)
 
 struct rebuild {
     bdb_db *db;
-    uint64_t devices, series;
+    uint64_t devices, series, partitions;
+    int64_t first, last; /* the current tenant's devices' span */
     int rc;
 };
 
@@ -212,6 +214,10 @@ static void device_cb(void *ud, const bdb_sink_device *r)
     if (x->rc == BDB_OK)
         x->rc = cat_inherited_set(db, r->tenant, strlen(r->tenant), r->device, strlen(r->device),
                                   r->last_ts);
+    if (r->first_ts < x->first)
+        x->first = r->first_ts;
+    if (r->last_ts > x->last)
+        x->last = r->last_ts;
     x->devices++;
 }
 
@@ -228,6 +234,25 @@ static void state_cb(void *ud, const bdb_sink_state *st)
         x->rc = BDB_ERR_NOMEM;
 }
 
+/* A partition's event count and sub-buckets (telemetry_by_tenant_totals): the
+ * counts a flush writes are absolute, so the local count of a partition both
+ * directories wrote must start from the stored one; a hot device's sub-buckets are
+ * what raw reads of its partitions scan. */
+static void count_cb(void *ud, const bdb_sink_count *c)
+{
+    struct rebuild *x = ud;
+    if (x->rc != BDB_OK)
+        return;
+    tenant *t = cat_tenant(x->db, c->tenant, strlen(c->tenant), 0);
+    device *d = t ? cat_device(x->db, t, c->device, strlen(c->device), 0) : NULL;
+    if (!d || cat_inherited(x->db, c->tenant, c->device) == INT64_MIN)
+        return; /* not a rebuilt device */
+    x->rc = db_hot_seed(d, c->bucket_start, c->events, c->subbuckets);
+    x->partitions++;
+}
+
+#define COUNT_SPAN (399 * BDB_MS_DAY) /* below the sink's 400-day bound per listing */
+
 int cat_sink_rebuild(bdb_db *db)
 {
     bdb_sink *sk = db->o.sink;
@@ -238,8 +263,10 @@ int cat_sink_rebuild(bdb_db *db)
     int rc = sk->ops->tenant_list(sk, tenant_cb, &tn);
     if (rc == BDB_OK && tn.nomem)
         rc = BDB_ERR_NOMEM;
-    struct rebuild x = {db, 0, 0, BDB_OK};
+    struct rebuild x = {db, 0, 0, 0, INT64_MAX, INT64_MIN, BDB_OK};
     for (size_t i = 0; i < tn.n && rc == BDB_OK; i++) {
+        x.first = INT64_MAX;
+        x.last = INT64_MIN;
         rc = sk->ops->device_list(sk, tn.v[i], device_cb, &x);
         if (rc == BDB_OK)
             rc = x.rc;
@@ -247,6 +274,15 @@ int cat_sink_rebuild(bdb_db *db)
             rc = sk->ops->state_list(sk, tn.v[i], NULL, state_cb, &x);
         if (rc == BDB_OK)
             rc = x.rc;
+        /* the day before the first event: a partition starts at or before it */
+        for (int64_t a = x.first - BDB_MS_DAY;
+             rc == BDB_OK && sk->ops->count_list && x.first <= x.last && a <= x.last;
+             a += COUNT_SPAN) {
+            int64_t b = x.last - a < COUNT_SPAN ? x.last + 1 : a + COUNT_SPAN;
+            rc = sk->ops->count_list(sk, tn.v[i], a, b, count_cb, &x);
+            if (rc == BDB_OK)
+                rc = x.rc;
+        }
     }
     for (size_t i = 0; i < tn.n; i++)
         free(tn.v[i]);
@@ -257,9 +293,10 @@ int cat_sink_rebuild(bdb_db *db)
         return rc;
     }
     if (x.devices)
-        BDB_WARN("catalog: empty; rebuilt %llu device(s), %llu series from the registry of "
-                 "%s (flushes merge the windows these devices had there)",
+        BDB_WARN("catalog: empty; rebuilt %llu device(s), %llu series, %llu partition "
+                 "count(s) from the registry of %s (flushes merge the windows these devices "
+                 "had there)",
                  (unsigned long long)x.devices, (unsigned long long)x.series,
-                 sk->ops->describe(sk));
+                 (unsigned long long)x.partitions, sk->ops->describe(sk));
     return BDB_OK;
 }
