@@ -6,10 +6,12 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/map.h"
+#include "common/path.h"
 #include "common/timeutil.h"
 #include "storage/embedded/core/db_consumer.h"
 #include "storage/sink.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,6 +260,14 @@ int cat_sink_rebuild(bdb_db *db)
     bdb_sink *sk = db->o.sink;
     if (!sk || !sk->ops->tenant_list || !sk->ops->device_list ||
         atomic_load(&db->device_count) != 0)
+        return BDB_OK;
+    /* A catalog file, even one listing no device (retention or a tenant's deletion
+     * emptied it), is this directory's own record: only a directory that never
+     * committed a flush is rebuilt (devices the registry still lists after their data
+     * expired would come back otherwise). */
+    char path[BDB_PATH_BUF];
+    snprintf(path, sizeof path, "%s/catalog", db->dir);
+    if (bdb_vfs_exists(db->vfs, path))
         return BDB_OK;
     struct names tn = {NULL, 0, 0, 0};
     int rc = sk->ops->tenant_list(sk, tenant_cb, &tn);

@@ -2,7 +2,7 @@
  * windows a flush must merge with the sink's rows (docs/CASSANDRA.md, "A new data
  * directory on a keyspace").
  *
- * A server started with an empty catalog on a sink that lists its registry (a lost
+ * A server started without a catalog on a sink that lists its registry (a lost
  * or new data directory on a keyspace another directory filled) would answer 404 for
  * every flushed device (raw reads route by the catalog's bucket history and metric
  * names) and its flushes would replace tier, fleet and registry rows with windows
@@ -28,10 +28,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* With an empty catalog and a sink that lists tenants and devices: every registered
- * device into the catalog (cat_lock not needed: open, single thread). BDB_OK (also
- * when there is nothing to do), or the sink's error (BDB_ERR_IO, _AGAIN: the open
- * fails rather than start on a catalog that would corrupt the sink's rows), or
+/* Without a catalog file (a directory that never committed a flush) and with a sink
+ * that lists tenants and devices: every registered device into the catalog (cat_lock not needed:
+ * open, single thread). BDB_OK (also when there is nothing to do), or the sink's error (BDB_ERR_IO,
+ * _AGAIN: the open fails rather than start on a catalog that would corrupt the sink's rows), or
  * BDB_ERR_NOMEM. */
 int cat_sink_rebuild(bdb_db *db);
 /* The device's inherited horizon (its last event when its catalog entry came from
