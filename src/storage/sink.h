@@ -184,6 +184,12 @@ typedef struct bdb_sink_ops {
     /* Waits for every row of g and frees it: BDB_OK, or the error of a row that failed
      * after its retries (BDB_ERR_AGAIN: not reachable, BDB_ERR_IO). */
     int (*ack_end)(struct bdb_sink_ack *g);
+
+    /* ---- the registry's tenants (optional). Every tenant the registry has a device
+     * of, in any order: an engine started with an empty catalog rebuilds it from
+     * device_list (storage/embedded/sink/db_cat_sink.h). NULL: the registry cannot be
+     * listed and such an engine starts empty. */
+    int (*tenant_list)(bdb_sink *s, void (*fn)(void *ud, const char *tenant), void *ud);
 } bdb_sink_ops;
 
 /* One sample handed to ack_put. */

@@ -2,16 +2,18 @@
 "One keyspace, one writer"), against one real Cassandra 2.1.0 node (cassnode.py).
 Issue 20's silent failures, each now a refusal with its reason:
 
-- a second server on an EMPTY data directory while the first runs, and after it
-  stopped: refused (the keyspace holds another directory's data; before, it answered
-  404 for flushed data and overwrote tier, fleet and device rows); the keyspace's
-  rows are unchanged by the attempt;
+- a second server on an EMPTY data directory while the first runs: refused (the
+  writer lease; before, it answered 404 for flushed data and overwrote tier, fleet
+  and device rows); the keyspace's rows are unchanged by the attempt; after the first
+  stopped, an empty directory starts (it rebuilds its catalog from the registry:
+  test_cassandra_new_dir.py) and answers all 100 samples, and a copy of the
+  directory without its file 'cluster' (a catalog, no identity) is refused;
 - a COPY of the running server's data directory started beside it: refused (the
   writer lease is held by a live process of the same node);
 - kill -9 and a restart on the same directory: starts at once (the lease's process is
   gone) and answers everything acknowledged;
 - a keyspace written by an older bucketdb (data, no identity): its own data directory
-  (with a catalog) takes it over, an empty one is refused;
+  (with a catalog) takes it over, and an empty one joins it and answers the same;
 - the lease is renewed whole (every column's TTL) while the server runs;
 - the lease taken by another node while running (an outage longer than its TTL):
   flushes fail from the next renewal on and the WAL keeps every acknowledged sample;
@@ -114,8 +116,8 @@ def empty_directory_and_second_server_refused():
         contains(text, "node %s\n" % lease[0][0])
         eq(int(lease[0][1]), a.proc.pid, "the lease names the running server")
         before = (table_rows(ks, "telemetry"), table_rows(ks, "devices"))
-        # an empty data directory while A runs: refused, nothing written
-        refused(server(ks), "holds the data of another data directory")
+        # an empty data directory while A runs: refused by the lease, nothing written
+        refused(server(ks), "another server writes")
         # a copy of A's directory running beside it: the same node, a live holder
         copy = os.path.join(Server().dir, "copy")
         shutil.copytree(a.data, copy, ignore=shutil.ignore_patterns("LOCK"))
@@ -127,8 +129,16 @@ def empty_directory_and_second_server_refused():
         a.stop()
     eq(rows("SELECT node FROM %s.owner WHERE k = 'writer'" % ks), [],
        "a clean stop gives the lease up")
-    # A stopped: an empty directory is still not the keyspace's
-    refused(server(ks), "holds the data of another data directory")
+    # A stopped: an empty directory joins the keyspace (its catalog rebuilt) ...
+    b = server(ks).start()
+    try:
+        eq(count(b), 100, "answers of an empty directory")
+    finally:
+        b.stop()
+    # ... but a directory with a catalog and no identity (A's without its file) is not
+    nofile = os.path.join(Server().dir, "nofile")
+    shutil.copytree(a.data, nofile, ignore=shutil.ignore_patterns("LOCK", "cluster"))
+    refused(server(ks, data=nofile), "has a catalog but no identity file")
     # kill -9 and a restart on the same directory: the lease's process is gone
     a = server(ks, data=a.data).start()
     write_points(a, 50, first=100)  # in the WAL and the head only
@@ -157,7 +167,13 @@ def keyspace_of_an_older_version():
     p = cql("DELETE FROM %s.owner WHERE k = 'keyspace'" % ks)
     check(p.returncode == 0, p.stderr)
     os.unlink(os.path.join(a.data, "cluster"))
-    refused(server(ks), "holds data, and data directory")
+    b = server(ks).start()  # an empty directory joins it: the catalog from the registry
+    try:
+        eq(count(b), 40, "answers of an empty directory on the older keyspace")
+    finally:
+        b.stop()
+    p = cql("DELETE FROM %s.owner WHERE k = 'keyspace'" % ks)  # the identity b made
+    check(p.returncode == 0, p.stderr)
     a = server(ks, data=a.data).start()  # its own directory: a catalog, taken over
     try:
         eq(count(a), 40, "answers of the adopted keyspace")

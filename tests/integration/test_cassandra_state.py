@@ -199,21 +199,25 @@ def state_on_cassandra():
         eq(r, [], "devices in the older state")
         cas.stop()
 
-        # An empty data directory on the same keyspace is refused (its catalog knows
-        # nothing the keyspace holds: issue 20's lost data directory) ...
-        refused = cass_server(ks)
+        # A directory with another server's catalog (an embedded one's) and no identity
+        # file is refused: its catalog and tier files would overwrite the keyspace's rows.
+        other = Server(args=["--flush-interval-ms", "1h"]).start()
+        other.write(["env,device=lamp-0 temp=1 %d" % T0], precision="ms")
+        other.stop()
+        refused = cass_server(ks, data=other.data)
         try:
             refused.start()
         except TestFailure as e:
-            contains(str(e), "holds the data of another data directory")
+            contains(str(e), "has a catalog but no identity file")
         else:
             refused.stop()
-            raise TestFailure("a server on an empty data directory started on a keyspace "
-                              "holding another directory's data")
+            raise TestFailure("a server on another server's data directory started on a "
+                              "keyspace holding another directory's data")
         finally:
             refused.kill()
-        # ... unless it adopts the keyspace: Cassandra is the store of the state.
-        fresh = cass_server(ks, adopt=True).start()
+        # An EMPTY directory starts without adopt=true (it rebuilds its catalog from the
+        # registry: test_cassandra_new_dir.py): Cassandra is the store of the state.
+        fresh = cass_server(ks).start()
         try:
             got = answers(fresh)
             same("empty data directory", want2, got)

@@ -249,13 +249,23 @@ static int identity(cql_session *sess, const char *ks, const char *dir, int cl, 
     cell_str(r, "id", id, ID_HEX + 1);
     cql_response_free(r);
     if (id[0]) {
+        if (!have_local && !has_catalog(dir)) {
+            /* a new (or lost and replaced) data directory: the engine rebuilds its
+             * catalog from the registry and merges the windows it inherits
+             * (storage/embedded/sink/db_cat_sink.h), so it may take the keyspace */
+            BDB_INFO("cassandra: data directory %s is new: it joins keyspace %s (id %s); the "
+                     "catalog is rebuilt from the keyspace's registry",
+                     dir, ks, id);
+            return BDB_OK;
+        }
         if (!have_local) {
             snprintf(err, errlen,
                      "keyspace %s holds the data of another data directory (keyspace id %s), "
-                     "and %s has none of its catalog: a server here would answer 404 for what "
-                     "was flushed and overwrite tier, fleet and device rows. Start with the "
-                     "data directory that wrote the keyspace (its file '%s' names id %s); see "
-                     "docs/CASSANDRA.md#one-keyspace-one-writer",
+                     "and %s has a catalog but no identity file: it is another server's "
+                     "directory (an embedded one, or one of an older bucketdb), whose catalog "
+                     "and tier files would overwrite tier, fleet and device rows. Start with the "
+                     "data directory that wrote the keyspace (its file '%s' names id %s), or "
+                     "an empty one; see docs/CASSANDRA.md#one-keyspace-one-writer",
                      ks, id, dir, CASS_OWNER_FILE, id);
             return refuse(adopt, err, errlen);
         }
@@ -279,21 +289,16 @@ static int identity(cql_session *sess, const char *ks, const char *dir, int cl, 
             return BDB_ERR_EXISTS;
     }
     /* A keyspace with data and no id was written by a version before the identity: its
-     * own data directory (one with a catalog) takes it over, an empty one may not. */
+     * own data directory (one with a catalog) takes it over, and so does an empty one,
+     * which rebuilds its catalog from the registry as on a keyspace with an id. */
     int data = 0;
     rc = keyspace_has_data(sess, ks, cl, &data, err, errlen);
     if (rc != BDB_OK)
         return rc;
-    if (data && !has_catalog(dir)) {
-        snprintf(err, errlen,
-                 "keyspace %s holds data, and data directory %s has no catalog: a server "
-                 "here would answer 404 for what was flushed and overwrite tier, fleet and "
-                 "device rows. Start with the data directory that wrote the keyspace; see "
-                 "docs/CASSANDRA.md#one-keyspace-one-writer",
+    if (data && !has_catalog(dir))
+        BDB_INFO("cassandra: keyspace %s holds data of an older bucketdb and data directory %s "
+                 "is new: the catalog is rebuilt from the keyspace's registry",
                  ks, dir);
-        if (refuse(adopt, err, errlen) != BDB_OK)
-            return BDB_ERR_EXISTS;
-    }
     char mine[ID_HEX + 1];
     if (random_hex(mine) != BDB_OK) {
         snprintf(err, errlen, "no random bytes for a keyspace id");

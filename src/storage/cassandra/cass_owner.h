@@ -3,16 +3,20 @@
  *
  * On this backend the catalog (devices, their bucket histories, where flushed data
  * lies in time), the state index and the tiers' and fleet tables' merge bases are
- * kept in the data directory. A server on a different or empty directory against a
- * keyspace with data would answer 404 for what it does not know and overwrite tier,
- * fleet and device rows; two servers on one keyspace overwrite each other's windows.
+ * kept in the data directory. A server on a directory that holds another catalog (an
+ * older copy, another keyspace's or server's) against a keyspace with data would
+ * answer 404 for what it does not know and overwrite tier, fleet and device rows; two
+ * servers on one keyspace overwrite each other's windows. An EMPTY directory (no
+ * catalog, no file 'cluster') is safe: the engine rebuilds its catalog from the
+ * registry and merges the windows it inherits (storage/embedded/sink/db_cat_sink.h).
  * So a server claims the keyspace before it writes:
  *  - identity: the keyspace's row 'keyspace' of table owner holds a random id, and the
- *    data directory's file 'cluster' the same id (and this directory's node id). A
- *    keyspace with an id another directory holds, or with data but no id (made by an
- *    older version) and a directory with no catalog, is refused with the reason,
- *    unless the storage URI says adopt=true (the directory then takes the keyspace's
- *    id over, with a warning naming what an empty catalog misses and overwrites);
+ *    data directory's file 'cluster' the same id (and this directory's node id). An
+ *    empty directory takes the keyspace's id (also a keyspace with data and no id, made
+ *    by an older version). A keyspace with an id another directory's file holds, or a
+ *    directory with a catalog and no file, is refused with the reason, unless the
+ *    storage URI says adopt=true (the directory then takes the keyspace's id over,
+ *    with a warning naming what its catalog misses and overwrites);
  *  - the writer lease: row 'writer' (node, host, pid, since) written with a TTL of
  *    CASS_OWNER_TTL_S by a lightweight transaction (IF NOT EXISTS / IF node = ...)
  *    and renewed every CASS_OWNER_RENEW_S. A live lease of another node refuses the

@@ -863,6 +863,7 @@ static const bdb_sink_ops cass_ops = {
     .state_get = cass_state_get,
     .state_list = cass_state_list,
     .device_list = cass_device_list,
+    .tenant_list = cass_tenant_list,
     .count_list = cass_count_list,
     /* late arrivals (cass_late.c) */
     .late_put = g_late_put,

@@ -62,6 +62,8 @@ int cass_state_get(bdb_sink *s, const char *tenant, const char *device, bdb_sink
 int cass_state_list(bdb_sink *s, const char *tenant, const char *state, bdb_sink_state_fn fn,
                     void *ud);
 int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, void *ud);
+/* The tenants of the devices table (SELECT DISTINCT over the whole ring, paged). */
+int cass_tenant_list(bdb_sink *s, void (*fn)(void *ud, const char *tenant), void *ud);
 int cass_count_list(bdb_sink *s, const char *tenant, int64_t from, int64_t to, bdb_sink_count_fn fn,
                     void *ud);
 

@@ -311,6 +311,23 @@ int cass_device_list(bdb_sink *s, const char *tenant, bdb_sink_device_fn fn, voi
     return rc;
 }
 
+int cass_tenant_list(bdb_sink *s, void (*fn)(void *ud, const char *tenant), void *ud)
+{
+    sel sq;
+    int rc = sel_begin(s, &sq, 1, "SELECT DISTINCT tenant_id FROM %s.devices");
+    if (rc != BDB_OK)
+        return rc;
+    rc = sel_run(&sq); /* no routing key: any node coordinates the scan */
+    for (size_t i = 0; rc == BDB_OK && i < sq.r.nrows; i++) {
+        char *tn = cs_cell_str(sel_cell(&sq, i, 0));
+        if (tn)
+            fn(ud, tn);
+        free(tn);
+    }
+    sel_end(&sq);
+    return rc;
+}
+
 int cass_count_list(bdb_sink *s, const char *tenant, int64_t from, int64_t to, bdb_sink_count_fn fn,
                     void *ud)
 {

@@ -28,6 +28,7 @@
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"
 #include "common/path.h"
+#include "storage/embedded/sink/db_cat_sink.h"
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
@@ -39,7 +40,7 @@
 #include <zstd.h>
 
 #define CAT_MAGIC "BDBCAT01"
-#define CAT_VERSION 3 /* image version written; 1 and 2 are still read */
+#define CAT_VERSION 4 /* image version written; 1 to 3 are still read */
 #define CAT2_MAGIC "BDBCAT02"
 #define CAT2_VERSION 2
 #define CAT_MAX_IMAGE (UINT64_C(8) << 30) /* refuse absurd lengths from a damaged header */
@@ -400,6 +401,7 @@ void cat_encode(bdb_db *db, bdb_buf *out)
     bdb_buf_put_uvarint(out, atomic_load(&db->device_count));
     struct enc_ctx e = {db, out};
     cat_each_device(db, enc_device_locked, &e);
+    cat_inherited_encode(db, out); /* version 4 */
     bdb_buf_put_u32le(out, (uint32_t)crc32(0, out->data, (uInt)out->len));
 }
 
@@ -560,6 +562,16 @@ int cat_load(bdb_db *db)
             d.err = 1;
         if (ver >= 3 && !d.err && !nomem)
             dec_learner(dv, &d);
+    }
+    /* version 4: the inherited horizons (db_cat_sink.h) */
+    uint64_t nih = ver >= 4 && !d.err && !nomem ? bdb_dec_uvarint(&d) : 0;
+    for (uint64_t i = 0; i < nih && !d.err && !nomem; i++) {
+        size_t tl, nl;
+        const char *tn = bdb_dec_str(&d, &tl);
+        const char *dn = bdb_dec_str(&d, &nl);
+        int64_t last = bdb_dec_varint(&d);
+        if (!d.err && cat_inherited_set(db, tn, tl, dn, nl, last) != BDB_OK)
+            nomem = 1;
     }
     if (nomem) {
         rc = BDB_ERR_NOMEM;

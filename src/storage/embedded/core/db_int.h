@@ -177,6 +177,8 @@ struct bdb_db {
 
     pthread_rwlock_t cat_lock;
     bdb_map *tenants;
+    /* sink: the inherited horizons (storage/embedded/sink/db_cat_sink.h), NULL none */
+    bdb_map *inherited, *inherited_tenants;
     pthread_mutex_t stripes[DB_STRIPES];
 
     pthread_mutex_t flush_mutex;
@@ -333,6 +335,11 @@ int64_t db_hot_next_size(bdb_db *db, device *d);
 /* Forgets the event counts of partitions that end at or before cutoff (retention). */
 void db_hot_forget_before(device *d, int64_t cutoff);
 void db_hot_free(device *d);
+/* A partition's count and sub-buckets as another data directory left them in the sink
+ * (db_cat_sink.c, at open): the count is raised to events, and a sub-bucket count in
+ * force at bstart that differs from the device's is recorded from bstart on (rows in
+ * time order). BDB_OK or BDB_ERR_NOMEM. */
+int db_hot_seed(device *d, int64_t bstart, uint64_t events, uint32_t subs);
 /* Catalog part of a device (db_catalog.c) and WAL record type 3. */
 void db_hot_encode(const device *d, bdb_buf *b);
 int db_hot_decode(device *d, bdb_dec *dec);

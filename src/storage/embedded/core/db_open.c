@@ -7,6 +7,8 @@
 #include "common/alloc.h"
 #include "common/path.h"
 #include "storage/embedded/hot/db_hot.h"
+#include "storage/embedded/sink/db_agg_sink.h"
+#include "storage/embedded/sink/db_cat_sink.h"
 #include "storage/sink.h" /* sink: closed with the db */
 
 #include "bucketdb/bdb.h"
@@ -48,6 +50,7 @@ static void db_free(bdb_db *db)
     db_consumers_close(db);
     db_blocks_close(db);
     cat_free(db);
+    cat_inherited_free(db);
     if (db->lock_fd >= 0)
         close(db->lock_fd);
     free(db->dir);
@@ -130,6 +133,8 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
         goto fail;
     if ((rc = cat_load(db)) != BDB_OK)
         goto fail;
+    if ((rc = cat_sink_rebuild(db)) != BDB_OK) /* an empty catalog on a filled sink */
+        goto fail;
     if ((rc = db_blocks_load(db)) != BDB_OK)
         goto fail;
     if ((rc = db_consumers_open(db)) != BDB_OK) /* after the catalog, before replay */
@@ -164,6 +169,10 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
              (unsigned long long)atomic_load(&db->series_count), db->nblocks,
              (unsigned long long)rs.records, (unsigned long long)rs.bytes,
              (unsigned long long)rs.segments, (long long)(bdb_monotonic_ms() - t0));
+    /* sink: nothing replayed, so the sink's tier and fleet rows hold at least what the
+     * local files hold (all of it on a new directory): reads use them at once */
+    if (rs.records == 0 && db->o.sink)
+        agg_sink_open_synced(db);
     db->last_flush_mono = bdb_monotonic_ms();
     db_space_open(db); /* after replay: a full disk still opens, refusing writes */
     if (opts->background) {

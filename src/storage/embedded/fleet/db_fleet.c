@@ -479,6 +479,10 @@ int bdb_db_fleet_read(bdb_db *db, const char *tn, const char *mn, enum bdb_res r
     int from_sink = t->sink_synced && agg_sink_fleet(db);
     if (from_sink) /* sink: the flushed windows come from the sink (db_agg_sink.c) */
         from_sink = agg_sink_read_fleet(db, tn, mn, res, lo, hi, out);
+    if (from_sink < 0) {
+        rc = from_sink;
+        from_sink = 0;
+    }
     for (size_t i = 0; i < t->n && rc == BDB_OK && !from_sink; i++) {
         const ffile *f = t->files[i];
         if (f->ri != ri || f->end <= lo || f->start >= hi)

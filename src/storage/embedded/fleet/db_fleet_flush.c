@@ -171,6 +171,10 @@ int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t seale
     }
     if (na > 1)
         qsort(av, na, sizeof *av, acc_cmp);
+    /* sink: windows another data directory flushed, merged into the partials */
+    for (size_t i = 0; i < na && rc == BDB_OK; i++)
+        for (int ri = 0; ri < NRES && rc == BDB_OK; ri++)
+            rc = agg_sink_import_fleet(db, t, ri, av[i]->tenant, av[i]->metric, &av[i]->f[ri]);
     /* one file per (resolution, file window), records in (tenant, metric) order */
     struct builder *bs = NULL;
     size_t nb = 0;

@@ -324,6 +324,32 @@ static int subs_change(device *d, int64_t from, uint32_t n)
     return BDB_OK;
 }
 
+int db_hot_seed(device *d, int64_t bstart, uint64_t events, uint32_t subs)
+{
+    dev_hot *h = &d->hs;
+    if (subs >= 1 && subs <= BDB_SUBBUCKETS_MAX && subs != subs_at(d, bstart) &&
+        (h->nsubs == 0 || bstart > h->subs[h->nsubs - 1].from_ms) &&
+        subs_change(d, bstart, subs) != BDB_OK)
+        return BDB_ERR_NOMEM;
+    int32_t minute;
+    if (events == 0 || !minute_of(bstart, &minute))
+        return BDB_OK;
+    uint32_t ev = events > UINT32_MAX ? UINT32_MAX : (uint32_t)events;
+    for (uint32_t i = 0; i < h->npc; i++)
+        if (h->pc[i].minute == minute) {
+            if (h->pc[i].events < ev)
+                h->pc[i].events = ev;
+            return BDB_OK;
+        }
+    pcount_add(h, minute); /* a new partition counts 1 (or nothing out of memory) */
+    for (uint32_t i = 0; i < h->npc; i++)
+        if (h->pc[i].minute == minute) {
+            h->pc[i].events = ev;
+            return BDB_OK;
+        }
+    return BDB_ERR_NOMEM;
+}
+
 int bdb_db_set_subbuckets(bdb_db *db, const char *tn, const char *dn, uint32_t n)
 {
     if (n == 0 || n > BDB_SUBBUCKETS_MAX)

@@ -6,6 +6,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "storage/embedded/sink/db_cat_sink.h"
 #include "storage/embedded/tier/db_tier.h"
 #include "storage/sink.h"
 
@@ -265,6 +266,173 @@ int agg_sink_put_fleet(bdb_db *db, const fstate *t, ffile *const *files, size_t 
     return rc;
 }
 
+/* ---------------------------------------------------------------- inherited windows */
+
+int agg_sink_import_tier(bdb_db *db, const series *s, enum bdb_res res, bdb_rollup *r)
+{
+    if (!agg_sink_tiers(db) || r->n == 0)
+        return BDB_OK;
+    const char *tn = s->dev->tenant->name, *dn = s->dev->name;
+    int64_t hz = cat_inherited(db, tn, dn);
+    if (hz == INT64_MIN || r->w[0].start > hz)
+        return BDB_OK; /* every window after what the registry knew: nothing to merge */
+    int64_t width = r->width, lo = r->w[0].start, hi = lo;
+    for (size_t i = 0; i < r->n && r->w[i].start <= hz; i++)
+        hi = r->w[i].start + width;
+    bdb_rollup loc, rem;
+    bdb_rollup_init(&loc, width);
+    bdb_rollup_init(&rem, width);
+    int rc = tier_read_files(db, tn, dn, s->metric, res, lo, hi, &loc);
+    /* the windows the local files lack: one read of their span */
+    int64_t mlo = INT64_MAX, mhi = INT64_MIN;
+    for (size_t i = 0; rc == BDB_OK && i < r->n && r->w[i].start < hi; i++)
+        if (!bdb_rollup_find(&loc, r->w[i].start)) {
+            if (mlo == INT64_MAX)
+                mlo = r->w[i].start;
+            mhi = r->w[i].start + width;
+        }
+    bdb_sink *sk = db->o.sink;
+    if (rc == BDB_OK && mlo < mhi)
+        rc = sk->ops->tier_read(sk, tn, dn, s->metric, (int)res, mlo, mhi, &rem);
+    uint64_t merged = 0;
+    for (size_t i = 0; rc == BDB_OK && i < rem.n; i++) {
+        if (rem.w[i].start < mlo || rem.w[i].start >= mhi ||
+            bdb_rollup_find(&loc, rem.w[i].start) || !bdb_rollup_find(r, rem.w[i].start))
+            continue;
+        rc = bdb_rollup_merge_window(r, &rem.w[i]);
+        merged++;
+    }
+    bdb_rollup_free(&loc);
+    bdb_rollup_free(&rem);
+    if (rc != BDB_OK)
+        BDB_ERROR("tiers: %s/%s/%s: cannot read the inherited %s windows from the sink: %s", tn, dn,
+                  s->metric, bdb_res_name(res), bdb_strerror(rc));
+    else if (merged)
+        BDB_INFO("tiers: %s/%s/%s: %llu inherited %s window(s) merged from %s", tn, dn, s->metric,
+                 (unsigned long long)merged, bdb_res_name(res), sk->ops->describe(sk));
+    return rc;
+}
+
+int agg_sink_inherited_fill(bdb_db *db, const series *s, enum bdb_res res, int64_t a, int64_t b,
+                            bdb_rollup *base)
+{
+    if (!agg_sink_tiers(db))
+        return BDB_OK;
+    const char *tn = s->dev->tenant->name, *dn = s->dev->name;
+    int64_t hz = cat_inherited(db, tn, dn), width = base->width;
+    if (hz == INT64_MIN || a > hz)
+        return BDB_OK;
+    if (hz < INT64_MAX - width && b > bdb_align_down(hz, width) + width)
+        b = bdb_align_down(hz, width) + width;
+    bdb_rollup rem;
+    bdb_rollup_init(&rem, width);
+    bdb_sink *sk = db->o.sink;
+    int rc = sk->ops->tier_read(sk, tn, dn, s->metric, (int)res, a, b, &rem);
+    for (size_t i = 0; rc == BDB_OK && i < rem.n; i++)
+        if (rem.w[i].start >= a && rem.w[i].start < b && !bdb_rollup_find(base, rem.w[i].start))
+            rc = bdb_rollup_set_window(base, &rem.w[i]);
+    bdb_rollup_free(&rem);
+    if (rc != BDB_OK)
+        BDB_ERROR("tiers: %s/%s/%s: cannot read the inherited %s windows from the sink: %s", tn, dn,
+                  s->metric, bdb_res_name(res), bdb_strerror(rc));
+    return rc;
+}
+
+int agg_sink_import_fleet(bdb_db *db, const fstate *t, int ri, const char *tn, const char *mn,
+                          bdb_fleet *f)
+{
+    if (!agg_sink_fleet(db) || f->n == 0)
+        return BDB_OK;
+    int64_t hz = cat_inherited_tenant(db, tn);
+    if (hz == INT64_MIN || f->w[0].start > hz)
+        return BDB_OK;
+    enum bdb_res res = res_of(ri);
+    int64_t width = f->width, lo = f->w[0].start, hi = lo;
+    for (size_t i = 0; i < f->n && f->w[i].start <= hz; i++)
+        hi = f->w[i].start + width;
+    bdb_fleet loc, rem, own;
+    bdb_fleet_init(&loc, width);
+    bdb_fleet_init(&rem, width);
+    bdb_fleet_init(&own, width);
+    int rc = BDB_OK;
+    for (size_t i = 0; i < t->n && rc == BDB_OK; i++) {
+        const ffile *ff = t->files[i];
+        const frec *r = ff->ri == ri && ff->end > lo && ff->start < hi ? fl_find(ff, tn, mn) : NULL;
+        if (!r)
+            continue;
+        bdb_dec d;
+        bdb_dec_init(&d, r->p, r->len);
+        rc = bdb_fleet_read(&loc, &d, lo, hi);
+    }
+    int64_t mlo = INT64_MAX, mhi = INT64_MIN;
+    for (size_t i = 0; rc == BDB_OK && i < f->n && f->w[i].start < hi; i++)
+        if (!bdb_fleet_find(&loc, f->w[i].start)) {
+            if (mlo == INT64_MAX)
+                mlo = f->w[i].start;
+            mhi = f->w[i].start + width;
+        }
+    bdb_sink *sk = db->o.sink;
+    if (rc == BDB_OK && mlo < mhi)
+        rc = sk->ops->fleet_read(sk, tn, mn, (int)res, mlo, mhi, &rem);
+    /* only the windows this partial has and the files lack */
+    for (size_t i = rem.n; rc == BDB_OK && i-- > 0;)
+        if (rem.w[i].start < mlo || rem.w[i].start >= mhi || bdb_fleet_find(&loc, rem.w[i].start) ||
+            !bdb_fleet_find(f, rem.w[i].start))
+            bdb_fleet_drop(&rem, rem.w[i].start);
+    size_t merged = rem.n;
+    if (rc == BDB_OK && merged) {
+        /* f may borrow its names (merges refuse that): copied through its encoding,
+         * exact as the fleet files are */
+        bdb_buf enc;
+        bdb_buf_init_checked(&enc);
+        bdb_fleet_write(f, INT64_MIN, INT64_MAX, &enc);
+        rc = enc.oom ? BDB_ERR_NOMEM : BDB_OK;
+        if (rc == BDB_OK) {
+            bdb_dec d;
+            bdb_dec_init(&d, enc.data, enc.len);
+            rc = bdb_fleet_read(&own, &d, INT64_MIN, INT64_MAX);
+        }
+        bdb_buf_free(&enc);
+        if (rc == BDB_OK)
+            rc = bdb_fleet_merge(&own, &rem);
+        if (rc == BDB_OK) {
+            bdb_fleet_free(f);
+            *f = own;
+            bdb_fleet_init(&own, width);
+        }
+    }
+    bdb_fleet_free(&loc);
+    bdb_fleet_free(&rem);
+    bdb_fleet_free(&own);
+    if (rc != BDB_OK)
+        BDB_ERROR("fleet: %s/%s: cannot read the inherited %s windows from the sink: %s", tn, mn,
+                  bdb_res_name(res), bdb_strerror(rc));
+    else if (merged)
+        BDB_INFO("fleet: %s/%s: %zu inherited %s window(s) merged from %s", tn, mn, merged,
+                 bdb_res_name(res), sk->ops->describe(sk));
+    return rc;
+}
+
+void agg_sink_open_synced(bdb_db *db)
+{
+    if (agg_sink_tiers(db)) {
+        tstate *t = tier_state(db);
+        if (t) {
+            pthread_rwlock_wrlock(&t->lock);
+            t->sink_synced = 1;
+            pthread_rwlock_unlock(&t->lock);
+        }
+    }
+    if (agg_sink_fleet(db)) {
+        fstate *f = fl_get(db);
+        if (f) {
+            pthread_rwlock_wrlock(&f->lock);
+            f->sink_synced = 1;
+            pthread_rwlock_unlock(&f->lock);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- reads */
 
 int agg_sink_read_tiers(bdb_db *db, struct device *d, const char *tn, const char *dn,
@@ -290,10 +458,12 @@ int agg_sink_read_tiers(bdb_db *db, struct device *d, const char *tn, const char
         rc = sk->ops->tier_read(sk, tn, dn, metrics[m], (int)res, lo, hi, &out[m]);
     if (rc == BDB_OK)
         return 1;
-    BDB_WARN("tiers: %s/%s answered from the local tier files: the sink failed (%s)", tn, dn,
-             bdb_strerror(rc));
     for (size_t m = 0; m < nmetrics; m++)
         bdb_rollup_reset(&out[m]);
+    if (rc == BDB_ERR_NOMEM) /* not the sink's failure: the files may lack the windows */
+        return BDB_ERR_NOMEM;
+    BDB_WARN("tiers: %s/%s answered from the local tier files: the sink failed (%s)", tn, dn,
+             bdb_strerror(rc));
     return 0;
 }
 
@@ -304,8 +474,10 @@ int agg_sink_read_fleet(bdb_db *db, const char *tn, const char *mn, enum bdb_res
     int rc = sk->ops->fleet_read(sk, tn, mn, (int)res, lo, hi, out);
     if (rc == BDB_OK)
         return 1;
+    bdb_fleet_reset(out);
+    if (rc == BDB_ERR_NOMEM) /* not the sink's failure: the files may lack the windows */
+        return BDB_ERR_NOMEM;
     BDB_WARN("fleet: %s/%s answered from the local fleet files: the sink failed (%s)", tn, mn,
              bdb_strerror(rc));
-    bdb_fleet_reset(out);
     return 0;
 }

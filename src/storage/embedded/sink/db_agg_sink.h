@@ -39,14 +39,37 @@ int agg_sink_put_fleet(bdb_db *db, const fstate *t, ffile *const *files, size_t 
  * at res in [lo, hi) from the sink, merged into out[i]. Caller holds the tier lock
  * shared with synced set, so the files hold the same windows: when the sink fails
  * (unreachable, a row that does not decode) out is reset and 0 returned for the caller
- * to read the files instead; 1 when the sink answered. */
+ * to read the files instead; 1 when the sink answered; BDB_ERR_NOMEM (negative, out
+ * reset) when memory ran out, which the caller returns (on a new data directory the
+ * files do not hold the windows). */
 int agg_sink_read_tiers(bdb_db *db, struct device *d, const char *tn, const char *dn,
                         const char *const *metrics, size_t nmetrics, enum bdb_res res, int64_t lo,
                         int64_t hi, bdb_rollup *out);
-/* The same for fleet windows of (tn, mn) at res; caller holds the fleet lock shared
- * with synced set. */
+/* The same for fleet windows of (tn, mn) at res (1, 0 or BDB_ERR_NOMEM); caller holds
+ * the fleet lock shared with synced set. */
 int agg_sink_read_fleet(bdb_db *db, const char *tn, const char *mn, enum bdb_res res, int64_t lo,
                         int64_t hi, bdb_fleet *out);
+/* sink: windows of a flush's partial r (one series at res) that start at or before
+ * the device's inherited horizon (db_cat_sink.h) and that the published tier files
+ * lack get the sink's row merged in, so the partial written to the new file, and the
+ * row put from it, carry what another data directory flushed there. Flush thread
+ * only. BDB_OK (nothing to do too), the sink's error (the flush fails and is retried)
+ * or BDB_ERR_NOMEM. */
+int agg_sink_import_tier(bdb_db *db, const struct series *s, enum bdb_res res, bdb_rollup *r);
+/* For the late path's rebuild of an hour or a day from the finer tier (base holds the
+ * published files' windows of res in [a, b)): the windows at or before the device's
+ * inherited horizon that base lacks are taken from the sink. Flush thread only. */
+int agg_sink_inherited_fill(bdb_db *db, const struct series *s, enum bdb_res res, int64_t a,
+                            int64_t b, bdb_rollup *base);
+/* The same for a flush's fleet partial f of (tn, mn) at resolution index ri, against
+ * the published files of t and the tenant's horizon; f may be a borrowing fleet: when
+ * a row is merged it is replaced by an owning one. */
+int agg_sink_import_fleet(bdb_db *db, const fstate *t, int ri, const char *tn, const char *mn,
+                          bdb_fleet *f);
+/* At open, when the WAL replay applied nothing: the sink holds every window the files
+ * hold (or more, on a new data directory), so reads use it from the start. */
+void agg_sink_open_synced(bdb_db *db);
+
 /* TTL in seconds of a window of res starting at start for tenant tn: 0 = forever,
  * -1 = past its retention already (not written). */
 int32_t agg_sink_ttl(bdb_db *db, const char *tn, enum bdb_res res, int64_t start);

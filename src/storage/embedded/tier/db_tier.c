@@ -591,6 +591,10 @@ int db_tier_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t sealed
                 rc = bdb_rollup_merge(&r[2], &r[1]);
             if (rc == BDB_OK)
                 rc = late_recompute(db, v[i], r, rep);
+            /* sink: windows another data directory flushed, merged into the partial */
+            for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
+                if (!only_1h || k + 1 == BDB_RES_1H)
+                    rc = agg_sink_import_tier(db, v[i], (enum bdb_res)(k + 1), &r[k]);
             /* derived tiers are read from the finer level: their windows stay in memory,
              * the minutes to make the hours */
             for (int k = 0; k < BDB_TIERS && rc == BDB_OK; k++)
@@ -1090,6 +1094,10 @@ int tier_read_merged(bdb_db *db, const char *tn, const char *dn, const char *con
     int from_sink = rc == BDB_OK && t->sink_synced && agg_sink_tiers(db);
     if (from_sink) /* sink: the flushed windows come from the sink (db_agg_sink.c) */
         from_sink = agg_sink_read_tiers(db, d, tn, dn, metrics, nmetrics, res, lo, hi, out);
+    if (from_sink < 0) {
+        rc = from_sink;
+        from_sink = 0;
+    }
     /* tier files of this tenant and tier overlapping [lo, hi) */
     for (size_t m = 0; m < nmetrics && rc == BDB_OK && !from_sink; m++)
         rc = read_files(t, tn, dn, metrics[m], res, lo, hi, &out[m]);

@@ -36,6 +36,7 @@
 #include "storage/embedded/core/db_int.h"
 #include "storage/embedded/sink/db_late_sink.h"
 #include "storage/embedded/tier/db_tier_int.h"
+#include "storage/embedded/sink/db_agg_sink.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -455,6 +456,8 @@ static int coarse_replace(bdb_db *db, const series *s, int k, const bdb_rollup *
         } else {
             rc = tier_read_files(db, s->dev->tenant->name, s->dev->name, s->metric, fine, a, b,
                                  &base);
+            if (rc == BDB_OK) /* sink: what another data directory flushed there */
+                rc = agg_sink_inherited_fill(db, s, fine, a, b, &base);
             for (size_t j = 0; j < part[k - 1].n && rc == BDB_OK; j++)
                 if (part[k - 1].w[j].start >= a && part[k - 1].w[j].start < b)
                     rc = bdb_rollup_merge_window(&base, &part[k - 1].w[j]);

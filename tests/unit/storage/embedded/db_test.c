@@ -1456,8 +1456,8 @@ static void test_history_record_overlapping_ranges_flush(void **state)
 }
 
 /* A catalog image as cat_encode writes it (uncompressed BDBCAT01, still read) of image
- * version ver (2 or 3) with one device whose bucket history is the n (from, size)
- * pairs; version 3 adds the rate learner with class cls. */
+ * version ver (2 to 4) with one device whose bucket history is the n (from, size)
+ * pairs; version 3 adds the rate learner with class cls, version 4 a horizon. */
 static void put_catalog_v(const char *dir, uint32_t ver, uint8_t cls, int n, const int64_t *pairs)
 {
     bdb_buf b;
@@ -1489,6 +1489,12 @@ static void put_catalog_v(const char *dir, uint32_t ver, uint8_t cls, int n, con
         bdb_buf_putc(&b, 0);
         bdb_buf_put_varint(&b, T0);
         bdb_buf_put_uvarint(&b, 1);
+    }
+    if (ver >= 4) { /* one inherited horizon (db_cat_sink.h) */
+        bdb_buf_put_uvarint(&b, 1);
+        bdb_buf_put_str(&b, "acme", 4);
+        bdb_buf_put_str(&b, "d1", 2);
+        bdb_buf_put_varint(&b, T0);
     }
     bdb_buf_put_u32le(&b, (uint32_t)crc32(0, b.data, (uInt)b.len));
     char path[400];
@@ -1539,8 +1545,9 @@ static void test_class_survives_restart(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
-/* Image versions 2 (no learner: class unknown) and 3 load; a version 3 learner with a
- * class outside the enum is a malformed catalog. */
+/* Image versions 2 (no learner: class unknown), 3 and 4 (inherited horizons) load; a
+ * version 3 learner with a class outside the enum is a malformed catalog, version 5 an
+ * unknown one. */
 static void test_catalog_old_version_loads(void **state)
 {
     (void)state;
@@ -1554,7 +1561,8 @@ static void test_catalog_old_version_loads(void **state)
         {3, BDB_FREQ_LOW, BDB_OK, BDB_FREQ_LOW},
         {3, BDB_FREQ_HIGH, BDB_OK, BDB_FREQ_HIGH},
         {3, BDB_FREQ_HIGH + 1, BDB_ERR_CORRUPT, 0},
-        {4, 0, BDB_ERR_CORRUPT, 0},
+        {4, BDB_FREQ_MEDIUM, BDB_OK, BDB_FREQ_MEDIUM},
+        {5, 0, BDB_ERR_CORRUPT, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[300];
