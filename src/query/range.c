@@ -121,12 +121,19 @@ int bdb_query_range(bdb_db *db, bdb_pool *pool, const bdb_range_query *q,
         p.nmetrics = snap.nmetrics;
     }
     /* Partitions outside the device's first..last event hold nothing: skip them so an
-     * open-ended range does not enumerate decades of empty buckets. */
+     * open-ended range does not enumerate decades of empty buckets. The end is that of
+     * the last event's partition, not the event: a catalog rebuilt from a Cassandra
+     * registry knows the last event its row was put with, and samples acknowledged
+     * after it in the same partition (ack=quorum, db_ack_sink.c) are read too. */
     bdb_range_query clamped = *q;
     if (snap.first_ts != INT64_MAX && clamped.from < snap.first_ts)
         clamped.from = snap.first_ts;
-    if (snap.last_ts != INT64_MIN && clamped.to > snap.last_ts + 1)
-        clamped.to = snap.last_ts + 1;
+    if (snap.last_ts != INT64_MIN) {
+        int64_t ps, pe;
+        bdb_bucket_range(&snap.hist, snap.last_ts, &ps, &pe);
+        if (clamped.to > pe)
+            clamped.to = pe;
+    }
     p.q = &clamped;
     if (snap.last_ts == INT64_MIN || clamped.from >= clamped.to || p.nmetrics == 0)
         goto done;

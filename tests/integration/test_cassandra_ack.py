@@ -5,11 +5,13 @@ together with its data directory loses nothing acknowledged; ack=wal (the defaul
 acknowledges from the WAL, and the same loss takes what no flush has sent yet.
 
 ONE node is started for the whole file (cassnode.py); one test stops and restarts it.
-- quorum_survives_node_and_disk: three requests (20 devices, 4 metrics, a device and
-  millisecond written twice in one request, the later value kept) acknowledged with
-  no flush; the telemetry rows hold every sample at once; bucketdb killed -9 and its
-  data directory deleted: every acknowledged sample is still in Cassandra, each with
-  its value; /metrics counted the acknowledgements;
+- quorum_survives_node_and_disk: ten devices flushed once, then three requests (20
+  devices, 4 metrics, a device and millisecond written twice in one request, the
+  later value kept) acknowledged with no flush; the telemetry rows hold every sample
+  at once; bucketdb killed -9 and its data directory deleted: every acknowledged
+  sample is still in Cassandra, each with its value, and a node started on an empty
+  directory answers each device's every sample (the registry learned the new devices
+  and metrics before the acknowledgements); /metrics counted them;
 - wal_loses_unflushed_with_the_disk: the same writes with ack=wal: no row before a
   flush (what a lost disk takes), every row after it;
 - quorum_refused_while_down: the node stopped: the write answers 503 with Retry-After
@@ -118,19 +120,40 @@ def metric(s, name):
 def quorum_survives_node_and_disk():
     ks = cassnode.keyspace("bdb_ack_q")
     bodies, want = requests()
+    # d00..d09 reported once before and were flushed: the registry knows them with
+    # one metric; the acknowledged requests bring three more metrics and ten devices
+    early = {("d%02d" % d, "env.t", T0 - 60000): float(d) for d in range(10)}
     s = server(ks, "quorum").start()
     try:
+        s.write(["env,device=d%02d t=%d %d" % (d, d, T0 - 60000) for d in range(10)],
+                precision="ms")
+        s.flush()
+        flushes = metric(s, "bucketdb_cassandra_flushes_total")
         for b in bodies:
             s.write(b, precision="ms")  # 204 each, or the helper fails
-        eq(metric(s, "bucketdb_cassandra_ack_writes_total"), 3.0, "acknowledged writes")
+        eq(metric(s, "bucketdb_cassandra_ack_writes_total"), 4.0, "acknowledged writes")
         eq(metric(s, "bucketdb_cassandra_ack_refusals_total"), 0.0, "refused writes")
         check(metric(s, "bucketdb_cassandra_ack_rows_total") >= len(want), "rows sent")
-        eq(metric(s, "bucketdb_cassandra_flushes_total"), 0.0, "no flush ran")
-        eq(rows(ks), want, "rows in Cassandra after the acknowledgements, before any flush")
+        eq(metric(s, "bucketdb_cassandra_flushes_total"), flushes, "no flush since")
+        eq(rows(ks), {**want, **early}, "rows in Cassandra after the acknowledgements")
     finally:
         s.kill()  # SIGKILL: nothing more is sent
     shutil.rmtree(s.data)  # the node's disk is gone with it
-    eq(rows(ks), want, "rows in Cassandra after the node and its disk were lost")
+    eq(rows(ks), {**want, **early}, "rows in Cassandra after the node and its disk were lost")
+    # A node on an empty directory answers every acknowledged sample: the registry
+    # learned the new devices and metrics, and the partitions, before the 204s. The
+    # killed node's writer lease expires first (30 s after its last renewal).
+    time.sleep(32)
+    n = server(ks).start()
+    try:
+        for d in range(DEVICES):
+            dn = "d%02d" % d
+            got = n.values(device=dn, **{"from": T0 - HOUR, "to": T0 + HOUR})
+            exp = sorted((ts, m, v) for (dev, m, ts), v in {**want, **early}.items()
+                         if dev == dn)
+            eq(sorted(got), exp, "device %s on a node with an empty directory" % dn)
+    finally:
+        n.stop()
 
 
 @suite.test

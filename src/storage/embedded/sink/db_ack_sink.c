@@ -11,17 +11,29 @@
  * sample again later (the same rows): the acknowledged copy is for the node's loss,
  * the flush's for everything derived from it.
  *
+ * What reads route by must outlive the node too: a node that rebuilds its catalog
+ * from the sink's registry (db_cat_sink.c) reads a device's partitions from its
+ * first event to the end of the partition of its last one (query/range.c), for the
+ * metrics the registry names. So before acknowledging, the device's registry row is
+ * put whenever the batch takes it outside what the registry was last told (a new
+ * device or metric, a new bucket size, an event before its first or past the
+ * partition of its last): once per device and partition, not per report. What was
+ * put is kept per device in this consumer's map (only in ack=quorum).
+ *
  * Without a sink, or with one in ack=wal, apply returns at its first test and ack
  * after one call: the embedded engine pays nothing per sample. */
 #include "storage/embedded/sink/db_ack_sink.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/map.h"
 #include "model/bucket.h"
+#include "storage/embedded/sink/db_state_sink_int.h"
 #include "storage/sink.h"
 
 #include "bucketdb/bdb.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +103,103 @@ static int send_groups(bdb_sink *sk, struct bdb_sink_ack *g, const char *tn, int
     return BDB_OK;
 }
 
+/* What the sink's registry was last told of a device (its row's reach). */
+struct reg {
+    int64_t lo, hi; /* first event; end of the partition holding the last */
+    uint32_t nseries, nhist;
+};
+
+struct ack_state {
+    pthread_mutex_t mu;
+    bdb_map *reg; /* device pointer -> struct reg */
+};
+
+static struct ack_state *ack_state(bdb_db *db)
+{
+    pthread_mutex_lock(&db->ext_mu);
+    void **slot = db_consumer_slot(db, &db_ack_consumer);
+    if (!*slot) {
+        struct ack_state *st = bdb_calloc(1, sizeof *st);
+        if (st && !(st->reg = bdb_map_new())) {
+            free(st);
+            st = NULL;
+        }
+        if (st)
+            pthread_mutex_init(&st->mu, NULL);
+        *slot = st;
+    }
+    struct ack_state *st = *slot;
+    pthread_mutex_unlock(&db->ext_mu);
+    return st;
+}
+
+/* Under d's stripe lock: the registry's reach once d's row as it is now is put. */
+static struct reg reach_of(const device *d)
+{
+    int64_t s, e;
+    bdb_bucket_range(&d->hist, d->last_ts, &s, &e);
+    return (struct reg){d->first_ts, e, d->nseries, d->hist.n};
+}
+
+/* Puts the registry rows of the batch's devices (rows sorted by device) that the
+ * batch took outside what the registry holds, and waits for them. */
+static int register_devices(bdb_db *db, bdb_sink *sk, const char *tn, const struct row_ref *rows,
+                            size_t n)
+{
+    struct ack_state *st = ack_state(db);
+    if (!st)
+        return BDB_ERR_NOMEM;
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++)
+        nd += i == 0 || rows[i].r->d != rows[i - 1].r->d;
+    device **dv = bdb_calloc(nd + 1, sizeof *dv);
+    ss_dev *rv = bdb_calloc(nd + 1, sizeof *rv);
+    struct reg *nr = bdb_calloc(nd + 1, sizeof *nr);
+    bdb_sink_device *rec = bdb_calloc(nd + 1, sizeof *rec);
+    int rc = dv && rv && nr && rec ? BDB_OK : BDB_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
+        device *d = rows[i].r->d;
+        if (i && d == rows[i - 1].r->d)
+            continue;
+        pthread_mutex_lock(dev_lock(db, d));
+        pthread_mutex_lock(&st->mu);
+        const struct reg *e = bdb_map_get(st->reg, &d, sizeof d);
+        int due = !e || d->first_ts < e->lo || d->last_ts >= e->hi || d->nseries != e->nseries ||
+                  d->hist.n != e->nhist;
+        pthread_mutex_unlock(&st->mu);
+        if (due) {
+            dv[k] = d;
+            nr[k] = reach_of(d);
+            if (ss_dev_copy(d, &rv[k]) != 0)
+                rc = BDB_ERR_NOMEM;
+            rec[k] = ss_dev_record(tn, d->name, &rv[k]);
+            k++;
+        }
+        pthread_mutex_unlock(dev_lock(db, d));
+    }
+    if (rc == BDB_OK && k)
+        rc = sk->ops->device_put(sk, rec, k);
+    for (size_t i = 0; i < k && rc == BDB_OK; i++) {
+        struct reg *e = bdb_malloc(sizeof *e);
+        if (!e) {
+            rc = BDB_ERR_NOMEM; /* put again next time: harmless */
+            break;
+        }
+        *e = nr[i];
+        pthread_mutex_lock(&st->mu);
+        free(bdb_map_put(st->reg, &dv[i], sizeof dv[i], e));
+        pthread_mutex_unlock(&st->mu);
+    }
+    for (size_t i = 0; i < k; i++)
+        dev_free(&rv[i]);
+    free(dv);
+    free(rv);
+    free(nr);
+    free(rec);
+    return rc;
+}
+
 static int ack_ack(bdb_db *db, const char *tn, const bdb_report *reps, size_t n, const void *resv,
                    size_t stride)
 {
@@ -129,6 +238,8 @@ static int ack_ack(bdb_db *db, const char *tn, const bdb_report *reps, size_t n,
         }
         qsort(rows, m, sizeof *rows, row_cmp);
         rc = send_groups(sk, g, tn, db_tenant_ttl(db, tn), rows, m, out);
+        if (rc == BDB_OK && sk->ops->device_put)
+            rc = register_devices(db, sk, tn, rows, m);
     }
     int end = sk->ops->ack_end(g); /* waits for what was put, also after a failure */
     free(rows);
@@ -141,9 +252,56 @@ static int ack_ack(bdb_db *db, const char *tn, const bdb_report *reps, size_t n,
     return rc;
 }
 
+/* A tenant's devices are about to be freed: their entries go (keys are pointers, and
+ * a stale one could stand for a later device at the same address). In rounds of a
+ * fixed batch, so that nothing is allocated: a map is not changed while walked. */
+static void ack_forget_tenant(bdb_db *db, const tenant *t)
+{
+    struct ack_state *st = *db_consumer_slot(db, &db_ack_consumer);
+    if (!st)
+        return;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        device *gone[256];
+        size_t ng = 0, pos = 0, klen;
+        const void *key;
+        void *val;
+        while (ng < 256 && bdb_map_next(st->reg, &pos, &key, &klen, &val)) {
+            device *d;
+            memcpy(&d, key, sizeof d);
+            if (d->tenant == t)
+                gone[ng++] = d;
+        }
+        for (size_t i = 0; i < ng; i++)
+            free(bdb_map_del(st->reg, &gone[i], sizeof gone[i]));
+        if (ng < 256)
+            break;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void ack_close(bdb_db *db)
+{
+    void **slot = db_consumer_slot(db, &db_ack_consumer);
+    struct ack_state *st = *slot;
+    *slot = NULL;
+    if (!st)
+        return;
+    size_t pos = 0, klen;
+    const void *key;
+    void *val;
+    while (bdb_map_next(st->reg, &pos, &key, &klen, &val))
+        free(val);
+    bdb_map_free(st->reg);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
 const db_consumer db_ack_consumer = {
     .name = "ack",
     .resv_size = sizeof(struct ack_resv),
     .apply = ack_apply,
     .ack = ack_ack,
+    .forget_tenant = ack_forget_tenant,
+    .close = ack_close,
 };

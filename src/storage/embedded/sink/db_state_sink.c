@@ -151,6 +151,60 @@ static char *dupn(const char *s, size_t n, int *oom)
     return p;
 }
 
+/* Under d's stripe lock: d's registry row into r (zeroed); -1 when out of memory (r
+ * then holds what dev_free frees). */
+int ss_dev_copy(const device *d, ss_dev *r)
+{
+    int oom = 0;
+    r->tk = bdb_calloc(d->ntags + 1, sizeof *r->tk);
+    r->tv = bdb_calloc(d->ntags + 1, sizeof *r->tv);
+    r->hf = bdb_calloc(d->hist.n + 1, sizeof *r->hf);
+    r->hs = bdb_calloc(d->hist.n + 1, sizeof *r->hs);
+    r->metrics = bdb_calloc(d->nseries + 1, sizeof *r->metrics);
+    if (!r->tk || !r->tv || !r->hf || !r->hs || !r->metrics)
+        return -1;
+    r->ntags = d->ntags;
+    for (uint32_t i = 0; i < d->ntags; i++) {
+        r->tk[i] = dupn(d->tags[i].key, d->tags[i].klen, &oom);
+        r->tv[i] = dupn(d->tags[i].val, d->tags[i].vlen, &oom);
+    }
+    r->first_ts = d->first_ts;
+    r->last_ts = d->last_ts;
+    r->samples = d->samples;
+    r->bucket_ms = d->hist.e[d->hist.n - 1].size_ms;
+    r->pinned = d->pinned != 0;
+    r->cls = d->learner.cls;
+    r->nhist = d->hist.n;
+    for (uint32_t i = 0; i < d->hist.n; i++) {
+        r->hf[i] = d->hist.e[i].from_ms;
+        r->hs[i] = d->hist.e[i].size_ms;
+    }
+    r->nmetrics = d->nseries;
+    for (uint32_t i = 0; i < d->nseries; i++)
+        r->metrics[i] = ss_strdup(d->series[i]->metric, &oom);
+    return oom ? -1 : 0;
+}
+
+bdb_sink_device ss_dev_record(const char *tn, const char *dn, const ss_dev *r)
+{
+    return (bdb_sink_device){tn,
+                             dn,
+                             (const char *const *)r->tk,
+                             (const char *const *)r->tv,
+                             r->ntags,
+                             r->first_ts,
+                             r->last_ts,
+                             r->samples,
+                             r->bucket_ms,
+                             r->pinned,
+                             r->cls,
+                             r->hf,
+                             r->hs,
+                             r->nhist,
+                             (const char *const *)r->metrics,
+                             r->nmetrics};
+}
+
 /* Under d's stripe lock: copies its state, registry row and recent counts. After a
  * failed copy it copies nothing more (the walk cannot be stopped from here). */
 static void flush_walk(void *ud, device *d, const bdb_latest *l, int64_t dirty_lo)
@@ -166,34 +220,10 @@ static void flush_walk(void *ud, device *d, const bdb_latest *l, int64_t dirty_l
     memset(r, 0, sizeof *r);
     from_local(o, l);
     f->oom |= o->oom;
-    r->tk = bdb_calloc(d->ntags + 1, sizeof *r->tk);
-    r->tv = bdb_calloc(d->ntags + 1, sizeof *r->tv);
-    r->hf = bdb_calloc(d->hist.n + 1, sizeof *r->hf);
-    r->hs = bdb_calloc(d->hist.n + 1, sizeof *r->hs);
-    r->metrics = bdb_calloc(d->nseries + 1, sizeof *r->metrics);
-    if (!r->tk || !r->tv || !r->hf || !r->hs || !r->metrics) {
+    if (ss_dev_copy(d, r) != 0) {
         f->oom = 1; /* counts 0: dev_free frees the vectors alone */
         return;
     }
-    r->ntags = d->ntags;
-    for (uint32_t i = 0; i < d->ntags; i++) {
-        r->tk[i] = dupn(d->tags[i].key, d->tags[i].klen, &f->oom);
-        r->tv[i] = dupn(d->tags[i].val, d->tags[i].vlen, &f->oom);
-    }
-    r->first_ts = d->first_ts;
-    r->last_ts = d->last_ts;
-    r->samples = d->samples;
-    r->bucket_ms = d->hist.e[d->hist.n - 1].size_ms;
-    r->pinned = d->pinned != 0;
-    r->cls = d->learner.cls;
-    r->nhist = d->hist.n;
-    for (uint32_t i = 0; i < d->hist.n; i++) {
-        r->hf[i] = d->hist.e[i].from_ms;
-        r->hs[i] = d->hist.e[i].size_ms;
-    }
-    r->nmetrics = d->nseries;
-    for (uint32_t i = 0; i < d->nseries; i++)
-        r->metrics[i] = ss_strdup(d->series[i]->metric, &f->oom);
     /* Counts of the partitions the reports since the last sent round can have
      * touched: every partition that ends after the oldest of them. */
     for (uint32_t i = 0; i < d->hs.npc && !f->oom; i++) {
@@ -238,22 +268,7 @@ int db_ss_flush(bdb_db *db, int rc, uint64_t *round)
         ss_dev *r = &f.d[i];
         sv[i] = (bdb_sink_state){l->tenant, l->device, l->event_ts, l->state, l->state_ts,
                                  l->m,      l->nm,     l->a,        l->na};
-        dv[i] = (bdb_sink_device){l->tenant,
-                                  l->device,
-                                  (const char *const *)r->tk,
-                                  (const char *const *)r->tv,
-                                  r->ntags,
-                                  r->first_ts,
-                                  r->last_ts,
-                                  r->samples,
-                                  r->bucket_ms,
-                                  r->pinned,
-                                  r->cls,
-                                  r->hf,
-                                  r->hs,
-                                  r->nhist,
-                                  (const char *const *)r->metrics,
-                                  r->nmetrics};
+        dv[i] = ss_dev_record(l->tenant, l->device, r);
     }
     for (size_t i = 0; i < f.nc && rc == BDB_OK; i++) {
         ss_count *c = &f.c[i];

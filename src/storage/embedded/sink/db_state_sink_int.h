@@ -10,6 +10,7 @@
 #define BDB_DB_STATE_SINK_INT_H
 
 #include "common/alloc.h"
+#include "storage/embedded/core/db_int.h"
 #include "storage/sink.h"
 
 #include <stdint.h>
@@ -76,6 +77,12 @@ static inline void dev_free(ss_dev *r)
     free(r->hs);
     free(r->metrics);
 }
+
+/* Under d's stripe lock: d's registry row into r (zeroed); 0, or -1 when out of
+ * memory (r then holds what dev_free frees). */
+int ss_dev_copy(const device *d, ss_dev *r);
+/* r as the sink's record (strings and vectors r's: valid while r lives). */
+bdb_sink_device ss_dev_record(const char *tn, const char *dn, const ss_dev *r);
 
 typedef struct ss_member {
     char *dev, *state;
