@@ -384,6 +384,30 @@ struct bdb_sink_ack {
     int err;
 };
 
+/* Queues j for the workers. Bounded: the caller (a flush, or a writer in ack=quorum)
+ * waits while the workers are busy and the queue is full. Counted in its
+ * acknowledgement's group, or in the flush's pending. */
+static void enqueue(cass_sink *s, job *j)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->queued >= (size_t)s->nworkers * QUEUE_PER_WORKER)
+        pthread_cond_wait(&s->cv_space, &s->mu);
+    if (s->tail)
+        s->tail->next = j;
+    else
+        s->head = j;
+    s->tail = j;
+    s->queued++;
+    if (j->grp) {
+        j->grp->pending++;
+        s->ack_pending++;
+    } else {
+        s->pending++;
+    }
+    pthread_cond_signal(&s->cv_job);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Caller holds s->mu. */
 static void ack_done(cass_sink *s, struct bdb_sink_ack *g, int rc, const char *msg)
 {
@@ -449,21 +473,8 @@ static int sink_ack_put(struct bdb_sink_ack *g, const char *tn, const char *dn, 
             j->ts[i] = r->ts;
             j->v[i] = r->v;
         }
-        pthread_mutex_lock(&s->mu);
-        /* bounded with the flushes' rows: a writer waits while the queue is full */
-        while (s->queued >= (size_t)s->nworkers * QUEUE_PER_WORKER)
-            pthread_cond_wait(&s->cv_space, &s->mu);
-        if (s->tail)
-            s->tail->next = j;
-        else
-            s->head = j;
-        s->tail = j;
-        s->queued++;
-        g->pending++;
-        s->ack_pending++;
         atomic_fetch_add(&s->ack_rows, k);
-        pthread_cond_signal(&s->cv_job);
-        pthread_mutex_unlock(&s->mu);
+        enqueue(s, j); /* bounded with the flushes' rows */
     }
     return BDB_OK;
 }
@@ -570,19 +581,7 @@ static int sink_put(bdb_sink *base, const char *tn, const char *dn, const char *
             abort();
         memcpy(j->ts, ts + off, k * sizeof *j->ts);
         memcpy(j->v, v + off, k * sizeof *j->v);
-        pthread_mutex_lock(&s->mu);
-        /* Bounded: the flush waits while the workers are busy and the queue is full. */
-        while (s->queued >= (size_t)s->nworkers * QUEUE_PER_WORKER)
-            pthread_cond_wait(&s->cv_space, &s->mu);
-        if (s->tail)
-            s->tail->next = j;
-        else
-            s->head = j;
-        s->tail = j;
-        s->queued++;
-        s->pending++;
-        pthread_cond_signal(&s->cv_job);
-        pthread_mutex_unlock(&s->mu);
+        enqueue(s, j);
     }
     return BDB_OK;
 }
