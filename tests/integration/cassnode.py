@@ -277,6 +277,33 @@ def node_for(prefix, cluster, ready, **kw):
     return Node(prefix, cluster, ready, **kw)
 
 
+def cql(node, *stmts, timeout=60):
+    """Runs `bucketdb cql -e STMT ...` on node (its addr and port): the completed
+    process, stdout and stderr as text (the caller checks the return code)."""
+    cmd = [os.environ.get("BUCKETDB_BIN", "build/bucketdb"), "cql", "--host", node.addr,
+           "--port", str(node.port)]
+    for st in stmts:
+        cmd += ["-e", st]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout)
+
+
+def cql_rows(node, stmt, failure=RuntimeError):
+    """The rows of one statement as lists of cells (`bucketdb cql` prints them
+    tab-separated under a header line); failure(message) when it fails."""
+    p = cql(node, stmt)
+    if p.returncode != 0:
+        raise failure("cql %r: %s" % (stmt, p.stderr))
+    lines = p.stdout.strip("\n").split("\n")
+    return [ln.split("\t") for ln in lines[1:] if ln]
+
+
+def answers(node):
+    """The readiness check of a node (Node's `ready`): a query through bucketdb's own
+    client."""
+    return cql(node, "SELECT release_version FROM system.local")
+
+
 def keyspace(name):
     """name on a node of the file's own; name_<run tag> on the shared node, so that its
     keyspaces are new even when the same file ran on that node before."""

@@ -28,13 +28,12 @@ import datetime
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cassnode  # noqa: E402
-from bdbtest import BIN, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
+from bdbtest import Server, Suite, TestFailure, check, contains, eq  # noqa: E402
 
 suite = Suite("test_cassandra_ack", embedded_only="starts its own Cassandra node")
 HOUR = 3600000
@@ -43,15 +42,11 @@ DEVICES, METRICS = 20, ("t", "h", "p", "v")
 
 
 def cql(*stmts):
-    cmd = ["cql", "--host", cassnode.ADDR, "--port", str(NODE.port)]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run([BIN] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=60)
+    return cassnode.cql(NODE, *stmts)
 
 
 NODE = cassnode.Node("bucketdb-ack-", "bucketdb-ack-it",
-                     lambda n: cql("SELECT release_version FROM system.local"))
+                     cassnode.answers)
 
 
 def node():

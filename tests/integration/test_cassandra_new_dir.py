@@ -36,13 +36,12 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cassnode  # noqa: E402
-from bdbtest import BIN, Server, Suite, TestFailure, check, eq  # noqa: E402
+from bdbtest import Server, Suite, TestFailure, check, eq  # noqa: E402
 
 suite = Suite("test_cassandra_new_dir", embedded_only="starts its own Cassandra node")
 SEED = int(os.environ.get("BDB_SEED", "2020"))
@@ -53,22 +52,15 @@ METRICS = ["pwr.kw", "pwr.volt"]
 
 
 def cql(*stmts):
-    cmd = [BIN, "cql", "--host", NODE.addr, "--port", str(NODE.port)]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=60)
+    return cassnode.cql(NODE, *stmts)
 
 
 def rows(stmt):
-    p = cql(stmt)
-    check(p.returncode == 0, "cql %r: %s" % (stmt, p.stderr))
-    lines = p.stdout.strip("\n").split("\n")
-    return [ln.split("\t") for ln in lines[1:] if ln]
+    return cassnode.cql_rows(NODE, stmt, TestFailure)
 
 
 NODE = cassnode.node_for("bucketdb-newdir-", "bucketdb-newdir-it",
-                         lambda n: cql("SELECT release_version FROM system.local"))
+                         cassnode.answers)
 
 
 def node():

@@ -24,34 +24,26 @@ directory's file 'cluster' first and then in the keyspace's owner row 'generatio
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cassnode  # noqa: E402
-from bdbtest import BIN, MIN, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
+from bdbtest import MIN, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
 
 suite = Suite("test_cassandra_older_copy", embedded_only="starts its own Cassandra node")
 T0 = 1704067200000  # 2024-01-01T00:00:00Z
 
 
 def cql(*stmts):
-    cmd = [BIN, "cql", "--host", NODE.addr, "--port", str(NODE.port)]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=60)
+    return cassnode.cql(NODE, *stmts)
 
 
 def rows(stmt):
-    p = cql(stmt)
-    check(p.returncode == 0, "cql %r: %s" % (stmt, p.stderr))
-    lines = p.stdout.strip("\n").split("\n")
-    return [ln.split("\t") for ln in lines[1:] if ln]
+    return cassnode.cql_rows(NODE, stmt, TestFailure)
 
 
 NODE = cassnode.node_for("bucketdb-older-", "bucketdb-older-it",
-                         lambda n: cql("SELECT release_version FROM system.local"))
+                         cassnode.answers)
 
 
 def node():

@@ -46,15 +46,11 @@ MARK = "# bucketdb-export-error: "
 
 
 def cql(*stmts):
-    cmd = ["cql", "--host", cassnode.ADDR, "--port", str(NODE.port)]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run([BIN] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=60)
+    return cassnode.cql(NODE, *stmts)
 
 
 NODE = cassnode.Node("bucketdb-outage-", "bucketdb-outage-it",
-                     lambda n: cql("SELECT release_version FROM system.local"))
+                     cassnode.answers)
 
 
 def node():

@@ -53,22 +53,15 @@ DEVICES = ["lamp-%d" % i for i in range(6)]
 
 
 def cql(*stmts):
-    cmd = [BIN, "cql", "--host", NODE.addr, "--port", str(NODE.port)]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=60)
+    return cassnode.cql(NODE, *stmts)
 
 
 def rows(ks, stmt):
-    p = cql(stmt % ks)
-    check(p.returncode == 0, "cql %r: %s" % (stmt, p.stderr))
-    lines = p.stdout.strip("\n").split("\n")
-    return [ln.split("\t") for ln in lines[1:] if ln]
+    return cassnode.cql_rows(NODE, stmt % ks, TestFailure)
 
 
 NODE = cassnode.node_for("bucketdb-state-", "bucketdb-state-it",
-                         lambda n: cql("SELECT release_version FROM system.local"))
+                         cassnode.answers)
 
 
 def node():
