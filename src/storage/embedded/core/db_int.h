@@ -18,6 +18,7 @@
 
 #include "common/buf.h"
 #include "common/map.h"
+#include "common/rcache.h"
 #include "model/bucket.h"
 #include "storage/embedded/block/block.h"
 #include "storage/embedded/chunk/chunk.h"
@@ -235,6 +236,9 @@ struct bdb_db {
     } cons;
     pthread_mutex_t ext_mu;
     _Atomic(struct usage *) usage; /* db_usage.c (read by writers without a lock) */
+    /* Derived windows of immutable files, keyed on their seqs (db_rcache.c); NULL when
+     * o.read_cache_bytes is 0. Thread-safe on its own: taken under any lock or none. */
+    bdb_rcache *rcache;
 };
 
 /* head.c */

@@ -324,6 +324,14 @@ void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st)
     st->space_low = atomic_load(&db->space_low);
     st->space_releases = atomic_load(&db->space_releases);
     st->disk_free_bytes = db_space_free(db);
+    bdb_rcache_stats rs;
+    bdb_rcache_stats_get(db->rcache, &rs);
+    st->rcache_hits = rs.hits;
+    st->rcache_misses = rs.misses;
+    st->rcache_evictions = rs.evictions;
+    st->rcache_entries = rs.entries;
+    st->rcache_bytes = rs.bytes;
+    st->rcache_max_bytes = rs.max_bytes;
     if (ro == 1)
         snprintf(st->readonly_reason, sizeof st->readonly_reason, "%s", db->readonly_reason);
     else if (ro)

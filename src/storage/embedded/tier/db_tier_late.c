@@ -314,11 +314,12 @@ static void sink_add(void *ud, size_t metric, int64_t ts, double v)
 }
 
 /* Pushes the samples of key in [lo, hi) from the published blocks, each block a source
- * with its seq as priority (the newest block wins per time, as in raw reads). */
-static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi, db_merger *m)
+ * with its seq as priority (the newest block wins per time, as in raw reads). Caller
+ * holds blocks_lock (shared). */
+static int blocks_push_locked(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                              db_merger *m)
 {
     int rc = BDB_OK;
-    pthread_rwlock_rdlock(&db->blocks_lock);
     for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
         if (bm->window_end <= lo || bm->window_start >= hi)
@@ -338,6 +339,13 @@ static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_
         if (x < 0)
             rc = x;
     }
+    return rc;
+}
+
+static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi, db_merger *m)
+{
+    pthread_rwlock_rdlock(&db->blocks_lock);
+    int rc = blocks_push_locked(db, key, lo, hi, m);
     pthread_rwlock_unlock(&db->blocks_lock);
     return rc;
 }
@@ -372,6 +380,116 @@ static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_
 /* Head chunks sit above every block: later writes than anything flushed. */
 #define HEAD_PRIO (UINT64_C(1) << 62)
 
+/* ---------------------------------------------------------------- cached minutes */
+
+/* A minute window as the cache keeps it: statistics only (the cache serves readers
+ * that show no quantile, whose windows hold no sketch). */
+struct cmin {
+    int64_t start;
+    bdb_stats st;
+};
+
+/* The cache key of the minutes of key in unit [u, u + U): the unit, the series, and
+ * the seqs of the blocks that hold the series there, in list order. A seq names one
+ * immutable file for the life of the engine (db->next_seq only grows; a compaction
+ * or rewrite writes a new seq), so the minutes are a pure function of the key.
+ * BDB_ERR_NOTFOUND when no block holds the series there (nothing worth keeping).
+ * Caller holds blocks_lock (shared). */
+static int unit_key(bdb_db *db, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k)
+{
+    bdb_buf_reset(k);
+    bdb_buf_putc(k, 'M');
+    bdb_buf_put_u64le(k, (uint64_t)u);
+    bdb_buf_put_u64le(k, (uint64_t)U);
+    bdb_buf_put_str(k, key->tenant, key->tenant_len);
+    bdb_buf_put_str(k, key->device, key->device_len);
+    bdb_buf_put_str(k, key->metric, key->metric_len);
+    size_t nb = 0;
+    for (size_t bi = 0; bi < db->nblocks; bi++) {
+        const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
+        if (bm->window_end <= u || bm->window_start >= u + U)
+            continue;
+        bdb_block_cursor cur;
+        if (bdb_block_find(db->blocks[bi].b, key, &cur) == BDB_ERR_NOTFOUND)
+            continue;
+        bdb_buf_put_u64le(k, bm->seq);
+        nb++;
+    }
+    if (k->oom)
+        return BDB_ERR_NOMEM;
+    return nb ? BDB_OK : BDB_ERR_NOTFOUND;
+}
+
+/* Adds the cached minutes v[0..n) that start in [lo, hi) to r (stats_only). Each
+ * minute of r comes from one unit only, so the merge into an empty window is a copy:
+ * the same window the raw path builds. */
+static int cmin_into(const struct cmin *v, size_t n, int64_t lo, int64_t hi, bdb_rollup *r)
+{
+    bdb_window w;
+    bdb_sketch_init_default(&w.sk);
+    int rc = BDB_OK;
+    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
+        if (v[i].start < lo || v[i].start >= hi)
+            continue;
+        w.start = v[i].start;
+        w.st = v[i].st;
+        rc = bdb_rollup_merge_window(r, &w);
+    }
+    bdb_sketch_free(&w.sk);
+    return rc;
+}
+
+/* The minutes of key in unit [u, u + U) from the blocks alone, through the cache, added
+ * to r where they start in [lo, hi). *done = 0 when the unit must take the raw path
+ * instead (no block holds it, or it holds non-finite samples, which r->skipped counts:
+ * a cached unit never has any). */
+static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_t U, int64_t lo,
+                        int64_t hi, bdb_buf *k, bdb_rollup *r, int *done)
+{
+    *done = 0;
+    pthread_rwlock_rdlock(&db->blocks_lock);
+    int rc = unit_key(db, key, u, U, k);
+    if (rc != BDB_OK) {
+        pthread_rwlock_unlock(&db->blocks_lock);
+        return rc == BDB_ERR_NOTFOUND ? BDB_OK : rc;
+    }
+    size_t len;
+    bdb_rcache_ent *ref;
+    const struct cmin *v = bdb_rcache_get(db->rcache, k->data, k->len, &len, &ref);
+    if (v) {
+        pthread_rwlock_unlock(&db->blocks_lock);
+        rc = cmin_into(v, len / sizeof *v, lo, hi, r);
+        bdb_rcache_release(db->rcache, ref);
+        *done = rc == BDB_OK;
+        return rc;
+    }
+    /* a miss: the unit's minutes from the same blocks the key names (still locked) */
+    db_merger m;
+    memset(&m, 0, sizeof m);
+    bdb_rollup ru;
+    bdb_rollup_init(&ru, BDB_MS_MIN);
+    ru.stats_only = 1;
+    rc = blocks_push_locked(db, key, u, u + U, &m);
+    pthread_rwlock_unlock(&db->blocks_lock);
+    if (rc == BDB_OK)
+        rc = tier_merge_into(&m, &ru);
+    db_merger_free(&m);
+    struct cmin *nv = NULL;
+    if (rc == BDB_OK && ru.skipped == 0 && (nv = bdb_malloc((ru.n ? ru.n : 1) * sizeof *nv))) {
+        for (size_t i = 0; i < ru.n; i++)
+            nv[i] = (struct cmin){ru.w[i].start, ru.w[i].st};
+        rc = cmin_into(nv, ru.n, lo, hi, r);
+        if (rc == BDB_OK) {
+            *done = 1;
+            bdb_rcache_put(db->rcache, k->data, k->len, nv, ru.n * sizeof *nv);
+        } else {
+            free(nv);
+        }
+    }
+    bdb_rollup_free(&ru);
+    return rc;
+}
+
 int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int64_t hi,
                      bdb_rollup *r)
 {
@@ -394,8 +512,34 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
     int rc = db_merger_sort(&m);
     const char *tn = d->tenant->name;
     bdb_series_key key = {tn, strlen(tn), d->name, d->nlen, metric, ml};
-    if (rc == BDB_OK)
-        rc = blocks_push(db, &key, lo, hi, &m);
+    int64_t U = db->o.block_window_ms;
+    /* The cache (stats only, whole minutes): per block window ("unit") without head
+     * samples, the minutes of its blocks, which are immutable; a unit the head has
+     * samples in is merged from raw with them as before. Units are whole minutes and
+     * no sample of one can replace a sample of another, so the split changes nothing:
+     * each minute is built from the same samples in the same runs. */
+    if (rc != BDB_OK || !db->rcache || !r->stats_only || r->width != BDB_MS_MIN ||
+        U % BDB_MS_MIN != 0 || lo % BDB_MS_MIN != 0 || hi % BDB_MS_MIN != 0 || lo >= hi) {
+        if (rc == BDB_OK)
+            rc = blocks_push(db, &key, lo, hi, &m);
+        return merged_into(&m, rc, r);
+    }
+    bdb_buf k;
+    bdb_buf_init_checked(&k);
+    size_t h = 0; /* the next head sample not before the unit */
+    for (int64_t u = bdb_align_down(lo, U); u < hi && rc == BDB_OK; u += U) {
+        int64_t a = u < lo ? lo : u, b = u + U > hi ? hi : u + U;
+        while (h < m.n && m.t[h].ts < a)
+            h++;
+        int done = 0;
+        if (h == m.n || m.t[h].ts >= b)
+            rc = unit_minutes(db, &key, u, U, a, b, &k, r, &done);
+        if (rc == BDB_OK && !done)
+            rc = blocks_push(db, &key, a, b, &m);
+        if (u > INT64_MAX - U)
+            break;
+    }
+    bdb_buf_free(&k);
     return merged_into(&m, rc, r);
 }
 
