@@ -318,6 +318,26 @@ int db_blocks_load(bdb_db *db);
 void db_blocks_close(bdb_db *db);
 void *db_background(void *arg);
 
+/* db_rcache.c: the read cache's raw units (see there). The key of series key's data
+ * in unit [u, u + U) for cache entries of kind: the unit, the series, and the seqs of
+ * the blocks holding the series there (caller holds blocks_lock); BDB_ERR_NOTFOUND
+ * when none does, BDB_ERR_NOMEM. */
+/* Whether a read of [lo, hi) may use the cache unit by unit: a cache, a range far from
+ * the ends of the time line, at most DB_CACHE_MAX_UNITS units (a longer read is rare
+ * and would hold one key per unit); then *first = the first unit's start, *n units. */
+#define DB_CACHE_MAX_UNITS 4096
+int db_cache_units(const bdb_db *db, int64_t lo, int64_t hi, int64_t *first, size_t *n);
+int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k);
+/* Raw reads through the cache, for blocks of whole units only (each block's window is
+ * one unit [k U, (k + 1) U), U = o.block_window_ms): for each unit of [lo, hi) that
+ * overlaps none of the nbusy head ranges busy[2i..2i+1] ([a, b)), pushes the merged
+ * samples of its blocks in [lo, hi) into m (cached, or built and kept), counts the
+ * chunks those are from in *nchunks, and sets served[unit index from align_down(lo,
+ * U)]: the caller then skips that unit's blocks. Caller holds blocks_lock (shared). */
+void db_raw_units(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                  const int64_t *busy, size_t nbusy, db_merger *m, uint8_t *served,
+                  uint64_t *nchunks);
+
 /* db_compact.c */
 int db_maintain(bdb_db *db);
 /* The tenant's resolved raw TTL in ms (0 = forever). */

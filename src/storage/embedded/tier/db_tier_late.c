@@ -389,37 +389,6 @@ struct cmin {
     bdb_stats st;
 };
 
-/* The cache key of the minutes of key in unit [u, u + U): the unit, the series, and
- * the seqs of the blocks that hold the series there, in list order. A seq names one
- * immutable file for the life of the engine (db->next_seq only grows; a compaction
- * or rewrite writes a new seq), so the minutes are a pure function of the key.
- * BDB_ERR_NOTFOUND when no block holds the series there (nothing worth keeping).
- * Caller holds blocks_lock (shared). */
-static int unit_key(bdb_db *db, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k)
-{
-    bdb_buf_reset(k);
-    bdb_buf_putc(k, 'M');
-    bdb_buf_put_u64le(k, (uint64_t)u);
-    bdb_buf_put_u64le(k, (uint64_t)U);
-    bdb_buf_put_str(k, key->tenant, key->tenant_len);
-    bdb_buf_put_str(k, key->device, key->device_len);
-    bdb_buf_put_str(k, key->metric, key->metric_len);
-    size_t nb = 0;
-    for (size_t bi = 0; bi < db->nblocks; bi++) {
-        const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= u || bm->window_start >= u + U)
-            continue;
-        bdb_block_cursor cur;
-        if (bdb_block_find(db->blocks[bi].b, key, &cur) == BDB_ERR_NOTFOUND)
-            continue;
-        bdb_buf_put_u64le(k, bm->seq);
-        nb++;
-    }
-    if (k->oom)
-        return BDB_ERR_NOMEM;
-    return nb ? BDB_OK : BDB_ERR_NOTFOUND;
-}
-
 /* Adds the cached minutes v[0..n) that start in [lo, hi) to r (stats_only). Each
  * minute of r comes from one unit only, so the merge into an empty window is a copy:
  * the same window the raw path builds. */
@@ -448,7 +417,7 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
 {
     *done = 0;
     pthread_rwlock_rdlock(&db->blocks_lock);
-    int rc = unit_key(db, key, u, U, k);
+    int rc = db_unit_key(db, 'M', key, u, U, k);
     if (rc != BDB_OK) {
         pthread_rwlock_unlock(&db->blocks_lock);
         return rc == BDB_ERR_NOTFOUND ? BDB_OK : rc;
@@ -474,6 +443,10 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
     if (rc == BDB_OK)
         rc = tier_merge_into(&m, &ru);
     db_merger_free(&m);
+    /* a chunk of the unit that does not decode, maybe outside [lo, hi): the raw path
+     * reads only the range, and reports what it meets there */
+    if (rc != BDB_OK && rc != BDB_ERR_NOMEM)
+        rc = BDB_OK, ru.skipped = 1;
     struct cmin *nv = NULL;
     if (rc == BDB_OK && ru.skipped == 0 && (nv = bdb_malloc((ru.n ? ru.n : 1) * sizeof *nv))) {
         for (size_t i = 0; i < ru.n; i++)
@@ -512,14 +485,16 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
     int rc = db_merger_sort(&m);
     const char *tn = d->tenant->name;
     bdb_series_key key = {tn, strlen(tn), d->name, d->nlen, metric, ml};
-    int64_t U = db->o.block_window_ms;
+    int64_t U = db->o.block_window_ms, first = 0;
+    size_t nunits = 0;
     /* The cache (stats only, whole minutes): per block window ("unit") without head
      * samples, the minutes of its blocks, which are immutable; a unit the head has
      * samples in is merged from raw with them as before. Units are whole minutes and
      * no sample of one can replace a sample of another, so the split changes nothing:
      * each minute is built from the same samples in the same runs. */
-    if (rc != BDB_OK || !db->rcache || !r->stats_only || r->width != BDB_MS_MIN ||
-        U % BDB_MS_MIN != 0 || lo % BDB_MS_MIN != 0 || hi % BDB_MS_MIN != 0 || lo >= hi) {
+    if (rc != BDB_OK || !r->stats_only || r->width != BDB_MS_MIN || U % BDB_MS_MIN != 0 ||
+        lo % BDB_MS_MIN != 0 || hi % BDB_MS_MIN != 0 ||
+        !db_cache_units(db, lo, hi, &first, &nunits)) {
         if (rc == BDB_OK)
             rc = blocks_push(db, &key, lo, hi, &m);
         return merged_into(&m, rc, r);
@@ -527,8 +502,9 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
     bdb_buf k;
     bdb_buf_init_checked(&k);
     size_t h = 0; /* the next head sample not before the unit */
-    for (int64_t u = bdb_align_down(lo, U); u < hi && rc == BDB_OK; u += U) {
-        int64_t a = u < lo ? lo : u, b = u + U > hi ? hi : u + U;
+    for (size_t ui = 0; ui < nunits && rc == BDB_OK; ui++) {
+        int64_t u = first + (int64_t)ui * U;
+        int64_t a = u < lo ? lo : u, b = hi - u > U ? u + U : hi;
         while (h < m.n && m.t[h].ts < a)
             h++;
         int done = 0;
@@ -536,8 +512,6 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
             rc = unit_minutes(db, &key, u, U, a, b, &k, r, &done);
         if (rc == BDB_OK && !done)
             rc = blocks_push(db, &key, a, b, &m);
-        if (u > INT64_MAX - U)
-            break;
     }
     bdb_buf_free(&k);
     return merged_into(&m, rc, r);
