@@ -187,6 +187,7 @@ struct bdb_db {
     pthread_rwlock_t blocks_lock;
     blockent *blocks; /* sorted by (window_start, seq) */
     size_t nblocks, cap_blocks;
+    int64_t max_block_span; /* the widest block window ever listed (db_blocks_from) */
     uint64_t next_seq;
 
     pthread_t bg;
@@ -304,6 +305,10 @@ int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int6
  * the list in the same step (the caller closes and unlinks them); on error aborts the
  * rest and publishes nothing. */
 int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone);
+/* The first block of the list that may overlap [t, ...): every block before it ends at
+ * or before t (a binary search on the window starts, less the widest window listed).
+ * Caller holds blocks_lock. */
+size_t db_blocks_from(const bdb_db *db, int64_t t);
 /* Caller holds blocks_lock exclusively (or is single-threaded at open). */
 int db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
 int db_blocks_reserve(bdb_db *db, size_t n);

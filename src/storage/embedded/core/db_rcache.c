@@ -16,6 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+size_t db_blocks_from(const bdb_db *db, int64_t t)
+{
+    int64_t from = t < INT64_MIN + db->max_block_span ? INT64_MIN : t - db->max_block_span;
+    size_t a = 0, b = db->nblocks;
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (bdb_block_get_meta(db->blocks[mid].b)->window_start < from)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a;
+}
+
 int db_cache_units(const bdb_db *db, int64_t lo, int64_t hi, int64_t *first, size_t *n)
 {
     int64_t U = db->o.block_window_ms;
@@ -40,9 +54,11 @@ int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int
     bdb_buf_put_str(k, key->device, key->device_len);
     bdb_buf_put_str(k, key->metric, key->metric_len);
     size_t nb = 0;
-    for (size_t bi = 0; bi < db->nblocks; bi++) {
+    for (size_t bi = db_blocks_from(db, u); bi < db->nblocks; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= u || bm->window_start >= u + U)
+        if (bm->window_start >= u + U)
+            break; /* sorted by window start */
+        if (bm->window_end <= u)
             continue;
         bdb_block_cursor cur;
         if (bdb_block_find(db->blocks[bi].b, key, &cur) == BDB_ERR_NOTFOUND)
@@ -103,9 +119,11 @@ static struct rawunit *ru_build(bdb_db *db, const bdb_series_key *key, int64_t u
     int64_t *ch = NULL;
     size_t nc = 0, capc = 0;
     int rc = BDB_OK;
-    for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
+    for (size_t bi = db_blocks_from(db, u); bi < db->nblocks && rc == BDB_OK; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= u || bm->window_start >= u + U)
+        if (bm->window_start >= u + U)
+            break;
+        if (bm->window_end <= u)
             continue;
         bdb_block_cursor cur;
         int r = bdb_block_find(db->blocks[bi].b, key, &cur);

@@ -135,9 +135,12 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
     pthread_rwlock_rdlock(&db->blocks_lock);
     /* only where every block of the range is one whole unit: a block that is not (a
      * block_window_ms changed since) is read as without the cache */
-    for (size_t bi = 0; bi < db->nblocks && cached; bi++) {
+    size_t b0 = db_blocks_from(db, lo); /* before it, every block ends by lo */
+    for (size_t bi = b0; bi < db->nblocks && cached; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= lo || bm->window_start >= hi)
+        if (bm->window_start >= hi)
+            break; /* sorted by window start */
+        if (bm->window_end <= lo)
             continue;
         cached = bm->window_end - bm->window_start == U &&
                  bdb_align_down(bm->window_start, U) == bm->window_start;
@@ -149,9 +152,11 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
     }
     if (busy != busy_local)
         free(busy);
-    for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
+    for (size_t bi = b0; bi < db->nblocks && rc == BDB_OK; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= lo || bm->window_start >= hi)
+        if (bm->window_start >= hi)
+            break;
+        if (bm->window_end <= lo)
             continue;
         for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
             if (served && served[m * nunits + (size_t)((bm->window_start - first) / U)])

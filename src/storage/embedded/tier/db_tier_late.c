@@ -320,9 +320,11 @@ static int blocks_push_locked(bdb_db *db, const bdb_series_key *key, int64_t lo,
                               db_merger *m)
 {
     int rc = BDB_OK;
-    for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
+    for (size_t bi = db_blocks_from(db, lo); bi < db->nblocks && rc == BDB_OK; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= lo || bm->window_start >= hi)
+        if (bm->window_start >= hi)
+            break; /* sorted by window start */
+        if (bm->window_end <= lo)
             continue;
         bdb_block_cursor cur;
         int x = bdb_block_find(db->blocks[bi].b, key, &cur);
