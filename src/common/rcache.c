@@ -25,6 +25,7 @@ struct bdb_rcache {
     size_t nb; /* buckets, a power of two */
     bdb_rcache_ent *newest, *oldest;
     uint64_t max_bytes, bytes, entries, hits, misses, evictions;
+    uint64_t seen[RCACHE_SEEN_SLOTS]; /* hashes of keys missed lately (0: none) */
 };
 
 bdb_rcache *bdb_rcache_new(uint64_t max_bytes)
@@ -208,6 +209,17 @@ void bdb_rcache_put(bdb_rcache *c, const void *key, size_t klen, void *val, size
     c->entries++;
     grow(c);
     pthread_mutex_unlock(&c->mu);
+}
+
+int bdb_rcache_admit(bdb_rcache *c, const void *key, size_t klen)
+{
+    uint64_t h = bdb_hash(key, klen) | 1; /* never 0, the empty slot */
+    pthread_mutex_lock(&c->mu);
+    uint64_t *slot = &c->seen[(h >> 1) % RCACHE_SEEN_SLOTS];
+    int again = *slot == h;
+    *slot = h;
+    pthread_mutex_unlock(&c->mu);
+    return again;
 }
 
 void bdb_rcache_stats_get(bdb_rcache *c, bdb_rcache_stats *st)

@@ -13,7 +13,9 @@
  * 0 keeps nothing (every get misses). Values are handed out by reference, counted, so
  * an evicted value is freed when its last reader releases it.
  *
- * Counters (hits, misses, evictions, entries, bytes) for /metrics: bdb_rcache_stats. */
+ * Counters (hits, misses, evictions, entries, bytes) for /metrics: bdb_rcache_stats.
+ * The table of keys seen (bdb_rcache_admit) takes RCACHE_SEEN_SLOTS x 8 bytes beside
+ * the limit. */
 #ifndef BDB_RCACHE_H
 #define BDB_RCACHE_H
 
@@ -42,6 +44,14 @@ void bdb_rcache_release(bdb_rcache *c, bdb_rcache_ent *ref);
  * same by contract) and val is freed. Out of memory, or a value the limit cannot
  * hold: val is freed and nothing kept (a cache may always forget). */
 void bdb_rcache_put(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len);
+
+/* Whether a value just missed is worth building and keeping: 1 when the key missed
+ * recently already (a panel asked again), else 0, and the key is remembered (a hash in
+ * a fixed table of RCACHE_SEEN_SLOTS, newer keys taking older ones' slots). A read of
+ * something asked once (a one-off query over cold data) then pays nothing for the
+ * cache: it reads as without one. */
+#define RCACHE_SEEN_SLOTS 8192
+int bdb_rcache_admit(bdb_rcache *c, const void *key, size_t klen);
 
 typedef struct bdb_rcache_stats {
     uint64_t hits, misses, evictions, entries, bytes, max_bytes;

@@ -149,12 +149,32 @@ static void test_size_zero_and_nomem(void **st)
     bdb_alloc_fail_disarm();
 }
 
+/* A key is worth keeping the second time it misses; once many other keys took the
+ * slots (hashes are fixed: the outcome is too), it starts over. */
+static void test_admit_second_miss(void **st)
+{
+    (void)st;
+    bdb_rcache *c = bdb_rcache_new(1 << 20);
+    assert_int_equal(bdb_rcache_admit(c, "a", 1), 0);
+    assert_int_equal(bdb_rcache_admit(c, "a", 1), 1);
+    assert_int_equal(bdb_rcache_admit(c, "a", 1), 1);
+    assert_int_equal(bdb_rcache_admit(c, "b", 1), 0);
+    char k[16];
+    for (int i = 0; i < 16 * RCACHE_SEEN_SLOTS; i++) {
+        snprintf(k, sizeof k, "x%d", i);
+        bdb_rcache_admit(c, k, strlen(k));
+    }
+    assert_int_equal(bdb_rcache_admit(c, "a", 1), 0);
+    bdb_rcache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hit_miss_counts),
         cmocka_unit_test(test_limit_evicts_least_recent),
         cmocka_unit_test(test_size_zero_and_nomem),
+        cmocka_unit_test(test_admit_second_miss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

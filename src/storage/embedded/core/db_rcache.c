@@ -212,6 +212,8 @@ void db_raw_units(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
             served[ui] = 1;
             continue;
         }
+        if (!bdb_rcache_admit(db->rcache, k.data, k.len))
+            continue; /* asked once so far: read as without the cache */
         size_t size = 0;
         struct rawunit *nr = ru_build(db, key, u, U, &size);
         if (!nr)

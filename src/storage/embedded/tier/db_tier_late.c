@@ -434,6 +434,10 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
         *done = rc == BDB_OK;
         return rc;
     }
+    if (!bdb_rcache_admit(db->rcache, k->data, k->len)) { /* asked once so far: from raw */
+        pthread_rwlock_unlock(&db->blocks_lock);
+        return BDB_OK;
+    }
     /* a miss: the unit's minutes from the same blocks the key names (still locked) */
     db_merger m;
     memset(&m, 0, sizeof m);
