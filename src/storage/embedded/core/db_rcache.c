@@ -103,9 +103,16 @@ static void ru_push(const struct rawunit *r, int64_t lo, int64_t hi, db_merger *
         if (!(c[2 * i + 1] < lo || c[2 * i] >= hi))
             (*nchunks)++;
     db_merger_source(m, 1, 0);
-    for (uint64_t i = 0; i < r->n; i++)
-        if (ts[i] >= lo && ts[i] < hi)
-            db_merger_push(m, ts[i], v[i]);
+    uint64_t a = 0, b = r->n; /* the first sample at or after lo (ts ascending) */
+    while (a < b) {
+        uint64_t mid = a + (b - a) / 2;
+        if (ts[mid] < lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    for (uint64_t i = a; i < r->n && ts[i] < hi; i++)
+        db_merger_push(m, ts[i], v[i]);
 }
 
 /* The unit's samples from its blocks, as bdb_db_read merges them (each chunk a source

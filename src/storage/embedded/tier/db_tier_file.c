@@ -677,11 +677,17 @@ static int cached_into(const tfile *t, const tier_cwin *v, size_t n, int64_t lo,
     bdb_window w;
     bdb_sketch_init_default(&w.sk);
     int rc = BDB_OK;
-    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        if (v[i].start < a || v[i].start >= b)
-            continue;
-        w.start = v[i].start;
-        w.st = v[i].st;
+    size_t k = 0, hiw = n; /* v ascending: the first window at or after a */
+    while (k < hiw) {
+        size_t mid = k + (hiw - k) / 2;
+        if (v[mid].start < a)
+            k = mid + 1;
+        else
+            hiw = mid;
+    }
+    for (; k < n && rc == BDB_OK && v[k].start < b; k++) {
+        w.start = v[k].start;
+        w.st = v[k].st;
         rc = bdb_rollup_merge_window(into, &w);
     }
     bdb_sketch_free(&w.sk);

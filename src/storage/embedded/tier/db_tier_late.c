@@ -399,8 +399,8 @@ static int cmin_into(const struct cmin *v, size_t n, int64_t lo, int64_t hi, bdb
     bdb_window w;
     bdb_sketch_init_default(&w.sk);
     int rc = BDB_OK;
-    for (size_t i = 0; i < n && rc == BDB_OK; i++) {
-        if (v[i].start < lo || v[i].start >= hi)
+    for (size_t i = 0; i < n && rc == BDB_OK && v[i].start < hi; i++) { /* v ascending */
+        if (v[i].start < lo)
             continue;
         w.start = v[i].start;
         w.st = v[i].st;
