@@ -332,6 +332,11 @@ void *db_background(void *arg);
  * and would hold one key per unit); then *first = the first unit's start, *n units. */
 #define DB_CACHE_MAX_UNITS 4096
 int db_cache_units(const bdb_db *db, int64_t lo, int64_t hi, int64_t *first, size_t *n);
+/* Whether the unit of series key is worth the cache (bdb_rcache_admit on the key's
+ * part that needs no block list): 0 the first time lately, and the read goes as without
+ * the cache at the cost of this lookup only; k is scratch. */
+int db_unit_admit(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U,
+                  bdb_buf *k);
 int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k);
 /* Raw reads through the cache, for blocks of whole units only (each block's window is
  * one unit [k U, (k + 1) U), U = o.block_window_ms): for each unit of [lo, hi) that

@@ -44,7 +44,8 @@ int db_cache_units(const bdb_db *db, int64_t lo, int64_t hi, int64_t *first, siz
     return 1;
 }
 
-int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k)
+/* The part of a unit's key that does not need the block list: kind, unit, series. */
+static void unit_prefix(char kind, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k)
 {
     bdb_buf_reset(k);
     bdb_buf_putc(k, (uint8_t)kind);
@@ -53,6 +54,18 @@ int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int
     bdb_buf_put_str(k, key->tenant, key->tenant_len);
     bdb_buf_put_str(k, key->device, key->device_len);
     bdb_buf_put_str(k, key->metric, key->metric_len);
+}
+
+int db_unit_admit(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U,
+                  bdb_buf *k)
+{
+    unit_prefix(kind, key, u, U, k);
+    return !k->oom && bdb_rcache_admit(db->rcache, k->data, k->len);
+}
+
+int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k)
+{
+    unit_prefix(kind, key, u, U, k);
     size_t nb = 0;
     for (size_t bi = db_blocks_from(db, u); bi < db->nblocks; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
@@ -201,8 +214,8 @@ void db_raw_units(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
         int head = 0;
         for (size_t i = 0; i < nbusy && !head; i++)
             head = !(busy[2 * i + 1] <= a || busy[2 * i] >= b);
-        if (head)
-            continue;
+        if (head || !db_unit_admit(db, 'R', key, u, U, &k))
+            continue; /* the head has samples there, or asked once so far: no cache */
         int x = db_unit_key(db, 'R', key, u, U, &k);
         if (x == BDB_ERR_NOTFOUND) { /* no block holds the series there */
             served[ui] = 1;
@@ -219,8 +232,6 @@ void db_raw_units(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
             served[ui] = 1;
             continue;
         }
-        if (!bdb_rcache_admit(db->rcache, k.data, k.len))
-            continue; /* asked once so far: read as without the cache */
         size_t size = 0;
         struct rawunit *nr = ru_build(db, key, u, U, &size);
         if (!nr)

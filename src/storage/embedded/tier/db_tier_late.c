@@ -418,6 +418,8 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
                         int64_t hi, bdb_buf *k, bdb_rollup *r, int *done)
 {
     *done = 0;
+    if (!db_unit_admit(db, 'M', key, u, U, k))
+        return BDB_OK; /* asked once so far: from raw */
     pthread_rwlock_rdlock(&db->blocks_lock);
     int rc = db_unit_key(db, 'M', key, u, U, k);
     if (rc != BDB_OK) {
@@ -433,10 +435,6 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
         bdb_rcache_release(db->rcache, ref);
         *done = rc == BDB_OK;
         return rc;
-    }
-    if (!bdb_rcache_admit(db->rcache, k->data, k->len)) { /* asked once so far: from raw */
-        pthread_rwlock_unlock(&db->blocks_lock);
-        return BDB_OK;
     }
     /* a miss: the unit's minutes from the same blocks the key names (still locked) */
     db_merger m;
