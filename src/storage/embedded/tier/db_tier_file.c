@@ -664,7 +664,7 @@ int tf_read_rec(const tfile *t, const tloc *loc, int64_t lo, int64_t hi, bdb_rol
 
 /* Merges (or, in a replacing file, puts) the cached windows v[0..n) in [lo, hi), as
  * read_windows does with the decoded ones: the same calls with the same windows. */
-static int cached_into(const tfile *t, const tier_cwin *v, size_t n, int64_t lo, int64_t hi,
+static int cached_into(const tfile *t, const bdb_stwin *v, size_t n, int64_t lo, int64_t hi,
                        bdb_rollup *r)
 {
     int64_t a = lo < t->start ? t->start : lo, b = hi > t->end ? t->end : hi;
@@ -685,11 +685,18 @@ static int cached_into(const tfile *t, const tier_cwin *v, size_t n, int64_t lo,
         else
             hiw = mid;
     }
-    for (; k < n && rc == BDB_OK && v[k].start < b; k++) {
-        w.start = v[k].start;
-        w.st = v[k].st;
-        rc = bdb_rollup_merge_window(into, &w);
-    }
+    size_t e = k;
+    while (e < n && v[e].start < b)
+        e++;
+    /* after every window into holds (the usual case: one file of the span, or files
+     * of later spans): appended at once; else merged one by one */
+    rc = bdb_rollup_append_stats(into, v + k, e - k);
+    if (rc == BDB_ERR_INVALID)
+        for (rc = BDB_OK; k < e && rc == BDB_OK; k++) {
+            w.start = v[k].start;
+            w.st = v[k].st;
+            rc = bdb_rollup_merge_window(into, &w);
+        }
     bdb_sketch_free(&w.sk);
     if (into == &tmp) {
         for (size_t i = 0; i < tmp.n && rc == BDB_OK; i++)
@@ -713,7 +720,7 @@ int tf_read_rec_cached(bdb_rcache *c, const tfile *t, const tloc *loc, int64_t l
     memcpy(key + 18, &loc->met, 4);
     size_t len;
     bdb_rcache_ent *ref;
-    const tier_cwin *v = bdb_rcache_get(c, key, sizeof key, &len, &ref);
+    const bdb_stwin *v = bdb_rcache_get(c, key, sizeof key, &len, &ref);
     if (v) {
         int rc = cached_into(t, v, len / sizeof *v, lo, hi, r);
         bdb_rcache_release(c, ref);
@@ -744,10 +751,10 @@ int tf_read_rec_cached(bdb_rcache *c, const tfile *t, const tloc *loc, int64_t l
     int whole = bdb_rollup_read_c(&all, &d, bdb_floor_div(t->start, r->width), t->start, t->end, 0,
                                   &stopped) == BDB_OK &&
                 bdb_dec_left(&d) == 0;
-    tier_cwin *nv = whole ? bdb_malloc((all.n ? all.n : 1) * sizeof *nv) : NULL;
+    bdb_stwin *nv = whole ? bdb_malloc((all.n ? all.n : 1) * sizeof *nv) : NULL;
     if (nv) {
         for (size_t i = 0; i < all.n; i++)
-            nv[i] = (tier_cwin){all.w[i].start, all.w[i].st};
+            nv[i] = (bdb_stwin){all.w[i].start, all.w[i].st};
         rc = cached_into(t, nv, all.n, lo, hi, r);
         if (rc == BDB_OK)
             bdb_rcache_put(c, key, sizeof key, nv, all.n * sizeof *nv);

@@ -139,12 +139,6 @@ int tf_find(const tfile *t, const char *device, const char *metric, tloc *loc);
  * start); nothing when the device has no such series. BDB_ERR_CORRUPT if the CRC or
  * the decoding fails. */
 int tf_read_rec(const tfile *t, const tloc *loc, int64_t lo, int64_t hi, bdb_rollup *r);
-/* A window as the read cache keeps it (common/rcache.h): statistics only, for readers
- * that show no quantile (r->stats_only), whose windows hold no sketch. */
-typedef struct tier_cwin {
-    int64_t start;
-    bdb_stats st;
-} tier_cwin;
 /* tf_read_rec through the engine's read cache c (NULL: none), the same windows merged
  * the same way: with r->stats_only, a committed file's series (key: its res and seq,
  * which no other file of this engine ever takes, and the record and metric) is

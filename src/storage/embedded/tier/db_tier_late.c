@@ -386,24 +386,27 @@ static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_
 
 /* A minute window as the cache keeps it: statistics only (the cache serves readers
  * that show no quantile, whose windows hold no sketch). */
-struct cmin {
-    int64_t start;
-    bdb_stats st;
-};
+typedef bdb_stwin cmin_t;
 
 /* Adds the cached minutes v[0..n) that start in [lo, hi) to r (stats_only). Each
  * minute of r comes from one unit only, so the merge into an empty window is a copy:
  * the same window the raw path builds. */
-static int cmin_into(const struct cmin *v, size_t n, int64_t lo, int64_t hi, bdb_rollup *r)
+static int cmin_into(const cmin_t *v, size_t n, int64_t lo, int64_t hi, bdb_rollup *r)
 {
+    size_t a = 0, b;
+    while (a < n && v[a].start < lo) /* v ascending */
+        a++;
+    for (b = a; b < n && v[b].start < hi; b++)
+        ;
+    /* the units come in time order: appended at once after the windows r holds */
+    int rc = bdb_rollup_append_stats(r, v + a, b - a);
+    if (rc != BDB_ERR_INVALID)
+        return rc;
     bdb_window w;
     bdb_sketch_init_default(&w.sk);
-    int rc = BDB_OK;
-    for (size_t i = 0; i < n && rc == BDB_OK && v[i].start < hi; i++) { /* v ascending */
-        if (v[i].start < lo)
-            continue;
-        w.start = v[i].start;
-        w.st = v[i].st;
+    for (rc = BDB_OK; a < b && rc == BDB_OK; a++) {
+        w.start = v[a].start;
+        w.st = v[a].st;
         rc = bdb_rollup_merge_window(r, &w);
     }
     bdb_sketch_free(&w.sk);
@@ -428,7 +431,7 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
     }
     size_t len;
     bdb_rcache_ent *ref;
-    const struct cmin *v = bdb_rcache_get(db->rcache, k->data, k->len, &len, &ref);
+    const cmin_t *v = bdb_rcache_get(db->rcache, k->data, k->len, &len, &ref);
     if (v) {
         pthread_rwlock_unlock(&db->blocks_lock);
         rc = cmin_into(v, len / sizeof *v, lo, hi, r);
@@ -451,10 +454,10 @@ static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_
      * reads only the range, and reports what it meets there */
     if (rc != BDB_OK && rc != BDB_ERR_NOMEM)
         rc = BDB_OK, ru.skipped = 1;
-    struct cmin *nv = NULL;
+    cmin_t *nv = NULL;
     if (rc == BDB_OK && ru.skipped == 0 && (nv = bdb_malloc((ru.n ? ru.n : 1) * sizeof *nv))) {
         for (size_t i = 0; i < ru.n; i++)
-            nv[i] = (struct cmin){ru.w[i].start, ru.w[i].st};
+            nv[i] = (cmin_t){ru.w[i].start, ru.w[i].st};
         rc = cmin_into(nv, ru.n, lo, hi, r);
         if (rc == BDB_OK) {
             *done = 1;
