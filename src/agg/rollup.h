@@ -76,6 +76,17 @@ int bdb_rollup_add_window(bdb_rollup *r, int64_t start, const double *v, size_t 
  * into the window of r holding w->start: the coarsening step of the pyramid.
  * Errors: BDB_ERR_INVALID (different sketch accuracy), BDB_ERR_LIMIT, BDB_ERR_NOMEM. */
 int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *w);
+/* A window's statistics alone, as a cache keeps them (a reader that shows no quantile
+ * holds no sketch). */
+typedef struct bdb_stwin {
+    int64_t start;
+    bdb_stats st;
+} bdb_stwin;
+/* Appends v[0..n) (ascending starts, multiples of r->width, all after r's last window)
+ * to r with empty sketches: the windows n bdb_rollup_merge_window calls would make
+ * there, in one allocation. A window of count 0 is skipped, as merging it would be.
+ * BDB_ERR_INVALID (and r unchanged) when v does not fit that; BDB_ERR_NOMEM. */
+int bdb_rollup_append_stats(bdb_rollup *r, const bdb_stwin *v, size_t n);
 /* Replaces the window of r at src->start (same width) by a copy of src: a window
  * recomputed from raw data supersedes the partial windows merged so far. An empty src
  * removes the window. Errors: BDB_ERR_NOMEM. */

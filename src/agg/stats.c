@@ -187,7 +187,7 @@ uint64_t bdb_stats_count(const bdb_stats *s)
 
 double bdb_stats_sum(const bdb_stats *s)
 {
-    return s->count ? ldexp(s->sum_hi + s->sum_lo, SCALE) : 0.0; /* +-inf past DBL_MAX */
+    return s->count ? (s->sum_hi + s->sum_lo) * SCALE_UP : 0.0; /* +-inf past DBL_MAX */
 }
 
 double bdb_stats_min(const bdb_stats *s)

@@ -611,6 +611,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     o.flush_interval_ms = cfg->flush_interval_ms;
     o.head_max_bytes = cfg->head_max_bytes;
     o.disk_reserve_bytes = cfg->disk_reserve_bytes;
+    o.read_cache_bytes = cfg->read_cache_bytes;
     /* config: 0 = keep forever; the engine's 0 means its default, < 0 forever */
     const int64_t tiers[3] = {cfg->tier_retention_1m, cfg->tier_retention_1h,
                               cfg->tier_retention_1d};

@@ -116,6 +116,13 @@ static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row
     size_t j;
     if (r->start >= a->jlo && r->start < a->jhi) { /* the last one's window (edge samples) */
         j = a->j;
+    } else if (a->jhi > a->jlo && r->start >= a->jhi && r->start - a->jhi < a->every) {
+        /* the next output window (a tier's windows in time order): no division */
+        if (a->j + 1 >= a->nwin)
+            return;
+        j = ++a->j;
+        a->jlo = a->jhi;
+        a->jhi += a->every;
     } else {
         int64_t d = r->start - a->lo;
         uint64_t q = d < 0 ? 0 : (uint64_t)(d / a->every);

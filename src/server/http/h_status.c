@@ -521,6 +521,19 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              s->cfg.head_max_bytes);
     metric_u(&b, "bucketdb_out_of_order_samples_total", "counter",
              "Samples that arrived older than their series' newest.", st.ooo_samples);
+    metric_u(&b, "bucketdb_read_cache_hits_total", "counter",
+             "Reads of derived windows answered from the read cache.", st.rcache_hits);
+    metric_u(&b, "bucketdb_read_cache_misses_total", "counter",
+             "Reads of derived windows the read cache did not hold (built from the files).",
+             st.rcache_misses);
+    metric_u(&b, "bucketdb_read_cache_evictions_total", "counter",
+             "Read cache entries evicted to stay under read_cache_bytes.", st.rcache_evictions);
+    metric_u(&b, "bucketdb_read_cache_entries", "gauge", "Entries in the read cache.",
+             st.rcache_entries);
+    metric_u(&b, "bucketdb_read_cache_bytes", "gauge",
+             "Bytes the read cache accounts for (values, keys, entries).", st.rcache_bytes);
+    metric_u(&b, "bucketdb_read_cache_max_bytes", "gauge", "read_cache_bytes: the cache's limit.",
+             st.rcache_max_bytes);
     metric_u(&b, "bucketdb_blocks", "gauge", "Block files.", st.blocks);
     metric_u(&b, "bucketdb_block_bytes", "gauge", "Bytes in block files.", st.block_bytes);
     metric_u(&b, "bucketdb_block_samples", "gauge", "Samples in block files.", st.block_samples);

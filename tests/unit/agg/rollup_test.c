@@ -412,6 +412,45 @@ static void test_route(void **st)
     assert_true(bdb_res_width(BDB_RES_1D) == DAY_MS);
 }
 
+/* bdb_rollup_append_stats makes the windows merge_window makes (statistics only),
+ * after what r holds; out of order or unaligned it refuses and leaves r as it was. */
+static void test_append_stats(void **st)
+{
+    (void)st;
+    bdb_rollup src, a, b;
+    bdb_rollup_init(&src, 60000);
+    src.stats_only = 1;
+    for (int i = 0; i < 500; i++)
+        assert_int_equal(bdb_rollup_add(&src, 1700000000000 + i * 7777, sin(i) * 100), BDB_OK);
+    bdb_stwin *v = malloc(src.n * sizeof *v);
+    assert_non_null(v);
+    for (size_t i = 0; i < src.n; i++)
+        v[i] = (bdb_stwin){src.w[i].start, src.w[i].st};
+    bdb_rollup_init(&a, 60000);
+    bdb_rollup_init(&b, 60000);
+    a.stats_only = b.stats_only = 1;
+    size_t half = src.n / 2;
+    assert_int_equal(bdb_rollup_append_stats(&a, v, half), BDB_OK);
+    assert_int_equal(bdb_rollup_append_stats(&a, v + half, src.n - half), BDB_OK);
+    for (size_t i = 0; i < src.n; i++)
+        assert_int_equal(bdb_rollup_merge_window(&b, &src.w[i]), BDB_OK);
+    assert_int_equal(a.n, b.n);
+    for (size_t i = 0; i < a.n; i++) {
+        assert_true(a.w[i].start == b.w[i].start);
+        assert_memory_equal(&a.w[i].st, &b.w[i].st, sizeof a.w[i].st);
+        assert_int_equal(bdb_sketch_count(&a.w[i].sk), 0);
+    }
+    /* before the last window, or unaligned: refused, nothing appended */
+    assert_int_equal(bdb_rollup_append_stats(&a, v, 1), BDB_ERR_INVALID);
+    bdb_stwin odd = {a.w[a.n - 1].start + 60001, v[0].st};
+    assert_int_equal(bdb_rollup_append_stats(&a, &odd, 1), BDB_ERR_INVALID);
+    assert_int_equal(a.n, b.n);
+    free(v);
+    bdb_rollup_free(&src);
+    bdb_rollup_free(&a);
+    bdb_rollup_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_encoding),
         cmocka_unit_test(test_encoding_part),
         cmocka_unit_test(test_route),
+        cmocka_unit_test(test_append_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ void bdb_db_opts_default(bdb_db_opts *o)
     o->retention_ms = 0;
     o->chunk_max_samples = 2048;
     o->background = 1;
+    o->read_cache_bytes = BDB_READ_CACHE_DEFAULT;
 }
 
 void db_set_readonly(bdb_db *db, int rc, const char *what)

@@ -56,11 +56,21 @@ typedef struct bdb_db_opts {
      * 365 d, forever), < 0 = forever */
     int64_t tier_retention_ms[3];
     int64_t late_threshold_ms; /* late data: older than this behind the device's newest; 0 = 1 h */
+    /* read cache (common/rcache.h, docs/AGGREGATION.md#read-cache): bytes held at most
+     * by the derived windows of immutable block and tier files; 0 = no cache. Default
+     * 64 MiB (bdb_db_opts_default). */
+    uint64_t read_cache_bytes;
     /* sink (storage/sink.h): flushed raw samples go there instead of block files and
      * are read back from it; NULL = block files. bdb_db_close closes it (a failed
      * open leaves it to the caller). */
     struct bdb_sink *sink;
 } bdb_db_opts;
+
+/* The read cache's default size, and the range a configuration may set besides 0
+ * (off): 1 MiB .. 1 TiB. */
+#define BDB_READ_CACHE_DEFAULT (UINT64_C(64) << 20)
+#define BDB_READ_CACHE_MIN (UINT64_C(1) << 20)
+#define BDB_READ_CACHE_MAX (UINT64_C(1) << 40)
 
 void bdb_db_opts_default(bdb_db_opts *o);
 
@@ -222,6 +232,10 @@ typedef struct bdb_db_stats {
     int space_low;
     uint64_t space_releases, disk_free_bytes;
     bdb_wal_stats wal;
+    /* the read cache (o.read_cache_bytes; all 0 without one): lookups answered and not,
+     * entries evicted, entries and bytes held, the limit */
+    uint64_t rcache_hits, rcache_misses, rcache_evictions, rcache_entries, rcache_bytes,
+        rcache_max_bytes;
 } bdb_db_stats;
 
 void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st);

@@ -75,6 +75,9 @@ int db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls)
         db->cap_blocks = cap;
     }
     db->blocks[db->nblocks++] = (blockent){b, path, NULL, 0, cls};
+    const bdb_block_meta *bm = bdb_block_get_meta(b);
+    if (bm->window_end - bm->window_start > db->max_block_span) /* db_blocks_from */
+        db->max_block_span = bm->window_end - bm->window_start;
     qsort(db->blocks, db->nblocks, sizeof *db->blocks, block_cmp);
     return BDB_OK;
 }

@@ -18,6 +18,7 @@
 
 #include "common/buf.h"
 #include "common/map.h"
+#include "common/rcache.h"
 #include "model/bucket.h"
 #include "storage/embedded/block/block.h"
 #include "storage/embedded/chunk/chunk.h"
@@ -188,6 +189,7 @@ struct bdb_db {
     pthread_rwlock_t blocks_lock;
     blockent *blocks; /* sorted by (window_start, seq) */
     size_t nblocks, cap_blocks;
+    int64_t max_block_span; /* the widest block window ever listed (db_blocks_from) */
     uint64_t next_seq;
 
     pthread_t bg;
@@ -237,6 +239,9 @@ struct bdb_db {
     } cons;
     pthread_mutex_t ext_mu;
     _Atomic(struct usage *) usage; /* db_usage.c (read by writers without a lock) */
+    /* Derived windows of immutable files, keyed on their seqs (db_rcache.c); NULL when
+     * o.read_cache_bytes is 0. Thread-safe on its own: taken under any lock or none. */
+    bdb_rcache *rcache;
 };
 
 /* head.c */
@@ -302,6 +307,10 @@ int db_writer_for(bdb_db *db, db_writers *ws, int64_t wstart, int64_t wend, int6
  * the list in the same step (the caller closes and unlinks them); on error aborts the
  * rest and publishes nothing. */
 int db_writers_finish(bdb_db *db, db_writers *ws, int rc, bdb_block *const *gone, size_t ngone);
+/* The first block of the list that may overlap [t, ...): every block before it ends at
+ * or before t (a binary search on the window starts, less the widest window listed).
+ * Caller holds blocks_lock. */
+size_t db_blocks_from(const bdb_db *db, int64_t t);
 /* Caller holds blocks_lock exclusively (or is single-threaded at open). */
 int db_blocks_add(bdb_db *db, bdb_block *b, char *path, int64_t cls);
 int db_blocks_reserve(bdb_db *db, size_t n);
@@ -315,6 +324,31 @@ int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const ch
 int db_blocks_load(bdb_db *db);
 void db_blocks_close(bdb_db *db);
 void *db_background(void *arg);
+
+/* db_rcache.c: the read cache's raw units (see there). The key of series key's data
+ * in unit [u, u + U) for cache entries of kind: the unit, the series, and the seqs of
+ * the blocks holding the series there (caller holds blocks_lock); BDB_ERR_NOTFOUND
+ * when none does, BDB_ERR_NOMEM. */
+/* Whether a read of [lo, hi) may use the cache unit by unit: a cache, a range far from
+ * the ends of the time line, at most DB_CACHE_MAX_UNITS units (a longer read is rare
+ * and would hold one key per unit); then *first = the first unit's start, *n units. */
+#define DB_CACHE_MAX_UNITS 4096
+int db_cache_units(const bdb_db *db, int64_t lo, int64_t hi, int64_t *first, size_t *n);
+/* Whether the unit of series key is worth the cache (bdb_rcache_admit on the key's
+ * part that needs no block list): 0 the first time lately, and the read goes as without
+ * the cache at the cost of this lookup only; k is scratch. */
+int db_unit_admit(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U,
+                  bdb_buf *k);
+int db_unit_key(bdb_db *db, char kind, const bdb_series_key *key, int64_t u, int64_t U, bdb_buf *k);
+/* Raw reads through the cache, for blocks of whole units only (each block's window is
+ * one unit [k U, (k + 1) U), U = o.block_window_ms): for each unit of [lo, hi) that
+ * overlaps none of the nbusy head ranges busy[2i..2i+1] ([a, b)), pushes the merged
+ * samples of its blocks in [lo, hi) into m (cached, or built and kept), counts the
+ * chunks those are from in *nchunks, and sets served[unit index from align_down(lo,
+ * U)]: the caller then skips that unit's blocks. Caller holds blocks_lock (shared). */
+void db_raw_units(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                  const int64_t *busy, size_t nbusy, db_merger *m, uint8_t *served,
+                  uint64_t *nchunks);
 
 /* db_compact.c */
 int db_maintain(bdb_db *db);

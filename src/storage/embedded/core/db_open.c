@@ -51,6 +51,7 @@ static void db_free(bdb_db *db)
     db_blocks_close(db);
     cat_free(db);
     cat_inherited_free(db);
+    bdb_rcache_free(db->rcache);
     if (db->lock_fd >= 0)
         close(db->lock_fd);
     free(db->dir);
@@ -94,7 +95,10 @@ int bdb_db_open(const bdb_db_opts *opts, bdb_db **out)
     db->lock_fd = -1;
     db->tenants = bdb_map_new();
     db->next_seq = 1;
-    int nomem = !db->dir || !db->wal_dir || !db->blocks_dir || !db->quarantine_dir || !db->tenants;
+    if (db->o.read_cache_bytes)
+        db->rcache = bdb_rcache_new(db->o.read_cache_bytes);
+    int nomem = !db->dir || !db->wal_dir || !db->blocks_dir || !db->quarantine_dir ||
+                !db->tenants || (db->o.read_cache_bytes && !db->rcache);
     pthread_rwlock_init(&db->cat_lock, NULL);
     pthread_rwlock_init(&db->flush_lock, NULL);
     pthread_rwlock_init(&db->blocks_lock, NULL);

@@ -91,6 +91,12 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
     /* Head first, blocks second: a flush publishes its blocks before it frees the
      * frozen head, so a sample missing from the head when we look is already in a
      * published block when we look there (see db_flush). */
+    /* the read cache (db_rcache.c): units of [lo, hi) the head has no chunk in */
+    int64_t U = db->o.block_window_ms, first = 0;
+    size_t nunits = 0;
+    int cached = db_cache_units(db, lo, hi, &first, &nunits) && !db->o.sink;
+    int64_t busy_local[16], *busy = busy_local;
+    size_t nbusy = 0, capbusy = 8;
     pthread_mutex_lock(dev_lock(db, d));
     for (size_t m = 0; m < nmetrics; m++) {
         series *s = cat_series(db, d, metrics[m], strlen(metrics[m]), 0);
@@ -104,17 +110,57 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
                     continue;
                 db_merger_add_head(&g[m], c, lo, hi, prio, 0);
                 nchunks++;
+                if (cached && nbusy == capbusy) {
+                    int64_t *nb = bdb_malloc(capbusy * 4 * sizeof *nb);
+                    if (nb)
+                        memcpy(nb, busy, nbusy * 2 * sizeof *nb);
+                    if (busy != busy_local)
+                        free(busy);
+                    busy = nb;
+                    capbusy *= 2;
+                    cached = nb != NULL;
+                    if (!nb)
+                        busy = busy_local; /* no cache for this read */
+                }
+                if (cached) {
+                    busy[2 * nbusy] = c->lo;
+                    busy[2 * nbusy + 1] = hc_hi(c);
+                    nbusy++;
+                }
             }
         }
     }
     pthread_mutex_unlock(dev_lock(db, d));
 
     pthread_rwlock_rdlock(&db->blocks_lock);
-    for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
+    /* only where every block of the range is one whole unit: a block that is not (a
+     * block_window_ms changed since) is read as without the cache */
+    size_t b0 = db_blocks_from(db, lo); /* before it, every block ends by lo */
+    for (size_t bi = b0; bi < db->nblocks && cached; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= lo || bm->window_start >= hi)
+        if (bm->window_start >= hi)
+            break; /* sorted by window start */
+        if (bm->window_end <= lo)
+            continue;
+        cached = bm->window_end - bm->window_start == U &&
+                 bdb_align_down(bm->window_start, U) == bm->window_start;
+    }
+    uint8_t *served = cached ? bdb_calloc(nmetrics * nunits + 1, 1) : NULL;
+    for (size_t m = 0; m < nmetrics && served; m++) {
+        bdb_series_key key = {tn, strlen(tn), dn, strlen(dn), metrics[m], strlen(metrics[m])};
+        db_raw_units(db, &key, lo, hi, busy, nbusy, &g[m], served + m * nunits, &nchunks);
+    }
+    if (busy != busy_local)
+        free(busy);
+    for (size_t bi = b0; bi < db->nblocks && rc == BDB_OK; bi++) {
+        const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
+        if (bm->window_start >= hi)
+            break;
+        if (bm->window_end <= lo)
             continue;
         for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
+            if (served && served[m * nunits + (size_t)((bm->window_start - first) / U)])
+                continue; /* from the cache */
             bdb_series_key key = {tn, strlen(tn), dn, strlen(dn), metrics[m], strlen(metrics[m])};
             bdb_block_cursor cur;
             int r = bdb_block_find(db->blocks[bi].b, &key, &cur);
@@ -135,6 +181,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
         }
     }
     pthread_rwlock_unlock(&db->blocks_lock);
+    free(served);
     int partial = 0;
     if (rc == BDB_OK && db->o.sink) { /* sink: flushed samples live there (db_sink.c) */
         for (size_t m = 0; m < nmetrics; m++)
@@ -324,6 +371,14 @@ void bdb_db_get_stats(bdb_db *db, bdb_db_stats *st)
     st->space_low = atomic_load(&db->space_low);
     st->space_releases = atomic_load(&db->space_releases);
     st->disk_free_bytes = db_space_free(db);
+    bdb_rcache_stats rs;
+    bdb_rcache_stats_get(db->rcache, &rs);
+    st->rcache_hits = rs.hits;
+    st->rcache_misses = rs.misses;
+    st->rcache_evictions = rs.evictions;
+    st->rcache_entries = rs.entries;
+    st->rcache_bytes = rs.bytes;
+    st->rcache_max_bytes = rs.max_bytes;
     if (ro == 1)
         snprintf(st->readonly_reason, sizeof st->readonly_reason, "%s", db->readonly_reason);
     else if (ro)

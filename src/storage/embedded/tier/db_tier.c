@@ -841,7 +841,7 @@ static int read_files(tstate *t, const char *tn, const char *dn, const char *met
             continue;
         tloc loc;
         if (tf_find(f, dn, metric, &loc))
-            rc = tf_read_rec(f, &loc, lo, hi, out);
+            rc = tf_read_rec_cached(t->db->rcache, f, &loc, lo, hi, out);
         if (rc == BDB_ERR_CORRUPT)
             BDB_ERROR("tier file %s: record %s/%s failed its check", f->path, dn, metric);
     }
@@ -891,7 +891,7 @@ static int read_files_if(tstate *t, const char *tn, const char *dn, const char *
         for (size_t m = 0; m < nmetrics && rc == BDB_OK; m++) {
             tloc loc;
             if (tf_find(f, dn, metrics[m], &loc))
-                rc = tf_read_rec(f, &loc, lo, hi, &out[m]);
+                rc = tf_read_rec_cached(t->db->rcache, f, &loc, lo, hi, &out[m]);
         }
         if (rc == BDB_ERR_CORRUPT)
             BDB_ERROR("tier file %s: record of %s failed its check", f->path, dn);

@@ -662,6 +662,112 @@ int tf_read_rec(const tfile *t, const tloc *loc, int64_t lo, int64_t hi, bdb_rol
     return rc;
 }
 
+/* Merges (or, in a replacing file, puts) the cached windows v[0..n) in [lo, hi), as
+ * read_windows does with the decoded ones: the same calls with the same windows. */
+static int cached_into(const tfile *t, const bdb_stwin *v, size_t n, int64_t lo, int64_t hi,
+                       bdb_rollup *r)
+{
+    int64_t a = lo < t->start ? t->start : lo, b = hi > t->end ? t->end : hi;
+    bdb_rollup tmp, *into = r;
+    if (t->flags & TF_REPLACES) {
+        bdb_rollup_init(&tmp, r->width);
+        tmp.stats_only = r->stats_only;
+        into = &tmp;
+    }
+    bdb_window w;
+    bdb_sketch_init_default(&w.sk);
+    int rc = BDB_OK;
+    size_t k = 0, hiw = n; /* v ascending: the first window at or after a */
+    while (k < hiw) {
+        size_t mid = k + (hiw - k) / 2;
+        if (v[mid].start < a)
+            k = mid + 1;
+        else
+            hiw = mid;
+    }
+    size_t e = k;
+    while (e < n && v[e].start < b)
+        e++;
+    /* after every window into holds (the usual case: one file of the span, or files
+     * of later spans): appended at once; else merged one by one */
+    rc = bdb_rollup_append_stats(into, v + k, e - k);
+    if (rc == BDB_ERR_INVALID)
+        for (rc = BDB_OK; k < e && rc == BDB_OK; k++) {
+            w.start = v[k].start;
+            w.st = v[k].st;
+            rc = bdb_rollup_merge_window(into, &w);
+        }
+    bdb_sketch_free(&w.sk);
+    if (into == &tmp) {
+        for (size_t i = 0; i < tmp.n && rc == BDB_OK; i++)
+            rc = bdb_rollup_set_window(r, &tmp.w[i]);
+        bdb_rollup_free(&tmp);
+    }
+    return rc;
+}
+
+int tf_read_rec_cached(bdb_rcache *c, const tfile *t, const tloc *loc, int64_t lo, int64_t hi,
+                       bdb_rollup *r)
+{
+    if (!c || !r->stats_only || r->width != bdb_res_width(t->res))
+        return tf_read_rec(t, loc, lo, hi, r);
+    uint8_t key[1 + 1 + 8 + 8 + 4];
+    key[0] = 'T';
+    key[1] = (uint8_t)t->res;
+    memcpy(key + 2, &t->seq, 8);
+    uint64_t dev = loc->dev;
+    memcpy(key + 10, &dev, 8);
+    memcpy(key + 18, &loc->met, 4);
+    size_t len;
+    bdb_rcache_ent *ref;
+    const bdb_stwin *v = bdb_rcache_get(c, key, sizeof key, &len, &ref);
+    if (v) {
+        int rc = cached_into(t, v, len / sizeof *v, lo, hi, r);
+        bdb_rcache_release(c, ref);
+        return rc;
+    }
+    uint8_t *p;
+    size_t n;
+    int rc = read_record(t, loc->dev, &p, &n);
+    if (rc != BDB_OK)
+        return rc;
+    size_t pos = 0, woff = 0, wlen = 0;
+    uint32_t id = 0;
+    int k;
+    while ((k = next_series(p, n, &pos, (uint32_t)t->nmet, &id, &woff, &wlen)) == 1 &&
+           id < loc->met)
+        ;
+    if (k < 0 || k == 0 || id != loc->met) { /* as tf_read_rec: an error, or no such series */
+        free(p);
+        return k < 0 ? k : BDB_OK;
+    }
+    /* the whole series, every window checked (a read of the whole file window) */
+    bdb_rollup all;
+    bdb_rollup_init(&all, r->width);
+    all.stats_only = 1;
+    bdb_dec d;
+    bdb_dec_init(&d, p + woff, wlen);
+    int stopped = 0;
+    int whole = bdb_rollup_read_c(&all, &d, bdb_floor_div(t->start, r->width), t->start, t->end, 0,
+                                  &stopped) == BDB_OK &&
+                bdb_dec_left(&d) == 0;
+    bdb_stwin *nv = whole ? bdb_malloc((all.n ? all.n : 1) * sizeof *nv) : NULL;
+    if (nv) {
+        for (size_t i = 0; i < all.n; i++)
+            nv[i] = (bdb_stwin){all.w[i].start, all.w[i].st};
+        rc = cached_into(t, nv, all.n, lo, hi, r);
+        if (rc == BDB_OK)
+            bdb_rcache_put(c, key, sizeof key, nv, all.n * sizeof *nv);
+        else
+            free(nv);
+    } else { /* damaged past the range asked, or no memory: as without the cache */
+        rc = read_windows(t, p + woff, wlen, lo, hi, r);
+    }
+    bdb_rollup_free(&all);
+    free(p);
+    return rc;
+}
+
 void tf_iter_init(titer *it, const tfile *t)
 {
     memset(it, 0, sizeof *it);

@@ -5,6 +5,7 @@
 
 #include "agg/rollup.h"
 #include "common/buf.h"
+#include "common/rcache.h"
 #include "storage/embedded/block/block.h"
 #include "storage/embedded/core/db.h"
 #include "storage/embedded/tier/db_tier.h"
@@ -138,6 +139,13 @@ int tf_find(const tfile *t, const char *device, const char *metric, tloc *loc);
  * start); nothing when the device has no such series. BDB_ERR_CORRUPT if the CRC or
  * the decoding fails. */
 int tf_read_rec(const tfile *t, const tloc *loc, int64_t lo, int64_t hi, bdb_rollup *r);
+/* tf_read_rec through the engine's read cache c (NULL: none), the same windows merged
+ * the same way: with r->stats_only, a committed file's series (key: its res and seq,
+ * which no other file of this engine ever takes, and the record and metric) is
+ * decoded whole once, checked as tf_read_rec checks it, and kept; other reads, and a
+ * record that does not decode whole, take tf_read_rec. */
+int tf_read_rec_cached(bdb_rcache *c, const tfile *t, const tloc *loc, int64_t lo, int64_t hi,
+                       bdb_rollup *r);
 
 /* Every series of a file in (device, metric) order, reading one device record at a
  * time (compaction). tf_iter_next: 1 with a series current, 0 at the end, or an error

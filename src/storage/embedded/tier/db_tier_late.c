@@ -315,14 +315,17 @@ static void sink_add(void *ud, size_t metric, int64_t ts, double v)
 }
 
 /* Pushes the samples of key in [lo, hi) from the published blocks, each block a source
- * with its seq as priority (the newest block wins per time, as in raw reads). */
-static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi, db_merger *m)
+ * with its seq as priority (the newest block wins per time, as in raw reads). Caller
+ * holds blocks_lock (shared). */
+static int blocks_push_locked(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi,
+                              db_merger *m)
 {
     int rc = BDB_OK;
-    pthread_rwlock_rdlock(&db->blocks_lock);
-    for (size_t bi = 0; bi < db->nblocks && rc == BDB_OK; bi++) {
+    for (size_t bi = db_blocks_from(db, lo); bi < db->nblocks && rc == BDB_OK; bi++) {
         const bdb_block_meta *bm = bdb_block_get_meta(db->blocks[bi].b);
-        if (bm->window_end <= lo || bm->window_start >= hi)
+        if (bm->window_start >= hi)
+            break; /* sorted by window start */
+        if (bm->window_end <= lo)
             continue;
         bdb_block_cursor cur;
         int x = bdb_block_find(db->blocks[bi].b, key, &cur);
@@ -339,6 +342,13 @@ static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_
         if (x < 0)
             rc = x;
     }
+    return rc;
+}
+
+static int blocks_push(bdb_db *db, const bdb_series_key *key, int64_t lo, int64_t hi, db_merger *m)
+{
+    pthread_rwlock_rdlock(&db->blocks_lock);
+    int rc = blocks_push_locked(db, key, lo, hi, m);
     pthread_rwlock_unlock(&db->blocks_lock);
     return rc;
 }
@@ -373,6 +383,94 @@ static int blocks_into(bdb_db *db, const series *s, int64_t lo, int64_t hi, bdb_
 /* Head chunks sit above every block: later writes than anything flushed. */
 #define HEAD_PRIO (UINT64_C(1) << 62)
 
+/* ---------------------------------------------------------------- cached minutes */
+
+/* A minute window as the cache keeps it: statistics only (the cache serves readers
+ * that show no quantile, whose windows hold no sketch). */
+typedef bdb_stwin cmin_t;
+
+/* Adds the cached minutes v[0..n) that start in [lo, hi) to r (stats_only). Each
+ * minute of r comes from one unit only, so the merge into an empty window is a copy:
+ * the same window the raw path builds. */
+static int cmin_into(const cmin_t *v, size_t n, int64_t lo, int64_t hi, bdb_rollup *r)
+{
+    size_t a = 0, b;
+    while (a < n && v[a].start < lo) /* v ascending */
+        a++;
+    for (b = a; b < n && v[b].start < hi; b++)
+        ;
+    /* the units come in time order: appended at once after the windows r holds */
+    int rc = bdb_rollup_append_stats(r, v + a, b - a);
+    if (rc != BDB_ERR_INVALID)
+        return rc;
+    bdb_window w;
+    bdb_sketch_init_default(&w.sk);
+    for (rc = BDB_OK; a < b && rc == BDB_OK; a++) {
+        w.start = v[a].start;
+        w.st = v[a].st;
+        rc = bdb_rollup_merge_window(r, &w);
+    }
+    bdb_sketch_free(&w.sk);
+    return rc;
+}
+
+/* The minutes of key in unit [u, u + U) from the blocks alone, through the cache, added
+ * to r where they start in [lo, hi). *done = 0 when the unit must take the raw path
+ * instead (no block holds it, or it holds non-finite samples, which r->skipped counts:
+ * a cached unit never has any). */
+static int unit_minutes(bdb_db *db, const bdb_series_key *key, int64_t u, int64_t U, int64_t lo,
+                        int64_t hi, bdb_buf *k, bdb_rollup *r, int *done)
+{
+    *done = 0;
+    if (!db_unit_admit(db, 'M', key, u, U, k))
+        return BDB_OK; /* asked once so far: from raw */
+    pthread_rwlock_rdlock(&db->blocks_lock);
+    int rc = db_unit_key(db, 'M', key, u, U, k);
+    if (rc != BDB_OK) {
+        pthread_rwlock_unlock(&db->blocks_lock);
+        return rc == BDB_ERR_NOTFOUND ? BDB_OK : rc;
+    }
+    size_t len;
+    bdb_rcache_ent *ref;
+    const cmin_t *v = bdb_rcache_get(db->rcache, k->data, k->len, &len, &ref);
+    if (v) {
+        pthread_rwlock_unlock(&db->blocks_lock);
+        rc = cmin_into(v, len / sizeof *v, lo, hi, r);
+        bdb_rcache_release(db->rcache, ref);
+        *done = rc == BDB_OK;
+        return rc;
+    }
+    /* a miss: the unit's minutes from the same blocks the key names (still locked) */
+    db_merger m;
+    memset(&m, 0, sizeof m);
+    bdb_rollup ru;
+    bdb_rollup_init(&ru, BDB_MS_MIN);
+    ru.stats_only = 1;
+    rc = blocks_push_locked(db, key, u, u + U, &m);
+    pthread_rwlock_unlock(&db->blocks_lock);
+    if (rc == BDB_OK)
+        rc = tier_merge_into(&m, &ru);
+    db_merger_free(&m);
+    /* a chunk of the unit that does not decode, maybe outside [lo, hi): the raw path
+     * reads only the range, and reports what it meets there */
+    if (rc != BDB_OK && rc != BDB_ERR_NOMEM)
+        rc = BDB_OK, ru.skipped = 1;
+    cmin_t *nv = NULL;
+    if (rc == BDB_OK && ru.skipped == 0 && (nv = bdb_malloc((ru.n ? ru.n : 1) * sizeof *nv))) {
+        for (size_t i = 0; i < ru.n; i++)
+            nv[i] = (cmin_t){ru.w[i].start, ru.w[i].st};
+        rc = cmin_into(nv, ru.n, lo, hi, r);
+        if (rc == BDB_OK) {
+            *done = 1;
+            bdb_rcache_put(db->rcache, k->data, k->len, nv, ru.n * sizeof *nv);
+        } else {
+            free(nv);
+        }
+    }
+    bdb_rollup_free(&ru);
+    return rc;
+}
+
 int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int64_t hi,
                      bdb_rollup *r)
 {
@@ -395,8 +493,35 @@ int tier_raw_minutes(bdb_db *db, device *d, const char *metric, int64_t lo, int6
     int rc = db_merger_sort(&m);
     const char *tn = d->tenant->name;
     bdb_series_key key = {tn, strlen(tn), d->name, d->nlen, metric, ml};
-    if (rc == BDB_OK)
-        rc = blocks_push(db, &key, lo, hi, &m);
+    int64_t U = db->o.block_window_ms, first = 0;
+    size_t nunits = 0;
+    /* The cache (stats only, whole minutes): per block window ("unit") without head
+     * samples, the minutes of its blocks, which are immutable; a unit the head has
+     * samples in is merged from raw with them as before. Units are whole minutes and
+     * no sample of one can replace a sample of another, so the split changes nothing:
+     * each minute is built from the same samples in the same runs. */
+    if (rc != BDB_OK || !r->stats_only || r->width != BDB_MS_MIN || U % BDB_MS_MIN != 0 ||
+        lo % BDB_MS_MIN != 0 || hi % BDB_MS_MIN != 0 ||
+        !db_cache_units(db, lo, hi, &first, &nunits)) {
+        if (rc == BDB_OK)
+            rc = blocks_push(db, &key, lo, hi, &m);
+        return merged_into(&m, rc, r);
+    }
+    bdb_buf k;
+    bdb_buf_init_checked(&k);
+    size_t h = 0; /* the next head sample not before the unit */
+    for (size_t ui = 0; ui < nunits && rc == BDB_OK; ui++) {
+        int64_t u = first + (int64_t)ui * U;
+        int64_t a = u < lo ? lo : u, b = hi - u > U ? u + U : hi;
+        while (h < m.n && m.t[h].ts < a)
+            h++;
+        int done = 0;
+        if (h == m.n || m.t[h].ts >= b)
+            rc = unit_minutes(db, &key, u, U, a, b, &k, r, &done);
+        if (rc == BDB_OK && !done)
+            rc = blocks_push(db, &key, a, b, &m);
+    }
+    bdb_buf_free(&k);
     return merged_into(&m, rc, r);
 }
 
