@@ -109,8 +109,18 @@ void head_free_chunks(bdb_db *db, hchunk *c)
 }
 
 /* Side lists longer than this are merged into the chunk's stream instead of growing:
- * a side-list sample costs 16 bytes, a STREAM sample about 1.3. */
+ * a side-list sample costs 16 bytes, a STREAM sample about 1.3. A merge re-encodes
+ * the whole chunk, so a fixed length would make a long chunk that keeps getting late
+ * samples (several connections of one fleet, a round overtaking the one before) pay
+ * its length every 8 of them: the list may grow to a 32nd of the chunk's samples
+ * (at most about half a byte per sample of the stream), and a late sample costs about
+ * 32 re-encoded ones however long the chunk is. */
 #define OOO_MERGE_MIN 8
+static uint32_t ooo_merge_at(const hchunk *c)
+{
+    uint32_t n = c->st.count / 32;
+    return n > OOO_MERGE_MIN ? n : OOO_MERGE_MIN;
+}
 
 /* Re-encodes *link's chunk with its side list merged in (the later write of a time
  * wins), with room for n more samples in the stream and none in the list; the chunk
@@ -168,7 +178,7 @@ static int ooo_room(bdb_db *db, hchunk **link, uint32_t n)
     hchunk *c = *link;
     if ((uint32_t)c->cap_ooo - c->nooo >= n)
         return BDB_OK;
-    if (c->nooo >= OOO_MERGE_MIN) {
+    if (c->nooo >= ooo_merge_at(c)) {
         (void)ooo_merge(db, link, n); /* if it fails, the list grows as it would have */
         c = *link;
     }
@@ -231,6 +241,24 @@ static hchunk **chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
         !chunk_insert(db, s, link, lo, hi, pid)) /* full: continuation in front */
         return NULL;
     return link;
+}
+
+void head_prefetch(const series *s, int stage)
+{
+    if (stage == HEAD_PF_SERIES) {
+        __builtin_prefetch(&s->active);
+        return;
+    }
+    const hchunk *c = s->active;
+    if (!c)
+        return;
+    if (stage == HEAD_PF_CHUNK) {
+        /* the chunk's fields, then its stream's header (rewritten by every append) */
+        __builtin_prefetch(c, 1);
+        __builtin_prefetch(c->buf, 1);
+    } else {
+        __builtin_prefetch(c->buf + bdb_chunk_stream_used(&c->st), 1);
+    }
 }
 
 int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n)
