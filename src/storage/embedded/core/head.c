@@ -109,18 +109,8 @@ void head_free_chunks(bdb_db *db, hchunk *c)
 }
 
 /* Side lists longer than this are merged into the chunk's stream instead of growing:
- * a side-list sample costs 16 bytes, a STREAM sample about 1.3. A merge re-encodes
- * the whole chunk, so a fixed length would make a long chunk that keeps getting late
- * samples (several connections of one fleet, a round overtaking the one before) pay
- * its length every 8 of them: the list may grow to a 32nd of the chunk's samples
- * (at most about half a byte per sample of the stream), and a late sample costs about
- * 32 re-encoded ones however long the chunk is. */
+ * a side-list sample costs 16 bytes, a STREAM sample about 1.3. */
 #define OOO_MERGE_MIN 8
-static uint32_t ooo_merge_at(const hchunk *c)
-{
-    uint32_t n = c->st.count / 32;
-    return n > OOO_MERGE_MIN ? n : OOO_MERGE_MIN;
-}
 
 /* Re-encodes *link's chunk with its side list merged in (the later write of a time
  * wins), with room for n more samples in the stream and none in the list; the chunk
@@ -178,7 +168,7 @@ static int ooo_room(bdb_db *db, hchunk **link, uint32_t n)
     hchunk *c = *link;
     if ((uint32_t)c->cap_ooo - c->nooo >= n)
         return BDB_OK;
-    if (c->nooo >= ooo_merge_at(c)) {
+    if (c->nooo >= OOO_MERGE_MIN) {
         (void)ooo_merge(db, link, n); /* if it fails, the list grows as it would have */
         c = *link;
     }
