@@ -258,11 +258,22 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
      * reserves less, and its apply grows the chunk itself: what a concurrent writer took
      * meanwhile is the one thing the reservation does not cover (ARCHITECTURE.md). */
     uint32_t bid = (uint32_t)(atomic_fetch_add(&db->resv_batches, 1) + 1);
+    /* The devices there already, in one hold of cat_lock: taken per report, the shared
+     * lock's atomics on a line every writer thread uses cost more than the lookups,
+     * whose misses overlap in one pass. A device is not forgotten while flush_lock is
+     * held (get_device's callers rely on that too); new ones are made below. */
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *t = cat_tenant(db, tn, tl, 0);
+    for (size_t i = 0; t && i < nrep; i++)
+        p[i].d = cat_device(db, t, reps[i].device, reps[i].device_len, 0);
+    pthread_rwlock_unlock(&db->cat_lock);
     for (size_t i = 0; i < nrep; i++) {
         const bdb_report *r = &reps[i];
-        device *d = p[i].d = get_device(db, tn, tl, r->device, r->device_len);
+        device *d = p[i].d ? p[i].d : (p[i].d = get_device(db, tn, tl, r->device, r->device_len));
         if (!d)
             return BDB_ERR_NOMEM;
+        if (i + 1 < nrep && p[i + 1].d) /* its fields are read next, under its lock */
+            __builtin_prefetch(p[i + 1].d);
         p[i].ser = ser;
         ser += r->nmetrics;
         p[i].resv = resv + i * rsz;
@@ -276,12 +287,17 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
             rc = BDB_ERR_NOMEM;
         if (rc == BDB_OK)
             rc = cat_series_room(d, r->nmetrics);
+        /* The series first, their chunks fetched while the next ones are looked up
+         * (head_prefetch), then the head room. */
         for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
             series *s = p[i].ser[k] = cat_series(db, d, r->metrics[k].name, r->metrics[k].nlen, 1);
-            if (!s) {
+            if (!s)
                 rc = BDB_ERR_NOMEM;
-                break;
-            }
+            else
+                head_prefetch(s, HEAD_PF_CHUNK);
+        }
+        for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
+            series *s = p[i].ser[k];
             s->resv_n = s->resv_batch == bid ? s->resv_n + 1 : 1;
             s->resv_batch = bid;
             /* room for every sample of the batch so far, none appended yet */
@@ -348,6 +364,10 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
         *relearn = 1;
     }
     uint32_t i;
+    if (pp) /* the series are known: their loads overlap (head_prefetch) */
+        for (int stage = HEAD_PF_SERIES; stage <= HEAD_PF_TAIL; stage++)
+            for (i = 0; i < nm; i++)
+                head_prefetch(ser[i], stage);
     for (i = 0; i < nm && rc == BDB_OK; i++) {
         series *s = pp ? ser[i] : (ser[i] = cat_series(db, d, names[i], nlens[i], 1));
         rc = s ? head_append(db, s, ts, vals[i]) : BDB_ERR_NOMEM;
@@ -640,6 +660,11 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
         uint32_t nm = r->nmetrics;
         for (uint32_t k = 0; k < nm; k++)
             vals[k] = r->metrics[k].value;
+        /* the next report's series are on their way while this one is applied (an
+         * address from prep: nothing shared is read without its lock) */
+        if (i + 1 < nrep)
+            for (uint32_t k = 0; k < reps[i + 1].nmetrics; k++)
+                head_prefetch(prep[i + 1].ser[k], HEAD_PF_SERIES);
         /* the series come from prepare_batch: no names needed */
         rc = apply_report(db, tenant_name, tl, r->device, r->device_len, r->ts_ms, r->tags,
                           r->ntags, r->state, r->state_len, NULL, NULL, vals, nm, r->attrs,

@@ -251,6 +251,14 @@ int head_append(bdb_db *db, series *s, int64_t ts, double v);
  * BDB_OK or BDB_ERR_NOMEM (only empty chunks were added). Stripe lock held. */
 int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n);
 void head_free_chunks(bdb_db *db, hchunk *c);
+/* Starts the memory loads an append to s will wait for, in stages (HEAD_PF_*): each
+ * stage reads what the one before fetched, so a caller with several series runs one
+ * stage over all of them before the next, and their cache misses overlap instead of
+ * following one another (the head of 100,000 series is far larger than the caches).
+ * Only a hint: changes nothing. HEAD_PF_SERIES reads nothing (any thread, no lock);
+ * the later stages read the chunk list: the device's stripe lock held. */
+enum { HEAD_PF_SERIES, HEAD_PF_CHUNK, HEAD_PF_TAIL };
+void head_prefetch(const series *s, int stage);
 /* Decodes the samples of chunk c inside [lo, hi) (ooo merged, later write wins),
  * appending ts/v pairs in time order. BDB_OK, or BDB_ERR_NOMEM with only part of them
  * appended: the caller must fail, never use a partial list. */

@@ -233,6 +233,24 @@ static hchunk **chunk_for(bdb_db *db, series *s, int64_t ts, int *in_order)
     return link;
 }
 
+void head_prefetch(const series *s, int stage)
+{
+    if (stage == HEAD_PF_SERIES) {
+        __builtin_prefetch(&s->active);
+        return;
+    }
+    const hchunk *c = s->active;
+    if (!c)
+        return;
+    if (stage == HEAD_PF_CHUNK) {
+        /* the chunk's fields, then its stream's header (rewritten by every append) */
+        __builtin_prefetch(c, 1);
+        __builtin_prefetch(c->buf, 1);
+    } else {
+        __builtin_prefetch(c->buf + bdb_chunk_stream_used(&c->st), 1);
+    }
+}
+
 int head_reserve(bdb_db *db, series *s, int64_t ts, uint32_t n)
 {
     int in_order;

@@ -213,12 +213,61 @@ static void test_bytes_per_series(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* Rounds that overtake the one before (two connections of a fleet): every other
+ * sample of one long chunk arrives late, into the side list, which is merged into the
+ * stream as it fills (head.c); the head's bytes stay within a budget all along
+ * (measured 2,456 at 1,536 samples; the list alone, never merged, would take 12 KiB),
+ * and every read, then the flush, keeps each sample once. */
+#define LATE_N 1536
+#define LATE_BUDGET 2600
+static void test_late_rounds_long_chunk(void **state)
+{
+    (void)state;
+    static double lm[LATE_N];
+    bdb_db_opts o;
+    eu_opts(&o, data, eu_clock, &now_ms);
+    o.vfs = eu_nosync_vfs();
+    bdb_db *db = eu_open(&o);
+    uint64_t most = 0;
+    for (int r = 0; r < LATE_N; r += 2) {
+        for (int k = 1; k >= 0; k--) { /* r + 1 first: r is late */
+            int i = r + k;
+            lm[i] = (double)((i * 37) % 1000) / 10;
+            bdb_batch_reset(B);
+            bdb_batch_begin(B, "d", 1, T0 + i * SEC, 1);
+            bdb_batch_metric(B, "m", 1, lm[i]);
+            assert_int_equal(bdb_batch_end(B), 1);
+            assert_int_equal(bdb_db_write(db, "t", B), BDB_OK);
+        }
+        uint64_t hb = bdb_db_head_bytes(db);
+        most = hb > most ? hb : most;
+    }
+    print_message("late rounds: at most %llu head bytes for %d samples\n", (unsigned long long)most,
+                  LATE_N);
+    assert_true(most <= LATE_BUDGET);
+    const char *m[] = {"m"};
+    for (int pass = 0; pass < 2; pass++) {
+        bdb_samples smp;
+        memset(&smp, 0, sizeof smp);
+        assert_int_equal(bdb_db_read(db, "t", "d", m, 1, T0, T0 + 3600 * SEC, &smp, NULL), BDB_OK);
+        assert_int_equal(smp.n, LATE_N);
+        for (int i = 0; i < LATE_N; i++)
+            assert_true(smp.ts[i] == T0 + i * SEC && smp.v[i] == lm[i]);
+        bdb_samples_free(&smp);
+        if (pass == 0)
+            assert_int_equal(bdb_db_flush(db), BDB_OK);
+    }
+    assert_int_equal(bdb_db_head_bytes(db), 0);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_latest_write_wins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_burst_allocation_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_per_series, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_rounds_long_chunk, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
