@@ -179,7 +179,7 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
             return s;
         }
     }
-    if (!create)
+    if (!create || mlen > DB_MAX_METRIC_LEN) /* bdb_db_write refuses such names */
         return NULL;
     if (d->nseries == d->cap_series) {
         /* Grown by half: a device's metrics arrive in its first reports and then stay,
@@ -196,7 +196,7 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
         return NULL;
     s->dev = d;
     memcpy(s->metric, metric, mlen);
-    s->mlen = mlen;
+    s->mlen = (uint16_t)mlen;
     /* Keep the array sorted by name so listings and flushes see metric order. */
     uint32_t i = d->nseries;
     while (i > 0) {

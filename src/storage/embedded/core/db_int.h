@@ -88,6 +88,8 @@ static inline int64_t hc_bucket(const hchunk *c)
     return c->lo - (int64_t)c->boff;
 }
 
+#define DB_MAX_METRIC_LEN UINT16_MAX
+
 /* A series: made in its tenant's arena (cat_series), at offsetof(series, metric) +
  * the name's bytes, and freed with the tenant. */
 typedef struct series {
@@ -95,17 +97,18 @@ typedef struct series {
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
     /* db.c, under the device stripe: the samples of write batch resv_batch (the low
-     * 32 bits of its id) reserved so far (head room before the WAL append, without a
-     * map allocated per batch). A batch 2^32 ids later that finds its id here reserves
-     * more room than it needs, never less. */
-    uint32_t resv_batch;
-    uint32_t resv_n;
-    uint32_t mlen; /* metric names are short (keys are limited to a few hundred bytes) */
+     * 16 bits of its id) reserved so far (head room before the WAL append, without a
+     * map allocated per batch), at most UINT16_MAX: the reservation is a hint (a
+     * sample it does not cover grows its chunk when applied). A batch 2^16 ids later
+     * that finds its id here reserves more room than it needs, never less. */
+    uint16_t resv_batch;
+    uint16_t resv_n;
+    uint16_t mlen; /* at most DB_MAX_METRIC_LEN (bdb_db_write refuses longer names) */
     /* The name inside the struct: looking a series up by name (every write) then
      * touches one allocation, not two. NUL-terminated. */
     char metric[];
 } series;
-_Static_assert(offsetof(series, metric) <= 36, "series grew: the head holds one per live series");
+_Static_assert(offsetof(series, metric) <= 30, "series grew: the head holds one per live series");
 
 /* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
  * sub-bucket history and dynamic bucket promotion. Guarded by the device stripe. */
