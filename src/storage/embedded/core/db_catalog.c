@@ -109,7 +109,7 @@ tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
     if (!t)
         return NULL;
     t->name = xstrndup(name, len);
-    t->devices = bdb_map_new();
+    t->devices = bdb_map_new_borrowed(); /* keyed by the devices' names in the arena */
     pthread_mutex_init(&t->arena_mu, NULL);
     if (!t->name || !t->devices || bdb_map_set(db->tenants, name, len, t) != BDB_OK) {
         bdb_map_free(t->devices);
@@ -143,7 +143,7 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     d->last_ts = INT64_MIN;
     d->state_ts = INT64_MIN;
     if (bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
-        bdb_map_set_h(t->devices, name, len, h, d) != BDB_OK) {
+        bdb_map_set_h(t->devices, d->name, len, h, d) != BDB_OK) {
         bdb_bucket_history_free(&d->hist);
         return NULL;
     }
