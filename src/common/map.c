@@ -9,22 +9,34 @@
 
 /* Linear probing with backward-shift deletion: no tombstones, so lookups stay
  * short under churn. Each slot caches the hash so most mismatches skip memcmp. */
+/* 24 bytes: the catalog's device map holds one per device (a million at XL). The
+ * hash's low 32 bits pick the home slot (the table stays below 2^32 slots) and sift
+ * probes before a memcmp. */
 struct slot {
-    uint64_t hash;
     char *key; /* NULL = empty */
-    size_t klen;
     void *val;
+    uint32_t hash;
+    uint32_t klen;
 };
 
 struct bdb_map {
     struct slot *slots;
-    size_t cap; /* power of two */
+    size_t cap; /* power of two, at most 2^32 */
     size_t count;
+    int borrow; /* keys are the caller's (bdb_map_new_borrowed) */
 };
 
 uint64_t bdb_hash(const void *p, size_t n)
 {
     return XXH3_64bits(p, n);
+}
+
+bdb_map *bdb_map_new_borrowed(void)
+{
+    bdb_map *m = bdb_map_new();
+    if (m)
+        m->borrow = 1;
+    return m;
 }
 
 bdb_map *bdb_map_new(void)
@@ -45,7 +57,7 @@ void bdb_map_free(bdb_map *m)
 {
     if (!m)
         return;
-    for (size_t i = 0; i < m->cap; i++)
+    for (size_t i = 0; i < m->cap && !m->borrow; i++)
         free(m->slots[i].key);
     free(m->slots);
     free(m);
@@ -63,7 +75,7 @@ static size_t find(const bdb_map *m, const void *key, size_t klen, uint64_t h)
         const struct slot *s = &m->slots[i];
         if (!s->key)
             return i;
-        if (s->hash == h && s->klen == klen && memcmp(s->key, key, klen) == 0)
+        if (s->hash == (uint32_t)h && s->klen == klen && memcmp(s->key, key, klen) == 0)
             return i;
     }
 }
@@ -83,6 +95,8 @@ static int grow(bdb_map *m)
 {
     struct slot *old = m->slots;
     size_t oldcap = m->cap;
+    if (oldcap > UINT32_MAX / 2) /* homes come from 32 bits of the hash */
+        return BDB_ERR_NOMEM;
     struct slot *ns = bdb_calloc(oldcap * 2, sizeof *ns);
     if (!ns)
         return BDB_ERR_NOMEM;
@@ -109,22 +123,27 @@ static int put(bdb_map *m, const void *key, size_t klen, uint64_t h, void *val, 
         s->val = val;
         return BDB_OK;
     }
+    if (klen > UINT32_MAX)
+        return BDB_ERR_NOMEM; /* no key of this code is near 4 GiB */
     /* Copy the key before growing: a failure then leaves the map untouched. */
-    char *k = bdb_malloc(klen + 1);
+    char *k = m->borrow ? (char *)(uintptr_t)key : bdb_malloc(klen + 1);
     if (!k)
         return BDB_ERR_NOMEM;
     if ((m->count + 1) * 4 > m->cap * 3) {
         if (grow(m) != BDB_OK) {
-            free(k);
+            if (!m->borrow)
+                free(k);
             return BDB_ERR_NOMEM;
         }
         s = &m->slots[find(m, key, klen, h)];
     }
-    memcpy(k, key, klen);
-    k[klen] = 0;
+    if (!m->borrow) {
+        memcpy(k, key, klen);
+        k[klen] = 0;
+    }
     s->key = k;
-    s->klen = klen;
-    s->hash = h;
+    s->klen = (uint32_t)klen;
+    s->hash = (uint32_t)h;
     s->val = val;
     m->count++;
     return BDB_OK;
@@ -160,7 +179,8 @@ void *bdb_map_del(bdb_map *m, const void *key, size_t klen)
     if (!m->slots[i].key)
         return NULL;
     void *val = m->slots[i].val;
-    free(m->slots[i].key);
+    if (!m->borrow)
+        free(m->slots[i].key);
     m->slots[i].key = NULL;
     m->count--;
     /* Backward shift: pull later entries of the probe run into the hole. */

@@ -1,6 +1,7 @@
 /* map: an open-addressing hash map from byte-string keys to pointers.
- * Keys are copied into the map; values are owned by the caller. Not thread-safe:
- * callers hold their own lock. */
+ * Keys are copied into the map (NUL-terminated), or, in a map made by
+ * bdb_map_new_borrowed, kept as the caller's pointers; values are owned by the caller.
+ * Keys are shorter than 4 GiB. Not thread-safe: callers hold their own lock. */
 #ifndef BDB_MAP_H
 #define BDB_MAP_H
 
@@ -11,6 +12,10 @@ typedef struct bdb_map bdb_map;
 
 /* Returns NULL when out of memory. */
 bdb_map *bdb_map_new(void);
+/* A map that stores the key pointers it is given, without a copy: each key's bytes
+ * must stay unchanged until its entry is deleted or the map freed (the catalog's
+ * device map: its keys are the devices' names, which live as long as the map). */
+bdb_map *bdb_map_new_borrowed(void);
 void bdb_map_free(bdb_map *m);
 size_t bdb_map_count(const bdb_map *m);
 uint64_t bdb_hash(const void *p, size_t n);

@@ -734,9 +734,8 @@ static void test_map_basic(void **state)
  * checked and iteration must visit exactly the live keys once. Many deletes in a
  * table that grows and stays dense exercise backward shift in long probe runs,
  * including runs that wrap around the end of the table. */
-static void test_map_churn_vs_reference(void **state)
+static void map_churn(int borrow)
 {
-    (void)state;
     static uintptr_t ref[NKEYS];          /* 0 = absent */
     static uint16_t owner[40 * 5000 + 2]; /* value -> key index */
     static char keys[NKEYS][64];
@@ -744,7 +743,8 @@ static void test_map_churn_vs_reference(void **state)
     memset(ref, 0, sizeof ref);
     for (size_t i = 0; i < NKEYS; i++)
         klen[i] = make_key(keys[i], i);
-    bdb_map *m = bdb_map_new();
+    /* a borrowing map keeps pointers into keys[], which stay put */
+    bdb_map *m = borrow ? bdb_map_new_borrowed() : bdb_map_new();
     rng_state = 0xfeedface;
     size_t live = 0;
     uintptr_t version = 1;
@@ -810,6 +810,32 @@ static void test_map_churn_vs_reference(void **state)
 
 /* ------------------------------------------------------------ time */
 
+static void test_map_churn_vs_reference(void **state)
+{
+    (void)state;
+    map_churn(0);
+}
+
+/* The same with keys kept as the caller's pointers; iteration hands back those
+ * pointers themselves. */
+static void test_map_borrowed_churn(void **state)
+{
+    (void)state;
+    map_churn(1);
+    bdb_map *m = bdb_map_new_borrowed();
+    static const char key[] = "device-1";
+    int x = 1;
+    assert_int_equal(bdb_map_set(m, key, 8, &x), BDB_OK);
+    size_t pos = 0, kl;
+    const void *k;
+    void *v;
+    assert_int_equal(bdb_map_next(m, &pos, &k, &kl, &v), 1);
+    assert_ptr_equal(k, key);
+    assert_int_equal(kl, 8);
+    assert_ptr_equal(bdb_map_del(m, "device-1", 8), &x);
+    assert_int_equal(bdb_map_count(m), 0);
+    bdb_map_free(m);
+}
 static void test_parse_unix_ms(void **state)
 {
     (void)state;
@@ -1157,25 +1183,16 @@ static void test_num_canonical_forms(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_buf_basics),
-        cmocka_unit_test(test_num_canonical_forms),
-        cmocka_unit_test(test_fixed_width),
-        cmocka_unit_test(test_varints),
-        cmocka_unit_test(test_strings_and_bytes),
-        cmocka_unit_test(test_dec_sticky_errors),
-        cmocka_unit_test(test_exact_numbers),
-        cmocka_unit_test(test_json_escaping),
-        cmocka_unit_test(test_double_format),
-        cmocka_unit_test(test_status_strings),
-        cmocka_unit_test(test_map_basic),
-        cmocka_unit_test(test_map_churn_vs_reference),
-        cmocka_unit_test(test_parse_unix_ms),
-        cmocka_unit_test(test_parse_query_time),
-        cmocka_unit_test(test_parse_rfc3339),
-        cmocka_unit_test(test_format_time),
-        cmocka_unit_test(test_floor_div_align),
-        cmocka_unit_test(test_path_join),
-        cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_buf_basics),         cmocka_unit_test(test_num_canonical_forms),
+        cmocka_unit_test(test_fixed_width),        cmocka_unit_test(test_varints),
+        cmocka_unit_test(test_strings_and_bytes),  cmocka_unit_test(test_dec_sticky_errors),
+        cmocka_unit_test(test_exact_numbers),      cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_double_format),      cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_map_basic),          cmocka_unit_test(test_map_churn_vs_reference),
+        cmocka_unit_test(test_map_borrowed_churn), cmocka_unit_test(test_parse_unix_ms),
+        cmocka_unit_test(test_parse_query_time),   cmocka_unit_test(test_parse_rfc3339),
+        cmocka_unit_test(test_format_time),        cmocka_unit_test(test_floor_div_align),
+        cmocka_unit_test(test_path_join),          cmocka_unit_test(test_utf8),
         cmocka_unit_test(test_integer_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -58,6 +58,9 @@ typedef struct bdb_chunk_state {
     uint8_t miss;        /* STREAM: raw values in a row, up to a small limit */
     uint8_t zeros, run;  /* STREAM: decimals the chain's values have not needed so far,
                           * and how many values said so */
+    /* Not the chunk code's: 32 bits its owner may use, in what would be the struct's
+     * padding (the head keeps its chunk's capacity here: db_int.h). Zero after init. */
+    uint32_t owner;
 } bdb_chunk_state;
 
 void bdb_chunk_state_init(bdb_chunk_state *st);

@@ -298,8 +298,11 @@ static int prepare_batch(bdb_db *db, const char *tn, size_t tl, const bdb_report
         }
         for (uint32_t k = 0; k < r->nmetrics && rc == BDB_OK; k++) {
             series *s = p[i].ser[k];
-            s->resv_n = s->resv_batch == bid ? s->resv_n + 1 : 1;
-            s->resv_batch = bid;
+            if (s->resv_batch != (uint16_t)bid)
+                s->resv_n = 0;
+            if (s->resv_n < UINT16_MAX)
+                s->resv_n++;
+            s->resv_batch = (uint16_t)bid;
             /* room for every sample of the batch so far, none appended yet */
             rc = head_reserve(db, s, r->ts_ms, s->resv_n);
         }
@@ -626,6 +629,9 @@ int bdb_db_write(bdb_db *db, const char *tenant_name, const bdb_batch *batch)
             return BDB_ERR_LIMIT;
         if (!bdb_ts_valid(reps[i].ts_ms)) /* ingestion refuses these first */
             return BDB_ERR_INVALID;
+        for (uint32_t k = 0; k < reps[i].nmetrics; k++)
+            if (reps[i].metrics[k].nlen > DB_MAX_METRIC_LEN) /* and these (max_key_bytes) */
+                return BDB_ERR_LIMIT;
     }
     bdb_buf rec, hist;
     bdb_buf_init_checked(&rec);

@@ -110,7 +110,7 @@ tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
     if (!t)
         return NULL;
     t->name = xstrndup(name, len);
-    t->devices = bdb_map_new();
+    t->devices = bdb_map_new_borrowed(); /* keyed by the devices' names in the arena */
     pthread_mutex_init(&t->arena_mu, NULL);
     if (!t->name || !t->devices || bdb_map_set(db->tenants, name, len, t) != BDB_OK) {
         bdb_map_free(t->devices);
@@ -144,7 +144,7 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     d->last_ts = INT64_MIN;
     d->state_ts = INT64_MIN;
     if (bdb_bucket_history_init(&d->hist, bdb_bucket_for_class(BDB_FREQ_UNKNOWN)) != BDB_OK ||
-        bdb_map_set_h(t->devices, name, len, h, d) != BDB_OK) {
+        bdb_map_set_h(t->devices, d->name, len, h, d) != BDB_OK) {
         bdb_bucket_history_free(&d->hist);
         return NULL;
     }
@@ -180,7 +180,7 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
             return s;
         }
     }
-    if (!create)
+    if (!create || mlen > DB_MAX_METRIC_LEN) /* bdb_db_write refuses such names */
         return NULL;
     if (d->nseries == d->cap_series) {
         /* Grown by half: a device's metrics arrive in its first reports and then stay,
@@ -197,7 +197,7 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
         return NULL;
     s->dev = d;
     memcpy(s->metric, metric, mlen);
-    s->mlen = mlen;
+    s->mlen = (uint16_t)mlen;
     /* Keep the array sorted by name so listings and flushes see metric order. */
     uint32_t i = d->nseries;
     while (i > 0) {

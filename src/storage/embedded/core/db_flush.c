@@ -462,7 +462,7 @@ static int flush_once(bdb_db *db)
         s->frozen = NULL;
         pthread_mutex_unlock(dev_lock(db, s->dev));
         for (hchunk *x = c; x; x = x->next)
-            nsamples += x->st.count + x->nooo;
+            nsamples += x->st.count + hc_nooo(x);
         head_free_chunks(db, c);
     }
     if (rc == BDB_OK) {

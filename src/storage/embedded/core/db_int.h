@@ -33,28 +33,52 @@
  * go to the STREAM bytes in buf; samples older than the newest (out of order, or
  * rewriting a time) go to a small side list merged at read time, where the later
  * write of a time wins, and merged into the stream when it grows (head.c).
- * The head holds one per live series, so it is packed: the stream's bytes follow the
- * struct in the same allocation (which head.c reallocates as the stream grows, so a
- * chunk moves: only the link to it is kept, under the device's stripe lock); the
- * range's end and the partition id are 32-bit offsets from lo, which a range within
- * one block window (at most a day) and a partition of at most a day keep in range. */
+ * The head holds one per live series, so it is packed into one allocation: the
+ * struct, then the stream's hc_cap bytes, then, only once a chunk has had an
+ * out-of-order sample, its side list (struct hc_ooo). head.c reallocates it as either
+ * grows, so a chunk moves: only the link to it is kept, under the device's stripe
+ * lock. The range's end and the partition id are 32-bit offsets from lo, which a
+ * range within one block window (at most a day) and a partition of at most a day keep
+ * in range; the capacity and whether a side list follows live in st.owner. */
 typedef struct hchunk {
     struct hchunk *next; /* newer chunks first */
     int64_t lo;          /* range [lo, hc_hi) */
-    struct ooo_sample {
-        int64_t ts;
-        double v;
-    } * ooo;
-    bdb_chunk_state st;
-    uint32_t span;          /* hc_hi - lo */
-    int32_t boff;           /* lo - partition id (hc_bucket): a sub-bucket's id may exceed lo */
-    uint16_t nooo, cap_ooo; /* the side list: at most DB_OOO_MAX samples */
-    uint32_t cap;           /* bytes of buf */
-    uint8_t buf[];          /* the STREAM chunk (bdb_chunk_stream_put), zero past its end */
+    bdb_chunk_state st;  /* st.owner: hc_cap | HC_HAS_OOO */
+    uint32_t span;       /* hc_hi - lo */
+    int32_t boff;        /* lo - partition id (hc_bucket): a sub-bucket's id may exceed lo */
+    uint8_t buf[];       /* the STREAM chunk (bdb_chunk_stream_put), zero past its end */
 } hchunk;
 /* The head's bytes per live series start here (docs/STORAGE.md#memory-per-live-series). */
-_Static_assert(sizeof(hchunk) <= 80, "hchunk grew: the head holds one per live series");
+_Static_assert(sizeof(hchunk) <= 64, "hchunk grew: the head holds one per live series");
+/* The side list sits at buf + hc_cap, which head.c keeps a multiple of 8. */
+_Static_assert(sizeof(hchunk) % 8 == 0, "the side list after buf must stay aligned");
+#define HC_HAS_OOO 0x80000000u
+#define HC_CAP_MAX 0x7ffffff8u
+struct ooo_sample {
+    int64_t ts;
+    double v;
+};
+struct hc_ooo {
+    uint16_t n, cap; /* samples held, room (at most DB_OOO_MAX) */
+    uint32_t pad;
+    struct ooo_sample s[];
+};
 #define DB_OOO_MAX 65535u
+static inline uint32_t hc_cap(const hchunk *c)
+{
+    return c->st.owner & ~HC_HAS_OOO;
+}
+/* The chunk's side list, NULL if it never had one. */
+static inline struct hc_ooo *hc_ooo(const hchunk *c)
+{
+    return c->st.owner & HC_HAS_OOO ? (struct hc_ooo *)(void *)((uint8_t *)c->buf + hc_cap(c))
+                                    : NULL;
+}
+static inline uint32_t hc_nooo(const hchunk *c)
+{
+    const struct hc_ooo *o = hc_ooo(c);
+    return o ? o->n : 0;
+}
 static inline int64_t hc_hi(const hchunk *c)
 {
     return c->lo + (int64_t)c->span;
@@ -65,6 +89,8 @@ static inline int64_t hc_bucket(const hchunk *c)
     return c->lo - (int64_t)c->boff;
 }
 
+#define DB_MAX_METRIC_LEN UINT16_MAX
+
 /* A series: made in its tenant's arena (cat_series), at offsetof(series, metric) +
  * the name's bytes, and freed with the tenant. */
 typedef struct series {
@@ -72,17 +98,18 @@ typedef struct series {
     hchunk *active;
     hchunk *frozen; /* being flushed; read-only until the flush frees it */
     /* db.c, under the device stripe: the samples of write batch resv_batch (the low
-     * 32 bits of its id) reserved so far (head room before the WAL append, without a
-     * map allocated per batch). A batch 2^32 ids later that finds its id here reserves
-     * more room than it needs, never less. */
-    uint32_t resv_batch;
-    uint32_t resv_n;
-    uint32_t mlen; /* metric names are short (keys are limited to a few hundred bytes) */
+     * 16 bits of its id) reserved so far (head room before the WAL append, without a
+     * map allocated per batch), at most UINT16_MAX: the reservation is a hint (a
+     * sample it does not cover grows its chunk when applied). A batch 2^16 ids later
+     * that finds its id here reserves more room than it needs, never less. */
+    uint16_t resv_batch;
+    uint16_t resv_n;
+    uint16_t mlen; /* at most DB_MAX_METRIC_LEN (bdb_db_write refuses longer names) */
     /* The name inside the struct: looking a series up by name (every write) then
      * touches one allocation, not two. NUL-terminated. */
     char metric[];
 } series;
-_Static_assert(offsetof(series, metric) <= 36, "series grew: the head holds one per live series");
+_Static_assert(offsetof(series, metric) <= 30, "series grew: the head holds one per live series");
 
 /* Per-device state of db_hot.c: events per partition (telemetry_by_tenant), the
  * sub-bucket history and dynamic bucket promotion. Guarded by the device stripe. */

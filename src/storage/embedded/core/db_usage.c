@@ -245,9 +245,9 @@ static bdb_map *head_samples(bdb_db *db)
             pthread_mutex_lock(dev_lock(db, d));
             for (uint32_t i = 0; i < d->nseries; i++) {
                 for (const hchunk *c = d->series[i]->active; c; c = c->next)
-                    n += (uint64_t)c->st.count + c->nooo;
+                    n += (uint64_t)c->st.count + hc_nooo(c);
                 for (const hchunk *c = d->series[i]->frozen; c; c = c->next)
-                    n += (uint64_t)c->st.count + c->nooo;
+                    n += (uint64_t)c->st.count + hc_nooo(c);
             }
             pthread_mutex_unlock(dev_lock(db, d));
         }

@@ -21,9 +21,31 @@ static hchunk *chunk_new(bdb_db *db, int64_t lo, int64_t hi, int64_t bucket_star
     c->lo = lo;
     c->span = (uint32_t)(hi - lo);
     c->boff = (int32_t)(lo - bucket_start);
-    bdb_chunk_state_init(&c->st);
+    bdb_chunk_state_init(&c->st); /* owner 0: no stream bytes, no side list */
     atomic_fetch_add(&db->head_bytes, sizeof *c);
     return c;
+}
+
+/* Bytes of the side list after the stream (0 when the chunk has none). */
+static size_t ooo_bytes(const hchunk *c)
+{
+    const struct hc_ooo *o = hc_ooo(c);
+    return o ? sizeof *o + o->cap * sizeof *o->s : 0;
+}
+
+/* The capacity at or above cap that makes the struct and its stream a size malloc gives
+ * without rounding (glibc: 16-byte steps with 8 bytes of header, so 8 mod 16); a
+ * multiple of 8 either way, which keeps the side list after the stream aligned. */
+static size_t cap_round(size_t cap)
+{
+    size_t tot = ((sizeof(hchunk) + cap + 7) & ~(size_t)15) + 8;
+    return tot - sizeof(hchunk);
+}
+
+/* Sets c's capacity, keeping its side-list flag. */
+static void set_cap(hchunk *c, size_t cap)
+{
+    c->st.owner = (c->st.owner & HC_HAS_OOO) | (uint32_t)cap;
 }
 
 /* The capacity of a chunk whose stream needs need bytes and has old: an eighth more
@@ -37,8 +59,7 @@ static size_t chunk_cap_for(size_t need, uint32_t old)
     size_t cap = (size_t)old + (old / 8 > 16 ? old / 8 : 16);
     if (cap < need)
         cap = need;
-    size_t tot = ((sizeof(hchunk) + cap + 7) & ~(size_t)15) + 8;
-    return tot - sizeof(hchunk);
+    return cap_round(cap);
 }
 
 /* Makes *link's chunk hold need stream bytes, moving it (the link follows): BDB_OK or
@@ -46,17 +67,20 @@ static size_t chunk_cap_for(size_t need, uint32_t old)
 static int chunk_room(bdb_db *db, hchunk **link, size_t need)
 {
     hchunk *c = *link;
-    if (need <= c->cap)
+    size_t old = hc_cap(c);
+    if (need <= old)
         return BDB_OK;
-    size_t cap = chunk_cap_for(need, c->cap);
-    if (cap > UINT32_MAX)
+    size_t cap = chunk_cap_for(need, (uint32_t)old), ob = ooo_bytes(c);
+    if (cap > HC_CAP_MAX)
         return BDB_ERR_NOMEM;
-    c = bdb_realloc(c, sizeof *c + cap);
+    c = bdb_realloc(c, sizeof *c + cap + ob);
     if (!c)
         return BDB_ERR_NOMEM;
-    memset(c->buf + c->cap, 0, cap - c->cap);
-    atomic_fetch_add(&db->head_bytes, cap - c->cap);
-    c->cap = (uint32_t)cap;
+    if (ob) /* the side list follows the stream */
+        memmove(c->buf + cap, c->buf + old, ob);
+    memset(c->buf + old, 0, cap - old);
+    atomic_fetch_add(&db->head_bytes, cap - old);
+    set_cap(c, cap);
     *link = c;
     return BDB_OK;
 }
@@ -66,17 +90,23 @@ static int chunk_room(bdb_db *db, hchunk **link, size_t need)
 static void chunk_trim(bdb_db *db, hchunk **link)
 {
     hchunk *c = *link;
-    size_t need = bdb_chunk_stream_need(&c->st, 0);
-    if (!c->st.count || need >= c->cap)
+    size_t need = bdb_chunk_stream_need(&c->st, 0), old = hc_cap(c);
+    if (!c->st.count || need >= old)
         return;
-    size_t tot = ((sizeof *c + need + 7) & ~(size_t)15) + 8, cap = tot - sizeof *c;
-    if (cap >= c->cap)
+    size_t cap = cap_round(need), ob = ooo_bytes(c);
+    if (cap >= old)
         return;
-    hchunk *n = bdb_realloc(c, tot);
-    if (!n)
-        return; /* the larger chunk serves as well */
-    atomic_fetch_sub(&db->head_bytes, n->cap - cap);
-    n->cap = (uint32_t)cap;
+    if (ob)
+        memmove(c->buf + cap, c->buf + old, ob);
+    hchunk *n = bdb_realloc(c, sizeof *c + cap + ob);
+    if (!n) { /* the larger chunk serves as well, once its side list is back */
+        if (ob)
+            memmove(c->buf + old, c->buf + cap, ob);
+        memset(c->buf + cap, 0, old - cap < ob ? old - cap : ob);
+        return;
+    }
+    atomic_fetch_sub(&db->head_bytes, old - cap);
+    set_cap(n, cap);
     *link = n;
 }
 
@@ -100,9 +130,8 @@ void head_free_chunks(bdb_db *db, hchunk *c)
 {
     while (c) {
         hchunk *n = c->next;
-        atomic_fetch_sub(&db->head_bytes, sizeof *c + c->cap + c->cap_ooo * sizeof *c->ooo);
-        atomic_fetch_sub(&db->head_samples, (uint64_t)c->st.count + c->nooo);
-        free(c->ooo);
+        atomic_fetch_sub(&db->head_bytes, sizeof *c + hc_cap(c) + ooo_bytes(c));
+        atomic_fetch_sub(&db->head_samples, (uint64_t)c->st.count + hc_nooo(c));
         free(c);
         c = n;
     }
@@ -133,25 +162,25 @@ static int ooo_merge(bdb_db *db, hchunk **link, uint32_t n)
     free(v);
     size_t ncap = chunk_cap_for(bdb_chunk_stream_need(&app.st, n), 0);
     hchunk *m = NULL;
-    if (rc == BDB_OK && ncap > UINT32_MAX)
+    /* what the chunk holds before the realloc drops its side list */
+    uint64_t before = hc_cap(c) + (uint64_t)ooo_bytes(c);
+    uint64_t dropped = (uint64_t)c->st.count + hc_nooo(c) - ns; /* rewritten times */
+    if (rc == BDB_OK && ncap > HC_CAP_MAX)
         rc = BDB_ERR_NOMEM;
+    /* The side list after the stream is dropped (its samples are in app), so the
+     * chunk may shrink. */
     if (rc == BDB_OK && !(m = bdb_realloc(c, sizeof *c + ncap)))
         rc = BDB_ERR_NOMEM;
     if (rc != BDB_OK) {
         bdb_chunk_app_free(&app);
         return rc;
     }
-    uint64_t before = m->cap + (uint64_t)m->cap_ooo * sizeof *m->ooo;
-    uint64_t dropped = (uint64_t)m->st.count + m->nooo - ns; /* rewritten times */
     size_t used = ns ? bdb_chunk_stream_used(&app.st) : 0;
     memcpy(m->buf, app.buf, used);
     memset(m->buf + used, 0, ncap - used);
     m->st = app.st;
+    m->st.owner = (uint32_t)ncap; /* and no side list */
     bdb_chunk_app_free(&app);
-    free(m->ooo);
-    m->ooo = NULL;
-    m->nooo = m->cap_ooo = 0;
-    m->cap = (uint32_t)ncap;
     *link = m;
     if (ncap > before)
         atomic_fetch_add(&db->head_bytes, ncap - before);
@@ -166,28 +195,39 @@ static int ooo_merge(bdb_db *db, hchunk **link, uint32_t n)
 static int ooo_room(bdb_db *db, hchunk **link, uint32_t n)
 {
     hchunk *c = *link;
-    if ((uint32_t)c->cap_ooo - c->nooo >= n)
+    const struct hc_ooo *o = hc_ooo(c);
+    uint32_t have = o ? o->cap : 0, nooo = o ? o->n : 0;
+    if (have - nooo >= n)
         return BDB_OK;
-    if (c->nooo >= OOO_MERGE_MIN) {
+    if (nooo >= OOO_MERGE_MIN) {
         (void)ooo_merge(db, link, n); /* if it fails, the list grows as it would have */
         c = *link;
+        o = hc_ooo(c);
+        have = o ? o->cap : 0;
+        nooo = o ? o->n : 0;
     }
-    uint32_t cap = c->cap_ooo ? c->cap_ooo * 2u : 4u;
-    while (cap - c->nooo < n)
+    uint32_t cap = have ? have * 2u : 4u;
+    while (cap - nooo < n)
         cap *= 2;
     if (cap > DB_OOO_MAX) {
         /* Only a full chunk whose merge failed gets here: a stream of its own size
          * would not fit a chunk either. */
         cap = DB_OOO_MAX;
-        if (cap - c->nooo < n)
+        if (cap - nooo < n)
             return BDB_ERR_LIMIT;
     }
-    void *p = bdb_realloc(c->ooo, cap * sizeof *c->ooo);
-    if (!p)
+    size_t ob = ooo_bytes(c), nb = sizeof(struct hc_ooo) + cap * sizeof(struct ooo_sample);
+    hchunk *m = bdb_realloc(c, sizeof *c + hc_cap(c) + nb);
+    if (!m)
         return BDB_ERR_NOMEM;
-    atomic_fetch_add(&db->head_bytes, (cap - c->cap_ooo) * sizeof *c->ooo);
-    c->ooo = p;
-    c->cap_ooo = (uint16_t)cap;
+    if (!ob) {
+        m->st.owner |= HC_HAS_OOO;
+        hc_ooo(m)->n = 0;
+        hc_ooo(m)->pad = 0;
+    }
+    hc_ooo(m)->cap = (uint16_t)cap;
+    atomic_fetch_add(&db->head_bytes, nb - ob);
+    *link = m;
     return BDB_OK;
 }
 
@@ -195,8 +235,8 @@ static int ooo_add(bdb_db *db, hchunk **link, int64_t ts, double v)
 {
     if (ooo_room(db, link, 1) != BDB_OK)
         return BDB_ERR_NOMEM;
-    hchunk *c = *link;
-    c->ooo[c->nooo++] = (struct ooo_sample){ts, v};
+    struct hc_ooo *o = hc_ooo(*link);
+    o->s[o->n++] = (struct ooo_sample){ts, v};
     atomic_fetch_add(&db->ooo_samples, 1);
     return BDB_OK;
 }
@@ -323,22 +363,24 @@ int head_chunk_samples(const hchunk *c, int64_t lo, int64_t hi, int64_t **ts, do
      * (higher index) must win, so tag with the index before sorting. */
     struct ooo_sample *o = NULL;
     uint32_t no = 0;
-    if (c->nooo) {
-        struct ts_pair *pr = bdb_malloc(c->nooo * sizeof *pr);
-        o = bdb_malloc(c->nooo * sizeof *o);
+    const struct hc_ooo *side = hc_ooo(c);
+    uint32_t nside = side ? side->n : 0;
+    if (nside) {
+        struct ts_pair *pr = bdb_malloc(nside * sizeof *pr);
+        o = bdb_malloc(nside * sizeof *o);
         if (!o || !pr) {
             free(pr);
             free(o);
             return BDB_ERR_NOMEM;
         }
-        for (uint32_t i = 0; i < c->nooo; i++)
-            pr[i] = (struct ts_pair){c->ooo[i].ts, i};
-        qsort(pr, c->nooo, sizeof *pr, pair_cmp);
-        for (uint32_t i = 0; i < c->nooo; i++) {
+        for (uint32_t i = 0; i < nside; i++)
+            pr[i] = (struct ts_pair){side->s[i].ts, i};
+        qsort(pr, nside, sizeof *pr, pair_cmp);
+        for (uint32_t i = 0; i < nside; i++) {
             /* keep only the last write of each time */
-            if (i + 1 < c->nooo && pr[i + 1].ts == pr[i].ts)
+            if (i + 1 < nside && pr[i + 1].ts == pr[i].ts)
                 continue;
-            o[no++] = c->ooo[pr[i].i];
+            o[no++] = side->s[pr[i].i];
         }
         free(pr);
     }

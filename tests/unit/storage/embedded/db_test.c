@@ -540,6 +540,29 @@ static void test_ooo_and_duplicates(void **state)
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 
+/* A series keeps its metric name's length in 16 bits (db_int.h): the longest name is
+ * stored and read back, one byte more is refused for the whole batch. */
+#define NAME_MAX_BYTES 65535 /* DB_MAX_METRIC_LEN */
+static void test_metric_name_limit(void **state)
+{
+    (void)state;
+    bdb_db *db = open_dir(datadir);
+    char *name = malloc(NAME_MAX_BYTES + 2);
+    assert_non_null(name);
+    memset(name, 'm', NAME_MAX_BYTES + 1);
+    name[NAME_MAX_BYTES + 1] = '\0';
+    assert_int_equal(write1(db, "t", "d", T0, name, 1.5), BDB_ERR_LIMIT);
+    name[NAME_MAX_BYTES] = '\0';
+    assert_int_equal(write1(db, "t", "d", T0, name, 2.5), BDB_OK);
+    bdb_samples s;
+    assert_int_equal(read1(db, "t", "d", name, T0, T0 + HOUR, &s, NULL), BDB_OK);
+    assert_int_equal(s.n, 1);
+    assert_true(s.v[0] == 2.5);
+    bdb_samples_free(&s);
+    free(name);
+    assert_int_equal(bdb_db_close(db), BDB_OK);
+}
+
 /* Many late and rewritten samples in one chunk: the head merges its side list into the
  * chunk's stream as it grows (head.c), and every read, the flush and the block keep
  * exactly the model: each time once, the last write of it. */
@@ -1637,6 +1660,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_catalog_old_version_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_devices_and_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ooo_and_duplicates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metric_name_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ooo_merged_into_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunk_max_samples, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tags_and_state, setup, teardown),

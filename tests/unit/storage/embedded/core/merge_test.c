@@ -403,22 +403,28 @@ static int skip_cb(const void *ctx, const struct hchunk *x)
 static void test_head_chunks(void **st)
 {
     (void)st;
-    /* the stream's bytes follow the struct, as head.c allocates them */
-    hchunk *c0 = calloc(1, sizeof(hchunk) + 256), *c1 = calloc(1, sizeof(hchunk) + 256);
+    /* the stream's bytes follow the struct, then c0's side list, as head.c lays them
+     * out */
+    size_t side_bytes = sizeof(struct hc_ooo) + 3 * sizeof(struct ooo_sample);
+    hchunk *c0 = calloc(1, sizeof(hchunk) + 256 + side_bytes),
+           *c1 = calloc(1, sizeof(hchunk) + 256);
     assert_non_null(c0);
     assert_non_null(c1);
     hchunk *c[2] = {c0, c1};
-    struct ooo_sample side[3] = {{20, 2.5}, {5, 0.5}, {20, 2.75}};
+    const struct ooo_sample side[3] = {{20, 2.5}, {5, 0.5}, {20, 2.75}};
     for (int k = 0; k < 2; k++) {
         bdb_chunk_state_init(&c[k]->st);
-        c[k]->cap = 256;
+        c[k]->st.owner = 256;
         c[k]->lo = 0;
         c[k]->span = 1000;
     }
     for (int64_t t = 10; t <= 40; t += 10)
         assert_int_equal(bdb_chunk_stream_put(&c0->st, c0->buf, t, (double)t), BDB_OK);
-    c0->ooo = side;
-    c0->nooo = c0->cap_ooo = 3;
+    c0->st.owner |= HC_HAS_OOO;
+    struct hc_ooo *o = hc_ooo(c0);
+    o->n = o->cap = 3;
+    memcpy(o->s, side, sizeof side);
+    assert_int_equal(hc_nooo(c0), 3);
     assert_int_equal(bdb_chunk_stream_put(&c1->st, c1->buf, 30, -30.0), BDB_OK); /* newer */
     c1->next = c0;
 
