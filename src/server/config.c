@@ -493,6 +493,12 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "max_fields: at most 4096");
         return -1;
     }
+    /* a metric name (measurement.field) is up to twice this plus one, and the engine
+     * keeps at most 65,535 bytes of one (db.c) */
+    if (c->max_key_bytes < 1 || c->max_key_bytes > 32767) {
+        snprintf(err, errlen, "max_key_bytes: must be 1..32767");
+        return -1;
+    }
     if (c->max_body_bytes < 1024 || c->max_line_bytes < 64 || c->max_fields < 1) {
         snprintf(err, errlen,
                  "limits: max_body_bytes >= 1024, max_line_bytes >= 64, "

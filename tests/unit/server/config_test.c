@@ -243,6 +243,8 @@ static void test_check_rules(void **state)
         {"tenant_inflight_share", "0", "tenant_inflight_share"},
         {"tenant_inflight_share", "101", "tenant_inflight_share"},
         {"max_inflight_bytes", "65535", "max_inflight_bytes"},
+        {"max_key_bytes", "0", "max_key_bytes: must be 1..32767"},
+        {"max_key_bytes", "32768", "max_key_bytes: must be 1..32767"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         bdb_config c;
@@ -281,6 +283,8 @@ static void test_check_rules(void **state)
         {"tenant_inflight_share", "1"},
         {"max_inflight_bytes", "64KiB"},
         {"max_inflight_writes", "1"},
+        {"max_key_bytes", "1"},
+        {"max_key_bytes", "32767"},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         bdb_config c;
