@@ -13,10 +13,8 @@
  *        bench/headmem.c build/libbucketdb.a $(pkg-config --libs libmicrohttpd jansson
  *        zlib libzstd libssl libcrypto) -lxxhash -lpthread -lm
  * Run:   /tmp/headmem DIR [DEVICES=100000] [REPORTS=6]      (DIR must not exist) */
-#include "bucketdb/bdb.h"
-#include "common/log.h"
+#include "engine_feed.h"
 #include "model/batch.h"
-#include "storage/embedded/core/db.h"
 
 #include <inttypes.h>
 #include <malloc.h>
@@ -36,12 +34,6 @@ static const char *const metric_names[NMET] = {
     "pwr.power", "net.rssi",     "sys.cpu",      "sys.mem",     "bat.level"};
 
 static int64_t now_ms;
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
-
 static uint64_t heap(void)
 {
     struct mallinfo2 m = mallinfo2();
@@ -63,41 +55,17 @@ static void *sampler(void *arg)
     return NULL;
 }
 
-static long arg(int argc, char **argv, int i, long def, long lo, long hi)
-{
-    if (argc <= i)
-        return def;
-    char *end;
-    long v = strtol(argv[i], &end, 10);
-    if (*end || v < lo || v > hi) {
-        fprintf(stderr, "headmem: argument %d must be an integer in [%ld, %ld]\n", i, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: headmem DIR [DEVICES] [REPORTS]\n");
         return 2;
     }
-    long ndev = arg(argc, argv, 2, 100000, 1, 10000000);
-    long nrep = arg(argc, argv, 3, 6, 1, 10000);
-    bdb_log_set_level(BDB_LOG_ERROR);
-    bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = argv[1];
-    o.background = 0;
-    o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    o.clock = (bdb_clock){clock_fn, NULL};
+    long ndev = ef_arg("headmem", argc, argv, 2, 100000, 1, 10000000);
+    long nrep = ef_arg("headmem", argc, argv, 3, 6, 1, 10000);
     now_ms = T0;
     uint64_t base = heap();
-    bdb_db *db = NULL;
-    if (bdb_db_open(&o, &db) != BDB_OK) {
-        fprintf(stderr, "headmem: cannot open %s\n", argv[1]);
-        return 1;
-    }
+    bdb_db *db = ef_open("headmem", argv[1], &now_ms);
     uint64_t opened = heap(), peak = opened;
     bdb_batch *b = bdb_batch_new();
     char dev[32];

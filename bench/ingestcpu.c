@@ -17,10 +17,8 @@
  *        jansson zlib libzstd libssl libcrypto) -lxxhash -lpthread -lm
  * Run:   /tmp/ingestcpu DIR [DEVICES=10000] [ROUNDS=780]      (DIR must not exist;
  *        H's WAL is about 0.8 GB: /dev/shm keeps the disk out of the figure) */
-#include "bucketdb/bdb.h"
-#include "common/log.h"
+#include "engine_feed.h"
 #include "model/batch.h"
-#include "storage/embedded/core/db.h"
 
 #include <malloc.h>
 #include <stdio.h>
@@ -41,12 +39,6 @@ static int64_t now_ms;
 static bdb_db *db;
 static bdb_batch *b;
 static size_t inbatch;
-
-static int64_t clock_fn(void *ctx)
-{
-    (void)ctx;
-    return now_ms;
-}
 
 static double cpu_s(void)
 {
@@ -85,39 +77,16 @@ static void report(long d, long r)
         write_batch();
 }
 
-static long arg(int argc, char **argv, int i, long def, long lo, long hi)
-{
-    if (argc <= i)
-        return def;
-    char *end;
-    long v = strtol(argv[i], &end, 10);
-    if (*end || v < lo || v > hi) {
-        fprintf(stderr, "ingestcpu: argument %d must be an integer in [%ld, %ld]\n", i, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: ingestcpu DIR [DEVICES] [ROUNDS]\n");
         return 2;
     }
-    long ndev = arg(argc, argv, 2, 10000, 2, 10000000);
-    long nrounds = arg(argc, argv, 3, 780, 1, 100000);
-    bdb_log_set_level(BDB_LOG_ERROR);
-    bdb_db_opts o;
-    bdb_db_opts_default(&o);
-    o.data_dir = argv[1];
-    o.background = 0;
-    o.sync_mode = BDB_WAL_SYNC_PERIODIC;
-    o.clock = (bdb_clock){clock_fn, NULL};
+    long ndev = ef_arg("ingestcpu", argc, argv, 2, 10000, 2, 10000000);
+    long nrounds = ef_arg("ingestcpu", argc, argv, 3, 780, 1, 100000);
     now_ms = T0;
-    if (bdb_db_open(&o, &db) != BDB_OK) {
-        fprintf(stderr, "ingestcpu: cannot open %s\n", argv[1]);
-        return 1;
-    }
+    db = ef_open("ingestcpu", argv[1], &now_ms);
     b = bdb_batch_new();
     double c0 = cpu_s();
     long half = ndev / 2;
