@@ -268,6 +268,15 @@ def ensure(node, failure=RuntimeError):
     return node
 
 
+def running(node, failure=RuntimeError):
+    """ensure(), and a node of the file's own that an earlier test stopped and failed
+    before starting again is started again on its ports (files that stop their node)."""
+    ensure(node, failure)
+    if not node.pid and not node.start(same_ports=True):
+        raise failure(node.error or "the node did not restart")
+    return node
+
+
 def node_for(prefix, cluster, ready, **kw):
     """The shared node when $BDB_CASSANDRA_NODE is set, else a Node of this file's own
     (kw as Node's). Only for files that leave the node as it is."""
@@ -302,6 +311,19 @@ def answers(node):
     """The readiness check of a node (Node's `ready`): a query through bucketdb's own
     client."""
     return cql(node, "SELECT release_version FROM system.local")
+
+
+def main(suite, *nodes):
+    """Runs a test file's suite, then stops each node it started (a stopped one, or a
+    shared node's scratch directory: its directory removed)."""
+    try:
+        suite.main()
+    finally:
+        for n in nodes:
+            if n.pid:
+                n.stop()
+            else:
+                shutil.rmtree(n.dir, ignore_errors=True)
 
 
 def keyspace(name):

@@ -50,10 +50,7 @@ NODE = cassnode.Node("bucketdb-ack-", "bucketdb-ack-it",
 
 
 def node():
-    cassnode.ensure(NODE, TestFailure)
-    if not NODE.pid:  # a test stopped it and failed before starting it again
-        check(NODE.start(same_ports=True), NODE.error or "node did not restart")
-    return NODE
+    return cassnode.running(NODE, TestFailure)
 
 
 def server(ks, ack=None):
@@ -220,10 +217,4 @@ def bad_ack_value():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)

@@ -403,11 +403,4 @@ def cassandra_down_nothing_lost():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            import shutil
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)

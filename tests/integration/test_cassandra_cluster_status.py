@@ -17,7 +17,6 @@ else one of this file's own):
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -267,10 +266,4 @@ def bad_options():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)

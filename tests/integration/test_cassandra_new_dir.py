@@ -35,7 +35,6 @@ import datetime
 import json
 import os
 import random
-import shutil
 import sys
 import time
 
@@ -317,10 +316,4 @@ def new_directory_answers_and_adds():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)

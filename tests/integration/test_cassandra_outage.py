@@ -54,10 +54,7 @@ NODE = cassnode.Node("bucketdb-outage-", "bucketdb-outage-it",
 
 
 def node():
-    cassnode.ensure(NODE, TestFailure)
-    if not NODE.pid:  # a test stopped it and failed before starting it again
-        check(NODE.start(same_ports=True), NODE.error or "node did not restart")
-    return NODE
+    return cassnode.running(NODE, TestFailure)
 
 
 def cass_server(ks, extra_args=()):
@@ -316,11 +313,4 @@ def outage_reads():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            import shutil
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)

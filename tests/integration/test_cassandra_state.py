@@ -610,11 +610,4 @@ def attributes_added_to_older_keyspace():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            import shutil
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)

@@ -313,10 +313,4 @@ def tiers_fleet_parity():
 
 
 if __name__ == "__main__":
-    try:
-        suite.main()
-    finally:
-        if NODE.pid:
-            NODE.stop()
-        else:
-            shutil.rmtree(NODE.dir, ignore_errors=True)
+    cassnode.main(suite, NODE)
