@@ -14,6 +14,9 @@ ONE node is started for the whole file (cassnode.py); one test stops and restart
   and metrics before the acknowledgements); /metrics counted them;
 - wal_loses_unflushed_with_the_disk: the same writes with ack=wal: no row before a
   flush (what a lost disk takes), every row after it;
+- hot_device_survives_node_and_disk: a device made hot (4 sub-buckets) inside its
+  current partition, then the node lost with its disk (ack=quorum before a flush,
+  ack=wal after one): a node on an empty directory answers every sample of it;
 - quorum_refused_while_down: the node stopped: the write answers 503 with Retry-After
   and is not acknowledged (the refusal counted); the node back: writes answer 204
   again, and the refused write, logged in the WAL, reaches Cassandra with the flush
@@ -53,13 +56,13 @@ def node():
     return cassnode.running(NODE, TestFailure)
 
 
-def server(ks, ack=None):
+def server(ks, ack=None, extra=()):
     uri = "cassandra://%s:%d/%s?consistency=ONE&offline_start=true&timeout_ms=2000" % (
         cassnode.ADDR, node().port, ks)
     if ack:
         uri += "&ack=" + ack
     # the test decides when a flush runs
-    return Server(args=["--storage", uri, "--flush-interval-ms", "1h"])
+    return Server(args=["--storage", uri, "--flush-interval-ms", "1h"] + list(extra))
 
 
 def requests():
@@ -200,6 +203,56 @@ def quorum_refused_while_down():
                                     ("up", "env.t", T0)], "rows after the flush")
     finally:
         s.stop()
+
+
+def subbucket_rows(ks, device):
+    """Partitions of device's telemetry rows past a bucket's first sub-bucket."""
+    p = cql("SELECT DISTINCT tenant_id, device_id, bucket, sub_bucket FROM %s.telemetry" % ks)
+    eq(p.returncode, 0, p.stderr)
+    return [line for line in p.stdout.strip().splitlines()[1:]
+            if line.split("\t")[1] == device and line.split("\t")[3] not in ("0", "")]
+
+
+@suite.test
+def hot_device_survives_node_and_disk():
+    """A device made hot (4 sub-buckets) inside its current partition, the node then
+    lost with its disk: with ack=quorum before any flush, with ack=wal after one. A
+    node on an empty directory scans the sub-buckets the counts table names, so that
+    table must name them for that partition (not the count in force at its start),
+    and with ack=quorum before the acknowledgement."""
+    kq, kw = cassnode.keyspace("bdb_ack_hq"), cassnode.keyspace("bdb_ack_hw")
+    hot = ["--hot-threshold", "100", "--hot-subbuckets", "4"]
+    q = server(kq, "quorum", hot).start()
+    w = server(kw, None, hot).start()
+    want = {}
+    try:
+        for r in range(4):  # 400 reports in a few seconds: hot after the first 100
+            lines = []
+            for i in range(100):
+                ts = T0 + 60000 + (r * 100 + i) * 150
+                lines.append("env,device=h1 t=%d %d" % (r * 100 + i, ts))
+                want[("env.t", ts)] = float(r * 100 + i)
+            for s in (q, w):
+                s.write(lines, precision="ms")
+        w.flush()
+        for ks in (kq, kw):
+            check(subbucket_rows(ks, "h1"), "%s: no row of h1 in a sub-bucket past the first: "
+                  "the device did not become hot" % ks)
+    finally:
+        q.kill()
+        w.kill()
+    shutil.rmtree(q.data)
+    shutil.rmtree(w.data)
+    time.sleep(32)  # the killed nodes' writer leases expire
+    for ks, what in ((kq, "acknowledged (ack=quorum)"), (kw, "flushed (ack=wal)")):
+        n = server(ks).start()
+        try:
+            got = n.values(device="h1", **{"from": T0, "to": T0 + HOUR})
+            eq(sorted((m, ts, v) for ts, m, v in got),
+               sorted((m, ts, v) for (m, ts), v in want.items()),
+               "the %s samples of the hot device on a node with an empty directory" % what)
+        finally:
+            n.stop()
 
 
 @suite.test

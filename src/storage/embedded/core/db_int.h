@@ -395,6 +395,13 @@ void db_blockent_free(blockent *e);
 /* Partition id of a sample at ts in the bucket starting at bstart: bstart, or
  * bstart + sub with sub-buckets (sub < 64 < one minute, so ids never collide). */
 int64_t db_partition_id(const device *d, int64_t ts, int64_t bstart);
+/* The most sub-buckets in force anywhere in the partition [s, e) (a device made hot
+ * spreads the rest of its current partition: that partition holds the new count's
+ * sub-buckets too), and over the device's whole history: what a reader must scan. */
+uint32_t db_hot_subs_within(const device *d, int64_t s, int64_t e);
+uint32_t db_hot_subs_max(const device *d);
+/* Events counted in the partition starting at bstart (0: none counted). */
+uint64_t db_hot_events(const device *d, int64_t bstart);
 /* Counts one report of nm samples at ts (telemetry_by_tenant) and checks the
  * promotion target; sets *relearn when a promotion is due (made in db_hot_promote). */
 void db_hot_count(bdb_db *db, device *d, int64_t ts, uint32_t nm, int *relearn);

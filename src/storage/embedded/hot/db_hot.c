@@ -38,6 +38,24 @@ static uint32_t subs_at(const device *d, int64_t ts)
     return 1;
 }
 
+uint32_t db_hot_subs_within(const device *d, int64_t s, int64_t e)
+{
+    uint32_t n = subs_at(d, s);
+    for (uint32_t i = d->hs.nsubs; i > 0 && d->hs.subs[i - 1].from_ms > s; i--)
+        if (d->hs.subs[i - 1].from_ms < e && d->hs.subs[i - 1].n > n)
+            n = d->hs.subs[i - 1].n;
+    return n;
+}
+
+uint32_t db_hot_subs_max(const device *d)
+{
+    uint32_t n = 1;
+    for (uint32_t i = 0; i < d->hs.nsubs; i++)
+        if (d->hs.subs[i].n > n)
+            n = d->hs.subs[i].n;
+    return n;
+}
+
 int64_t db_partition_id(const device *d, int64_t ts, int64_t bstart)
 {
     if (d->hs.nsubs == 0)
@@ -57,6 +75,17 @@ static int minute_of(int64_t bstart, int32_t *out)
         return 0; /* beyond +-4000 years: not counted */
     *out = (int32_t)m;
     return 1;
+}
+
+uint64_t db_hot_events(const device *d, int64_t bstart)
+{
+    int32_t minute;
+    if (!minute_of(bstart, &minute))
+        return 0;
+    for (uint32_t i = 0; i < d->hs.npc; i++)
+        if (d->hs.pc[i].minute == minute)
+            return d->hs.pc[i].events;
+    return 0;
 }
 
 static void pcount_add(dev_hot *h, int32_t minute)
@@ -498,7 +527,7 @@ int db_hot_tbt_local(bdb_db *db, const char *tn, int64_t from, int64_t to,
                 rows = nr;
                 cap = cap ? cap * 2 : 16;
             }
-            rows[n++] = (struct row){s, e, d->hs.pc[i].events, subs_at(d, s)};
+            rows[n++] = (struct row){s, e, d->hs.pc[i].events, db_hot_subs_within(d, s, e)};
         }
         pthread_mutex_unlock(dev_lock(db, d));
         for (size_t i = 0; i < n && rc == 0; i++) {

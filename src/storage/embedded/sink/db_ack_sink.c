@@ -107,6 +107,7 @@ static int send_groups(bdb_sink *sk, struct bdb_sink_ack *g, const char *tn, int
 struct reg {
     int64_t lo, hi; /* first event; end of the partition holding the last */
     uint32_t nseries, nhist;
+    uint32_t subs; /* the most sub-buckets a partition count row was put with */
 };
 
 struct ack_state {
@@ -138,11 +139,27 @@ static struct reg reach_of(const device *d)
 {
     int64_t s, e;
     bdb_bucket_range(&d->hist, d->last_ts, &s, &e);
-    return (struct reg){d->first_ts, e, d->nseries, d->hist.n};
+    return (struct reg){d->first_ts, e, d->nseries, d->hist.n, db_hot_subs_max(d)};
+}
+
+/* Under d's stripe lock: the count row of the partition where d's sub-bucket count
+ * last rose to its most (the partitions a reader scans follow the most sub-buckets a
+ * device ever had: db_sink_read). */
+static bdb_sink_count subs_row(const char *tn, const device *d)
+{
+    uint32_t top = db_hot_subs_max(d), i = d->hs.nsubs;
+    while (i > 0 && d->hs.subs[i - 1].n != top)
+        i--;
+    int64_t s, e;
+    bdb_bucket_range(&d->hist, i ? d->hs.subs[i - 1].from_ms : d->last_ts, &s, &e);
+    return (bdb_sink_count){tn, d->name, s, e, db_hot_events(d, s), db_hot_subs_within(d, s, e)};
 }
 
 /* Puts the registry rows of the batch's devices (rows sorted by device) that the
- * batch took outside what the registry holds, and waits for them. */
+ * batch took outside what the registry holds, and waits for them. A device whose
+ * sub-buckets rose past what the counts table was told gets its count row put too: a
+ * node that rebuilds its catalog scans as many sub-buckets as those rows name, and
+ * the acknowledged rows of a device made hot since the last flush lie in them. */
 static int register_devices(bdb_db *db, bdb_sink *sk, const char *tn, const struct row_ref *rows,
                             size_t n)
 {
@@ -156,8 +173,9 @@ static int register_devices(bdb_db *db, bdb_sink *sk, const char *tn, const stru
     ss_dev *rv = bdb_calloc(nd + 1, sizeof *rv);
     struct reg *nr = bdb_calloc(nd + 1, sizeof *nr);
     bdb_sink_device *rec = bdb_calloc(nd + 1, sizeof *rec);
-    int rc = dv && rv && nr && rec ? BDB_OK : BDB_ERR_NOMEM;
-    size_t k = 0;
+    bdb_sink_count *cnt = bdb_calloc(nd + 1, sizeof *cnt);
+    int rc = dv && rv && nr && rec && cnt ? BDB_OK : BDB_ERR_NOMEM;
+    size_t k = 0, kc = 0;
     for (size_t i = 0; i < n && rc == BDB_OK; i++) {
         device *d = rows[i].r->d;
         if (i && d == rows[i - 1].r->d)
@@ -167,8 +185,11 @@ static int register_devices(bdb_db *db, bdb_sink *sk, const char *tn, const stru
         const struct reg *e = bdb_map_get(st->reg, &d, sizeof d);
         int due = !e || d->first_ts < e->lo || d->last_ts >= e->hi || d->nseries != e->nseries ||
                   d->hist.n != e->nhist;
+        int due_subs = sk->ops->count_put && db_hot_subs_max(d) > (e ? e->subs : 1);
         pthread_mutex_unlock(&st->mu);
-        if (due) {
+        if (due_subs)
+            cnt[kc++] = subs_row(tn, d);
+        if (due || due_subs) {
             dv[k] = d;
             nr[k] = reach_of(d);
             if (ss_dev_copy(d, &rv[k]) != 0)
@@ -180,6 +201,8 @@ static int register_devices(bdb_db *db, bdb_sink *sk, const char *tn, const stru
     }
     if (rc == BDB_OK && k)
         rc = sk->ops->device_put(sk, rec, k);
+    if (rc == BDB_OK && kc)
+        rc = sk->ops->count_put(sk, cnt, kc);
     for (size_t i = 0; i < k && rc == BDB_OK; i++) {
         struct reg *e = bdb_malloc(sizeof *e);
         if (!e) {
@@ -197,6 +220,7 @@ static int register_devices(bdb_db *db, bdb_sink *sk, const char *tn, const stru
     free(rv);
     free(nr);
     free(rec);
+    free(cnt);
     return rc;
 }
 

@@ -88,9 +88,7 @@ int db_sink_read(bdb_db *db, device *d, const char *tn, const char *dn, const ch
     uint32_t nsub = 1;
     pthread_mutex_lock(dev_lock(db, d));
     int rc = bdb_bucket_history_copy(&h, &d->hist);
-    for (uint32_t i = 0; i < d->hs.nsubs; i++)
-        if (d->hs.subs[i].n > nsub)
-            nsub = d->hs.subs[i].n;
+    nsub = db_hot_subs_max(d);
     pthread_mutex_unlock(dev_lock(db, d));
     if (rc != BDB_OK)
         return rc;

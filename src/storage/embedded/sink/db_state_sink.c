@@ -117,14 +117,6 @@ typedef struct ss_flush {
     int oom; /* a copy failed: the flush fails before its first put */
 } ss_flush;
 
-static uint32_t subs_at(const device *d, int64_t ts)
-{
-    for (uint32_t i = d->hs.nsubs; i > 0; i--)
-        if (d->hs.subs[i - 1].from_ms <= ts)
-            return d->hs.subs[i - 1].n;
-    return 1;
-}
-
 /* Room for entry f->n of f->l and f->d (0), or -1. */
 static int flush_room(ss_flush *f)
 {
@@ -242,7 +234,7 @@ static void flush_walk(void *ud, device *d, const bdb_latest *l, int64_t dirty_l
                                    s,
                                    e,
                                    d->hs.pc[i].events,
-                                   subs_at(d, s)};
+                                   db_hot_subs_within(d, s, e)};
     }
 }
 

@@ -29,6 +29,13 @@ static void test_acked_rows_equal_the_flush(void **st)
     assert_true(f->nack > 0);
     assert_true(f->ack_groups > 0);
     char *acked = dump_rows(f->ack, f->nack);
+    /* d1 was made hot between its reports: before any flush, the counts table names
+     * its 4 sub-buckets (a node rebuilt from the sink scans that many) */
+    uint32_t subs = 0;
+    for (size_t i = 0; i < f->ncnt; i++)
+        if (!strcmp(f->cnt[i].device, "d1") && f->cnt[i].subbuckets > subs)
+            subs = f->cnt[i].subbuckets;
+    assert_int_equal(subs, 4);
     assert_int_equal(bdb_db_flush(db), BDB_OK);
     char *flushed = dump_rows(f->raw, f->nraw);
     assert_string_equal(acked, flushed); /* same rows, partitions and values */
@@ -38,6 +45,18 @@ static void test_acked_rows_equal_the_flush(void **st)
         if (!strcmp(f->ack[i].device, "d1") && f->ack[i].part % 60000 != 0)
             sub = 1;
     assert_true(sub);
+    /* the partition d1 was made hot in counts the sub-buckets it holds from then on,
+     * not those in force at its start */
+    int64_t made_hot = T0 + 59 * 47 * 60000LL + 1000;
+    int found = 0;
+    for (size_t i = 0; i < f->ncnt; i++)
+        if (!strcmp(f->cnt[i].device, "d1") && f->cnt[i].bucket_start <= made_hot &&
+            made_hot < f->cnt[i].bucket_end) {
+            assert_true(f->cnt[i].bucket_start < made_hot); /* made hot inside it */
+            assert_int_equal(f->cnt[i].subbuckets, 4);
+            found = 1;
+        }
+    assert_true(found);
     free(acked);
     free(flushed);
     bdb_db_close(db);
