@@ -58,9 +58,19 @@ void bdb_rollup_init(bdb_rollup *r, int64_t width)
     r->width = width;
 }
 
+/* A new window's sketch: a stats-only rollup's stay zeroed and never take memory
+ * (every operation below leaves them alone), so they cost neither an init nor a free. */
+static void sk_init(const bdb_rollup *r, bdb_sketch *s)
+{
+    if (r->stats_only)
+        memset(s, 0, sizeof *s);
+    else
+        bdb_sketch_init_default(s);
+}
+
 void bdb_rollup_reset(bdb_rollup *r)
 {
-    for (size_t i = 0; i < r->n; i++)
+    for (size_t i = 0; i < r->n && !r->stats_only; i++)
         bdb_sketch_free(&r->w[i].sk);
     r->n = 0;
     r->skipped = 0;
@@ -114,7 +124,7 @@ static bdb_window *slot(bdb_rollup *r, int64_t start)
     bdb_window *w = &r->w[i];
     w->start = start;
     bdb_stats_init(&w->st);
-    bdb_sketch_init_default(&w->sk);
+    sk_init(r, &w->sk);
     return w;
 }
 
@@ -183,7 +193,7 @@ int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *src)
         return BDB_ERR_NOMEM;
     bdb_stats st = w->st;
     int rc = bdb_stats_merge(&st, &src->st);
-    if (rc == BDB_OK)
+    if (rc == BDB_OK && !r->stats_only)
         rc = bdb_sketch_merge(&w->sk, &src->sk);
     if (rc == BDB_OK)
         w->st = st;
@@ -216,7 +226,7 @@ int bdb_rollup_append_stats(bdb_rollup *r, const bdb_stwin *v, size_t n)
         bdb_window *w = &r->w[r->n++];
         w->start = v[i].start;
         w->st = v[i].st; /* a merge into an empty window is a copy (bdb_stats_merge) */
-        bdb_sketch_init_default(&w->sk);
+        sk_init(r, &w->sk);
     }
     return BDB_OK;
 }
@@ -236,7 +246,7 @@ int bdb_rollup_set_window(bdb_rollup *r, const bdb_window *src)
     bdb_window *w = slot(r, start);
     if (!w)
         return BDB_ERR_NOMEM;
-    int rc = bdb_sketch_copy(&w->sk, &src->sk);
+    int rc = r->stats_only ? BDB_OK : bdb_sketch_copy(&w->sk, &src->sk);
     if (rc == BDB_OK)
         w->st = src->st;
     return rc;
@@ -248,7 +258,7 @@ int bdb_rollup_fold(const bdb_rollup *src, int64_t lo, int64_t hi, bdb_window *o
         const bdb_window *w = &src->w[i];
         bdb_stats st = out->st;
         int rc = bdb_stats_merge(&st, &w->st);
-        if (rc == BDB_OK)
+        if (rc == BDB_OK && !src->stats_only)
             rc = bdb_sketch_merge(&out->sk, &w->sk);
         if (rc != BDB_OK)
             return rc;

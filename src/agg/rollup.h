@@ -46,7 +46,10 @@ typedef struct bdb_rollup {
      * step over the encoded sketches (bdb_sketch_skip) and keep the statistics only,
      * and bdb_rollup_add adds to the statistics only, so the windows' sketches hold
      * only what was merged in memory. Decoding the sketches is most of the cost of
-     * reading a tier record, and adding to them most of deriving one from raw. */
+     * reading a tier record, and adding to them most of deriving one from raw.
+     * Its windows' sketches stay zeroed (no memory, no parameters): merges, copies and
+     * folds from it leave sketches alone, and it is never written. Set it right after
+     * bdb_rollup_init, before the first window. */
     int stats_only;
 } bdb_rollup;
 

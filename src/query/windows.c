@@ -14,44 +14,79 @@ static int name_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int bdb_query_windows(bdb_db *db, const bdb_window_query *q,
-                      int (*cb)(void *ctx, const bdb_window_row *r), void *ctx, int64_t *watermark)
+/* What both readers share: the device's rollups of the metrics asked (or all of its
+ * metrics, sorted by name into *sorted), read from the tier. */
+struct wread {
+    bdb_device_snapshot snap;
+    const char *const *names;
+    const char **sorted;
+    size_t n;
+    bdb_rollup *r;
+    int64_t wm;
+};
+
+static int wread_open(bdb_db *db, const bdb_window_query *q, struct wread *x, int64_t *watermark)
 {
+    memset(x, 0, sizeof *x);
     int64_t width = bdb_res_width(q->res);
     if (width == 0 || q->from >= q->to)
         return BDB_ERR_INVALID;
-    bdb_device_snapshot snap;
-    int rc = bdb_db_device_snapshot(db, q->tenant, q->device, &snap);
+    int rc = bdb_db_device_snapshot(db, q->tenant, q->device, &x->snap);
     if (rc != BDB_OK)
         return rc;
-    int64_t wm = INT64_MIN;
-    if (snap.last_ts != INT64_MIN)
-        wm = snap.last_ts - (q->lateness_ms > 0 ? q->lateness_ms : 0);
+    x->wm = INT64_MIN;
+    if (x->snap.last_ts != INT64_MIN)
+        x->wm = x->snap.last_ts - (q->lateness_ms > 0 ? q->lateness_ms : 0);
     if (watermark)
-        *watermark = wm;
-    const char *const *names = q->metrics;
-    size_t n = q->nmetrics;
-    const char **sorted = NULL;
-    if (!names || n == 0) {
-        n = snap.nmetrics;
-        sorted = malloc((n + 1) * sizeof *sorted);
-        if (!sorted)
+        *watermark = x->wm;
+    x->names = q->metrics;
+    x->n = q->nmetrics;
+    if (!x->names || x->n == 0) {
+        x->n = x->snap.nmetrics;
+        x->sorted = malloc((x->n + 1) * sizeof *x->sorted);
+        if (!x->sorted)
             abort();
-        for (size_t i = 0; i < n; i++)
-            sorted[i] = snap.metrics[i];
-        qsort(sorted, n, sizeof *sorted, name_cmp);
-        names = sorted;
+        for (size_t i = 0; i < x->n; i++)
+            x->sorted[i] = x->snap.metrics[i];
+        qsort(x->sorted, x->n, sizeof *x->sorted, name_cmp);
+        x->names = x->sorted;
     }
-    bdb_rollup *r = calloc(n + 1, sizeof *r);
-    size_t *pos = calloc(n + 1, sizeof *pos);
-    if (!r || !pos)
+    x->r = calloc(x->n + 1, sizeof *x->r);
+    if (!x->r)
         abort();
-    for (size_t i = 0; i < n; i++) {
-        bdb_rollup_init(&r[i], width);
-        r[i].stats_only = q->no_quantiles;
+    for (size_t i = 0; i < x->n; i++) {
+        bdb_rollup_init(&x->r[i], width);
+        x->r[i].stats_only = q->no_quantiles;
     }
-    if (n)
-        rc = bdb_db_tier_read(db, q->tenant, q->device, names, n, q->res, q->from, q->to, r);
+    if (x->n)
+        rc = bdb_db_tier_read(db, q->tenant, q->device, x->names, x->n, q->res, q->from, q->to,
+                              x->r);
+    return rc;
+}
+
+static void wread_close(struct wread *x)
+{
+    for (size_t i = 0; x->r && i < x->n; i++)
+        bdb_rollup_free(&x->r[i]);
+    free(x->r);
+    free(x->sorted);
+    bdb_device_snapshot_free(&x->snap);
+}
+
+int bdb_query_windows(bdb_db *db, const bdb_window_query *q,
+                      int (*cb)(void *ctx, const bdb_window_row *r), void *ctx, int64_t *watermark)
+{
+    struct wread x;
+    int rc = wread_open(db, q, &x, watermark);
+    if (!x.r) /* no snapshot taken: nothing to close */
+        return rc;
+    const char *const *names = x.names;
+    size_t n = x.n;
+    bdb_rollup *r = x.r;
+    int64_t width = bdb_res_width(q->res), wm = x.wm;
+    size_t *pos = calloc(n + 1, sizeof *pos);
+    if (!pos)
+        abort();
     if (q->desc)
         for (size_t i = 0; i < n; i++)
             pos[i] = r[i].n;
@@ -94,11 +129,24 @@ int bdb_query_windows(bdb_db *db, const bdb_window_query *q,
         if (cb(ctx, &row))
             break;
     }
-    for (size_t i = 0; i < n; i++)
-        bdb_rollup_free(&r[i]);
-    free(r);
     free(pos);
-    free(sorted);
-    bdb_device_snapshot_free(&snap);
+    wread_close(&x);
+    return rc;
+}
+
+int bdb_query_window_runs(bdb_db *db, const bdb_window_query *q,
+                          int (*cb)(void *ctx, size_t mi, const bdb_window *w, size_t n), void *ctx,
+                          int64_t *watermark)
+{
+    if (q->desc || q->limit || !q->no_quantiles)
+        return BDB_ERR_INVALID;
+    struct wread x;
+    int rc = wread_open(db, q, &x, watermark);
+    if (!x.r) /* no snapshot taken: nothing to close */
+        return rc;
+    for (size_t i = 0; i < x.n && rc == BDB_OK; i++)
+        if (x.r[i].n && cb(ctx, i, x.r[i].w, x.r[i].n))
+            break;
+    wread_close(&x);
     return rc;
 }

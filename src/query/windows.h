@@ -50,4 +50,13 @@ typedef struct bdb_window_row {
 int bdb_query_windows(bdb_db *db, const bdb_window_query *q,
                       int (*cb)(void *ctx, const bdb_window_row *r), void *ctx, int64_t *watermark);
 
+/* The same windows as their statistics, in one call of cb per metric (its windows
+ * ascending, none empty) instead of one per window: for a caller that merges many
+ * devices' windows, where building and passing each row costs more than its sum.
+ * q->desc, q->limit and the quantiles are not served (BDB_ERR_INVALID unless 0 and
+ * no_quantiles set); cb's metric is q->metrics[mi] (or the device's, sorted). A
+ * non-zero cb stops. Errors as bdb_query_windows. */
+int bdb_query_window_runs(bdb_db *db, const bdb_window_query *q,
+                          int (*cb)(void *ctx, size_t mi, const bdb_window *w, size_t n), void *ctx,
+                          int64_t *watermark);
 #endif

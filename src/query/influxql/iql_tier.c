@@ -105,67 +105,73 @@ void iql_tier_acc_free(tier_acc *a)
     memset(a, 0, sizeof *a);
 }
 
-/* Merges one window of field fi of device dev into its output window: a window that
- * starts before the first goes into the first, one after the last is never shown. */
-static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row *r)
+/* The output window of a window starting at start (one before the first goes into
+ * the first), or SIZE_MAX when it is never shown. */
+static size_t acc_slot(tier_acc *a, int64_t start)
 {
-    size_t g = a->dg[dev];
-    a->seen[g]++;
-    if (!a->nwin || !r->count)
-        return;
-    size_t j;
-    if (r->start >= a->jlo && r->start < a->jhi) { /* the last one's window (edge samples) */
-        j = a->j;
-    } else if (a->jhi > a->jlo && r->start >= a->jhi && r->start - a->jhi < a->every) {
+    if (start >= a->jlo && start < a->jhi) /* the last one's window (edge samples) */
+        return a->j;
+    if (a->jhi > a->jlo && start >= a->jhi && start - a->jhi < a->every) {
         /* the next output window (a tier's windows in time order): no division */
         if (a->j + 1 >= a->nwin)
-            return;
-        j = ++a->j;
+            return SIZE_MAX;
         a->jlo = a->jhi;
         a->jhi += a->every;
-    } else {
-        int64_t d = r->start - a->lo;
-        uint64_t q = d < 0 ? 0 : (uint64_t)(d / a->every);
-        if (q >= a->nwin)
-            return;
-        j = (size_t)q;
-        if (d >= 0) {
-            a->j = j;
-            a->jlo = a->lo + (int64_t)j * a->every;
-            a->jhi = a->jlo + a->every;
-        }
+        return ++a->j;
     }
+    int64_t d = start - a->lo;
+    uint64_t q = d < 0 ? 0 : (uint64_t)(d / a->every);
+    if (q >= a->nwin)
+        return SIZE_MAX;
+    if (d >= 0) {
+        a->j = (size_t)q;
+        a->jlo = a->lo + (int64_t)q * a->every;
+        a->jhi = a->jlo + a->every;
+    }
+    return (size_t)q;
+}
+
+static void tacc_merge(iql_tacc *c, const iql_tacc *r, int spread);
+
+/* Group g's windows, allocated at its first: every window of the group, as its rows
+ * will be, bounded over all groups (NULL and over past it). */
+static iql_tacc *acc_cells(tier_acc *a, size_t g)
+{
     if (!a->g[g]) {
-        /* every window of the group, as its rows will be: bounded over all groups */
         uint64_t cells = (uint64_t)a->nwin * a->nf;
         if (cells > a->max_cells - a->cells) {
             a->over = 1;
-            return;
+            return NULL;
         }
         a->cells += cells;
         a->g[g] = calloc(a->nwin * a->nf, sizeof *a->g[g]);
         if (!a->g[g])
             abort();
     }
-    iql_tacc *c = &a->g[g][j * a->nf + fi];
-    double m2 = a->spread ? r->stddev * r->stddev * (double)r->count : 0;
-    if (!c->count) {
-        *c = (iql_tacc){r->count, r->sum, r->min, r->max, r->mean, m2, r->p50, r->p95, r->p99};
+    return a->g[g];
+}
+
+/* Merges window v (starting at start) of field fi of device dev into its output
+ * window. */
+static void acc_put(tier_acc *a, uint32_t dev, uint32_t fi, int64_t start, const iql_tacc *v)
+{
+    size_t g = a->dg[dev];
+    a->seen[g]++;
+    if (!a->nwin || !v->count)
         return;
-    }
-    if (a->spread) { /* Chan et al.: merge (count, mean, m2) of two parts */
-        double dm = r->mean - c->mean;
-        uint64_t tot = c->count + r->count;
-        c->mean += dm * (double)r->count / (double)tot;
-        c->m2 += m2 + dm * dm * (double)c->count * (double)r->count / (double)tot;
-    }
-    c->count += r->count;
-    c->sum += r->sum;
-    c->min = r->min < c->min ? r->min : c->min;
-    c->max = r->max > c->max ? r->max : c->max;
-    c->p50 = r->p50; /* sketches answer only one window of one device (iql_tier_choose) */
-    c->p95 = r->p95;
-    c->p99 = r->p99;
+    size_t j = acc_slot(a, start);
+    iql_tacc *cells = j == SIZE_MAX ? NULL : acc_cells(a, g);
+    if (cells)
+        tacc_merge(&cells[j * a->nf + fi], v, a->spread);
+}
+
+/* Merges one window row of field fi of device dev (the sketches' values from it). */
+static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row *r)
+{
+    iql_tacc v = {r->count, r->sum,  r->min,
+                  r->max,   r->mean, a->spread ? r->stddev * r->stddev * (double)r->count : 0,
+                  r->p50,   r->p95,  r->p99};
+    acc_put(a, dev, fi, r->start, &v);
 }
 
 struct tread {
@@ -176,6 +182,8 @@ struct tread {
     uint32_t dev;
     uint64_t *read, max;
     int over;
+    const char *last_metric; /* edge_cb's last metric and its field index */
+    uint32_t last_fi;
 };
 
 static int tread_cb(void *ctx, const bdb_window_row *r)
@@ -199,21 +207,83 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
     return 0;
 }
 
+/* A run of one metric's windows (no quantiles), ascending and none empty: merged
+ * straight from their stats, the group's windows found once for the run. */
+static int runs_cb(void *ctx, size_t mi, const bdb_window *w, size_t n)
+{
+    struct tread *t = ctx;
+    tier_acc *a = t->ta;
+    if (n > t->max || *t->read > t->max - n) {
+        t->over = 1;
+        return 1;
+    }
+    *t->read += n;
+    size_t g = a->dg[t->dev];
+    a->seen[g] += n;
+    if (!a->nwin)
+        return 0;
+    size_t fi = t->fis[mi], j = acc_slot(a, w[0].start);
+    if (j == SIZE_MAX)
+        return 0;
+    iql_tacc *cells = acc_cells(a, g);
+    if (!cells) {
+        t->over = 1;
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i && (j = acc_slot(a, w[i].start)) == SIZE_MAX)
+            break; /* ascending: every later window is past the last one shown too */
+        const bdb_stats *st = &w[i].st;
+        iql_tacc *c = &cells[j * a->nf + fi];
+        uint64_t cnt = bdb_stats_count(st);
+        double sum = bdb_stats_sum(st), mn = bdb_stats_min(st), mx = bdb_stats_max(st);
+        if (a->spread) {
+            iql_tacc v = {cnt, sum, mn, mx, bdb_stats_mean(st), st->m2, NAN, NAN, NAN};
+            tacc_merge(c, &v, 1);
+        } else if (!c->count) {
+            *c = (iql_tacc){cnt, sum, mn, mx, 0, 0, NAN, NAN, NAN};
+        } else {
+            c->count += cnt;
+            c->sum += sum;
+            c->min = mn < c->min ? mn : c->min;
+            c->max = mx > c->max ? mx : c->max;
+        }
+    }
+    return 0;
+}
+
 /* A raw sample as a window of one: the edges of an unaligned range merge with the
  * tier's windows (every function a tier answers across edges is mergeable). */
 static int edge_cb(void *ctx, const char *metric, int64_t ts, double v)
 {
-    bdb_window_row row = {.metric = metric,
-                          .start = ts,
-                          .count = 1,
-                          .sum = v,
-                          .min = v,
-                          .max = v,
-                          .mean = v,
-                          .p50 = v,
-                          .p95 = v,
-                          .p99 = v};
-    return tread_cb(ctx, &row);
+    struct tread *t = ctx;
+    tier_acc *a = t->ta;
+    if (++*t->read > t->max) {
+        t->over = 1;
+        return 1;
+    }
+    /* a range read hands out one metric's samples in runs: its field index once */
+    if (metric != t->last_metric) {
+        t->last_metric = metric;
+        t->last_fi = 0;
+        for (size_t i = 0; i < t->nm; i++)
+            if (t->metrics[i] == metric || !strcmp(t->metrics[i], metric)) {
+                t->last_fi = t->fis[i];
+                break;
+            }
+    }
+    size_t g = a->dg[t->dev];
+    a->seen[g]++;
+    size_t j = a->nwin ? acc_slot(a, ts) : SIZE_MAX;
+    iql_tacc *cells = j == SIZE_MAX ? NULL : acc_cells(a, g);
+    if (cells) {
+        iql_tacc one = {1, v, v, v, v, 0, v, v, v};
+        tacc_merge(&cells[j * a->nf + t->last_fi], &one, a->spread);
+    } else if (a->over) {
+        t->over = 1;
+        return 1;
+    }
+    return 0;
 }
 
 static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int64_t from,
@@ -256,13 +326,38 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
         int64_t wm;
         rc = read_edge(c, device, &t, from, a);
         if (rc == BDB_OK && !t.over)
-            rc = bdb_query_windows(c->db, &q, tread_cb, &t, &wm);
+            rc = quantiles ? bdb_query_windows(c->db, &q, tread_cb, &t, &wm)
+                           : bdb_query_window_runs(c->db, &q, runs_cb, &t, &wm);
         if (rc == BDB_OK && !t.over)
             rc = read_edge(c, device, &t, b, to);
     }
     if (t.over)
         return BDB_ERR_LIMIT;
     return rc;
+}
+
+/* Merges window r into c as acc_add merges a tier window. */
+static void tacc_merge(iql_tacc *c, const iql_tacc *r, int spread)
+{
+    if (!r->count)
+        return;
+    if (!c->count) {
+        *c = *r;
+        return;
+    }
+    if (spread) {
+        double dm = r->mean - c->mean;
+        uint64_t tot = c->count + r->count;
+        c->mean += dm * (double)r->count / (double)tot;
+        c->m2 += r->m2 + dm * dm * (double)c->count * (double)r->count / (double)tot;
+    }
+    c->count += r->count;
+    c->sum += r->sum;
+    c->min = r->min < c->min ? r->min : c->min;
+    c->max = r->max > c->max ? r->max : c->max;
+    c->p50 = r->p50;
+    c->p95 = r->p95;
+    c->p99 = r->p99;
 }
 
 /* One column of one output window. */

@@ -451,10 +451,49 @@ static void test_append_stats(void **st)
     bdb_rollup_free(&b);
 }
 
+/* A stats-only rollup takes windows that carry sketches (merged, set, folded) into
+ * statistics alone: the same statistics as a full rollup, its sketches zeroed, never
+ * allocated, and a fold out of it leaves the target's sketch alone. */
+static void test_stats_only_sketches(void **st)
+{
+    (void)st;
+    bdb_rollup full, lean;
+    bdb_rollup_init(&full, 60000);
+    for (int i = 0; i < 400; i++)
+        assert_int_equal(bdb_rollup_add(&full, 1700000000000 + i * 3001, cos(i) * 50), BDB_OK);
+    bdb_rollup_init(&lean, 60000);
+    lean.stats_only = 1;
+    for (size_t i = 0; i < full.n; i++) {
+        assert_true(bdb_sketch_count(&full.w[i].sk) > 0);
+        assert_int_equal(i % 2 ? bdb_rollup_merge_window(&lean, &full.w[i])
+                               : bdb_rollup_set_window(&lean, &full.w[i]),
+                         BDB_OK);
+    }
+    assert_int_equal(bdb_rollup_merge_window(&lean, &full.w[0]), BDB_OK); /* twice */
+    assert_int_equal(lean.n, full.n);
+    for (size_t i = 0; i < lean.n; i++) {
+        assert_true(lean.w[i].start == full.w[i].start);
+        assert_int_equal(lean.w[i].st.count, full.w[i].st.count * (i == 0 ? 2 : 1));
+        assert_null(lean.w[i].sk.b);
+        assert_int_equal(bdb_sketch_count(&lean.w[i].sk), 0);
+    }
+    bdb_window out;
+    out.start = lean.w[0].start;
+    bdb_stats_init(&out.st);
+    bdb_sketch_init_default(&out.sk);
+    assert_int_equal(bdb_rollup_fold(&lean, INT64_MIN, INT64_MAX, &out), BDB_OK);
+    assert_int_equal(out.st.count, full.w[0].st.count + 400);
+    assert_int_equal(bdb_sketch_count(&out.sk), 0);
+    bdb_sketch_free(&out.sk);
+    bdb_rollup_free(&full);
+    bdb_rollup_free(&lean);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pyramid_uniform),
+        cmocka_unit_test(test_stats_only_sketches),
         cmocka_unit_test(test_pyramid_skewed),
         cmocka_unit_test(test_pyramid_constant),
         cmocka_unit_test(test_partial_windows_merge),
