@@ -9,6 +9,8 @@
 #ifndef BDB_VFS_H
 #define BDB_VFS_H
 
+#include "common/buf.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -145,6 +147,16 @@ int bdb_vfs_write_atomic(bdb_vfs *v, const char *dir, const char *name, const vo
  * compressor failed too), or the stream's error. */
 int bdb_vfs_write_zstd(bdb_vfs *v, const char *dir, const char *name, const void *head, size_t hlen,
                        const void *src, size_t slen, int level);
+/* The zstd frame bdb_vfs_write_zstd would write for src[0..slen) at level, made
+ * ahead of time into out (appended; its spare capacity given back): a caller that
+ * must keep an image until a later write keeps the smaller frame instead. BDB_OK,
+ * BDB_ERR_NOMEM, BDB_ERR_IO (the compressor failed). */
+int bdb_zstd_frame(const void *src, size_t slen, int level, bdb_buf *out);
+/* Writes a whole file atomically as head[0..hlen), frame[0..flen) (from
+ * bdb_zstd_frame) and the CRC-32 of every byte before it: the file bdb_vfs_write_zstd
+ * writes. BDB_OK or the stream's error. */
+int bdb_vfs_write_framed(bdb_vfs *v, const char *dir, const char *name, const void *head,
+                         size_t hlen, const void *frame, size_t flen);
 /* Reads a whole file into a malloc'd buffer (caller frees). */
 int bdb_vfs_read_all(bdb_vfs *v, const char *path, void **data, size_t *len);
 

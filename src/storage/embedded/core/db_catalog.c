@@ -405,16 +405,16 @@ void cat_encode(bdb_db *db, bdb_buf *out)
     bdb_buf_put_u32le(out, (uint32_t)crc32(0, out->data, (uInt)out->len));
 }
 
-int cat_save(bdb_db *db, const bdb_buf *enc)
+int cat_save(bdb_db *db, size_t image_len, const bdb_buf *frame)
 {
     uint8_t head[8 + 4 + 8];
     memcpy(head, CAT2_MAGIC, 8);
     for (int i = 0; i < 4; i++)
         head[8 + i] = (uint8_t)(CAT2_VERSION >> (8 * i));
     for (int i = 0; i < 8; i++)
-        head[12 + i] = (uint8_t)((uint64_t)enc->len >> (8 * i));
-    return bdb_vfs_write_zstd(db->vfs, db->dir, "catalog", head, sizeof head, enc->data, enc->len,
-                              3);
+        head[12 + i] = (uint8_t)((uint64_t)image_len >> (8 * i));
+    return bdb_vfs_write_framed(db->vfs, db->dir, "catalog", head, sizeof head, frame->data,
+                                frame->len);
 }
 
 /* Unwraps a version 2 file into its image (malloc'd, replaces *data). */

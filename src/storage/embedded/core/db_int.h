@@ -313,7 +313,11 @@ int cat_set_state(device *d, const char *s, size_t n, int64_t ts);
 void cat_state_take(device *d, char *s, int64_t ts); /* takes ownership */
 void cat_encode(bdb_db *db, bdb_buf *out);
 int cat_load(bdb_db *db);
-int cat_save(bdb_db *db, const bdb_buf *enc);
+/* The catalog file (format in db_catalog.c) from an image's length and its zstd
+ * frame (bdb_zstd_frame at CAT_ZSTD_LEVEL): a flush keeps the frame, not the image,
+ * from its freeze to its commit. */
+#define CAT_ZSTD_LEVEL 3
+int cat_save(bdb_db *db, size_t image_len, const bdb_buf *frame);
 void cat_free(bdb_db *db);
 /* Frees a tenant taken out of db->tenants: its devices, series and head chunks
  * (head, device and series counters lowered). */
