@@ -116,6 +116,11 @@ static enum MHD_Result registry_error(bdb_server *s, struct MHD_Connection *c, i
                                   "invalid tenant: the name must be 1..128 characters of A-Z a-z "
                                   "0-9 _ - . and quotas at most 1000000000000",
                                   0);
+    case BDB_ERR_AGAIN: /* its store (Cassandra) did not confirm: retry later */
+        return respond_json_error(s, c, 503,
+                                  "the storage backend that keeps the tenant registry did not "
+                                  "confirm the change (not reachable?); nothing changed",
+                                  0);
     default:
         snprintf(msg, sizeof msg, "cannot save the tenant registry: %s; nothing changed",
                  bdb_strerror(rc));

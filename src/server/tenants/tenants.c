@@ -102,26 +102,35 @@ void tn_free_entries(bdb_tenants *r)
         free(val);
 }
 
-int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errlen)
+bdb_tenants *tn_new(const char *dir)
 {
-    if (errlen)
-        err[0] = '\0';
     bdb_tenants *r = calloc(1, sizeof *r);
     if (!r)
-        return BDB_ERR_NOMEM;
+        return NULL;
     size_t pl = strlen(dir) + sizeof REG_FILE + 2;
     r->dir = strdup(dir);
     r->path = malloc(pl);
     r->by_name = bdb_map_new();
     r->by_hash = bdb_map_new();
     r->dead = bdb_map_new();
+    bdb_buf_init(&r->stored);
     if (!r->dir || !r->path || !r->by_name || !r->by_hash || !r->dead) {
         bdb_tenants_close(r);
-        return BDB_ERR_NOMEM;
+        return NULL;
     }
     snprintf(r->path, pl, "%s/%s", dir, REG_FILE);
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->save_mu, NULL);
+    return r;
+}
+
+int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errlen)
+{
+    if (errlen)
+        err[0] = '\0';
+    bdb_tenants *r = tn_new(dir);
+    if (!r)
+        return BDB_ERR_NOMEM;
     int rc = tn_load(r, err, errlen);
     if (rc != BDB_OK) {
         bdb_tenants_close(r);
@@ -149,6 +158,7 @@ void bdb_tenants_close(bdb_tenants *r)
         pthread_mutex_destroy(&r->mu);
         pthread_mutex_destroy(&r->save_mu);
     }
+    bdb_buf_free(&r->stored);
     free(r->dir);
     free(r->path);
     free(r);
@@ -181,7 +191,12 @@ int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, in
         return rc;
     }
     bdb_token_hash(token, strlen(token), e->hash);
-    pthread_mutex_lock(&r->save_mu);
+    if ((rc = tn_begin_change(r)) != BDB_OK) {
+        free(e);
+        OPENSSL_cleanse(token, BDB_TOKEN_HEX);
+        token[0] = '\0';
+        return rc;
+    }
     pthread_mutex_lock(&r->mu);
     if (bdb_map_get(r->by_name, name, strlen(name))) {
         pthread_mutex_unlock(&r->mu);
@@ -208,7 +223,9 @@ int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, in
 int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
                        bdb_tenant_info *out)
 {
-    pthread_mutex_lock(&r->save_mu);
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK)
+        return brc;
     pthread_mutex_lock(&r->mu);
     tentry *e = tn_find(r, name);
     if (!e) {
@@ -281,7 +298,9 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
 
 int bdb_tenants_undo_create(bdb_tenants *r, const char *name)
 {
-    pthread_mutex_lock(&r->save_mu);
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK)
+        return brc;
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_name, name, strlen(name));
     if (e)
@@ -304,7 +323,11 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms)
     tdead *fresh = calloc(1, sizeof *fresh);
     if (!fresh)
         return BDB_ERR_NOMEM;
-    pthread_mutex_lock(&r->save_mu);
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK) {
+        free(fresh);
+        return brc;
+    }
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_name, name, strlen(name));
     tdead *d = e ? bdb_map_get(r->dead, name, strlen(name)) : NULL;
@@ -360,7 +383,11 @@ int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
         return rc;
     uint8_t h[BDB_HASH_BYTES];
     bdb_token_hash(token, strlen(token), h);
-    pthread_mutex_lock(&r->save_mu);
+    if ((rc = tn_begin_change(r)) != BDB_OK) {
+        OPENSSL_cleanse(token, BDB_TOKEN_HEX);
+        token[0] = '\0';
+        return rc;
+    }
     pthread_mutex_lock(&r->mu);
     tentry *e = tn_find(r, name);
     if (!e) {
