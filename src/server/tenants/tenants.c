@@ -171,18 +171,77 @@ const char *bdb_tenants_path(const bdb_tenants *r)
 
 /* ------------------------------------------------------------------ changes */
 
+/* in with the settings p sets (NULL: none) into out: 0, or -1 when a value is out of
+ * bounds. What the patch sets is bounded; a value stored before the bound stays. */
+static int apply_patch(const bdb_tenant_info *in, const bdb_tenant_patch *p, bdb_tenant_info *out)
+{
+    *out = *in;
+    if (!p)
+        return 0;
+    int bad =
+        p->has_retention && (p->retention_ms < 0 || p->retention_ms > BDB_TENANT_RETENTION_MAX_MS);
+    for (int k = 0; k < 3; k++)
+        if (p->has_tier_retention[k] && p->tier_retention_ms[k] > BDB_TENANT_RETENTION_MAX_MS)
+            bad = 1;
+    if (bad)
+        return -1;
+    bdb_tenant_info nw = *in;
+    if (p->has_writes_per_second)
+        nw.quotas.writes_per_second = p->quotas.writes_per_second;
+    if (p->has_burst)
+        nw.quotas.burst = p->quotas.burst;
+    if (p->has_max_devices)
+        nw.quotas.max_devices = p->quotas.max_devices;
+    if (p->has_storage_bytes)
+        nw.quotas.storage_bytes = p->quotas.storage_bytes;
+    if (p->has_retention)
+        nw.retention_ms = p->retention_ms;
+    if (p->has_hot_threshold)
+        nw.hot.threshold = p->hot.threshold;
+    if (p->has_hot_policy)
+        nw.hot.policy = p->hot.policy;
+    if (p->has_hot_subbuckets)
+        nw.hot.subbuckets = p->hot.subbuckets;
+    if (p->has_hot_rate_limit)
+        nw.hot.rate_limit = p->hot.rate_limit;
+    if (p->has_hot_sample)
+        nw.hot.sample = p->hot.sample;
+    for (int k = 0; k < 3; k++)
+        if (p->has_tier_retention[k])
+            nw.tier_retention_ms[k] = p->tier_retention_ms[k];
+    if (p->has_device_rule)
+        memcpy(nw.device_rule, p->device_rule, sizeof nw.device_rule);
+    if (!tn_device_rule_valid(nw.device_rule) || !tn_quotas_valid(&nw.quotas) ||
+        nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
+        !tn_tier_retention_valid(nw.tier_retention_ms))
+        return -1;
+    *out = nw;
+    return 0;
+}
+
 int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
                        int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
 {
-    if (bdb_tenant_name_registrable(name, NULL, NULL, 0) != 0 || !tn_quotas_valid(q) ||
-        retention_ms < 0 || retention_ms > BDB_TENANT_RETENTION_MAX_MS)
+    bdb_tenant_patch p = {0};
+    p.has_writes_per_second = p.has_burst = p.has_max_devices = p.has_storage_bytes = 1;
+    p.quotas = *q;
+    p.has_retention = 1;
+    p.retention_ms = retention_ms;
+    return bdb_tenants_create_with(r, name, &p, now_ms, token);
+}
+
+int bdb_tenants_create_with(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
+                            int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
+{
+    static const bdb_tenant_info none;
+    bdb_tenant_info info;
+    if (bdb_tenant_name_registrable(name, NULL, NULL, 0) != 0 || apply_patch(&none, p, &info) != 0)
         return BDB_ERR_INVALID;
     tentry *e = calloc(1, sizeof *e);
     if (!e)
         return BDB_ERR_NOMEM;
+    e->info = info;
     snprintf(e->info.name, sizeof e->info.name, "%s", name);
-    e->info.quotas = *q;
-    e->info.retention_ms = retention_ms;
     e->info.created_ms = now_ms;
     e->info.token_rotated_ms = now_ms;
     int rc = bdb_token_generate(token);
@@ -233,46 +292,8 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_NOTFOUND;
     }
-    /* What this change sets is bounded; a value stored before the bound stays. */
-    int bad =
-        p->has_retention && (p->retention_ms < 0 || p->retention_ms > BDB_TENANT_RETENTION_MAX_MS);
-    for (int k = 0; k < 3; k++)
-        if (p->has_tier_retention[k] && p->tier_retention_ms[k] > BDB_TENANT_RETENTION_MAX_MS)
-            bad = 1;
-    if (bad) {
-        pthread_mutex_unlock(&r->mu);
-        pthread_mutex_unlock(&r->save_mu);
-        return BDB_ERR_INVALID;
-    }
-    bdb_tenant_info old = e->info, nw = e->info;
-    if (p->has_writes_per_second)
-        nw.quotas.writes_per_second = p->quotas.writes_per_second;
-    if (p->has_burst)
-        nw.quotas.burst = p->quotas.burst;
-    if (p->has_max_devices)
-        nw.quotas.max_devices = p->quotas.max_devices;
-    if (p->has_storage_bytes)
-        nw.quotas.storage_bytes = p->quotas.storage_bytes;
-    if (p->has_retention)
-        nw.retention_ms = p->retention_ms;
-    if (p->has_hot_threshold)
-        nw.hot.threshold = p->hot.threshold;
-    if (p->has_hot_policy)
-        nw.hot.policy = p->hot.policy;
-    if (p->has_hot_subbuckets)
-        nw.hot.subbuckets = p->hot.subbuckets;
-    if (p->has_hot_rate_limit)
-        nw.hot.rate_limit = p->hot.rate_limit;
-    if (p->has_hot_sample)
-        nw.hot.sample = p->hot.sample;
-    for (int k = 0; k < 3; k++)
-        if (p->has_tier_retention[k])
-            nw.tier_retention_ms[k] = p->tier_retention_ms[k];
-    if (p->has_device_rule)
-        memcpy(nw.device_rule, p->device_rule, sizeof nw.device_rule);
-    if (!tn_device_rule_valid(nw.device_rule) || !tn_quotas_valid(&nw.quotas) ||
-        nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
-        !tn_tier_retention_valid(nw.tier_retention_ms)) {
+    bdb_tenant_info old = e->info, nw;
+    if (apply_patch(&e->info, p, &nw) != 0) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_INVALID;

@@ -155,6 +155,11 @@ const char *bdb_tenants_path(const bdb_tenants *r);
  * quota), BDB_ERR_EXISTS, BDB_ERR_IO (not persisted; nothing changed). */
 int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
                        int64_t now_ms, char token[BDB_TOKEN_HEX + 1]);
+/* The same with every setting a patch carries (quotas, retention, hot, tier retention,
+ * device rule; NULL: none), in one change: the admin API's create, so that a tenant
+ * is never stored without the settings it was created with. */
+int bdb_tenants_create_with(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
+                            int64_t now_ms, char token[BDB_TOKEN_HEX + 1]);
 /* Errors: BDB_ERR_NOTFOUND, BDB_ERR_INVALID, BDB_ERR_IO. out (may be NULL) gets the
  * updated tenant. */
 int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,

@@ -210,7 +210,7 @@ int tn_write(bdb_tenants *r, const bdb_buf *b)
     rc = tn_write_file(r, b);
     if (rc != BDB_OK) {
         /* The store is the truth at the next start: give it the registry as it stays. */
-        if (r->stored.len &&
+        if (!r->stored.len ||
             r->store->ops->doc_put(r->store, TN_DOC_KEY, r->stored.data, r->stored.len) != BDB_OK)
             BDB_ERROR("tenant registry: %s could not be written and %s keeps the change "
                       "that failed: the next start loads it",

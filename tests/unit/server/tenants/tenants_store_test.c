@@ -115,6 +115,19 @@ static void test_store_first_and_new_directory(void **state)
     p.quotas.max_devices = 9;
     assert_int_equal(bdb_tenants_update(a, "acme", &p, NULL), BDB_OK);
     assert_int_equal(bdb_tenants_delete(a, "gone", 2000), BDB_OK);
+    /* a create with every setting is one change: one document written, never a
+     * tenant without its settings */
+    bdb_tenant_patch cp = {0};
+    cp.has_hot_threshold = 1;
+    cp.hot.threshold = 900;
+    cp.has_device_rule = 1;
+    strcpy(cp.device_rule, "device,host");
+    uint64_t puts = f->op_calls[FS_DOC_PUT];
+    char tok4[BDB_TOKEN_HEX + 1];
+    assert_int_equal(bdb_tenants_create_with(a, "initech", &cp, 1500, tok4), BDB_OK);
+    assert_int_equal(f->op_calls[FS_DOC_PUT], puts + 1);
+    size_t dl0;
+    assert_non_null(strstr(doc_of(f, &dl0), "hot_threshold=900 device_rule=device,host"));
     assert_same_copies(dir_a, f);
     size_t before_len;
     char *before = file_of(dir_a, &before_len);
@@ -123,7 +136,7 @@ static void test_store_first_and_new_directory(void **state)
     f->fail_op = FS_DOC_PUT;
     f->fail_rc = BDB_ERR_IO;
     char t[BDB_TOKEN_HEX + 1];
-    assert_int_equal(bdb_tenants_create(a, "initech", &q, 0, 3000, t), BDB_ERR_AGAIN);
+    assert_int_equal(bdb_tenants_create(a, "hooli", &q, 0, 3000, t), BDB_ERR_AGAIN);
     assert_int_equal(t[0], '\0');
     p.quotas.max_devices = 1;
     assert_int_equal(bdb_tenants_update(a, "acme", &p, NULL), BDB_ERR_AGAIN);
@@ -131,7 +144,7 @@ static void test_store_first_and_new_directory(void **state)
     assert_int_equal(bdb_tenants_delete(a, "globex", 3000), BDB_ERR_AGAIN);
     f->fail_op = -1;
     bdb_tenant_info ti;
-    assert_int_equal(bdb_tenants_get(a, "initech", &ti), BDB_ERR_NOTFOUND);
+    assert_int_equal(bdb_tenants_get(a, "hooli", &ti), BDB_ERR_NOTFOUND);
     assert_int_equal(bdb_tenants_get(a, "acme", &ti), BDB_OK);
     assert_int_equal(ti.quotas.max_devices, 9);
     assert_int_equal(bdb_tenants_get(a, "globex", &ti), BDB_OK);
@@ -146,8 +159,12 @@ static void test_store_first_and_new_directory(void **state)
 
     /* A new, empty directory on the same store: the same registry. */
     bdb_tenants *b = open_on(dir_b, f, 0);
-    assert_int_equal(bdb_tenants_count(b), 2);
+    assert_int_equal(bdb_tenants_count(b), 3);
     assert_true(token_works(b, tok1, "acme"));
+    assert_true(token_works(b, tok4, "initech"));
+    assert_int_equal(bdb_tenants_get(b, "initech", &ti), BDB_OK);
+    assert_int_equal(ti.hot.threshold, 900);
+    assert_string_equal(ti.device_rule, "device,host");
     assert_true(token_works(b, tok2, "globex"));
     assert_false(token_works(b, tok3, "gone"));
     assert_int_equal(bdb_tenants_get(b, "acme", &ti), BDB_OK);
