@@ -19,8 +19,10 @@ registry on Cassandra"), against one real Cassandra 2.1.0 node of the file's own
 - `change_while_node_stopped_fails`: with the node stopped, creating, updating,
   rotating and deleting tenants answer 503 with Retry-After and change nothing (the
   listing and the file are the same bytes); tenant writes keep working (the WAL);
-  with the node back the same update succeeds, and a server on an empty directory
-  sees it.
+  the server killed and restarted while the node is still down (`offline_start`)
+  takes the registry from its file (a warning), accepts the token and refuses the
+  changes the same way; with the node back the same update succeeds, and a server on
+  an empty directory sees it.
 
     BUCKETDB_BIN=build/bucketdb python3 tests/integration/test_cassandra_tenants.py"""
 
@@ -186,23 +188,28 @@ def local_file_moves_up():
 @suite.test
 def change_while_node_stopped_fails():
     ks = "bdb_tenants_outage"
-    s = server(ks).start()
+    s = server(ks, extra="&offline_start=true")
+    s.start()
     try:
         t1 = create(s, {"name": "t1", "quotas": {"max_devices": 5}})
+        write(s, t1, ["m,device=a v=0 %d" % (T0 - 1)])
+        flush(s)  # a catalog: the directory may start offline (it needs no rebuild)
         before, file_before = listing(s), file_bytes(s)
         NODE.kill(signal.SIGTERM)  # a clean stop
         try:
-            for method, path, doc in (("POST", "/tenants", {"name": "t2"}),
-                                      ("PATCH", "/tenants/t1", {"quotas": {"max_devices": 9}}),
-                                      ("POST", "/tenants/t1/token", None),
-                                      ("DELETE", "/tenants/t1", None)):
-                r = admin(s, method, path, doc)
-                eq(r.status, 503, "%s %s: %r" % (method, path, r.body[:300]))
-                eq(r.headers.get("retry-after"), "1")
-                contains(r.json()["error"], "nothing changed")
+            refused_changes(s)
             eq(listing(s), before, "the tenants after the refused changes")
             eq(file_bytes(s), file_before, "the file after the refused changes")
             write(s, t1, ["m,device=a v=1 %d" % T0])  # writes go on (the WAL)
+            # a restart while the node is down: the local file answers
+            s.kill()
+            s.start()
+            contains(s.log(), "cannot be reached")
+            contains(s.log(), "using %s" % os.path.join(s.data, "tenants"))
+            eq(listing(s), before, "the tenants of an offline start")
+            write(s, t1, ["m,device=a v=2 %d" % (T0 + 1)])
+            refused_changes(s)
+            eq(file_bytes(s), file_before, "the file after the refused changes")
         finally:
             check(NODE.start(same_ports=True), NODE.error or "node did not restart")
         deadline = time.monotonic() + 60
@@ -223,6 +230,17 @@ def change_while_node_stopped_fails():
         write(n, t1, ["m,device=b v=1 %d" % T0])
     finally:
         n.stop()
+
+
+def refused_changes(s):
+    for method, path, doc in (("POST", "/tenants", {"name": "t2"}),
+                              ("PATCH", "/tenants/t1", {"quotas": {"max_devices": 9}}),
+                              ("POST", "/tenants/t1/token", None),
+                              ("DELETE", "/tenants/t1", None)):
+        r = admin(s, method, path, doc)
+        eq(r.status, 503, "%s %s: %r" % (method, path, r.body[:300]))
+        eq(r.headers.get("retry-after"), "1")
+        contains(r.json()["error"], "nothing changed")
 
 
 if __name__ == "__main__":
