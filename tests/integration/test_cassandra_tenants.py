@@ -144,11 +144,11 @@ def registry_survives_node_and_disk():
     time.sleep(32)  # the killed server's writer lease expires
     b = server(ks).start()
     try:
+        for d, v in data_a.items():
+            eq(samples(b, t_acme, d), v, "A's samples of %s on B, with A's token" % d)
+        eq(listing(b), want, "the tenants listed by B and by A")
         contains(b.log(), "tenant registry: 2 tenant(s) from")
         eq(file_bytes(b), doc, "the new directory's file: the document's bytes")
-        eq(listing(b), want, "the tenants listed by B and by A")
-        for d, v in data_a.items():
-            eq(samples(b, t_acme, d), v, "A's samples of %s on B" % d)
         write(b, t_acme, ["m,device=d9 v=1 %d" % T0])
         write(b, t_globex, ["m,device=g2 v=1 %d" % T0])
         write(b, t_old, ["m,device=g3 v=1 %d" % T0], expect=401)
