@@ -618,23 +618,10 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     for (int i = 0; i < 3; i++)
         o.tier_retention_ms[i] = tiers[i] > 0 ? tiers[i] : -1;
     char terr[600];
-    int rc = bdb_tenants_open(cfg->data, &s->tenants, terr, sizeof terr);
-    if (rc != BDB_OK) {
-        if (rc == BDB_ERR_CORRUPT)
-            BDB_ERROR("tenant registry: %s. Restore the file from a backup, or move it aside "
-                      "and create the tenants again (their tokens change)",
-                      terr);
-        else
-            BDB_ERROR("tenant registry: %s", terr[0] ? terr : bdb_strerror(rc));
-        free(s);
-        return rc;
-    }
+    int rc;
     o.retention_ms = cfg->retention_ms;
-    o.clock = server_clock(s); /* hot partitions: test_clock makes it settable */
-    /* The registry is open before the engine, whose flush and maintenance threads ask
-     * it for each tenant's TTL from the start. */
-    o.tenant_retention = tenant_ttl;
-    o.tenant_retention_ctx = s->tenants;
+    o.clock = server_clock(s);       /* hot partitions: test_clock makes it settable */
+    o.tenant_retention = tenant_ttl; /* its ctx: the registry, opened below */
     /* late data (db_tier_late.c) */
     o.late_threshold_ms = cfg->late_threshold;
     if (cfg->test_faults) { /* tests only: POST /internal/fault (h_fault) */
@@ -652,13 +639,33 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
          * change, not the data directory's lock (which BDB_ERR_EXISTS tells serve) */
         if (rc == BDB_ERR_EXISTS)
             rc = BDB_ERR_INVALID;
-        bdb_tenants_close(s->tenants);
         fault_vfs_free(s);
         free(s);
         return rc;
     }
     if (o.sink)
         BDB_INFO("storage: %s", o.sink->ops->describe(o.sink));
+    /* The tenant registry, kept in the backend too when it takes documents (Cassandra:
+     * a node that lost its data directory gets its tenants and tokens back). Opened
+     * after the backend, before the engine. */
+    rc = bdb_tenants_open_store(cfg->data, o.sink, bdb_backend_offline_start(cfg->storage),
+                                &s->tenants, terr, sizeof terr);
+    if (rc != BDB_OK) {
+        if (rc == BDB_ERR_CORRUPT && !(o.sink && o.sink->ops->doc_get))
+            BDB_ERROR("tenant registry: %s. Restore the file from a backup, or move it aside "
+                      "and create the tenants again (their tokens change)",
+                      terr);
+        else
+            BDB_ERROR("tenant registry: %s", terr[0] ? terr : bdb_strerror(rc));
+        if (o.sink)
+            o.sink->ops->close(o.sink);
+        fault_vfs_free(s);
+        free(s);
+        return rc;
+    }
+    /* The registry is open before the engine, whose flush and maintenance threads ask
+     * it for each tenant's TTL from the start. */
+    o.tenant_retention_ctx = s->tenants;
     rc = bdb_db_open(&o, &s->db);
     if (rc != BDB_OK) {
         if (o.sink) /* storage: a failed open leaves the sink to us */

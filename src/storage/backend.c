@@ -1,6 +1,7 @@
 /* backend: the storage backends by name (backend.h). */
 #include "storage/backend.h"
 #include "storage/cassandra/cass_sink.h"
+#include "storage/cassandra/cass_uri.h"
 #include "storage/cassandra/schema.h"
 
 #include "bucketdb/bdb.h"
@@ -44,4 +45,13 @@ void bdb_backend_set_reporter(const char *url, bdb_sink *sink, const char *liste
 {
     if (sink && is_cassandra(url))
         cass_sink_set_reporter(sink, listen, backlog, ud);
+}
+
+int bdb_backend_offline_start(const char *url)
+{
+    if (!is_cassandra(url))
+        return 0;
+    cass_uri u;
+    char err[300];
+    return cass_uri_parse(url, &u, err, sizeof err) == BDB_OK && u.offline_start;
 }

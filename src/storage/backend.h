@@ -49,4 +49,9 @@ void bdb_backend_metrics(const char *url, struct bdb_buf *b, uint64_t wal_bytes,
 void bdb_backend_set_reporter(const char *url, bdb_sink *sink, const char *listen,
                               uint64_t (*backlog)(void *ud), void *ud);
 
+/* 1 if url lets a server start while no node answers (Cassandra's offline_start),
+ * which then decides whether the tenant registry may start from the data directory
+ * alone or empty (tenants.h, bdb_tenants_open_store). 0 otherwise. */
+int bdb_backend_offline_start(const char *url);
+
 #endif

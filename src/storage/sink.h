@@ -190,6 +190,21 @@ typedef struct bdb_sink_ops {
      * device_list (storage/embedded/sink/db_cat_sink.h). NULL: the registry cannot be
      * listed and such an engine starts empty. */
     int (*tenant_list)(bdb_sink *s, void (*fn)(void *ud, const char *tenant), void *ud);
+
+    /* ---- named durable documents (optional: NULL = the sink keeps none, and what the
+     * server would keep there stays in its data directory alone). A document is a
+     * whole value under a key (e.g. "tenants": the tenant registry, server/tenants/
+     * tenants.h), replaced whole by a put and read whole by a get, never seen half
+     * written: a reader gets the previous document or the new one. doc_put returns once
+     * the sink confirmed every byte: BDB_OK, BDB_ERR_AGAIN or BDB_ERR_IO (not reachable,
+     * or a write failed after its retries: the previous document stays), BDB_ERR_EXISTS
+     * (another server writes to the sink now). doc_get: BDB_OK with *data (malloc'd,
+     * the caller frees; NUL-terminated beyond *len) and *len, BDB_ERR_NOTFOUND (no such
+     * document), BDB_ERR_AGAIN or BDB_ERR_IO (not reachable), BDB_ERR_CORRUPT (what is
+     * stored fails its checksum or misses a part; err says what). */
+    int (*doc_put)(bdb_sink *s, const char *key, const void *data, size_t len);
+    int (*doc_get)(bdb_sink *s, const char *key, void **data, size_t *len, char *err,
+                   size_t errlen);
 } bdb_sink_ops;
 
 /* One sample handed to ack_put. */

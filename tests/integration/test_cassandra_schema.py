@@ -36,7 +36,7 @@ KS_MODEL = {m: cassnode.keyspace("bdb_schema_%s" % m) for m in ("index", "hash")
 KS_AUTO = cassnode.keyspace("bdb_schema_auto")
 TABLES = {"telemetry", "telemetry_by_tenant", "agg_1m", "agg_1h", "agg_1d", "fleet_agg_1h",
           "fleet_agg_1d", "late_arrivals", "devices", "latest_by_device", "latest_by_state",
-          "telemetry_by_tenant_totals", "owner"}
+          "telemetry_by_tenant_totals", "owner", "docs"}
 
 
 class Failure(Exception):

@@ -116,6 +116,11 @@ static enum MHD_Result registry_error(bdb_server *s, struct MHD_Connection *c, i
                                   "invalid tenant: the name must be 1..128 characters of A-Z a-z "
                                   "0-9 _ - . and quotas at most 1000000000000",
                                   0);
+    case BDB_ERR_AGAIN: /* its store (Cassandra) did not confirm: retry later */
+        return respond_json_error(s, c, 503,
+                                  "the storage backend that keeps the tenant registry did not "
+                                  "confirm the change (not reachable?); nothing changed",
+                                  0);
     default:
         snprintf(msg, sizeof msg, "cannot save the tenant registry: %s; nothing changed",
                  bdb_strerror(rc));
@@ -390,29 +395,11 @@ static enum MHD_Result create_tenant(bdb_server *s, struct MHD_Connection *c, re
     snprintf(nm, sizeof nm, "%s", name);
     json_decref(root);
     char token[BDB_TOKEN_HEX + 1];
-    int rc = bdb_tenants_create(s->tenants, nm, &p.quotas, p.retention_ms, bdb_now_ms(), token);
+    /* one change with every setting: never stored without them (nor half-undone when
+     * the registry's store goes away between two changes) */
+    int rc = bdb_tenants_create_with(s->tenants, nm, &p, bdb_now_ms(), token);
     if (rc != BDB_OK)
         return registry_error(s, c, rc, nm);
-    if (p.has_hot_threshold || p.has_hot_policy || p.has_hot_subbuckets || p.has_hot_rate_limit ||
-        p.has_hot_sample || p.has_tier_retention[0] || p.has_tier_retention[1] ||
-        p.has_tier_retention[2] || p.has_device_rule) {
-        bdb_tenant_patch hp = {0};
-        hp.has_hot_threshold = p.has_hot_threshold;
-        hp.has_hot_policy = p.has_hot_policy;
-        hp.has_hot_subbuckets = p.has_hot_subbuckets;
-        hp.has_hot_rate_limit = p.has_hot_rate_limit;
-        hp.has_hot_sample = p.has_hot_sample;
-        hp.hot = p.hot;
-        memcpy(hp.has_tier_retention, p.has_tier_retention, sizeof hp.has_tier_retention);
-        memcpy(hp.tier_retention_ms, p.tier_retention_ms, sizeof hp.tier_retention_ms);
-        hp.has_device_rule = p.has_device_rule;
-        memcpy(hp.device_rule, p.device_rule, sizeof hp.device_rule);
-        if ((rc = bdb_tenants_update(s->tenants, nm, &hp, NULL)) != BDB_OK) {
-            bdb_tenants_undo_create(s->tenants, nm); /* all or nothing */
-            OPENSSL_cleanse(token, sizeof token);
-            return registry_error(s, c, rc, nm);
-        }
-    }
     BDB_INFO("tenant '%s' created", nm);
     bdb_tenant_info t;
     if (bdb_tenants_get(s->tenants, nm, &t) != BDB_OK) { /* deleted meanwhile */

@@ -102,26 +102,35 @@ void tn_free_entries(bdb_tenants *r)
         free(val);
 }
 
-int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errlen)
+bdb_tenants *tn_new(const char *dir)
 {
-    if (errlen)
-        err[0] = '\0';
     bdb_tenants *r = calloc(1, sizeof *r);
     if (!r)
-        return BDB_ERR_NOMEM;
+        return NULL;
     size_t pl = strlen(dir) + sizeof REG_FILE + 2;
     r->dir = strdup(dir);
     r->path = malloc(pl);
     r->by_name = bdb_map_new();
     r->by_hash = bdb_map_new();
     r->dead = bdb_map_new();
+    bdb_buf_init(&r->stored);
     if (!r->dir || !r->path || !r->by_name || !r->by_hash || !r->dead) {
         bdb_tenants_close(r);
-        return BDB_ERR_NOMEM;
+        return NULL;
     }
     snprintf(r->path, pl, "%s/%s", dir, REG_FILE);
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->save_mu, NULL);
+    return r;
+}
+
+int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errlen)
+{
+    if (errlen)
+        err[0] = '\0';
+    bdb_tenants *r = tn_new(dir);
+    if (!r)
+        return BDB_ERR_NOMEM;
     int rc = tn_load(r, err, errlen);
     if (rc != BDB_OK) {
         bdb_tenants_close(r);
@@ -149,6 +158,7 @@ void bdb_tenants_close(bdb_tenants *r)
         pthread_mutex_destroy(&r->mu);
         pthread_mutex_destroy(&r->save_mu);
     }
+    bdb_buf_free(&r->stored);
     free(r->dir);
     free(r->path);
     free(r);
@@ -161,73 +171,21 @@ const char *bdb_tenants_path(const bdb_tenants *r)
 
 /* ------------------------------------------------------------------ changes */
 
-int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
-                       int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
+/* in with the settings p sets (NULL: none) into out: 0, or -1 when a value is out of
+ * bounds. What the patch sets is bounded; a value stored before the bound stays. */
+static int apply_patch(const bdb_tenant_info *in, const bdb_tenant_patch *p, bdb_tenant_info *out)
 {
-    if (bdb_tenant_name_registrable(name, NULL, NULL, 0) != 0 || !tn_quotas_valid(q) ||
-        retention_ms < 0 || retention_ms > BDB_TENANT_RETENTION_MAX_MS)
-        return BDB_ERR_INVALID;
-    tentry *e = calloc(1, sizeof *e);
-    if (!e)
-        return BDB_ERR_NOMEM;
-    snprintf(e->info.name, sizeof e->info.name, "%s", name);
-    e->info.quotas = *q;
-    e->info.retention_ms = retention_ms;
-    e->info.created_ms = now_ms;
-    e->info.token_rotated_ms = now_ms;
-    int rc = bdb_token_generate(token);
-    if (rc != BDB_OK) {
-        free(e);
-        return rc;
-    }
-    bdb_token_hash(token, strlen(token), e->hash);
-    pthread_mutex_lock(&r->save_mu);
-    pthread_mutex_lock(&r->mu);
-    if (bdb_map_get(r->by_name, name, strlen(name))) {
-        pthread_mutex_unlock(&r->mu);
-        pthread_mutex_unlock(&r->save_mu);
-        free(e);
-        OPENSSL_cleanse(token, BDB_TOKEN_HEX);
-        token[0] = '\0';
-        return BDB_ERR_EXISTS;
-    }
-    tn_put_entry(r, e);
-    pthread_mutex_unlock(&r->mu);
-    rc = tn_persist(r);
-    if (rc != BDB_OK) {
-        pthread_mutex_lock(&r->mu);
-        tn_drop_entry(r, e);
-        pthread_mutex_unlock(&r->mu);
-        free(e);
-        token[0] = '\0';
-    }
-    pthread_mutex_unlock(&r->save_mu);
-    return rc;
-}
-
-int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
-                       bdb_tenant_info *out)
-{
-    pthread_mutex_lock(&r->save_mu);
-    pthread_mutex_lock(&r->mu);
-    tentry *e = tn_find(r, name);
-    if (!e) {
-        pthread_mutex_unlock(&r->mu);
-        pthread_mutex_unlock(&r->save_mu);
-        return BDB_ERR_NOTFOUND;
-    }
-    /* What this change sets is bounded; a value stored before the bound stays. */
+    *out = *in;
+    if (!p)
+        return 0;
     int bad =
         p->has_retention && (p->retention_ms < 0 || p->retention_ms > BDB_TENANT_RETENTION_MAX_MS);
     for (int k = 0; k < 3; k++)
         if (p->has_tier_retention[k] && p->tier_retention_ms[k] > BDB_TENANT_RETENTION_MAX_MS)
             bad = 1;
-    if (bad) {
-        pthread_mutex_unlock(&r->mu);
-        pthread_mutex_unlock(&r->save_mu);
-        return BDB_ERR_INVALID;
-    }
-    bdb_tenant_info old = e->info, nw = e->info;
+    if (bad)
+        return -1;
+    bdb_tenant_info nw = *in;
     if (p->has_writes_per_second)
         nw.quotas.writes_per_second = p->quotas.writes_per_second;
     if (p->has_burst)
@@ -255,7 +213,87 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
         memcpy(nw.device_rule, p->device_rule, sizeof nw.device_rule);
     if (!tn_device_rule_valid(nw.device_rule) || !tn_quotas_valid(&nw.quotas) ||
         nw.retention_ms < 0 || !bdb_tenant_hot_valid(&nw.hot) ||
-        !tn_tier_retention_valid(nw.tier_retention_ms)) {
+        !tn_tier_retention_valid(nw.tier_retention_ms))
+        return -1;
+    *out = nw;
+    return 0;
+}
+
+int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
+                       int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
+{
+    bdb_tenant_patch p = {0};
+    p.has_writes_per_second = p.has_burst = p.has_max_devices = p.has_storage_bytes = 1;
+    p.quotas = *q;
+    p.has_retention = 1;
+    p.retention_ms = retention_ms;
+    return bdb_tenants_create_with(r, name, &p, now_ms, token);
+}
+
+int bdb_tenants_create_with(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
+                            int64_t now_ms, char token[BDB_TOKEN_HEX + 1])
+{
+    static const bdb_tenant_info none;
+    bdb_tenant_info info;
+    if (bdb_tenant_name_registrable(name, NULL, NULL, 0) != 0 || apply_patch(&none, p, &info) != 0)
+        return BDB_ERR_INVALID;
+    tentry *e = calloc(1, sizeof *e);
+    if (!e)
+        return BDB_ERR_NOMEM;
+    e->info = info;
+    snprintf(e->info.name, sizeof e->info.name, "%s", name);
+    e->info.created_ms = now_ms;
+    e->info.token_rotated_ms = now_ms;
+    int rc = bdb_token_generate(token);
+    if (rc != BDB_OK) {
+        free(e);
+        return rc;
+    }
+    bdb_token_hash(token, strlen(token), e->hash);
+    if ((rc = tn_begin_change(r)) != BDB_OK) {
+        free(e);
+        OPENSSL_cleanse(token, BDB_TOKEN_HEX);
+        token[0] = '\0';
+        return rc;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (bdb_map_get(r->by_name, name, strlen(name))) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        free(e);
+        OPENSSL_cleanse(token, BDB_TOKEN_HEX);
+        token[0] = '\0';
+        return BDB_ERR_EXISTS;
+    }
+    tn_put_entry(r, e);
+    pthread_mutex_unlock(&r->mu);
+    rc = tn_persist(r);
+    if (rc != BDB_OK) {
+        pthread_mutex_lock(&r->mu);
+        tn_drop_entry(r, e);
+        pthread_mutex_unlock(&r->mu);
+        free(e);
+        token[0] = '\0';
+    }
+    pthread_mutex_unlock(&r->save_mu);
+    return rc;
+}
+
+int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
+                       bdb_tenant_info *out)
+{
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK)
+        return brc;
+    pthread_mutex_lock(&r->mu);
+    tentry *e = tn_find(r, name);
+    if (!e) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        return BDB_ERR_NOTFOUND;
+    }
+    bdb_tenant_info old = e->info, nw;
+    if (apply_patch(&e->info, p, &nw) != 0) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
         return BDB_ERR_INVALID;
@@ -281,7 +319,9 @@ int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch 
 
 int bdb_tenants_undo_create(bdb_tenants *r, const char *name)
 {
-    pthread_mutex_lock(&r->save_mu);
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK)
+        return brc;
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_name, name, strlen(name));
     if (e)
@@ -304,7 +344,11 @@ int bdb_tenants_delete(bdb_tenants *r, const char *name, int64_t now_ms)
     tdead *fresh = calloc(1, sizeof *fresh);
     if (!fresh)
         return BDB_ERR_NOMEM;
-    pthread_mutex_lock(&r->save_mu);
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK) {
+        free(fresh);
+        return brc;
+    }
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_name, name, strlen(name));
     tdead *d = e ? bdb_map_get(r->dead, name, strlen(name)) : NULL;
@@ -360,7 +404,11 @@ int bdb_tenants_rotate(bdb_tenants *r, const char *name, int64_t now_ms,
         return rc;
     uint8_t h[BDB_HASH_BYTES];
     bdb_token_hash(token, strlen(token), h);
-    pthread_mutex_lock(&r->save_mu);
+    if ((rc = tn_begin_change(r)) != BDB_OK) {
+        OPENSSL_cleanse(token, BDB_TOKEN_HEX);
+        token[0] = '\0';
+        return rc;
+    }
     pthread_mutex_lock(&r->mu);
     tentry *e = tn_find(r, name);
     if (!e) {

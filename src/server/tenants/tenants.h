@@ -3,7 +3,8 @@
  * rotation), quotas, a retention setting and its creation time; at run time also its
  * write-rate token bucket and its quota rejection counters.
  *
- * Persisted in <dir>/tenants, rewritten whole at every change (temp file, fsync,
+ * Persisted in <dir>/tenants (and, with a store, first in the store:
+ * bdb_tenants_open_store), rewritten whole at every change (temp file, fsync,
  * rename, fsync of the directory), in a versioned text format ending in a CRC-32:
  *
  *   bucketdb-tenants 1
@@ -128,13 +129,37 @@ int bdb_token_generate(char out[BDB_TOKEN_HEX + 1]);
 /* Opens (loads) the registry of <dir>/tenants; a missing file is an empty registry.
  * Errors: BDB_ERR_CORRUPT (damaged file; err says what), BDB_ERR_IO, BDB_ERR_NOMEM. */
 int bdb_tenants_open(const char *dir, bdb_tenants **out, char *err, size_t errlen);
+/* The same with a store (a sink with doc_put and doc_get, storage/sink.h: Cassandra's
+ * docs table) that keeps the registry as the document "tenants", the file's bytes,
+ * and is its truth (docs/TENANCY.md#where-the-registry-lives):
+ *  - at open: the store's document when it has one (the file is rewritten from it);
+ *    none: the file (stored there when it exists: a deployment moving up); the store
+ *    not reachable: the file, with a warning, and with no file the open fails
+ *    (BDB_ERR_IO) unless offline_start (no tenant then). A document that fails its
+ *    checks is refused (BDB_ERR_CORRUPT), never used in part.
+ *  - every change: written to the store first, then to the file; one the store does
+ *    not confirm fails with BDB_ERR_AGAIN and changes nothing. A registry that could
+ *    not be read from the store at open is made the store's (its document adopted, or
+ *    this registry stored when it has none) before the first change.
+ * A store without those ops (or NULL) is bdb_tenants_open. store must outlive r. */
+struct bdb_sink;
+int bdb_tenants_open_store(const char *dir, struct bdb_sink *store, int offline_start,
+                           bdb_tenants **out, char *err, size_t errlen);
 void bdb_tenants_close(bdb_tenants *r);
 const char *bdb_tenants_path(const bdb_tenants *r);
 
-/* Creates a tenant and returns its new token. Errors: BDB_ERR_INVALID (bad name or
+/* Every change below also fails with BDB_ERR_AGAIN when the registry has a store that
+ * did not confirm it (bdb_tenants_open_store): nothing changed.
+ *
+ * Creates a tenant and returns its new token. Errors: BDB_ERR_INVALID (bad name or
  * quota), BDB_ERR_EXISTS, BDB_ERR_IO (not persisted; nothing changed). */
 int bdb_tenants_create(bdb_tenants *r, const char *name, const bdb_quotas *q, int64_t retention_ms,
                        int64_t now_ms, char token[BDB_TOKEN_HEX + 1]);
+/* The same with every setting a patch carries (quotas, retention, hot, tier retention,
+ * device rule; NULL: none), in one change: the admin API's create, so that a tenant
+ * is never stored without the settings it was created with. */
+int bdb_tenants_create_with(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,
+                            int64_t now_ms, char token[BDB_TOKEN_HEX + 1]);
 /* Errors: BDB_ERR_NOTFOUND, BDB_ERR_INVALID, BDB_ERR_IO. out (may be NULL) gets the
  * updated tenant. */
 int bdb_tenants_update(bdb_tenants *r, const char *name, const bdb_tenant_patch *p,

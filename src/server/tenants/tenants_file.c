@@ -6,6 +6,7 @@
 #include "server/tenants/tenants_int.h"
 
 #include "bucketdb/bdb.h"
+#include "common/log.h"
 #include "server/admission/hotpart.h"
 
 #include <errno.h>
@@ -150,10 +151,13 @@ int tn_encode(bdb_tenants *r, bdb_buf *b)
 }
 
 /* temp file (0600), write, fsync, rename, fsync the directory */
-int tn_write(bdb_tenants *r, const bdb_buf *b)
+int tn_write_file(bdb_tenants *r, const bdb_buf *b)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", r->path);
+    /* A new data directory gets the store's registry before the engine creates it. */
+    if (mkdir(r->dir, 0755) != 0 && errno != EEXIST)
+        return BDB_ERR_IO;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return BDB_ERR_IO;
@@ -190,6 +194,32 @@ int tn_write(bdb_tenants *r, const bdb_buf *b)
     int rc = fsync(dfd) == 0 ? BDB_OK : BDB_ERR_IO;
     close(dfd);
     return rc;
+}
+
+int tn_write(bdb_tenants *r, const bdb_buf *b)
+{
+    if (!r->store)
+        return tn_write_file(r, b);
+    /* The store first: a change it did not confirm is not made anywhere. */
+    int rc = r->store->ops->doc_put(r->store, TN_DOC_KEY, b->data, b->len);
+    if (rc != BDB_OK) {
+        BDB_WARN("tenant registry: %s did not confirm the change (%s): nothing changed",
+                 r->store->ops->describe(r->store), bdb_strerror(rc));
+        return BDB_ERR_AGAIN;
+    }
+    rc = tn_write_file(r, b);
+    if (rc != BDB_OK) {
+        /* The store is the truth at the next start: give it the registry as it stays. */
+        if (!r->stored.len ||
+            r->store->ops->doc_put(r->store, TN_DOC_KEY, r->stored.data, r->stored.len) != BDB_OK)
+            BDB_ERROR("tenant registry: %s could not be written and %s keeps the change "
+                      "that failed: the next start loads it",
+                      r->path, r->store->ops->describe(r->store));
+        return rc;
+    }
+    bdb_buf_reset(&r->stored);
+    bdb_buf_append(&r->stored, b->data, b->len);
+    return BDB_OK;
 }
 
 int tn_persist(bdb_tenants *r)
@@ -344,39 +374,60 @@ static int parse_dead_line(char *line, tdead *d)
     return pu && (parse_u64(pu + 7, &d->purged) || d->purged > d->gen) ? -1 : 0;
 }
 
-int tn_load(bdb_tenants *r, char *err, size_t errlen)
+int tn_read_file(const char *path, bdb_buf *b, char *err, size_t errlen)
 {
-    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT)
-            return BDB_OK;
-        snprintf(err, errlen, "cannot open %s: %s", r->path, strerror(errno));
+            return BDB_ERR_NOTFOUND;
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return BDB_ERR_IO;
     }
-    bdb_buf b;
-    bdb_buf_init(&b);
     char chunk[65536];
     ssize_t got;
     while ((got = read(fd, chunk, sizeof chunk)) != 0) {
         if (got < 0 && errno == EINTR)
             continue;
-        if (got < 0 || b.len + (size_t)got > REG_MAX_BYTES) {
-            snprintf(err, errlen, "cannot read %s: %s", r->path,
+        if (got < 0 || b->len + (size_t)got > REG_MAX_BYTES) {
+            snprintf(err, errlen, "cannot read %s: %s", path,
                      got < 0 ? strerror(errno) : "file too large");
             close(fd);
-            bdb_buf_free(&b);
             return got < 0 ? BDB_ERR_IO : BDB_ERR_CORRUPT;
         }
-        bdb_buf_append(&b, chunk, (size_t)got);
+        bdb_buf_append(b, chunk, (size_t)got);
     }
     close(fd);
+    return BDB_OK;
+}
+
+int tn_load(bdb_tenants *r, char *err, size_t errlen)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    int rc = tn_read_file(r->path, &b, err, errlen);
+    if (rc == BDB_OK)
+        rc = tn_parse(r, b.data, b.len, r->path, err, errlen);
+    bdb_buf_free(&b);
+    return rc == BDB_ERR_NOTFOUND ? BDB_OK : rc;
+}
+
+int tn_parse(bdb_tenants *r, const void *data, size_t len, const char *what, char *err,
+             size_t errlen)
+{
+    if (len > REG_MAX_BYTES) {
+        snprintf(err, errlen, "%s is damaged: too large", what);
+        return BDB_ERR_CORRUPT;
+    }
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_buf_append(&b, data, len);
     bdb_buf_putc(&b, 0);
     b.len--;
     char *text = (char *)b.data;
     int rc = BDB_ERR_CORRUPT;
     /* The last line is "crc32 XXXXXXXX" over everything before it. */
     if (b.len < 16 || text[b.len - 1] != '\n' || memchr(text, 0, b.len)) {
-        snprintf(err, errlen, "%s is damaged: truncated or not a tenant registry", r->path);
+        snprintf(err, errlen, "%s is damaged: truncated or not a tenant registry", what);
         goto out;
     }
     text[b.len - 1] = '\0';
@@ -385,12 +436,12 @@ int tn_load(bdb_tenants *r, char *err, size_t errlen)
     unsigned int want;
     char extra;
     if (!crcline || sscanf(crcline, "crc32 %8x%c", &want, &extra) != 1 || strlen(crcline) != 14) {
-        snprintf(err, errlen, "%s is damaged: no checksum line", r->path);
+        snprintf(err, errlen, "%s is damaged: no checksum line", what);
         goto out;
     }
     size_t body_len = (size_t)(crcline - text);
     if ((uint32_t)crc32(0L, b.data, (uInt)body_len) != (uint32_t)want) {
-        snprintf(err, errlen, "%s is damaged: checksum mismatch", r->path);
+        snprintf(err, errlen, "%s is damaged: checksum mismatch", what);
         goto out;
     }
     *last = '\0';
@@ -400,11 +451,11 @@ int tn_load(bdb_tenants *r, char *err, size_t errlen)
     char magic[32];
     if (!line || sscanf(line, "%31s %d%c", magic, &version, &extra) != 2 ||
         strcmp(magic, REG_MAGIC)) {
-        snprintf(err, errlen, "%s is not a tenant registry (bad header)", r->path);
+        snprintf(err, errlen, "%s is not a tenant registry (bad header)", what);
         goto out;
     }
     if (version != REG_VERSION) {
-        snprintf(err, errlen, "%s has format version %d; this bucketdb reads version %d", r->path,
+        snprintf(err, errlen, "%s has format version %d; this bucketdb reads version %d", what,
                  version, REG_VERSION);
         goto out;
     }
@@ -422,7 +473,7 @@ int tn_load(bdb_tenants *r, char *err, size_t errlen)
                 bdb_map_get(r->by_name, e->info.name, strlen(e->info.name)) ||
                 bdb_map_get(r->by_hash, e->hash, BDB_HASH_BYTES)) {
                 free(e);
-                snprintf(err, errlen, "%s is damaged: line %d is not a valid tenant entry", r->path,
+                snprintf(err, errlen, "%s is damaged: line %d is not a valid tenant entry", what,
                          lineno);
                 goto out;
             }
@@ -439,24 +490,23 @@ int tn_load(bdb_tenants *r, char *err, size_t errlen)
                 bdb_map_set(r->dead, d->name, strlen(d->name), d) != BDB_OK) {
                 free(d);
                 snprintf(err, errlen, "%s is damaged: line %d is not a valid deleted-tenant entry",
-                         r->path, lineno);
+                         what, lineno);
                 goto out;
             }
         } else if (!strncmp(line, "count ", 6) && count == (size_t)-1) {
             uint64_t c;
             if (parse_u64(line + 6, &c)) {
-                snprintf(err, errlen, "%s is damaged: bad count line", r->path);
+                snprintf(err, errlen, "%s is damaged: bad count line", what);
                 goto out;
             }
             count = (size_t)c;
         } else {
-            snprintf(err, errlen, "%s is damaged: unexpected line %d", r->path, lineno);
+            snprintf(err, errlen, "%s is damaged: unexpected line %d", what, lineno);
             goto out;
         }
     }
     if (count != n) {
-        snprintf(err, errlen, "%s is damaged: %zu tenant entries, count says %zu", r->path, n,
-                 count);
+        snprintf(err, errlen, "%s is damaged: %zu tenant entries, count says %zu", what, n, count);
         goto out;
     }
     rc = BDB_OK;

@@ -189,7 +189,9 @@ int bdb_tenants_purge_done(bdb_tenants *r, const char *key)
     uint64_t gen;
     if (key_split(key, &nlen, &gen) != 0)
         return BDB_ERR_NOTFOUND;
-    pthread_mutex_lock(&r->save_mu);
+    int brc = tn_begin_change(r);
+    if (brc != BDB_OK)
+        return brc;
     pthread_mutex_lock(&r->mu);
     tdead *d = bdb_map_get(r->dead, key, nlen);
     if (!d || d->purged != gen || gen >= d->gen) {

@@ -8,6 +8,7 @@
 #include "common/map.h"
 #include "server/admission/quota.h"
 #include "server/tenants/tenants.h"
+#include "storage/sink.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #define REG_MAGIC "bucketdb-tenants"
 #define REG_VERSION 1
 #define REG_MAX_BYTES (64u << 20) /* refuse absurd files rather than read them */
+#define TN_DOC_KEY "tenants"      /* the registry's document in the store (doc_put) */
 
 /* A deleted name (tenants_gen.c): how many times a tenant of that name was deleted,
  * which is the generation its storage key carries now, and when the last deletion was. */
@@ -41,9 +43,18 @@ struct bdb_tenants {
     bdb_map *by_name;        /* name -> tentry */
     bdb_map *by_hash;        /* hash bytes -> tentry */
     bdb_map *dead;           /* name -> tdead: names whose tenant was deleted */
+    /* The store (bdb_tenants_open_store), NULL without one. synced: the registry in
+     * memory is the store's (read from it, or pushed to it); until then every change
+     * first reads the store again (tn_begin_change). stored: the bytes the store
+     * confirmed last. Both under save_mu. */
+    bdb_sink *store;
+    int synced;
+    bdb_buf stored;
 };
 
-/* tenants.c: the maps (caller holds mu), hex, quota bounds */
+/* tenants.c: an empty registry of dir (NULL: out of memory); the maps (caller holds
+ * mu), hex, quota bounds */
+bdb_tenants *tn_new(const char *dir);
 void tn_put_entry(bdb_tenants *r, tentry *e);
 void tn_drop_entry(bdb_tenants *r, tentry *e);
 void tn_free_entries(bdb_tenants *r);
@@ -66,15 +77,31 @@ int tn_tier_retention_valid(const int64_t v[3]);
 /* 1 if rule is empty or a device rule (ingest/devrule.h) in canonical form: no blanks,
  * so that it is one token of the file line. */
 int tn_device_rule_valid(const char *rule);
-/* Writes the registry to <dir>/tenants (temporary name, fsync, rename, directory
- * fsync); caller holds save_mu, not mu. BDB_OK, BDB_ERR_IO, BDB_ERR_NOSPACE. */
+/* Takes save_mu for a change; with a store not synced yet, first makes the registry
+ * the store's (tn_sync). BDB_OK (save_mu held), or BDB_ERR_AGAIN (the store cannot be
+ * reached), BDB_ERR_CORRUPT, BDB_ERR_IO, BDB_ERR_NOMEM (save_mu not held). */
+int tn_begin_change(bdb_tenants *r);
+/* Writes the registry to the store (if any; BDB_ERR_AGAIN when it does not confirm,
+ * nothing written) and then to <dir>/tenants (temporary name, fsync, rename,
+ * directory fsync); caller holds save_mu, not mu. BDB_OK, BDB_ERR_AGAIN, BDB_ERR_IO,
+ * BDB_ERR_NOSPACE. */
 int tn_persist(bdb_tenants *r);
 /* The two steps of tn_persist: encode (caller holds mu) and write (caller holds
  * save_mu, not mu), for a change that must not be seen before it is durable. */
 int tn_encode(bdb_tenants *r, bdb_buf *b);
 int tn_write(bdb_tenants *r, const bdb_buf *b);
+/* The local file alone. */
+int tn_write_file(bdb_tenants *r, const bdb_buf *b);
 /* Reads <dir>/tenants into the maps (a missing file is an empty registry); err says
  * what is wrong with a damaged one (BDB_ERR_CORRUPT). */
 int tn_load(bdb_tenants *r, char *err, size_t errlen);
+/* The bytes of a file: BDB_OK, BDB_ERR_NOTFOUND (no file), BDB_ERR_IO, BDB_ERR_CORRUPT
+ * (larger than REG_MAX_BYTES). */
+int tn_read_file(const char *path, bdb_buf *b, char *err, size_t errlen);
+/* Parses an encoded registry (the file's format, from the file or the store) into the
+ * maps, which must be empty; what names its origin in err. BDB_OK, BDB_ERR_CORRUPT,
+ * BDB_ERR_NOMEM; on an error the maps may hold part of it (the caller drops them). */
+int tn_parse(bdb_tenants *r, const void *data, size_t len, const char *what, char *err,
+             size_t errlen);
 
 #endif

@@ -15,6 +15,7 @@
 #include "storage/cassandra/cql/cluster/cql_session.h"
 #include "storage/cassandra/cql/cluster/cql_token.h"
 #include "storage/cassandra/cql/wire/cql_value.h"
+#include "storage/cassandra/cass_doc.h"
 #include "storage/cassandra/schema.h"
 
 #include <pthread.h>
@@ -844,6 +845,12 @@ static int g_drop_tenant(bdb_sink *b, const char *t, const bdb_sink_device *d, c
     return write_refused((cass_sink *)b) ? BDB_ERR_EXISTS : cass_drop_tenant(b, t, d, ns, n);
 }
 
+/* a document is the writer's too: a server that lost the lease must not replace it */
+static int g_doc_put(bdb_sink *b, const char *k, const void *data, size_t len)
+{
+    return lease_lost((cass_sink *)b) ? BDB_ERR_EXISTS : cass_doc_put(b, k, data, len);
+}
+
 static const bdb_sink_ops cass_ops = {
     .put = sink_put,
     .commit = sink_commit,
@@ -872,6 +879,9 @@ static const bdb_sink_ops cass_ops = {
     .ack_begin = sink_ack_begin,
     .ack_put = sink_ack_put,
     .ack_end = sink_ack_end,
+    /* named documents: the tenant registry (cass_doc.c) */
+    .doc_put = g_doc_put,
+    .doc_get = cass_doc_get,
 };
 
 /* tiers and fleet: cass_agg.c sends through this sink's session */

@@ -663,5 +663,16 @@ int sch_generate(const sch_opts *o, bdb_buf *out, bdb_buf *warn, char *err, size
                    "  listen text,\n  version text,\n  generation bigint\n"
                    ") WITH gc_grace_seconds = %lld;\n",
                    ks, (long long)o->gc_grace_s);
+    /* named documents: the tenant registry (cass_doc.h) */
+    bdb_buf_printf(out,
+                   "\n-- Documents (cass_doc.c): the tenant registry (tenants, token hashes,\n"
+                   "-- quotas, settings, deleted generations), the same bytes as the data\n"
+                   "-- directory's file 'tenants'. Row (k, 0) is the header naming a version,\n"
+                   "-- its part count, length and CRC-32; rows (k#version, 0..n-1) the parts of\n"
+                   "-- at most 256 KiB. Written parts first, header last: never seen half.\n"
+                   "CREATE TABLE IF NOT EXISTS %s.docs (\n"
+                   "  k text,\n  part int,\n  body blob,\n  PRIMARY KEY (k, part)\n"
+                   ") WITH gc_grace_seconds = %lld;\n",
+                   ks, (long long)o->gc_grace_s);
     return BDB_OK;
 }

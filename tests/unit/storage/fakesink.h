@@ -20,6 +20,7 @@
 #include "storage/sink.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ enum fs_op {
     FS_LATE_PUT,
     FS_LATE_LIST,
     FS_ACK_PUT,
+    FS_DOC_PUT,
+    FS_DOC_GET,
     FS_NOPS
 };
 
@@ -77,8 +80,16 @@ typedef struct fs_late {
     bdb_sink_late e;
 } fs_late;
 
+typedef struct fs_doc {
+    char *key;
+    void *data;
+    size_t len;
+} fs_doc;
+
 typedef struct fakesink {
     bdb_sink base;
+    fs_doc *doc; /* named documents (doc_put / doc_get) */
+    size_t ndoc;
     fs_raw *raw;
     size_t nraw;
     fs_tier *tier;
@@ -715,13 +726,67 @@ static int fs_ack_end(struct bdb_sink_ack *g)
     return BDB_OK;
 }
 
+/* A document replaced whole; a failing put leaves the previous one. */
+static int fs_doc_put(bdb_sink *s, const char *key, const void *data, size_t len)
+{
+    fakesink *f = (fakesink *)s;
+    pthread_mutex_lock(&f->mu);
+    int rc = fs_enter(f, FS_DOC_PUT);
+    if (rc == BDB_OK) {
+        size_t k = 0;
+        while (k < f->ndoc && strcmp(f->doc[k].key, key))
+            k++;
+        if (k == f->ndoc) {
+            FS_GROW(f->doc, f->ndoc);
+            f->doc[f->ndoc++] = (fs_doc){fs_dup(key), NULL, 0};
+        }
+        free(f->doc[k].data);
+        f->doc[k].data = malloc(len + 1);
+        if (!f->doc[k].data)
+            abort();
+        memcpy(f->doc[k].data, data, len);
+        f->doc[k].len = len;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static int fs_doc_get(bdb_sink *s, const char *key, void **data, size_t *len, char *err,
+                      size_t errlen)
+{
+    fakesink *f = (fakesink *)s;
+    *data = NULL;
+    *len = 0;
+    pthread_mutex_lock(&f->mu);
+    int rc = fs_enter(f, FS_DOC_GET);
+    if (rc != BDB_OK)
+        snprintf(err, errlen, "fake sink: doc_get fails on purpose");
+    size_t k = 0;
+    while (rc == BDB_OK && k < f->ndoc && strcmp(f->doc[k].key, key))
+        k++;
+    if (rc == BDB_OK && k == f->ndoc)
+        rc = BDB_ERR_NOTFOUND;
+    if (rc == BDB_OK) {
+        char *p = malloc(f->doc[k].len + 1);
+        if (!p)
+            abort();
+        memcpy(p, f->doc[k].data, f->doc[k].len);
+        p[f->doc[k].len] = '\0';
+        *data = p;
+        *len = f->doc[k].len;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
 /* Every op (full = 1) or the raw ops alone (full = 0: tiers, fleet, state and late
  * stay with the engine's files, as for a sink that does not take them). */
 static const bdb_sink_ops fs_ops_full = {
-    fs_put,       fs_commit,     fs_read,        fs_describe,   fs_close,      fs_tier_put,
-    fs_tier_read, fs_fleet_put,  fs_fleet_read,  fs_state_put,  fs_device_put, fs_count_put,
-    fs_state_get, fs_state_list, fs_device_list, fs_count_list, fs_late_put,   fs_late_list,
-    NULL,         fs_ack_begin,  fs_ack_put,     fs_ack_end,
+    fs_put,        fs_commit,    fs_read,      fs_describe,   fs_close,
+    fs_tier_put,   fs_tier_read, fs_fleet_put, fs_fleet_read, fs_state_put,
+    fs_device_put, fs_count_put, fs_state_get, fs_state_list, fs_device_list,
+    fs_count_list, fs_late_put,  fs_late_list, NULL,          fs_ack_begin,
+    fs_ack_put,    fs_ack_end,   NULL,         fs_doc_put,    fs_doc_get,
 };
 static const bdb_sink_ops fs_ops_raw = {fs_put, fs_commit, fs_read, fs_describe, fs_close, NULL,
                                         NULL,   NULL,      NULL,    NULL,        NULL,     NULL,
@@ -786,6 +851,11 @@ static void fakesink_free(fakesink *f)
         free(f->ack[k].device);
         free(f->ack[k].metric);
     }
+    for (size_t k = 0; k < f->ndoc; k++) {
+        free(f->doc[k].key);
+        free(f->doc[k].data);
+    }
+    free(f->doc);
     free(f->ack);
     free(f->raw);
     free(f->tier);

@@ -278,7 +278,10 @@ static void test_ttl_and_bucket(void **state)
     /* the keyspace's identity and writer lease (cass_owner.h) */
     assert_non_null(
         strstr(ddl, "CREATE TABLE IF NOT EXISTS bucketdb.owner (\n  k text PRIMARY KEY,"));
-    assert_int_equal(count(ddl, "CREATE TABLE"), 13);
+    /* named documents: the tenant registry (cass_doc.h) */
+    assert_non_null(strstr(ddl, "CREATE TABLE IF NOT EXISTS bucketdb.docs (\n  k text,\n  part "
+                                "int,\n  body blob,\n  PRIMARY KEY (k, part)\n)"));
+    assert_int_equal(count(ddl, "CREATE TABLE"), 14);
     assert_string_equal(warns, "");
 
     o.ttl_s = 7 * 86400;
