@@ -219,7 +219,8 @@ int db_fleet_flush(bdb_db *db, struct series *const *v, size_t n, uint64_t seale
     if (!av || !order)
         rc = BDB_ERR_NOMEM;
     if (rc == BDB_OK) {
-        memcpy(av, byid, na * sizeof *av);
+        if (na) /* byid is NULL with no acc: memcpy must not see it */
+            memcpy(av, byid, na * sizeof *av);
         if (na > 1)
             qsort(av, na, sizeof *av, acc_cmp);
         size_t off = 0;
