@@ -53,8 +53,9 @@ def cql_rows(stmt):
 
 
 def server(ks, data=None, extra=""):
-    # a short request timeout and one retry: the outage answers come within seconds
-    uri = "cassandra://%s:%d/%s?consistency=ONE&timeout_ms=2000&retries=1%s" % (
+    # one retry, and a request timeout long enough for a node on a busy machine: a
+    # stopped node refuses connections at once, so the outage answers still come fast
+    uri = "cassandra://%s:%d/%s?consistency=ONE&timeout_ms=5000&retries=1%s" % (
         cassnode.ADDR, node().port, ks, extra)
     return Server(data=data, args=["--storage", uri, "--auth", "on",
                                    "--flush-interval-ms", "1h"])
