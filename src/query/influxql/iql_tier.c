@@ -301,6 +301,38 @@ static int read_edge(const iql_ctx *c, const char *device, struct tread *t, int6
     return bdb_query_range(c->db, c->pool, &q, edge_cb, t, &st);
 }
 
+/* An edge of tier tier: its whole minutes from the 1m tier (a minute's statistics in
+ * place of its samples: a Grafana range such as now() - 24h has up to two tier windows
+ * of raw edges per device), the rest raw. Not with quantiles (their ranges are
+ * aligned: no edges), for the 1m tier itself, or where the 1m tier no longer holds
+ * the minutes. */
+static int read_edge_minutes(const iql_ctx *c, int tier, const char *device, struct tread *t,
+                             int64_t from, int64_t to, int quantiles)
+{
+    const int64_t m = 60000;
+    int64_t ma = floordiv64(from - 1, m) * m + m, mb = floordiv64(to, m) * m;
+    if (quantiles || tier == BDB_RES_1M || ma >= mb || !tier_keeps(c, BDB_RES_1M, ma))
+        return read_edge(c, device, t, from, to);
+    int rc = read_edge(c, device, t, from, ma);
+    if (rc == BDB_OK && !t->over) {
+        bdb_window_query q = {.tenant = c->tenant,
+                              .device = device,
+                              .metrics = t->metrics,
+                              .nmetrics = t->nm,
+                              .from = ma,
+                              .to = mb,
+                              .res = BDB_RES_1M,
+                              .lateness_ms = c->lateness_ms,
+                              .no_quantiles = 1,
+                              .no_moments = !t->ta->spread};
+        int64_t wm;
+        rc = bdb_query_window_runs(c->db, &q, runs_cb, t, &wm);
+    }
+    if (rc == BDB_OK && !t->over)
+        rc = read_edge(c, device, t, mb, to);
+    return rc;
+}
+
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
                   int quantiles, tier_acc *ta, uint64_t *read)
@@ -311,7 +343,7 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
     struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0};
     int rc = BDB_OK;
     if (a >= b) {
-        rc = read_edge(c, device, &t, from, to);
+        rc = read_edge_minutes(c, tier, device, &t, from, to, quantiles);
     } else {
         bdb_window_query q = {.tenant = c->tenant,
                               .device = device,
@@ -324,12 +356,12 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
                               .no_quantiles = !quantiles,
                               .no_moments = !ta->spread};
         int64_t wm;
-        rc = read_edge(c, device, &t, from, a);
+        rc = read_edge_minutes(c, tier, device, &t, from, a, quantiles);
         if (rc == BDB_OK && !t.over)
             rc = quantiles ? bdb_query_windows(c->db, &q, tread_cb, &t, &wm)
                            : bdb_query_window_runs(c->db, &q, runs_cb, &t, &wm);
         if (rc == BDB_OK && !t.over)
-            rc = read_edge(c, device, &t, b, to);
+            rc = read_edge_minutes(c, tier, device, &t, b, to, quantiles);
     }
     if (t.over)
         return BDB_ERR_LIMIT;
