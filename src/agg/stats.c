@@ -180,26 +180,6 @@ int bdb_stats_merge(bdb_stats *dst, const bdb_stats *src)
     return BDB_OK;
 }
 
-uint64_t bdb_stats_count(const bdb_stats *s)
-{
-    return s->count;
-}
-
-double bdb_stats_sum(const bdb_stats *s)
-{
-    return s->count ? (s->sum_hi + s->sum_lo) * SCALE_UP : 0.0; /* +-inf past DBL_MAX */
-}
-
-double bdb_stats_min(const bdb_stats *s)
-{
-    return s->count ? s->min : NAN;
-}
-
-double bdb_stats_max(const bdb_stats *s)
-{
-    return s->count ? s->max : NAN;
-}
-
 double bdb_stats_mean(const bdb_stats *s)
 {
     return s->count ? mean_of(s) : NAN;

@@ -25,6 +25,7 @@
 
 #include "common/buf.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,11 +57,24 @@ int bdb_stats_merge(bdb_stats *dst, const bdb_stats *src);
  * is not finite: s unchanged) or BDB_ERR_LIMIT (s unchanged). */
 int bdb_stats_add_n(bdb_stats *s, const double *v, size_t n);
 
-/* Accessors. Every one but count and sum returns NaN for an empty window. */
-uint64_t bdb_stats_count(const bdb_stats *s);
-double bdb_stats_sum(const bdb_stats *s); /* 0 for an empty window */
-double bdb_stats_min(const bdb_stats *s);
-double bdb_stats_max(const bdb_stats *s);
+/* Accessors. Every one but count and sum returns NaN for an empty window. The first
+ * four are inline: readers of many windows (a tier over a fleet) call them per window. */
+static inline uint64_t bdb_stats_count(const bdb_stats *s)
+{
+    return s->count;
+}
+static inline double bdb_stats_sum(const bdb_stats *s) /* 0 for an empty window */
+{
+    return s->count ? (s->sum_hi + s->sum_lo) * 0x1p64 : 0.0; /* +-inf past DBL_MAX */
+}
+static inline double bdb_stats_min(const bdb_stats *s)
+{
+    return s->count ? s->min : NAN;
+}
+static inline double bdb_stats_max(const bdb_stats *s)
+{
+    return s->count ? s->max : NAN;
+}
 double bdb_stats_mean(const bdb_stats *s); /* always within [min, max] */
 /* Population variance / stddev (divide by n) and sample ones (divide by n - 1; NaN
  * when n < 2). Exactly 0 when every reading was equal. */

@@ -107,7 +107,7 @@ void iql_tier_acc_free(tier_acc *a)
 
 /* The output window of a window starting at start (one before the first goes into
  * the first), or SIZE_MAX when it is never shown. */
-static size_t acc_slot(tier_acc *a, int64_t start)
+static inline size_t acc_slot(tier_acc *a, int64_t start)
 {
     if (start >= a->jlo && start < a->jhi) /* the last one's window (edge samples) */
         return a->j;
