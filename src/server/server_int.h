@@ -186,6 +186,7 @@ enum req_who {
 typedef struct req_ident {
     enum req_who who;
     char tenant[BDB_TENANT_NAME_MAX + 1]; /* WHO_TENANT: the token's tenant */
+    char key[BDB_TENANT_KEY_MAX + 1];     /* WHO_TENANT: its storage key, found with it */
     int bad_token;                        /* WHO_ANON: credentials were sent but match no token */
 } req_ident;
 /* Authenticates: 0 with *id filled, or -1 with a 401 queued (a wrong token or none

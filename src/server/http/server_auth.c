@@ -58,7 +58,7 @@ static int auth_ident(bdb_server *s, struct MHD_Connection *c, req_ident *id)
         id->who = WHO_ADMIN;
         return 0;
     }
-    if (bdb_tenants_find_by_hash(s->tenants, h, id->tenant)) {
+    if (bdb_tenants_find_by_hash_key(s->tenants, h, id->tenant, id->key, sizeof id->key)) {
         id->who = WHO_TENANT;
         return 0;
     }
@@ -206,7 +206,9 @@ const char *req_tenant_in(bdb_server *s, struct MHD_Connection *c, enum MHD_Resu
             *r = respond_json_error(s, c, 403, msg, 1);
             return NULL;
         }
-        bdb_tenants_storage_key(s->tenants, id.tenant, tenant_buf, sizeof tenant_buf);
+        /* the key found with the token: a deletion since then must not send this
+         * write to the name's next tenant */
+        snprintf(tenant_buf, BDB_TENANT_KEY_MAX + 1, "%s", id.key);
         return tenant_buf;
     }
     if (!t || !*t)

@@ -500,8 +500,8 @@ size_t bdb_tenants_count(bdb_tenants *r)
     return n;
 }
 
-int bdb_tenants_find_by_hash(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
-                             char name[BDB_TENANT_NAME_MAX + 1])
+int bdb_tenants_find_by_hash_key(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
+                                 char name[BDB_TENANT_NAME_MAX + 1], char *key, size_t keylen)
 {
     pthread_mutex_lock(&r->mu);
     tentry *e = bdb_map_get(r->by_hash, hash, BDB_HASH_BYTES);
@@ -509,8 +509,16 @@ int bdb_tenants_find_by_hash(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
     int ok = e && bdb_hash_equal(e->hash, hash);
     if (ok)
         snprintf(name, BDB_TENANT_NAME_MAX + 1, "%s", e->info.name);
+    if (ok && key && tn_storage_key_locked(r, e->info.name, key, keylen) != BDB_OK)
+        ok = 0; /* the caller's buffer is short: no key, no tenant */
     pthread_mutex_unlock(&r->mu);
     return ok;
+}
+
+int bdb_tenants_find_by_hash(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
+                             char name[BDB_TENANT_NAME_MAX + 1])
+{
+    return bdb_tenants_find_by_hash_key(r, hash, name, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ admission */

@@ -229,6 +229,12 @@ size_t bdb_tenants_count(bdb_tenants *r);
 /* The tenant whose token has this hash: 1 and its name copied, or 0. */
 int bdb_tenants_find_by_hash(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
                              char name[BDB_TENANT_NAME_MAX + 1]);
+/* The same, with the tenant's storage key into key (keylen at least
+ * BDB_TENANT_KEY_MAX + 1) found in the same step: a key looked up by name after the
+ * token could be a newer generation's if the tenant was deleted in between, and a
+ * deleted tenant's write would land in the name's next tenant. */
+int bdb_tenants_find_by_hash_key(bdb_tenants *r, const uint8_t hash[BDB_HASH_BYTES],
+                                 char name[BDB_TENANT_NAME_MAX + 1], char *key, size_t keylen);
 
 /* Write-rate admission for a tenant. Returns 1 (admitted: cost taken from its
  * bucket, or it has no rate limit, or it is not registered), 0 (refused for

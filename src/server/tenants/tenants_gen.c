@@ -93,14 +93,20 @@ void tn_free_dead(bdb_tenants *r)
         free(val);
 }
 
-int bdb_tenants_storage_key(bdb_tenants *r, const char *name, char *out, size_t outlen)
+int tn_storage_key_locked(bdb_tenants *r, const char *name, char *out, size_t outlen)
 {
-    pthread_mutex_lock(&r->mu);
     uint64_t gen = current_gen(r, name, strlen(name));
-    pthread_mutex_unlock(&r->mu);
     int n = gen ? snprintf(out, outlen, "%s@%llu", name, (unsigned long long)gen)
                 : snprintf(out, outlen, "%s", name);
     return n >= 0 && (size_t)n < outlen ? BDB_OK : BDB_ERR_LIMIT;
+}
+
+int bdb_tenants_storage_key(bdb_tenants *r, const char *name, char *out, size_t outlen)
+{
+    pthread_mutex_lock(&r->mu);
+    int rc = tn_storage_key_locked(r, name, out, outlen);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }
 
 int bdb_tenants_key_deleted(bdb_tenants *r, const char *key)

@@ -66,6 +66,8 @@ int tn_quotas_valid(const bdb_quotas *q);
 /* The entry of a name, or of a storage key "name@gen" whose generation is the
  * name's current one; NULL otherwise. */
 tentry *tn_find(bdb_tenants *r, const char *name_or_key);
+/* bdb_tenants_storage_key with mu held. */
+int tn_storage_key_locked(bdb_tenants *r, const char *name, char *out, size_t outlen);
 /* The deleted names in name order (NULL: out of memory); caller frees the array. */
 tdead **tn_sorted_dead(bdb_tenants *r, size_t *n);
 void tn_free_dead(bdb_tenants *r);
