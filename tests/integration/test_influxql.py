@@ -306,6 +306,79 @@ def test_same_answers_as_influxd():
         ref.stop()
 
 
+def wait_until(ok, step=0.1):
+    """Sleeps until ok(now in ms) holds (bounded: the callers ask for a few seconds)."""
+    deadline = time.monotonic() + 70
+    while not ok(time.time() * 1000):
+        check(time.monotonic() < deadline, "the clock never reached the wanted phase")
+        time.sleep(step)
+
+
+OPEN = [  # (statement, tier): ranges ending now, as Grafana sends them
+    ("SELECT mean(temp), count(temp), max(temp), min(temp) FROM env WHERE site = 'a' AND "
+     "time >= now() - 2h GROUP BY time(1h)", "1h"),
+    ("SELECT mean(temp), count(temp), stddev(temp) FROM env WHERE site = 'b' AND "
+     "time >= now() - 2h GROUP BY time(1h), device", "1h"),
+    ("SELECT count(temp), sum(temp) FROM env WHERE time >= now() - 2h GROUP BY time(1h)",
+     "fleet"),
+    ("SELECT mean(temp), count(temp) FROM env WHERE device = 'e0' AND time >= now() - 30m "
+     "GROUP BY time(1m)", "1m"),
+    ("SELECT mean(temp), count(temp) FROM env WHERE device = 'e1' AND time >= now() - 30m "
+     "GROUP BY time(1m)", "1m"),
+    ("SELECT max(temp), spread(temp) FROM env WHERE time >= now() - 90m GROUP BY time(10m), "
+     "device", "1m"),
+]
+
+
+@suite.test
+def test_open_end_against_influxd():
+    """`time >= now() - X` with no end: the window holding now comes whole from the tier
+    when no sample of the device reaches now, from raw edges when one does (a sample up
+    to max-future-ms ahead, which the answer must leave out): influxd's answers both
+    ways, from the head and after a flush."""
+    # the current minute and hour must stay current through the writes and queries
+    wait_until(lambda t: t % MIN < MIN - 15000 and t % HOUR < HOUR - 15000, 0.5)
+    now = int(time.time() * 1000)
+    last = now // STEP * STEP
+    rnd = random.Random(23)
+    lines = []
+    for d in range(4):
+        site = "a" if d < 2 else "b"
+        for t in range(last - 3 * HOUR, last + 1, STEP):
+            lines.append("env,device=e%d,site=%s temp=%r %d"
+                         % (d, site, round(rnd.uniform(10, 30), 2), t))
+    # e1: a sample later in the current minute; e3: one at the current hour's end
+    lines.append("env,device=e1,site=a temp=99.5 %d" % (now // MIN * MIN + MIN - 1))
+    lines.append("env,device=e3,site=b temp=-40.25 %d" % (now // HOUR * HOUR + HOUR - 1))
+    ref = Influxd()
+    try:
+        eq(query(ref.port, "CREATE DATABASE live", epoch=None, method="POST").status, 200)
+        write_all(ref.port, lines, "live")
+        with Server() as s:
+            write_all(s.port, lines, "live")
+            bad = []
+            for step in ("head", "flushed"):
+                if step == "flushed":
+                    s.flush()
+                for stmt, tier in OPEN:
+                    # not where now() - X falls within ms of a sample (10 s apart)
+                    wait_until(lambda t: 300 < t % STEP < STEP - 300, 0.05)
+                    want, got = query(ref.port, stmt, db="live"), query(s.port, stmt, db="live")
+                    eq(want.status, 200, "influxd %s (%r)" % (stmt, want.body[:300]))
+                    eq(got.status, 200, "bucketdb %s (%r)" % (stmt, got.body[:300]))
+                    why = same(want.json(), got.json(), 1e-9)
+                    if why:
+                        bad.append("%s: %s\n    %s" % (step, stmt, why))
+                    if got.headers.get("x-bucketdb-tier") != tier:
+                        bad.append("%s: %s\n    tier %r, want %r" % (
+                            step, stmt, got.headers.get("x-bucketdb-tier"), tier))
+            check(time.time() * 1000 < now // MIN * MIN + MIN,
+                  "the minute passed before the queries ended: e1's sample was not ahead")
+            check(not bad, "%d answers differ:\n  %s" % (len(bad), "\n  ".join(bad)))
+    finally:
+        ref.stop()
+
+
 @suite.test
 def test_errors_and_limits():
     with Server(args=["--max-query-samples", "1000"]) as s:

@@ -184,6 +184,8 @@ struct tread {
     int over;
     const char *last_metric; /* edge_cb's last metric and its field index */
     uint32_t last_fi;
+    int64_t hold_from; /* runs_cb keeps windows from here on in held (INT64_MAX: none) */
+    bdb_stwin *held;   /* per metric: the window kept, count 0 if none */
 };
 
 static int tread_cb(void *ctx, const bdb_window_row *r)
@@ -205,6 +207,24 @@ static int tread_cb(void *ctx, const bdb_window_row *r)
         return 1;
     }
     return 0;
+}
+
+/* Merges one tier window's statistics into output cell c. */
+static inline void put_stats(const tier_acc *a, iql_tacc *c, const bdb_stats *st)
+{
+    uint64_t cnt = bdb_stats_count(st);
+    double sum = bdb_stats_sum(st), mn = bdb_stats_min(st), mx = bdb_stats_max(st);
+    if (a->spread) {
+        iql_tacc v = {cnt, sum, mn, mx, bdb_stats_mean(st), st->m2, NAN, NAN, NAN};
+        tacc_merge(c, &v, 1);
+    } else if (!c->count) {
+        *c = (iql_tacc){cnt, sum, mn, mx, 0, 0, NAN, NAN, NAN};
+    } else {
+        c->count += cnt;
+        c->sum += sum;
+        c->min = mn < c->min ? mn : c->min;
+        c->max = mx > c->max ? mx : c->max;
+    }
 }
 
 /* A run of one metric's windows (no quantiles), ascending and none empty: merged
@@ -231,23 +251,13 @@ static int runs_cb(void *ctx, size_t mi, const bdb_window *w, size_t n)
         return 1;
     }
     for (size_t i = 0; i < n; i++) {
+        if (w[i].start >= t->hold_from) { /* ascending: the last one, partly past the range */
+            t->held[mi] = (bdb_stwin){w[i].start, w[i].st};
+            break;
+        }
         if (i && (j = acc_slot(a, w[i].start)) == SIZE_MAX)
             break; /* ascending: every later window is past the last one shown too */
-        const bdb_stats *st = &w[i].st;
-        iql_tacc *c = &cells[j * a->nf + fi];
-        uint64_t cnt = bdb_stats_count(st);
-        double sum = bdb_stats_sum(st), mn = bdb_stats_min(st), mx = bdb_stats_max(st);
-        if (a->spread) {
-            iql_tacc v = {cnt, sum, mn, mx, bdb_stats_mean(st), st->m2, NAN, NAN, NAN};
-            tacc_merge(c, &v, 1);
-        } else if (!c->count) {
-            *c = (iql_tacc){cnt, sum, mn, mx, 0, 0, NAN, NAN, NAN};
-        } else {
-            c->count += cnt;
-            c->sum += sum;
-            c->min = mn < c->min ? mn : c->min;
-            c->max = mx > c->max ? mx : c->max;
-        }
+        put_stats(a, &cells[j * a->nf + fi], &w[i].st);
     }
     return 0;
 }
@@ -333,6 +343,23 @@ static int read_edge_minutes(const iql_ctx *c, int tier, const char *device, str
     return rc;
 }
 
+/* The held windows of t (runs_cb) into their output windows. */
+static void put_held(struct tread *t)
+{
+    tier_acc *a = t->ta;
+    for (size_t mi = 0; mi < t->nm; mi++) {
+        const bdb_stwin *h = &t->held[mi];
+        if (!h->st.count || !a->nwin)
+            continue;
+        size_t j = acc_slot(a, h->start);
+        iql_tacc *cells = j == SIZE_MAX ? NULL : acc_cells(a, a->dg[t->dev]);
+        if (cells)
+            put_stats(a, &cells[j * a->nf + t->fis[mi]], &h->st);
+        else if (a->over)
+            t->over = 1;
+    }
+}
+
 int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *const *metrics,
                   const uint32_t *fis, size_t nm, uint32_t dev, int64_t from, int64_t to,
                   int quantiles, tier_acc *ta, uint64_t *read)
@@ -340,7 +367,21 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
     int64_t w = bdb_res_width((enum bdb_res)tier);
     /* [a, b): the tier's whole windows inside the range; the edges from raw */
     int64_t a = floordiv64(from - 1, w) * w + w, b = floordiv64(to, w) * w;
-    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0};
+    struct tread t = {ta, metrics, fis, nm, dev, read, c->max_points, 0, NULL, 0, INT64_MAX, NULL};
+    /* An end inside a window (Grafana's now) that no sample of the device reaches: the
+     * tier's window is the range's. Held until the newest sample is known to be still
+     * before the end after the read (a write of a later time may land meanwhile). */
+    int64_t newest;
+    int whole_last = !quantiles && a <= b && b < to && b <= INT64_MAX - w &&
+                     bdb_db_device_newest(c->db, c->tenant, device, &newest) == BDB_OK &&
+                     newest < to;
+    if (whole_last) {
+        t.held = calloc(nm + 1, sizeof *t.held);
+        if (!t.held)
+            abort();
+        t.hold_from = b;
+        b += w;
+    }
     int rc = BDB_OK;
     if (a >= b) {
         rc = read_edge_minutes(c, tier, device, &t, from, to, quantiles);
@@ -360,9 +401,16 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
         if (rc == BDB_OK && !t.over)
             rc = quantiles ? bdb_query_windows(c->db, &q, tread_cb, &t, &wm)
                            : bdb_query_window_runs(c->db, &q, runs_cb, &t, &wm);
-        if (rc == BDB_OK && !t.over)
+        if (whole_last && rc == BDB_OK && !t.over) {
+            if (bdb_db_device_newest(c->db, c->tenant, device, &newest) == BDB_OK && newest < to)
+                put_held(&t);
+            else /* a sample at or after the end arrived: the edge as any other */
+                rc = read_edge_minutes(c, tier, device, &t, t.hold_from, to, quantiles);
+        } else if (rc == BDB_OK && !t.over) {
             rc = read_edge_minutes(c, tier, device, &t, b, to, quantiles);
+        }
     }
+    free(t.held);
     if (t.over)
         return BDB_ERR_LIMIT;
     return rc;

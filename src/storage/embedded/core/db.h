@@ -319,6 +319,12 @@ typedef struct bdb_device_snapshot {
 int bdb_db_device_snapshot(bdb_db *db, const char *tenant, const char *device,
                            bdb_device_snapshot *out);
 void bdb_device_snapshot_free(bdb_device_snapshot *s);
+/* The device's newest sample time (INT64_MIN before its first). A write moves it
+ * before its samples become readable, under the same lock: a read that saw a sample
+ * at t is followed by a call answering t or later. With a sink the keyspace may hold
+ * samples this node never took (another node's, a lost disk's): INT64_MAX, unknown.
+ * Errors: BDB_ERR_NOTFOUND. */
+int bdb_db_device_newest(bdb_db *db, const char *tenant, const char *device, int64_t *newest);
 
 typedef struct bdb_samples {
     int64_t *ts;

@@ -52,6 +52,21 @@ int bdb_db_device_snapshot(bdb_db *db, const char *tn, const char *dn, bdb_devic
     return rc;
 }
 
+int bdb_db_device_newest(bdb_db *db, const char *tn, const char *dn, int64_t *newest)
+{
+    device *d = find_device(db, tn, dn);
+    if (!d)
+        return BDB_ERR_NOTFOUND;
+    if (db->o.sink) {
+        *newest = INT64_MAX;
+        return BDB_OK;
+    }
+    pthread_mutex_lock(dev_lock(db, d));
+    *newest = d->last_ts;
+    pthread_mutex_unlock(dev_lock(db, d));
+    return BDB_OK;
+}
+
 void bdb_device_snapshot_free(bdb_device_snapshot *s)
 {
     bdb_bucket_history_free(&s->hist);
