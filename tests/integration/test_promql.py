@@ -357,6 +357,30 @@ def tiers_answer_aligned_window_functions():
 
 
 @suite.test
+def tier_windows_count_against_the_limit():
+    """A window function from a tier reads windows, and each counts against
+    max-query-samples as a sample would: 2 devices x 180 minutes are 360 windows."""
+    import time as _time
+    a0 = (int(_time.time()) // 3600 - 48) * 3600
+    lines = ["env,device=w%d lat=%d %d" % (d, i, (a0 + i * 60 + 7) * 1000)
+             for d in (1, 2) for i in range(180)]
+    params = {"query": "count_over_time(env_lat[1m])", "start": a0 + 60, "end": a0 + 180 * 60,
+              "step": 60}
+    with Server(args=["--max-query-samples", "300"]) as s:
+        s.write(lines, precision="ms")
+        doc = prom(s, "query_range", expect=422, **params)
+        contains(doc["error"], "more than max-query-samples 300 tier windows")
+    with Server(args=["--max-query-samples", "360"]) as s:
+        s.write(lines, precision="ms")
+        r = s.request("GET", "/prometheus/api/v1/query_range?" + urllib.parse.urlencode(params))
+        eq(r.status, 200, r.body[:300])
+        res = r.json()["data"]["result"]
+        eq(len(res), 2)
+        for ser in res:
+            eq([v for _, v in ser["values"]], ["1"] * 180, ser["metric"])
+
+
+@suite.test
 def native_query_api_points_to_prefix():
     with Server() as s:
         write_env(s)

@@ -135,6 +135,27 @@ int pql_series_push_window(pql_series_set *set, size_t idx, const pql_window *w)
     return 0;
 }
 
+int pql_series_add_windows(pql_series_set *set, size_t idx, size_t n, pql_window **out)
+{
+    if (set->max_samples && (n > set->max_samples || set->samples > set->max_samples - n))
+        return -2;
+    pql_series *s = &set->s[idx];
+    if (n > s->wcap - s->nw) {
+        size_t cap = s->wcap ? s->wcap * 2 : 16;
+        if (cap < s->nw + n)
+            cap = s->nw + n;
+        pql_window *v = realloc(s->w, cap * sizeof *v);
+        if (!v)
+            return -1;
+        s->w = v;
+        s->wcap = cap;
+    }
+    *out = s->w + s->nw;
+    s->nw += n;
+    set->samples += n;
+    return 0;
+}
+
 void pql_series_set_free(pql_series_set *set)
 {
     for (size_t i = 0; i < set->n; i++) {

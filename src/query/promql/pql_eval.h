@@ -60,6 +60,9 @@ long pql_series_add(pql_series_set *set, const pql_label *labels, size_t n);
 int pql_series_push(pql_series_set *set, size_t idx, int64_t ts, double v);
 /* Appends a window (counted as one sample against max_samples): as pql_series_push. */
 int pql_series_push_window(pql_series_set *set, size_t idx, const pql_window *w);
+/* n windows appended to series idx at once, for the caller to fill (*out): as n
+ * pql_series_push_window calls, with the same limit and the same results. */
+int pql_series_add_windows(pql_series_set *set, size_t idx, size_t n, pql_window **out);
 void pql_series_set_free(pql_series_set *set);
 
 /* Label matchers, compiled (regular expressions are POSIX extended, anchored). */

@@ -353,6 +353,33 @@ static int win_cb(void *ctx, const bdb_window_row *row)
     return rc != 0;
 }
 
+/* A run of one metric's windows (no quantiles), ascending and none empty: appended to
+ * its series at once. */
+static int runs_cb(void *ctx, size_t mi, const bdb_window *w, size_t n)
+{
+    struct win_ctx *r = ctx;
+    pql_window *dst;
+    int rc = pql_series_add_windows(r->out, r->p[mi].series, n, &dst);
+    if (rc == -2)
+        r->over = 1;
+    else if (rc < 0)
+        r->nomem = 1;
+    if (rc)
+        return 1;
+    for (size_t i = 0; i < n; i++) {
+        const bdb_stats *st = &w[i].st;
+        dst[i] = (pql_window){w[i].start,
+                              bdb_stats_count(st),
+                              bdb_stats_sum(st),
+                              bdb_stats_min(st),
+                              bdb_stats_max(st),
+                              NAN,
+                              NAN,
+                              NAN};
+    }
+    return 0;
+}
+
 struct win_args {
     int64_t from, to;
     enum bdb_res res;
@@ -372,10 +399,13 @@ static int read_windows(const pql_db_source *s, void *arg, pql_series_set *out,
                           .to = a->to,
                           .res = a->res,
                           .lateness_ms = s->lateness_ms,
-                          .no_quantiles = !a->want_quantiles};
+                          .no_quantiles = !a->want_quantiles,
+                          .no_moments = 1};
     struct win_ctx r = {out, p, n, 0, 0};
     int64_t wm;
-    int rc = bdb_query_windows(s->db, &q, win_cb, &r, &wm);
+    /* metrics[i] is p[i]'s: a run finds its series by index */
+    int rc = a->want_quantiles ? bdb_query_windows(s->db, &q, win_cb, &r, &wm)
+                               : bdb_query_window_runs(s->db, &q, runs_cb, &r, &wm);
     if (r.over) {
         snprintf(err, errlen,
                  "query processing would load too many samples into memory in query "
