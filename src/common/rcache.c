@@ -14,6 +14,7 @@ struct bdb_rcache_ent {
     struct bdb_rcache_ent *newer, *older; /* LRU list: head = newest */
     uint64_t hash, cost;
     void *val;
+    void (*free_fn)(void *); /* NULL: free() */
     size_t len, klen;
     uint32_t refs; /* readers holding it, plus 1 while it is in the table */
     unsigned char key[];
@@ -46,7 +47,10 @@ bdb_rcache *bdb_rcache_new(uint64_t max_bytes)
 
 static void ent_free(bdb_rcache_ent *e)
 {
-    free(e->val);
+    if (e->free_fn)
+        e->free_fn(e->val);
+    else
+        free(e->val);
     free(e);
 }
 
@@ -173,31 +177,36 @@ void bdb_rcache_release(bdb_rcache *c, bdb_rcache_ent *ref)
     pthread_mutex_unlock(&c->mu);
 }
 
-void bdb_rcache_put(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len)
+/* Puts val under key (see bdb_rcache_put_ref); NULL when nothing is kept, val still
+ * the caller's. */
+static const void *put(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len,
+                       void (*free_fn)(void *), bdb_rcache_ent **ref)
 {
     uint64_t cost = (uint64_t)len + klen + RCACHE_ENTRY_OVERHEAD;
-    if (cost > c->max_bytes) {
-        free(val);
-        return;
-    }
+    if (cost > c->max_bytes)
+        return NULL;
     bdb_rcache_ent *e = bdb_malloc(sizeof *e + klen);
-    if (!e) {
-        free(val);
-        return;
-    }
+    if (!e)
+        return NULL;
     memset(e, 0, sizeof *e);
     e->hash = bdb_hash(key, klen);
     e->cost = cost;
     e->val = val;
+    e->free_fn = free_fn;
     e->len = len;
     e->klen = klen;
     e->refs = 1;
     memcpy(e->key, key, klen);
     pthread_mutex_lock(&c->mu);
-    if (find(c, key, klen, e->hash)) { /* another reader built it meanwhile */
+    bdb_rcache_ent *old = find(c, key, klen, e->hash);
+    if (old) { /* another reader built it meanwhile: theirs is kept */
+        if (ref) {
+            old->refs++;
+            *ref = old;
+        }
         pthread_mutex_unlock(&c->mu);
         ent_free(e);
-        return;
+        return ref ? old->val : val;
     }
     while (c->oldest && c->bytes + cost > c->max_bytes)
         evict(c, c->oldest);
@@ -207,8 +216,25 @@ void bdb_rcache_put(bdb_rcache *c, const void *key, size_t klen, void *val, size
     lru_push(c, e);
     c->bytes += cost;
     c->entries++;
+    if (ref) {
+        e->refs++;
+        *ref = e;
+    }
     grow(c);
     pthread_mutex_unlock(&c->mu);
+    return val;
+}
+
+void bdb_rcache_put(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len)
+{
+    if (!put(c, key, klen, val, len, NULL, NULL))
+        free(val);
+}
+
+const void *bdb_rcache_put_ref(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len,
+                               void (*free_fn)(void *), bdb_rcache_ent **ref)
+{
+    return put(c, key, klen, val, len, free_fn, ref);
 }
 
 int bdb_rcache_admit(bdb_rcache *c, const void *key, size_t klen)

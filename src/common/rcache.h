@@ -44,6 +44,12 @@ void bdb_rcache_release(bdb_rcache *c, bdb_rcache_ent *ref);
  * same by contract) and val is freed. Out of memory, or a value the limit cannot
  * hold: val is freed and nothing kept (a cache may always forget). */
 void bdb_rcache_put(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len);
+/* As bdb_rcache_put for a value that free_fn frees (NULL: free()), which the caller
+ * goes on reading: returns the value now under key with a reference in *ref (val, or
+ * the value another reader put first, and then val is freed). NULL when nothing is
+ * kept (out of memory, past the limit): val is still the caller's. */
+const void *bdb_rcache_put_ref(bdb_rcache *c, const void *key, size_t klen, void *val, size_t len,
+                               void (*free_fn)(void *), bdb_rcache_ent **ref);
 
 /* Whether a value just missed is worth building and keeping: 1 when the key missed
  * recently already (a panel asked again), else 0, and the key is remembered (a hash in

@@ -4,6 +4,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
+#include "common/rcache.h"
 #include "common/timeutil.h"
 #include "server/http/conn_guard.h"
 #include "server/admission/devlimit.h"
@@ -702,6 +703,8 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         BDB_ERROR("cannot start the purge of deleted tenants' data: their data stays "
                   "unreachable until a start succeeds");
     s->pool = bdb_pool_new(cfg->query_workers);
+    if (cfg->catalog_cache_bytes && !(s->catalogs = bdb_rcache_new(cfg->catalog_cache_bytes)))
+        abort(); /* the server's policy on allocation failure (docs/RELIABILITY.md) */
     bdb_bp_limits bl = {cfg->max_inflight_bytes, (uint64_t)cfg->max_inflight_writes,
                         (unsigned)cfg->tenant_inflight_share};
     s->bp = bdb_bp_new(&bl);
@@ -735,6 +738,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         BDB_ERROR("cannot listen on %s: %s", cfg->listen, strerror(errno));
         bdb_conn_guard_stop(s->guard);
         bdb_pool_free(s->pool);
+        bdb_rcache_free(s->catalogs);
         bdb_bp_free(s->bp);
         bdb_admit_free(s->admit);
         bdb_tenants_close(s->tenants);
@@ -790,6 +794,7 @@ int bdb_server_stop(bdb_server *s)
     MHD_stop_daemon(s->mhd);
     bdb_conn_guard_stop(s->guard); /* after the daemon: no connection is left */
     bdb_pool_free(s->pool);
+    bdb_rcache_free(s->catalogs);
     bdb_bp_free(s->bp);
     hot_stop(s);
     bdb_purge_stop(s->purge); /* a drop running ends first */

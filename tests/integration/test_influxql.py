@@ -12,6 +12,7 @@ import json
 import os
 import pty
 import random
+import re
 import select
 import shutil
 import signal
@@ -23,7 +24,8 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bdbtest import Server, Suite, check, contains, eq, http_request, tmpdir  # noqa: E402
+from bdbtest import ON_CASSANDRA, Server, Suite, check, contains, eq  # noqa: E402
+from bdbtest import http_request, tmpdir  # noqa: E402
 
 suite = Suite("test_influxql")
 INFLUXD = "/usr/bin/influxd"
@@ -377,6 +379,48 @@ def test_open_end_against_influxd():
             check(not bad, "%d answers differ:\n  %s" % (len(bad), "\n  ".join(bad)))
     finally:
         ref.stop()
+
+
+def series_values(r):
+    eq(r.status, 200, r.body[:300])
+    res = r.json()["results"][0]
+    return [(ser.get("tags"), ser["values"]) for ser in res.get("series", [])]
+
+
+@suite.test
+def test_catalog_changes_show_at_once():
+    """A tenant's catalog is kept from its second listing (catalog_cache_bytes): a new
+    device, a device's new tags and a new metric show in the next statement, each
+    asked three times so that it is answered from a kept catalog too."""
+    t = T1 - HOUR
+    rng = "time >= %dms AND time < %dms" % (t, t + HOUR)
+    with Server() as s:
+        def ask(q):
+            out = [series_values(query(s.port, q, db="cc")) for _ in range(3)]
+            eq(out[1], out[0], q)
+            eq(out[2], out[0], q)
+            return out[0]
+
+        def write(lines):
+            write_all(s.port, lines, "cc")
+
+        sites = "SHOW TAG VALUES FROM env WITH KEY = site"
+        counts = "SELECT count(temp) FROM env WHERE %s GROUP BY site" % rng
+        write(["env,device=c1,site=a temp=1 %d" % t])
+        eq(ask(sites), [(None, [["site", "a"]])])
+        eq(ask(counts), [({"site": "a"}, [[t, 1]])])
+        write(["env,device=c2,site=b temp=2 %d" % (t + 1000)])  # a new device
+        eq(ask(sites), [(None, [["site", "a"], ["site", "b"]])])
+        eq(ask(counts), [({"site": "a"}, [[t, 1]]), ({"site": "b"}, [[t, 1]])])
+        write(["env,device=c1,site=b temp=3 %d" % (t + 2000)])  # c1's tags change
+        eq(ask(sites), [(None, [["site", "b"]])])
+        eq(ask(counts), [({"site": "b"}, [[t, 3]])])
+        write(["env,device=c2,site=b hum=5 %d" % (t + 3000)])  # a new metric
+        eq(ask("SHOW FIELD KEYS FROM env"),
+           [(None, [["hum", "float"], ["temp", "float"]])])
+        hits = re.search(r"^bucketdb_catalog_cache_hits_total (\d+)$", s.metrics_text(), re.M)
+        check(hits and int(hits.group(1)) >= 8 or ON_CASSANDRA,
+              "statements answered from a kept catalog: %r" % (hits and hits.group(0)))
 
 
 @suite.test

@@ -179,5 +179,23 @@ def read_cache_bytes_is_range_checked():
         contains(p.stderr.decode(), "read_cache_bytes: must be 0 (off) or 1MiB..1TiB")
 
 
+@suite.test
+def catalog_cache_bytes_is_range_checked_and_zero_keeps_nothing():
+    for bad in ("1000", "2000000000000"):
+        p = subprocess.run([BIN, "serve", "--data", "/nonexistent-bdb-rcache",
+                            "--listen", "127.0.0.1:0", "--catalog-cache-bytes", bad],
+                           capture_output=True, timeout=30)
+        check(p.returncode != 0, "catalog_cache_bytes=%s accepted" % bad)
+        contains(p.stderr.decode(), "catalog_cache_bytes: must be 0 (off) or 1MiB..1TiB")
+    with Server(args=["--catalog-cache-bytes", "0"]) as s:
+        s.write(["env,device=z1 temp=1 %d" % (int(time.time() * 1000) - 60000)], precision="ms")
+        for _ in range(3):
+            r = s.request("GET", "/query?q=SHOW+TAG+VALUES+WITH+KEY+%3D+device")
+            eq(r.status, 200, r.body[:300])
+            contains(r.text, "z1")
+        check(metric(s, "bucketdb_catalog_cache_hits_total") == 0, "kept with size 0")
+        check(metric(s, "bucketdb_catalog_cache_bytes") == 0, "bytes kept with size 0")
+
+
 if __name__ == "__main__":
     suite.main()

@@ -4,6 +4,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/map.h"
+#include "common/rcache.h"
 #include "common/timeutil.h"
 
 #include <math.h>
@@ -196,14 +197,28 @@ const char *iql_dev_tag(const cat *c, const dev *d, const char *key)
     return NULL;
 }
 
+/* What the listing's maps and triples leave behind: the rest is the catalog. */
+static void cat_trim(cat *c)
+{
+    bdb_map_free(c->mids);
+    bdb_map_free(c->strs);
+    free(c->t);
+    free(c->mnames);
+    c->mids = c->strs = NULL;
+    c->t = NULL;
+    c->mnames = NULL;
+    c->nt = c->capt = c->nmid = c->capmid = 0;
+}
+
 static int cat_load(const iql_ctx *x, const char *device, cat *c)
 {
     memset(c, 0, sizeof *c);
-    c->devtag = x->device_tag;
     c->mids = bdb_map_new();
     c->strs = bdb_map_new();
     if (!c->mids || !c->strs)
         abort();
+    /* a copy: a kept catalog outlives the request and its tenant's settings */
+    c->devtag = cat_str(c, x->device_tag, strlen(x->device_tag));
     c->value = intern(c, "value", 5);
     int rc = device ? bdb_db_get_device(x->db, x->tenant, device, cat_cb, c)
                     : bdb_db_list_devices(x->db, x->tenant, cat_cb, c);
@@ -240,12 +255,68 @@ static int cat_load(const iql_ctx *x, const char *device, cat *c)
         unique_sorted(&m->tagkeys);
         i = j;
     }
+    cat_trim(c);
     return BDB_OK;
 }
 
+/* Bytes a catalog holds, about (for the cache's limit). */
+static size_t cat_bytes(const cat *c)
+{
+    size_t n = sizeof *c + c->capd * sizeof *c->d + c->nm * sizeof *c->m;
+    for (const struct cat_blk *b = c->arena; b; b = b->next)
+        n += sizeof *b + b->cap;
+    for (size_t i = 0; i < c->nm; i++) {
+        const meas *m = &c->m[i];
+        n += m->ndevs * sizeof *m->devs + m->nmf * sizeof *m->mf +
+             (m->fields.cap + m->tagkeys.cap) * sizeof(char *);
+    }
+    return n;
+}
+
+static void cat_destroy(void *p)
+{
+    iql_cat_free(p);
+    free(p);
+}
+
+/* A tenant's catalog comes from x->catalogs while the engine's version of it is the
+ * one it was listed at: the key names the version, so an entry never goes stale (a
+ * change makes a new key; the old entry leaves by eviction). The version is read
+ * before the listing, so a change during it makes the next statement list again. A
+ * catalog is kept from the second time it is missed on (bdb_rcache_admit): a tenant
+ * asked once pays nothing for the cache. */
 int iql_cat_load(const iql_ctx *x, cat *c)
 {
-    return cat_load(x, NULL, c);
+    uint64_t ver[2];
+    if (!x->catalogs || bdb_db_catalog_version(x->db, x->tenant, ver) != BDB_OK)
+        return cat_load(x, NULL, c);
+    size_t tl = strlen(x->tenant), dl = strlen(x->device_tag), kl = 1 + 16 + tl + 1 + dl;
+    char *key = iql_xmalloc(kl);
+    key[0] = 'C';
+    memcpy(key + 1, ver, 16);
+    memcpy(key + 17, x->tenant, tl + 1); /* the tenant's name ends at its NUL */
+    memcpy(key + 18 + tl, x->device_tag, dl);
+    size_t len;
+    bdb_rcache_ent *ref;
+    const cat *kept = bdb_rcache_get(x->catalogs, key, kl, &len, &ref);
+    int rc = BDB_OK;
+    if (!kept) {
+        rc = cat_load(x, NULL, c);
+        if (rc == BDB_OK && bdb_rcache_admit(x->catalogs, key, kl)) {
+            cat *own = iql_xmalloc(sizeof *own);
+            *own = *c;
+            kept = bdb_rcache_put_ref(x->catalogs, key, kl, own, cat_bytes(own), cat_destroy, &ref);
+            if (!kept)
+                free(own); /* not kept: c still owns its parts */
+        }
+    }
+    free(key);
+    if (kept) {
+        *c = *kept;
+        c->cache = x->catalogs;
+        c->ref = ref;
+    }
+    return rc;
 }
 
 int iql_cat_load_device(const iql_ctx *x, const char *device, cat *c)
@@ -255,6 +326,11 @@ int iql_cat_load_device(const iql_ctx *x, const char *device, cat *c)
 
 void iql_cat_free(cat *c)
 {
+    if (c->ref) {
+        bdb_rcache_release(c->cache, c->ref);
+        memset(c, 0, sizeof *c);
+        return;
+    }
     free(c->d);
     for (size_t i = 0; i < c->nm; i++) {
         free(c->m[i].fields.v);

@@ -60,6 +60,9 @@ typedef struct iql_ctx {
     int64_t tier_keep_ms[4];
     const char *const *databases; /* SHOW DATABASES: what the caller may read */
     size_t ndatabases;
+    /* Tenants' catalogs listed lately, under their catalog version (NULL: none kept):
+     * a panel asked again skips the listing of every device (iql_cat.c). */
+    struct bdb_rcache *catalogs;
 } iql_ctx;
 
 /* Runs st; the outcome, an error included, is in *out (free with iql_result_free).

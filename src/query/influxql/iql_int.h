@@ -71,6 +71,9 @@ typedef struct cat {
     char **mnames;
     size_t nmid, capmid;
     char *value; /* "value": the field of a metric without a dot */
+    /* a catalog from ctx->catalogs: shared, read only, released rather than freed */
+    struct bdb_rcache *cache;
+    struct bdb_rcache_ent *ref;
 } cat;
 
 typedef struct trip {

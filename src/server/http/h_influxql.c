@@ -330,7 +330,8 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
                  .lateness_ms = s->cfg.agg_allowed_lateness,
                  .max_points = s->cfg.max_query_samples,
                  .databases = (const char *const *)d.v,
-                 .ndatabases = d.n};
+                 .ndatabases = d.n,
+                 .catalogs = s->catalogs};
     bdb_clock clk = server_clock(s);
     x.now_ms = bdb_clock_now(&clk);
     const char *dbp = arg(c, "db"), *tp = arg(c, "tenant");

@@ -3,6 +3,7 @@
 #include "server/server_int.h"
 
 #include "bucketdb/bdb.h"
+#include "common/rcache.h"
 #include "common/timeutil.h"
 #include "server/http/conn_guard.h"
 #include "server/admission/devlimit.h"
@@ -534,6 +535,15 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              "Bytes the read cache accounts for (values, keys, entries).", st.rcache_bytes);
     metric_u(&b, "bucketdb_read_cache_max_bytes", "gauge", "read_cache_bytes: the cache's limit.",
              st.rcache_max_bytes);
+    bdb_rcache_stats cs = {0};
+    if (s->catalogs)
+        bdb_rcache_stats_get(s->catalogs, &cs);
+    metric_u(&b, "bucketdb_catalog_cache_hits_total", "counter",
+             "InfluxQL statements that found their tenant's catalog kept.", cs.hits);
+    metric_u(&b, "bucketdb_catalog_cache_misses_total", "counter",
+             "InfluxQL statements that listed their tenant's devices.", cs.misses);
+    metric_u(&b, "bucketdb_catalog_cache_bytes", "gauge",
+             "Bytes the kept catalogs account for; catalog_cache_bytes is the limit.", cs.bytes);
     metric_u(&b, "bucketdb_blocks", "gauge", "Block files.", st.blocks);
     metric_u(&b, "bucketdb_block_bytes", "gauge", "Bytes in block files.", st.block_bytes);
     metric_u(&b, "bucketdb_block_samples", "gauge", "Samples in block files.", st.block_samples);

@@ -168,6 +168,43 @@ static void test_admit_second_miss(void **st)
     bdb_rcache_free(c);
 }
 
+/* put_ref: the caller reads on what it put (a reference that outlives eviction), a
+ * second value of a key is freed with its own function and the first one handed back,
+ * and a value the limit cannot hold stays the caller's. */
+static int freed;
+static void count_free(void *p)
+{
+    freed++;
+    free(p);
+}
+
+static void test_put_ref(void **st)
+{
+    (void)st;
+    const size_t one = 100 + 1 + RCACHE_ENTRY_OVERHEAD;
+    bdb_rcache *c = bdb_rcache_new(one);
+    freed = 0;
+    bdb_rcache_ent *r1, *r2;
+    void *a = val(100, 1);
+    const unsigned char *v = bdb_rcache_put_ref(c, "a", 1, a, 100, count_free, &r1);
+    assert_ptr_equal(v, a);
+    v = bdb_rcache_put_ref(c, "a", 1, val(100, 2), 100, count_free, &r2);
+    assert_ptr_equal(v, a); /* the first one's, and the second freed */
+    assert_int_equal(freed, 1);
+    bdb_rcache_release(c, r2);
+    put_s(c, "b", 100, 3); /* evicts "a", which r1 still holds */
+    assert_false(has(c, "a"));
+    assert_int_equal(freed, 1);
+    assert_int_equal(v[99], 1);
+    bdb_rcache_release(c, r1);
+    assert_int_equal(freed, 2);
+    void *big = val(200, 4);
+    assert_null(bdb_rcache_put_ref(c, "c", 1, big, 200, count_free, &r1));
+    assert_int_equal(freed, 2);
+    free(big);
+    bdb_rcache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_limit_evicts_least_recent),
         cmocka_unit_test(test_size_zero_and_nomem),
         cmocka_unit_test(test_admit_second_miss),
+        cmocka_unit_test(test_put_ref),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

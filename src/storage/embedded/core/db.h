@@ -319,6 +319,12 @@ typedef struct bdb_device_snapshot {
 int bdb_db_device_snapshot(bdb_db *db, const char *tenant, const char *device,
                            bdb_device_snapshot *out);
 void bdb_device_snapshot_free(bdb_device_snapshot *s);
+/* The version of tenant's catalog as a listing shows it (devices, their tags and
+ * metric names): equal versions, equal listings. A change counts once it is made, so a
+ * version read before a listing that is still the version afterwards means that
+ * listing is current. Errors: BDB_ERR_NOTFOUND (no such tenant), BDB_ERR_INVALID (with
+ * a sink whose registry lists devices other nodes write: no local version). */
+int bdb_db_catalog_version(bdb_db *db, const char *tenant, uint64_t version[2]);
 /* The device's newest sample time (INT64_MIN before its first). A write moves it
  * before its samples become readable, under the same lock: a read that saw a sample
  * at t is followed by a call answering t or later. With a sink the keyspace may hold

@@ -119,6 +119,7 @@ tenant *cat_tenant(bdb_db *db, const char *name, size_t len, int create)
         free(t);
         return NULL;
     }
+    t->id = atomic_fetch_add(&db->tenant_ids, 1) + 1;
     atomic_fetch_add(&db->tenant_count, 1);
     return t;
 }
@@ -150,6 +151,7 @@ device *cat_device(bdb_db *db, tenant *t, const char *name, size_t len, int crea
     }
     db_consumers_dev_init(db, d, 0);
     atomic_fetch_add(&db->device_count, 1);
+    atomic_fetch_add_explicit(&t->gen, 1, memory_order_release);
     return d;
 }
 
@@ -212,6 +214,7 @@ series *cat_series(bdb_db *db, device *d, const char *metric, size_t mlen, int c
     d->series[i] = s;
     d->nseries++;
     atomic_fetch_add(&db->series_count, 1);
+    atomic_fetch_add_explicit(&d->tenant->gen, 1, memory_order_release);
     return s;
 }
 
@@ -273,6 +276,7 @@ void cat_tags_take(device *d, bdb_kv *tags, uint32_t n)
     free_tags(d);
     d->tags = tags;
     d->ntags = tags ? n : 0;
+    atomic_fetch_add_explicit(&d->tenant->gen, 1, memory_order_release);
 }
 
 int cat_set_tags(device *d, const bdb_kv *tags, uint32_t n)

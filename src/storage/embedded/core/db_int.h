@@ -177,6 +177,10 @@ typedef struct tenant {
      * devices on different stripes are made at the same time) */
     pthread_mutex_t arena_mu;
     struct cat_block *arena;
+    /* bdb_db_catalog_version: which tenant of the name this is (db->tenant_ids), and
+     * changes of its devices, their tags and metrics, counted after each is made */
+    uint64_t id;
+    _Atomic uint64_t gen;
 } tenant;
 
 /* A published block. cls is its TTL class: the resolved TTL (ms, 0 = forever) shared
@@ -253,6 +257,7 @@ struct bdb_db {
         tenant_count, head_bytes, head_samples, flushes, compactions, retention_drops, quarantined,
         replayed, wal_corruptions, wal_corrupt_bytes, bucket_changes, ooo_samples;
     _Atomic uint64_t resv_batches; /* db.c: ids of write batches for series.resv_batch */
+    _Atomic uint64_t tenant_ids;   /* db_catalog.c: tenant.id */
     /* db_hot.c: promotion size target (bytes, 0 = off) and counters */
     _Atomic uint64_t promo_target, bucket_promotions, subbucket_changes;
     /* What follows the write, flush and maintenance paths (db_consumer.h): registered

@@ -151,6 +151,20 @@ static int stop_cb(void *ctx, const bdb_device_info *d)
     return s->rc;
 }
 
+int bdb_db_catalog_version(bdb_db *db, const char *tn, uint64_t version[2])
+{
+    if (db_ss_on(db) && db->o.sink->ops->device_list)
+        return BDB_ERR_INVALID; /* bdb_db_list_devices asks the registry */
+    pthread_rwlock_rdlock(&db->cat_lock);
+    tenant *t = cat_tenant(db, tn, strlen(tn), 0);
+    if (t) {
+        version[0] = t->id;
+        version[1] = atomic_load_explicit(&t->gen, memory_order_acquire);
+    }
+    pthread_rwlock_unlock(&db->cat_lock);
+    return t ? BDB_OK : BDB_ERR_NOTFOUND;
+}
+
 int bdb_db_list_devices(bdb_db *db, const char *tn, int (*cb)(void *ctx, const bdb_device_info *d),
                         void *ctx)
 {
