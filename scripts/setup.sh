@@ -14,7 +14,9 @@ TEST_PKGS=(libcmocka-dev clang clang-format libclang-rt-14-dev python3 curl ca-c
            gcovr # gcovr: `make coverage` (docs/TESTING.md#coverage)
            # the InfluxDB 1.x server, its CLI and Python client: compatibility tests
            # run the real clients, and compare answers with influxd's (docs/INFLUX.md)
-           influxdb influxdb-client python3-influxdb python3-pandas)
+           influxdb influxdb-client python3-influxdb python3-pandas
+           # paho-mqtt publishes the MQTT gateways' payloads (test_mqtt_gateways.py)
+           python3-paho-mqtt)
 WANT=("${BUILD_PKGS[@]}")
 TEST=0
 if [ "${1:-}" = "--test" ]; then

@@ -11,6 +11,7 @@ applies to these payloads too."""
 
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -115,6 +116,61 @@ def zigbee2mqtt_and_tasmota_objects():
                             '{"time": 1705327200000, "metrics": {"temp": 20}}'))
             wait_for("the report", lambda: rows(s, "default", "reporter") ==
                      [(1705327200000, "temp", 20)], [s.log()])
+
+
+# Publishes each (topic, payload) of argv[3] (JSON) at QoS 1 with Debian's paho-mqtt
+# (python3-paho-mqtt) to 127.0.0.1:argv[1], MQTT 3.1.1 or 5 (argv[2]); exits 0 once the
+# broker acknowledged every one.
+PAHO = r"""
+import json, sys
+import paho.mqtt.client as mqtt
+port, proto, msgs = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+c = mqtt.Client(client_id="bdbtest-paho-" + proto,
+                protocol=mqtt.MQTTv5 if proto == "5" else mqtt.MQTTv311)
+c.connect("127.0.0.1", port, keepalive=30)
+c.loop_start()
+infos = [c.publish(t, p, qos=1) for t, p in msgs]
+for i in infos:
+    i.wait_for_publish(timeout=30)
+    if not i.is_published():
+        sys.exit("not acknowledged: %r" % (i,))
+c.disconnect()
+c.loop_stop()
+"""
+
+
+def paho_publish(b, proto, msgs):
+    if not os.path.exists("/usr/bin/python3"):
+        raise AssertionError("/usr/bin/python3 missing (setup.sh --test installs it)")
+    p = subprocess.run(["/usr/bin/python3", "-c", PAHO, str(b.port), proto, json.dumps(msgs)],
+                       capture_output=True, timeout=90)
+    eq(p.returncode, 0, "paho (python3-paho-mqtt, setup.sh --test installs it): %s"
+       % p.stderr.decode()[-2000:])
+
+
+@suite.test
+def paho_publishes_the_gateway_payloads():
+    """The gateways' payloads as a client library sends them: Debian's paho-mqtt, over
+    MQTT 3.1.1 and 5, through mosquitto, at QoS 1."""
+    with Broker() as b:
+        args = ["--mqtt-topics", "zigbee2mqtt/+,tele/+/SENSOR",
+                "--mqtt-topic-scheme", "+/{device}/#"]
+        with mqtt_server(b, "bdbtest-gw-paho", args=args) as s:
+            wait_connected(s, b)
+            paho_publish(b, "311", [["zigbee2mqtt/kitchen_sensor", json.dumps(ZIGBEE_SENSOR)],
+                                    ["zigbee2mqtt/tv_plug", json.dumps(ZIGBEE_PLUG)]])
+            paho_publish(b, "5", [["tele/tasmota_77AA00/SENSOR", json.dumps(TASMOTA)]])
+            wait_for("the Zigbee sensor", lambda: metrics_of(s, "kitchen_sensor") == {
+                "battery": 100, "humidity": 58.28, "linkquality": 116, "temperature": 21.37,
+                "voltage": 3005, "update.installed_version": 16842752, "update_available": 0},
+                [s.log()])
+            wait_for("the plug", lambda: metrics_of(s, "tv_plug") ==
+                     {"linkquality": 96, "power": 12.5, "energy": 3.21}, [s.log()])
+            eq(latest_state(s, "tv_plug"), "ON")
+            wait_for("the Tasmota sensor", lambda: metrics_of(s, "tasmota_77AA00").get(
+                "ENERGY.Total") == 12.345, [s.log()])
+            eq(len(metrics_of(s, "tasmota_77AA00")), 10)
+            eq(latest_attrs(s, "kitchen_sensor"), {"update.state": "idle"})
 
 
 @suite.test

@@ -148,14 +148,19 @@ void head_free_chunks(bdb_db *db, hchunk *c)
 static int ooo_merge(bdb_db *db, hchunk **link, uint32_t n)
 {
     hchunk *c = *link;
-    int64_t *ts = NULL;
-    double *v = NULL;
-    size_t ns = 0, cap = 0;
-    int rc = head_chunk_samples(c, INT64_MIN, INT64_MAX, &ts, &v, &ns, &cap);
+    /* the samples' arrays and the new stream sized once: grown sample by sample,
+     * their reallocs were most of a merge's cost */
+    size_t cap = (size_t)c->st.count + hc_nooo(c), ns = 0;
+    int64_t *ts = bdb_malloc((cap + 1) * sizeof *ts);
+    double *v = bdb_malloc((cap + 1) * sizeof *v);
+    int rc = ts && v ? head_chunk_samples(c, INT64_MIN, INT64_MAX, &ts, &v, &ns, &cap)
+                     : BDB_ERR_NOMEM;
     if (rc == BDB_OK && ns + n > BDB_CHUNK_MAX_SAMPLES)
         rc = BDB_ERR_LIMIT;
     bdb_chunk_app app;
     bdb_chunk_app_init(&app);
+    if (rc == BDB_OK)
+        rc = bdb_chunk_app_reserve(&app, (uint32_t)ns);
     for (size_t i = 0; i < ns && rc == BDB_OK; i++)
         rc = bdb_chunk_app_append(&app, ts[i], v[i]);
     free(ts);
