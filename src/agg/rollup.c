@@ -204,30 +204,30 @@ int bdb_rollup_merge_window(bdb_rollup *r, const bdb_window *src)
 
 int bdb_rollup_append_stats(bdb_rollup *r, const bdb_stwin *v, size_t n)
 {
-    int64_t prev = r->n ? r->w[r->n - 1].start : INT64_MIN;
-    size_t add = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i].start <= prev || bdb_align_down(v[i].start, r->width) != v[i].start)
-            return BDB_ERR_INVALID;
-        prev = v[i].start;
-        add += v[i].st.count != 0;
-    }
-    if (r->n + add > r->cap) {
-        size_t cap = r->cap * 2 > r->n + add ? r->cap * 2 : r->n + add;
+    if (r->n + n > r->cap) { /* room for all: the empty ones are skipped below */
+        size_t cap = r->cap * 2 > r->n + n ? r->cap * 2 : r->n + n;
         bdb_window *p = bdb_realloc(r->w, cap * sizeof *p);
         if (!p)
             return BDB_ERR_NOMEM;
         r->w = p;
         r->cap = cap;
     }
+    /* One pass: the windows are written past r->n and become r's only if all of them
+     * are in order (a refusal leaves r as it was). */
+    int64_t prev = r->n ? r->w[r->n - 1].start : INT64_MIN;
+    size_t k = r->n;
     for (size_t i = 0; i < n; i++) {
+        if (v[i].start <= prev || bdb_align_down(v[i].start, r->width) != v[i].start)
+            return BDB_ERR_INVALID;
+        prev = v[i].start;
         if (!v[i].st.count)
             continue;
-        bdb_window *w = &r->w[r->n++];
+        bdb_window *w = &r->w[k++];
         w->start = v[i].start;
         w->st = v[i].st; /* a merge into an empty window is a copy (bdb_stats_merge) */
         sk_init(r, &w->sk);
     }
+    r->n = k;
     return BDB_OK;
 }
 

@@ -153,8 +153,8 @@ static int ooo_merge(bdb_db *db, hchunk **link, uint32_t n)
     size_t cap = (size_t)c->st.count + hc_nooo(c), ns = 0;
     int64_t *ts = bdb_malloc((cap + 1) * sizeof *ts);
     double *v = bdb_malloc((cap + 1) * sizeof *v);
-    int rc = ts && v ? head_chunk_samples(c, INT64_MIN, INT64_MAX, &ts, &v, &ns, &cap)
-                     : BDB_ERR_NOMEM;
+    int rc =
+        ts && v ? head_chunk_samples(c, INT64_MIN, INT64_MAX, &ts, &v, &ns, &cap) : BDB_ERR_NOMEM;
     if (rc == BDB_OK && ns + n > BDB_CHUNK_MAX_SAMPLES)
         rc = BDB_ERR_LIMIT;
     bdb_chunk_app app;
