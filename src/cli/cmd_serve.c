@@ -150,9 +150,12 @@ int cmd_serve(int argc, char **argv)
     char *colon = strrchr(host, ':');
     if (colon)
         *colon = '\0';
+    /* a directory that does not hold the keyspace's admin token cannot print it */
+    const char *tok = bdb_server_token(srv);
     printf("bucketdb %s ready\n  listening on http://%s:%d\n  data directory %s\n  token %s\n"
            "  auth %s\n  WAL sync %s\n",
-           BDB_VERSION, host, bdb_server_port(srv), cfg.data, bdb_server_token(srv),
+           BDB_VERSION, host, bdb_server_port(srv), cfg.data,
+           tok[0] ? tok : "(not in this directory: the keyspace's admin token is in force)",
            bdb_server_auth_required(srv) ? "required" : "optional (loopback)", cfg.sync);
     fflush(stdout);
     BDB_INFO("listening on %s:%d", host, bdb_server_port(srv));

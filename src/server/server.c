@@ -4,6 +4,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
+#include "server/admin_token.h"
 #include "common/rcache.h"
 #include "common/timeutil.h"
 #include "server/http/conn_guard.h"
@@ -449,37 +450,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     BDB_DEBUG("http: %s", msg);
 }
 
-/* The server token is made once per data directory and kept in <data>/token (0600). */
-static int load_token(bdb_server *s)
-{
-    char path[1100];
-    snprintf(path, sizeof path, "%s/token", s->cfg.data);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        int ok = fscanf(f, "%64s", s->token) == 1;
-        fclose(f);
-        if (ok && strlen(s->token) >= 16)
-            return 0;
-    }
-    unsigned char rnd[24];
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    for (size_t i = 0; i < sizeof rnd; i++)
-        snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
-    int tfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (tfd < 0)
-        return -1;
-    int ok = write(tfd, s->token, strlen(s->token)) == (ssize_t)strlen(s->token) &&
-             write(tfd, "\n", 1) == 1 && fsync(tfd) == 0;
-    close(tfd);
-    return ok ? 0 : -1;
-}
-
 static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t *len,
                         int *loopback)
 {
@@ -679,15 +649,19 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     }
     bdb_db_tier_set_retention_hook(s->db, tenant_tier_ttl, s->tenants); /* tier TTL per tenant */
     bdb_db_fleet_attach(s->db); /* fleet: late recomputes reach the fleet tables (db_fleet.h) */
-    if (load_token(s) != 0) {
-        BDB_ERROR("cannot create the token file in %s: %s", cfg->data, strerror(errno));
+    /* the admin token: the keyspace's where the backend keeps documents */
+    rc = bdb_admin_token_open(cfg->data, o.sink, s->token, s->admin_hash, terr, sizeof terr);
+    if (rc != BDB_OK) {
+        if (rc == BDB_ERR_IO)
+            BDB_ERROR("cannot read or create the token file in %s: %s", cfg->data, strerror(errno));
+        else
+            BDB_ERROR("admin token: %s", terr);
         bdb_db_close(s->db);
         bdb_tenants_close(s->tenants);
         fault_vfs_free(s);
         free(s);
-        return BDB_ERR_IO;
+        return rc;
     }
-    bdb_token_hash(s->token, strlen(s->token), s->admin_hash);
     rc = bdb_devlimit_open(cfg->data, cfg->device_limiter_idle, &s->devlimit, terr, sizeof terr);
     if (rc != BDB_OK) {
         BDB_ERROR("device profiles: %s", terr[0] ? terr : bdb_strerror(rc));

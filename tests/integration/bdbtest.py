@@ -86,6 +86,7 @@ def _cleanup_tmpdirs():
 
 _keyspaces = {}  # realpath of a data directory -> (keyspace, URI); a restart keeps them
 _fresh = set()  # keyspaces the next server start creates
+_ks_tokens = {}  # keyspace -> the admin token a server of it printed (docs/CASSANDRA.md)
 
 
 def _split_storage():
@@ -289,7 +290,7 @@ class Server:
         while time.monotonic() < deadline:
             with open(out_path, "rb") as f:
                 text = f.read().decode("utf-8", "replace")
-            if re.search(r"^\s*token \S+\s*$", text, re.M):
+            if re.search(r"^\s*WAL sync \S+\s*$", text, re.M):
                 break
             if self.proc.poll() is not None:
                 raise TestFailure("server exited with %d before it was ready:\n%s"
@@ -301,7 +302,16 @@ class Server:
         check(m, "no 'listening on' line in %r" % text)
         self.port = int(m.group(1))
         check(self.port > 0, "port 0 in the ready block")
-        self.token = re.search(r"^\s*token (\S+)\s*$", text, re.M).group(1)
+        # a directory without the keyspace's admin token prints none (docs/CASSANDRA.md
+        # "The admin token"): a test sets the token of the server that made it
+        m = re.search(r"^\s*token (\S+)\s*$", text, re.M)
+        ks = self._keyspace_named()
+        if m:
+            self.token = m.group(1)
+            if ks:
+                _ks_tokens[ks] = self.token
+        else:
+            self.token = _ks_tokens.get(ks)
         if self.keyspace in _fresh:  # created by this start (schema=create)
             _fresh.discard(self.keyspace)
             _no_compaction(self.keyspace)
@@ -474,6 +484,16 @@ class Server:
         doc = self.query(**params)
         eq(doc["count"], len(doc["values"]), "count vs values")
         return [tuple(v) for v in doc["values"]]
+
+    def _keyspace_named(self):
+        """The keyspace of this server's Cassandra storage, or None."""
+        if self.keyspace:
+            return self.keyspace
+        args = list(self.args)
+        for i, a in enumerate(args[:-1]):
+            if a == "--storage" and args[i + 1].startswith("cassandra://"):
+                return args[i + 1].split("/", 3)[3].split("?")[0] or None
+        return None
 
     def flush(self):
         r = self.post("/internal/flush")

@@ -23,6 +23,10 @@ registry on Cassandra"), against one real Cassandra 2.1.0 node of the file's own
   takes the registry from its file (a warning), accepts the token and refuses the
   changes the same way; with the node back the same update succeeds, and a server on
   an empty directory sees it.
+- `admin_token_is_the_keyspaces`: the admin token's hash is the keyspace's document
+  `admin`: a server on an empty directory takes the first server's token and prints
+  none, a directory with another token file has that token refused (a warning), and a
+  keyspace without the document takes the directory's token.
 
     BUCKETDB_BIN=build/bucketdb python3 tests/integration/test_cassandra_tenants.py"""
 
@@ -184,6 +188,59 @@ def local_file_moves_up():
         write(n, t, ["m,device=a v=1 %d" % T0])
     finally:
         n.stop()
+
+
+@suite.test
+def admin_token_is_the_keyspaces():
+    """The admin token's hash is the keyspace's document `admin`: a server on an EMPTY
+    directory takes the token the first one made (and prints none), a directory whose
+    file holds another token has that token refused, and a keyspace without the
+    document (an older bucketdb's) gets the directory's."""
+    ks = "bdb_tenants_admin"
+    a = server(ks).start()
+    try:
+        ta = a.token
+        eq(admin(a, "GET", "/tenants").status, 200)
+    finally:
+        a.stop()
+    rows = cql_rows("SELECT part FROM %s.docs WHERE k = 'admin'" % ks)
+    eq(rows, [["0"]], "the admin document")
+    shutil.rmtree(a.data)
+    b = server(ks).start()
+    try:
+        contains(b.ready_text, "token (not in this directory: the keyspace's admin token")
+        check(not os.path.exists(os.path.join(b.data, "token")), "a token file was made")
+        eq(b.token, ta, "the test helper's token: the keyspace's")
+        eq(admin(b, "GET", "/tenants").status, 200, "A's admin token on B")
+        r = b.request("GET", "/api/v1/admin/tenants", None, tok("f" * 48))
+        check(r.status in (401, 403), "another token: %d" % r.status)
+    finally:
+        b.stop()
+    # a directory of its own with another token file
+    c = server(ks)
+    os.makedirs(c.data, exist_ok=True)
+    with open(os.path.join(c.data, "token"), "w") as f:
+        f.write("0123456789abcdef0123456789abcdef0123456789abcdef\n")
+    c.start()
+    try:
+        contains(c.log(), "holds another token than")
+        r = c.request("GET", "/api/v1/admin/tenants", None,
+                      tok("0123456789abcdef0123456789abcdef0123456789abcdef"))
+        check(r.status in (401, 403), "the file's own token: %d" % r.status)
+        r = c.request("GET", "/api/v1/admin/tenants", None, tok(ta))
+        eq(r.status, 200, "the keyspace's token on C")
+    finally:
+        c.stop()
+    # a keyspace without the document: the directory's token goes up
+    cassnode.cql(NODE, "DELETE FROM %s.docs WHERE k = 'admin'" % ks)
+    c.start()
+    try:
+        contains(c.log(), "admin token: its hash stored in")
+        eq(c.token, "0123456789abcdef0123456789abcdef0123456789abcdef")
+        eq(admin(c, "GET", "/tenants").status, 200)
+    finally:
+        c.stop()
+    eq(cql_rows("SELECT part FROM %s.docs WHERE k = 'admin'" % ks), [["0"]])
 
 
 @suite.test
