@@ -20,34 +20,68 @@
  * one is a first start cut short), 0 when not, -1 when it cannot be read. */
 static int read_file(const char *path, char token[BDB_ADMIN_TOKEN_MAX + 1])
 {
+    token[0] = '\0';
     FILE *f = fopen(path, "r");
     if (!f)
         return errno == ENOENT ? 0 : -1;
     int ok = fscanf(f, "%64s", token) == 1;
+    int bad = ferror(f);
     fclose(f);
-    return ok && strlen(token) >= 16;
+    if (bad) {
+        errno = EIO;
+        return -1; /* never taken for "none": that would replace the file */
+    }
+    if (!ok || strlen(token) < 16) {
+        token[0] = '\0';
+        return 0;
+    }
+    return 1;
 }
 
-/* A new token in <dir>/token (0600, synced). */
-static int make_file(const char *path, char token[BDB_ADMIN_TOKEN_MAX + 1])
+/* A new token in <dir>/token (0600): written whole to token.tmp, synced, renamed over
+ * the name and the directory synced, so that the file is the token printed or none. */
+static int make_file(const char *dir, const char *path, char token[BDB_ADMIN_TOKEN_MAX + 1])
 {
     unsigned char rnd[BDB_ADMIN_TOKEN_LEN / 2];
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
+        int e = fd < 0 ? errno : EIO;
         if (fd >= 0)
             close(fd);
+        errno = e;
         return -1;
     }
     close(fd);
     for (size_t i = 0; i < sizeof rnd; i++)
         snprintf(token + 2 * i, 3, "%02x", rnd[i]);
-    int tfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int tfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (tfd < 0)
         return -1;
     size_t n = strlen(token);
+    errno = 0; /* a short write sets none */
     int ok = write(tfd, token, n) == (ssize_t)n && write(tfd, "\n", 1) == 1 && fsync(tfd) == 0;
+    int e = ok ? 0 : errno ? errno : EIO;
     close(tfd);
-    return ok ? 0 : -1;
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        e = errno;
+    }
+    if (ok) {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ok = dfd >= 0 && fsync(dfd) == 0;
+        e = ok ? 0 : errno;
+        if (dfd >= 0)
+            close(dfd);
+    }
+    if (!ok) {
+        unlink(tmp);
+        token[0] = '\0';
+        errno = e;
+        return -1;
+    }
+    return 0;
 }
 
 static int hexval(char c)
@@ -97,7 +131,7 @@ int bdb_admin_token_open(const char *dir, bdb_sink *store, char token[BDB_ADMIN_
     if (have < 0)
         return BDB_ERR_IO;
     if (!store || !store->ops->doc_get || !store->ops->doc_put) {
-        if (!have && make_file(path, token) != 0)
+        if (!have && make_file(dir, path, token) != 0)
             return BDB_ERR_IO;
         bdb_token_hash(token, strlen(token), hash);
         return BDB_OK;
@@ -134,7 +168,7 @@ int bdb_admin_token_open(const char *dir, bdb_sink *store, char token[BDB_ADMIN_
                  store->ops->describe(store), derr);
         return BDB_ERR_CORRUPT;
     }
-    if (!have && make_file(path, token) != 0)
+    if (!have && make_file(dir, path, token) != 0)
         return BDB_ERR_IO;
     bdb_token_hash(token, strlen(token), hash);
     if (rc == BDB_ERR_NOTFOUND)

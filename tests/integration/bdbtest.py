@@ -490,9 +490,12 @@ class Server:
         if self.keyspace:
             return self.keyspace
         args = list(self.args)
-        for i, a in enumerate(args[:-1]):
-            if a == "--storage" and args[i + 1].startswith("cassandra://"):
-                return args[i + 1].split("/", 3)[3].split("?")[0] or None
+        for i, a in enumerate(args):
+            uri = args[i + 1] if a == "--storage" and i + 1 < len(args) else (
+                a[len("--storage="):] if a.startswith("--storage=") else "")
+            if uri.startswith("cassandra://"):
+                parts = uri.split("?")[0].split("/", 3)
+                return parts[3] if len(parts) > 3 and parts[3] else None
         return None
 
     def flush(self):

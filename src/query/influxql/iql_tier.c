@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+void (*iql_tier_test_hook)(const iql_ctx *c, const char *device);
+
 const char *iql_tier_name(int tier)
 {
     return bdb_res_name((enum bdb_res)tier);
@@ -343,6 +345,18 @@ static int read_edge_minutes(const iql_ctx *c, int tier, const char *device, str
     return rc;
 }
 
+/* Forgets the held windows of t (runs_cb counted them as read) and holds no more: the
+ * edge they stood for is read again, its minutes through runs_cb too. */
+static void drop_held(struct tread *t)
+{
+    for (size_t mi = 0; mi < t->nm; mi++)
+        if (t->held[mi].st.count) {
+            (*t->read)--;
+            t->ta->seen[t->ta->dg[t->dev]]--;
+        }
+    t->hold_from = INT64_MAX;
+}
+
 /* The held windows of t (runs_cb) into their output windows. */
 static void put_held(struct tread *t)
 {
@@ -402,10 +416,15 @@ int iql_tier_read(const iql_ctx *c, int tier, const char *device, const char *co
             rc = quantiles ? bdb_query_windows(c->db, &q, tread_cb, &t, &wm)
                            : bdb_query_window_runs(c->db, &q, runs_cb, &t, &wm);
         if (whole_last && rc == BDB_OK && !t.over) {
-            if (bdb_db_device_newest(c->db, c->tenant, device, &newest) == BDB_OK && newest < to)
+            if (iql_tier_test_hook)
+                iql_tier_test_hook(c, device);
+            if (bdb_db_device_newest(c->db, c->tenant, device, &newest) == BDB_OK && newest < to) {
                 put_held(&t);
-            else /* a sample at or after the end arrived: the edge as any other */
-                rc = read_edge_minutes(c, tier, device, &t, t.hold_from, to, quantiles);
+            } else { /* a sample at or after the end arrived: the edge as any other */
+                int64_t end_from = t.hold_from;
+                drop_held(&t);
+                rc = read_edge_minutes(c, tier, device, &t, end_from, to, quantiles);
+            }
         } else if (rc == BDB_OK && !t.over) {
             rc = read_edge_minutes(c, tier, device, &t, b, to, quantiles);
         }
@@ -543,7 +562,7 @@ int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, i
     bdb_fleet_init(&f, bdb_res_width((enum bdb_res)res));
     int rc = bdb_query_fleet_tables(c->db, c->pool, c->tenant, metric, (enum bdb_res)res, from, to,
                                     &f, NULL);
-    struct tread t = {ta, &metric, &fi, 1, 0, read, c->max_points, 0};
+    struct tread t = {ta, &metric, &fi, 1, 0, read, c->max_points, 0, NULL, 0, INT64_MAX, NULL};
     for (size_t i = 0; rc == BDB_OK && i < f.n && !t.over; i++) {
         bdb_fleet_row fr;
         bdb_fleet_row_of(&f, &f.w[i], &fr);

@@ -95,4 +95,9 @@ int iql_fleet_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t ever
 int iql_fleet_read(const iql_ctx *c, int res, const char *metric, uint32_t fi, int64_t from,
                    int64_t to, tier_acc *ta, uint64_t *read);
 
+/* Tests only (NULL otherwise): called after a device's tier windows were read with
+ * the last window held, before the newest sample is checked again; a unit test writes
+ * a later sample there to take the path a concurrent write takes. */
+extern void (*iql_tier_test_hook)(const iql_ctx *c, const char *device);
+
 #endif

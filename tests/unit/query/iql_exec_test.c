@@ -18,6 +18,7 @@
 #include "model/batch.h"
 #include "query/influxql/iql.h"
 #include "query/influxql/iql_exec.h"
+#include "query/influxql/iql_tier.h"
 #include "storage/embedded/core/db.h"
 
 #include <math.h>
@@ -324,6 +325,83 @@ static void test_tier_rule(void **state)
     iql_result_free(&raw);
 }
 
+/* A range ending inside an hour the device's newest sample does not reach: the hour
+ * comes whole from the 1h tier. A write of a later sample between the read and the
+ * check that follows it (iql_tier_test_hook, as a concurrent write would) sends the
+ * end edge to the minutes and raw: the answer is still raw's, the later sample out. */
+/* b's columns equal a's first ones, row by row (a may have more). */
+static void same_prefix(const iql_result *a, const iql_result *b)
+{
+    assert_int_equal(a->nseries, b->nseries);
+    for (size_t s = 0; s < a->nseries; s++) {
+        const iql_series *x = &a->series[s], *y = &b->series[s];
+        assert_int_equal(x->nrows, y->nrows);
+        for (size_t i = 0; i < x->nrows; i++)
+            for (size_t k = 0; k < y->ncols; k++) {
+                const iql_val *u = &x->vals[i * x->ncols + k], *v = &y->vals[i * y->ncols + k];
+                assert_int_equal(u->t, v->t);
+                if (u->t == IQL_V_NUM)
+                    assert_true(fabs(u->num - v->num) <= 1e-9 * fabs(u->num) + 1e-12);
+                else
+                    assert_int_equal(u->i, v->i);
+            }
+    }
+}
+
+static int hook_calls;
+static void write_later(const iql_ctx *c, const char *device)
+{
+    (void)c;
+    if (strcmp(device, "d9") || hook_calls++)
+        return;
+    bdb_batch *b = bdb_batch_new();
+    bdb_batch_begin(b, "d9", 2, T0 + 2 * HOUR - 3000, 0);
+    bdb_batch_metric(b, "env.temp", 8, 1e6);
+    assert_int_equal(bdb_batch_end(b), 1);
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+}
+
+static void test_open_end_race(void **state)
+{
+    (void)state;
+    bdb_batch *b = bdb_batch_new();
+    for (int i = 0; i < 720; i++) {
+        bdb_batch_begin(b, "d9", 2, T0 + i * 10000LL, (size_t)i);
+        bdb_batch_tag(b, "site", 4, "z", 1);
+        bdb_batch_metric(b, "env.temp", 8, i % 13);
+        assert_int_equal(bdb_batch_end(b), 1);
+    }
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+    char q[400], qr[400];
+    /* the newest sample is T0 + 2 h - 10 s, before the end */
+    snprintf(q, sizeof q,
+             "SELECT count(temp), mean(temp), max(temp) FROM env WHERE device = 'd9' AND time >= "
+             "%lldms AND time < %lldms GROUP BY time(1h)",
+             T0 - 37000, T0 + 2 * HOUR - 5000);
+    snprintf(qr, sizeof qr,
+             "SELECT count(temp), mean(temp), max(temp), first(temp) FROM env WHERE device = 'd9' "
+             "AND time >= %lldms AND time < %lldms GROUP BY time(1h)",
+             T0 - 37000, T0 + 2 * HOUR - 5000);
+    iql_result raw = run(qr, 0);
+    assert_string_equal(raw.tier, "raw");
+    assert_int_equal(raw.nseries, 1);
+    assert_int_equal(raw.series[0].nrows, 3);
+    iql_result whole = run(q, 0);
+    assert_string_equal(whole.tier, "1h");
+    same_prefix(&raw, &whole);
+    iql_result_free(&whole);
+    iql_tier_test_hook = write_later;
+    iql_result raced = run(q, 0);
+    iql_tier_test_hook = NULL;
+    assert_int_equal(hook_calls, 1);
+    assert_string_equal(raced.tier, "1h");
+    same_prefix(&raw, &raced); /* all of the second hour but the later sample */
+    iql_result_free(&raced);
+    iql_result_free(&raw);
+}
+
 /* Tier windows of several devices, groups and fields land in their own output windows
  * (merged as they are read): GROUP BY device over both devices, two fields, an
  * unaligned range whose edges come from raw, fill(none) after the data ends, against
@@ -456,10 +534,14 @@ static void test_tier_cells_limit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
-        cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
-        cmocka_unit_test(test_tier_groups),      cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_mapping_and_show),
+        cmocka_unit_test(test_time_bounds),
+        cmocka_unit_test(test_fill_and_limits),
+        cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_tier_groups),
+        cmocka_unit_test(test_one_device),
         cmocka_unit_test(test_tier_cells_limit),
+        cmocka_unit_test(test_open_end_race), /* last: its device d9 joins the tenant */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -72,6 +72,10 @@ static void test_file_alone(void **state)
     assert_memory_equal(h1, want, BDB_HASH_BYTES);
     assert_int_equal(open_tok(dir_a, NULL, t2, h2), BDB_OK); /* the same on a restart */
     assert_string_equal(t1, t2);
+    write_file(dir_a, "abc"); /* a file cut short: a new token replaces it */
+    assert_int_equal(open_tok(dir_a, NULL, t2, h2), BDB_OK);
+    assert_int_equal(strlen(t2), BDB_ADMIN_TOKEN_LEN);
+    assert_string_not_equal(t1, t2);
 }
 
 static void test_store_wins(void **state)
@@ -96,6 +100,11 @@ static void test_store_wins(void **state)
     assert_string_equal(tb, "");
     assert_memory_equal(ha, hb, BDB_HASH_BYTES);
     assert_true(has_file(dir_b));
+    /* a file cut short (under 16 characters) is no token: none here either */
+    write_file(dir_b, "abc");
+    assert_int_equal(open_tok(dir_b, f, tb, hb), BDB_OK);
+    assert_string_equal(tb, "");
+    assert_memory_equal(ha, hb, BDB_HASH_BYTES);
     /* the first directory still holds the token in force and prints it */
     assert_int_equal(open_tok(dir_a, f, tb, hb), BDB_OK);
     assert_string_equal(ta, tb);
