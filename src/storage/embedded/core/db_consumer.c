@@ -6,6 +6,8 @@
 
 #include "bucketdb/bdb.h"
 
+#include <stdlib.h>
+
 /* Per-report, per-batch and per-device bytes are kept 8-aligned. */
 #define ALIGN8(n) (((n) + 7u) & ~7u)
 #define MAX_BYTES 4096u /* what the core keeps per report, batch or device in all */
@@ -43,6 +45,14 @@ void *db_consumer_dev(bdb_db *db, const device *d, const db_consumer *c)
         if (db->cons.c[i] == c)
             return (char *)d->ext + db->cons.dev_off[i];
     return NULL;
+}
+
+uint32_t db_consumer_dev_off(bdb_db *db, const db_consumer *c)
+{
+    for (uint32_t i = 0; i < db->cons.n; i++)
+        if (db->cons.c[i] == c)
+            return db->cons.dev_off[i];
+    abort(); /* not registered: a programming error */
 }
 
 #define EACH(i) for (uint32_t i = 0; i < db->cons.n; i++)

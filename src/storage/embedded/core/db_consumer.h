@@ -110,6 +110,9 @@ int db_features_register(bdb_db *db);
 void **db_consumer_slot(bdb_db *db, const db_consumer *c);
 /* c's dev_size bytes of device d (c registered with dev_size > 0). */
 void *db_consumer_dev(bdb_db *db, const device *d, const db_consumer *c);
+/* Where c's bytes start in every device's d->ext (c registered with dev_size > 0):
+ * for a consumer that finds them on its hot path without the lookup above. */
+uint32_t db_consumer_dev_off(bdb_db *db, const db_consumer *c);
 
 /* The phases, called by the core (see above). *_all returns the first error and still
  * calls the others where the text above says so. */

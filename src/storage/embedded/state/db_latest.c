@@ -162,17 +162,6 @@ static uint32_t slot_of(const device *d, uint32_t cap)
     return (uint32_t)(mix64((uint64_t)(uintptr_t)d) & (cap - 1));
 }
 
-static lt_dev *table_find(const lt_table *tb, const device *d)
-{
-    if (!tb->cap)
-        return NULL;
-    for (uint32_t i = slot_of(d, tb->cap);; i = (i + 1) & (tb->cap - 1)) {
-        lt_dev *e = tb->slot[i];
-        if (!e || e->dev == d)
-            return e;
-    }
-}
-
 static int table_put(struct db_latest *L, lt_table *tb, lt_dev *e)
 {
     if ((uint64_t)(tb->n + 1) * 4 > (uint64_t)tb->cap * 3) {
@@ -222,11 +211,17 @@ static void table_del(lt_table *tb, const lt_dev *e)
     }
 }
 
+static lt_dev **dev_entry(const struct db_latest *L, const device *d)
+{
+    return (lt_dev **)((char *)d->ext + L->dev_off);
+}
+
 /* Caller holds d's stripe lock. A new entry is hidden until lt_make_live. */
 lt_dev *lt_entry(struct db_latest *L, device *d, int create)
 {
+    lt_dev **de = dev_entry(L, d);
     lt_table *tb = &L->tables[d->stripe];
-    lt_dev *e = table_find(tb, d);
+    lt_dev *e = *de;
     if (e || !create)
         return e;
     e = xcalloc(1, sizeof *e);
@@ -240,6 +235,7 @@ lt_dev *lt_entry(struct db_latest *L, device *d, int create)
         free(e);
         return NULL;
     }
+    *de = e;
     lt_account(L, sizeof *e);
     return e;
 }
@@ -644,6 +640,7 @@ void db_latest_release(bdb_db *db, db_latest_resv *r)
     }
     if (--e->pending == 0 && !e->live) {
         table_del(&L->tables[e->dev->stripe], e);
+        *dev_entry(L, e->dev) = NULL;
         lt_account(L, -(int64_t)(sizeof *e + (size_t)e->cap * sizeof *e->m +
                                  (size_t)e->acap * sizeof *e->a));
         free(e->m);
@@ -947,6 +944,7 @@ void db_latest_forget_tenant(bdb_db *db, const tenant *t)
                 if (!e || e->dev->tenant != t)
                     continue;
                 table_del(tb, e);
+                *dev_entry(L, e->dev) = NULL;
                 int64_t bytes = (int64_t)(sizeof *e + (size_t)e->cap * sizeof *e->m +
                                           (size_t)e->acap * sizeof *e->a);
                 for (uint32_t k = 0; k < e->na; k++) {
@@ -1008,6 +1006,7 @@ static void lt_release(bdb_db *db, device *d, void *resv)
 const db_consumer db_latest_consumer = {
     .name = "latest",
     .resv_size = sizeof(db_latest_resv),
+    .dev_size = sizeof(lt_dev *),
     .open = db_latest_open,
     .reserve = lt_reserve,
     .apply = lt_apply,

@@ -262,6 +262,7 @@ int db_latest_open(bdb_db *db)
     pthread_mutex_init(&L->mu, NULL);
     L->tenants = bdb_map_new();
     lt_account(L, sizeof *L);
+    L->dev_off = db_consumer_dev_off(db, &db_latest_consumer);
     *db_consumer_slot(db, &db_latest_consumer) =
         L; /* freed by db_latest_free even when the open fails */
     if (!L->tenants)

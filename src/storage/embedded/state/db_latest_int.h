@@ -85,6 +85,10 @@ struct db_latest {
     _Atomic uint64_t bytes;
     _Atomic uint64_t round, sent;   /* sink: changes since round `sent` are not sent yet */
     _Atomic uint64_t attrs_dropped; /* attributes beyond BDB_MAX_DEVICE_ATTRS, not kept */
+    /* each device's entry is also in its consumer bytes (dev_size), at this offset of
+     * d->ext: a report finds it without a probe of the table, whose slots are cold at
+     * fleet sizes; the table stays for the walks over every entry */
+    uint32_t dev_off;
 };
 
 void lt_account(struct db_latest *L, int64_t delta);

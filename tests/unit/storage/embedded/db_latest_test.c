@@ -589,23 +589,26 @@ static void test_memory_per_device(void **st)
         ser[k]->mlen = strlen(mn[k]);
         sp[k] = ser[k];
     }
-    device *devs = calloc(ndev, sizeof *devs);
+    /* each device with its consumers' bytes behind it, as the catalog makes them */
+    size_t stride = (sizeof(device) + db->cons.dev_total + 7) & ~(size_t)7;
+    char *devmem = calloc(ndev, stride);
     char *names = calloc(ndev, 16);
-    assert_true(devs && names);
+    assert_true(devmem && names);
+#define DEV(i) ((device *)(devmem + (i)*stride))
     for (size_t i = 0; i < ndev; i++) {
         snprintf(names + i * 16, 16, "d%09zu", i);
-        devs[i].tenant = &t;
-        devs[i].name = names + i * 16;
-        devs[i].nlen = strlen(names + i * 16);
-        devs[i].stripe = (uint32_t)(i % DB_STRIPES);
-        devs[i].series = sp; /* shared: the index only reads the names */
-        devs[i].nseries = NM;
+        DEV(i)->tenant = &t;
+        DEV(i)->name = names + i * 16;
+        DEV(i)->nlen = strlen(names + i * 16);
+        DEV(i)->stripe = (uint32_t)(i % DB_STRIPES);
+        DEV(i)->series = sp; /* shared: the index only reads the names */
+        DEV(i)->nseries = NM;
     }
     double vals[NM] = {1, 2, 3, 4};
     struct mallinfo2 before = mallinfo2();
     for (size_t i = 0; i < ndev; i++) {
         const char *s = states[i % NSTATES];
-        db_latest_apply(db, &devs[i], NULL, T0 + (int64_t)i, s, strlen(s), sp, vals, NM, NULL, 0);
+        db_latest_apply(db, DEV(i), NULL, T0 + (int64_t)i, s, strlen(s), sp, vals, NM, NULL, 0);
     }
     struct mallinfo2 after = mallinfo2();
     uint64_t none = 0;
@@ -636,8 +639,9 @@ static void test_memory_per_device(void **st)
     bdb_map_free(db->tenants);
     for (int i = 0; i < DB_STRIPES; i++)
         pthread_mutex_destroy(&db->stripes[i]);
-    free(devs);
+    free(devmem);
     free(names);
+#undef DEV
     for (int k = 0; k < NM; k++)
         free(ser[k]);
     free(db);
