@@ -332,11 +332,16 @@ static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_d
      * strings and numbers or booleans, and a state is a string or absent/null. */
     json_t *tags = json_object_get(r, "tags");
     if (json_kind(tags) == JSON_OBJECT) {
+        /* as on line protocol (lp_ingest.c): every tag but device_tag where the rule
+         * named the device by it */
+        const char *dt = lim->device_tag ? lim->device_tag : "device";
+        size_t dtl = strlen(dt);
+        int by_dt = rd->alt != NO_ALT && bdb_devrule_uses(rule, rd->alt, dt, dtl);
         for (void *it = json_object_iter(tags); it; it = json_object_iter_next(tags, it)) {
             const char *k = json_object_iter_key(it);
             json_t *v = json_object_iter_value(it);
             size_t kl = strlen(k);
-            if (rd->alt == NO_ALT || !bdb_devrule_uses(rule, rd->alt, k, kl))
+            if (!by_dt || kl != dtl || memcmp(k, dt, dtl) != 0)
                 bdb_batch_tag(b, k, kl, json_string_value(v), json_string_length(v));
         }
     }

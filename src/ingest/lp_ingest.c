@@ -46,6 +46,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
     const char *line;
     bdb_devrule single;
     const bdb_devrule *rule = map->rule;
+    size_t dtl = strlen(map->device_tag);
     if (!rule) {
         bdb_devrule_single(&single, map->device_tag, strlen(map->device_tag));
         rule = &single;
@@ -117,14 +118,17 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             continue;
         }
         bdb_batch_begin(b, devp, devn, ts, lineno);
-        /* a one-key name points at its tag's value: the pointer identifies that tag
-         * (the default rule's case, kept as cheap as before the rule existed) */
-        const char *own = alt == NO_ALT                             ? devp
-                          : !rule->escape && rule->nparts[alt] == 1 ? devp
-                                                                    : NULL;
+        /* Every tag is a device tag but device_tag where the rule named the device by
+         * it: the rule's other keys stay tags too, so that a query filters and groups
+         * on them (Telegraf's host). A one-key name by device_tag points at its tag's
+         * value: the pointer identifies that tag (the default rule's case, as cheap as
+         * before the rule existed). */
+        int by_dt = alt != NO_ALT && bdb_devrule_uses(rule, alt, map->device_tag, dtl);
+        const char *own = by_dt && !rule->escape && rule->nparts[alt] == 1 ? devp : NULL;
         for (size_t i = 0; i < pt.ntags; i++)
             if (own ? pt.tags[i].val.p != own
-                    : !bdb_devrule_uses(rule, alt, pt.tags[i].key.p, pt.tags[i].key.n))
+                    : !by_dt || pt.tags[i].key.n != dtl ||
+                          memcmp(pt.tags[i].key.p, map->device_tag, dtl) != 0)
                 bdb_batch_tag(b, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p,
                               pt.tags[i].val.n);
         int bad = 0;

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import (Server, Suite, check, contains, eq, run_bin)  # noqa: E402
@@ -73,7 +74,9 @@ def telegraf_output_as_it_is():
                 key = meas + "." + k
                 check(key not in want.get(dev, {}), "fixture collision %s %s" % (dev, key))
                 want.setdefault(dev, {})[key] = (ms, v)
-        want_tags[dev] = {k: v for k, v in tags.items() if k not in used}
+        # every tag but `device` where the rule named the device by it: host, cpu,
+        # path stay tags, so that a query filters and groups on them
+        want_tags[dev] = {k: v for k, v in tags.items() if not (k == "device" and k in used)}
     eq(len(want), 2 * 8, "devices of the fixture: per host 2 cpus, 3 disks, diskio, eth0, itself")
     with Server(args=["--device-rule", TELEGRAF_RULE]) as s:
         body = "\n".join(lines) + "\n"
@@ -94,6 +97,19 @@ def telegraf_output_as_it_is():
         text = s.metrics_text()
         check(re.search(r'^bucketdb_string_fields_not_stored_total\{protocol="line"\} 0$', text,
                         re.M), "counter of string fields not stored")
+        # Grafana's Telegraf panels: a host's series by its tags, through InfluxQL
+        def influx(q):
+            r = s.request("GET", "/query?" + urllib.parse.urlencode({"q": q, "epoch": "ms"}))
+            eq(r.status, 200, r.body[:300])
+            return [(ser.get("tags"), ser["values"])
+                    for ser in r.json()["results"][0].get("series", [])]
+        eq(influx("SELECT mean(usage_idle) FROM cpu WHERE host = 'web-01' GROUP BY cpu"),
+           [({"cpu": "cpu-total"}, [[0, 92.25]]), ({"cpu": "cpu0"}, [[0, 91.5]])])
+        vals = influx("SHOW TAG VALUES FROM disk WITH KEY = host")
+        eq(vals, [(None, [["host", "db-02"], ["host", "web-01"]])])
+        got = influx("SELECT last(free) FROM disk WHERE host = 'db-02' AND path = '/' GROUP BY host")
+        eq(len(got), 1, "db-02's root disk")
+        eq(got[0][0], {"host": "db-02"})
 
 
 @suite.test
@@ -119,7 +135,10 @@ def same_name_over_json():
         eq(s.values(device="h2", **SPAN), [(1705327202000, "cpu.load", 3.0)])
         eq(s.values(device="solo", **SPAN), [(1705327203000, "m", 4.0)])
         devs = {d["device"]: d for d in s.devices()["devices"]}
-        eq(devs["h2"].get("tags"), {"site": "x"}, "the rule's tags are not device tags")
+        eq(devs["h2"].get("tags"), {"host": "h2", "site": "x"},
+           "the rule's keys other than device stay device tags")
+        # the JSON report's tags replaced the line's (tags are the device's newest)
+        eq(devs["h1/sda1"].get("tags"), {"host": "h1"}, "device is the name's")
         r = s.write_json({"time": 1705327204000, "tags": {"site": "y"}, "metrics": {"m": 1}},
                          expect=400)
         contains(r.text, "device rule 'host+device,host,device' matches none of the tags")
