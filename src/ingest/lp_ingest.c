@@ -47,6 +47,9 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
     bdb_devrule single;
     const bdb_devrule *rule = map->rule;
     size_t dtl = strlen(map->device_tag);
+    unsigned char by_dt_alt[BDB_DEVRULE_MAX_ALTS]; /* whether alternative a uses device_tag */
+    for (unsigned a = 0; a < rule->nalts && a < BDB_DEVRULE_MAX_ALTS; a++)
+        by_dt_alt[a] = (unsigned char)bdb_devrule_uses(rule, (int)a, map->device_tag, dtl);
     if (!rule) {
         bdb_devrule_single(&single, map->device_tag, strlen(map->device_tag));
         rule = &single;
@@ -123,7 +126,7 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
          * on them (Telegraf's host). A one-key name by device_tag points at its tag's
          * value: the pointer identifies that tag (the default rule's case, as cheap as
          * before the rule existed). */
-        int by_dt = alt != NO_ALT && bdb_devrule_uses(rule, alt, map->device_tag, dtl);
+        int by_dt = alt != NO_ALT && by_dt_alt[alt];
         const char *own = by_dt && !rule->escape && rule->nparts[alt] == 1 ? devp : NULL;
         for (size_t i = 0; i < pt.ntags; i++)
             if (own ? pt.tags[i].val.p != own
