@@ -248,6 +248,10 @@ STATEMENTS = [
     ("SELECT count(temp) FROM env WHERE hum <= temp + 30 AND %s" % R, None, 0),
     ("SELECT max(volt) FROM env WHERE (temp = 20.5 OR volt != volt) AND %s GROUP BY site" % R,
      "raw", 1e-9),
+    ("SELECT mean(value), max(temp) FROM /^(env|pow)/ WHERE device = 'd05' AND %s GROUP BY "
+     "time(1h)" % R, "1h", 1e-9),
+    ("SHOW MEASUREMENTS WHERE site = 's2'", None, 0),
+    ("SHOW TAG KEYS FROM env WHERE site = 's1'", None, 0),
     ("SHOW MEASUREMENTS", None, 0),
     ("SHOW MEASUREMENTS LIMIT 1", None, 0),
     ("SHOW TAG KEYS FROM env", None, 0),
@@ -586,10 +590,16 @@ def test_influx_cli():
             eq(out, run_cli(ref.port, ["-execute", st])[1], st)
             # interactive: `use fleet` checks SHOW DATABASES
             out = interactive(s.port, ["use fleet", "SELECT count(volt) FROM env WHERE " + R,
+                                       "INSERT cli,device=typed v=7 %d" % (T0 * 1000000),
                                        "exit"])
             check("DB does not exist" not in out, out)
             contains(out, "Using database fleet")
             contains(out, "%d" % (20 * 3 * 360 - 180))
+            # an INSERT after `use` lands in that database (tenant), nowhere else
+            doc = query(s.port, "SELECT v FROM cli", db="fleet").json()
+            eq(doc["results"][0]["series"][0]["values"], [[T0, 7]], "the INSERT in fleet")
+            doc = query(s.port, "SELECT v FROM cli", db="default").json()
+            eq(doc["results"][0].get("series"), None, "the INSERT not in default")
             # -import of a file in the CLI's format
             d = tmpdir("import-")
             path = os.path.join(d, "in.txt")
