@@ -65,6 +65,8 @@ EXPRS = [
     "max without (device) (env_temp)",
     "min(env_temp)",
     "count(env_cnt)",
+    "min by (site) (env_temp)",
+    "count by (site) (avg_over_time(env_temp[5m]))",
     "sum(increase(env_cnt[5m])) by (site)",
     "env_temp * 2 + 1",
     "-env_temp",
