@@ -129,6 +129,15 @@ def mapping_of_names_and_tags():
         eq(prom(s, "label/site/values")["data"], ["x"])
         series = prom(s, "series", **{"match[]": '{device="m2"}'})["data"]
         eq(len(series), 2)
+        # device="x" reads that device alone: with the other matchers still applied,
+        # a device that does not exist is no series, "" matches no device label
+        def q(sel):
+            return prom(s, "query", query=sel, time=T0 + 1)["data"]["result"]
+        eq([x["metric"]["device"] for x in q('env_temp{device="m1"}')], ["m1"])
+        eq(q('env_temp{device="m1", site="y"}'), [])
+        eq(q('env_temp{device="nosuch"}'), [])
+        eq(q('env_temp{device=""}'), [])
+        eq(len(q('{device="m2", __name__=~"a_b_v"}')), 2)
 
 
 @suite.test

@@ -292,6 +292,16 @@ int pql_matchset_compile(const pql_node *sel, pql_matchset **out, char *err, siz
     return 0;
 }
 
+const char *pql_matchset_equal(const pql_matchset *m, const char *name)
+{
+    for (size_t i = 0; i < m->sel->nmatchers; i++) {
+        const pql_matcher *x = &m->sel->matchers[i];
+        if (x->op == PQL_M_EQ && x->value[0] && !strcmp(x->name, name))
+            return x->value;
+    }
+    return NULL;
+}
+
 int pql_matchset_test(const pql_matchset *m, const pql_label *labels, size_t n)
 {
     for (size_t i = 0; i < m->sel->nmatchers; i++) {

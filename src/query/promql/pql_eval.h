@@ -72,6 +72,9 @@ int pql_matchset_compile(const pql_node *sel, pql_matchset **out, char *err, siz
 /* 1 when the labels (n pairs, any order) satisfy every matcher; a missing label
  * counts as the empty string. */
 int pql_matchset_test(const pql_matchset *m, const pql_label *labels, size_t n);
+/* The value a matcher name="value" of m requires (not empty: "" matches an absent
+ * label too), or NULL: a source that indexes that label reads only what has it. */
+const char *pql_matchset_equal(const pql_matchset *m, const char *name);
 void pql_matchset_free(pql_matchset *m);
 
 typedef struct pql_source {

@@ -138,7 +138,13 @@ static int walk(const pql_db_source *s, const pql_matchset *m, int64_t from, int
                 visit_fn visit, void *ctx)
 {
     struct walk w = {m, from, to, visit, ctx, 0, 0};
-    int rc = bdb_db_list_devices(s->db, s->tenant, walk_device, &w);
+    /* device="x" (Grafana's panel of one device): that device alone, not a listing of
+     * the tenant's */
+    const char *one = m ? pql_matchset_equal(m, "device") : NULL;
+    int rc = one ? bdb_db_get_device(s->db, s->tenant, one, walk_device, &w)
+                 : bdb_db_list_devices(s->db, s->tenant, walk_device, &w);
+    if (one && rc == BDB_ERR_NOTFOUND)
+        rc = BDB_OK;
     if (w.nomem || rc == BDB_ERR_NOMEM)
         return BDB_ERR_NOMEM;
     return BDB_OK;
