@@ -46,14 +46,14 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
     const char *line;
     bdb_devrule single;
     const bdb_devrule *rule = map->rule;
-    size_t dtl = strlen(map->device_tag);
-    unsigned char by_dt_alt[BDB_DEVRULE_MAX_ALTS]; /* whether alternative a uses device_tag */
-    for (unsigned a = 0; a < rule->nalts && a < BDB_DEVRULE_MAX_ALTS; a++)
-        by_dt_alt[a] = (unsigned char)bdb_devrule_uses(rule, (int)a, map->device_tag, dtl);
     if (!rule) {
         bdb_devrule_single(&single, map->device_tag, strlen(map->device_tag));
         rule = &single;
     }
+    size_t dtl = strlen(map->device_tag);
+    unsigned char by_dt_alt[BDB_DEVRULE_MAX_ALTS]; /* whether alternative a uses device_tag */
+    for (unsigned a = 0; a < rule->nalts && a < BDB_DEVRULE_MAX_ALTS; a++)
+        by_dt_alt[a] = (unsigned char)bdb_devrule_uses(rule, (int)a, map->device_tag, dtl);
     /* a composite device name is built here; longer ones are refused by name length */
     char devbuf[1024];
     char reason[512];
