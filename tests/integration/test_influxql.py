@@ -264,6 +264,21 @@ STATEMENTS = [
 ]
 
 
+def differences(ref_port, port, stmt, tier, rel, db="fleet"):
+    """stmt on influxd and on bucketdb (both must answer 200): why the answers differ,
+    and a tier other than the one wanted (None: any), as a list of texts."""
+    want, got = query(ref_port, stmt, db=db), query(port, stmt, db=db)
+    eq(want.status, 200, "influxd %s (%r)" % (stmt, want.body[:300]))
+    eq(got.status, 200, "bucketdb %s (%r)" % (stmt, got.body[:300]))
+    out = []
+    why = same(want.json(), got.json(), rel)
+    if why:
+        out.append("%s\n    %s" % (stmt, why))
+    if tier and got.headers.get("x-bucketdb-tier") != tier:
+        out.append("%s\n    tier %r, want %r" % (stmt, got.headers.get("x-bucketdb-tier"), tier))
+    return out
+
+
 @suite.test
 def test_same_answers_as_influxd():
     lines = fleet_lines()
@@ -279,17 +294,7 @@ def test_same_answers_as_influxd():
                 if stmt == "flush":
                     s.flush()
                     continue
-                want = query(ref.port, stmt)
-                got = query(s.port, stmt)
-                eq(want.status, 200, "influxd %s (%r)" % (stmt, want.body[:300]))
-                eq(got.status, 200, "bucketdb %s (%r)" % (stmt, got.body[:300]))
-                why = same(want.json(), got.json(), rel)
-                if why:
-                    bad.append("%s\n    %s" % (stmt, why))
-                if tier:
-                    if got.headers.get("x-bucketdb-tier") != tier:
-                        bad.append("%s\n    tier %r, want %r" % (
-                            stmt, got.headers.get("x-bucketdb-tier"), tier))
+                bad += differences(ref.port, s.port, stmt, tier, rel)
             check(not bad, "%d of %d statements differ:\n  %s" % (len(bad), 2 * len(STATEMENTS),
                                                                  "\n  ".join(bad)))
             # several statements: every source that answered, once, in pyramid order
@@ -369,15 +374,8 @@ def test_open_end_against_influxd():
                 for stmt, tier in OPEN:
                     # not where now() - X falls within ms of a sample (10 s apart)
                     wait_until(lambda t: 300 < t % STEP < STEP - 300, 0.05)
-                    want, got = query(ref.port, stmt, db="live"), query(s.port, stmt, db="live")
-                    eq(want.status, 200, "influxd %s (%r)" % (stmt, want.body[:300]))
-                    eq(got.status, 200, "bucketdb %s (%r)" % (stmt, got.body[:300]))
-                    why = same(want.json(), got.json(), 1e-9)
-                    if why:
-                        bad.append("%s: %s\n    %s" % (step, stmt, why))
-                    if got.headers.get("x-bucketdb-tier") != tier:
-                        bad.append("%s: %s\n    tier %r, want %r" % (
-                            step, stmt, got.headers.get("x-bucketdb-tier"), tier))
+                    bad += ["%s: %s" % (step, d)
+                            for d in differences(ref.port, s.port, stmt, tier, 1e-9, db="live")]
             check(time.time() * 1000 < now // MIN * MIN + MIN,
                   "the minute passed before the queries ended: e1's sample was not ahead")
             check(not bad, "%d answers differ:\n  %s" % (len(bad), "\n  ".join(bad)))
