@@ -169,24 +169,24 @@ def cached_answers_equal_uncached_through_changes():
         check(metric(c, "bucketdb_read_cache_hits_total") > h, "no hit after the changes")
 
 
-@suite.test
-def read_cache_bytes_is_range_checked():
+def refused_outside_1mib_1tib(name):
+    """A cache size under 1 MiB or over 1 TiB stops the start, naming the setting."""
     for bad in ("1000", "2000000000000"):
         p = subprocess.run([BIN, "serve", "--data", "/nonexistent-bdb-rcache",
-                            "--listen", "127.0.0.1:0", "--read-cache-bytes", bad],
+                            "--listen", "127.0.0.1:0", "--" + name.replace("_", "-"), bad],
                            capture_output=True, timeout=30)
-        check(p.returncode != 0, "read_cache_bytes=%s accepted" % bad)
-        contains(p.stderr.decode(), "read_cache_bytes: must be 0 (off) or 1MiB..1TiB")
+        check(p.returncode != 0, "%s=%s accepted" % (name, bad))
+        contains(p.stderr.decode(), "%s: must be 0 (off) or 1MiB..1TiB" % name)
+
+
+@suite.test
+def read_cache_bytes_is_range_checked():
+    refused_outside_1mib_1tib("read_cache_bytes")
 
 
 @suite.test
 def catalog_cache_bytes_is_range_checked_and_zero_keeps_nothing():
-    for bad in ("1000", "2000000000000"):
-        p = subprocess.run([BIN, "serve", "--data", "/nonexistent-bdb-rcache",
-                            "--listen", "127.0.0.1:0", "--catalog-cache-bytes", bad],
-                           capture_output=True, timeout=30)
-        check(p.returncode != 0, "catalog_cache_bytes=%s accepted" % bad)
-        contains(p.stderr.decode(), "catalog_cache_bytes: must be 0 (off) or 1MiB..1TiB")
+    refused_outside_1mib_1tib("catalog_cache_bytes")
     with Server(args=["--catalog-cache-bytes", "0"]) as s:
         s.write(["env,device=z1 temp=1 %d" % (int(time.time() * 1000) - 60000)], precision="ms")
         for _ in range(3):
