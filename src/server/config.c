@@ -51,6 +51,9 @@ static const struct key {
     N(catalog_cache_bytes, K_U64,
       "memory for the tenants' catalogs InfluxQL statements list (docs/INFLUX.md#catalog-cache): "
       "0 = off, or 1MiB..1TiB (default 32MiB)"),
+    N(group_cache_bytes, K_U64,
+      "memory for settled windows of InfluxQL statements over device groups "
+      "(docs/INFLUX.md#group-cache): 0 = off, or 1MiB..1TiB (default 32MiB)"),
     N(partition_warn_bytes, K_U64,
       "warn once per partition larger than this in block files; 0 = never (100000000)"),
     N(retention_ms, K_MS,
@@ -143,6 +146,7 @@ void bdb_config_default(bdb_config *c)
     c->head_max_bytes = 1ull << 30;
     c->read_cache_bytes = 64u << 20;
     c->catalog_cache_bytes = 32u << 20;
+    c->group_cache_bytes = 32u << 20;
     c->disk_reserve_bytes = 64u << 20; /* issue 18: a flush of a full disk's WAL needs room */
     /* the 100 MB partition target (seed 002) */
     c->partition_warn_bytes = 100000000;
@@ -475,6 +479,12 @@ int bdb_config_check(const bdb_config *c, char *err, size_t errlen)
         (c->catalog_cache_bytes < (1u << 20) || c->catalog_cache_bytes > (1ull << 40))) {
         snprintf(err, errlen, "catalog_cache_bytes: must be 0 (off) or 1MiB..1TiB, not %llu",
                  (unsigned long long)c->catalog_cache_bytes);
+        return -1;
+    }
+    if (c->group_cache_bytes &&
+        (c->group_cache_bytes < (1u << 20) || c->group_cache_bytes > (1ull << 40))) {
+        snprintf(err, errlen, "group_cache_bytes: must be 0 (off) or 1MiB..1TiB, not %llu",
+                 (unsigned long long)c->group_cache_bytes);
         return -1;
     }
     if (c->disk_reserve_bytes &&

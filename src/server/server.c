@@ -679,6 +679,8 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
     s->pool = bdb_pool_new(cfg->query_workers);
     if (cfg->catalog_cache_bytes && !(s->catalogs = bdb_rcache_new(cfg->catalog_cache_bytes)))
         abort(); /* the server's policy on allocation failure (docs/RELIABILITY.md) */
+    if (cfg->group_cache_bytes && !(s->groups = bdb_rcache_new(cfg->group_cache_bytes)))
+        abort();
     bdb_bp_limits bl = {cfg->max_inflight_bytes, (uint64_t)cfg->max_inflight_writes,
                         (unsigned)cfg->tenant_inflight_share};
     s->bp = bdb_bp_new(&bl);
@@ -713,6 +715,7 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         bdb_conn_guard_stop(s->guard);
         bdb_pool_free(s->pool);
         bdb_rcache_free(s->catalogs);
+        bdb_rcache_free(s->groups);
         bdb_bp_free(s->bp);
         bdb_admit_free(s->admit);
         bdb_tenants_close(s->tenants);
@@ -769,6 +772,7 @@ int bdb_server_stop(bdb_server *s)
     bdb_conn_guard_stop(s->guard); /* after the daemon: no connection is left */
     bdb_pool_free(s->pool);
     bdb_rcache_free(s->catalogs);
+    bdb_rcache_free(s->groups);
     bdb_bp_free(s->bp);
     hot_stop(s);
     bdb_purge_stop(s->purge); /* a drop running ends first */

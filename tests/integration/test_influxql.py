@@ -425,6 +425,73 @@ def test_catalog_changes_show_at_once():
               "statements answered from a kept catalog: %r" % (hits and hits.group(0)))
 
 
+GROUPED = [  # (statement, tier): tag groups over ranges ending now, as Grafana's panels
+    ("SELECT mean(temp), count(temp), max(temp), stddev(temp) FROM env WHERE site = 'a' AND "
+     "time >= now() - 3h GROUP BY time(10m)", "1m"),
+    ("SELECT mean(temp), min(temp), sum(temp) FROM env WHERE site =~ /a|b/ AND "
+     "time >= now() - 3h GROUP BY time(1h), site", "1h"),
+]
+
+
+@suite.test
+def test_group_cache_against_influxd():
+    """Statements over tag groups keep their settled windows (group_cache_bytes): each
+    asked three times equals influxd's answer every time, and so after a late sample
+    lands in a kept window (the next statement reads it) and after a new device joins
+    the group."""
+    wait_until(lambda t: t % HOUR < HOUR - 60000, 0.5)
+    now = int(time.time() * 1000)
+    last = now // STEP * STEP
+    rnd = random.Random(29)
+    lines = []
+    for d in range(6):
+        site = "a" if d < 4 else "b"
+        for t in range(last - 4 * HOUR, last + 1, STEP):
+            lines.append("env,device=g%d,site=%s temp=%r %d"
+                         % (d, site, round(rnd.uniform(10, 30), 2), t))
+    ref = Influxd()
+    try:
+        eq(query(ref.port, "CREATE DATABASE grp", epoch=None, method="POST").status, 200)
+        write_all(ref.port, lines, "grp")
+        with Server() as s:
+            write_all(s.port, lines, "grp")
+            s.flush()
+
+            def ask_all(when):
+                bad = []
+                for stmt, tier in GROUPED:
+                    for _ in range(3):
+                        wait_until(lambda t: 300 < t % STEP < STEP - 300, 0.05)
+                        bad += ["%s: %s" % (when, d) for d in
+                                differences(ref.port, s.port, stmt, tier, 1e-9, db="grp")]
+                check(not bad, "%d answers differ:\n  %s" % (len(bad), "\n  ".join(bad)))
+
+            ask_all("written")
+            hits = metric_value(s, "bucketdb_group_cache_hits_total")
+            check(hits >= 2 or ON_CASSANDRA, "no statement answered from kept windows")
+            # late: two hours back, inside a kept window of both statements
+            late = ["env,device=g1,site=a temp=500.5 %d" % (last - 2 * HOUR + 5000)]
+            write_all(ref.port, late, "grp")
+            write_all(s.port, late, "grp")
+            ask_all("late sample")
+            # a new device of site a, with samples of the last hour only
+            new = ["env,device=g9,site=a temp=7.25 %d" % t
+                   for t in range(last - HOUR + 5000, last + 1, 60000)]
+            write_all(ref.port, new, "grp")
+            write_all(s.port, new, "grp")
+            ask_all("new device")
+            check(metric_value(s, "bucketdb_group_cache_hits_total") >= hits + 4 or ON_CASSANDRA,
+                  "kept windows not used after the changes")
+    finally:
+        ref.stop()
+
+
+def metric_value(s, name):
+    m = re.search(r"^%s (\d+)$" % name, s.metrics_text(), re.M)
+    check(m is not None, "%s missing from /metrics" % name)
+    return int(m.group(1))
+
+
 @suite.test
 def test_errors_and_limits():
     with Server(args=["--max-query-samples", "1000"]) as s:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bdbtest import BIN, Server, Suite, check, contains, embedded_only, eq, path_with  # noqa: E402
@@ -195,6 +196,23 @@ def catalog_cache_bytes_is_range_checked_and_zero_keeps_nothing():
             contains(r.text, "z1")
         check(metric(s, "bucketdb_catalog_cache_hits_total") == 0, "kept with size 0")
         check(metric(s, "bucketdb_catalog_cache_bytes") == 0, "bytes kept with size 0")
+
+
+@suite.test
+def group_cache_bytes_is_range_checked_and_zero_keeps_nothing():
+    refused_outside_1mib_1tib("group_cache_bytes")
+    with Server(args=["--group-cache-bytes", "0"]) as s:
+        now = int(time.time() * 1000)
+        s.write(["env,device=z%d,site=a temp=%d %d" % (d, d, now - 7200000 + i * 60000)
+                 for d in range(2) for i in range(100)], precision="ms")
+        q = ("/query?q=" + urllib.parse.quote("SELECT mean(temp) FROM env WHERE site = 'a' "
+                                              "AND time >= now() - 2h GROUP BY time(10m)"))
+        for _ in range(3):
+            r = s.request("GET", q)
+            eq(r.status, 200, r.body[:300])
+            contains(r.text, "0.5")
+        check(metric(s, "bucketdb_group_cache_hits_total") == 0, "kept with size 0")
+        check(metric(s, "bucketdb_group_cache_bytes") == 0, "bytes kept with size 0")
 
 
 if __name__ == "__main__":

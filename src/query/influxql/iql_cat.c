@@ -288,8 +288,14 @@ static void cat_destroy(void *p)
 int iql_cat_load(const iql_ctx *x, cat *c)
 {
     uint64_t ver[2];
-    if (!x->catalogs || bdb_db_catalog_version(x->db, x->tenant, ver) != BDB_OK)
+    if ((!x->catalogs && !x->groups) || bdb_db_catalog_version(x->db, x->tenant, ver) != BDB_OK)
         return cat_load(x, NULL, c);
+    if (!x->catalogs) {
+        int rc = cat_load(x, NULL, c);
+        memcpy(c->ver, ver, sizeof ver);
+        c->has_ver = rc == BDB_OK;
+        return rc;
+    }
     size_t tl = strlen(x->tenant), dl = strlen(x->device_tag), kl = 1 + 16 + tl + 1 + dl;
     char *key = iql_xmalloc(kl);
     key[0] = 'C';
@@ -316,6 +322,8 @@ int iql_cat_load(const iql_ctx *x, cat *c)
         c->cache = x->catalogs;
         c->ref = ref;
     }
+    memcpy(c->ver, ver, sizeof ver);
+    c->has_ver = rc == BDB_OK;
     return rc;
 }
 

@@ -4,6 +4,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
+#include "query/influxql/iql_gcache.h"
 #include "query/influxql/iql_tier.h"
 #include "query/range.h"
 
@@ -604,6 +605,10 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 ta.spread |= k[i].fn == IQL_FN_STDDEV;
         } else
             memset(&ta, 0, sizeof ta);
+        /* settled windows of the groups kept by an earlier statement, or to keep */
+        iql_gc gc;
+        int gcu = tier && !fleet && !quant && !s.over &&
+                  iql_gc_plan(x, &c, m, &fields, md, nmd, dg, ng, tier, s.from, s.to, &ta, &gc);
         size_t mj = 0; /* m->mf and md are both in device order: one walk */
         for (size_t i = 0; i < nmd && fields.n && !s.over; i++) {
             const char *metrics[IQL_MAX_LIST];
@@ -620,12 +625,18 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             if (!nm)
                 continue;
             if (tier) {
-                /* with the fleet tables, the devices' tiers answer only the edges */
-                int rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i,
-                                       s.from, fleet ? fa : s.to, quant, &ta, &s.read);
-                if (rc == BDB_OK && fleet)
-                    rc = iql_tier_read(x, tier, c.d[md[i]].name, metrics, fis, nm, (uint32_t)i, fb,
-                                       s.to, quant, &ta, &s.read);
+                /* with the fleet tables or kept windows, the devices' tiers answer only
+                 * the edges (a build reads the middle apart, to keep it) */
+                int64_t ea = fleet ? fa : gcu ? gc.a : s.to, eb = fleet ? fb : gcu ? gc.b : s.to;
+                const char *dn = c.d[md[i]].name;
+                int rc = iql_tier_read(x, tier, dn, metrics, fis, nm, (uint32_t)i, s.from, ea,
+                                       quant, &ta, &s.read);
+                if (rc == BDB_OK && gcu && gc.build)
+                    rc = iql_tier_read(x, tier, dn, metrics, fis, nm, (uint32_t)i, ea, eb, quant,
+                                       &gc.mid, &s.read);
+                if (rc == BDB_OK && eb < s.to)
+                    rc = iql_tier_read(x, tier, dn, metrics, fis, nm, (uint32_t)i, eb, s.to, quant,
+                                       &ta, &s.read);
                 if (rc == BDB_ERR_LIMIT) {
                     s.over = 1;
                 } else if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND) {
@@ -652,6 +663,8 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 break;
             }
         }
+        if (gcu && iql_gc_finish(x, &gc, &ta, !s.over && !r->error) != 0)
+            s.over = 1;
         if (!agg && !r->error && !s.over)
             read_attrs(&s, m, k, nk, md, nmd, fcond, &p, &np, &capp);
         for (size_t f = 0; f < fields.n && fleet && !s.over && !r->error; f++) {

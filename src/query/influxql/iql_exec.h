@@ -63,6 +63,9 @@ typedef struct iql_ctx {
     /* Tenants' catalogs listed lately, under their catalog version (NULL: none kept):
      * a panel asked again skips the listing of every device (iql_cat.c). */
     struct bdb_rcache *catalogs;
+    /* Settled windows of statements over groups of devices (NULL: none kept): a panel
+     * asked again reads only its edges (iql_gcache.h). */
+    struct bdb_rcache *groups;
 } iql_ctx;
 
 /* Runs st; the outcome, an error included, is in *out (free with iql_result_free).

@@ -74,6 +74,10 @@ typedef struct cat {
     /* a catalog from ctx->catalogs: shared, read only, released rather than freed */
     struct bdb_rcache *cache;
     struct bdb_rcache_ent *ref;
+    /* the engine's version of the catalog, read before the listing (has_ver 0: not
+     * read, a listing of one device): what a kept result over it is keyed on */
+    uint64_t ver[2];
+    int has_ver;
 } cat;
 
 typedef struct trip {

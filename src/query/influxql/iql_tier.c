@@ -167,6 +167,25 @@ static void acc_put(tier_acc *a, uint32_t dev, uint32_t fi, int64_t start, const
         tacc_merge(&cells[j * a->nf + fi], v, a->spread);
 }
 
+int iql_tier_acc_add(tier_acc *a, size_t g, int64_t start, const iql_tacc *cells, size_t nwin,
+                     uint64_t seen)
+{
+    a->seen[g] += seen;
+    if (!a->nwin || !cells || start < a->lo)
+        return 0;
+    uint64_t j0 = (uint64_t)((start - a->lo) / a->every);
+    if (j0 >= a->nwin)
+        return 0;
+    size_t n = nwin < a->nwin - j0 ? nwin : a->nwin - (size_t)j0;
+    iql_tacc *dst = acc_cells(a, g);
+    if (!dst)
+        return -1;
+    dst += j0 * a->nf;
+    for (size_t i = 0; i < n * a->nf; i++)
+        tacc_merge(&dst[i], &cells[i], a->spread);
+    return 0;
+}
+
 /* Merges one window row of field fi of device dev (the sketches' values from it). */
 static void acc_add(tier_acc *a, uint32_t dev, uint32_t fi, const bdb_window_row *r)
 {

@@ -65,6 +65,12 @@ void iql_tier_acc_init(tier_acc *a, const size_t *dg, size_t ng, size_t nf, int6
                        int64_t off, int64_t from, int64_t to, uint64_t max);
 void iql_tier_acc_free(tier_acc *a);
 
+/* Merges nwin output windows of group g, the first starting at start (on a's grid),
+ * nf cells each as a holds them, into a, and adds seen to the group's windows merged.
+ * -1 when a would pass its cells' bound (a->over). */
+int iql_tier_acc_add(tier_acc *a, size_t g, int64_t start, const iql_tacc *cells, size_t nwin,
+                     uint64_t seen);
+
 /* The tier (BDB_RES_1M/1H/1D) that answers, or 0 (raw). single: each series is one
  * device. */
 int iql_tier_choose(const iql_ctx *c, const iql_col *k, size_t nk, int64_t every, int64_t off,

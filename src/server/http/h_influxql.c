@@ -331,7 +331,8 @@ static enum MHD_Result influx_query(bdb_server *s, struct MHD_Connection *c)
                  .max_points = s->cfg.max_query_samples,
                  .databases = (const char *const *)d.v,
                  .ndatabases = d.n,
-                 .catalogs = s->catalogs};
+                 .catalogs = s->catalogs,
+                 .groups = s->groups};
     bdb_clock clk = server_clock(s);
     x.now_ms = bdb_clock_now(&clk);
     const char *dbp = arg(c, "db"), *tp = arg(c, "tenant");

@@ -544,6 +544,16 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
              "InfluxQL statements that listed their tenant's devices.", cs.misses);
     metric_u(&b, "bucketdb_catalog_cache_bytes", "gauge",
              "Bytes the kept catalogs account for; catalog_cache_bytes is the limit.", cs.bytes);
+    bdb_rcache_stats gs = {0};
+    if (s->groups)
+        bdb_rcache_stats_get(s->groups, &gs);
+    metric_u(&b, "bucketdb_group_cache_hits_total", "counter",
+             "InfluxQL statements over device groups that found their settled windows kept.",
+             gs.hits);
+    metric_u(&b, "bucketdb_group_cache_misses_total", "counter",
+             "InfluxQL statements over device groups that read their settled windows.", gs.misses);
+    metric_u(&b, "bucketdb_group_cache_bytes", "gauge",
+             "Bytes the kept group windows account for; group_cache_bytes is the limit.", gs.bytes);
     metric_u(&b, "bucketdb_blocks", "gauge", "Block files.", st.blocks);
     metric_u(&b, "bucketdb_block_bytes", "gauge", "Bytes in block files.", st.block_bytes);
     metric_u(&b, "bucketdb_block_samples", "gauge", "Samples in block files.", st.block_samples);

@@ -14,6 +14,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/log.h"
+#include "common/rcache.h"
 #include "common/timeutil.h"
 #include "model/batch.h"
 #include "query/influxql/iql.h"
@@ -81,7 +82,8 @@ static int teardown(void **state)
     return 0;
 }
 
-static int64_t keep_1m; /* the 1m tier's retention for run() (0: forever) */
+static int64_t keep_1m;    /* the 1m tier's retention for run() (0: forever) */
+static bdb_rcache *groups; /* the group cache run() passes (NULL: none) */
 
 static iql_result run(const char *q, uint64_t max)
 {
@@ -93,7 +95,8 @@ static iql_result run(const char *q, uint64_t max)
                  .max_points = max ? max : 1000000,
                  .databases = dbs,
                  .ndatabases = 1,
-                 .tier_keep_ms = {0, keep_1m, 0, 0}};
+                 .tier_keep_ms = {0, keep_1m, 0, 0},
+                 .groups = groups};
     char err[600];
     iql_query pq;
     if (iql_parse(q, strlen(q), &pq, err, sizeof err) != 0)
@@ -497,6 +500,96 @@ static void test_one_device(void **state)
     iql_result_free(&r);
 }
 
+/* Values equal to the last bit, as a kept result's windows must be. */
+static void same_bits(const iql_result *a, const iql_result *b)
+{
+    assert_null(a->error);
+    assert_null(b->error);
+    assert_string_equal(a->tier, b->tier);
+    assert_int_equal(a->nseries, b->nseries);
+    for (size_t s = 0; s < a->nseries; s++) {
+        assert_int_equal(a->series[s].nrows, b->series[s].nrows);
+        for (size_t i = 0; i < a->series[s].nrows * a->series[s].ncols; i++) {
+            const iql_val *x = &a->series[s].vals[i], *y = &b->series[s].vals[i];
+            assert_int_equal(x->t, y->t);
+            assert_true(x->t != IQL_V_NUM || memcmp(&x->num, &y->num, sizeof x->num) == 0);
+            assert_int_equal(x->i, y->i);
+        }
+    }
+}
+
+static iql_result run_cached(const char *q, bdb_rcache *c)
+{
+    groups = c;
+    iql_result r = run(q, 0);
+    groups = NULL;
+    return r;
+}
+
+/* The group cache (iql_gcache.h): a statement over both devices (one group) asked
+ * again keeps its settled windows from its second miss on and answers from them the
+ * third time, to the last bit what the devices' tiers give; a late sample in a kept
+ * window (the settled version moves) and a new device (the catalog's) each make the
+ * next statement read again, and it sees the sample. */
+static void test_group_cache(void **state)
+{
+    (void)state;
+    char q[400];
+    snprintf(q, sizeof q,
+             "SELECT count(temp), mean(temp), max(temp), stddev(hum) FROM env WHERE site =~ "
+             "/^(a|b)$/ AND time >= %lldms AND time < %lldms GROUP BY time(10m)",
+             T0 + 37000, T0 + 2 * HOUR + 40 * MIN + 7000);
+    bdb_rcache *c = bdb_rcache_new(1 << 20);
+    assert_non_null(c);
+    iql_result plain = run_cached(q, NULL);
+    assert_string_equal(plain.tier, "1m");
+    assert_int_equal(plain.nseries, 1);
+    assert_int_equal(plain.series[0].nrows, 17); /* windows 0 .. 16 from T0 */
+    bdb_rcache_stats st;
+    for (int i = 0; i < 3; i++) {
+        iql_result r = run_cached(q, c);
+        same_bits(&plain, &r);
+        iql_result_free(&r);
+        bdb_rcache_stats_get(c, &st);
+        assert_int_equal(st.misses, i < 2 ? (uint64_t)i + 1 : 2);
+        assert_int_equal(st.hits, i < 2 ? 0 : 1);
+        assert_int_equal(st.entries, i ? 1 : 0); /* kept from the second miss */
+    }
+    /* a late sample in window 3 (T0 + 30 min): the next statement reads it */
+    bdb_batch *b = bdb_batch_new();
+    bdb_batch_begin(b, "d1", 2, T0 + 30 * MIN + 5000, 0);
+    bdb_batch_tag(b, "site", 4, "a", 1);
+    bdb_batch_metric(b, "env.temp", 8, 1000);
+    assert_int_equal(bdb_batch_end(b), 1);
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    iql_result late = run_cached(q, c);
+    iql_result_free(&plain);
+    plain = run_cached(q, NULL);
+    same_bits(&plain, &late);
+    assert_true(cell(&late, 0, 3, 3)->num == 1000);
+    iql_result_free(&late);
+    bdb_rcache_stats_get(c, &st);
+    assert_int_equal(st.misses, 3);
+    /* a new device of site a, with a sample of now (nothing settled changes) */
+    bdb_batch_reset(b);
+    bdb_batch_begin(b, "g1", 2, bdb_now_ms(), 0);
+    bdb_batch_tag(b, "site", 4, "a", 1);
+    bdb_batch_metric(b, "env.temp", 8, 1);
+    assert_int_equal(bdb_batch_end(b), 1);
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+    for (int i = 0; i < 3; i++) {
+        iql_result r = run_cached(q, c);
+        same_bits(&plain, &r);
+        iql_result_free(&r);
+    }
+    bdb_rcache_stats_get(c, &st);
+    assert_int_equal(st.misses, 5); /* the old key is never asked again */
+    assert_int_equal(st.hits, 2);
+    iql_result_free(&plain);
+    bdb_rcache_free(c);
+}
+
 /* A tier answer keeps every window of each group with data (the rows it becomes):
  * at most 4 x max_query_samples windows x fields over all groups, even where few are
  * read (ten devices of one sample each, GROUP BY device, fill(none)). Runs last. */
@@ -534,13 +627,10 @@ static void test_tier_cells_limit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mapping_and_show),
-        cmocka_unit_test(test_time_bounds),
-        cmocka_unit_test(test_fill_and_limits),
-        cmocka_unit_test(test_tier_rule),
-        cmocka_unit_test(test_tier_groups),
-        cmocka_unit_test(test_one_device),
-        cmocka_unit_test(test_tier_cells_limit),
+        cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
+        cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_tier_groups),      cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_group_cache),      cmocka_unit_test(test_tier_cells_limit),
         cmocka_unit_test(test_open_end_race), /* last: its device d9 joins the tenant */
     };
     return cmocka_run_group_tests(tests, setup, teardown);

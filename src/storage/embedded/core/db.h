@@ -325,6 +325,14 @@ void bdb_device_snapshot_free(bdb_device_snapshot *s);
  * listing is current. Errors: BDB_ERR_NOTFOUND (no such tenant), BDB_ERR_INVALID (with
  * a sink whose registry lists devices other nodes write: no local version). */
 int bdb_db_catalog_version(bdb_db *db, const char *tenant, uint64_t version[2]);
+/* Samples older than this behind the db's clock are settled (db_settled.h). */
+#define BDB_SETTLED_MS (5 * 60 * 1000)
+/* The settled version of tenant's samples: equal versions, equal settled samples (a
+ * write, a retention pass or a drop that may change a sample older than BDB_SETTLED_MS
+ * moves it once done; read it before reading the samples). Not persistent: a restart
+ * starts it over, so what is kept under it must live in memory only. Errors:
+ * BDB_ERR_INVALID (with a sink: other nodes write too), BDB_ERR_READONLY. */
+int bdb_db_settled_version(bdb_db *db, const char *tenant, uint64_t *version);
 /* The device's newest sample time (INT64_MIN before its first). A write moves it
  * before its samples become readable, under the same lock: a read that saw a sample
  * at t is followed by a call answering t or later. With a sink the keyspace may hold
