@@ -52,8 +52,9 @@ static const struct key {
       "memory for the tenants' catalogs InfluxQL statements list (docs/INFLUX.md#catalog-cache): "
       "0 = off, or 1MiB..1TiB (default 32MiB)"),
     N(group_cache_bytes, K_U64,
-      "memory for settled windows of InfluxQL statements over device groups "
-      "(docs/INFLUX.md#group-cache): 0 = off, or 1MiB..1TiB (default 32MiB)"),
+      "memory for settled windows of InfluxQL statements over device groups and settled "
+      "steps of PromQL range queries (docs/INFLUX.md#group-cache): 0 = off, or 1MiB..1TiB "
+      "(default 32MiB)"),
     N(partition_warn_bytes, K_U64,
       "warn once per partition larger than this in block files; 0 = never (100000000)"),
     N(retention_ms, K_MS,

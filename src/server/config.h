@@ -25,7 +25,8 @@ typedef struct bdb_config {
     uint64_t head_max_bytes;
     uint64_t read_cache_bytes;     /* read cache limit (db.h); 0 = off */
     uint64_t catalog_cache_bytes;  /* InfluxQL's tenant catalogs kept (iql_exec.h); 0 = off */
-    uint64_t group_cache_bytes;    /* InfluxQL's settled group windows (iql_gcache.h); 0 = off */
+    uint64_t group_cache_bytes;    /* settled group windows and PromQL steps (iql_gcache.h,
+                                    * pql_cache.h); 0 = off */
     uint64_t disk_reserve_bytes;   /* room held back for a flush on a full disk; 0 = none */
     uint64_t partition_warn_bytes; /* warn once per partition above it; 0 = never (quota) */
     int64_t retention_ms;

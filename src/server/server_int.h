@@ -45,7 +45,7 @@ struct bdb_server {
     struct bdb_sink *sink; /* the backend's (storage/backend.h), owned by db; NULL embedded */
     bdb_pool *pool;
     struct bdb_rcache *catalogs; /* InfluxQL's tenant catalogs (NULL: off) */
-    struct bdb_rcache *groups;   /* InfluxQL's settled group windows (NULL: off) */
+    struct bdb_rcache *groups;   /* settled group windows, PromQL steps (NULL: off) */
     struct MHD_Daemon *mhd;
     struct bdb_conn_guard *guard; /* slow clients' deadlines (conn_guard.h) */
     int port;

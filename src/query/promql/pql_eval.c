@@ -496,10 +496,12 @@ static int64_t tier_width(const ev *e, const pql_node *n)
         return 0;
     }
     static const int64_t widths[] = PQL_TIER_WIDTHS;
+    int64_t start = e->o->part ? e->o->part_start : e->o->start;
+    int many = e->o->part || e->nsteps > 1;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
         int64_t w = widths[i];
-        if (sel->range_ms % w || e->o->start % w || sel->offset_ms % w ||
-            (e->nsteps > 1 && e->o->step % w) || (quant && sel->range_ms != w))
+        if (sel->range_ms % w || start % w || sel->offset_ms % w || (many && e->o->step % w) ||
+            (quant && sel->range_ms != w))
             continue;
         return w;
     }
@@ -1041,6 +1043,7 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
     res->s = v.s;
     res->n = k;
     res->tier_ms = e.tier_ms;
+    res->samples = e.samples;
     return 0;
 }
 

@@ -128,6 +128,7 @@ typedef struct pql_result {
     size_t n;
     pql_series_set raw; /* PQL_MATRIX */
     int64_t tier_ms;    /* the widest tier a range function was answered from; 0: raw */
+    uint64_t samples;   /* raw samples and windows read (against max_samples) */
 } pql_result;
 
 typedef struct pql_eval_opts {
@@ -135,6 +136,10 @@ typedef struct pql_eval_opts {
     uint64_t max_samples;     /* raw samples read, summed over selectors; 0 = no limit */
     uint64_t max_points;      /* series x steps held at once; 0 = no limit */
     int no_tiers;             /* 1: never select_windows (tests compare both ways) */
+    /* 1: these steps are part of a range query starting at part_start with more than
+     * one step (pql_cache.h): tiers are chosen as for that query */
+    int part;
+    int64_t part_start;
 } pql_eval_opts;
 
 /* 0 with *res filled (free with pql_result_free), or a PQL_E_* with err filled. */

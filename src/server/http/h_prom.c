@@ -8,6 +8,7 @@
 
 #include "bucketdb/bdb.h"
 #include "common/timeutil.h"
+#include "query/promql/pql_cache.h"
 #include "query/promql/pql_eval.h"
 #include "query/promql/pql_lex.h"
 #include "query/promql/pql_parse.h"
@@ -335,7 +336,10 @@ static enum MHD_Result run_query(bdb_server *s, struct MHD_Connection *c, const 
     pql_source src;
     pql_db_source_init(&src, &ctx);
     pql_result res;
-    int rc = pql_eval(expr, &src, &o, &res, msg, sizeof msg);
+    /* a range query's settled steps from the group cache (pql_cache.h) */
+    bdb_clock clk = server_clock(s);
+    pql_cache_ctx cc = {range ? s->groups : NULL, s->db, tenant, q, bdb_clock_now(&clk)};
+    int rc = pql_eval_cached(expr, &src, &o, &cc, &res, msg, sizeof msg);
     pql_free(expr);
     atomic_fetch_add(&s->queries, 1);
     if (rc != PQL_E_OK)

@@ -548,10 +548,12 @@ enum MHD_Result h_metrics(bdb_server *s, struct MHD_Connection *c)
     if (s->groups)
         bdb_rcache_stats_get(s->groups, &gs);
     metric_u(&b, "bucketdb_group_cache_hits_total", "counter",
-             "InfluxQL statements over device groups that found their settled windows kept.",
+             "InfluxQL group statements and PromQL range queries that found their settled "
+             "part kept.",
              gs.hits);
     metric_u(&b, "bucketdb_group_cache_misses_total", "counter",
-             "InfluxQL statements over device groups that read their settled windows.", gs.misses);
+             "InfluxQL group statements and PromQL range queries that read their settled part.",
+             gs.misses);
     metric_u(&b, "bucketdb_group_cache_bytes", "gauge",
              "Bytes the kept group windows account for; group_cache_bytes is the limit.", gs.bytes);
     metric_u(&b, "bucketdb_blocks", "gauge", "Block files.", st.blocks);
