@@ -607,8 +607,14 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
             memset(&ta, 0, sizeof ta);
         /* settled windows of the groups kept by an earlier statement, or to keep */
         iql_gc gc;
-        int gcu = tier && !fleet && !quant && !s.over &&
-                  iql_gc_plan(x, &c, m, &fields, md, nmd, dg, ng, tier, s.from, s.to, &ta, &gc);
+        int gcu = tier && !fleet && !quant && !s.over
+                      ? iql_gc_plan(x, &c, m, &fields, md, nmd, dg, ng, tier, s.from, s.to, &ta,
+                                    &s.read, &gc)
+                      : 0;
+        if (gcu < 0) {
+            s.over = 1;
+            gcu = 0;
+        }
         size_t mj = 0; /* m->mf and md are both in device order: one walk */
         for (size_t i = 0; i < nmd && fields.n && !s.over; i++) {
             const char *metrics[IQL_MAX_LIST];
@@ -631,9 +637,12 @@ static int exec_select(const iql_ctx *x, const iql_stmt *st, iql_result *r)
                 const char *dn = c.d[md[i]].name;
                 int rc = iql_tier_read(x, tier, dn, metrics, fis, nm, (uint32_t)i, s.from, ea,
                                        quant, &ta, &s.read);
-                if (rc == BDB_OK && gcu && gc.build)
+                if (rc == BDB_OK && gcu && gc.build) {
+                    uint64_t r0 = s.read;
                     rc = iql_tier_read(x, tier, dn, metrics, fis, nm, (uint32_t)i, ea, eb, quant,
                                        &gc.mid, &s.read);
+                    gc.reads += s.read - r0;
+                }
                 if (rc == BDB_OK && eb < s.to)
                     rc = iql_tier_read(x, tier, dn, metrics, fis, nm, (uint32_t)i, eb, s.to, quant,
                                        &ta, &s.read);

@@ -13,6 +13,7 @@
  * start (GC_NONE: none with data), then the cells (nwin x nf per group with data). */
 typedef struct gc_val {
     int64_t a;
+    uint64_t reads; /* windows its devices' reads took: counted again on a hit */
     uint32_t ng, nf, nwin, ncells_groups;
 } gc_val;
 #define GC_NONE UINT32_MAX
@@ -49,7 +50,7 @@ static int merge_val(tier_acc *ta, const void *v)
 
 int iql_gc_plan(const iql_ctx *x, const cat *c, const meas *m, const strv *fields, const size_t *md,
                 size_t nmd, const size_t *dg, size_t ng, int tier, int64_t from, int64_t to,
-                tier_acc *ta, iql_gc *g)
+                tier_acc *ta, uint64_t *read, iql_gc *g)
 {
     memset(g, 0, sizeof *g);
     uint64_t settled;
@@ -101,11 +102,14 @@ int iql_gc_plan(const iql_ctx *x, const cat *c, const meas *m, const strv *field
     bdb_rcache_ent *ref;
     const unsigned char *v = bdb_rcache_get(x->groups, k.data, k.len, &len, &ref);
     if (v) {
-        int rc = merge_val(ta, v);
+        /* the limit as the devices' reads would count it */
+        const gc_val *h = (const gc_val *)v;
+        *read += h->reads;
+        int rc = *read > x->max_points ? -1 : merge_val(ta, v);
         bdb_rcache_release(x->groups, ref);
         bdb_buf_free(&k);
         if (rc)
-            return 0; /* past the bound: the devices' reads say so again */
+            return -1;
         g->hit = 1;
         return 1;
     }
@@ -133,7 +137,7 @@ int iql_gc_finish(const iql_ctx *x, iql_gc *g, tier_acc *ta, int ok)
         size_t per = nwin * nf, len = cells_off(ng) + with * per * sizeof(iql_tacc);
         unsigned char *v = iql_xmalloc(len);
         gc_val *h = (gc_val *)v;
-        *h = (gc_val){g->a, (uint32_t)ng, (uint32_t)nf, (uint32_t)nwin, (uint32_t)with};
+        *h = (gc_val){g->a, g->reads, (uint32_t)ng, (uint32_t)nf, (uint32_t)nwin, (uint32_t)with};
         uint64_t *seen = (uint64_t *)(h + 1);
         uint32_t *at = (uint32_t *)(seen + ng);
         iql_tacc *cells = (iql_tacc *)(v + cells_off(ng));

@@ -29,6 +29,7 @@ typedef struct iql_gc {
     int hit;      /* merged into ta already: devices read [from, a) and [b, to) */
     int build;    /* devices read [a, b) into mid, which iql_gc_finish keeps */
     tier_acc mid;
+    uint64_t reads; /* windows the middle took to read (a build adds them up) */
     char *key;
     size_t klen;
 } iql_gc;
@@ -36,10 +37,12 @@ typedef struct iql_gc {
 /* Whether statement windows [from, to) of measurement m over devices md (grouped by
  * dg into ng groups) use the cache, read with the fields' metrics from tier tier into
  * ta: 1 with *g set (a hit merged into ta, or a build to read into g->mid), 0 when
- * devices read the whole range as without a cache. */
+ * devices read the whole range as without a cache, -1 when a hit passes the limits (the
+ * windows the kept result took to read, added to *read, pass x->max_points, or ta its
+ * cells' bound): the statement is over them, as it would be without the cache. */
 int iql_gc_plan(const iql_ctx *x, const cat *c, const meas *m, const strv *fields, const size_t *md,
                 size_t nmd, const size_t *dg, size_t ng, int tier, int64_t from, int64_t to,
-                tier_acc *ta, iql_gc *g);
+                tier_acc *ta, uint64_t *read, iql_gc *g);
 /* After the devices' reads: a build's middle is merged into ta and kept unless ok is 0
  * (the statement failed: nothing kept). -1 when ta passes its bound. Frees g. */
 int iql_gc_finish(const iql_ctx *x, iql_gc *g, tier_acc *ta, int ok);

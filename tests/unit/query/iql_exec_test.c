@@ -526,25 +526,77 @@ static iql_result run_cached(const char *q, bdb_rcache *c)
     return r;
 }
 
-/* The group cache (iql_gcache.h): a statement over both devices (one group) asked
- * again keeps its settled windows from its second miss on and answers from them the
- * third time, to the last bit what the devices' tiers give; a late sample in a kept
- * window (the settled version moves) and a new device (the catalog's) each make the
- * next statement read again, and it sees the sample. */
+/* h1 (site a) and h2 (site b): env.temp and a varying env.hum every 10 s for 2 hours,
+ * so that GROUP BY site merges two devices per group (d1 and d2 being the others). */
+static void put_h_devices(void)
+{
+    bdb_batch *b = bdb_batch_new();
+    for (int d = 1; d <= 2; d++) {
+        char dev[16];
+        snprintf(dev, sizeof dev, "h%d", d);
+        for (int i = 0; i < 720; i++) {
+            bdb_batch_begin(b, dev, 2, T0 + i * 10000LL + 3000 * d, (size_t)i);
+            bdb_batch_tag(b, "site", 4, d == 1 ? "a" : "b", 1);
+            bdb_batch_metric(b, "env.temp", 8, 0.1 * (i % 17) + d);
+            bdb_batch_metric(b, "env.hum", 7, 40 + 0.37 * (i % 23));
+            assert_int_equal(bdb_batch_end(b), 1);
+        }
+    }
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+}
+
+/* One report of dev (site) at ts: temp v, and tag model when given. */
+static void put_one(const char *dev, const char *site, const char *model, int64_t ts, double v)
+{
+    bdb_batch *b = bdb_batch_new();
+    bdb_batch_begin(b, dev, strlen(dev), ts, 0);
+    bdb_batch_tag(b, "site", 4, site, strlen(site));
+    if (model)
+        bdb_batch_tag(b, "model", 5, model, strlen(model));
+    bdb_batch_metric(b, "env.temp", 8, v);
+    assert_int_equal(bdb_batch_end(b), 1);
+    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    bdb_batch_free(b);
+}
+
+/* Asks q three times with cache c: every answer bit-equal to want. */
+static void thrice_same(const char *q, const iql_result *want, bdb_rcache *c)
+{
+    for (int i = 0; i < 3; i++) {
+        iql_result r = run_cached(q, c);
+        same_bits(want, &r);
+        iql_result_free(&r);
+    }
+}
+
+/* The group cache (iql_gcache.h): statements over groups of devices (GROUP BY site,
+ * two devices a group; one group of all four) asked again keep their settled windows
+ * from their second miss on and answer from them the third time, to the last bit
+ * what the devices' tiers give, with an offset too; a late sample in a kept window
+ * (the settled version moves), a device's new tag (the catalog's version alone) and a
+ * new device in the group each make the next statement read again, and it sees the
+ * change. */
 static void test_group_cache(void **state)
 {
     (void)state;
-    char q[400];
+    put_h_devices();
+    char q[400], q2[400];
     snprintf(q, sizeof q,
-             "SELECT count(temp), mean(temp), max(temp), stddev(hum) FROM env WHERE site =~ "
-             "/^(a|b)$/ AND time >= %lldms AND time < %lldms GROUP BY time(10m)",
+             "SELECT count(temp), mean(temp), max(temp), stddev(hum) FROM env WHERE device =~ "
+             "/^[dh][12]$/ AND time >= %lldms AND time < %lldms GROUP BY time(10m), site",
              T0 + 37000, T0 + 2 * HOUR + 40 * MIN + 7000);
+    snprintf(q2, sizeof q2,
+             "SELECT sum(temp), min(hum), spread(temp) FROM env WHERE site =~ /^(a|b)$/ AND "
+             "time >= %lldms AND time < %lldms GROUP BY time(20m, 5m) fill(none)",
+             T0 + 1000, T0 + 2 * HOUR + 59 * MIN);
     bdb_rcache *c = bdb_rcache_new(1 << 20);
     assert_non_null(c);
-    iql_result plain = run_cached(q, NULL);
+    iql_result plain = run_cached(q, NULL), plain2 = run_cached(q2, NULL);
     assert_string_equal(plain.tier, "1m");
-    assert_int_equal(plain.nseries, 1);
+    assert_int_equal(plain.nseries, 2);
     assert_int_equal(plain.series[0].nrows, 17); /* windows 0 .. 16 from T0 */
+    assert_int_equal(plain2.nseries, 1);
     bdb_rcache_stats st;
     for (int i = 0; i < 3; i++) {
         iql_result r = run_cached(q, c);
@@ -555,13 +607,11 @@ static void test_group_cache(void **state)
         assert_int_equal(st.hits, i < 2 ? 0 : 1);
         assert_int_equal(st.entries, i ? 1 : 0); /* kept from the second miss */
     }
-    /* a late sample in window 3 (T0 + 30 min): the next statement reads it */
-    bdb_batch *b = bdb_batch_new();
-    bdb_batch_begin(b, "d1", 2, T0 + 30 * MIN + 5000, 0);
-    bdb_batch_tag(b, "site", 4, "a", 1);
-    bdb_batch_metric(b, "env.temp", 8, 1000);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
+    thrice_same(q2, &plain2, c);
+    bdb_rcache_stats_get(c, &st);
+    assert_int_equal(st.hits, 2);
+    /* a late sample in window 3 (T0 + 30 min) of site a: the next statement reads it */
+    put_one("d1", "a", NULL, T0 + 30 * MIN + 5000, 1000);
     iql_result late = run_cached(q, c);
     iql_result_free(&plain);
     plain = run_cached(q, NULL);
@@ -569,24 +619,69 @@ static void test_group_cache(void **state)
     assert_true(cell(&late, 0, 3, 3)->num == 1000);
     iql_result_free(&late);
     bdb_rcache_stats_get(c, &st);
-    assert_int_equal(st.misses, 3);
-    /* a new device of site a, with a sample of now (nothing settled changes) */
-    bdb_batch_reset(b);
-    bdb_batch_begin(b, "g1", 2, bdb_now_ms(), 0);
-    bdb_batch_tag(b, "site", 4, "a", 1);
-    bdb_batch_metric(b, "env.temp", 8, 1);
-    assert_int_equal(bdb_batch_end(b), 1);
-    assert_int_equal(bdb_db_write(db, "t", b), BDB_OK);
-    bdb_batch_free(b);
+    assert_int_equal(st.misses, 5);
+    thrice_same(q, &plain, c);
+    /* h2's new tag, with a sample of now: only the catalog's version moves */
+    uint64_t sv0, sv1;
+    assert_int_equal(bdb_db_settled_version(db, "t", &sv0), BDB_OK);
+    put_one("h2", "b", "m7", bdb_now_ms(), 1);
+    assert_int_equal(bdb_db_settled_version(db, "t", &sv1), BDB_OK);
+    assert_int_equal(sv0, sv1);
+    bdb_rcache_stats_get(c, &st);
+    uint64_t misses = st.misses;
+    thrice_same(q, &plain, c);
+    bdb_rcache_stats_get(c, &st);
+    assert_int_equal(st.misses, misses + 2); /* a new key: kept at its second miss */
+    /* a new device of site a, with a sample of now: the group's windows hold it */
+    put_one("h3", "a", NULL, bdb_now_ms(), 5);
+    thrice_same(q, &plain, c); /* h3 does not match q's devices */
+    iql_result_free(&plain2);
+    plain2 = run_cached(q2, NULL);
+    thrice_same(q2, &plain2, c);
+    iql_result_free(&plain2);
+    iql_result_free(&plain);
+    bdb_rcache_free(c);
+}
+
+/* A kept result counts what it took to read against the point limit: a statement
+ * sharing its windows with a longer first edge is over the limit from the cache as it
+ * is from the devices. */
+static void test_group_cache_limit(void **state)
+{
+    (void)state;
+    char qa[400], qb[400];
+    const char *fmt = "SELECT mean(temp) FROM env WHERE device =~ /^[dh][12]$/ AND time >= "
+                      "%lldms AND time < %lldms GROUP BY time(10m)";
+    snprintf(qa, sizeof qa, fmt, T0 + 10 * MIN, T0 + 2 * HOUR);
+    snprintf(qb, sizeof qb, fmt, T0 + 37000, T0 + 2 * HOUR);
+    /* the least limit qb passes from the devices */
+    uint64_t lim = 1;
+    for (;; lim++) {
+        iql_result r = run(qb, lim);
+        int ok = !r.error;
+        iql_result_free(&r);
+        if (ok)
+            break;
+        assert_true(lim < 100000);
+    }
+    iql_result r = run(qa, lim - 1);
+    assert_null(r.error); /* qa reads less: no first edge */
+    iql_result_free(&r);
+    bdb_rcache *c = bdb_rcache_new(1 << 20);
+    groups = c;
     for (int i = 0; i < 3; i++) {
-        iql_result r = run_cached(q, c);
-        same_bits(&plain, &r);
+        r = run(qa, lim - 1);
+        assert_null(r.error);
         iql_result_free(&r);
     }
+    r = run(qb, lim - 1);
+    groups = NULL;
+    assert_non_null(r.error);
+    assert_non_null(strstr(r.error, "max-select-point"));
+    iql_result_free(&r);
+    bdb_rcache_stats st;
     bdb_rcache_stats_get(c, &st);
-    assert_int_equal(st.misses, 5); /* the old key is never asked again */
-    assert_int_equal(st.hits, 2);
-    iql_result_free(&plain);
+    assert_int_equal(st.hits, 2); /* qa's third, and qb */
     bdb_rcache_free(c);
 }
 
@@ -627,10 +722,15 @@ static void test_tier_cells_limit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mapping_and_show), cmocka_unit_test(test_time_bounds),
-        cmocka_unit_test(test_fill_and_limits),  cmocka_unit_test(test_tier_rule),
-        cmocka_unit_test(test_tier_groups),      cmocka_unit_test(test_one_device),
-        cmocka_unit_test(test_group_cache),      cmocka_unit_test(test_tier_cells_limit),
+        cmocka_unit_test(test_mapping_and_show),
+        cmocka_unit_test(test_time_bounds),
+        cmocka_unit_test(test_fill_and_limits),
+        cmocka_unit_test(test_tier_rule),
+        cmocka_unit_test(test_tier_groups),
+        cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_group_cache),
+        cmocka_unit_test(test_group_cache_limit),
+        cmocka_unit_test(test_tier_cells_limit),
         cmocka_unit_test(test_open_end_race), /* last: its device d9 joins the tenant */
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -14,20 +14,25 @@
 
 typedef struct settled {
     _Atomic uint64_t v[SLOTS];
+    _Atomic uint8_t retired[SLOTS]; /* moved by retire: moved again after the drop */
 } settled;
 
-static _Atomic uint64_t *slot_of(bdb_db *db, const char *tn)
+static settled *state(bdb_db *db)
 {
-    settled *s = *db_consumer_slot(db, &db_settled_consumer);
+    return *db_consumer_slot(db, &db_settled_consumer);
+}
+
+static size_t slot_of(const char *tn)
+{
     uint32_t h = 2166136261u; /* FNV-1a: a tenant's name to its counter */
     for (const unsigned char *p = (const unsigned char *)tn; *p; p++)
         h = (h ^ *p) * 16777619u;
-    return &s->v[h % SLOTS];
+    return h % SLOTS;
 }
 
 static void bump(bdb_db *db, const char *tn)
 {
-    atomic_fetch_add_explicit(slot_of(db, tn), 1, memory_order_release);
+    atomic_fetch_add(&state(db)->v[slot_of(tn)], 1);
 }
 
 static int settled_open(bdb_db *db)
@@ -39,24 +44,44 @@ static int settled_open(bdb_db *db)
     return BDB_OK;
 }
 
-static int settled_ack(bdb_db *db, const char *tn, const bdb_report *reps, size_t n,
-                       const void *resv, size_t stride)
+/* A report older than half the horizon is marked (the clock read once per batch);
+ * its release, which comes after its apply whether the write succeeds or fails
+ * afterwards, moves the version. */
+static int settled_reserve(bdb_db *db, device *d, const bdb_report *r, series *const *ser,
+                           void *resv, void *batch)
 {
-    (void)resv, (void)stride;
-    int64_t oldest = INT64_MAX;
-    for (size_t i = 0; i < n; i++)
-        oldest = reps[i].ts_ms < oldest ? reps[i].ts_ms : oldest;
-    int64_t now = bdb_clock_now(&db->o.clock);
-    if (n && oldest < now - BDB_SETTLED_MS / 2)
-        bump(db, tn);
+    (void)d, (void)ser;
+    int64_t *now = batch;
+    if (!*now)
+        *now = bdb_clock_now(&db->o.clock);
+    if (r->ts_ms < *now - BDB_SETTLED_MS / 2)
+        *(uint8_t *)resv = 1;
     return BDB_OK;
 }
 
+static void settled_release(bdb_db *db, device *d, void *resv)
+{
+    if (*(uint8_t *)resv)
+        bump(db, d->tenant->name);
+}
+
+/* Before a retention pass drops a tenant's samples, and again once maintenance is
+ * done: a reader between the two sees the first move and still the old samples. */
 static int settled_retire(bdb_db *db, const char *tn, const blockent *v, size_t n, int64_t ws,
                           int64_t we)
 {
     (void)v, (void)n, (void)ws, (void)we;
     bump(db, tn);
+    atomic_store(&state(db)->retired[slot_of(tn)], 1);
+    return BDB_OK;
+}
+
+static int settled_maintain(bdb_db *db)
+{
+    settled *s = state(db);
+    for (size_t i = 0; i < SLOTS; i++)
+        if (atomic_exchange(&s->retired[i], 0))
+            atomic_fetch_add(&s->v[i], 1);
     return BDB_OK;
 }
 
@@ -80,15 +105,19 @@ int bdb_db_settled_version(bdb_db *db, const char *tn, uint64_t *version)
         return BDB_ERR_READONLY; /* a failed write may have left samples readable */
     if (!*db_consumer_slot(db, &db_settled_consumer))
         return BDB_ERR_INVALID;
-    *version = atomic_load_explicit(slot_of(db, tn), memory_order_acquire);
+    *version = atomic_load(&state(db)->v[slot_of(tn)]);
     return BDB_OK;
 }
 
 const db_consumer db_settled_consumer = {
     .name = "settled",
+    .resv_size = 1,
+    .batch_size = sizeof(int64_t),
     .open = settled_open,
-    .ack = settled_ack,
+    .reserve = settled_reserve,
+    .release = settled_release,
     .retire = settled_retire,
+    .maintain = settled_maintain,
     .forget_tenant = settled_forget,
     .close = settled_close,
 };

@@ -4,15 +4,17 @@
  * A sample is settled once it is older than BDB_SETTLED_MS behind the db's clock. The
  * version (bdb_db_settled_version, db.h) moves whenever a settled sample of the tenant
  * may have changed since it was last read:
- *  - a write holding a report older than BDB_SETTLED_MS / 2 behind the clock (a late
- *    or backfilled sample), counted once the batch is applied and logged (the ack
- *    phase: its samples are readable by then, so a reader that read the version before
- *    reading them either saw them or sees a new version afterwards);
- *  - a retention or compaction pass that drops the tenant's samples (retire), and the
- *    tenant leaving memory (forget_tenant).
+ *  - a write of a report older than BDB_SETTLED_MS / 2 behind the clock (a late or
+ *    backfilled sample), marked at reserve and counted at release, which comes after
+ *    the report's apply whether the write then succeeds or fails: its samples are
+ *    readable by then, so a reader that read the version before reading them either
+ *    saw them or sees a new version afterwards;
+ *  - a retention or compaction pass that drops the tenant's samples (retire, and again
+ *    at maintain, once the samples are gone), and the tenant leaving memory
+ *    (forget_tenant).
  * Half the horizon for writes leaves a clock stepped back by up to BDB_SETTLED_MS / 2
- * between a reader and a later writer still counted. What a write that fails after its
- * apply leaves readable is covered by the version refusing a read-only db.
+ * between a reader and a later writer still counted. A read-only db (a write failed
+ * in a way that stops every later one) refuses the version.
  *
  * Versions live in a fixed table of counters by a hash of the tenant's name: tenants
  * sharing a counter move each other's version (a reader recomputes, nothing is wrong).
