@@ -397,6 +397,9 @@ def main():
                     help="the panels to time (the equality check covers them all)")
     ap.add_argument("--vm-nocache", action="store_true",
                     help="send nocache=1 to VictoriaMetrics: no rollup result cache")
+    ap.add_argument("--bdb-nocache", action="store_true",
+                    help="start bucketdb with --group-cache-bytes 0: no kept group windows "
+                         "or PromQL steps (its read and catalog caches stay)")
     a = ap.parse_args()
     bounds = {"devices": (2, 1000000), "fields": (1, len(FIELDS)), "sites": (1, 1000),
               "days": (1, 365), "coarse": (60, 86400), "fine_hours": (1, 168),
@@ -444,6 +447,8 @@ def main():
                 # raw retention off: the history reaches back past the default 30 days
                 cmd = [bdb, "serve", "--data", os.path.join(work, "bucketdb-data"),
                        "--listen", "127.0.0.1:%d" % port, "--retention-ms", "0"]
+                if a.bdb_nocache:
+                    cmd += ["--group-cache-bytes", "0"]
                 ready = "/ping"
             elif name == "influxd":
                 cmd = [INFLUXD, "-config", influxd_conf(work, port)]
@@ -546,6 +551,8 @@ def main():
                                          a.fine_hours, a.fine, nsamples))
     if a.vm_nocache:
         print("VictoriaMetrics queried with nocache=1 (its rollup result cache off)")
+    if a.bdb_nocache:
+        print("bucketdb started with --group-cache-bytes 0 (no kept group windows or steps)")
     print("load (per peer, its own request time): " + ", ".join(
         "%s %.1f s" % (n, started[n].load_s) for n in peers_wanted))
     print("%-14s %-8s %-34s %10s %10s %5s %8s  %s" %

@@ -40,8 +40,9 @@ static void put_str(bdb_buf *b, const char *s)
     bdb_buf_append(b, s, l);
 }
 
-/* The first ns steps of r (its series without a point in them left out). */
-static void encode(bdb_buf *b, const pql_result *r, size_t ns)
+/* The first ns steps of r (its series without a point in them left out), which read
+ * `samples` samples or windows. */
+static void encode(bdb_buf *b, const pql_result *r, size_t ns, uint64_t samples)
 {
     size_t n = 0;
     for (size_t i = 0; i < r->n; i++)
@@ -50,7 +51,8 @@ static void encode(bdb_buf *b, const pql_result *r, size_t ns)
     bdb_buf_put_u32le(b, (uint32_t)n);
     bdb_buf_put_u64le(b, ns);
     bdb_buf_put_u64le(b, (uint64_t)r->tier_ms);
-    bdb_buf_put_u64le(b, r->samples);
+    bdb_buf_put_u64le(b, samples);
+    bdb_buf_put_u64le(b, (uint64_t)r->raw_from);
     if (r->type == PQL_SCALAR) {
         bdb_buf_append(b, r->scalar, ns * sizeof *r->scalar);
         return;
@@ -116,6 +118,7 @@ static int decode(const void *v, size_t len, int64_t start, int64_t step, pql_re
     r->nsteps = (size_t)take_u(&d, 8);
     r->tier_ms = (int64_t)take_u(&d, 8);
     r->samples = take_u(&d, 8);
+    r->raw_from = (int64_t)take_u(&d, 8);
     r->start = start;
     r->step = step;
     if (r->type == PQL_SCALAR) {
@@ -162,12 +165,12 @@ static int decode(const void *v, size_t len, int64_t start, int64_t step, pql_re
 static int series_into(pql_out_series *o, const pql_out_series *from, size_t at, size_t nsteps,
                        size_t total)
 {
-    if (!o->v) {
+    if (!o->v)
         o->v = calloc(total + 1, sizeof *o->v);
+    if (!o->has)
         o->has = calloc(total + 1, 1);
-        if (!o->v || !o->has)
-            return -1;
-    }
+    if (!o->v || !o->has)
+        return -1;
     memcpy(o->v + at, from->v, nsteps * sizeof *o->v);
     memcpy(o->has + at, from->has, nsteps);
     return 0;
@@ -189,7 +192,8 @@ static int merge(pql_result *a, pql_result *b, pql_result *res)
     res->step = a->step;
     res->nsteps = total;
     res->tier_ms = a->tier_ms > b->tier_ms ? a->tier_ms : b->tier_ms;
-    res->samples = a->samples + b->samples;
+    res->samples = b->samples; /* b counted on from a's */
+    res->raw_from = a->raw_from < b->raw_from ? a->raw_from : b->raw_from;
     int bad = 0;
     if (a->type == PQL_SCALAR) {
         res->scalar = malloc(total * sizeof *res->scalar + 1);
@@ -227,17 +231,25 @@ static int merge(pql_result *a, pql_result *b, pql_result *res)
     return 0;
 }
 
-/* Keeps the first ns steps of r under key k, where reading them costs more than
- * decoding them: many samples or windows per point of the answer (an aggregation over
- * devices, a rate of raw samples), and the value within its share of the cache. */
-static void keep(bdb_rcache *c, const bdb_buf *k, const pql_result *r, size_t ns)
+/* Whether r (a whole range's answer) is worth keeping: points to answer, and many
+ * samples or windows read per point (an aggregation over devices, a rate of raw
+ * samples); one device's windows read from the tiers cost about what decoding them
+ * from the cache costs. */
+static int worth(const pql_result *r)
 {
-    uint64_t points = (r->type == PQL_SCALAR ? 1 : r->n) * (uint64_t)r->nsteps;
-    if (r->samples < PC_READS_PER_POINT * points)
-        return;
+    uint64_t points = (uint64_t)r->n * r->nsteps;
+    return r->type == PQL_VECTOR && r->n && r->samples >= PC_READS_PER_POINT * points;
+}
+
+/* Keeps the first ns steps of r (the whole range's answer) under key k, within its
+ * share of the cache, with what the whole read beyond the rest: a hit's rest counts on
+ * from there, so the two add up to what the whole range reads. */
+static void keep(bdb_rcache *c, const bdb_buf *k, const pql_result *r, size_t ns,
+                 uint64_t rest_samples)
+{
     bdb_buf val;
     bdb_buf_init(&val);
-    encode(&val, r, ns);
+    encode(&val, r, ns, r->samples > rest_samples ? r->samples - rest_samples : 0);
     bdb_rcache_stats cs;
     bdb_rcache_stats_get(c, &cs);
     if (val.len <= cs.max_bytes / PC_SHARE) {
@@ -251,6 +263,29 @@ static int oom(char *err, size_t errlen)
 {
     snprintf(err, errlen, "out of memory");
     return PQL_E_INTERNAL;
+}
+
+/* Into k, per selector of n, whether each tier still covers its first window at the
+ * query's start: what decides between a tier and raw samples, which a kept part and
+ * the whole range must decide alike. Returns the earliest time a selector reads. */
+static int64_t earliest(const pql_node *n, int64_t start, const int64_t *tier_oldest, bdb_buf *k)
+{
+    if (!n)
+        return INT64_MAX;
+    int64_t e = INT64_MAX;
+    if (n->kind == PQL_SELECTOR) {
+        int64_t back = n->offset_ms + (n->range_ms ? n->range_ms : PQL_LOOKBACK_MS);
+        e = start - back;
+        uint8_t bits = 0;
+        for (int i = 0; i < 3 && tier_oldest; i++)
+            bits |= (uint8_t)((e >= tier_oldest[i]) << i);
+        bdb_buf_putc(k, bits);
+    }
+    for (size_t i = 0; i < n->nargs && i < 2; i++) {
+        int64_t x = earliest(n->args[i], start, tier_oldest, k);
+        e = x < e ? x : e;
+    }
+    return e;
 }
 
 int pql_eval_cached(const pql_node *expr, const pql_source *src, const pql_eval_opts *o,
@@ -283,6 +318,11 @@ int pql_eval_cached(const pql_node *expr, const pql_source *src, const pql_eval_
     bdb_buf_putc(&k, (uint8_t)o->no_tiers);
     put_str(&k, cc->tenant);
     put_str(&k, cc->query);
+    earliest(expr, o->start, cc->tier_oldest, &k);
+    /* Raw reads end at the tenant's retention cutoff, which moves with the clock: kept
+     * and used only where no raw read reached it (then neither evaluation was cut;
+     * windows from the tiers are not). */
+    int64_t cutoff = bdb_db_retention_cutoff(cc->db, cc->tenant);
     pql_eval_opts bo = *o;
     bo.part = 1;
     bo.part_start = o->start;
@@ -294,8 +334,17 @@ int pql_eval_cached(const pql_node *expr, const pql_source *src, const pql_eval_
         /* the whole range at once; its first ns steps are what a later query keeps */
         int admit = bdb_rcache_admit(cc->cache, k.data, k.len);
         int rc = pql_eval(expr, src, o, res, err, errlen);
-        if (rc == PQL_E_OK && admit)
-            keep(cc->cache, &k, res, (size_t)ns);
+        if (rc == PQL_E_OK && admit && worth(res) && res->raw_from >= cutoff) {
+            /* the rest alone, for what the kept part counts against the limit */
+            pql_result b;
+            char berr[8];
+            if (ns == nsteps) {
+                keep(cc->cache, &k, res, (size_t)ns, 0);
+            } else if (pql_eval(expr, src, &bo, &b, berr, sizeof berr) == PQL_E_OK) {
+                keep(cc->cache, &k, res, (size_t)ns, b.samples);
+                pql_result_free(&b);
+            }
+        }
         bdb_buf_free(&k);
         return rc;
     }
@@ -305,11 +354,16 @@ int pql_eval_cached(const pql_node *expr, const pql_source *src, const pql_eval_
     bdb_buf_free(&k);
     if (d != 0)
         return oom(err, errlen);
+    if (a.raw_from < cutoff) { /* read before the cutoff moved past its samples */
+        pql_result_free(&a);
+        return pql_eval(expr, src, o, res, err, errlen);
+    }
     if (ns == nsteps) {
         *res = a;
         return PQL_E_OK;
     }
-    /* the kept part's reads were counted when it was read */
+    /* the rest's reads count after the kept part's, as in the whole range */
+    bo.part_samples = a.samples;
     int rc = pql_eval(expr, src, &bo, &b, err, errlen);
     if (rc != PQL_E_OK) {
         pql_result_free(&a);
@@ -318,5 +372,16 @@ int pql_eval_cached(const pql_node *expr, const pql_source *src, const pql_eval_
     int m = merge(&a, &b, res);
     if (m == -2) /* not one type at every step: the whole range as one */
         return pql_eval(expr, src, o, res, err, errlen);
-    return m ? oom(err, errlen) : PQL_E_OK;
+    if (m)
+        return oom(err, errlen);
+    if (o->max_points && (uint64_t)res->n * res->nsteps > o->max_points) {
+        /* the answer alone holds more points than the whole range may */
+        pql_result_free(res);
+        snprintf(err, errlen,
+                 "query would hold more than %llu points (series x steps) at once; narrow the "
+                 "selector or the range, or raise the step",
+                 (unsigned long long)o->max_points);
+        return PQL_E_EXECUTION;
+    }
+    return PQL_E_OK;
 }

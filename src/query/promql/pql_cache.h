@@ -8,15 +8,20 @@
  * is kept in the server's rcache under everything it is a function of: the tenant,
  * the engine's catalog version (the series the selectors match) and settled version
  * (a late or backfilled sample, a retention pass), the query's text, start, step,
- * the number of settled steps and the limits; both versions are read before any
- * sample. A later query with the same key evaluates only the steps after them and
- * merges the two answers series by series.
+ * the number of settled steps, the limits, and per selector which tiers cover its
+ * first window (what chooses between a tier and raw samples); both versions are read
+ * before any sample. Raw reads end at the tenant's retention cutoff, which moves with
+ * the clock: an answer is kept, and used, only while its earliest raw read is at or
+ * after the cutoff (tier windows are not cut). A later query with the same key
+ * evaluates only the steps after them and merges the two answers series by series.
  *
- * The parts are evaluated as one range would be (pql_eval_opts.part: the same tier
- * choice), and a step's value depends only on its own time, so the merged answer is
- * the whole range's. The samples read by the kept part count against max_samples of
- * the rest. A query is split (kept part evaluated apart) only from the second time
- * its key misses (bdb_rcache_admit): a query asked once evaluates as without it. */
+ * The rest is evaluated as part of the whole range (pql_eval_opts.part: the same tier
+ * choice and coverage), and a step's value depends only on its own time, so the
+ * merged answer is the whole range's. The rest's reads count against max_samples on
+ * from what the whole range read beyond the rest when it was kept (the two add up to
+ * the whole's). A kept answer is built from the whole range's (and the rest evaluated
+ * alone, for that count) only from the second time its key misses (bdb_rcache_admit):
+ * a query asked once evaluates as without the cache. */
 #ifndef BDB_PQL_CACHE_H
 #define BDB_PQL_CACHE_H
 
@@ -32,6 +37,8 @@ typedef struct pql_cache_ctx {
     const char *tenant;
     const char *query; /* the query's text, as sent */
     int64_t now_ms;
+    /* the oldest time the 1m, 1h and 1d tiers cover for the tenant (pql_db_source's) */
+    const int64_t *tier_oldest;
 } pql_cache_ctx;
 
 /* pql_eval of expr over o, with the settled steps from (or into) cc->cache. */

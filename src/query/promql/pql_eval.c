@@ -355,6 +355,7 @@ typedef struct ev {
     uint64_t samples; /* read so far, all selectors */
     uint64_t points;  /* held in vectors */
     int64_t tier_ms;  /* widest tier used */
+    int64_t raw_from; /* earliest raw sample time asked for (INT64_MAX: none) */
     char *err;
     size_t errlen;
     int code;
@@ -425,6 +426,8 @@ static int fetch(ev *e, const pql_node *sel, int64_t back, pql_series_set *set)
     memset(set, 0, sizeof *set);
     if (e->o->max_samples)
         set->max_samples = e->samples >= e->o->max_samples ? 1 : e->o->max_samples - e->samples;
+    if (from < e->raw_from)
+        e->raw_from = from;
     int rc = e->src->select(e->src->ctx, m, from, to, set, why, sizeof why);
     pql_matchset_free(m);
     e->samples += set->samples;
@@ -522,7 +525,9 @@ static int eval_call_tier(ev *e, const pql_node *n, int64_t w, val *out)
         set.max_samples = e->samples >= e->o->max_samples ? 1 : e->o->max_samples - e->samples;
     int64_t from = e->o->start - sel->offset_ms - sel->range_ms;
     int64_t to = step_t(e, e->nsteps - 1) - sel->offset_ms;
-    int rc = e->src->select_windows(e->src->ctx, m, from, to, w, quant, &set, why, sizeof why);
+    int64_t cover = e->o->part ? e->o->part_start - sel->offset_ms - sel->range_ms : from;
+    int rc = e->src->select_windows(e->src->ctx, m, from, to, cover < from ? cover : from, w, quant,
+                                    &set, why, sizeof why);
     pql_matchset_free(m);
     if (rc == PQL_E_NO_TIER) {
         pql_series_set_free(&set);
@@ -984,7 +989,7 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
              char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
-    ev e = {src, o, 0, 0, 0, 0, err, errlen, 0};
+    ev e = {src, o, 0, o->part_samples, 0, 0, INT64_MAX, err, errlen, 0};
     if (o->step <= 0 || o->end < o->start)
         return efail(&e, PQL_E_BAD_DATA, "invalid evaluation range");
     uint64_t steps = (uint64_t)((o->end - o->start) / o->step) + 1;
@@ -1044,6 +1049,7 @@ int pql_eval(const pql_node *expr, const pql_source *src, const pql_eval_opts *o
     res->n = k;
     res->tier_ms = e.tier_ms;
     res->samples = e.samples;
+    res->raw_from = e.raw_from;
     return 0;
 }
 

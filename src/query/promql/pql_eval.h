@@ -85,10 +85,12 @@ typedef struct pql_source {
     /* Optional (NULL: raw samples only). The same series with their windows of
      * width_ms (one of PQL_TIER_WIDTHS) whose start is in [from, to), from and to
      * multiples of width_ms; quantiles only when want_quantiles. PQL_E_NO_TIER
-     * (out left empty) sends the query to select. */
+     * (out left empty) sends the query to select; it is answered when the tier no
+     * longer covers cover_from (<= from: the start of the whole query these steps are
+     * part of, so that every part chooses as the whole would). */
     int (*select_windows)(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
-                          int64_t width_ms, int want_quantiles, pql_series_set *out, char *err,
-                          size_t errlen);
+                          int64_t cover_from, int64_t width_ms, int want_quantiles,
+                          pql_series_set *out, char *err, size_t errlen);
     void *ctx;
 } pql_source;
 
@@ -129,6 +131,7 @@ typedef struct pql_result {
     pql_series_set raw; /* PQL_MATRIX */
     int64_t tier_ms;    /* the widest tier a range function was answered from; 0: raw */
     uint64_t samples;   /* raw samples and windows read (against max_samples) */
+    int64_t raw_from;   /* the earliest raw sample time read (INT64_MAX: none, tiers only) */
 } pql_result;
 
 typedef struct pql_eval_opts {
@@ -140,6 +143,7 @@ typedef struct pql_eval_opts {
      * one step (pql_cache.h): tiers are chosen as for that query */
     int part;
     int64_t part_start;
+    uint64_t part_samples; /* read by the query's earlier part: counted against max_samples */
 } pql_eval_opts;
 
 /* 0 with *res filled (free with pql_result_free), or a PQL_E_* with err filled. */

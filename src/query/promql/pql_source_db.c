@@ -440,14 +440,14 @@ static int read_windows(const pql_db_source *s, void *arg, pql_series_set *out,
 }
 
 static int db_select_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
-                             int64_t width_ms, int want_quantiles, pql_series_set *out, char *err,
-                             size_t errlen)
+                             int64_t cover_from, int64_t width_ms, int want_quantiles,
+                             pql_series_set *out, char *err, size_t errlen)
 {
     const pql_db_source *s = ctx;
     enum bdb_res res = width_ms == bdb_res_width(BDB_RES_1D)   ? BDB_RES_1D
                        : width_ms == bdb_res_width(BDB_RES_1H) ? BDB_RES_1H
                                                                : BDB_RES_1M;
-    if (from < s->tier_oldest[res - 1])
+    if (cover_from < s->tier_oldest[res - 1])
         return PQL_E_NO_TIER;
     struct win_args a = {from, to, res, want_quantiles};
     /* a device with data in [from, to) only: its last sample may lie in the last window */

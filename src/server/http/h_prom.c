@@ -338,7 +338,8 @@ static enum MHD_Result run_query(bdb_server *s, struct MHD_Connection *c, const 
     pql_result res;
     /* a range query's settled steps from the group cache (pql_cache.h) */
     bdb_clock clk = server_clock(s);
-    pql_cache_ctx cc = {range ? s->groups : NULL, s->db, tenant, q, bdb_clock_now(&clk)};
+    pql_cache_ctx cc = {range ? s->groups : NULL, s->db,          tenant, q,
+                        bdb_clock_now(&clk),      ctx.tier_oldest};
     int rc = pql_eval_cached(expr, &src, &o, &cc, &res, msg, sizeof msg);
     pql_free(expr);
     atomic_fetch_add(&s->queries, 1);

@@ -34,7 +34,22 @@ static long long T0; /* two days ago at midnight: settled, inside every tier */
 static char tmpdir[64];
 static bdb_db *db;
 static bdb_rcache *cache;
-static int64_t now_ms; /* the queries' now */
+static int64_t now_ms;    /* the queries' and the engine's now */
+static int64_t ttl_ms;    /* the tenant's raw retention (0: forever) */
+static int64_t oldest[3]; /* the 1m, 1h, 1d tiers' coverage (pql_db_source) */
+static uint64_t max_samples = 1000000;
+
+static int64_t clock_fn(void *ctx)
+{
+    (void)ctx;
+    return now_ms;
+}
+
+static int64_t ttl_fn(void *ctx, const char *tenant)
+{
+    (void)ctx, (void)tenant;
+    return ttl_ms;
+}
 
 /* Devices p0..p5 (site a: p0..p3, site b: p4, p5), env.temp every 10 s for 4 hours. */
 static void put_devices(int from, int to, int64_t t0, int n)
@@ -68,10 +83,13 @@ static int setup(void **state)
     snprintf(dir, sizeof dir, "%s/data", tmpdir);
     o.data_dir = dir;
     o.background = 0;
+    o.clock = (bdb_clock){clock_fn, NULL};
+    o.tenant_retention = ttl_fn;
+    now_ms = T0 + 6 * HOUR;
+    oldest[0] = oldest[1] = oldest[2] = INT64_MIN;
     if (bdb_db_open(&o, &db) != BDB_OK)
         return -1;
     put_devices(0, 6, T0, 4 * 360);
-    now_ms = T0 + 6 * HOUR;
     cache = bdb_rcache_new(1 << 20);
     return cache ? 0 : -1;
 }
@@ -92,17 +110,37 @@ static pql_result run(const char *q, int64_t start, int64_t end, int64_t step, b
     char err[400];
     if (pql_parse(q, strlen(q), &expr, err, sizeof err) != 0)
         fail_msg("%s: %s", q, err);
-    pql_db_source ctx = {.db = db, .tenant = "t", .tier_oldest = {INT64_MIN, INT64_MIN, INT64_MIN}};
+    pql_db_source ctx = {.db = db, .tenant = "t", .tier_oldest = {oldest[0], oldest[1], oldest[2]}};
     pql_source src;
     pql_db_source_init(&src, &ctx);
-    pql_eval_opts o = {.start = start, .end = end, .step = step, .max_samples = 1000000};
-    pql_cache_ctx cc = {c, db, "t", q, now_ms};
+    pql_eval_opts o = {.start = start, .end = end, .step = step, .max_samples = max_samples};
+    pql_cache_ctx cc = {c, db, "t", q, now_ms, ctx.tier_oldest};
     pql_result r;
     int rc = pql_eval_cached(expr, &src, &o, &cc, &r, err, sizeof err);
     pql_free(expr);
     if (rc != PQL_E_OK)
         fail_msg("%s: %s", q, err);
     return r;
+}
+
+/* As run, for a query that must fail: its error code. */
+static int run_err(const char *q, int64_t start, int64_t end, int64_t step, bdb_rcache *c)
+{
+    pql_node *expr;
+    char err[400];
+    if (pql_parse(q, strlen(q), &expr, err, sizeof err) != 0)
+        fail_msg("%s: %s", q, err);
+    pql_db_source ctx = {.db = db, .tenant = "t", .tier_oldest = {oldest[0], oldest[1], oldest[2]}};
+    pql_source src;
+    pql_db_source_init(&src, &ctx);
+    pql_eval_opts o = {.start = start, .end = end, .step = step, .max_samples = max_samples};
+    pql_cache_ctx cc = {c, db, "t", q, now_ms, ctx.tier_oldest};
+    pql_result r;
+    int rc = pql_eval_cached(expr, &src, &o, &cc, &r, err, sizeof err);
+    pql_free(expr);
+    if (rc == PQL_E_OK)
+        pql_result_free(&r);
+    return rc;
 }
 
 static void same_bits(const pql_result *a, const pql_result *b)
@@ -213,12 +251,97 @@ static void test_changes_show(void **state)
     assert_int_equal(thrice(q, T0 + HOUR, T0 + 4 * HOUR, 10 * MIN), 2);
 }
 
+/* The raw retention cutoff moves with the clock: a query whose reads reach it is
+ * neither kept nor answered from kept steps (the cut would differ), and answers as
+ * the whole range. */
+static void test_retention_cutoff(void **state)
+{
+    (void)state;
+    const char *q = "sum(count_over_time(env_temp[450s]))"; /* raw: no tier of 7.5 m */
+    int64_t a = T0 + HOUR + 10 * MIN, b = T0 + 3 * HOUR;
+    ttl_ms = now_ms - (T0 + HOUR); /* the cutoff at T0 + 1 h: reads start at T0 + 1h02m30s */
+    assert_int_equal(bdb_db_flush(db), BDB_OK); /* blocks: reads cut at the cutoff */
+    assert_int_equal(thrice(q, a, b, 10 * MIN), 1);
+    pql_result before = run(q, a, b, 10 * MIN, NULL);
+    now_ms += 15 * MIN; /* the cutoff at T0 + 1h15m: the first steps lose samples */
+    pql_result want = run(q, a, b, 10 * MIN, NULL), got = run(q, a, b, 10 * MIN, cache);
+    same_bits(&want, &got); /* the kept steps found and left: they read before the cutoff */
+    assert_true(want.s[0].v[0] < before.s[0].v[0]);
+    pql_result_free(&before);
+    pql_result_free(&want);
+    pql_result_free(&got);
+    thrice(q, a, b, 10 * MIN); /* each time the whole range's answer */
+    /* windows from the tiers are not cut: such a query is kept past the cutoff */
+    assert_int_equal(thrice("sum(count_over_time(env_temp[10m]))", a, b, 10 * MIN), 1);
+    now_ms -= 15 * MIN;
+    ttl_ms = 0;
+}
+
+/* The tiers' coverage decides between a tier and raw samples (a sample on a minute
+ * boundary counts in one step from raw, the next from the tier): kept steps are the
+ * whole range's choice, also for the rest of a hit and after the coverage moves. */
+static void test_tier_coverage(void **state)
+{
+    (void)state;
+    const char *q = "sum(count_over_time(env_temp[10m]))";
+    int64_t a = T0 + HOUR, b = T0 + 3 * HOUR;
+    now_ms = T0 + 2 * HOUR; /* settled up to T0 + 1h55m: a rest on every hit */
+    assert_int_equal(thrice(q, a, b, 10 * MIN), 1);
+    pql_result tier = run(q, a, b, 10 * MIN, NULL);
+    assert_int_equal(tier.tier_ms, MIN);
+    /* the 1m tier no longer covers the start: raw for the whole range, and the rest */
+    oldest[0] = T0 + HOUR + 30 * MIN;
+    assert_int_equal(thrice(q, a, b, 10 * MIN), 1);
+    pql_result raw = run(q, a, b, 10 * MIN, NULL);
+    assert_int_equal(raw.tier_ms, 0);
+    int differ = 0;
+    for (size_t k = 0; k < raw.nsteps; k++)
+        differ |= raw.s[0].v[k] != tier.s[0].v[k];
+    assert_true(differ); /* the test can tell the two apart */
+    pql_result_free(&raw);
+    pql_result_free(&tier);
+    oldest[0] = INT64_MIN;
+    now_ms = T0 + 6 * HOUR;
+}
+
+/* max_query_samples: the rest's reads count after the kept part's; samples written
+ * since into the rest's steps (on time: no settled version moves) take the query over
+ * the limit from kept steps as from the whole range. */
+static void test_limit_counts_kept_part(void **state)
+{
+    (void)state;
+    const char *q = "sum(rate(env_temp[5m]))";
+    int64_t a = T0 + 10 * MIN, b = T0 + 5 * HOUR;
+    now_ms = T0 + 4 * HOUR; /* the rest: T0 + 3h55m on, no data yet */
+    max_samples = 1;
+    while (run_err(q, a, b, 5 * MIN, NULL) != PQL_E_OK) {
+        max_samples++;
+        assert_true(max_samples < 10000000);
+    }
+    assert_int_equal(thrice(q, a, b, 5 * MIN), 1);
+    /* five more reports of each device in the last minute: not settled, no new device */
+    uint64_t cat0[2], cat1[2];
+    assert_int_equal(bdb_db_catalog_version(db, "t", cat0), BDB_OK);
+    put_devices(0, 6, T0 + 4 * HOUR - 55000, 5);
+    assert_int_equal(bdb_db_catalog_version(db, "t", cat1), BDB_OK);
+    assert_memory_equal(cat0, cat1, sizeof cat0);
+    assert_int_equal(run_err(q, a, b, 5 * MIN, NULL), PQL_E_EXECUTION);
+    uint64_t h = stats().hits;
+    assert_int_equal(run_err(q, a, b, 5 * MIN, cache), PQL_E_EXECUTION);
+    assert_int_equal(stats().hits, h + 1); /* from the kept steps, and still refused */
+    max_samples = 1000000;
+    now_ms = T0 + 6 * HOUR;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kept_steps_answer_alike),
         cmocka_unit_test(test_unsettled_rest),
         cmocka_unit_test(test_changes_show),
+        cmocka_unit_test(test_retention_cutoff),
+        cmocka_unit_test(test_tier_coverage),
+        cmocka_unit_test(test_limit_counts_kept_part),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -154,10 +154,12 @@ static const pql_source src = {fake_select, NULL, NULL};
 static int window_calls, no_tier;
 static int64_t last_width;
 
-static int fake_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to, int64_t width,
-                        int want_q, pql_series_set *out, char *err, size_t errlen)
+static int fake_windows(void *ctx, const pql_matchset *m, int64_t from, int64_t to,
+                        int64_t cover_from, int64_t width, int want_q, pql_series_set *out,
+                        char *err, size_t errlen)
 {
     (void)ctx;
+    assert_true(cover_from <= from);
     (void)err;
     (void)errlen;
     window_calls++;
