@@ -37,7 +37,8 @@
  *  release       write, once per reserved report, after its apply or instead of it (the
  *                write failed), under the stripe lock: give back what apply did not
  *                take. Called for every report whose reserve was called, also when that
- *                reserve failed.
+ *                reserve failed, and only once every report of the batch that is
+ *                applied has been (releases come last in a write).
  *  freeze        flush, with the head frozen, under flush_lock exclusive and cat_lock
  *                shared: take what the flush will need from the live state.
  *  flush         flush, after the blocks are written (or the sink rows committed), in

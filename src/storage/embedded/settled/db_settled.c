@@ -44,18 +44,28 @@ static int settled_open(bdb_db *db)
     return BDB_OK;
 }
 
-/* A report older than half the horizon is marked (the clock read once per batch);
- * its release, which comes after its apply whether the write succeeds or fails
- * afterwards, moves the version. */
+/* A write batch: the clock, read once, and whether a report of it is marked. */
+struct sbatch {
+    int64_t now;
+    int marked;
+};
+
+/* The first report of a batch older than half the horizon is marked; its release
+ * moves the version. The core releases every report after the whole batch's apply
+ * (or instead of it), whether the write then succeeds or fails, so one move per batch
+ * comes after all its samples are readable, and a backfill's batches do not all hit
+ * one counter report by report. */
 static int settled_reserve(bdb_db *db, device *d, const bdb_report *r, series *const *ser,
                            void *resv, void *batch)
 {
     (void)d, (void)ser;
-    int64_t *now = batch;
-    if (!*now)
-        *now = bdb_clock_now(&db->o.clock);
-    if (r->ts_ms < *now - BDB_SETTLED_MS / 2)
-        *(uint8_t *)resv = 1;
+    struct sbatch *b = batch;
+    if (b->marked)
+        return BDB_OK;
+    if (!b->now)
+        b->now = bdb_clock_now(&db->o.clock);
+    if (r->ts_ms < b->now - BDB_SETTLED_MS / 2)
+        *(uint8_t *)resv = 1, b->marked = 1;
     return BDB_OK;
 }
 
@@ -112,7 +122,7 @@ int bdb_db_settled_version(bdb_db *db, const char *tn, uint64_t *version)
 const db_consumer db_settled_consumer = {
     .name = "settled",
     .resv_size = 1,
-    .batch_size = sizeof(int64_t),
+    .batch_size = sizeof(struct sbatch),
     .open = settled_open,
     .reserve = settled_reserve,
     .release = settled_release,

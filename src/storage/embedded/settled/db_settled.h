@@ -4,11 +4,11 @@
  * A sample is settled once it is older than BDB_SETTLED_MS behind the db's clock. The
  * version (bdb_db_settled_version, db.h) moves whenever a settled sample of the tenant
  * may have changed since it was last read:
- *  - a write of a report older than BDB_SETTLED_MS / 2 behind the clock (a late or
- *    backfilled sample), marked at reserve and counted at release, which comes after
- *    the report's apply whether the write then succeeds or fails: its samples are
- *    readable by then, so a reader that read the version before reading them either
- *    saw them or sees a new version afterwards;
+ *  - a write batch holding a report older than BDB_SETTLED_MS / 2 behind the clock (a
+ *    late or backfilled sample), marked at reserve and counted once, at that report's
+ *    release, which the core calls after the whole batch's apply whether the write
+ *    then succeeds or fails: its samples are readable by then, so a reader that read
+ *    the version before reading them either saw them or sees a new version afterwards;
  *  - a retention or compaction pass that drops the tenant's samples (retire, and again
  *    at maintain, once the samples are gone), and the tenant leaving memory
  *    (forget_tenant).
