@@ -325,6 +325,21 @@ def wait_until(ok, step=0.1):
         time.sleep(step)
 
 
+def live_fleet(prefix, ndev, in_a, hours, seed):
+    """Devices <prefix>0.. (the first in_a of site a, the rest of b) reporting temp every
+    STEP for the last `hours` hours up to now: (now, the last report's time, lines)."""
+    now = int(time.time() * 1000)
+    last = now // STEP * STEP
+    rnd = random.Random(seed)
+    lines = []
+    for d in range(ndev):
+        site = "a" if d < in_a else "b"
+        for t in range(last - hours * HOUR, last + 1, STEP):
+            lines.append("env,device=%s%d,site=%s temp=%r %d"
+                         % (prefix, d, site, round(rnd.uniform(10, 30), 2), t))
+    return now, last, lines
+
+
 OPEN = [  # (statement, tier): ranges ending now, as Grafana sends them
     ("SELECT mean(temp), count(temp), max(temp), min(temp) FROM env WHERE site = 'a' AND "
      "time >= now() - 2h GROUP BY time(1h)", "1h"),
@@ -349,15 +364,7 @@ def test_open_end_against_influxd():
     ways, from the head and after a flush."""
     # the current minute and hour must stay current through the writes and queries
     wait_until(lambda t: t % MIN < MIN - 15000 and t % HOUR < HOUR - 15000, 0.5)
-    now = int(time.time() * 1000)
-    last = now // STEP * STEP
-    rnd = random.Random(23)
-    lines = []
-    for d in range(4):
-        site = "a" if d < 2 else "b"
-        for t in range(last - 3 * HOUR, last + 1, STEP):
-            lines.append("env,device=e%d,site=%s temp=%r %d"
-                         % (d, site, round(rnd.uniform(10, 30), 2), t))
+    now, last, lines = live_fleet("e", 4, 2, 3, 23)
     # e1: a sample later in the current minute; e3: one at the current hour's end
     lines.append("env,device=e1,site=a temp=99.5 %d" % (now // MIN * MIN + MIN - 1))
     lines.append("env,device=e3,site=b temp=-40.25 %d" % (now // HOUR * HOUR + HOUR - 1))
@@ -440,15 +447,7 @@ def test_group_cache_against_influxd():
     lands in a kept window (the next statement reads it) and after a new device joins
     the group."""
     wait_until(lambda t: t % HOUR < HOUR - 60000, 0.5)
-    now = int(time.time() * 1000)
-    last = now // STEP * STEP
-    rnd = random.Random(29)
-    lines = []
-    for d in range(6):
-        site = "a" if d < 4 else "b"
-        for t in range(last - 4 * HOUR, last + 1, STEP):
-            lines.append("env,device=g%d,site=%s temp=%r %d"
-                         % (d, site, round(rnd.uniform(10, 30), 2), t))
+    now, last, lines = live_fleet("g", 6, 4, 4, 29)
     ref = Influxd()
     try:
         eq(query(ref.port, "CREATE DATABASE grp", epoch=None, method="POST").status, 200)

@@ -103,41 +103,40 @@ static int teardown(void **state)
     return 0;
 }
 
-/* q over [start, end] at step, with the cache (c) or without (NULL). */
-static pql_result run(const char *q, int64_t start, int64_t end, int64_t step, bdb_rcache *c)
+/* q over [start, end] at step, with the cache (c) or without (NULL): its code, with
+ * *r filled when it is PQL_E_OK (err: the message otherwise). */
+static int eval_q(const char *q, int64_t start, int64_t end, int64_t step, bdb_rcache *c,
+                  pql_result *r, char *err, size_t errlen)
 {
     pql_node *expr;
-    char err[400];
-    if (pql_parse(q, strlen(q), &expr, err, sizeof err) != 0)
+    if (pql_parse(q, strlen(q), &expr, err, errlen) != 0)
         fail_msg("%s: %s", q, err);
     pql_db_source ctx = {.db = db, .tenant = "t", .tier_oldest = {oldest[0], oldest[1], oldest[2]}};
     pql_source src;
     pql_db_source_init(&src, &ctx);
     pql_eval_opts o = {.start = start, .end = end, .step = step, .max_samples = max_samples};
     pql_cache_ctx cc = {c, db, "t", q, now_ms, ctx.tier_oldest};
-    pql_result r;
-    int rc = pql_eval_cached(expr, &src, &o, &cc, &r, err, sizeof err);
+    int rc = pql_eval_cached(expr, &src, &o, &cc, r, err, errlen);
     pql_free(expr);
-    if (rc != PQL_E_OK)
+    return rc;
+}
+
+/* The answer of q, which must succeed. */
+static pql_result run(const char *q, int64_t start, int64_t end, int64_t step, bdb_rcache *c)
+{
+    char err[400];
+    pql_result r;
+    if (eval_q(q, start, end, step, c, &r, err, sizeof err) != PQL_E_OK)
         fail_msg("%s: %s", q, err);
     return r;
 }
 
-/* As run, for a query that must fail: its error code. */
+/* The code of q, for a query that may fail. */
 static int run_err(const char *q, int64_t start, int64_t end, int64_t step, bdb_rcache *c)
 {
-    pql_node *expr;
     char err[400];
-    if (pql_parse(q, strlen(q), &expr, err, sizeof err) != 0)
-        fail_msg("%s: %s", q, err);
-    pql_db_source ctx = {.db = db, .tenant = "t", .tier_oldest = {oldest[0], oldest[1], oldest[2]}};
-    pql_source src;
-    pql_db_source_init(&src, &ctx);
-    pql_eval_opts o = {.start = start, .end = end, .step = step, .max_samples = max_samples};
-    pql_cache_ctx cc = {c, db, "t", q, now_ms, ctx.tier_oldest};
     pql_result r;
-    int rc = pql_eval_cached(expr, &src, &o, &cc, &r, err, sizeof err);
-    pql_free(expr);
+    int rc = eval_q(q, start, end, step, c, &r, err, sizeof err);
     if (rc == PQL_E_OK)
         pql_result_free(&r);
     return rc;
