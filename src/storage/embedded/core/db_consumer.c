@@ -39,6 +39,27 @@ void **db_consumer_slot(bdb_db *db, const db_consumer *c)
     return NULL;
 }
 
+void *db_consumer_state(bdb_db *db, const db_consumer *c, void *(*make)(bdb_db *db))
+{
+    pthread_mutex_lock(&db->ext_mu);
+    void **slot = db_consumer_slot(db, c);
+    if (!*slot)
+        *slot = make(db);
+    void *s = *slot;
+    pthread_mutex_unlock(&db->ext_mu);
+    return s;
+}
+
+void *db_consumer_take(bdb_db *db, const db_consumer *c)
+{
+    pthread_mutex_lock(&db->ext_mu);
+    void **slot = db_consumer_slot(db, c);
+    void *s = *slot;
+    *slot = NULL;
+    pthread_mutex_unlock(&db->ext_mu);
+    return s;
+}
+
 void *db_consumer_dev(bdb_db *db, const device *d, const db_consumer *c)
 {
     for (uint32_t i = 0; i < db->cons.n; i++)

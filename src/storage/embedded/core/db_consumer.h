@@ -109,6 +109,12 @@ int db_features_register(bdb_db *db);
 
 /* c's state pointer in db; NULL if c is not registered. */
 void **db_consumer_slot(bdb_db *db, const db_consumer *c);
+/* c's state in db, made by make(db) on first use, under db->ext_mu: for a consumer
+ * whose state is built lazily (its files read at its first use). NULL when make
+ * returns NULL (out of memory): made again at the next use. */
+void *db_consumer_state(bdb_db *db, const db_consumer *c, void *(*make)(bdb_db *db));
+/* c's state in db, taken out of its slot under db->ext_mu (NULL: none): for close. */
+void *db_consumer_take(bdb_db *db, const db_consumer *c);
 /* c's dev_size bytes of device d (c registered with dev_size > 0). */
 void *db_consumer_dev(bdb_db *db, const device *d, const db_consumer *c);
 /* Where c's bytes start in every device's d->ext (c registered with dev_size > 0):

@@ -347,25 +347,19 @@ static fstate *state_new(bdb_db *db)
 /* Loaded on first use, which is before this process's first fleet write (the flush
  * hook calls it first), so db->wal_upto here is the catalog's committed value. NULL
  * when memory runs out (tried again at the next use). */
+static void *make_state(bdb_db *db)
+{
+    return state_new(db);
+}
+
 fstate *fl_get(bdb_db *db)
 {
-    pthread_mutex_lock(&db->ext_mu);
-    void **slot = db_consumer_slot(db, &db_fleet_consumer);
-    if (!*slot)
-        *slot = state_new(db);
-    fstate *t = *slot;
-    pthread_mutex_unlock(&db->ext_mu);
-    return t;
+    return db_consumer_state(db, &db_fleet_consumer, make_state);
 }
 
 void db_fleet_close(bdb_db *db)
 {
-    pthread_mutex_lock(&db->ext_mu);
-    void **slot = db_consumer_slot(db, &db_fleet_consumer);
-    fstate *t = *slot;
-    *slot = NULL;
-    pthread_mutex_unlock(&db->ext_mu);
-    state_free(t);
+    state_free(db_consumer_take(db, &db_fleet_consumer));
 }
 
 static void state_free(fstate *t)

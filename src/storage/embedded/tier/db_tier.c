@@ -309,24 +309,19 @@ static tstate *state_new(bdb_db *db)
 /* The state of db, loaded from disk on first use. The first use is always before the
  * first tier write of this process (the flush hook calls this first), so db->wal_upto
  * read here is the catalog's committed value. */
+static void *make_state(bdb_db *db)
+{
+    return state_new(db);
+}
+
 tstate *tier_state(bdb_db *db)
 {
-    pthread_mutex_lock(&db->ext_mu);
-    void **slot = db_consumer_slot(db, &db_tier_consumer);
-    if (!*slot)
-        *slot = state_new(db);
-    tstate *t = *slot;
-    pthread_mutex_unlock(&db->ext_mu);
-    return t;
+    return db_consumer_state(db, &db_tier_consumer, make_state);
 }
 
 void db_tier_close(bdb_db *db)
 {
-    pthread_mutex_lock(&db->ext_mu);
-    void **slot = db_consumer_slot(db, &db_tier_consumer);
-    tstate *t = *slot;
-    *slot = NULL;
-    pthread_mutex_unlock(&db->ext_mu);
+    tstate *t = db_consumer_take(db, &db_tier_consumer);
     if (t)
         state_free(t);
 }

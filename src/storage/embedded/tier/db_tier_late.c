@@ -83,17 +83,20 @@ static int64_t *frozen_ts(bdb_db *db, const device *d)
     return db_consumer_dev(db, d, &db_late_consumer);
 }
 
-static lstate *late_get(bdb_db *db)
+static void *late_new(bdb_db *db)
 {
-    pthread_mutex_lock(&db->ext_mu);
-    lstate *l = *late_slot(db);
-    if (!l && (l = bdb_calloc(1, sizeof *l)) != NULL) {
+    lstate *l = bdb_calloc(1, sizeof *l);
+    if (l) {
         l->db = db;
         pthread_mutex_init(&l->mu, NULL);
-        *late_slot(db) = l;
     }
-    pthread_mutex_unlock(&db->ext_mu);
-    return l; /* NULL only when out of memory: markers fail (alloc.h) */
+    return l;
+}
+
+static lstate *late_get(bdb_db *db)
+{
+    /* NULL only when out of memory: markers fail (alloc.h) */
+    return db_consumer_state(db, &db_late_consumer, late_new);
 }
 
 /* Readers never create the state: without it no mark was ever made and no flush
@@ -116,10 +119,7 @@ static lstate *late_flushing(bdb_db *db)
 
 void db_late_close(bdb_db *db)
 {
-    pthread_mutex_lock(&db->ext_mu);
-    lstate *l = *late_slot(db);
-    *late_slot(db) = NULL;
-    pthread_mutex_unlock(&db->ext_mu);
+    lstate *l = db_consumer_take(db, &db_late_consumer);
     if (!l)
         return;
     for (size_t i = 0; i < LATE_RING; i++) {
