@@ -7,7 +7,10 @@
 #       checks for Java 17; prints the Cassandra home. $CASSANDRA_HOME overrides.
 #   scripts/cassandra.sh start --dir DIR [--addr 127.0.0.1] [--port 9042]
 #           [--storage-port 7000] [--seeds ADDR,...] [--cluster NAME] [--heap 512M]
-#           [--auth] [--tokens 256] [--dc NAME --rack NAME]
+#           [--auth] [--tokens 256] [--dc NAME --rack NAME] [--ring-delay-ms 1000]
+#       --ring-delay-ms: how long a joining node waits to hear from a seed before it
+#       gives up ("Unable to contact any seeds!"); short for quick test clusters, a
+#       retry on a loaded machine gives it longer.
 #       writes DIR/cassandra.yaml, starts one node in the background (data, commit
 #       log, caches and logs under DIR), waits up to $CASSANDRA_WAIT_S (default 120)
 #       seconds for its native port and prints its PID (also in DIR/cassandra.pid).
@@ -146,7 +149,7 @@ wait_port() { # addr port seconds pid
 
 cmd_start() {
     local dir="" addr=127.0.0.1 port=9042 sport=7000 seeds="" cluster=bucketdb-test heap=512M
-    local auth=0 tokens=256 dc="" rack="" tls="" tls_client_auth=0
+    local auth=0 tokens=256 dc="" rack="" tls="" tls_client_auth=0 ring_delay=1000
     while [ $# -gt 0 ]; do
         case "$1" in
         --dir) dir="$2"; shift 2 ;;
@@ -162,10 +165,15 @@ cmd_start() {
         --rack) rack="$2"; shift 2 ;;
         --tls) tls="$2"; shift 2 ;;
         --tls-client-auth) tls_client_auth=1; shift ;;
+        --ring-delay-ms) ring_delay="$2"; shift 2 ;;
         *) die "start: unknown option $1" ;;
         esac
     done
     [ -n "$dir" ] || die "start: --dir is required"
+    case "$ring_delay" in '' | *[!0-9]*) die "start: --ring-delay-ms must be 1000..60000 ms" ;; esac
+    if [ "$ring_delay" -lt 1000 ] || [ "$ring_delay" -gt 60000 ]; then
+        die "start: --ring-delay-ms must be 1000..60000 ms"
+    fi
     case "$addr" in 127.0.0.1 | 127.0.0.2 | 127.0.0.3) ;; *) die "start: --addr must be 127.0.0.1-3" ;; esac
     [ -n "$seeds" ] || seeds="$addr"
     local h
@@ -250,7 +258,7 @@ EOF
         -Dcassandra.storagedir="$dir" \
         -Dlogback.configurationFile="$dir/logback.xml" \
         -Dcassandra.superuser_setup_delay_ms=0 \
-        -Dcassandra.ring_delay_ms=1000 \
+        -Dcassandra.ring_delay_ms="$ring_delay" \
         -Dcassandra.skip_wait_for_gossip_to_settle=0 \
         -Djava.net.preferIPv4Stack=true \
         -cp "$cp" org.apache.cassandra.service.CassandraDaemon \

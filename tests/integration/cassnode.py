@@ -105,10 +105,11 @@ class Node:
         self.pid = None
         self.error = None
 
-    def start(self, same_ports=False, port=None, storage_port=None):
+    def start(self, same_ports=False, port=None, storage_port=None, ring_delay_ms=None):
         """same_ports: start again on the ports and data of the previous start (after
         kill()); port/storage_port: these (the nodes of a cluster share them);
-        otherwise new free ports."""
+        otherwise new free ports. ring_delay_ms: how long a joining node waits to hear
+        from a seed (scripts/cassandra.sh's default 1000 when None)."""
         if port:
             self.port, self.storage_port = port, storage_port
         elif not (same_ports and self.port):
@@ -126,6 +127,8 @@ class Node:
                 args.append("--tls-client-auth")
         if self.seeds:
             args += ["--seeds", self.seeds]
+        if ring_delay_ms:
+            args += ["--ring-delay-ms", str(ring_delay_ms)]
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=240)
         pidfile = os.path.join(self.dir, "cassandra.pid")

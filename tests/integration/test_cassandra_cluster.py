@@ -72,9 +72,12 @@ def start_nodes(nodes):
         PORTS["storage"] = cassnode.free_port(ADDRS)
     for n in nodes:
         # The test script's short ring delay (1 s) can make a joining node give up on
-        # the seed on a loaded machine ("Unable to contact any seeds!"): try again.
-        for attempt in range(3):
-            if n.start(port=PORTS["native"], storage_port=PORTS["storage"]):
+        # the seed on a loaded machine ("Unable to contact any seeds!"): try again,
+        # with 5, then 15 s to hear from the seed (a fresh-clone CI at 2c1351c failed
+        # three times in a row with 1 s each).
+        for delay in (None, 5000, 15000):
+            if n.start(port=PORTS["native"], storage_port=PORTS["storage"],
+                       ring_delay_ms=delay):
                 break
             print("cassandra: %s failed to join (%s); again" % (
                 n.addr, n.error.strip().splitlines()[-1]), flush=True)
