@@ -28,6 +28,7 @@
 #include "storage/embedded/fleet/db_fleet_int.h"
 #include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/fileset/fileset.h"
 #include "storage/embedded/tier/db_tier.h"
 #include "storage/embedded/sink/db_agg_sink.h" /* sink: fleet rows (db_agg_sink.c) */
 
@@ -72,106 +73,75 @@ void fl_files_add(fstate *t, ffile *f)
 
 /* ---------------------------------------------------------------- load */
 
-struct scan {
-    fstate *t;
-    int ri, pass;
-    const char *dir;
-    uint64_t *dead;
-    size_t ndead;
-    int rc; /* BDB_ERR_NOMEM stops the load: nothing is quarantined for lack of memory */
-};
+/* The fleet kind of window file (fileset.h): sub ri is the directory of resolution ri. */
 
-static int is_dead(const struct scan *s, uint64_t seq)
+static int fleet_replaced(void *ctx, int sub, uint8_t *data, size_t len, bdb_fileset_seqs *out)
 {
-    for (size_t i = 0; i < s->ndead; i++)
-        if (s->dead[i] == seq)
-            return 1;
-    return 0;
-}
-
-static int scan_one(void *ctx, const char *name)
-{
-    struct scan *s = ctx;
-    fstate *t = s->t;
-    bdb_vfs *vfs = t->db->vfs;
-    size_t n = strlen(name);
-    char path[BDB_PATH_BUF];
-    snprintf(path, sizeof path, "%s/%s", s->dir, name);
-    if (n > 4 && !strcmp(name + n - 4, ".tmp")) {
-        if (s->pass == 1)
-            bdb_vfs_unlink(vfs, path); /* never published */
-        return 0;
-    }
-    if (n <= 6 || strcmp(name + n - 6, ".fleet") != 0)
-        return 0;
-    void *data = NULL;
-    size_t len = 0;
-    int rc = bdb_vfs_read_all(vfs, path, &data, &len);
-    if (rc == BDB_ERR_NOMEM) {
-        s->rc = rc;
-        return 1;
-    }
-    if (rc != BDB_OK) {
-        BDB_ERROR("cannot read fleet file %s: %s", path, bdb_strerror(rc));
-        return 0;
-    }
+    (void)ctx;
+    (void)sub;
     ffile *f = bdb_calloc(1, sizeof *f);
     const char *why = NULL;
-    rc = f ? fl_parse(data, len, f, &why) : BDB_ERR_NOMEM;
-    if (rc == BDB_ERR_NOMEM) {
+    int rc = f ? fl_parse(data, len, f, &why) : BDB_ERR_NOMEM;
+    if (rc != BDB_OK)
+        free(data); /* fl_parse took it only on success */
+    else
+        rc = bdb_fileset_seqs_add(out, f->inputs, f->ninputs);
+    fl_file_free(f);
+    return rc == BDB_ERR_NOMEM ? rc : BDB_OK;
+}
+
+static int fleet_parse(void *ctx, int sub, const char *dir, const char *name, uint8_t *data,
+                       size_t len, void **out, uint64_t *seq, uint64_t *upto, const char **why)
+{
+    (void)ctx;
+    (void)dir;
+    (void)name;
+    ffile *f = bdb_calloc(1, sizeof *f);
+    int rc = f ? fl_parse(data, len, f, why) : BDB_ERR_NOMEM;
+    if (rc != BDB_OK) {
         free(data);
         free(f);
-        s->rc = rc;
-        return 1;
+        return rc;
     }
-    if (rc != BDB_OK || f->ri != s->ri) {
-        if (rc == BDB_OK)
-            why = "resolution does not match its directory";
-        else
-            free(data);
-        if (s->pass == 2) {
-            char dst[BDB_PATH_BUF];
-            snprintf(dst, sizeof dst, "%s/fleet-%s", t->db->quarantine_dir, name);
-            BDB_ERROR("fleet file %s is damaged (%s); moved to %s and not read", path, why, dst);
-            if (bdb_vfs_rename(vfs, path, dst) == BDB_OK)
-                bdb_vfs_sync_dir(vfs, s->dir);
-            atomic_fetch_add(&t->quarantined, 1);
-        }
+    if (f->ri != sub) {
         fl_file_free(f);
-        return 0;
+        *why = "resolution does not match its directory";
+        return BDB_ERR_CORRUPT;
     }
-    if (s->pass == 1) {
-        uint64_t *nd = fl_realloc(s->dead, (s->ndead + f->ninputs + 1) * sizeof *s->dead);
-        if (!nd) {
-            fl_file_free(f);
-            s->rc = BDB_ERR_NOMEM;
-            return 1;
-        }
-        s->dead = nd;
-        for (size_t i = 0; i < f->ninputs; i++)
-            s->dead[s->ndead++] = f->inputs[i];
-        fl_file_free(f);
-        return 0;
-    }
-    if (is_dead(s, f->seq) || f->wal_upto > t->db->wal_upto) {
-        /* superseded by a compacted file, or from a flush that never committed (its
-         * samples come back from the WAL): counting it would count them twice */
-        BDB_INFO("fleet file %s dropped (%s)", path,
-                 is_dead(s, f->seq) ? "superseded by compaction" : "flush did not commit");
-        fl_file_free(f);
-        bdb_vfs_unlink(vfs, path);
-        atomic_fetch_add(&t->discarded, 1);
-        return 0;
-    }
+    *out = f;
+    *seq = f->seq;
+    *upto = f->wal_upto;
+    return BDB_OK;
+}
+
+static void fleet_discard(void *ctx, void *f)
+{
+    (void)ctx;
+    fl_file_free(f);
+}
+
+static int fleet_keep(void *ctx, int sub, void *fp, const char *path)
+{
+    (void)sub;
+    fstate *t = ctx;
+    ffile *f = fp;
     f->path = fl_strndup(path, strlen(path));
     if (!f->path || fl_files_reserve(t, 1) != BDB_OK) {
         fl_file_free(f);
-        s->rc = BDB_ERR_NOMEM;
-        return 1;
+        return BDB_ERR_NOMEM;
     }
     fl_files_add(t, f);
-    return 0;
+    return BDB_OK;
 }
+
+static const bdb_fileset_kind fleet_kind = {
+    .name = "fleet",
+    .ext = ".fleet",
+    .replaced = fleet_replaced,
+    .parse = fleet_parse,
+    .discard = fleet_discard,
+    .keep = fleet_keep,
+};
 
 /* ---------------------------------------------------------------- dirty windows */
 
@@ -314,30 +284,25 @@ static fstate *state_new(bdb_db *db)
     t->covered_at = UINT64_MAX;
     pthread_rwlock_init(&t->lock, NULL);
     t->dir = bdb_path_join(db->dir, "fleet", NULL);
-    struct scan s = {.t = t, .rc = t->dir ? BDB_OK : BDB_ERR_NOMEM};
-    if (s.rc == BDB_OK)
+    int rc = t->dir ? BDB_OK : BDB_ERR_NOMEM;
+    if (rc == BDB_OK)
         bdb_vfs_mkdir(db->vfs, t->dir);
-    for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
+    for (int ri = 0; ri < NRES && rc == BDB_OK; ri++) {
         t->sub[ri] = bdb_path_join(t->dir, bdb_res_name(res_of(ri)), NULL);
         if (!t->sub[ri])
-            s.rc = BDB_ERR_NOMEM;
+            rc = BDB_ERR_NOMEM;
         else
             bdb_vfs_mkdir(db->vfs, t->sub[ri]);
     }
-    for (int pass = 1; pass <= 2 && s.rc == BDB_OK; pass++)
-        for (int ri = 0; ri < NRES && s.rc == BDB_OK; ri++) {
-            s.pass = pass;
-            s.ri = ri;
-            s.dir = t->sub[ri];
-            bdb_vfs_list(db->vfs, t->sub[ri], scan_one, &s);
-        }
-    free(s.dead);
-    if (s.rc == BDB_OK) {
+    if (rc == BDB_OK)
+        rc = bdb_fileset_load(db->vfs, (const char *const *)t->sub, NRES, db->quarantine_dir,
+                              db->wal_upto, &fleet_kind, t, &t->quarantined, &t->discarded);
+    if (rc == BDB_OK) {
         bdb_vfs_sync_dir(db->vfs, t->dir);
-        s.rc = fl_dirty_load(t);
+        rc = fl_dirty_load(t);
     }
-    if (s.rc != BDB_OK) {
-        BDB_ERROR("fleet: cannot load the fleet files: %s", bdb_strerror(s.rc));
+    if (rc != BDB_OK) {
+        BDB_ERROR("fleet: cannot load the fleet files: %s", bdb_strerror(rc));
         state_free(t);
         return NULL;
     }

@@ -24,6 +24,7 @@
 #include "common/timeutil.h"
 #include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
+#include "storage/embedded/fileset/fileset.h"
 #include "storage/embedded/tier/db_tier_int.h"
 #include "storage/embedded/sink/db_agg_sink.h" /* sink: tier rows (db_agg_sink.c) */
 #include "storage/sink.h"
@@ -97,173 +98,109 @@ int tier_files_add(tstate *t, tfile *f)
 
 /* ---------------------------------------------------------------- load */
 
-struct scan {
-    tstate *t;
-    bdb_db *db;
-    int res;
-    const char *dir;
-    /* pass 1 collects headers: seqs superseded by compactions */
-    uint64_t *dead;
-    size_t ndead, capdead;
-    int pass;
-    int nomem; /* out of memory: the load stops and fails, no file is touched */
-};
+/* The tier kind of window file (fileset.h): sub r is the directory of tier r + 1. */
 
-static int is_dead(const struct scan *s, uint64_t seq)
+static int tier_replaced(void *ctx, int sub, uint8_t *data, size_t len, bdb_fileset_seqs *out)
 {
-    for (size_t i = 0; i < s->ndead; i++)
-        if (s->dead[i] == seq)
-            return 1;
-    return 0;
-}
-
-static void quarantine_file(tstate *t, const char *dir, const char *name, const char *why)
-{
-    char src[BDB_PATH_BUF], dst[BDB_PATH_BUF];
-    snprintf(src, sizeof src, "%s/%s", dir, name);
-    snprintf(dst, sizeof dst, "%s/tier-%s", t->db->quarantine_dir, name);
-    BDB_ERROR("tier file %s is damaged (%s); moved to %s and not read", src, why, dst);
-    if (bdb_vfs_rename(t->db->vfs, src, dst) == BDB_OK)
-        bdb_vfs_sync_dir(t->db->vfs, dir);
-    atomic_fetch_add(&t->quarantined, 1);
-}
-
-static int scan_one(void *ctx, const char *name)
-{
-    struct scan *s = ctx;
-    tstate *t = s->t;
-    bdb_vfs *vfs = t->db->vfs;
-    size_t n = strlen(name);
-    char path[BDB_PATH_BUF];
-    snprintf(path, sizeof path, "%s/%s", s->dir, name);
-    if (n > 4 && !strcmp(name + n - 4, ".tmp")) {
-        if (s->pass == 1)
-            bdb_vfs_unlink(vfs, path); /* never published */
-        return 0;
-    }
-    if (n <= 5 || strcmp(name + n - 5, ".tier") != 0)
-        return 0;
-    void *data = NULL;
-    size_t len = 0;
-    int rc = bdb_vfs_read_all(vfs, path, &data, &len);
-    if (rc == BDB_ERR_NOMEM) { /* skipping the file would make a flush rewrite its windows */
-        s->nomem = 1;
-        return 1;
-    }
-    if (rc != BDB_OK) {
-        BDB_ERROR("cannot read tier file %s: %s", path, bdb_strerror(rc));
-        return 0;
-    }
+    (void)ctx;
+    (void)sub;
     tfile hdr;
-    if (s->pass == 1) {
-        int hrc = tf_parse_header(data, len, &hdr);
-        if (hrc == BDB_ERR_NOMEM) { /* a superseded seq must not be missed */
-            free(data);
-            s->nomem = 1;
-            return 1;
-        }
-        if (hrc == BDB_OK) {
-            for (size_t i = 0; i < hdr.ninputs; i++) {
-                if (s->ndead == s->capdead) {
-                    size_t cap = s->capdead ? s->capdead * 2 : 64;
-                    uint64_t *nd = bdb_realloc(s->dead, cap * sizeof *s->dead);
-                    if (!nd) {
-                        tf_free(&hdr);
-                        free(data);
-                        s->nomem = 1;
-                        return 1;
-                    }
-                    s->dead = nd;
-                    s->capdead = cap;
-                }
-                s->dead[s->ndead++] = hdr.inputs[i];
-            }
-            tf_free(&hdr);
-        }
-        free(data);
-        return 0;
+    int rc = tf_parse_header(data, len, &hdr); /* any version: older ones are upgraded later */
+    if (rc == BDB_OK) {
+        rc = bdb_fileset_seqs_add(out, hdr.inputs, hdr.ninputs);
+        tf_free(&hdr);
     }
-    const char *why = NULL;
+    free(data);
+    return rc == BDB_ERR_NOMEM ? rc : BDB_OK;
+}
+
+static int tier_parse(void *ctx, int sub, const char *dir, const char *name, uint8_t *data,
+                      size_t len, void **out, uint64_t *seq, uint64_t *upto, const char **why)
+{
+    tstate *t = ctx;
+    bdb_vfs *vfs = t->db->vfs;
+    int rc = BDB_OK;
     uint32_t ver = tf_version(data, len);
     if (ver == TIER_VERSION || ver == TIER_VERSION_FLAGS) {
         /* an older version: rewritten in place as version 3 (same name, seq and header
          * fields; atomic, so a crash leaves the old or the new file) */
         bdb_buf up;
         bdb_buf_init_checked(&up);
-        rc = tf_upgrade(data, len, &up, &why);
+        rc = tf_upgrade(data, len, &up, why);
         if (rc == BDB_OK)
-            rc = bdb_vfs_write_atomic(vfs, s->dir, name, up.data, up.len);
+            rc = bdb_vfs_write_atomic(vfs, dir, name, up.data, up.len);
         if (rc == BDB_OK) {
-            BDB_INFO("tier file %s rewritten as version 3 (%zu -> %zu bytes)", path, len, up.len);
+            BDB_INFO("tier file %s/%s rewritten as version 3 (%zu -> %zu bytes)", dir, name, len,
+                     up.len);
             free(data);
             data = up.data;
             len = up.len;
         } else {
             bdb_buf_free(&up);
-            if (rc == BDB_ERR_NOMEM) {
-                free(data);
-                s->nomem = 1;
-                return 1;
-            }
-            if (rc != BDB_ERR_CORRUPT) {
+            if (rc != BDB_ERR_CORRUPT && rc != BDB_ERR_NOMEM)
                 /* disk full, I/O: the load stops and fails as without memory, and is
                  * tried again, rather than leave the file's windows out unnoticed */
-                BDB_ERROR("cannot rewrite tier file %s as version 3: %s; the tiers load again "
-                          "later",
-                          path, bdb_strerror(rc));
-                free(data);
-                s->nomem = 1;
-                return 1;
-            }
+                BDB_ERROR("cannot rewrite tier file %s/%s as version 3: %s; the tiers load "
+                          "again later",
+                          dir, name, bdb_strerror(rc));
         }
     }
-    tfile *f = bdb_calloc(1, sizeof *f);
-    if (rc == BDB_OK)
-        rc = f ? tf_parse(data, len, f, &why) : BDB_ERR_NOMEM;
-    free(data);
-    if (rc == BDB_ERR_NOMEM) { /* not damage: never quarantined for it */
-        free(f);
-        s->nomem = 1;
-        return 1;
-    }
-    if (rc != BDB_OK || f->res != (enum bdb_res)s->res) {
-        if (rc == BDB_OK)
+    tfile *f = NULL;
+    if (rc == BDB_OK) {
+        f = bdb_calloc(1, sizeof *f);
+        rc = f ? tf_parse(data, len, f, why) : BDB_ERR_NOMEM;
+        if (rc == BDB_OK && f->res != (enum bdb_res)(sub + 1)) {
             tf_free(f);
-        free(f);
-        quarantine_file(t, s->dir, name, why ? why : "tier does not match its directory");
-        return 0;
-    }
-    if (is_dead(s, f->seq) || f->wal_upto > s->db->wal_upto) {
-        /* Replaced by a compacted file, or written by a flush that never committed
-         * (its samples come back from the WAL): either way counting it would count
-         * its samples twice. */
-        BDB_INFO("tier file %s dropped (%s)", path,
-                 is_dead(s, f->seq) ? "superseded by compaction" : "flush did not commit");
-        tf_free(f);
-        free(f);
-        bdb_vfs_unlink(vfs, path);
-        atomic_fetch_add(&t->discarded, 1);
-        return 0;
-    }
-    if ((rc = bdb_vfs_open(vfs, path, BDB_O_RDONLY, &f->f)) != BDB_OK) {
-        tf_free(f);
-        free(f);
-        if (rc == BDB_ERR_NOMEM) {
-            s->nomem = 1;
-            return 1;
+            *why = "tier does not match its directory";
+            rc = BDB_ERR_CORRUPT;
         }
-        BDB_ERROR("cannot open tier file %s: %s", path, bdb_strerror(rc));
-        return 0;
+    }
+    free(data);
+    if (rc != BDB_OK) {
+        free(f);
+        return rc;
+    }
+    *out = f;
+    *seq = f->seq;
+    *upto = f->wal_upto;
+    return BDB_OK;
+}
+
+static void tier_discard(void *ctx, void *f)
+{
+    (void)ctx;
+    tf_free(f);
+    free(f);
+}
+
+static int tier_keep(void *ctx, int sub, void *fp, const char *path)
+{
+    (void)sub;
+    tstate *t = ctx;
+    tfile *f = fp;
+    int rc = bdb_vfs_open(t->db->vfs, path, BDB_O_RDONLY, &f->f);
+    if (rc != BDB_OK) {
+        if (rc != BDB_ERR_NOMEM)
+            BDB_ERROR("cannot open tier file %s: %s", path, bdb_strerror(rc));
+        tier_discard(t, f);
+        return rc;
     }
     f->path = bdb_strdup(path);
     if (!f->path || tier_files_add(t, f) != BDB_OK) {
-        tf_free(f);
-        free(f);
-        s->nomem = 1;
-        return 1;
+        tier_discard(t, f);
+        return BDB_ERR_NOMEM;
     }
-    return 0;
+    return BDB_OK;
 }
+
+static const bdb_fileset_kind tier_kind = {
+    .name = "tier",
+    .ext = ".tier",
+    .replaced = tier_replaced,
+    .parse = tier_parse,
+    .discard = tier_discard,
+    .keep = tier_keep,
+};
 
 static void state_free(tstate *t);
 
@@ -285,20 +222,11 @@ static tstate *state_new(bdb_db *db)
         return NULL;
     }
     bdb_vfs_mkdir(db->vfs, t->dir);
-    struct scan s = {.t = t, .db = db};
-    for (int pass = 1; pass <= 2 && !s.nomem; pass++) {
-        s.pass = pass;
-        for (int r = 0; r < BDB_TIERS && !s.nomem; r++) {
-            if (pass == 1 && bdb_vfs_mkdir(db->vfs, t->sub[r]) != BDB_OK)
-                BDB_ERROR("cannot create %s: %s", t->sub[r], strerror(errno));
-            s.res = r + 1;
-            s.dir = t->sub[r];
-            if (bdb_vfs_list(db->vfs, t->sub[r], scan_one, &s) == BDB_ERR_NOMEM)
-                s.nomem = 1; /* a file left unlisted would be missed like one skipped */
-        }
-    }
-    free(s.dead);
-    if (s.nomem) {
+    for (int r = 0; r < BDB_TIERS; r++)
+        if (bdb_vfs_mkdir(db->vfs, t->sub[r]) != BDB_OK)
+            BDB_ERROR("cannot create %s: %s", t->sub[r], strerror(errno));
+    if (bdb_fileset_load(db->vfs, (const char *const *)t->sub, BDB_TIERS, db->quarantine_dir,
+                         db->wal_upto, &tier_kind, t, &t->quarantined, &t->discarded) != BDB_OK) {
         state_free(t);
         return NULL;
     }
