@@ -144,6 +144,21 @@ int bdb_devrule_uses(const bdb_devrule *r, int alt, const char *key, size_t klen
     return 0;
 }
 
+void bdb_devrule_tags_init(bdb_devrule_tags *t, const bdb_devrule *rule, const char *device_tag)
+{
+    t->device_tag = device_tag ? device_tag : "device";
+    t->dtl = strlen(t->device_tag);
+    if (!rule) {
+        bdb_devrule_single(&t->single, t->device_tag, t->dtl);
+        rule = &t->single;
+    }
+    t->rule = rule;
+    memset(t->by_dt, 0, sizeof t->by_dt);
+    for (unsigned a = 0; a < rule->nalts && a < BDB_DEVRULE_MAX_ALTS; a++)
+        t->by_dt[a] = (unsigned char)bdb_devrule_uses(rule, (int)a, t->device_tag, t->dtl);
+    t->dt_alone = rule->nalts == 1 && rule->nparts[0] == 1 && t->by_dt[0];
+}
+
 void bdb_devrule_missing(const bdb_devrule *r, char *out, size_t outlen)
 {
     if (r->nalts == 1 && r->nparts[0] == 1)

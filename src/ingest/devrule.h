@@ -13,11 +13,13 @@
  * it uses: '\' becomes "\\" and '/' becomes "\/" (telegraf's disk device
  * "mapper/vg-root" of host "a" is device "a/mapper\/vg-root"). A rule without a
  * composite takes the value verbatim, as before the rule existed.
- * The tags a rule uses name the device and are not stored as device tags. */
+ * Every tag is stored as a device tag but device_tag where the rule named the device
+ * by it (bdb_devrule_tags below). */
 #ifndef BDB_DEVRULE_H
 #define BDB_DEVRULE_H
 
 #include <stddef.h>
+#include <string.h>
 
 #define BDB_DEVRULE_MAX_ALTS 8  /* alternatives in a rule */
 #define BDB_DEVRULE_MAX_PARTS 4 /* keys joined in one alternative */
@@ -59,8 +61,68 @@ typedef const char *(*bdb_devrule_get_fn)(void *ctx, const char *key, size_t kle
 int bdb_devrule_device(const bdb_devrule *r, bdb_devrule_get_fn get, void *ctx, char *buf,
                        size_t cap, const char **dev, size_t *dlen);
 
-/* 1 if key is one of the keys of alternative alt (such a tag is not a device tag). */
+/* 1 if key is one of the keys of alternative alt. */
 int bdb_devrule_uses(const bdb_devrule *r, int alt, const char *key, size_t klen);
+
+/* Which tags of a reading are stored as device tags: all of them but the tag named
+ * device_tag when the alternative that named the device used it. That tag's value is
+ * the device's name already; the rule's other keys (Telegraf's host) stay tags so that
+ * a query can filter and group on them. It is decided here, once, because line
+ * protocol and JSON (and MQTT through both) must store the same tags for the same
+ * reading, or a query would see a device's tags depend on how it was written. The
+ * key comparisons happen once per request in bdb_devrule_tags_init, so that line
+ * protocol, which asks per tag of every line, pays one pointer comparison per tag
+ * under the default rule, as before the rule existed. */
+typedef struct bdb_devrule_tags {
+    const bdb_devrule *rule; /* the rule to apply: the one given, or single */
+    const char *device_tag;
+    size_t dtl;
+    int dt_alone;                              /* the rule is device_tag alone (the default) */
+    unsigned char by_dt[BDB_DEVRULE_MAX_ALTS]; /* alternative a names the device by device_tag */
+    bdb_devrule single;                        /* the rule when none is given */
+} bdb_devrule_tags;
+
+/* Prepares t for one request: rule NULL is the one-key rule of device_tag (the
+ * server's default), device_tag NULL is "device". t may point into itself: not to be
+ * copied. */
+void bdb_devrule_tags_init(bdb_devrule_tags *t, const bdb_devrule *rule, const char *device_tag);
+
+/* The tag one reading leaves out of its device tags. */
+typedef struct bdb_devrule_skip {
+    const char *val; /* non-NULL: the tag whose value is at this address */
+    const char *key; /* else non-NULL: the tag of this key, klen bytes; NULL: none */
+    size_t klen;
+} bdb_devrule_skip;
+
+/* For a reading named by alternative alt of bdb_devrule_device (alt < 0: named
+ * otherwise, e.g. by a fallback device, and every tag is stored). dev is the name
+ * bdb_devrule_device returned when it points into the very tags to be stored (line
+ * protocol): a one-key, unescaped name is then the tag's value itself, and its address
+ * tells the tag without comparing keys. NULL when the name may come from elsewhere
+ * (JSON's "device" member stands for a tag it is not). */
+static inline bdb_devrule_skip bdb_devrule_tags_skip(const bdb_devrule_tags *t, int alt,
+                                                     const char *dev)
+{
+    bdb_devrule_skip s = {NULL, NULL, 0};
+    if (alt < 0 || !t->by_dt[alt])
+        return s;
+    if (dev && !t->rule->escape && t->rule->nparts[alt] == 1) {
+        s.val = dev;
+    } else {
+        s.key = t->device_tag;
+        s.klen = t->dtl;
+    }
+    return s;
+}
+
+/* 1 if the tag key (klen bytes) whose value is at val is stored as a device tag. */
+static inline int bdb_devrule_tag_stored(const bdb_devrule_skip *s, const char *key, size_t klen,
+                                         const char *val)
+{
+    if (s->val)
+        return val != s->val;
+    return !s->key || klen != s->klen || memcmp(key, s->key, klen) != 0;
+}
 
 /* "no device tag: none of 'device' present" style reason for a reading matching no
  * alternative, into out. */

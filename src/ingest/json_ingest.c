@@ -133,14 +133,13 @@ static int report_time(json_t *t, int64_t now_ms, int64_t *ts, char *err, size_t
  * tag named device_tag (the member wins over a tag of that name). */
 struct report_tags {
     json_t *dev, *tags;
-    const char *device_tag;
-    size_t dtl;
+    const bdb_devrule_tags *dr;
 };
 
 static const char *report_tag(void *ctx, const char *key, size_t klen, size_t *vlen)
 {
     struct report_tags *rt = ctx;
-    if (rt->dev && klen == rt->dtl && !memcmp(key, rt->device_tag, klen)) {
+    if (rt->dev && klen == rt->dr->dtl && !memcmp(key, rt->dr->device_tag, klen)) {
         *vlen = json_string_length(rt->dev);
         return json_string_value(rt->dev);
     }
@@ -178,9 +177,9 @@ static int attr_fits(const char *k, const json_t *v, const bdb_json_limits *lim,
            !memchr(json_string_value(v), 0, l) && bdb_batch_name_valid(k, strlen(k));
 }
 
-static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *rule, int64_t now_ms,
-                    int64_t *ts, report_dev *rd, size_t *strings, const char **first_str, char *err,
-                    size_t errlen)
+static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule_tags *dr,
+                    int64_t now_ms, int64_t *ts, report_dev *rd, size_t *strings,
+                    const char **first_str, char *err, size_t errlen)
 {
     *strings = 0;
     *first_str = NULL;
@@ -191,21 +190,19 @@ static int validate(json_t *r, const bdb_json_limits *lim, const bdb_devrule *ru
     if (json_kind(dev) != JSON_NULL && json_typeof(dev) != JSON_STRING)
         return bad(err, errlen, "field \"device\": must be a string");
     json_t *rtags = json_object_get(r, "tags");
-    struct report_tags rt = {dev, json_kind(rtags) == JSON_OBJECT ? rtags : NULL,
-                             lim->device_tag ? lim->device_tag : "device", 0};
-    rt.dtl = strlen(rt.device_tag);
-    rd->alt = bdb_devrule_device(rule, report_tag, &rt, rd->buf, sizeof rd->buf, &rd->p, &rd->n);
+    struct report_tags rt = {dev, json_kind(rtags) == JSON_OBJECT ? rtags : NULL, dr};
+    rd->alt =
+        bdb_devrule_device(dr->rule, report_tag, &rt, rd->buf, sizeof rd->buf, &rd->p, &rd->n);
     if (rd->alt == -1 && lim->fallback_device) {
         rd->p = lim->fallback_device;
         rd->n = strlen(rd->p);
         rd->alt = NO_ALT;
     }
     if (rd->alt == -1) {
-        if (rule->nalts == 1 && rule->nparts[0] == 1 && rt.dtl == rule->len[0][0] &&
-            !memcmp(rt.device_tag, rule->text, rt.dtl))
+        if (dr->dt_alone)
             return bad(err, errlen, "field \"device\": required string");
         char why[300];
-        bdb_devrule_missing(rule, why, sizeof why);
+        bdb_devrule_missing(dr->rule, why, sizeof why);
         return bad(err, errlen, "field \"device\": %s", why);
     }
     size_t dn = rd->alt < 0 && rd->alt != NO_ALT ? SIZE_MAX : rd->n;
@@ -323,8 +320,8 @@ static void use_bdb_alloc(void)
     json_set_alloc_funcs(json_alloc, free);
 }
 
-static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_dev *rd, int64_t ts,
-                size_t index, const bdb_json_limits *lim)
+static void add(bdb_batch *b, json_t *r, const bdb_devrule_tags *dr, const report_dev *rd,
+                int64_t ts, size_t index, const bdb_json_limits *lim)
 {
     uint32_t nattrs = 0;
     bdb_batch_begin(b, rd->p, rd->n, ts, index);
@@ -332,16 +329,13 @@ static void add(bdb_batch *b, json_t *r, const bdb_devrule *rule, const report_d
      * strings and numbers or booleans, and a state is a string or absent/null. */
     json_t *tags = json_object_get(r, "tags");
     if (json_kind(tags) == JSON_OBJECT) {
-        /* as on line protocol (lp_ingest.c): every tag but device_tag where the rule
-         * named the device by it */
-        const char *dt = lim->device_tag ? lim->device_tag : "device";
-        size_t dtl = strlen(dt);
-        int by_dt = rd->alt != NO_ALT && bdb_devrule_uses(rule, rd->alt, dt, dtl);
+        /* by key: the name may be the "device" member's, not a tag's (devrule.h) */
+        bdb_devrule_skip skip = bdb_devrule_tags_skip(dr, rd->alt, NULL);
         for (void *it = json_object_iter(tags); it; it = json_object_iter_next(tags, it)) {
             const char *k = json_object_iter_key(it);
             json_t *v = json_object_iter_value(it);
             size_t kl = strlen(k);
-            if (!by_dt || kl != dtl || memcmp(k, dt, dtl) != 0)
+            if (bdb_devrule_tag_stored(&skip, k, kl, json_string_value(v)))
                 bdb_batch_tag(b, k, kl, json_string_value(v), json_string_length(v));
         }
     }
@@ -382,13 +376,8 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
     res->first_bad_index = -1;
     pthread_once(&alloc_once, use_bdb_alloc);
 
-    bdb_devrule single;
-    const bdb_devrule *rule = lim->rule;
-    if (!rule) {
-        const char *dt = lim->device_tag ? lim->device_tag : "device";
-        bdb_devrule_single(&single, dt, strlen(dt));
-        rule = &single;
-    }
+    bdb_devrule_tags dr;
+    bdb_devrule_tags_init(&dr, lim->rule, lim->device_tag);
     json_error_t jerr;
     json_oom = 0;
     json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES, &jerr);
@@ -436,14 +425,14 @@ int bdb_json_ingest(const char *body, size_t len, int64_t now_ms, const bdb_json
         report_dev rd;
         size_t strings;
         const char *first_str;
-        if (validate(r, lim, rule, now_ms, &ts, &rd, &strings, &first_str, why, sizeof why) < 0) {
+        if (validate(r, lim, &dr, now_ms, &ts, &rd, &strings, &first_str, why, sizeof why) < 0) {
             if (res->rejected++ == 0) {
                 res->first_bad_index = (long)i;
                 snprintf(res->first_error, sizeof res->first_error, "report %zu: %s", i, why);
             }
             continue;
         }
-        add(b, r, rule, &rd, ts, i, lim);
+        add(b, r, &dr, &rd, ts, i, lim);
         if (bdb_batch_failed(b) != BDB_OK) {
             snprintf(res->first_error, sizeof res->first_error, "out of memory");
             json_decref(root);

@@ -6,8 +6,9 @@
  *
  * The device follows the device rule (devrule.h, docs/API.md#mapping-rule): the
  * "device" member counts as the tag named by device_tag, and a rule such as
- * "host+device,host" may take it from "tags" instead; the tags the rule uses are
- * not stored as device tags. With the default rule "device" is required.
+ * "host+device,host" may take it from "tags" instead; every tag is stored as a
+ * device tag but device_tag where the rule named the device by it, as on line
+ * protocol (bdb_devrule_tags). With the default rule "device" is required.
  * A bare array of reports, or a single report object, is accepted too. "time" is Unix
  * ms or RFC 3339; missing time = now_ms. Metric values must be finite numbers
  * (booleans count as 1/0); a string value is not stored and does not cost the report

@@ -44,16 +44,9 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
     memset(res, 0, sizeof *res);
     size_t pos = 0, lineno, linelen;
     const char *line;
-    bdb_devrule single;
-    const bdb_devrule *rule = map->rule;
-    if (!rule) {
-        bdb_devrule_single(&single, map->device_tag, strlen(map->device_tag));
-        rule = &single;
-    }
-    size_t dtl = strlen(map->device_tag);
-    unsigned char by_dt_alt[BDB_DEVRULE_MAX_ALTS]; /* whether alternative a uses device_tag */
-    for (unsigned a = 0; a < rule->nalts && a < BDB_DEVRULE_MAX_ALTS; a++)
-        by_dt_alt[a] = (unsigned char)bdb_devrule_uses(rule, (int)a, map->device_tag, dtl);
+    bdb_devrule_tags dtags;
+    bdb_devrule_tags_init(&dtags, map->rule, map->device_tag);
+    const bdb_devrule *rule = dtags.rule;
     /* a composite device name is built here; longer ones are refused by name length */
     char devbuf[1024];
     char reason[512];
@@ -121,17 +114,11 @@ int bdb_lp_ingest(bdb_lp_parser *p, const char *body, size_t len, enum bdb_lp_pr
             continue;
         }
         bdb_batch_begin(b, devp, devn, ts, lineno);
-        /* Every tag is a device tag but device_tag where the rule named the device by
-         * it: the rule's other keys stay tags too, so that a query filters and groups
-         * on them (Telegraf's host). A one-key name by device_tag points at its tag's
-         * value: the pointer identifies that tag (the default rule's case, as cheap as
-         * before the rule existed). */
-        int by_dt = alt != NO_ALT && by_dt_alt[alt];
-        const char *own = by_dt && !rule->escape && rule->nparts[alt] == 1 ? devp : NULL;
+        /* devp points into pt's tags (lp_tag), so the default rule's skipped tag is
+         * told by its value's address */
+        bdb_devrule_skip skip = bdb_devrule_tags_skip(&dtags, alt, devp);
         for (size_t i = 0; i < pt.ntags; i++)
-            if (own ? pt.tags[i].val.p != own
-                    : !by_dt || pt.tags[i].key.n != dtl ||
-                          memcmp(pt.tags[i].key.p, map->device_tag, dtl) != 0)
+            if (bdb_devrule_tag_stored(&skip, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p))
                 bdb_batch_tag(b, pt.tags[i].key.p, pt.tags[i].key.n, pt.tags[i].val.p,
                               pt.tags[i].val.n);
         int bad = 0;

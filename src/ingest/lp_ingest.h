@@ -3,8 +3,8 @@
  *   sensor,device=d1,site=berlin temp=21.5,rpm=900i,state="on" 1700000000000000000
  *
  * - the device rule (devrule.h; default: the tag named by device_tag) names the
- *   device, else fallback_device when set; the tags it uses are not device tags, the
- *   other tags are;
+ *   device, else fallback_device when set; every tag is a device tag but device_tag
+ *   where the rule named the device by it (bdb_devrule_tags);
  * - each numeric or boolean field is a metric named "<measurement>.<field>" (or just
  *   "<field>" with field naming); booleans are 1/0, integers become doubles;
  * - a string field named "state" is the device state; any other string field is an

@@ -141,12 +141,56 @@ static void uses_and_single(void **state)
     assert_string_equal(msg, "missing device tag 'a+b,c'");
 }
 
+/* Which tags are left out of the device tags (bdb_devrule_tags): device_tag only, and
+ * only when the alternative used names the device by it. */
+static void tags_left_out(void **state)
+{
+    (void)state;
+    bdb_devrule r;
+    char err[200];
+    assert_int_equal(bdb_devrule_parse("host+device,host", &r, err, sizeof err), 0);
+    bdb_devrule_tags t;
+    bdb_devrule_tags_init(&t, &r, "device");
+    assert_false(t.dt_alone);
+    bdb_devrule_skip s = bdb_devrule_tags_skip(&t, 0, "a/sda1");
+    assert_false(bdb_devrule_tag_stored(&s, "device", 6, "sda1"));
+    assert_true(bdb_devrule_tag_stored(&s, "host", 4, "a"));
+    assert_true(bdb_devrule_tag_stored(&s, "path", 4, "/"));
+    s = bdb_devrule_tags_skip(&t, 1, "a"); /* named by host alone: device stays a tag */
+    assert_true(bdb_devrule_tag_stored(&s, "device", 6, "sda1"));
+    s = bdb_devrule_tags_skip(&t, -100, "fallback"); /* named otherwise: every tag stays */
+    assert_true(bdb_devrule_tag_stored(&s, "device", 6, "sda1"));
+
+    /* no rule: device_tag alone; NULL device_tag is "device" */
+    bdb_devrule_tags_init(&t, NULL, NULL);
+    assert_true(t.dt_alone);
+    assert_string_equal(bdb_devrule_text(t.rule), "device");
+    /* the name is the tag's own value: its address tells the tag, whatever its key */
+    const char *own = "d1";
+    char copy[] = "d1";
+    s = bdb_devrule_tags_skip(&t, 0, own);
+    assert_false(bdb_devrule_tag_stored(&s, "device", 6, own));
+    assert_true(bdb_devrule_tag_stored(&s, "device", 6, copy));
+    /* without the name's address (JSON): by key */
+    s = bdb_devrule_tags_skip(&t, 0, NULL);
+    assert_false(bdb_devrule_tag_stored(&s, "device", 6, copy));
+    assert_true(bdb_devrule_tag_stored(&s, "devic", 5, copy));
+    assert_true(bdb_devrule_tag_stored(&s, "site", 4, copy));
+
+    bdb_devrule_tags_init(&t, NULL, "node");
+    assert_true(t.dt_alone);
+    s = bdb_devrule_tags_skip(&t, 0, NULL);
+    assert_false(bdb_devrule_tag_stored(&s, "node", 4, copy));
+    assert_true(bdb_devrule_tag_stored(&s, "device", 6, copy));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parse_errors),
         cmocka_unit_test(first_present_and_composite),
         cmocka_unit_test(uses_and_single),
+        cmocka_unit_test(tags_left_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
