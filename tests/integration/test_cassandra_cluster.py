@@ -65,38 +65,16 @@ PORTS = {}
 
 
 def start_nodes(nodes):
-    """Starts nodes one after the other (2.1 refuses concurrent bootstraps) on the
-    cluster's shared ports, then waits until the seed lists the others as peers."""
+    """Starts nodes on the cluster's shared ports (cassnode.start_cluster)."""
     if not PORTS:
         PORTS["native"] = cassnode.free_port(ADDRS)
         PORTS["storage"] = cassnode.free_port(ADDRS)
-    for n in nodes:
-        # The test script's short ring delay (1 s) can make a joining node give up on
-        # the seed on a loaded machine ("Unable to contact any seeds!"): try again,
-        # with 5, then 15 s to hear from the seed (a fresh-clone CI at 2c1351c failed
-        # three times in a row with 1 s each).
-        for delay in (None, 5000, 15000):
-            if n.start(port=PORTS["native"], storage_port=PORTS["storage"],
-                       ring_delay_ms=delay):
-                break
-            print("cassandra: %s failed to join (%s); again" % (
-                n.addr, n.error.strip().splitlines()[-1]), flush=True)
-            n.kill()
-            time.sleep(2)
-        else:
-            raise TestFailure(n.error + "\n" + n.log_tail())
-    wait_peers(sum(1 for n in NODES if n.pid) - 1)
+    cassnode.start_cluster(nodes, PORTS["native"], PORTS["storage"], NODES[0],
+                           sum(1 for n in NODES if n.pid or n in nodes) - 1, TestFailure)
 
 
 def wait_peers(want):
-    deadline = time.monotonic() + 60
-    p = None
-    while time.monotonic() < deadline:
-        p = cql(NODES[0], "SELECT peer FROM system.peers")
-        if p.returncode == 0 and len(p.stdout.strip().splitlines()) == want + 1:  # + header
-            return
-        time.sleep(0.5)
-    raise TestFailure("the nodes did not see each other: %r" % (p.stdout if p else None))
+    cassnode.wait_peers(NODES[0], want, TestFailure)
 
 
 def restart_all():

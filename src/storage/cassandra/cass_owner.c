@@ -56,12 +56,35 @@ static cql_bytes txt(const char *s)
     return (cql_bytes){(const uint8_t *)s, (int32_t)strlen(s)};
 }
 
+/* Whether cl keeps a request inside the local data center. */
+static int dc_local(int cl)
+{
+    return cl == CQL_LOCAL_QUORUM || cl == CQL_LOCAL_ONE || cl == CQL_LOCAL_SERIAL;
+}
+
+/* The serial level of the owner row's transactions and linearizable reads: where the
+ * writes stay in the local data center (LOCAL_*), so does the lease's Paxos round
+ * (LOCAL_SERIAL), else a server could neither start nor keep its lease while another
+ * region is down, which "write local" exists to survive. The lease is then
+ * linearizable within the data center whose servers write the keyspace; a server of
+ * another DC sees a live lease once it is replicated there (docs/CASSANDRA.md#regions). */
+static int serial_of(int write_cl)
+{
+    return dc_local(write_cl) ? CQL_LOCAL_SERIAL : CQL_SERIAL;
+}
+
 /* One statement sent as a QUERY (a lightweight transaction's answer has columns a
- * prepared statement's metadata does not name). */
+ * prepared statement's metadata does not name); a conditional one runs its Paxos
+ * round at serial_of(cl). */
 static int run(cql_session *sess, const char *q, const cql_bytes *v, uint16_t n, int cl,
                cql_response **r, char *err, size_t errlen)
 {
-    cql_call c = {.query = q, .values = v, .nvalues = n, .consistency = cl, .unprepared = 1};
+    cql_call c = {.query = q,
+                  .values = v,
+                  .nvalues = n,
+                  .consistency = cl,
+                  .serial_consistency = dc_local(cl) ? CQL_LOCAL_SERIAL : 0,
+                  .unprepared = 1};
     int rc = cql_session_execute(sess, &c, r);
     if (rc != BDB_OK && err)
         snprintf(err, errlen, "cassandra: %.120s: %s", q,
@@ -241,7 +264,7 @@ static int identity(cql_session *sess, const char *ks, const char *dir, int cl, 
     char q[256];
     snprintf(q, sizeof q, "SELECT id FROM %s.owner WHERE k = 'keyspace'", ks);
     cql_response *r = NULL;
-    int rc = run(sess, q, NULL, 0, CQL_SERIAL, &r, err, errlen);
+    int rc = run(sess, q, NULL, 0, serial_of(cl), &r, err, errlen);
     if (rc != BDB_OK) {
         cql_response_free(r);
         return rc;
@@ -351,15 +374,15 @@ static void ms_text(int64_t ms, char *out, size_t cap)
 }
 
 /* The keyspace's generation row: gen (0 none), the node that wrote it and when. */
-static int gen_read(cql_session *sess, const char *ks, int64_t *gen, char node[ID_HEX + 1],
+static int gen_read(cql_session *sess, const char *ks, int cl, int64_t *gen, char node[ID_HEX + 1],
                     int64_t *since, char *err, size_t errlen)
 {
     char q[160];
     snprintf(q, sizeof q, "SELECT " GEN_COL ", node, since FROM %s.owner WHERE k = 'generation'",
              ks);
     cql_response *r = NULL;
-    /* SERIAL as the identity's read: the newest value whatever the write consistency */
-    int rc = run(sess, q, NULL, 0, CQL_SERIAL, &r, err, errlen);
+    /* serial as the identity's read: the newest value whatever the write consistency */
+    int rc = run(sess, q, NULL, 0, serial_of(cl), &r, err, errlen);
     *gen = *since = 0;
     node[0] = 0;
     if (rc == BDB_OK) {
@@ -386,7 +409,7 @@ static int gen_compare(cass_owner *o, cql_session *sess, const char *dir, int ha
 {
     int64_t kgen, since;
     char who[ID_HEX + 1];
-    int rc = gen_read(sess, o->ks, &kgen, who, &since, err, errlen);
+    int rc = gen_read(sess, o->ks, o->write_cl, &kgen, who, &since, err, errlen);
     if (rc != BDB_OK)
         return rc;
     o->ks_gen = kgen;
@@ -595,6 +618,7 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
         return BDB_ERR_NOMEM;
     }
     snprintf(o->ks, sizeof o->ks, "%s", ks);
+    o->write_cl = write_cl;
     memcpy(o->node, node, sizeof node);
     memcpy(o->id, id, sizeof id);
     /* the flush generation: an older copy of the directory is refused (cass_owner.h) */
@@ -609,7 +633,7 @@ int cass_owner_claim(cql_session *sess, const char *ks, const char *data_dir, in
     } else { /* a first start (0), or an empty directory adopting the keyspace */
         char who[ID_HEX + 1];
         int64_t since;
-        rc = gen_read(sess, ks, &o->ks_gen, who, &since, err, errlen);
+        rc = gen_read(sess, ks, write_cl, &o->ks_gen, who, &since, err, errlen);
         dgen = o->ks_gen;
     }
     if (dgen < 0) /* a file from before generations: counting starts here */

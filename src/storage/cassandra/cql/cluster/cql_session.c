@@ -436,7 +436,10 @@ static int one_attempt(cql_session *s, cql_conn *c, int kind, const cql_call *ca
 {
     cql_prepared *p;
     if (kind == K_EXEC && call->unprepared) {
-        cql_query_params qp = {.consistency = cl, .values = call->values, .nvalues = call->nvalues};
+        cql_query_params qp = {.consistency = cl,
+                               .serial_consistency = (uint16_t)call->serial_consistency,
+                               .values = call->values,
+                               .nvalues = call->nvalues};
         return cql_query(c, call->query, &qp, resp);
     }
     int rc = cql_prepare(c, call->query, &p, resp);
@@ -454,7 +457,10 @@ static int one_attempt(cql_session *s, cql_conn *c, int kind, const cql_call *ca
         free(items);
         return rc;
     }
-    cql_query_params qp = {.consistency = cl, .values = call->values, .nvalues = call->nvalues};
+    cql_query_params qp = {.consistency = cl,
+                           .serial_consistency = (uint16_t)call->serial_consistency,
+                           .values = call->values,
+                           .nvalues = call->nvalues};
     if (kind == K_EXEC)
         return cql_execute(c, p, &qp, resp);
     if (pg->reset)

@@ -74,6 +74,9 @@ typedef struct cql_call {
     const void *routing_key; /* serialized partition key, or NULL (any node) */
     size_t routing_len;
     int consistency; /* < 0: the session default */
+    /* the serial phase of a lightweight transaction (CQL_SERIAL, CQL_LOCAL_SERIAL);
+     * 0: the server's default, SERIAL */
+    int serial_consistency;
     int idempotent;
     int unprepared; /* execute: send as a QUERY (DDL), not prepared */
 } cql_call;
