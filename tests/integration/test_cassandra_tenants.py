@@ -12,6 +12,8 @@ registry on Cassandra"), against one real Cassandra 2.1.0 node of the file's own
   tenants exactly as A did (GET /api/v1/admin/tenants whole, but the run-time usage
   and rejection counters), answers A's samples, and its file `tenants` holds the
   bytes of the document. Fails before this change: B starts with no tenant (401).
+  B's storage-quota measure of the tenant equals A's (the keyspace's copy of
+  `sink_usage`; before it, B counted from 0).
 - `local_file_moves_up`: a keyspace without the document (as from an older bucketdb:
   its rows deleted) and a data directory with the file: the start stores the file as
   the document ("had none" in the log, one header row); a server on an empty
@@ -115,6 +117,13 @@ def file_bytes(s):
         return f.read()
 
 
+def stored_bytes(s, tenant):
+    """The tenant's flushed bytes as the storage quota measures them."""
+    r = admin(s, "GET", "/tenants/" + tenant)
+    eq(r.status, 200, r.text)
+    return r.json()["usage"]["storage_cassandra_bytes"]
+
+
 @suite.test
 def registry_survives_node_and_disk():
     ks = "bdb_tenants_disk"
@@ -143,6 +152,9 @@ def registry_survives_node_and_disk():
         data_a = {d: samples(a, t_acme, d) for d in ("d0", "d1", "d2")}
         eq(sum(len(v) for v in data_a.values()), 30)
         doc = file_bytes(a)
+        # the storage quota's measure: 30 rows of tenant, device and metric names + 32
+        used = stored_bytes(a, "acme")
+        eq(used, 30 * (len("acme") + len("d0") + len("m.v") + 32), "acme's measure on A")
     finally:
         a.kill()  # SIGKILL: the node and then its disk are lost
     shutil.rmtree(a.data)
@@ -154,6 +166,8 @@ def registry_survives_node_and_disk():
         eq(listing(b), want, "the tenants listed by B and by A")
         contains(b.log(), "tenant registry: 2 tenant(s) from")
         eq(file_bytes(b), doc, "the new directory's file: the document's bytes")
+        # taken from the keyspace's copy, not restarted at 0 (formats/sink_usage.md)
+        eq(stored_bytes(b, "acme"), used, "acme's storage measure on B")
         write(b, t_acme, ["m,device=d9 v=1 %d" % T0])
         write(b, t_globex, ["m,device=g2 v=1 %d" % T0])
         write(b, t_old, ["m,device=g3 v=1 %d" % T0], expect=401)

@@ -116,6 +116,7 @@ typedef struct fakesink {
     uint64_t fail_nth;  /* 0 = every call of fail_op */
     int fail_rc;
     uint64_t failed;
+    int failed_op; /* the op of the last call failed on purpose */
     int closed;
     pthread_mutex_t mu;
 } fakesink;
@@ -129,6 +130,7 @@ static int fs_enter(fakesink *f, enum fs_op op)
     if ((f->fail_call && f->calls == f->fail_call) ||
         (f->fail_op == (int)op && (f->fail_nth == 0 || f->op_calls[op] == f->fail_nth))) {
         f->failed++;
+        f->failed_op = (int)op;
         return f->fail_rc;
     }
     return BDB_OK;

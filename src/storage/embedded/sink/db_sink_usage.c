@@ -1,5 +1,6 @@
 /* db_sink_usage: confirmed sink bytes per (tenant, expiry day); see the header. */
 #include "storage/embedded/sink/db_sink_usage.h"
+#include "storage/sink.h"
 #include "storage/embedded/core/db_consumer.h"
 #include "storage/embedded/core/db_int.h"
 #include "common/alloc.h"
@@ -280,7 +281,40 @@ struct skustate {
     bdb_sku *pending; /* noted by the running flush */
     int oom;          /* a note failed: this flush's count is short */
     int unsaved;      /* cur holds more than the file: the next flush saves it */
+    int doc_unsaved;  /* ... or more than the sink's document: the next flush puts it */
 };
+
+/* A directory without the file (new, or one that replaces a lost one) takes the
+ * measure from the sink's document, which every flush that saved the file put there
+ * too: the quota then holds across the loss of a server's disk instead of starting
+ * over at 0. Its WAL cut belongs to the server that wrote it, whose WAL is gone with
+ * its disk, so its last flush stays counted (its rows are in the sink). Caller holds
+ * ext_mu; cur and pend are empty. */
+static void load_doc(bdb_db *db, struct skustate *s)
+{
+    bdb_sink *sk = db->o.sink;
+    if (!sk || !sk->ops->doc_get)
+        return;
+    void *data = NULL;
+    size_t len = 0;
+    uint64_t upto = 0;
+    char err[160] = "";
+    int rc = sk->ops->doc_get(sk, BDB_SKU_DOC, &data, &len, err, sizeof err);
+    if (rc == BDB_OK)
+        rc = bdb_sku_decode(data, len, s->cur, s->pending, &upto, err, sizeof err);
+    free(data);
+    bdb_sku_clear(s->pending);
+    if (rc == BDB_ERR_NOTFOUND)
+        return;
+    if (rc != BDB_OK) {
+        bdb_sku_clear(s->cur);
+        BDB_ERROR("sink usage: the sink's document %s: %s%s%s; storage usage restarts from 0",
+                  BDB_SKU_DOC, bdb_strerror(rc), *err ? ": " : "", err);
+        return;
+    }
+    s->unsaved = 1; /* the file is written at the next flush */
+    BDB_INFO("sink usage: no %s file here; taken from the sink's document", BDB_SKU_FILE);
+}
 
 /* Created (and the file loaded) by db_sku_open at open, when db->wal_upto is the
  * catalog's and no flush runs; later calls find it, or after an allocation failure
@@ -338,6 +372,8 @@ static struct skustate *get(bdb_db *db)
             bdb_sku_clear(cur);
         }
         bdb_sku_clear(pend);
+    } else {
+        load_doc(db, s);
     }
     *db_consumer_slot(db, &db_sku_consumer) = s;
     pthread_mutex_unlock(&db->ext_mu);
@@ -377,7 +413,8 @@ int db_sku_flush_done(bdb_db *db, int rc, uint64_t sealed)
     pthread_mutex_lock(&s->mu);
     if (rc == BDB_OK && s->oom)
         BDB_ERROR("sink usage: out of memory noting rows; some of this flush's are not counted");
-    if (rc == BDB_OK && (entries(s->pending) > 0 || s->unsaved)) {
+    bdb_buf doc = {0}; /* what goes to the sink's document, after the lock */
+    if (rc == BDB_OK && (entries(s->pending) > 0 || s->unsaved || s->doc_unsaved)) {
         bdb_sku_prune(s->cur, bdb_clock_now(&db->o.clock));
         if (bdb_sku_merge(s->cur, s->pending, 1) != BDB_OK) {
             bdb_sku_merge(s->cur, s->pending, -1); /* undo what got in */
@@ -389,7 +426,6 @@ int db_sku_flush_done(bdb_db *db, int rc, uint64_t sealed)
         bdb_sku_encode(s->cur, s->pending, sealed, &b);
         int src = b.oom ? BDB_ERR_NOMEM
                         : bdb_vfs_write_atomic(db->vfs, db->dir, BDB_SKU_FILE, b.data, b.len);
-        bdb_buf_free(&b);
         /* Not saved: counted in memory, saved by the next flush; a crash before that
          * loses this flush's rows from the measure (the file's cut is older, so
          * nothing is taken off either). */
@@ -397,10 +433,27 @@ int db_sku_flush_done(bdb_db *db, int rc, uint64_t sealed)
         if (src != BDB_OK)
             BDB_ERROR("sink usage: cannot save %s/%s: %s; saved at the next flush", db->dir,
                       BDB_SKU_FILE, bdb_strerror(src));
+        if (src == BDB_OK && db->o.sink->ops->doc_put)
+            doc = b; /* the file's bytes: the document is a copy of the file */
+        else
+            bdb_buf_free(&b);
     }
     bdb_sku_clear(s->pending);
     s->oom = 0;
     pthread_mutex_unlock(&s->mu);
+    if (doc.data) {
+        /* outside the lock: the write path's quota check reads the measure meanwhile.
+         * Best effort: the flush committed already; a document not put is put by the
+         * next flush, and until then a new directory would take an older measure. */
+        int drc = db->o.sink->ops->doc_put(db->o.sink, BDB_SKU_DOC, doc.data, doc.len);
+        bdb_buf_free(&doc);
+        if (drc != BDB_OK)
+            BDB_WARN("sink usage: the sink did not take document %s: %s; put at the next flush",
+                     BDB_SKU_DOC, bdb_strerror(drc));
+        pthread_mutex_lock(&s->mu);
+        s->doc_unsaved = drc != BDB_OK;
+        pthread_mutex_unlock(&s->mu);
+    }
     return rc;
 }
 

@@ -24,7 +24,10 @@
  * and before the catalog records the flush's WAL cut. The file also keeps the WAL cut
  * it was saved at and that flush's own additions, so when a crash comes between the
  * two saves (the catalog still has the older cut, replay will send the flush again)
- * the load takes those additions off and the usage stays exact.
+ * the load takes those additions off and the usage stays exact. With a sink that
+ * keeps documents, each flush that saved the file puts the same bytes as the
+ * document BDB_SKU_DOC, which a directory without the file loads (whole: the cut is
+ * another server's) so that the measure outlives a lost disk.
  *   "BDBSKU01" | u32 version=1 | u64 wal_upto | u64 n_cur | u64 n_last |
  *   (n_cur + n_last) x (str tenant | i64le day | u64le bytes) | u32 crc32 of all before
  * day = floor(expiry ms / 86,400,000), or INT64_MAX for rows without a TTL. */
@@ -39,6 +42,9 @@
 #define BDB_SKU_FOREVER INT64_MAX
 #define BDB_SKU_ROW_FIXED 32 /* bucket 8 + sub_bucket 4 + event_time 8 + value 8 + TTL 4 */
 #define BDB_SKU_FILE "sink_usage"
+/* The sink's document holding a copy of the file (sink.h doc_put): a directory
+ * without the file takes the measure from it. */
+#define BDB_SKU_DOC "sink_usage"
 
 /* ---- the table (pure: no I/O, no clock; time is passed in) ---- */
 typedef struct bdb_sku bdb_sku;

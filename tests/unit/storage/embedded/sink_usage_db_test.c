@@ -7,8 +7,9 @@
  * usage when the day of their expiry is over, rows of a tenant without one stay; a
  * reopen keeps the usage (file); a crash between the usage file's save and the
  * catalog's (simulated by putting the older catalog back) does not count the flush
- * the replay sends again; a damaged file is refused (logged) and counts from 0; the
- * embedded engine without a sink reports 0. */
+ * the replay sends again; a damaged file is refused (logged) and counts from 0; a new
+ * data directory takes the measure from the sink's document, put again after the sink
+ * refused it; the embedded engine without a sink reports 0. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -192,6 +193,47 @@ static void test_crash_between_saves(void **state)
     fakesink_free(f);
 }
 
+/* The disk is lost: a server on a new data directory takes the measure from the sink's
+ * document, which every flush that saved the file put. A document the sink refused
+ * (the flush commits anyway) is put by the next flush, also one with nothing new. */
+static void test_new_dir_takes_the_document(void **state)
+{
+    (void)state;
+    fakesink *f = fakesink_new(1);
+    bdb_db *db = open_db(f);
+    int64_t t = clock_now - HOUR;
+    write_n(db, "acme", "dev-1", t, 20);
+    write_n(db, "ttl", "d2", t, 10);
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    f->fail_op = FS_DOC_PUT;
+    f->fail_nth = 0;
+    f->fail_rc = BDB_ERR_AGAIN;
+    write_n(db, "acme", "dev-2", t, 5);
+    assert_int_equal(bdb_db_flush(db), BDB_OK); /* not failed by the document */
+    uint64_t acme = db_sku_tenant_bytes(db, "acme");
+    assert_int_equal(acme, fake_bytes(f, "acme"));
+    f->fail_op = -1;
+    uint64_t puts = f->op_calls[FS_DOC_PUT];
+    assert_int_equal(bdb_db_flush(db), BDB_OK); /* nothing to send: puts the document */
+    assert_int_equal(f->op_calls[FS_DOC_PUT], puts + 1);
+    assert_int_equal(bdb_db_flush(db), BDB_OK); /* put: nothing more */
+    assert_int_equal(f->op_calls[FS_DOC_PUT], puts + 1);
+    bdb_db_close(db);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", datadir);
+    assert_int_equal(system(cmd), 0);
+    db = open_db(f);
+    assert_int_equal(db_sku_tenant_bytes(db, "acme"), acme);
+    assert_int_equal(db_sku_tenant_bytes(db, "ttl"), fake_bytes(f, "ttl"));
+    /* its first flush writes the file: a restart keeps the measure */
+    assert_int_equal(bdb_db_flush(db), BDB_OK);
+    bdb_db_close(db);
+    db = open_db(f);
+    assert_int_equal(db_sku_tenant_bytes(db, "acme"), acme);
+    bdb_db_close(db);
+    fakesink_free(f);
+}
+
 static void test_embedded_counts_nothing_here(void **state)
 {
     (void)state;
@@ -211,6 +253,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_counts_confirmed_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_between_saves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_dir_takes_the_document, setup, teardown),
         cmocka_unit_test_setup_teardown(test_embedded_counts_nothing_here, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
