@@ -277,9 +277,10 @@ def main():
           "of 1 partition, %d threads (%s)" % (args.devices, args.metrics, args.samples,
                                                args.stress_ops, args.stress_threads, st_time))
     print("%-38s %12s %12s %12s" % ("", "ingest/s", "flush rows/s", "end-to-end/s"))
-    print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb -> Cassandra (ONE)", cs / cl, flush_rows,
-                                          cs / (cl + cf)))
-    print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb -> Cassandra (ONE, ack=quorum)", qs / ql,
+    print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb -> Cassandra (%s)" % args.consistency,
+                                          cs / cl, flush_rows, cs / (cl + cf)))
+    print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb -> Cassandra (%s, ack=quorum)" %
+                                          args.consistency, qs / ql,
                                           qflush_rows / qf if qf > 0 else 0, qs / (ql + qf)))
     print("%-38s %12.0f %12.0f %12.0f" % ("bucketdb embedded (block files)", es / el,
                                           es / ef if ef > 0 else 0, es / (el + ef)))

@@ -662,7 +662,9 @@ int bdb_server_start(const bdb_config *cfg, bdb_server **out)
         free(s);
         return rc;
     }
-    rc = bdb_devlimit_open(cfg->data, cfg->device_limiter_idle, &s->devlimit, terr, sizeof terr);
+    /* device profiles: in the backend too when it keeps documents, as the tenants */
+    rc = bdb_devlimit_open_store(cfg->data, o.sink, cfg->device_limiter_idle, &s->devlimit, terr,
+                                 sizeof terr);
     if (rc != BDB_OK) {
         BDB_ERROR("device profiles: %s", terr[0] ? terr : bdb_strerror(rc));
         bdb_tenants_close(s->tenants);

@@ -13,14 +13,16 @@ registry on Cassandra"), against one real Cassandra 2.1.0 node of the file's own
   and rejection counters), answers A's samples, and its file `tenants` holds the
   bytes of the document. Fails before this change: B starts with no tenant (401).
   B's storage-quota measure of the tenant equals A's (the keyspace's copy of
-  `sink_usage`; before it, B counted from 0).
+  `sink_usage`; before it, B counted from 0), and so does a device profile set on A
+  (the document `profiles`; before it, B had none).
 - `local_file_moves_up`: a keyspace without the document (as from an older bucketdb:
   its rows deleted) and a data directory with the file: the start stores the file as
   the document ("had none" in the log, one header row); a server on an empty
   directory then accepts the token.
 - `change_while_node_stopped_fails`: with the node stopped, creating, updating,
-  rotating and deleting tenants answer 503 with Retry-After and change nothing (the
-  listing and the file are the same bytes); tenant writes keep working (the WAL);
+  rotating and deleting tenants, and setting a device profile, answer 503 with
+  Retry-After and change nothing (the listing and the file are the same bytes, the
+  profile is not in force once the node is back); tenant writes keep working (the WAL);
   the server killed and restarted while the node is still down (`offline_start`)
   takes the registry from its file (a warning), accepts the token and refuses the
   changes the same way; with the node back the same update succeeds, and a server on
@@ -117,6 +119,13 @@ def file_bytes(s):
         return f.read()
 
 
+def profile(s, token, dev, expect=200, **params):
+    """PUT /api/v1/devices/<dev>/profile: its JSON answer."""
+    r = s.request("PUT", "/api/v1/devices/%s/profile" % dev, None, tok(token), params=params)
+    eq(r.status, expect, "PUT profile of %s %r: %r" % (dev, params, r.body[:300]))
+    return r.json()
+
+
 def stored_bytes(s, tenant):
     """The tenant's flushed bytes as the storage quota measures them."""
     r = admin(s, "GET", "/tenants/" + tenant)
@@ -155,6 +164,7 @@ def registry_survives_node_and_disk():
         # the storage quota's measure: 30 rows of tenant, device and metric names + 32
         used = stored_bytes(a, "acme")
         eq(used, 30 * (len("acme") + len("d0") + len("m.v") + 32), "acme's measure on A")
+        eq(profile(a, t_acme, "d0", max_rps=3, expected_interval="10s")["max_rps"], 3)
     finally:
         a.kill()  # SIGKILL: the node and then its disk are lost
     shutil.rmtree(a.data)
@@ -168,6 +178,11 @@ def registry_survives_node_and_disk():
         eq(file_bytes(b), doc, "the new directory's file: the document's bytes")
         # taken from the keyspace's copy, not restarted at 0 (formats/sink_usage.md)
         eq(stored_bytes(b, "acme"), used, "acme's storage measure on B")
+        # the device profile came from the keyspace's document (a PUT that changes
+        # only the interval answers the limit in force)
+        eq(profile(b, t_acme, "d0", expected_interval="20s"),
+           {"device": "d0", "max_rps": 3, "expected_interval_ms": 20000},
+           "d0's profile on B")
         write(b, t_acme, ["m,device=d9 v=1 %d" % T0])
         write(b, t_globex, ["m,device=g2 v=1 %d" % T0])
         write(b, t_old, ["m,device=g3 v=1 %d" % T0], expect=401)
@@ -270,6 +285,9 @@ def change_while_node_stopped_fails():
         NODE.kill(signal.SIGTERM)  # a clean stop
         try:
             refused_changes(s)
+            # a device profile too: 503, and unchanged when the node is back (below)
+            r = profile(s, t1, "a", expect=503, max_rps=50)
+            contains(r["error"], "unchanged")
             eq(listing(s), before, "the tenants after the refused changes")
             eq(file_bytes(s), file_before, "the file after the refused changes")
             write(s, t1, ["m,device=a v=1 %d" % T0])  # writes go on (the WAL)
@@ -292,6 +310,8 @@ def change_while_node_stopped_fails():
             time.sleep(1)  # the session reconnects
         eq(r.status, 200, r.text)
         eq(r.json()["quotas"]["max_devices"], 9)
+        eq(profile(s, t1, "a", expected_interval="5s")["max_rps"], 0,
+           "the profile refused during the outage is not in force")
     finally:
         s.stop()
     shutil.rmtree(s.data)

@@ -3,7 +3,9 @@
 
 #include "bucketdb/bdb.h"
 #include "common/buf.h"
+#include "common/log.h"
 #include "common/map.h"
+#include "storage/sink.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,9 +43,14 @@ struct bdb_devlimit {
     uint32_t *pidx; /* open addressing over p: index + 1, 0 empty */
     size_t pidx_cap;
     size_t nlimited; /* profiles with max_rps > 0 */
+    /* the store's document "profiles" (bdb_devlimit_open_store), or NULL; synced: the
+     * profiles in memory are the store's (read or written since open) */
+    bdb_sink *store;
+    int synced;
 };
 
 #define DL_MIN_CAP 16
+#define DL_DOC "profiles" /* the store's document (storage/sink.h doc_put) */
 
 size_t bdb_devlimit_entry_size(void)
 {
@@ -341,37 +348,40 @@ static int unesc(char *s)
     return 0;
 }
 
-static int save_locked(bdb_devlimit *d)
+/* The profiles as the file holds them (and the store's document). */
+static void encode(const bdb_devlimit *d, bdb_buf *b)
+{
+    bdb_buf_puts(b, "bucketdb-profiles 1\n");
+    for (size_t k = 0; k < d->np; k++) {
+        bdb_buf_puts(b, "P ");
+        put_esc(b, d->p[k].tenant);
+        bdb_buf_putc(b, ' ');
+        put_esc(b, d->p[k].device);
+        bdb_buf_printf(b, " %u %lld\n", d->p[k].max_rps, (long long)d->p[k].interval_ms);
+    }
+    uint32_t crc = (uint32_t)crc32(0L, b->data, (uInt)b->len);
+    bdb_buf_printf(b, "crc32 %08x\n", crc);
+}
+
+static int write_file(const bdb_devlimit *d, const bdb_buf *b)
 {
     if (!d->path)
         return BDB_OK;
-    bdb_buf b;
-    bdb_buf_init(&b);
-    bdb_buf_puts(&b, "bucketdb-profiles 1\n");
-    for (size_t k = 0; k < d->np; k++) {
-        bdb_buf_puts(&b, "P ");
-        put_esc(&b, d->p[k].tenant);
-        bdb_buf_putc(&b, ' ');
-        put_esc(&b, d->p[k].device);
-        bdb_buf_printf(&b, " %u %lld\n", d->p[k].max_rps, (long long)d->p[k].interval_ms);
-    }
-    uint32_t crc = (uint32_t)crc32(0L, b.data, (uInt)b.len);
-    bdb_buf_printf(&b, "crc32 %08x\n", crc);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", d->path);
     int rc = BDB_ERR_IO;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
         size_t off = 0;
-        while (off < b.len) {
-            ssize_t w = write(fd, b.data + off, b.len - off);
+        while (off < b->len) {
+            ssize_t w = write(fd, b->data + off, b->len - off);
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0)
                 break;
             off += (size_t)w;
         }
-        int ok = off == b.len && fsync(fd) == 0;
+        int ok = off == b->len && fsync(fd) == 0;
         ok = (close(fd) == 0) && ok;
         if (ok && rename(tmp, d->path) == 0) {
             char dir[4200];
@@ -388,26 +398,26 @@ static int save_locked(bdb_devlimit *d)
             unlink(tmp);
         }
     }
-    bdb_buf_free(&b);
     return rc;
 }
 
-static int load(bdb_devlimit *d, char *err, size_t errlen)
+static void profiles_clear(bdb_devlimit *d)
 {
-    FILE *f = fopen(d->path, "rb");
-    if (!f)
-        return errno == ENOENT ? BDB_OK : BDB_ERR_IO;
-    bdb_buf b;
-    bdb_buf_init(&b);
-    char chunk[4096];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0)
-        bdb_buf_append(&b, chunk, r);
-    fclose(f);
-    bdb_buf_putc(&b, '\0');
-    char *text = (char *)b.data;
-    size_t len = b.len - 1;
-    int rc = BDB_ERR_CORRUPT;
+    for (size_t k = 0; k < d->np; k++) {
+        free(d->p[k].tenant);
+        free(d->p[k].device);
+    }
+    d->np = 0;
+    d->nlimited = 0;
+    if (d->pidx)
+        memset(d->pidx, 0, d->pidx_cap * sizeof *d->pidx);
+}
+
+/* Adds the profiles of text (len bytes, NUL after them; changed in place), named what
+ * in errors. BDB_OK, BDB_ERR_CORRUPT (err says why), BDB_ERR_NOMEM. */
+static int parse(bdb_devlimit *d, char *text, size_t len, const char *what, char *err,
+                 size_t errlen)
+{
     /* the last line is "crc32 XXXXXXXX" over everything before it */
     char *crcline = NULL;
     if (len >= 15 && text[len - 1] == '\n') {
@@ -418,15 +428,15 @@ static int load(bdb_devlimit *d, char *err, size_t errlen)
     unsigned want;
     if (!crcline || sscanf(crcline, "crc32 %8x", &want) != 1 ||
         (uint32_t)crc32(0L, (const Bytef *)text, (uInt)(crcline - text)) != want) {
-        snprintf(err, errlen, "%s: checksum mismatch or truncated file", d->path);
-        goto out;
+        snprintf(err, errlen, "%s: checksum mismatch or truncated file", what);
+        return BDB_ERR_CORRUPT;
     }
     *crcline = '\0';
     char *save = NULL;
     char *line = strtok_r(text, "\n", &save);
     if (!line || strcmp(line, "bucketdb-profiles 1")) {
-        snprintf(err, errlen, "%s: unknown header", d->path);
-        goto out;
+        snprintf(err, errlen, "%s: unknown header", what);
+        return BDB_ERR_CORRUPT;
     }
     while ((line = strtok_r(NULL, "\n", &save))) {
         char t[1100], dv[3200];
@@ -434,22 +444,111 @@ static int load(bdb_devlimit *d, char *err, size_t errlen)
         long long iv;
         if (sscanf(line, "P %1099s %3199s %u %lld", t, dv, &rps, &iv) != 4 || unesc(t) ||
             unesc(dv)) {
-            snprintf(err, errlen, "%s: malformed line", d->path);
-            goto out;
+            snprintf(err, errlen, "%s: malformed line", what);
+            return BDB_ERR_CORRUPT;
         }
-        if (prof_put(d, t, dv, rps, iv) != 0) {
-            rc = BDB_ERR_NOMEM;
-            goto out;
-        }
+        if (prof_put(d, t, dv, rps, iv) != 0)
+            return BDB_ERR_NOMEM;
     }
-    rc = BDB_OK;
-out:
+    return BDB_OK;
+}
+
+/* The file into b (NUL after its bytes): BDB_OK, BDB_ERR_NOTFOUND, BDB_ERR_IO. */
+static int read_file(const bdb_devlimit *d, bdb_buf *b)
+{
+    FILE *f = fopen(d->path, "rb");
+    if (!f)
+        return errno == ENOENT ? BDB_ERR_NOTFOUND : BDB_ERR_IO;
+    char chunk[4096];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0)
+        bdb_buf_append(b, chunk, r);
+    fclose(f);
+    bdb_buf_putc(b, '\0');
+    b->len--;
+    return BDB_OK;
+}
+
+static int load(bdb_devlimit *d, char *err, size_t errlen)
+{
+    bdb_buf b;
+    bdb_buf_init(&b);
+    int rc = read_file(d, &b);
+    if (rc == BDB_OK)
+        rc = parse(d, (char *)b.data, b.len, d->path, err, errlen);
     bdb_buf_free(&b);
-    return rc;
+    return rc == BDB_ERR_NOTFOUND ? BDB_OK : rc;
+}
+
+/* The store's document is the truth where it answers (as for the tenant registry,
+ * tenants_store.c): profiles set on a server whose disk was lost come back on its
+ * replacement. Returns BDB_OK with the profiles of the document, or of the file when
+ * the store has none (the file is then stored up) or cannot be reached (then
+ * synced stays 0 and the first change reads the store again); BDB_ERR_CORRUPT for a
+ * damaged document. */
+static int load_store(bdb_devlimit *d, char *err, size_t errlen)
+{
+    void *doc = NULL;
+    size_t len = 0;
+    char derr[256] = "";
+    const char *where = d->store->ops->describe(d->store);
+    int rc = d->store->ops->doc_get(d->store, DL_DOC, &doc, &len, derr, sizeof derr);
+    if (rc == BDB_OK) {
+        char what[400];
+        snprintf(what, sizeof what, "the device profile document of %s", where);
+        rc = parse(d, doc, len, what, err, errlen);
+        if (rc == BDB_OK) {
+            /* parse cut the text: the file gets the bytes again */
+            bdb_buf b;
+            bdb_buf_init(&b);
+            encode(d, &b);
+            if (write_file(d, &b) != BDB_OK)
+                BDB_WARN("device profiles: cannot write %s; the store's copy stays the truth",
+                         d->path ? d->path : "-");
+            bdb_buf_free(&b);
+            d->synced = 1;
+            BDB_INFO("device profiles: %zu from %s", d->np, where);
+        }
+        free(doc);
+        return rc;
+    }
+    free(doc);
+    if (rc == BDB_ERR_CORRUPT) {
+        snprintf(err, errlen, "the device profile document of %s is refused: %s", where, derr);
+        return rc;
+    }
+    int frc = d->path ? load(d, err, errlen) : BDB_OK;
+    if (frc != BDB_OK)
+        return frc;
+    if (rc != BDB_ERR_NOTFOUND) {
+        BDB_WARN("device profiles: %s cannot be reached (%s): using %s; profile changes fail "
+                 "until it answers",
+                 where, derr[0] ? derr : bdb_strerror(rc), d->path ? d->path : "none");
+        return BDB_OK;
+    }
+    d->synced = 1;
+    if (d->np) { /* a deployment moving its profiles up */
+        bdb_buf b;
+        bdb_buf_init(&b);
+        encode(d, &b);
+        if (d->store->ops->doc_put(d->store, DL_DOC, b.data, b.len) != BDB_OK)
+            BDB_WARN("device profiles: cannot store %s in %s; stored with the next change", d->path,
+                     where);
+        else
+            BDB_WARN("device profiles: %s had none; stored %s there (%zu)", where, d->path, d->np);
+        bdb_buf_free(&b);
+    }
+    return BDB_OK;
 }
 
 int bdb_devlimit_open(const char *data_dir, int64_t idle_ms, bdb_devlimit **out, char *err,
                       size_t errlen)
+{
+    return bdb_devlimit_open_store(data_dir, NULL, idle_ms, out, err, errlen);
+}
+
+int bdb_devlimit_open_store(const char *data_dir, bdb_sink *store, int64_t idle_ms,
+                            bdb_devlimit **out, char *err, size_t errlen)
 {
     if (errlen)
         err[0] = '\0';
@@ -473,11 +572,13 @@ int bdb_devlimit_open(const char *data_dir, int64_t idle_ms, bdb_devlimit **out,
             return BDB_ERR_NOMEM;
         }
         snprintf(d->path, n, "%s/profiles", data_dir);
-        int rc = load(d, err, errlen);
-        if (rc != BDB_OK) {
-            bdb_devlimit_free(d);
-            return rc;
-        }
+    }
+    if (store && store->ops->doc_get && store->ops->doc_put)
+        d->store = store;
+    int rc = d->store ? load_store(d, err, errlen) : d->path ? load(d, err, errlen) : BDB_OK;
+    if (rc != BDB_OK) {
+        bdb_devlimit_free(d);
+        return rc;
     }
     *out = d;
     return BDB_OK;
@@ -499,14 +600,65 @@ void bdb_devlimit_free(bdb_devlimit *d)
     free(d);
 }
 
+/* The profiles of the encoded text old in place of the ones in memory (a refused
+ * change undone; old was encoded from memory, so it parses). */
+static void restore(bdb_devlimit *d, bdb_buf *old)
+{
+    char err[64];
+    profiles_clear(d);
+    bdb_buf_putc(old, '\0');
+    if (parse(d, (char *)old->data, old->len - 1, "profiles", err, sizeof err) != BDB_OK)
+        BDB_ERROR("device profiles: out of memory undoing a change; restart to reload them");
+}
+
+/* Before the first change after an open that could not reach the store: the store's
+ * profiles (newer than the file, if another server changed them meanwhile) replace
+ * the ones in memory. BDB_OK, BDB_ERR_AGAIN (still not reachable), BDB_ERR_CORRUPT. */
+static int adopt_store(bdb_devlimit *d)
+{
+    void *doc = NULL;
+    size_t len = 0;
+    char err[256] = "";
+    int rc = d->store->ops->doc_get(d->store, DL_DOC, &doc, &len, err, sizeof err);
+    if (rc == BDB_OK) {
+        profiles_clear(d);
+        rc = parse(d, doc, len, "the device profile document", err, sizeof err);
+        if (rc != BDB_OK)
+            BDB_ERROR("device profiles: %s", err);
+    }
+    free(doc);
+    if (rc == BDB_ERR_NOTFOUND)
+        rc = BDB_OK;
+    if (rc == BDB_OK)
+        d->synced = 1;
+    return rc == BDB_OK || rc == BDB_ERR_CORRUPT || rc == BDB_ERR_NOMEM ? rc : BDB_ERR_AGAIN;
+}
+
 int bdb_devlimit_set_profile(bdb_devlimit *d, const char *tenant, const char *device,
                              uint32_t max_rps, int64_t expected_interval_ms)
 {
     if (max_rps > BDB_DEVLIMIT_MAX_RPS || expected_interval_ms < 0)
         return BDB_ERR_INVALID;
     pthread_mutex_lock(&d->mu);
-    int rc = prof_put(d, tenant, device, max_rps, expected_interval_ms) == 0 ? save_locked(d)
-                                                                             : BDB_ERR_NOMEM;
+    int rc = d->store && !d->synced ? adopt_store(d) : BDB_OK;
+    bdb_buf old, b;
+    bdb_buf_init(&old);
+    bdb_buf_init(&b);
+    encode(d, &old); /* what to go back to when the store refuses the change */
+    if (rc == BDB_OK && prof_put(d, tenant, device, max_rps, expected_interval_ms) != 0)
+        rc = BDB_ERR_NOMEM;
+    if (rc == BDB_OK)
+        encode(d, &b);
+    /* the store first: a change it did not confirm changes nothing, here or there */
+    if (rc == BDB_OK && d->store &&
+        d->store->ops->doc_put(d->store, DL_DOC, b.data, b.len) != BDB_OK)
+        rc = BDB_ERR_AGAIN;
+    if (rc == BDB_OK)
+        rc = write_file(d, &b);
+    else
+        restore(d, &old);
+    bdb_buf_free(&old);
+    bdb_buf_free(&b);
     pthread_mutex_unlock(&d->mu);
     return rc;
 }

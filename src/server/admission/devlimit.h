@@ -2,7 +2,9 @@
  * the per-device rate limiter they drive (docs/TENANCY.md, "Device profiles").
  *
  * Profiles are few and durable: <data>/profiles, rewritten whole on each change
- * (temp file, fsync, rename, fsync of the directory) and ending with a crc32 line.
+ * (temp file, fsync, rename, fsync of the directory) and ending with a crc32 line;
+ * with a store (Cassandra), the same bytes are its document "profiles", written
+ * first, so that they outlive the server's disk.
  *
  * Limiter state is many and disposable: one 24-byte entry per active device (64-bit
  * hash of tenant and device, last refill time, level in milli-reports) in an
@@ -30,9 +32,22 @@ typedef struct bdb_devlimit bdb_devlimit;
  * BDB_OK, BDB_ERR_CORRUPT (err says why), BDB_ERR_IO or BDB_ERR_NOMEM. */
 int bdb_devlimit_open(const char *data_dir, int64_t idle_ms, bdb_devlimit **out, char *err,
                       size_t errlen);
+/* As bdb_devlimit_open, with a store that keeps named documents (the Cassandra
+ * keyspace: storage/sink.h doc_put/doc_get; NULL or one without them: the file
+ * alone). The store's document "profiles" (the file's bytes) is the truth where it
+ * answers: the file is rewritten from it; a store without it gets the file; a store
+ * that cannot be reached leaves the file in force (logged), and the first change
+ * reads the store again first. Every change goes to the store first: one it does not
+ * confirm fails with BDB_ERR_AGAIN and changes nothing. A damaged document:
+ * BDB_ERR_CORRUPT. */
+struct bdb_sink;
+int bdb_devlimit_open_store(const char *data_dir, struct bdb_sink *store, int64_t idle_ms,
+                            bdb_devlimit **out, char *err, size_t errlen);
 void bdb_devlimit_free(bdb_devlimit *d);
 
-/* Sets (max_rps 0 = no limit) a device's profile and saves the file. */
+/* Sets (max_rps 0 = no limit) a device's profile and saves it (the store first, see
+ * bdb_devlimit_open_store): BDB_OK, BDB_ERR_INVALID, BDB_ERR_NOMEM, BDB_ERR_AGAIN (the
+ * store did not confirm: nothing changed), BDB_ERR_IO (the file). */
 int bdb_devlimit_set_profile(bdb_devlimit *d, const char *tenant, const char *device,
                              uint32_t max_rps, int64_t expected_interval_ms);
 /* 1 and the values when the device has a profile, else 0. */

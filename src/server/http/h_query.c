@@ -697,6 +697,12 @@ static enum MHD_Result device_route(bdb_server *s, struct MHD_Connection *c, con
                                           iv_s ? iv : old_iv);
         }
         bdb_admit_devices_unlock(held);
+        if (rc == BDB_ERR_AGAIN) /* the store (Cassandra) did not confirm the profile */
+            return respond_json_error(s, c, 503,
+                                      "the storage backend that keeps the device profiles did "
+                                      "not confirm the change (not reachable?); the profile is "
+                                      "unchanged",
+                                      0);
         if (rc != BDB_OK)
             return respond_json_error(s, c, rc == BDB_ERR_READONLY ? 503 : 500, bdb_strerror(rc),
                                       0);
