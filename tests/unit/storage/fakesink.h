@@ -45,6 +45,7 @@ enum fs_op {
     FS_ACK_PUT,
     FS_DOC_PUT,
     FS_DOC_GET,
+    FS_TENANT_LIST,
     FS_NOPS
 };
 
@@ -74,6 +75,10 @@ typedef struct fs_device {
     uint64_t samples;
     int64_t first_ts, last_ts, bucket_ms;
     size_t ntags, nhist, nmetrics;
+    /* the rest of the row, as fakesink_new(2)'s device_list gives it back: the tags,
+     * bucket history, metric names, pinned and class, in one owned block
+     * (fs_device_rest_*); NULL in a copy made by hand */
+    char *rest;
 } fs_device;
 typedef struct fs_late {
     char *tenant, *device;
@@ -348,6 +353,97 @@ static int fs_state_put_locked(bdb_sink *s, const bdb_sink_state *v, size_t n)
     return BDB_OK;
 }
 
+/* The tags, history, metric names, pinned and class of a registry row, packed:
+ * NUL-terminated strings and decimal numbers, one after another. */
+static char *fs_device_rest_pack(const bdb_sink_device *v)
+{
+    size_t cap = 64;
+    for (size_t i = 0; i < v->ntags; i++)
+        cap += strlen(v->tag_keys[i]) + strlen(v->tag_vals[i]) + 2;
+    for (size_t i = 0; i < v->nmetrics; i++)
+        cap += strlen(v->metrics[i]) + 1;
+    cap += v->nhist * 44;
+    char *out = malloc(cap), *p = out;
+    if (!out)
+        abort();
+    p +=
+        sprintf(p, "%zu %zu %zu %d %d", v->ntags, v->nhist, v->nmetrics, v->pinned, v->freq_class) +
+        1;
+    for (size_t i = 0; i < v->ntags; i++) {
+        p = stpcpy(p, v->tag_keys[i]) + 1;
+        p = stpcpy(p, v->tag_vals[i]) + 1;
+    }
+    for (size_t i = 0; i < v->nhist; i++)
+        p += sprintf(p, "%lld %lld", (long long)v->hist_from[i], (long long)v->hist_size[i]) + 1;
+    for (size_t i = 0; i < v->nmetrics; i++)
+        p = stpcpy(p, v->metrics[i]) + 1;
+    return out;
+}
+
+/* Unpacks d->rest into v's arrays (malloc'd into *mem, freed by the caller). */
+static void fs_device_rest_unpack(const fs_device *d, bdb_sink_device *v, void **mem)
+{
+    *mem = NULL;
+    if (!d->rest)
+        return;
+    const char *p = d->rest;
+    size_t nt = 0, nh = 0, nm = 0;
+    int pinned = 0, cls = 0;
+    if (sscanf(p, "%zu %zu %zu %d %d", &nt, &nh, &nm, &pinned, &cls) != 5)
+        abort();
+    p += strlen(p) + 1;
+    char **arr = calloc(2 * nt + nm + 1, sizeof *arr);
+    int64_t *h = calloc(2 * nh + 1, sizeof *h);
+    if (!arr || !h)
+        abort();
+    for (size_t i = 0; i < 2 * nt; i++, p += strlen(p) + 1)
+        arr[i] = (char *)p;
+    for (size_t i = 0; i < nh; i++, p += strlen(p) + 1) {
+        long long a, b;
+        if (sscanf(p, "%lld %lld", &a, &b) != 2)
+            abort();
+        h[i] = a;
+        h[nh + i] = b;
+    }
+    for (size_t i = 0; i < nm; i++, p += strlen(p) + 1)
+        arr[2 * nt + i] = (char *)p;
+    char **keys = calloc(nt + 1, sizeof *keys), **vals = calloc(nt + 1, sizeof *vals);
+    if (!keys || !vals)
+        abort();
+    for (size_t i = 0; i < nt; i++) {
+        keys[i] = arr[2 * i];
+        vals[i] = arr[2 * i + 1];
+    }
+    v->tag_keys = (const char *const *)keys;
+    v->tag_vals = (const char *const *)vals;
+    v->ntags = nt;
+    v->hist_from = h;
+    v->hist_size = h + nh;
+    v->nhist = nh;
+    v->metrics = (const char *const *)(arr + 2 * nt);
+    v->nmetrics = nm;
+    v->pinned = pinned;
+    v->freq_class = cls;
+    void **m = calloc(4, sizeof *m); /* what to free after the call */
+    if (!m)
+        abort();
+    m[0] = arr;
+    m[1] = h;
+    m[2] = keys;
+    m[3] = vals;
+    *mem = m;
+}
+
+static void fs_device_rest_free(void *mem)
+{
+    void **m = mem;
+    if (!m)
+        return;
+    for (int i = 0; i < 4; i++)
+        free(m[i]);
+    free(m);
+}
+
 static int fs_device_put_locked(bdb_sink *s, const bdb_sink_device *v, size_t n)
 {
     fakesink *f = (fakesink *)s;
@@ -362,7 +458,7 @@ static int fs_device_put_locked(bdb_sink *s, const bdb_sink_device *v, size_t n)
         if (k == f->ndev) {
             FS_GROW(f->dev, f->ndev);
             f->dev[f->ndev++] =
-                (fs_device){fs_dup(v[i].tenant), fs_dup(v[i].device), 0, 0, 0, 0, 0, 0, 0};
+                (fs_device){fs_dup(v[i].tenant), fs_dup(v[i].device), 0, 0, 0, 0, 0, 0, 0, NULL};
         }
         fs_device *d = &f->dev[k];
         d->samples = v[i].samples;
@@ -372,6 +468,8 @@ static int fs_device_put_locked(bdb_sink *s, const bdb_sink_device *v, size_t n)
         d->ntags = v[i].ntags;
         d->nhist = v[i].nhist;
         d->nmetrics = v[i].nmetrics;
+        free(d->rest);
+        d->rest = fs_device_rest_pack(&v[i]);
     }
     return BDB_OK;
 }
@@ -460,7 +558,11 @@ static int fs_device_list_locked(bdb_sink *s, const char *tn, bdb_sink_device_fn
         v.last_ts = d->last_ts;
         v.samples = d->samples;
         v.bucket_ms = d->bucket_ms;
+        void *mem = NULL;
+        if (f->base.ops->tenant_list) /* fakesink_new(2): the whole row */
+            fs_device_rest_unpack(d, &v, &mem);
         fn(ud, &v);
+        fs_device_rest_free(mem);
     }
     return BDB_OK;
 }
@@ -781,6 +883,24 @@ static int fs_doc_get(bdb_sink *s, const char *key, void **data, size_t *len, ch
     return rc;
 }
 
+/* Every tenant with a registry row (fakesink_new(2)): an engine on an empty data
+ * directory rebuilds its catalog from them (db_cat_sink.c). */
+static int fs_tenant_list(bdb_sink *s, void (*fn)(void *ud, const char *tenant), void *ud)
+{
+    fakesink *f = (fakesink *)s;
+    pthread_mutex_lock(&f->mu);
+    int rc = fs_enter(f, FS_TENANT_LIST);
+    for (size_t k = 0; rc == BDB_OK && k < f->ndev; k++) {
+        size_t j = 0;
+        while (j < k && !fs_eq(f->dev[j].tenant, f->dev[k].tenant))
+            j++;
+        if (j == k)
+            fn(ud, f->dev[k].tenant);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
 /* Every op (full = 1) or the raw ops alone (full = 0: tiers, fleet, state and late
  * stay with the engine's files, as for a sink that does not take them). */
 static const bdb_sink_ops fs_ops_full = {
@@ -789,6 +909,14 @@ static const bdb_sink_ops fs_ops_full = {
     fs_device_put, fs_count_put, fs_state_get, fs_state_list, fs_device_list,
     fs_count_list, fs_late_put,  fs_late_list, NULL,          fs_ack_begin,
     fs_ack_put,    fs_ack_end,   NULL,         fs_doc_put,    fs_doc_get,
+};
+/* full = 2: every op and the tenant listing, with whole registry rows */
+static const bdb_sink_ops fs_ops_rebuild = {
+    fs_put,        fs_commit,    fs_read,        fs_describe,   fs_close,
+    fs_tier_put,   fs_tier_read, fs_fleet_put,   fs_fleet_read, fs_state_put,
+    fs_device_put, fs_count_put, fs_state_get,   fs_state_list, fs_device_list,
+    fs_count_list, fs_late_put,  fs_late_list,   NULL,          fs_ack_begin,
+    fs_ack_put,    fs_ack_end,   fs_tenant_list, fs_doc_put,    fs_doc_get,
 };
 static const bdb_sink_ops fs_ops_raw = {fs_put, fs_commit, fs_read, fs_describe, fs_close, NULL,
                                         NULL,   NULL,      NULL,    NULL,        NULL,     NULL,
@@ -799,7 +927,7 @@ static fakesink *fakesink_new(int full)
     fakesink *f = calloc(1, sizeof *f);
     if (!f)
         abort();
-    f->base.ops = full ? &fs_ops_full : &fs_ops_raw;
+    f->base.ops = full == 2 ? &fs_ops_rebuild : full ? &fs_ops_full : &fs_ops_raw;
     f->fail_op = -1;
     f->fail_rc = BDB_ERR_IO;
     pthread_mutexattr_t a;
@@ -839,6 +967,7 @@ static void fakesink_free(fakesink *f)
     for (size_t k = 0; k < f->ndev; k++) {
         free(f->dev[k].tenant);
         free(f->dev[k].device);
+        free(f->dev[k].rest);
     }
     for (size_t k = 0; k < f->ncnt; k++) {
         free((char *)f->cnt[k].tenant);

@@ -114,6 +114,7 @@ static fakesink *fake_clone(const fakesink *f)
         c->dev[k] = f->dev[k];
         c->dev[k].tenant = dup0(f->dev[k].tenant);
         c->dev[k].device = dup0(f->dev[k].device);
+        c->dev[k].rest = NULL; /* not compared */
     }
     for (size_t k = 0; k < f->ncnt; k++, c->ncnt++) {
         c->cnt[k] = f->cnt[k];

@@ -88,6 +88,7 @@ static void forget_rows(fakesink *f, const char *tenant)
         }
         free(f->dev[k].tenant);
         free(f->dev[k].device);
+        free(f->dev[k].rest);
     }
     f->ndev = keep;
     keep = 0;
