@@ -328,11 +328,14 @@ def node_for(prefix, cluster, ready, **kw):
     return Node(prefix, cluster, ready, **kw)
 
 
-def cql(node, *stmts, timeout=60):
-    """Runs `bucketdb cql -e STMT ...` on node (its addr and port): the completed
-    process, stdout and stderr as text (the caller checks the return code)."""
+def cql(node, *stmts, timeout=60, consistency=None):
+    """Runs `bucketdb cql -e STMT ...` on node (its addr and port), at consistency
+    (the command's default when None): the completed process, stdout and stderr as
+    text (the caller checks the return code)."""
     cmd = [os.environ.get("BUCKETDB_BIN", "build/bucketdb"), "cql", "--host", node.addr,
            "--port", str(node.port)]
+    if consistency:
+        cmd += ["--consistency", consistency]
     for st in stmts:
         cmd += ["-e", st]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

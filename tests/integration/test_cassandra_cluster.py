@@ -30,7 +30,6 @@ the test FAILS with the reason.
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -40,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # each statement): on a loaded machine the server's start takes longer than 60 s.
 os.environ.setdefault("BDB_START_TIMEOUT", "240")
 import cassnode  # noqa: E402
-from bdbtest import BIN, HOUR, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
+from bdbtest import HOUR, Server, Suite, TestFailure, check, contains, eq  # noqa: E402
 
 suite = Suite("test_cassandra_cluster", embedded_only="starts its own Cassandra node")
 ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -48,12 +47,7 @@ KS = "bdb_cluster_it"
 
 
 def cql(node, *stmts, consistency="ONE"):
-    cmd = [BIN, "cql", "--host", node.addr, "--port", str(node.port), "--consistency",
-           consistency]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=60)
+    return cassnode.cql(node, *stmts, consistency=consistency)
 
 
 NODES = [cassnode.Node("bucketdb-cluster-%d-" % i, "bucketdb-cluster-it",

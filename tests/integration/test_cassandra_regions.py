@@ -32,7 +32,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 
@@ -40,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # schema creation waits for both nodes to agree on it: a loaded machine takes longer
 os.environ.setdefault("BDB_START_TIMEOUT", "240")
 import cassnode  # noqa: E402
-from bdbtest import BIN, Server, Suite, TestFailure, check, eq  # noqa: E402
+from bdbtest import Server, Suite, TestFailure, check, eq  # noqa: E402
 
 suite = Suite("test_cassandra_regions", embedded_only="starts its own Cassandra nodes")
 ADDRS = ["127.0.0.1", "127.0.0.2"]
@@ -53,12 +52,7 @@ METRICS = ["pwr.kw", "pwr.volt"]
 
 
 def cql(node, *stmts, consistency="LOCAL_ONE"):
-    cmd = [BIN, "cql", "--host", node.addr, "--port", str(node.port), "--consistency",
-           consistency]
-    for s in stmts:
-        cmd += ["-e", s]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=60)
+    return cassnode.cql(node, *stmts, consistency=consistency)
 
 
 NODES = [cassnode.Node("bucketdb-regions-%d-" % i, "bucketdb-regions-it",
