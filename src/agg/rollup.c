@@ -307,12 +307,16 @@ size_t bdb_rollup_write(const bdb_rollup *r, int64_t lo, int64_t hi, bdb_buf *ou
 /* part: windows before lo are stepped over unbuilt, and reading stops at the first
  * window at or after hi (*stopped = 1, d left there). */
 static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int part, int *stopped,
-                       const int64_t *base)
+                       const int64_t *base, int form)
 {
     uint64_t n = bdb_dec_uvarint_canon(d);
-    /* Every window takes at least 2 + 9 bytes (compact: 5): refuse counts the input
-     * cannot hold before looping over them. */
-    if (d->err || n > bdb_dec_left(d) / (base ? 5 : 11) || (base && n == 0))
+    /* Every window takes at least 2 + 9 bytes (compact: 5 in C1, 4 in C2): refuse counts
+     * the input cannot hold before looping over them. */
+    if (d->err ||
+        n > bdb_dec_left(d) / (!base                   ? 11
+                               : form == BDB_SKETCH_C1 ? 5
+                                                       : 4) ||
+        (base && n == 0))
         return BDB_ERR_CORRUPT;
     /* An index this large would overflow start = index * width. */
     const int64_t max_idx = INT64_MAX / 2 / r->width;
@@ -347,14 +351,14 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
             if (part && idx * r->width < lo) {
                 uint64_t cnt;
                 if ((rc = bdb_stats_skip_count_c(d, &cnt)) != BDB_OK ||
-                    (rc = bdb_sketch_skip_c(d, cnt)) != BDB_OK)
+                    (rc = bdb_sketch_skip_c(d, form, cnt)) != BDB_OK)
                     break;
                 continue;
             }
             if ((rc = bdb_stats_read_c(&w.st, d)) != BDB_OK)
                 break;
-            rc = r->stats_only ? bdb_sketch_skip_c(d, w.st.count)
-                               : bdb_sketch_read_c(&w.sk, d, w.st.count, w.st.min, w.st.max);
+            rc = r->stats_only ? bdb_sketch_skip_c(d, form, w.st.count)
+                               : bdb_sketch_read_c(&w.sk, d, form, w.st.count, w.st.min, w.st.max);
             if (rc != BDB_OK)
                 break;
             /* a full-form sketch must describe the same samples */
@@ -401,16 +405,17 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
 
 int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi)
 {
-    return rollup_read(r, d, lo, hi, 0, NULL, NULL);
+    return rollup_read(r, d, lo, hi, 0, NULL, NULL, 0);
 }
 
 int bdb_rollup_read_part(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int *stopped)
 {
     *stopped = 0;
-    return rollup_read(r, d, lo, hi, 1, stopped, NULL);
+    return rollup_read(r, d, lo, hi, 1, stopped, NULL, 0);
 }
 
-size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t base, bdb_buf *out)
+size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t base, int form,
+                          bdb_buf *out)
 {
     size_t a = lower_bound(r, lo), b = lower_bound(r, hi);
     if (a == b)
@@ -425,16 +430,16 @@ size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t b
             bdb_buf_put_uvarint(out, (uint64_t)(idx - prev - 1));
         prev = idx;
         bdb_stats_write_c(&r->w[i].st, out);
-        bdb_sketch_write_c(&r->w[i].sk, out);
+        bdb_sketch_write_c(&r->w[i].sk, form, out);
     }
     return b - a;
 }
 
-int bdb_rollup_read_c(bdb_rollup *r, bdb_dec *d, int64_t base, int64_t lo, int64_t hi, int part,
-                      int *stopped)
+int bdb_rollup_read_c(bdb_rollup *r, bdb_dec *d, int form, int64_t base, int64_t lo, int64_t hi,
+                      int part, int *stopped)
 {
     int st = 0;
-    int rc = rollup_read(r, d, lo, hi, part, &st, &base);
+    int rc = rollup_read(r, d, lo, hi, part, &st, &base, form);
     if (stopped)
         *stopped = st;
     return rc;

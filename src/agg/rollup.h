@@ -118,14 +118,16 @@ int bdb_rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi);
  * of the last hour of a 1-day 1m file then builds 60 windows, not 1,440. */
 int bdb_rollup_read_part(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int *stopped);
 
-/* The compact form of tier files of version 3 (docs/formats/tier.md): as above, but
- * the first index is uvarint(index - base) (base = the file window's first index, so
- * one or two bytes), and each window is bdb_stats_write_c then bdb_sketch_write_c.
- * Nothing is written (0 returned) when no window lies in [lo, hi), so n >= 1. read_c
- * reads one such list; with part as bdb_rollup_read_part (stopped may be NULL
- * otherwise). Every window's start must lie at or after base * width. */
-size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t base, bdb_buf *out);
-int bdb_rollup_read_c(bdb_rollup *r, bdb_dec *d, int64_t base, int64_t lo, int64_t hi, int part,
-                      int *stopped);
+/* The compact form of tier files of versions 3 and 5 (docs/formats/tier.md): as above,
+ * but the first index is uvarint(index - base) (base = the file window's first index, so
+ * one or two bytes), and each window is bdb_stats_write_c then bdb_sketch_write_c in
+ * the given form (BDB_SKETCH_C1 in version 3, BDB_SKETCH_C2 in version 5). Nothing is
+ * written (0 returned) when no window lies in [lo, hi), so n >= 1. read_c reads one
+ * such list; with part as bdb_rollup_read_part (stopped may be NULL otherwise). Every
+ * window's start must lie at or after base * width. */
+size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t base, int form,
+                          bdb_buf *out);
+int bdb_rollup_read_c(bdb_rollup *r, bdb_dec *d, int form, int64_t base, int64_t lo, int64_t hi,
+                      int part, int *stopped);
 
 #endif

@@ -1,4 +1,5 @@
 #include "agg/sketch.h"
+#include "agg/sketch_int.h"
 #include "common/alloc.h"
 
 #include "bucketdb/bdb.h"
@@ -8,11 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bucket keys: a value x > 0 with index i = ceil(log_gamma(x)) has key i + KEY_BIAS, a
- * value x < 0 has key -(i(|x|) + KEY_BIAS), zero has key 0. Key order is value order.
- * With alpha >= 1e-4 every index of a finite double lies within +-3.8e6, so keys of
- * nonzero values are never 0 and fit an int32. */
-#define KEY_BIAS (1 << 23)
+/* Keys: agg/sketch_int.h. */
 
 /* Layout (docs/AGGREGATION.md):
  *   u8 version, u8 flags, uvarint alpha_ppm, uvarint max_buckets,
@@ -35,17 +32,16 @@ static double ln_gamma_of(uint32_t ppm)
     return log1p(a) - log1p(-a); /* ln((1 + a) / (1 - a)) */
 }
 
-/* The index of |v| > 0; v finite. */
-static int32_t index_of(double ln_gamma, double v)
+int32_t bdb_sk_index_of(double ln_gamma, double v)
 {
     return (int32_t)ceil(log(fabs(v)) / ln_gamma);
 }
 
-static int32_t key_of(double ln_gamma, double v)
+int32_t bdb_sk_key_of(double ln_gamma, double v)
 {
     if (v == 0.0)
         return 0;
-    int32_t k = index_of(ln_gamma, v) + KEY_BIAS;
+    int32_t k = bdb_sk_index_of(ln_gamma, v) + BDB_SK_KEY_BIAS;
     return v > 0 ? k : -k;
 }
 
@@ -56,7 +52,7 @@ static double value_of(const bdb_sketch *s, int32_t key)
 {
     if (key == 0)
         return 0.0;
-    int32_t i = (key > 0 ? key : -key) - KEY_BIAS;
+    int32_t i = (key > 0 ? key : -key) - BDB_SK_KEY_BIAS;
     double v = exp((double)i * s->ln_gamma + log1p(-alpha_of(s->alpha_ppm)));
     return key > 0 ? v : -v;
 }
@@ -109,7 +105,7 @@ void bdb_sketch_reset(bdb_sketch *s)
     s->collapsed = 0;
 }
 
-static int reserve(bdb_sketch *s, uint32_t want)
+int bdb_sk_reserve(bdb_sketch *s, uint32_t want)
 {
     if (want <= s->cap)
         return BDB_OK;
@@ -128,7 +124,7 @@ int bdb_sketch_copy(bdb_sketch *dst, const bdb_sketch *src)
 {
     if (dst == src)
         return BDB_OK;
-    if (reserve(dst, src->n) != BDB_OK)
+    if (bdb_sk_reserve(dst, src->n) != BDB_OK)
         return BDB_ERR_NOMEM;
     bdb_sketch_bucket *b = dst->b;
     uint32_t cap = dst->cap;
@@ -174,12 +170,12 @@ int bdb_sketch_add_n(bdb_sketch *s, double v, uint64_t n)
     if (n > UINT64_MAX - s->count)
         return BDB_ERR_LIMIT;
     v += 0.0; /* -0.0 -> 0.0 */
-    int32_t key = key_of(s->ln_gamma, v);
+    int32_t key = bdb_sk_key_of(s->ln_gamma, v);
     uint32_t pos = lower_bound(s, key);
     if (pos < s->n && s->b[pos].key == key) {
         s->b[pos].count += n;
     } else if (s->n < s->max_buckets) {
-        if (reserve(s, s->n + 1) != BDB_OK)
+        if (bdb_sk_reserve(s, s->n + 1) != BDB_OK)
             return BDB_ERR_NOMEM;
         memmove(s->b + pos + 1, s->b + pos, (size_t)(s->n - pos) * sizeof *s->b);
         s->b[pos] = (bdb_sketch_bucket){key, n};
@@ -249,7 +245,7 @@ int bdb_sketch_merge(bdb_sketch *dst, const bdb_sketch *src)
         }
     } else {
         uint32_t m = dst->n + missing;
-        if (reserve(dst, m) != BDB_OK)
+        if (bdb_sk_reserve(dst, m) != BDB_OK)
             return BDB_ERR_NOMEM;
         /* merge from the back, in place */
         int64_t a = (int64_t)dst->n - 1, b = (int64_t)src->n - 1, w = (int64_t)m - 1;
@@ -328,7 +324,7 @@ uint64_t bdb_sketch_accurate_from(const bdb_sketch *s)
 
 static int32_t index_of_key(int32_t key)
 {
-    return (key > 0 ? key : -key) - KEY_BIAS;
+    return (key > 0 ? key : -key) - BDB_SK_KEY_BIAS;
 }
 
 /* One store: positions [from, to) of s->b, walked by ascending index (step -1 walks
@@ -393,7 +389,7 @@ static void get_store(bdb_dec *d, bdb_sketch_bucket *b, int64_t at, uint64_t n, 
         if (d->err)
             return;
         *total += c + 1;
-        int32_t key = (int32_t)i + KEY_BIAS;
+        int32_t key = (int32_t)i + BDB_SK_KEY_BIAS;
         b[at + (int64_t)k * step] = (bdb_sketch_bucket){sign > 0 ? key : -key, c + 1};
         prev = i;
     }
@@ -404,9 +400,7 @@ static int is_neg_zero(double v)
     return v == 0.0 && signbit(v);
 }
 
-/* Keys of a value computed here may differ by one from the writer's where another libm
- * rounds log() the other way at a bucket boundary. */
-static int near_key(int32_t a, int32_t b)
+int bdb_sk_near_key(int32_t a, int32_t b)
 {
     if (a == 0 || b == 0 || (a > 0) != (b > 0))
         return a == b;
@@ -456,8 +450,8 @@ int bdb_sketch_read(bdb_sketch *s, bdb_dec *d)
         return BDB_ERR_NOMEM;
     }
     t.n = t.cap = (uint32_t)nb;
-    int32_t idx_lo = index_of(t.ln_gamma, DBL_TRUE_MIN) - 1;
-    int32_t idx_hi = index_of(t.ln_gamma, DBL_MAX) + 1;
+    int32_t idx_lo = bdb_sk_index_of(t.ln_gamma, DBL_TRUE_MIN) - 1;
+    int32_t idx_hi = bdb_sk_index_of(t.ln_gamma, DBL_MAX) + 1;
     uint64_t total = 0;
     get_store(d, t.b, (int64_t)n_neg - 1, n_neg, -1, -1, idx_lo, idx_hi, &total);
     if (zero) {
@@ -473,11 +467,11 @@ int bdb_sketch_read(bdb_sketch *s, bdb_dec *d)
     t.count = total;
     /* min and max agree with the buckets: the top bucket holds max, the lowest holds min
      * unless lower buckets were folded into it; one value means min == max. */
-    int32_t kmin = key_of(t.ln_gamma, t.min), kmax = key_of(t.ln_gamma, t.max);
-    if (!near_key(kmax, t.b[t.n - 1].key))
+    int32_t kmin = bdb_sk_key_of(t.ln_gamma, t.min), kmax = bdb_sk_key_of(t.ln_gamma, t.max);
+    if (!bdb_sk_near_key(kmax, t.b[t.n - 1].key))
         goto corrupt_free;
-    if (t.collapsed ? kmin > t.b[0].key && !near_key(kmin, t.b[0].key)
-                    : !near_key(kmin, t.b[0].key))
+    if (t.collapsed ? kmin > t.b[0].key && !bdb_sk_near_key(kmin, t.b[0].key)
+                    : !bdb_sk_near_key(kmin, t.b[0].key))
         goto corrupt_free;
     if ((t.count == 1 && t.min != t.max) || (t.collapsed && t.min == t.max) ||
         (t.min == t.max && t.n != 1))
@@ -514,121 +508,6 @@ int bdb_sketch_skip(bdb_dec *d)
     bdb_dec_bytes(d, 16);
     for (uint64_t k = 0; k < 2 * (n_neg + n_pos) && !d->err; k++)
         bdb_dec_uvarint(d); /* the first index of a store is zigzag: same length */
-    return d->err ? BDB_ERR_CORRUPT : BDB_OK;
-}
-
-/* ---------------------------------------------------------------- compact form */
-
-static int compactable(const bdb_sketch *s)
-{
-    return s->alpha_ppm == (uint32_t)(BDB_SKETCH_ALPHA * 1e6 + 0.5) &&
-           s->max_buckets == BDB_SKETCH_MAX_BUCKETS && !s->collapsed && s->n > 0;
-}
-
-void bdb_sketch_write_c(const bdb_sketch *s, bdb_buf *out)
-{
-    if (!compactable(s)) {
-        bdb_buf_putc(out, 0);
-        bdb_sketch_write(s, out);
-        return;
-    }
-    bdb_buf_put_uvarint(out, s->n);
-    bdb_buf_put_varint(out, (int64_t)s->b[0].key - key_of(s->ln_gamma, s->min));
-    for (uint32_t i = 1; i < s->n; i++)
-        bdb_buf_put_uvarint(out, (uint64_t)((int64_t)s->b[i].key - s->b[i - 1].key - 1));
-    if (s->n < s->count)
-        for (uint32_t i = 0; i < s->n; i++)
-            bdb_buf_put_uvarint(out, s->b[i].count - 1);
-}
-
-int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double max)
-{
-    uint64_t nb = bdb_dec_uvarint_canon(d);
-    if (d->err)
-        goto corrupt;
-    if (nb == 0) {
-        bdb_sketch t;
-        bdb_sketch_init_default(&t);
-        int rc = bdb_sketch_read(&t, d);
-        if (rc == BDB_OK && (compactable(&t) || t.count != count || t.min != min || t.max != max))
-            rc = BDB_ERR_CORRUPT; /* the compact form's, or not the stats' samples */
-        if (rc != BDB_OK) {
-            bdb_sketch_free(&t);
-            d->err = 1;
-            return rc;
-        }
-        bdb_sketch_free(s);
-        *s = t;
-        return BDB_OK;
-    }
-    /* every bucket past the first takes at least a byte: no allocation for garbage */
-    if (nb > count || nb > BDB_SKETCH_MAX_BUCKETS || nb - 1 > bdb_dec_left(d) || count == 0)
-        goto corrupt;
-    bdb_sketch t;
-    bdb_sketch_init_default(&t);
-    if (reserve(&t, (uint32_t)nb) != BDB_OK) {
-        d->err = 1;
-        return BDB_ERR_NOMEM;
-    }
-    t.n = (uint32_t)nb;
-    const int64_t kmax = (int64_t)index_of(t.ln_gamma, DBL_MAX) + 1 + KEY_BIAS;
-    const int64_t kmin = (int64_t)index_of(t.ln_gamma, DBL_TRUE_MIN) - 1 + KEY_BIAS;
-    int64_t dk = bdb_dec_varint_canon(d); /* bounded before the sum: no overflow */
-    int64_t key =
-        dk < -2 * kmax || dk > 2 * kmax ? kmax + 1 : (int64_t)key_of(t.ln_gamma, min) + dk;
-    for (uint32_t i = 0; i < t.n && !d->err; i++) {
-        if (i > 0) {
-            uint64_t gap = bdb_dec_uvarint_canon(d);
-            key = gap >= (uint64_t)(kmax - key) ? kmax + 1 : key + 1 + (int64_t)gap;
-        }
-        if (key < -kmax || key > kmax || (key != 0 && llabs(key) < kmin))
-            d->err = 1; /* not the key of a finite double */
-        else
-            t.b[i] = (bdb_sketch_bucket){(int32_t)key, 1};
-    }
-    uint64_t total = nb;
-    if (nb < count) {
-        total = 0;
-        for (uint32_t i = 0; i < t.n && !d->err; i++) {
-            uint64_t c = bdb_dec_uvarint_canon(d);
-            if (c >= count - total)
-                d->err = 1;
-            else
-                total += (t.b[i].count = c + 1);
-        }
-    }
-    t.count = total;
-    t.min = min;
-    t.max = max;
-    /* as bdb_sketch_read: the extremes lie in the end buckets, one value is one bucket */
-    if (d->err || total != count || !near_key(key_of(t.ln_gamma, max), t.b[t.n - 1].key) ||
-        !near_key(key_of(t.ln_gamma, min), t.b[0].key) || (min == max && t.n != 1) ||
-        (count == 1 && min != max)) {
-        bdb_sketch_free(&t);
-        goto corrupt;
-    }
-    bdb_sketch_free(s);
-    *s = t;
-    return BDB_OK;
-corrupt:
-    d->err = 1;
-    return BDB_ERR_CORRUPT;
-}
-
-int bdb_sketch_skip_c(bdb_dec *d, uint64_t count)
-{
-    uint64_t nb = bdb_dec_uvarint_canon(d);
-    if (!d->err && nb == 0)
-        return bdb_sketch_skip(d);
-    if (d->err || nb > count || nb > BDB_SKETCH_MAX_BUCKETS) {
-        d->err = 1;
-        return BDB_ERR_CORRUPT;
-    }
-    bdb_dec_varint(d);
-    for (uint64_t i = 1; i < nb && !d->err; i++)
-        bdb_dec_uvarint(d);
-    for (uint64_t i = 0; nb < count && i < nb && !d->err; i++)
-        bdb_dec_uvarint(d);
     return d->err ? BDB_ERR_CORRUPT : BDB_OK;
 }
 

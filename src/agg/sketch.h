@@ -105,16 +105,21 @@ int bdb_sketch_skip(bdb_dec *d);
 /* Decodes a buffer holding exactly one encoding (trailing bytes are corruption). */
 int bdb_sketch_decode(bdb_sketch *s, const void *p, size_t n);
 
-/* The compact encoding inside a window whose statistics (count, min, max) are stored
- * beside it (tier files of version 3, docs/formats/tier.md): for a sketch of the
- * default parameters that never collapsed, uvarint nb (the non-empty buckets, >= 1),
- * the first key as zvarint(key - the key of min), the others as uvarint gaps, and the
- * counts (uvarint count - 1 each) only when nb < count; any other sketch is the byte 0
- * and bdb_sketch_write. A minute of six distinct readings takes 7 bytes instead of 45.
+/* The compact encodings inside a window whose statistics (count, min, max) are stored
+ * beside it (docs/formats/tier.md, "The compact window list"). For a sketch of the
+ * default parameters that never collapsed they store the buckets without what the
+ * statistics already say; any other sketch is the byte 0 and bdb_sketch_write.
+ * BDB_SKETCH_C1 (tier files of version 3): uvarint nb, the first key as zvarint(key -
+ * the key of min), the others as uvarint gaps, the counts (uvarint count - 1 each) only
+ * when nb < count. BDB_SKETCH_C2 (version 5): the end keys as offsets from the keys of
+ * min and max, the inner gaps and all counts but the last as Exp-Golomb bit codes.
  * read_c checks what bdb_sketch_read checks, against the given count, min and max
- * (which it does not read); skip_c steps over one. */
-void bdb_sketch_write_c(const bdb_sketch *s, bdb_buf *out);
-int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double max);
-int bdb_sketch_skip_c(bdb_dec *d, uint64_t count);
+ * (which it does not read), and refuses any form the writer would not have chosen;
+ * skip_c steps over one, checking its framing. Errors of read_c: BDB_ERR_CORRUPT (d->err
+ * set), BDB_ERR_NOMEM. */
+enum { BDB_SKETCH_C1 = 1, BDB_SKETCH_C2 = 2 };
+void bdb_sketch_write_c(const bdb_sketch *s, int form, bdb_buf *out);
+int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, int form, uint64_t count, double min, double max);
+int bdb_sketch_skip_c(bdb_dec *d, int form, uint64_t count);
 
 #endif

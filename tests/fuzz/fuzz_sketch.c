@@ -10,8 +10,13 @@
  *     input, at a bucket limit chosen by the input: the merged sketch has the same bytes
  *     as the whole one, and every quantile keeps the relative-error bound against the
  *     sorted values (from bdb_sketch_accurate_from on when buckets collapsed);
- *  3. the same split for the statistics: count, min and max equal, sum and stddev close.
- * Needs src/agg/sketch.c, src/agg/stats.c and src/common/buf.c (and -lm). */
+ *  3. the same split for the statistics: count, min and max equal, sum and stddev close;
+ *  4. the compact forms a tier window stores (C1, C2): the raw bytes after three that
+ *     choose a count, min and max decode or are refused, whatever is accepted re-encodes
+ *     to the bytes it took and skip_c steps over exactly those; the derived sketch of 2.
+ *     round-trips through both forms.
+ * Needs src/agg/sketch.c, src/agg/sketch_c.c, src/agg/stats.c and src/common/buf.c
+ * (and -lm). */
 #include "agg/sketch.h"
 #include "agg/stats.h"
 #include "bucketdb/bdb.h"
@@ -105,6 +110,65 @@ static void decode_any(const uint8_t *p, size_t len)
     bdb_sketch_free(&t);
 }
 
+/* Job 4: p[0..3) give the statistics the compact form is read against. */
+static void decode_compact(const uint8_t *p, size_t len)
+{
+    if (len < 3)
+        return;
+    uint64_t count = 1 + (uint64_t)p[0];
+    double min = ((int)p[1] - 128) * 0.37, max = count == 1 ? min : min + p[2] * 0.11;
+    for (int form = BDB_SKETCH_C1; form <= BDB_SKETCH_C2; form++) {
+        bdb_sketch s;
+        bdb_sketch_init_default(&s);
+        bdb_dec d;
+        bdb_dec_init(&d, p + 3, len - 3);
+        int rc = bdb_sketch_read_c(&s, &d, form, count, min, max);
+        CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+        size_t used = len - 3 - bdb_dec_left(&d);
+        bdb_dec_init(&d, p + 3, len - 3);
+        int skip = bdb_sketch_skip_c(&d, form, count);
+        CHECK(skip == BDB_OK || skip == BDB_ERR_CORRUPT);
+        if (rc == BDB_OK) {
+            CHECK(skip == BDB_OK && len - 3 - bdb_dec_left(&d) == used);
+            CHECK(s.count == count && s.min == min && s.max == max);
+            check_sketch(&s);
+            bdb_buf out;
+            bdb_buf_init(&out);
+            bdb_sketch_write_c(&s, form, &out);
+            CHECK(out.len == used && memcmp(out.data, p + 3, used) == 0);
+            bdb_buf_free(&out);
+        }
+        bdb_sketch_free(&s);
+    }
+}
+
+/* The derived sketch w through both compact forms, read against its own extremes. */
+static void compact_roundtrip(const bdb_sketch *w)
+{
+    for (int form = BDB_SKETCH_C1; form <= BDB_SKETCH_C2; form++) {
+        bdb_buf x, y;
+        bdb_buf_init(&x);
+        bdb_buf_init(&y);
+        bdb_sketch_write_c(w, form, &x);
+        bdb_sketch d;
+        bdb_sketch_init_default(&d);
+        bdb_dec dec;
+        bdb_dec_init(&dec, x.data, x.len);
+        CHECK(bdb_sketch_read_c(&d, &dec, form, w->count, w->min, w->max) == BDB_OK);
+        CHECK(bdb_dec_left(&dec) == 0);
+        bdb_sketch_write_c(&d, form, &y); /* the same bytes from the decoded one */
+        CHECK(x.len == y.len && memcmp(x.data, y.data, x.len) == 0);
+        bdb_buf_reset(&x);
+        bdb_buf_reset(&y);
+        bdb_sketch_write(w, &x); /* and the same sketch */
+        bdb_sketch_write(&d, &y);
+        CHECK(x.len == y.len && memcmp(x.data, y.data, x.len) == 0);
+        bdb_sketch_free(&d);
+        bdb_buf_free(&x);
+        bdb_buf_free(&y);
+    }
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -192,6 +256,7 @@ static void roundtrip_derived(const uint8_t *data, size_t size)
             CHECK(est >= want - tol);
     }
     check_sketch(&whole);
+    compact_roundtrip(&whole);
     /* the statistics */
     CHECK(bdb_stats_merge(&sb, &sa) == BDB_OK);
     CHECK(sb.count == sw.count && sb.min == sw.min && sb.max == sw.max);
@@ -222,6 +287,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     decode_any(data, size);
+    decode_compact(data, size);
     roundtrip_derived(data, size);
     return 0;
 }

@@ -1,12 +1,13 @@
 /* libFuzzer harness for the tier file format (docs/formats/tier.md): tf_parse,
- * tf_read_rec and tf_iter (version 3, what the engine writes and reads) and tf_upgrade
- * (versions 1 and 2, rewritten as version 3 at open). Two modes chosen by the first
+ * tf_read_rec and tf_iter (version 5, what the engine writes, and version 3, which it
+ * reads; the seed corpus holds version 3 images) and tf_upgrade (versions 1 and 2,
+ * rewritten as version 5 at open). Two modes chosen by the first
  * byte:
  *  - even: the rest of the input is a file image; a version 1 or 2 image is upgraded
  *    first (an upgraded image must parse); if it parses, read every series back
  *    through a real file (bounds, CRC and window decoding), by lookup and by iterator;
  *  - odd: the rest of the input describes series and samples; the harness builds a
- *    file with tf_begin/tf_add/tf_finish, requires it to parse and every record to
+ *    (version 5) file with tf_begin/tf_add/tf_finish, requires it to parse and every record to
  *    read back with the same windows (count, min and max bit for bit), then flips one
  *    byte chosen by the input and requires the damaged image to be refused
  *    (every byte of a tier file is covered by a CRC or a bounds check). */

@@ -903,13 +903,12 @@ static void test_skip_rejects(void **st)
     }
 }
 
-/* The compact form: every sample sketch (collapsed ones and other parameters take the
- * full form behind a 0 byte) back as it was, its bytes again from the decoded one,
- * skip_c over exactly one, truncations refused, the full form of a sketch that has a
- * compact one refused, and six distinct readings in 7 bytes. */
-static void test_compact_roundtrip(void **state)
+/* The compact forms (C1 of tier version 3, C2 of version 4): every sample sketch
+ * (collapsed ones and other parameters take the full form behind a 0 byte) back as it
+ * was, its bytes again from the decoded one, skip_c over exactly one, truncations
+ * refused, the full form of a sketch that has a compact one refused. */
+static void compact_roundtrip(int form)
 {
-    (void)state;
     bdb_sketch w[64];
     size_t nw = sample_sketches(w, 64);
     bdb_buf b, again;
@@ -920,7 +919,7 @@ static void test_compact_roundtrip(void **state)
         if (w[k].count == 0)
             continue;
         bdb_buf_reset(&b);
-        bdb_sketch_write_c(&w[k], &b);
+        bdb_sketch_write_c(&w[k], form, &b);
         size_t len = b.len;
         if (b.data[0] == 0)
             full++;
@@ -931,51 +930,163 @@ static void test_compact_roundtrip(void **state)
         bdb_sketch_init_default(&d);
         bdb_dec dec;
         bdb_dec_init(&dec, b.data, b.len);
-        assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count, w[k].min, w[k].max), BDB_OK);
+        assert_int_equal(bdb_sketch_read_c(&d, &dec, form, w[k].count, w[k].min, w[k].max), BDB_OK);
         assert_int_equal(bdb_dec_left(&dec), 1);
         assert_same_sketch(&d, &w[k]);
         assert_int_equal(d.alpha_ppm, w[k].alpha_ppm);
         assert_int_equal(d.max_buckets, w[k].max_buckets);
         bdb_buf_reset(&again);
-        bdb_sketch_write_c(&d, &again);
+        bdb_sketch_write_c(&d, form, &again);
         assert_int_equal(again.len, len);
         assert_memory_equal(again.data, b.data, len);
         bdb_dec_init(&dec, b.data, b.len);
-        assert_int_equal(bdb_sketch_skip_c(&dec, w[k].count), BDB_OK);
+        assert_int_equal(bdb_sketch_skip_c(&dec, form, w[k].count), BDB_OK);
         assert_int_equal(bdb_dec_left(&dec), 1);
         for (size_t cut = 0; cut < len; cut++) {
             bdb_dec_init(&dec, b.data, cut);
-            assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count, w[k].min, w[k].max),
+            assert_int_equal(bdb_sketch_read_c(&d, &dec, form, w[k].count, w[k].min, w[k].max),
                              BDB_ERR_CORRUPT);
+            bdb_dec_init(&dec, b.data, cut);
+            assert_int_equal(bdb_sketch_skip_c(&dec, form, w[k].count), BDB_ERR_CORRUPT);
         }
-        /* another count than the stats': refused */
+        /* another count than the stats': refused by C1, which repeats every count; C2
+         * stores the count once, in the statistics, and its last bucket takes the rest */
         bdb_dec_init(&dec, b.data, len);
-        assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count + 1, w[k].min, w[k].max),
-                         BDB_ERR_CORRUPT);
+        if (form == BDB_SKETCH_C1)
+            assert_int_equal(bdb_sketch_read_c(&d, &dec, form, w[k].count + 1, w[k].min, w[k].max),
+                             BDB_ERR_CORRUPT);
         if (b.data[0] != 0) { /* the full form where the compact one exists: refused */
             bdb_buf_reset(&again);
             bdb_buf_putc(&again, 0);
             bdb_sketch_write(&w[k], &again);
             bdb_dec_init(&dec, again.data, again.len);
-            assert_int_equal(bdb_sketch_read_c(&d, &dec, w[k].count, w[k].min, w[k].max),
+            assert_int_equal(bdb_sketch_read_c(&d, &dec, form, w[k].count, w[k].min, w[k].max),
                              BDB_ERR_CORRUPT);
         }
         bdb_sketch_free(&d);
     }
     assert_true(full > 0 && compact > 0);
+    bdb_buf_free(&b);
+    bdb_buf_free(&again);
+    for (size_t k = 0; k < nw; k++)
+        bdb_sketch_free(&w[k]);
+}
+
+static void test_compact_roundtrip(void **state)
+{
+    (void)state;
+    compact_roundtrip(BDB_SKETCH_C1);
+    compact_roundtrip(BDB_SKETCH_C2);
+}
+
+/* One encoding per sketch in C2: every single-bit change of every sample sketch's
+ * compact bytes is refused, or decodes to a sketch that encodes to exactly the changed
+ * bytes (so no two byte strings mean one sketch: a wrong order k, non-zero padding, an
+ * end offset of 3 are all refused). */
+static void test_c2_canonical(void **state)
+{
+    (void)state;
+    bdb_sketch w[64];
+    size_t nw = sample_sketches(w, 64);
+    bdb_buf b, again;
+    bdb_buf_init(&b);
+    bdb_buf_init(&again);
+    size_t tried = 0, refused = 0;
+    for (size_t k = 0; k < nw; k++) {
+        if (w[k].count == 0)
+            continue;
+        bdb_buf_reset(&b);
+        bdb_sketch_write_c(&w[k], BDB_SKETCH_C2, &b);
+        if (b.data[0] == 0 || b.len > 64)
+            continue;
+        for (size_t bit = 0; bit < b.len * 8; bit++) {
+            b.data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            bdb_sketch d;
+            bdb_sketch_init_default(&d);
+            bdb_dec dec;
+            bdb_dec_init(&dec, b.data, b.len);
+            int rc = bdb_sketch_read_c(&d, &dec, BDB_SKETCH_C2, w[k].count, w[k].min, w[k].max);
+            tried++;
+            if (rc != BDB_OK || bdb_dec_left(&dec) != 0) {
+                refused++;
+            } else {
+                bdb_buf_reset(&again);
+                bdb_sketch_write_c(&d, BDB_SKETCH_C2, &again);
+                if (again.len != b.len || memcmp(again.data, b.data, b.len) != 0)
+                    fail_msg("sketch %zu bit %zu: decoded, but encodes otherwise", k, bit);
+            }
+            bdb_sketch_free(&d);
+            b.data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        }
+    }
+    assert_true(tried > 100 && refused > 0);
+    /* hand-made: two buckets of one value each (1 and 2), the last key's offset coded 3 */
     bdb_sketch s;
     bdb_sketch_init_default(&s);
-    const double v[6] = {51.27, 53.31, 55.18, 57.4, 59.33, 61.29};
-    for (int i = 0; i < 6; i++)
-        assert_int_equal(bdb_sketch_add(&s, v[i]), BDB_OK);
+    assert_int_equal(bdb_sketch_add(&s, 1.0), BDB_OK);
+    assert_int_equal(bdb_sketch_add(&s, 2.0), BDB_OK);
     bdb_buf_reset(&b);
-    bdb_sketch_write_c(&s, &b);
-    assert_int_equal(b.len, 7); /* nb, first key, five gaps */
+    bdb_sketch_write_c(&s, BDB_SKETCH_C2, &b);
+    assert_int_equal(b.len, 2); /* head (nb 2, first key at min's), then cl 0 and padding */
+    assert_int_equal(b.data[1], 0);
+    b.data[1] = 0xc0;
+    bdb_dec dec;
+    bdb_dec_init(&dec, b.data, b.len);
+    assert_int_equal(bdb_sketch_read_c(&s, &dec, BDB_SKETCH_C2, 2, 1.0, 2.0), BDB_ERR_CORRUPT);
+    bdb_dec_init(&dec, b.data, b.len);
+    assert_int_equal(bdb_sketch_skip_c(&dec, BDB_SKETCH_C2, 2), BDB_ERR_CORRUPT);
+    b.data[1] = 0x01; /* padding not zero */
+    bdb_dec_init(&dec, b.data, b.len);
+    assert_int_equal(bdb_sketch_read_c(&s, &dec, BDB_SKETCH_C2, 2, 1.0, 2.0), BDB_ERR_CORRUPT);
     bdb_sketch_free(&s);
     bdb_buf_free(&b);
     bdb_buf_free(&again);
     for (size_t k = 0; k < nw; k++)
         bdb_sketch_free(&w[k]);
+}
+
+/* What the forms cost on windows like a fleet's (deterministic sizes): six distinct
+ * readings, and 30 readings of a random walk in hundredths, as bench/loadgen.c sends. */
+static void test_compact_sizes(void **state)
+{
+    (void)state;
+    bdb_sketch s;
+    bdb_sketch_init_default(&s);
+    const double v[6] = {51.27, 53.31, 55.18, 57.4, 59.33, 61.29};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(bdb_sketch_add(&s, v[i]), BDB_OK);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_sketch_write_c(&s, BDB_SKETCH_C1, &b);
+    assert_int_equal(b.len, 7); /* nb, first key, five gaps */
+    bdb_buf_reset(&b);
+    bdb_sketch_write_c(&s, BDB_SKETCH_C2, &b);
+    assert_int_equal(b.len, 3); /* head; cl, k, four gaps of 1 (3 bits each), padding */
+    bdb_sketch_reset(&s);
+    uint64_t x = 88172645463325252ull;
+    int cents = 5127;
+    size_t c1 = 0, c2 = 0;
+    for (int win = 0; win < 100; win++) {
+        bdb_sketch_reset(&s);
+        for (int i = 0; i < 30; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            cents += (int)(x % 101) - 50;
+            assert_int_equal(bdb_sketch_add(&s, cents / 100.0), BDB_OK);
+        }
+        bdb_buf_reset(&b);
+        bdb_sketch_write_c(&s, BDB_SKETCH_C1, &b);
+        c1 += b.len;
+        bdb_buf_reset(&b);
+        bdb_sketch_write_c(&s, BDB_SKETCH_C2, &b);
+        c2 += b.len;
+    }
+    printf("100 windows of 30 readings: C1 %zu bytes, C2 %zu bytes\n", c1, c2);
+    assert_int_equal(c1, 748);
+    assert_int_equal(c2, 381);
+    bdb_sketch_free(&s);
+    bdb_buf_free(&b);
 }
 
 int main(void)
@@ -994,6 +1105,8 @@ int main(void)
         cmocka_unit_test(test_corruption_loop),
         cmocka_unit_test(test_skip_rejects),
         cmocka_unit_test(test_compact_roundtrip),
+        cmocka_unit_test(test_c2_canonical),
+        cmocka_unit_test(test_compact_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

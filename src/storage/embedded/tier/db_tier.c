@@ -122,7 +122,7 @@ static int tier_parse(void *ctx, int sub, const char *dir, const char *name, uin
     int rc = BDB_OK;
     uint32_t ver = tf_version(data, len);
     if (ver == TIER_VERSION || ver == TIER_VERSION_FLAGS) {
-        /* an older version: rewritten in place as version 3 (same name, seq and header
+        /* an older version: rewritten in place as version 5 (same name, seq and header
          * fields; atomic, so a crash leaves the old or the new file) */
         bdb_buf up;
         bdb_buf_init_checked(&up);
@@ -130,7 +130,7 @@ static int tier_parse(void *ctx, int sub, const char *dir, const char *name, uin
         if (rc == BDB_OK)
             rc = bdb_vfs_write_atomic(vfs, dir, name, up.data, up.len);
         if (rc == BDB_OK) {
-            BDB_INFO("tier file %s/%s rewritten as version 3 (%zu -> %zu bytes)", dir, name, len,
+            BDB_INFO("tier file %s/%s rewritten as version 5 (%zu -> %zu bytes)", dir, name, len,
                      up.len);
             free(data);
             data = up.data;
@@ -140,7 +140,7 @@ static int tier_parse(void *ctx, int sub, const char *dir, const char *name, uin
             if (rc != BDB_ERR_CORRUPT && rc != BDB_ERR_NOMEM)
                 /* disk full, I/O: the load stops and fails as without memory, and is
                  * tried again, rather than leave the file's windows out unnoticed */
-                BDB_ERROR("cannot rewrite tier file %s/%s as version 3: %s; the tiers load "
+                BDB_ERROR("cannot rewrite tier file %s/%s as version 5: %s; the tiers load "
                           "again later",
                           dir, name, bdb_strerror(rc));
         }

@@ -1,18 +1,19 @@
-/* db_tier_file: the tier file format (docs/formats/tier.md). Version 3 is written:
+/* db_tier_file: the tier file format (docs/formats/tier.md). Version 4 is written:
  *
- *   header  "BDBTIER1" | u32 version 3 | u8 res | i64 start | i64 end | u64 seq |
+ *   header  "BDBTIER1" | u32 version 5 | u8 res | i64 start | i64 end | u64 seq |
  *           u64 wal_upto | str tenant | uvarint ninputs | uvarint seq... | u8 flags |
  *           u32 crc
  *   records one per device, by device name: per series of the device, by metric id:
  *           uvarint metric id | uvarint len | len bytes of compact windows
- *           (bdb_rollup_write_c); then u32 crc
+ *           (bdb_rollup_write_c, sketches in form C2); then u32 crc
  *   index   uvarint nmet | str metric... (sorted) | uvarint ndev |
  *           (str device | uvarint record len)... (sorted; records back to back)
  *   footer  u64 index_off | u64 index_len | u32 crc(index) | "BDTE"
  *
  * Names are written once per file (a device's record holds all its metrics), so the
- * bytes and the memory of the index grow with devices, not series. Versions 1 and 2
- * (one record per series, the version 1 window encoding) are read only by tf_upgrade.
+ * bytes and the memory of the index grow with devices, not series. Version 3 (the C1
+ * sketch form) is read as it is; versions 1 and 2 (one record per series, the version 1
+ * window encoding) are read only by tf_upgrade.
  * Every record has its own CRC so that a query reads and checks only the one record it
  * needs; opening a file checks all of them once. */
 #include "storage/embedded/tier/db_tier_int.h"
@@ -104,7 +105,7 @@ void tf_begin(tbuilder *tb, bdb_vfs *vfs, const char *dir, enum bdb_res res, con
         memcpy(tb->inputs, inputs, ninputs * sizeof *inputs);
     tb->ninputs = ninputs;
     bdb_buf_append(&tb->b, MAGIC, 8);
-    bdb_buf_put_u32le(&tb->b, TIER_VERSION_3);
+    bdb_buf_put_u32le(&tb->b, TIER_VERSION_5);
     bdb_buf_putc(&tb->b, (uint8_t)res);
     bdb_buf_put_u64le(&tb->b, (uint64_t)start);
     bdb_buf_put_u64le(&tb->b, (uint64_t)end);
@@ -181,7 +182,7 @@ void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, s
      * adds nothing, not even its device. */
     int64_t base = bdb_floor_div(tb->start, r->width);
     tb->win.len = 0;
-    size_t nw = bdb_rollup_write_c(r, tb->start, tb->end, base, &tb->win);
+    size_t nw = bdb_rollup_write_c(r, tb->start, tb->end, base, BDB_SKETCH_C2, &tb->win);
     if (tb->win.oom) {
         tb_fail(tb, BDB_ERR_NOMEM);
         return;
@@ -359,7 +360,8 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     const char *tn = bdb_dec_str(&d, &tlen);
     uint64_t ninputs = bdb_dec_uvarint(&d);
     if (d.err || !m || memcmp(m, MAGIC, 8) ||
-        (ver != TIER_VERSION && ver != TIER_VERSION_FLAGS && ver != TIER_VERSION_3) ||
+        (ver != TIER_VERSION && ver != TIER_VERSION_FLAGS && ver != TIER_VERSION_3 &&
+         ver != TIER_VERSION_5) ||
         res < BDB_RES_1M || res > BDB_RES_1D || ninputs > bdb_dec_left(&d) || start >= end ||
         (uint64_t)end - (uint64_t)start != (uint64_t)bdb_tier_file_span((enum bdb_res)res) ||
         tlen == 0 || memchr(tn, 0, tlen)) /* unsigned: end - start may overflow int64 */
@@ -372,7 +374,7 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     unsigned flags = 0;
     if (ver != TIER_VERSION) {
         flags = bdb_dec_u8(&d);
-        /* canonical: version 2 only with its one flag; version 3 always has the byte */
+        /* canonical: version 2 only with its one flag; versions 3 and 5 always have the byte */
         if ((ver == TIER_VERSION_FLAGS && (flags == 0 || (flags & ~TF_REPLACES))) ||
             (flags & ~(TF_REPLACES | TF_KEPT)))
             d.err = 1;
@@ -396,6 +398,7 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     out->inputs = inputs;
     out->ninputs = ninputs;
     out->flags = flags;
+    out->form = ver == TIER_VERSION_5 ? BDB_SKETCH_C2 : BDB_SKETCH_C1;
     out->size = n;
     return hlen + 4;
 }
@@ -419,7 +422,7 @@ static int footer(const uint8_t *p, size_t n, size_t hlen, uint64_t *ioff, uint6
            crc(p + *ioff, *ilen) == icrc;
 }
 
-/* ---------------------------------------------------------------- version 3 */
+/* ---------------------------------------------------------------- versions 3 and 5 */
 
 /* The series of a record (without its CRC) are framed right: metric ids strictly
  * increasing and below nmet, lengths inside the record, at least one series. */
@@ -530,8 +533,9 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why)
     }
     int rc = BDB_ERR_CORRUPT;
     uint64_t ioff, ilen;
-    if (tf_version(p, n) != TIER_VERSION_3)
-        *why = "not a version 3 file";
+    uint32_t ver = tf_version(p, n);
+    if (ver != TIER_VERSION_3 && ver != TIER_VERSION_5)
+        *why = "not a version 3 or 5 file";
     else if (!footer(p, n, hlen, &ioff, &ilen))
         *why = "truncated, or index damaged (bounds or CRC)";
     else
@@ -610,7 +614,8 @@ static int read_windows(const tfile *t, const uint8_t *p, size_t n, int64_t lo, 
         tmp.stats_only = r->stats_only;
         into = &tmp;
     }
-    int rc = bdb_rollup_read_c(into, &d, bdb_floor_div(t->start, r->width), a, b, part, &stopped);
+    int rc = bdb_rollup_read_c(into, &d, t->form, bdb_floor_div(t->start, r->width), a, b, part,
+                               &stopped);
     if (into == &tmp) {
         for (size_t i = 0; i < tmp.n && rc == BDB_OK; i++)
             rc = bdb_rollup_set_window(r, &tmp.w[i]);
@@ -748,8 +753,8 @@ int tf_read_rec_cached(bdb_rcache *c, const tfile *t, const tloc *loc, int64_t l
     bdb_dec d;
     bdb_dec_init(&d, p + woff, wlen);
     int stopped = 0;
-    int whole = bdb_rollup_read_c(&all, &d, bdb_floor_div(t->start, r->width), t->start, t->end, 0,
-                                  &stopped) == BDB_OK &&
+    int whole = bdb_rollup_read_c(&all, &d, t->form, bdb_floor_div(t->start, r->width), t->start,
+                                  t->end, 0, &stopped) == BDB_OK &&
                 bdb_dec_left(&d) == 0;
     bdb_stwin *nv = whole ? bdb_malloc((all.n ? all.n : 1) * sizeof *nv) : NULL;
     if (nv) {
@@ -921,7 +926,7 @@ int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why)
     size_t hlen = header(p, n, &h);
     if (hlen == HDR_NOMEM)
         return BDB_ERR_NOMEM;
-    if (!hlen || tf_version(p, n) == TIER_VERSION_3) {
+    if (!hlen || tf_version(p, n) == TIER_VERSION_3 || tf_version(p, n) == TIER_VERSION_5) {
         *why = "bad header (magic, version, fields or CRC)";
         tf_free(&h);
         return BDB_ERR_CORRUPT;

@@ -18,12 +18,15 @@
 
 #define TIER_VERSION 1
 /* Version 2 adds a flags byte; it is written only when a flag is set, so files without
- * one keep the version 1 bytes. Both are read only to be rewritten as version 3 when
+ * one keep the version 1 bytes. Both are read only to be rewritten as version 5 when
  * the tier is loaded (tf_upgrade). */
 #define TIER_VERSION_FLAGS 2
-/* Version 3, the one written: one record per device, metric names once per file, the
- * compact window encoding (docs/formats/tier.md). */
+/* Version 3: one record per device, metric names once per file, the compact window
+ * encoding with the C1 sketch form (docs/formats/tier.md). Read as it is. */
 #define TIER_VERSION_3 3
+/* Version 5, the one written: version 3 with the C2 sketch form (bit codes). Version 4
+ * was an experiment with compressed records, reverted unreleased: refused as unknown. */
+#define TIER_VERSION_5 5
 /* Every window in the file replaces the windows of the same series and start in files
  * of lower seq: it was recomputed from raw data (late data, rewrites). */
 #define TF_REPLACES 1u
@@ -50,6 +53,7 @@ typedef struct tfile {
     uint64_t *inputs; /* seqs of the files this one replaced (compaction) */
     size_t ninputs;
     unsigned flags; /* TF_REPLACES */
+    int form;       /* the sketch form of its windows: BDB_SKETCH_C1 (version 3) or C2 */
     char *names;    /* device names, then metric names, each NUL-terminated */
     tdev *devs;     /* sorted by name */
     size_t ndev;
@@ -119,7 +123,7 @@ void tf_builder_free(tbuilder *tb);
 /* Sorts v[0..*n) (byte order) and drops repeats: a metric table for tf_begin. */
 void tf_names_sort_unique(const char **v, size_t *n);
 
-/* Parses and checks a whole version 3 file image (header, index, every record's CRC
+/* Parses and checks a whole version 3 or 5 file image (header, index, every record's CRC
  * and framing). BDB_ERR_CORRUPT with a reason in why. On success *out is filled (f
  * NULL). */
 int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why);
@@ -127,7 +131,7 @@ int tf_parse(const uint8_t *p, size_t n, tfile *out, const char **why);
 int tf_parse_header(const uint8_t *p, size_t n, tfile *out);
 /* The version of a file image that has a valid magic, else 0. */
 uint32_t tf_version(const uint8_t *p, size_t n);
-/* A version 1 or 2 image, checked whole as those versions were, rewritten as version 3
+/* A version 1 or 2 image, checked whole as those versions were, rewritten as version 5
  * with the same header fields and windows into *out (initialized by the caller).
  * BDB_ERR_CORRUPT with why; BDB_ERR_NOMEM. */
 int tf_upgrade(const uint8_t *p, size_t n, bdb_buf *out, const char **why);

@@ -96,7 +96,7 @@ static size_t parts_of(const uint8_t *p, size_t n, part *v, size_t cap)
     size_t ninputs = uvarint(p, &pos);
     for (size_t i = 0; i < ninputs; i++)
         uvarint(p, &pos);
-    assert_int_equal(ver, 3); /* the version the engine writes (records per device) */
+    assert_int_equal(ver, 5); /* the version the engine writes (records per device) */
     pos++;                    /* flags */
     assert_int_equal(get32(p + pos), (uint32_t)crc32(0, p, (uInt)pos));
     v[np++] = (part){0, pos};
