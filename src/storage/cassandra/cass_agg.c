@@ -44,21 +44,33 @@ int64_t cass_agg_day(int64_t start)
     return bdb_align_down(start, MS_DAY);
 }
 
+/* The base of a version 2 blob's window index: its partition day's first window, so
+ * that the blob still says which window of the day it holds (a byte or two) and a blob
+ * read under another row's start is refused (within the day; 1d rows are their day). */
+static int64_t blob_base(int64_t start, int64_t width)
+{
+    return bdb_floor_div(cass_agg_day(start), width);
+}
+
 void cass_agg_encode_window(const bdb_rollup *r, const bdb_window *w, bdb_buf *out)
 {
     bdb_buf_putc(out, CASS_AGG_BLOB_VERSION);
-    bdb_rollup_write(r, w->start, w->start + 1, out);
+    bdb_rollup_write_c(r, w->start, w->start + 1, blob_base(w->start, r->width), BDB_SKETCH_C2,
+                       out);
 }
 
 int cass_agg_decode_window(bdb_rollup *out, int64_t start, const uint8_t *p, size_t n)
 {
-    if (n < 1 || p[0] != CASS_AGG_BLOB_VERSION)
+    if (n < 1 || (p[0] != CASS_AGG_BLOB_VERSION && p[0] != CASS_AGG_BLOB_VERSION_1))
         return BDB_ERR_CORRUPT;
     bdb_rollup tmp;
     bdb_rollup_init(&tmp, out->width);
     bdb_dec d;
     bdb_dec_init(&d, p + 1, n - 1);
-    int rc = bdb_rollup_read(&tmp, &d, INT64_MIN, INT64_MAX);
+    int rc = p[0] == CASS_AGG_BLOB_VERSION_1
+                 ? bdb_rollup_read(&tmp, &d, INT64_MIN, INT64_MAX)
+                 : bdb_rollup_read_c(&tmp, &d, BDB_SKETCH_C2, blob_base(start, out->width),
+                                     INT64_MIN, INT64_MAX, 0, NULL);
     if (rc == BDB_OK && (bdb_dec_left(&d) || tmp.n != 1 || tmp.w[0].start != start))
         rc = BDB_ERR_CORRUPT;
     if (rc == BDB_OK)
@@ -69,13 +81,13 @@ int cass_agg_decode_window(bdb_rollup *out, int64_t start, const uint8_t *p, siz
 
 void cass_agg_encode_fleet(const bdb_fleet *f, const bdb_fleet_win *w, bdb_buf *out)
 {
-    bdb_buf_putc(out, CASS_AGG_BLOB_VERSION);
+    bdb_buf_putc(out, CASS_AGG_FLEET_BLOB_VERSION);
     bdb_fleet_write(f, w->start, w->start + 1, out);
 }
 
 int cass_agg_decode_fleet(bdb_fleet *out, int64_t start, const uint8_t *p, size_t n)
 {
-    if (n < 1 || p[0] != CASS_AGG_BLOB_VERSION)
+    if (n < 1 || p[0] != CASS_AGG_FLEET_BLOB_VERSION)
         return BDB_ERR_CORRUPT;
     bdb_fleet tmp;
     bdb_fleet_init(&tmp, out->width);

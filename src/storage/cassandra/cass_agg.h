@@ -28,7 +28,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CASS_AGG_BLOB_VERSION 1
+/* The blob of a tier row: version 2 (written) holds the window in the compact form of
+ * tier files version 5 (statistics once, the sketch in form C2, the window's index
+ * from its partition day's first); version 1 (read) in the version 1 window encoding.
+ * Fleet rows are version 1. */
+#define CASS_AGG_BLOB_VERSION 2
+#define CASS_AGG_BLOB_VERSION_1 1
+#define CASS_AGG_FLEET_BLOB_VERSION 1
 /* Most partitions (days of agg_1m) one read visits: 20 years. */
 #define CASS_AGG_MAX_DAYS 7305
 

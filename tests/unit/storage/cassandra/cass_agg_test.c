@@ -2,8 +2,9 @@
  * decodes to the same statistics (the double-double sum and M2 bit for bit), the same
  * quantiles and, for fleet rows, the same device set; a decoded row merged with a
  * partial window gives what merging the windows directly gives; a blob of another
- * start, another version, trailing or truncated bytes is refused. Partition days and
- * table names. */
+ * start, another version, trailing or truncated bytes is refused; a version 1 blob (rows
+ * of earlier versions) still decodes, to the same window, in more bytes. Partition days
+ * and table names. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -126,7 +127,7 @@ static void test_window_rejects(void **state)
     bdb_buf_init(&b);
     cass_agg_encode_window(&r, &r.w[0], &b);
     int64_t s = r.w[0].start;
-    /* another row's window_start */
+    /* another row's window_start (of the same day: the blob's index is the day's) */
     assert_int_equal(cass_agg_decode_window(&back, s + MIN_MS, b.data, b.len), BDB_ERR_CORRUPT);
     /* truncated, trailing byte, unknown version, empty */
     assert_int_equal(cass_agg_decode_window(&back, s, b.data, b.len - 1), BDB_ERR_CORRUPT);
@@ -137,14 +138,55 @@ static void test_window_rejects(void **state)
     assert_int_equal(cass_agg_decode_window(&back, s, b.data, b.len), BDB_ERR_CORRUPT);
     assert_int_equal(cass_agg_decode_window(&back, s, b.data, 0), BDB_ERR_CORRUPT);
     assert_int_equal(back.n, 0);
-    /* a blob of two windows (not a row) */
+    /* a blob of two windows (not a row), in either version */
+    assert_true(r.n >= 2);
     bdb_buf_reset(&b);
     bdb_buf_putc(&b, CASS_AGG_BLOB_VERSION);
+    bdb_rollup_write_c(&r, INT64_MIN, INT64_MAX, 0, BDB_SKETCH_C2, &b); /* day 0 */
+    assert_int_equal(cass_agg_decode_window(&back, s, b.data, b.len), BDB_ERR_CORRUPT);
+    bdb_buf_reset(&b);
+    bdb_buf_putc(&b, CASS_AGG_BLOB_VERSION_1);
     bdb_rollup_write(&r, INT64_MIN, INT64_MAX, &b);
     assert_int_equal(cass_agg_decode_window(&back, s, b.data, b.len), BDB_ERR_CORRUPT);
+    assert_int_equal(back.n, 0);
     bdb_buf_free(&b);
     bdb_rollup_free(&r);
     bdb_rollup_free(&back);
+}
+
+/* Rows written by earlier versions (blob version 1: the version 1 window encoding) read
+ * as before; version 2 takes a fraction of their bytes. Six two-decimal readings a
+ * minute, as a fleet reporting every 10 s sends (deterministic sizes). */
+static void test_window_version1(void **state)
+{
+    (void)state;
+    int64_t t0 = 1718409600000;
+    bdb_rollup r, a, b1;
+    bdb_rollup_init(&r, MIN_MS);
+    bdb_rollup_init(&a, MIN_MS);
+    bdb_rollup_init(&b1, MIN_MS);
+    const double v[6] = {21.37, 21.41, 21.52, 21.48, 21.6, 21.66};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(bdb_rollup_add(&r, t0 + i * 10000, v[i]), BDB_OK);
+    bdb_buf old, cur;
+    bdb_buf_init(&old);
+    bdb_buf_init(&cur);
+    bdb_buf_putc(&old, CASS_AGG_BLOB_VERSION_1);
+    bdb_rollup_write(&r, t0, t0 + 1, &old);
+    cass_agg_encode_window(&r, &r.w[0], &cur);
+    assert_int_equal(cass_agg_decode_window(&a, t0, old.data, old.len), BDB_OK);
+    assert_int_equal(cass_agg_decode_window(&b1, t0, cur.data, cur.len), BDB_OK);
+    assert_same_window(&a.w[0], &r.w[0]);
+    assert_same_window(&b1.w[0], &r.w[0]);
+    printf("a minute of six readings: blob version 1 %zu bytes, version 2 %zu bytes\n", old.len,
+           cur.len);
+    assert_int_equal(old.len, 77);
+    assert_int_equal(cur.len, 26);
+    bdb_buf_free(&old);
+    bdb_buf_free(&cur);
+    bdb_rollup_free(&r);
+    bdb_rollup_free(&a);
+    bdb_rollup_free(&b1);
 }
 
 static void test_fleet_roundtrip(void **state)
@@ -211,8 +253,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_window_roundtrip), cmocka_unit_test(test_row_merges_with_partial),
-        cmocka_unit_test(test_window_rejects),   cmocka_unit_test(test_fleet_roundtrip),
-        cmocka_unit_test(test_days_and_tables),
+        cmocka_unit_test(test_window_rejects),   cmocka_unit_test(test_window_version1),
+        cmocka_unit_test(test_fleet_roundtrip),  cmocka_unit_test(test_days_and_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
