@@ -312,11 +312,7 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
     uint64_t n = bdb_dec_uvarint_canon(d);
     /* Every window takes at least 2 + 9 bytes (compact: 5 in C1, 4 in C2): refuse counts
      * the input cannot hold before looping over them. */
-    if (d->err ||
-        n > bdb_dec_left(d) / (!base                   ? 11
-                               : form == BDB_SKETCH_C1 ? 5
-                                                       : 4) ||
-        (base && n == 0))
+    if (d->err || n > bdb_dec_left(d) / (!base ? 11 : form == BDB_C1 ? 5 : 4) || (base && n == 0))
         return BDB_ERR_CORRUPT;
     /* An index this large would overflow start = index * width. */
     const int64_t max_idx = INT64_MAX / 2 / r->width;
@@ -350,12 +346,12 @@ static int rollup_read(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int pa
         if (base) {
             if (part && idx * r->width < lo) {
                 uint64_t cnt;
-                if ((rc = bdb_stats_skip_count_c(d, &cnt)) != BDB_OK ||
+                if ((rc = bdb_stats_skip_count_c(d, form, &cnt)) != BDB_OK ||
                     (rc = bdb_sketch_skip_c(d, form, cnt)) != BDB_OK)
                     break;
                 continue;
             }
-            if ((rc = bdb_stats_read_c(&w.st, d)) != BDB_OK)
+            if ((rc = bdb_stats_read_c(&w.st, d, form)) != BDB_OK)
                 break;
             rc = r->stats_only ? bdb_sketch_skip_c(d, form, w.st.count)
                                : bdb_sketch_read_c(&w.sk, d, form, w.st.count, w.st.min, w.st.max);
@@ -429,7 +425,7 @@ size_t bdb_rollup_write_c(const bdb_rollup *r, int64_t lo, int64_t hi, int64_t b
         else
             bdb_buf_put_uvarint(out, (uint64_t)(idx - prev - 1));
         prev = idx;
-        bdb_stats_write_c(&r->w[i].st, out);
+        bdb_stats_write_c(&r->w[i].st, form, out);
         bdb_sketch_write_c(&r->w[i].sk, form, out);
     }
     return b - a;

@@ -121,7 +121,7 @@ int bdb_rollup_read_part(bdb_rollup *r, bdb_dec *d, int64_t lo, int64_t hi, int 
 /* The compact form of tier files of versions 3 and 5 (docs/formats/tier.md): as above,
  * but the first index is uvarint(index - base) (base = the file window's first index, so
  * one or two bytes), and each window is bdb_stats_write_c then bdb_sketch_write_c in
- * the given form (BDB_SKETCH_C1 in version 3, BDB_SKETCH_C2 in version 5). Nothing is
+ * the given form (BDB_C1 in version 3, BDB_C2 in version 5). Nothing is
  * written (0 returned) when no window lies in [lo, hi), so n >= 1. read_c reads one
  * such list; with part as bdb_rollup_read_part (stopped may be NULL otherwise). Every
  * window's start must lie at or after base * width. */

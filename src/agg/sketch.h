@@ -31,6 +31,7 @@
 #ifndef BDB_AGG_SKETCH_H
 #define BDB_AGG_SKETCH_H
 
+#include "agg/cform.h"
 #include "common/buf.h"
 
 #include <stddef.h>
@@ -109,15 +110,14 @@ int bdb_sketch_decode(bdb_sketch *s, const void *p, size_t n);
  * beside it (docs/formats/tier.md, "The compact window list"). For a sketch of the
  * default parameters that never collapsed they store the buckets without what the
  * statistics already say; any other sketch is the byte 0 and bdb_sketch_write.
- * BDB_SKETCH_C1 (tier files of version 3): uvarint nb, the first key as zvarint(key -
+ * BDB_C1 (tier files of version 3): uvarint nb, the first key as zvarint(key -
  * the key of min), the others as uvarint gaps, the counts (uvarint count - 1 each) only
- * when nb < count. BDB_SKETCH_C2 (version 5): the end keys as offsets from the keys of
+ * when nb < count. BDB_C2 (version 5): the end keys as offsets from the keys of
  * min and max, the inner gaps and all counts but the last as Exp-Golomb bit codes.
  * read_c checks what bdb_sketch_read checks, against the given count, min and max
  * (which it does not read), and refuses any form the writer would not have chosen;
  * skip_c steps over one, checking its framing. Errors of read_c: BDB_ERR_CORRUPT (d->err
  * set), BDB_ERR_NOMEM. */
-enum { BDB_SKETCH_C1 = 1, BDB_SKETCH_C2 = 2 };
 void bdb_sketch_write_c(const bdb_sketch *s, int form, bdb_buf *out);
 int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, int form, uint64_t count, double min, double max);
 int bdb_sketch_skip_c(bdb_dec *d, int form, uint64_t count);

@@ -466,7 +466,7 @@ static int skip_c2(bdb_dec *d, uint64_t count)
 
 void bdb_sketch_write_c(const bdb_sketch *s, int form, bdb_buf *out)
 {
-    if (form == BDB_SKETCH_C1)
+    if (form == BDB_C1)
         write_c1(s, out);
     else
         write_c2(s, out);
@@ -474,10 +474,10 @@ void bdb_sketch_write_c(const bdb_sketch *s, int form, bdb_buf *out)
 
 int bdb_sketch_read_c(bdb_sketch *s, bdb_dec *d, int form, uint64_t count, double min, double max)
 {
-    return form == BDB_SKETCH_C1 ? read_c1(s, d, count, min, max) : read_c2(s, d, count, min, max);
+    return form == BDB_C1 ? read_c1(s, d, count, min, max) : read_c2(s, d, count, min, max);
 }
 
 int bdb_sketch_skip_c(bdb_dec *d, int form, uint64_t count)
 {
-    return form == BDB_SKETCH_C1 ? skip_c1(d, count) : skip_c2(d, count);
+    return form == BDB_C1 ? skip_c1(d, count) : skip_c2(d, count);
 }

@@ -1,4 +1,5 @@
 #include "agg/stats.h"
+#include "agg/stats_int.h"
 
 #include "bucketdb/bdb.h"
 
@@ -10,20 +11,6 @@
  *   u8 flags, f64 min, f64 sum_hi, [f64 sum_lo if FLAG_LO], [f64 max, f64 m2 if FLAG_SPREAD]
  * f64 is the IEEE 754 bit pattern, little endian; sum_hi and sum_lo are scaled by
  * 2^-SCALE like in memory. */
-#define FLAG_SPREAD 0x01 /* min < max: max and m2 follow; otherwise max = min, m2 = 0 */
-#define FLAG_LO 0x02     /* sum_lo != 0 follows */
-#define FLAG_ALL (FLAG_SPREAD | FLAG_LO)
-
-/* The sum is kept scaled by 2^-SCALE: 2^53 readings of DBL_MAX still sum to a finite
- * double, so the sum never overflows (bdb_stats_sum reports +-inf where the true sum is
- * past DBL_MAX) and the mean is always right. What it costs: readings below 2^-958
- * (about 1e-289) are summed with an absolute error of up to 2^-1011 each. */
-#define SCALE 64
-/* ldexp(v, -SCALE) as a multiplication: a power of two, so the product is the same
- * correctly rounded value (subnormal results too), without a libm call per reading */
-#define SCALE_DOWN 0x1p-64
-#define SCALE_UP 0x1p64 /* ldexp(v, SCALE): exact, or +-inf where ldexp overflows too */
-
 /* Knuth's TwoSum: s + e == a + b exactly, s = fl(a + b). */
 static void two_sum(double a, double b, double *s, double *e)
 {
@@ -90,7 +77,7 @@ int bdb_stats_add(bdb_stats *s, double v)
     if (s->count == 0) {
         s->count = 1;
         s->min = s->max = v;
-        s->sum_hi = v * SCALE_DOWN;
+        s->sum_hi = v * SCALE_DOWN + 0.0; /* a tiny negative v scales to -0.0: 0.0 */
         s->sum_lo = s->m2 = 0.0;
         return BDB_OK;
     }
@@ -237,14 +224,13 @@ static int is_neg_zero(double v)
     return v == 0.0 && signbit(v);
 }
 
-/* The checks a window built by add and merge always passes. */
-static int plausible(const bdb_stats *s, uint8_t flags)
+int bdb_stats_plausible(const bdb_stats *s, uint8_t flags)
 {
     if (!isfinite(s->min) || !isfinite(s->max) || is_neg_zero(s->min) || is_neg_zero(s->max))
         return 0;
     if ((flags & FLAG_SPREAD) ? !(s->min < s->max) : s->min != s->max)
         return 0;
-    if (s->count == 1 && (flags != 0 || s->sum_hi != s->min * SCALE_DOWN))
+    if (s->count == 1 && (flags != 0 || s->sum_hi != s->min * SCALE_DOWN + 0.0))
         return 0;
     if (isnan(s->m2) || s->m2 < 0.0 || is_neg_zero(s->m2))
         return 0;
@@ -297,7 +283,7 @@ int bdb_stats_read(bdb_stats *s, bdb_dec *d)
             t.max = bdb_dec_f64(d);
             t.m2 = bdb_dec_f64(d);
         }
-        if (d->err || !plausible(&t, flags))
+        if (d->err || !bdb_stats_plausible(&t, flags))
             goto corrupt;
     }
     *s = t;
@@ -321,144 +307,6 @@ int bdb_stats_skip(bdb_dec *d)
         d->err = 1;
     }
     return d->err ? BDB_ERR_CORRUPT : BDB_OK;
-}
-
-/* ---------------------------------------------------------------- compact form
- *
- *   uvarint count (>= 1); count 1: num min, nothing else (sum = min, m2 = 0)
- *   otherwise u8 flags (C_SPREAD, C_LO, C_RAWSUM), num min,
- *     C_SPREAD: num max, f64 m2
- *     num sum (the unscaled sum_hi), or with C_RAWSUM f64 sum_hi when unscaling it
- *     overflows; C_LO: sum_lo = odd * 2^exp as zvarint odd, zvarint exp
- * num = bdb_buf_put_num. */
-#define C_SPREAD 0x01
-#define C_LO 0x02
-#define C_RAWSUM 0x04
-#define C_ALL (C_SPREAD | C_LO | C_RAWSUM)
-
-void bdb_stats_write_c(const bdb_stats *s, bdb_buf *out)
-{
-    bdb_buf_put_uvarint(out, s->count);
-    if (s->count == 1) {
-        bdb_buf_put_num(out, s->min);
-        return;
-    }
-    double sum = ldexp(s->sum_hi, SCALE);
-    uint8_t flags = (s->min < s->max ? C_SPREAD : 0) | (s->sum_lo != 0.0 ? C_LO : 0) |
-                    (isfinite(sum) ? 0 : C_RAWSUM);
-    bdb_buf_putc(out, flags);
-    bdb_buf_put_num(out, s->min);
-    if (flags & C_SPREAD) {
-        bdb_buf_put_num(out, s->max);
-        bdb_buf_put_f64(out, s->m2);
-    }
-    if (flags & C_RAWSUM)
-        bdb_buf_put_f64(out, s->sum_hi);
-    else
-        bdb_buf_put_num(out, sum);
-    if (flags & C_LO) {
-        int e;
-        double m = frexp(s->sum_lo, &e); /* |m| in [0.5, 1): 53 bits as an integer */
-        int64_t odd = (int64_t)ldexp(m, 53);
-        e -= 53;
-        while (!(odd & 1)) {
-            odd /= 2;
-            e++;
-        }
-        bdb_buf_put_varint(out, odd);
-        bdb_buf_put_varint(out, e);
-    }
-}
-
-int bdb_stats_read_c(bdb_stats *s, bdb_dec *d)
-{
-    bdb_stats t;
-    bdb_stats_init(&t);
-    t.count = bdb_dec_uvarint_canon(d);
-    if (d->err || t.count == 0 || t.count > BDB_STATS_MAX_COUNT)
-        goto corrupt;
-    uint8_t flags = 0;
-    if (t.count == 1) {
-        t.min = t.max = bdb_dec_num(d);
-        t.sum_hi = t.min * SCALE_DOWN;
-    } else {
-        flags = bdb_dec_u8(d);
-        if (flags & ~C_ALL)
-            goto corrupt;
-        t.min = t.max = bdb_dec_num(d);
-        if (flags & C_SPREAD) {
-            t.max = bdb_dec_num(d);
-            t.m2 = bdb_dec_f64(d);
-        }
-        if (flags & C_RAWSUM) {
-            t.sum_hi = bdb_dec_f64(d);
-            if (isfinite(t.sum_hi * SCALE_UP))
-                goto corrupt; /* the writer uses the raw sum only when it must */
-        } else {
-            double sum = bdb_dec_num(d);
-            t.sum_hi = sum * SCALE_DOWN;
-            if (t.sum_hi * SCALE_UP != sum)
-                goto corrupt; /* bits the scaled sum cannot hold */
-        }
-        if (flags & C_LO) {
-            int64_t odd = bdb_dec_varint_canon(d), e = bdb_dec_varint_canon(d);
-            if (d->err || !(odd & 1) || odd >= (INT64_C(1) << 53) || odd <= -(INT64_C(1) << 53) ||
-                e < -1074 || e > 1100) /* below 2^-1074 no odd multiple is a double */
-                goto corrupt;
-            t.sum_lo = ldexp((double)odd, (int)e);
-        }
-    }
-    /* the version 1 checks, with its flags: spread, and sum_lo when not zero */
-    if (d->err ||
-        !plausible(&t, (flags & C_SPREAD ? FLAG_SPREAD : 0) | (flags & C_LO ? FLAG_LO : 0)))
-        goto corrupt;
-    *s = t;
-    return BDB_OK;
-corrupt:
-    d->err = 1;
-    return BDB_ERR_CORRUPT;
-}
-
-int bdb_stats_skip_count_c(bdb_dec *d, uint64_t *count)
-{
-    /* Converting each number and checking its form costs divisions; a reader stepping
-     * over the windows before its range needs their lengths and count only. */
-    uint64_t n = bdb_dec_uvarint_canon(d);
-    if (d->err || n == 0 || n > BDB_STATS_MAX_COUNT)
-        goto corrupt;
-    if (n == 1) {
-        bdb_dec_skip_num(d); /* the reading */
-    } else {
-        uint8_t flags = bdb_dec_u8(d);
-        if (flags & ~C_ALL)
-            goto corrupt;
-        bdb_dec_skip_num(d); /* min */
-        if (flags & C_SPREAD) {
-            bdb_dec_skip_num(d);
-            bdb_dec_bytes(d, 8); /* m2 */
-        }
-        if (flags & C_RAWSUM)
-            bdb_dec_bytes(d, 8);
-        else
-            bdb_dec_skip_num(d);
-        if (flags & C_LO) {
-            bdb_dec_uvarint(d);
-            bdb_dec_uvarint(d);
-        }
-    }
-    if (d->err)
-        goto corrupt;
-    *count = n;
-    return BDB_OK;
-corrupt:
-    d->err = 1;
-    return BDB_ERR_CORRUPT;
-}
-
-int bdb_stats_skip_c(bdb_dec *d)
-{
-    uint64_t n;
-    return bdb_stats_skip_count_c(d, &n);
 }
 
 int bdb_stats_decode(bdb_stats *s, const void *p, size_t n)

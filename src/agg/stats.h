@@ -23,6 +23,7 @@
 #ifndef BDB_AGG_STATS_H
 #define BDB_AGG_STATS_H
 
+#include "agg/cform.h"
 #include "common/buf.h"
 
 #include <math.h>
@@ -96,17 +97,20 @@ int bdb_stats_skip(bdb_dec *d);
 /* Decodes a buffer holding exactly one encoding (trailing bytes are corruption). */
 int bdb_stats_decode(bdb_stats *s, const void *p, size_t n);
 
-/* The compact encoding of a window that is not empty (tier files of version 3,
- * docs/formats/tier.md): no version byte; the count, a flags byte, min, max and the
- * unscaled sum as bdb_buf_put_num (a few bytes each for decimal readings), sum_lo as an
- * odd integer times a power of two, m2 as 8 bytes; a single reading is its count and
- * min. 8 to 16 bytes for a minute of decimal readings instead of 43. Canonical and
- * checked as bdb_stats_read; an empty window is not encodable (the writer has none). */
-void bdb_stats_write_c(const bdb_stats *s, bdb_buf *out);
-int bdb_stats_read_c(bdb_stats *s, bdb_dec *d);
+/* The compact encodings of a window that is not empty (tier files, docs/formats/tier.md):
+ * no version byte; the count, a flags byte, min, max and the unscaled sum as
+ * bdb_buf_put_num (a few bytes each for decimal readings), sum_lo as an odd integer
+ * times a power of two, m2 as 8 bytes; a single reading is its count and min. Form C2
+ * (tier version 5) writes max and the sum as differences from min and count x min in
+ * one decimal exponent whenever the three have one (stats_c.c). 8 to 16 bytes for a
+ * minute of decimal readings instead of 43. Canonical and checked as bdb_stats_read;
+ * an empty window is not encodable (the writer has none). Errors of read_c:
+ * BDB_ERR_CORRUPT with d->err set. */
+void bdb_stats_write_c(const bdb_stats *s, int form, bdb_buf *out);
+int bdb_stats_read_c(bdb_stats *s, bdb_dec *d, int form);
 /* Steps d over one compact encoding, as bdb_stats_skip (framing checked, values not);
  * *count gets its count. BDB_OK, or BDB_ERR_CORRUPT with d->err set. */
-int bdb_stats_skip_count_c(bdb_dec *d, uint64_t *count);
-int bdb_stats_skip_c(bdb_dec *d);
+int bdb_stats_skip_count_c(bdb_dec *d, int form, uint64_t *count);
+int bdb_stats_skip_c(bdb_dec *d, int form);
 
 #endif

@@ -482,7 +482,7 @@ double bdb_dec_f64(bdb_dec *d)
 
 /* ---------------------------------------------------------------- exact numbers */
 
-#define NUM_RAW 15u
+#define NUM_RAW BDB_NUM_RAW
 #define NUM_MAX_M 9007199254740992.0 /* 2^53: every integer up to it is a double */
 
 static const double num_p10[15] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
@@ -491,7 +491,7 @@ static const double num_p10[15] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 1e7,
 /* The form bdb_buf_put_num writes: the smallest e with v == m / 10^e (a correctly
  * rounded division of two exact doubles, so the reader gets the same bits), or
  * NUM_RAW. */
-static unsigned num_form(double v, int64_t *m)
+unsigned bdb_num_form(double v, int64_t *m)
 {
     if (!isfinite(v) || (v == 0.0 && signbit(v)) || fabs(v) > NUM_MAX_M)
         return NUM_RAW;
@@ -507,10 +507,15 @@ static unsigned num_form(double v, int64_t *m)
     return NUM_RAW;
 }
 
+double bdb_num_value(int64_t m, unsigned e)
+{
+    return (double)m / num_p10[e];
+}
+
 void bdb_buf_put_num(bdb_buf *b, double v)
 {
     int64_t m = 0;
-    unsigned e = num_form(v, &m);
+    unsigned e = bdb_num_form(v, &m);
     if (e == NUM_RAW) {
         bdb_buf_putc(b, NUM_RAW);
         bdb_buf_put_f64(b, v);
@@ -534,7 +539,7 @@ double bdb_dec_num(bdb_dec *d)
             return 0.0;
         }
         v = bdb_dec_f64(d);
-        want = num_form(v, &m);
+        want = bdb_num_form(v, &m);
     } else {
         uint64_t zz = u >> 4;
         int64_t k = (int64_t)(zz >> 1) ^ -(int64_t)(zz & 1);
@@ -550,7 +555,7 @@ double bdb_dec_num(bdb_dec *d)
          * costs more than the rest of the decoding. */
         if (e == 0 || (k % 10 != 0 && k < (INT64_C(1) << 50) && k > -(INT64_C(1) << 50)))
             return v;
-        want = num_form(v, &m);
+        want = bdb_num_form(v, &m);
         if (want == e && m != k)
             want = NUM_RAW; /* another m of the same e: not what the writer made */
     }

@@ -42,6 +42,13 @@ void bdb_buf_put_str(bdb_buf *b, const char *s, size_t n); /* uvarint length + b
  * anything else (-0.0, NaN, 1/3) is the byte 15 and the 8 bytes of bdb_buf_put_f64. The
  * smallest e is used, and the decoder refuses any other form (canonical). */
 void bdb_buf_put_num(bdb_buf *b, double v);
+/* The form bdb_buf_put_num chooses for v: the smallest e (0..14) with v == m / 10^e and
+ * |m| <= 2^53, m in *m; or BDB_NUM_RAW. bdb_num_value(m, e) is m / 10^e, a correctly
+ * rounded division of two exact doubles (so every m' / 10^e' of the same rational gives
+ * the same bits). */
+#define BDB_NUM_RAW 15u
+unsigned bdb_num_form(double v, int64_t *m);
+double bdb_num_value(int64_t m, unsigned e);
 /* Appends s as the inside of a JSON string (escapes ", \ and control bytes). */
 void bdb_buf_json_str(bdb_buf *b, const char *s, size_t n);
 /* Appends an integer in decimal, as printf's %lld / %llu would (without printf: these

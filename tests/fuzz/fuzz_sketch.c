@@ -11,12 +11,13 @@
  *     as the whole one, and every quantile keeps the relative-error bound against the
  *     sorted values (from bdb_sketch_accurate_from on when buckets collapsed);
  *  3. the same split for the statistics: count, min and max equal, sum and stddev close;
- *  4. the compact forms a tier window stores (C1, C2): the raw bytes after three that
- *     choose a count, min and max decode or are refused, whatever is accepted re-encodes
- *     to the bytes it took and skip_c steps over exactly those; the derived sketch of 2.
- *     round-trips through both forms.
- * Needs src/agg/sketch.c, src/agg/sketch_c.c, src/agg/stats.c and src/common/buf.c
- * (and -lm). */
+ *  4. the compact forms a tier window stores (C1, C2): the raw bytes as compact
+ *     statistics, and after three bytes that choose a count, min and max as a compact
+ *     sketch, decode or are refused; whatever is accepted re-encodes to the bytes it
+ *     took and skip_c steps over exactly those; the derived sketch of 2. and its
+ *     statistics round-trip through both forms.
+ * Needs src/agg/sketch.c, src/agg/sketch_c.c, src/agg/stats.c, src/agg/stats_c.c and
+ * src/common/buf.c (and -lm). */
 #include "agg/sketch.h"
 #include "agg/stats.h"
 #include "bucketdb/bdb.h"
@@ -113,11 +114,32 @@ static void decode_any(const uint8_t *p, size_t len)
 /* Job 4: p[0..3) give the statistics the compact form is read against. */
 static void decode_compact(const uint8_t *p, size_t len)
 {
+    /* the statistics' compact forms, from the raw bytes */
+    for (int form = BDB_C1; form <= BDB_C2; form++) {
+        bdb_stats st;
+        bdb_dec d;
+        bdb_dec_init(&d, p, len);
+        int rc = bdb_stats_read_c(&st, &d, form);
+        CHECK(rc == BDB_OK || rc == BDB_ERR_CORRUPT);
+        size_t used = len - bdb_dec_left(&d);
+        uint64_t cnt = 0;
+        bdb_dec_init(&d, p, len);
+        int skip = bdb_stats_skip_count_c(&d, form, &cnt);
+        CHECK(skip == BDB_OK || skip == BDB_ERR_CORRUPT);
+        if (rc == BDB_OK) {
+            CHECK(skip == BDB_OK && len - bdb_dec_left(&d) == used && cnt == st.count);
+            bdb_buf out;
+            bdb_buf_init(&out);
+            bdb_stats_write_c(&st, form, &out);
+            CHECK(out.len == used && memcmp(out.data, p, used) == 0);
+            bdb_buf_free(&out);
+        }
+    }
     if (len < 3)
         return;
     uint64_t count = 1 + (uint64_t)p[0];
     double min = ((int)p[1] - 128) * 0.37, max = count == 1 ? min : min + p[2] * 0.11;
-    for (int form = BDB_SKETCH_C1; form <= BDB_SKETCH_C2; form++) {
+    for (int form = BDB_C1; form <= BDB_C2; form++) {
         bdb_sketch s;
         bdb_sketch_init_default(&s);
         bdb_dec d;
@@ -145,7 +167,7 @@ static void decode_compact(const uint8_t *p, size_t len)
 /* The derived sketch w through both compact forms, read against its own extremes. */
 static void compact_roundtrip(const bdb_sketch *w)
 {
-    for (int form = BDB_SKETCH_C1; form <= BDB_SKETCH_C2; form++) {
+    for (int form = BDB_C1; form <= BDB_C2; form++) {
         bdb_buf x, y;
         bdb_buf_init(&x);
         bdb_buf_init(&y);
@@ -258,6 +280,17 @@ static void roundtrip_derived(const uint8_t *data, size_t size)
     check_sketch(&whole);
     compact_roundtrip(&whole);
     /* the statistics */
+    for (int form = BDB_C1; form <= BDB_C2; form++) {
+        bdb_buf c;
+        bdb_buf_init(&c);
+        bdb_stats_write_c(&sw, form, &c);
+        bdb_stats back;
+        bdb_dec dc;
+        bdb_dec_init(&dc, c.data, c.len);
+        CHECK(bdb_stats_read_c(&back, &dc, form) == BDB_OK && bdb_dec_left(&dc) == 0);
+        CHECK(memcmp(&back, &sw, sizeof back) == 0);
+        bdb_buf_free(&c);
+    }
     CHECK(bdb_stats_merge(&sb, &sa) == BDB_OK);
     CHECK(sb.count == sw.count && sb.min == sw.min && sb.max == sw.max);
     /* double-double sums agree to an ulp of the sum, plus 2^-100 of the magnitudes

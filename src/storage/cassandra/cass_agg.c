@@ -55,8 +55,7 @@ static int64_t blob_base(int64_t start, int64_t width)
 void cass_agg_encode_window(const bdb_rollup *r, const bdb_window *w, bdb_buf *out)
 {
     bdb_buf_putc(out, CASS_AGG_BLOB_VERSION);
-    bdb_rollup_write_c(r, w->start, w->start + 1, blob_base(w->start, r->width), BDB_SKETCH_C2,
-                       out);
+    bdb_rollup_write_c(r, w->start, w->start + 1, blob_base(w->start, r->width), BDB_C2, out);
 }
 
 int cass_agg_decode_window(bdb_rollup *out, int64_t start, const uint8_t *p, size_t n)
@@ -69,8 +68,8 @@ int cass_agg_decode_window(bdb_rollup *out, int64_t start, const uint8_t *p, siz
     bdb_dec_init(&d, p + 1, n - 1);
     int rc = p[0] == CASS_AGG_BLOB_VERSION_1
                  ? bdb_rollup_read(&tmp, &d, INT64_MIN, INT64_MAX)
-                 : bdb_rollup_read_c(&tmp, &d, BDB_SKETCH_C2, blob_base(start, out->width),
-                                     INT64_MIN, INT64_MAX, 0, NULL);
+                 : bdb_rollup_read_c(&tmp, &d, BDB_C2, blob_base(start, out->width), INT64_MIN,
+                                     INT64_MAX, 0, NULL);
     if (rc == BDB_OK && (bdb_dec_left(&d) || tmp.n != 1 || tmp.w[0].start != start))
         rc = BDB_ERR_CORRUPT;
     if (rc == BDB_OK)

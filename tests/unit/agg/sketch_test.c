@@ -952,7 +952,7 @@ static void compact_roundtrip(int form)
         /* another count than the stats': refused by C1, which repeats every count; C2
          * stores the count once, in the statistics, and its last bucket takes the rest */
         bdb_dec_init(&dec, b.data, len);
-        if (form == BDB_SKETCH_C1)
+        if (form == BDB_C1)
             assert_int_equal(bdb_sketch_read_c(&d, &dec, form, w[k].count + 1, w[k].min, w[k].max),
                              BDB_ERR_CORRUPT);
         if (b.data[0] != 0) { /* the full form where the compact one exists: refused */
@@ -975,8 +975,8 @@ static void compact_roundtrip(int form)
 static void test_compact_roundtrip(void **state)
 {
     (void)state;
-    compact_roundtrip(BDB_SKETCH_C1);
-    compact_roundtrip(BDB_SKETCH_C2);
+    compact_roundtrip(BDB_C1);
+    compact_roundtrip(BDB_C2);
 }
 
 /* One encoding per sketch in C2: every single-bit change of every sample sketch's
@@ -996,7 +996,7 @@ static void test_c2_canonical(void **state)
         if (w[k].count == 0)
             continue;
         bdb_buf_reset(&b);
-        bdb_sketch_write_c(&w[k], BDB_SKETCH_C2, &b);
+        bdb_sketch_write_c(&w[k], BDB_C2, &b);
         if (b.data[0] == 0 || b.len > 64)
             continue;
         for (size_t bit = 0; bit < b.len * 8; bit++) {
@@ -1005,13 +1005,13 @@ static void test_c2_canonical(void **state)
             bdb_sketch_init_default(&d);
             bdb_dec dec;
             bdb_dec_init(&dec, b.data, b.len);
-            int rc = bdb_sketch_read_c(&d, &dec, BDB_SKETCH_C2, w[k].count, w[k].min, w[k].max);
+            int rc = bdb_sketch_read_c(&d, &dec, BDB_C2, w[k].count, w[k].min, w[k].max);
             tried++;
             if (rc != BDB_OK || bdb_dec_left(&dec) != 0) {
                 refused++;
             } else {
                 bdb_buf_reset(&again);
-                bdb_sketch_write_c(&d, BDB_SKETCH_C2, &again);
+                bdb_sketch_write_c(&d, BDB_C2, &again);
                 if (again.len != b.len || memcmp(again.data, b.data, b.len) != 0)
                     fail_msg("sketch %zu bit %zu: decoded, but encodes otherwise", k, bit);
             }
@@ -1026,18 +1026,18 @@ static void test_c2_canonical(void **state)
     assert_int_equal(bdb_sketch_add(&s, 1.0), BDB_OK);
     assert_int_equal(bdb_sketch_add(&s, 2.0), BDB_OK);
     bdb_buf_reset(&b);
-    bdb_sketch_write_c(&s, BDB_SKETCH_C2, &b);
+    bdb_sketch_write_c(&s, BDB_C2, &b);
     assert_int_equal(b.len, 2); /* head (nb 2, first key at min's), then cl 0 and padding */
     assert_int_equal(b.data[1], 0);
     b.data[1] = 0xc0;
     bdb_dec dec;
     bdb_dec_init(&dec, b.data, b.len);
-    assert_int_equal(bdb_sketch_read_c(&s, &dec, BDB_SKETCH_C2, 2, 1.0, 2.0), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_sketch_read_c(&s, &dec, BDB_C2, 2, 1.0, 2.0), BDB_ERR_CORRUPT);
     bdb_dec_init(&dec, b.data, b.len);
-    assert_int_equal(bdb_sketch_skip_c(&dec, BDB_SKETCH_C2, 2), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_sketch_skip_c(&dec, BDB_C2, 2), BDB_ERR_CORRUPT);
     b.data[1] = 0x01; /* padding not zero */
     bdb_dec_init(&dec, b.data, b.len);
-    assert_int_equal(bdb_sketch_read_c(&s, &dec, BDB_SKETCH_C2, 2, 1.0, 2.0), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_sketch_read_c(&s, &dec, BDB_C2, 2, 1.0, 2.0), BDB_ERR_CORRUPT);
     bdb_sketch_free(&s);
     bdb_buf_free(&b);
     bdb_buf_free(&again);
@@ -1057,10 +1057,10 @@ static void test_compact_sizes(void **state)
         assert_int_equal(bdb_sketch_add(&s, v[i]), BDB_OK);
     bdb_buf b;
     bdb_buf_init(&b);
-    bdb_sketch_write_c(&s, BDB_SKETCH_C1, &b);
+    bdb_sketch_write_c(&s, BDB_C1, &b);
     assert_int_equal(b.len, 7); /* nb, first key, five gaps */
     bdb_buf_reset(&b);
-    bdb_sketch_write_c(&s, BDB_SKETCH_C2, &b);
+    bdb_sketch_write_c(&s, BDB_C2, &b);
     assert_int_equal(b.len, 3); /* head; cl, k, four gaps of 1 (3 bits each), padding */
     bdb_sketch_reset(&s);
     uint64_t x = 88172645463325252ull;
@@ -1076,10 +1076,10 @@ static void test_compact_sizes(void **state)
             assert_int_equal(bdb_sketch_add(&s, cents / 100.0), BDB_OK);
         }
         bdb_buf_reset(&b);
-        bdb_sketch_write_c(&s, BDB_SKETCH_C1, &b);
+        bdb_sketch_write_c(&s, BDB_C1, &b);
         c1 += b.len;
         bdb_buf_reset(&b);
-        bdb_sketch_write_c(&s, BDB_SKETCH_C2, &b);
+        bdb_sketch_write_c(&s, BDB_C2, &b);
         c2 += b.len;
     }
     printf("100 windows of 30 readings: C1 %zu bytes, C2 %zu bytes\n", c1, c2);

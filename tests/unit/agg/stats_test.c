@@ -791,12 +791,11 @@ static void test_corruption_loop(void **state)
                accepted);
 }
 
-/* The compact form (tier files of version 3): every sample window back bit for bit,
- * the bytes again from the decoded window, skip_c steps over exactly one, every
- * truncation refused, and a decimal minute in the documented size. */
-static void test_compact_roundtrip(void **state)
+/* The compact forms (C1 of tier version 3, C2 of version 5): every sample window back
+ * bit for bit, the bytes again from the decoded window, skip_c steps over exactly one,
+ * every truncation refused, and a decimal minute in the documented size. */
+static void compact_roundtrip(int form)
 {
-    (void)state;
     bdb_stats w[64];
     size_t n = sample_windows(w, 64);
     size_t tried = 0;
@@ -807,32 +806,32 @@ static void test_compact_roundtrip(void **state)
         bdb_buf b, again;
         bdb_buf_init(&b);
         bdb_buf_init(&again);
-        bdb_stats_write_c(&w[k], &b);
+        bdb_stats_write_c(&w[k], form, &b);
         size_t len = b.len;
-        bdb_stats_write_c(&w[k], &b); /* a second one after it */
+        bdb_stats_write_c(&w[k], form, &b); /* a second one after it */
         bdb_dec d;
         bdb_dec_init(&d, b.data, b.len);
         bdb_stats r;
-        assert_int_equal(bdb_stats_read_c(&r, &d), BDB_OK);
+        assert_int_equal(bdb_stats_read_c(&r, &d, form), BDB_OK);
         assert_int_equal(b.len - bdb_dec_left(&d), len);
         assert_memory_equal(&r, &w[k], sizeof r);
-        bdb_stats_write_c(&r, &again);
+        bdb_stats_write_c(&r, form, &again);
         assert_int_equal(again.len, len);
         assert_memory_equal(again.data, b.data, len);
         bdb_dec_init(&d, b.data, b.len);
-        assert_int_equal(bdb_stats_skip_c(&d), BDB_OK);
+        assert_int_equal(bdb_stats_skip_c(&d, form), BDB_OK);
         assert_int_equal(b.len - bdb_dec_left(&d), len);
         /* stepping over it (framing only) ends where reading it does, with its count */
         uint64_t cnt = 0;
         bdb_dec_init(&d, b.data, b.len);
-        assert_int_equal(bdb_stats_skip_count_c(&d, &cnt), BDB_OK);
+        assert_int_equal(bdb_stats_skip_count_c(&d, form, &cnt), BDB_OK);
         assert_int_equal(cnt, w[k].count);
         assert_int_equal(b.len - bdb_dec_left(&d), len);
         for (size_t cut = 0; cut < len; cut++) {
             bdb_dec_init(&d, b.data, cut);
-            assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+            assert_int_equal(bdb_stats_read_c(&r, &d, form), BDB_ERR_CORRUPT);
             bdb_dec_init(&d, b.data, cut);
-            assert_int_equal(bdb_stats_skip_count_c(&d, &cnt), BDB_ERR_CORRUPT);
+            assert_int_equal(bdb_stats_skip_count_c(&d, form, &cnt), BDB_ERR_CORRUPT);
         }
         bdb_buf_free(&b);
         bdb_buf_free(&again);
@@ -846,12 +845,14 @@ static void test_compact_roundtrip(void **state)
         assert_int_equal(bdb_stats_add(&s, v[i]), BDB_OK);
     bdb_buf b;
     bdb_buf_init(&b);
-    bdb_stats_write_c(&s, &b);
+    bdb_stats_write_c(&s, form, &b);
     assert_true(b.len <= 1 + 1 + 3 * 3 + 8 + (s.sum_lo != 0 ? 4 : 0));
+    if (form == BDB_C2) /* max and the sum as differences: a byte each here */
+        assert_true(b.len <= 1 + 1 + 3 + 1 + 8 + 1 + (s.sum_lo != 0 ? 4 : 0));
     bdb_buf_reset(&b);
     bdb_stats_init(&s);
     assert_int_equal(bdb_stats_add(&s, 21.5), BDB_OK);
-    bdb_stats_write_c(&s, &b);
+    bdb_stats_write_c(&s, form, &b);
     assert_int_equal(b.len, 1 + 2); /* count 1 and the reading */
     /* not canonical: C_RAWSUM with a sum that unscales to a finite double */
     bdb_buf_reset(&b);
@@ -862,22 +863,138 @@ static void test_compact_roundtrip(void **state)
     bdb_dec d;
     bdb_dec_init(&d, b.data, b.len);
     bdb_stats r;
-    assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_stats_read_c(&r, &d, form), BDB_ERR_CORRUPT);
     /* the same window written right reads back */
     bdb_stats two;
     bdb_stats_init(&two);
     bdb_stats_add(&two, 21.5);
     bdb_stats_add(&two, 21.5);
     bdb_buf_reset(&b);
-    bdb_stats_write_c(&two, &b);
+    bdb_stats_write_c(&two, form, &b);
     bdb_dec_init(&d, b.data, b.len);
-    assert_int_equal(bdb_stats_read_c(&r, &d), BDB_OK);
+    assert_int_equal(bdb_stats_read_c(&r, &d, form), BDB_OK);
     assert_memory_equal(&r, &two, sizeof r);
     /* an even sum_lo mantissa, and a count of 0, are not the writer's */
     const uint8_t zero[] = {0};
     bdb_dec_init(&d, zero, 1);
-    assert_int_equal(bdb_stats_read_c(&r, &d), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_stats_read_c(&r, &d, form), BDB_ERR_CORRUPT);
     bdb_buf_free(&b);
+}
+
+static void test_compact_roundtrip(void **state)
+{
+    (void)state;
+    compact_roundtrip(BDB_C1);
+    compact_roundtrip(BDB_C2);
+    /* one tiny negative reading: its scaled sum underflows, to 0.0 and not -0.0, which
+     * every decoder refuses (found by fuzz_sketch) */
+    bdb_stats s, r;
+    bdb_stats_init(&s);
+    assert_int_equal(bdb_stats_add(&s, -0x1.c0b6f7f6p-1021), BDB_OK);
+    assert_false(signbit(s.sum_hi));
+    for (int form = 0; form <= BDB_C2; form++) { /* 0: the version 1 encoding */
+        bdb_buf b;
+        bdb_buf_init(&b);
+        if (form)
+            bdb_stats_write_c(&s, form, &b);
+        else
+            bdb_stats_write(&s, &b);
+        bdb_dec d;
+        bdb_dec_init(&d, b.data, b.len);
+        assert_int_equal(form ? bdb_stats_read_c(&r, &d, form) : bdb_stats_read(&r, &d), BDB_OK);
+        assert_memory_equal(&r, &s, sizeof r);
+        bdb_buf_free(&b);
+    }
+}
+
+/* The delta form is C2's alone and C2 takes it whenever it exists: C1 refuses the
+ * flag, C2 refuses C1's bytes of a window that has a delta form and reads those of one
+ * that has none (a raw double); every single-bit change of every sample window's C2
+ * bytes is refused or encodes back to exactly the changed bytes (one encoding per
+ * window). 100 windows of 30 readings of a random walk in hundredths take the
+ * documented bytes in each form. */
+static void test_compact_c2(void **state)
+{
+    (void)state;
+    bdb_stats s, r;
+    bdb_stats_init(&s);
+    const double v[6] = {51.27, 51.31, 51.18, 51.4, 51.33, 51.29};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(bdb_stats_add(&s, v[i]), BDB_OK);
+    bdb_buf b;
+    bdb_buf_init(&b);
+    bdb_stats_write_c(&s, BDB_C2, &b);
+    assert_true(b.data[1] & 0x08); /* the delta form */
+    bdb_dec d;
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_stats_read_c(&r, &d, BDB_C1), BDB_ERR_CORRUPT);
+    uint64_t cnt;
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_stats_skip_count_c(&d, BDB_C1, &cnt), BDB_ERR_CORRUPT);
+    bdb_buf_reset(&b);
+    bdb_stats_write_c(&s, BDB_C1, &b);
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_stats_read_c(&r, &d, BDB_C2), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_stats_add(&s, 1.0 / 3.0), BDB_OK); /* no decimal form now */
+    bdb_buf_reset(&b);
+    bdb_stats_write_c(&s, BDB_C1, &b);
+    bdb_dec_init(&d, b.data, b.len);
+    assert_int_equal(bdb_stats_read_c(&r, &d, BDB_C2), BDB_OK);
+    assert_memory_equal(&r, &s, sizeof r);
+    /* one encoding per window */
+    bdb_stats w[64];
+    size_t n = sample_windows(w, 64), tried = 0, refused = 0;
+    bdb_buf again;
+    bdb_buf_init(&again);
+    for (size_t k = 0; k < n; k++) {
+        if (w[k].count == 0)
+            continue;
+        bdb_buf_reset(&b);
+        bdb_stats_write_c(&w[k], BDB_C2, &b);
+        for (size_t bit = 0; bit < b.len * 8; bit++) {
+            b.data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            bdb_dec_init(&d, b.data, b.len);
+            tried++;
+            if (bdb_stats_read_c(&r, &d, BDB_C2) != BDB_OK || bdb_dec_left(&d) != 0) {
+                refused++;
+            } else {
+                bdb_buf_reset(&again);
+                bdb_stats_write_c(&r, BDB_C2, &again);
+                if (again.len != b.len || memcmp(again.data, b.data, b.len) != 0)
+                    fail_msg("window %zu bit %zu: decoded, but encodes otherwise", k, bit);
+            }
+            b.data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        }
+    }
+    assert_true(tried > 1000 && refused > 0);
+    /* sizes */
+    uint64_t x = 88172645463325252ull;
+    int cents = 5127;
+    size_t c1 = 0, c2 = 0;
+    for (int win = 0; win < 100; win++) {
+        bdb_stats_init(&s);
+        for (int i = 0; i < 30; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            cents += (int)(x % 101) - 50;
+            assert_int_equal(bdb_stats_add(&s, cents / 100.0), BDB_OK);
+        }
+        bdb_buf_reset(&b);
+        bdb_stats_write_c(&s, BDB_C1, &b);
+        c1 += b.len;
+        bdb_buf_reset(&b);
+        bdb_stats_write_c(&s, BDB_C2, &b);
+        c2 += b.len;
+        bdb_dec_init(&d, b.data, b.len);
+        assert_int_equal(bdb_stats_read_c(&r, &d, BDB_C2), BDB_OK);
+        assert_memory_equal(&r, &s, sizeof r);
+    }
+    printf("100 windows of 30 readings: statistics C1 %zu bytes, C2 %zu bytes\n", c1, c2);
+    assert_int_equal(c1, 2287);
+    assert_int_equal(c2, 2022);
+    bdb_buf_free(&b);
+    bdb_buf_free(&again);
 }
 
 /* The decoder's absolute room for subnormal sums and squares (n * 2^-1074 on the sum,
@@ -893,11 +1010,14 @@ static void test_absolute_room(void **state)
         bdb_stats s = {.count = 3, .min = 0.0, .max = 1e-300, .sum_hi = sums[k]};
         bdb_buf b;
         bdb_buf_init(&b);
-        bdb_stats_write_c(&s, &b);
-        bdb_dec d;
-        bdb_dec_init(&d, b.data, b.len);
-        bdb_stats r;
-        assert_int_equal(bdb_stats_read_c(&r, &d), ok[k] ? BDB_OK : BDB_ERR_CORRUPT);
+        for (int form = BDB_C1; form <= BDB_C2; form++) {
+            bdb_buf_reset(&b);
+            bdb_stats_write_c(&s, form, &b);
+            bdb_dec d;
+            bdb_dec_init(&d, b.data, b.len);
+            bdb_stats r;
+            assert_int_equal(bdb_stats_read_c(&r, &d, form), ok[k] ? BDB_OK : BDB_ERR_CORRUPT);
+        }
         bdb_buf_free(&b);
     }
     /* a spread whose (max - min)^2 / 4 underflows to 0: m2 within n * 2^-1060 passes,
@@ -909,11 +1029,14 @@ static void test_absolute_room(void **state)
         s.sum_hi = s.max * 0x1p-64; /* readings 0, 0 and max */
         bdb_buf b;
         bdb_buf_init(&b);
-        bdb_stats_write_c(&s, &b);
-        bdb_dec d;
-        bdb_dec_init(&d, b.data, b.len);
-        bdb_stats r;
-        assert_int_equal(bdb_stats_read_c(&r, &d), m2ok[k] ? BDB_OK : BDB_ERR_CORRUPT);
+        for (int form = BDB_C1; form <= BDB_C2; form++) {
+            bdb_buf_reset(&b);
+            bdb_stats_write_c(&s, form, &b);
+            bdb_dec d;
+            bdb_dec_init(&d, b.data, b.len);
+            bdb_stats r;
+            assert_int_equal(bdb_stats_read_c(&r, &d, form), m2ok[k] ? BDB_OK : BDB_ERR_CORRUPT);
+        }
         bdb_buf_free(&b);
     }
 }
@@ -935,6 +1058,7 @@ int main(void)
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_corruption_loop),
         cmocka_unit_test(test_compact_roundtrip),
+        cmocka_unit_test(test_compact_c2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -182,7 +182,7 @@ void tf_add(tbuilder *tb, const char *device, size_t dlen, const char *metric, s
      * adds nothing, not even its device. */
     int64_t base = bdb_floor_div(tb->start, r->width);
     tb->win.len = 0;
-    size_t nw = bdb_rollup_write_c(r, tb->start, tb->end, base, BDB_SKETCH_C2, &tb->win);
+    size_t nw = bdb_rollup_write_c(r, tb->start, tb->end, base, BDB_C2, &tb->win);
     if (tb->win.oom) {
         tb_fail(tb, BDB_ERR_NOMEM);
         return;
@@ -299,6 +299,7 @@ int tf_finish(tbuilder *tb, tfile *out)
     out->seq = tb->seq;
     out->wal_upto = tb->wal_upto;
     out->flags = tb->flags;
+    out->form = BDB_C2; /* what tf_begin writes: version 5 */
     out->size = size;
     out->tenant = tb->tenant; /* handed over */
     tb->tenant = NULL;
@@ -398,7 +399,7 @@ static size_t header(const uint8_t *p, size_t n, tfile *out)
     out->inputs = inputs;
     out->ninputs = ninputs;
     out->flags = flags;
-    out->form = ver == TIER_VERSION_5 ? BDB_SKETCH_C2 : BDB_SKETCH_C1;
+    out->form = ver == TIER_VERSION_5 ? BDB_C2 : BDB_C1;
     out->size = n;
     return hlen + 4;
 }

@@ -53,7 +53,7 @@ typedef struct tfile {
     uint64_t *inputs; /* seqs of the files this one replaced (compaction) */
     size_t ninputs;
     unsigned flags; /* TF_REPLACES */
-    int form;       /* the sketch form of its windows: BDB_SKETCH_C1 (version 3) or C2 */
+    int form;       /* the sketch form of its windows: BDB_C1 (version 3) or C2 */
     char *names;    /* device names, then metric names, each NUL-terminated */
     tdev *devs;     /* sorted by name */
     size_t ndev;

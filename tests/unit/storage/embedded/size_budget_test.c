@@ -67,7 +67,7 @@ static const char *const kind_names[NKIND] = {
 static const uint64_t budget[NKIND] = {
     [K_BLOCKS] = 1860000, /* measured 1,740,750 */
     [K_T1M] = 0,          /* 1m is derived from raw while raw exists: no file */
-    [K_T1H] = 289000,     /* measured 269,679 (version 4: sketches in form C2) */
+    [K_T1H] = 277000,     /* measured 258,503 (version 5: statistics and sketches in form C2) */
     [K_T1D] = 0,          /* 1d is folded from 1h while 1h exists: no file */
     [K_FLEET] = 7800,     /* measured 7,316 (6 flushes x a 1h and a 1d file, zstd) */
     [K_CATALOG] = 2040,   /* measured 1,917 (image version 3: the rate learner) */
@@ -80,7 +80,7 @@ static const uint64_t budget[NKIND] = {
  * and the budget the test asserts (the goal when the measurement meets it, else the
  * measured ratio plus the same margin as the bytes). */
 #define PYRAMID_GOAL_PCT 25.0
-#define PYRAMID_MAX_PCT 25.0 /* measured 15.9 (24.9 with version 3 files) */
+#define PYRAMID_MAX_PCT 25.0 /* measured 15.3 (24.9 with version 3 files) */
 
 static char tmpdir[64], datadir[128];
 static uint64_t rng_state;

@@ -500,13 +500,13 @@ static void rebuild3(enum change3 c, bdb_buf *out)
             bdb_rollup_init(&w, HOUR);
             bdb_dec d;
             bdb_dec_init(&d, r + wp, wl);
-            assert_int_equal(bdb_rollup_read_c(&w, &d, BDB_SKETCH_C2, base, INT64_MIN / 2,
-                                               INT64_MAX / 2, 0, NULL),
-                             BDB_OK);
+            assert_int_equal(
+                bdb_rollup_read_c(&w, &d, BDB_C2, base, INT64_MIN / 2, INT64_MAX / 2, 0, NULL),
+                BDB_OK);
             bdb_buf wb;
             bdb_buf_init(&wb);
             assert_int_equal(
-                bdb_rollup_write_c(&w, INT64_MIN / 2, INT64_MAX / 2, base, BDB_SKETCH_C1, &wb), 3);
+                bdb_rollup_write_c(&w, INT64_MIN / 2, INT64_MAX / 2, base, BDB_C1, &wb), 3);
             assert_true(wb.len > wl); /* C1 spends a byte more on each one-reading sketch */
             bdb_buf_put_uvarint(out, wb.len);
             bdb_buf_append(out, wb.data, wb.len);
