@@ -178,6 +178,27 @@ static int collect_segment(void *ctx, const char *name)
     return 0;
 }
 
+static int oldest_cb(void *ctx, const char *name)
+{
+    uint64_t *oldest = ctx, num;
+    if (parse_seg_name(name, &num) && num < *oldest)
+        *oldest = num;
+    return 0;
+}
+
+int bdb_wal_oldest_segment(bdb_vfs *vfs, const char *dir, uint64_t *oldest)
+{
+    uint64_t o = UINT64_MAX;
+    if (!bdb_vfs_exists(vfs, dir))
+        return BDB_ERR_NOTFOUND;
+    int rc = bdb_vfs_list(vfs, dir, oldest_cb, &o);
+    if (rc == BDB_ERR_NOTFOUND || (rc == BDB_OK && o == UINT64_MAX))
+        return BDB_ERR_NOTFOUND;
+    if (rc == BDB_OK)
+        *oldest = o;
+    return rc;
+}
+
 static int cmp_seg(const void *a, const void *b)
 {
     uint64_t x = ((const seg_info *)a)->num, y = ((const seg_info *)b)->num;

@@ -72,6 +72,10 @@ int bdb_wal_sync(bdb_wal *w, uint64_t lsn);
  * the sealed segment: every record appended before this call is in segments <= *sealed. */
 int bdb_wal_cut(bdb_wal *w, uint64_t *sealed);
 
+/* The lowest segment number in dir, without opening the WAL. BDB_ERR_NOTFOUND when
+ * dir holds none (or does not exist); BDB_ERR_IO. */
+int bdb_wal_oldest_segment(bdb_vfs *vfs, const char *dir, uint64_t *oldest);
+
 /* Deletes every segment numbered <= upto (and fsyncs the directory). */
 int bdb_wal_remove_upto(bdb_wal *w, uint64_t upto);
 

@@ -17,6 +17,7 @@
  * report twice changes nothing). A file that fails any check is refused at open
  * (BDB_ERR_CORRUPT) rather than silently rebuilt: moving it away rebuilds the states
  * from the catalog and the metric values from the WAL that is left. */
+#include "storage/embedded/core/wal.h"
 #include "storage/embedded/state/db_latest_int.h"
 #include "common/alloc.h"
 #include "common/path.h"
@@ -288,10 +289,25 @@ int db_latest_open(bdb_db *db)
         cat_each_device(db, seed_from_catalog, db);
         if (seed_nomem)
             return BDB_ERR_NOMEM;
-        /* Replay starts after the catalog's segment as always: the segments before it
-         * are gone after a committed flush, and db->wal_upto is also what tells the
-         * tier, fleet and sink-usage files of committed flushes from those of a flush
-         * that never committed (lowering it here made the open delete them all). */
+        /* Replay starts after the catalog's segment, unless the flush that saved the
+         * catalog never saved this file (a crash between the two, or a failed save, on
+         * a directory that had none yet): that flush kept its segments, and their
+         * reports are the only copy of the metric values they carry. Replay then starts
+         * at the oldest segment still there, as for a file older than the catalog.
+         * Never lower than that: db->wal_upto also tells the tier, fleet and
+         * sink-usage files of committed flushes from those of a flush that never
+         * committed, and the segments of earlier flushes are gone (lowering it to 0
+         * made the open delete them all). */
+        uint64_t oldest;
+        int rc = bdb_wal_oldest_segment(db->vfs, db->wal_dir, &oldest);
+        if (rc != BDB_OK && rc != BDB_ERR_NOTFOUND)
+            return rc;
+        if (rc == BDB_OK && oldest >= 1 && oldest <= db->wal_upto) {
+            BDB_WARN("state index %s missing, and WAL segments from %llu kept by a flush "
+                     "that did not save it: replaying from %llu",
+                     path, (unsigned long long)oldest, (unsigned long long)oldest);
+            db->wal_upto = oldest - 1;
+        }
     }
     return BDB_OK;
 }
