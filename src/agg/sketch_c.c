@@ -66,6 +66,24 @@ static int read_escape(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, do
     return BDB_OK;
 }
 
+/* The end of a compact read: t, its buckets decoded (ok 0 when they were not), checked
+ * against the statistics and moved into s, or freed. */
+static int finish(bdb_sketch *s, bdb_sketch *t, bdb_dec *d, int ok, uint64_t total, uint64_t count,
+                  double min, double max)
+{
+    t->count = total;
+    t->min = min;
+    t->max = max;
+    if (!ok || d->err || !ends_ok(t, total, count, min, max)) {
+        bdb_sketch_free(t);
+        d->err = 1;
+        return BDB_ERR_CORRUPT;
+    }
+    bdb_sketch_free(s);
+    *s = *t;
+    return BDB_OK;
+}
+
 /* ---------------------------------------------------------------- C1 */
 
 static void write_c1(const bdb_sketch *s, bdb_buf *out)
@@ -127,16 +145,7 @@ static int read_c1(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double
                 total += (t.b[i].count = c + 1);
         }
     }
-    t.count = total;
-    t.min = min;
-    t.max = max;
-    if (d->err || !ends_ok(&t, total, count, min, max)) {
-        bdb_sketch_free(&t);
-        goto corrupt;
-    }
-    bdb_sketch_free(s);
-    *s = t;
-    return BDB_OK;
+    return finish(s, &t, d, 1, total, count, min, max);
 corrupt:
     d->err = 1;
     return BDB_ERR_CORRUPT;
@@ -431,16 +440,7 @@ static int read_c2(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double
         if (nb >= 2)
             ok = c2_bits(&r, &t, nb, count, first, bdb_sk_key_of(t.ln_gamma, max));
     }
-    t.count = count;
-    t.min = min;
-    t.max = max;
-    if (!ok || d->err || !ends_ok(&t, count, count, min, max)) {
-        bdb_sketch_free(&t);
-        goto corrupt;
-    }
-    bdb_sketch_free(s);
-    *s = t;
-    return BDB_OK;
+    return finish(s, &t, d, ok, count, count, min, max);
 corrupt:
     d->err = 1;
     return BDB_ERR_CORRUPT;
