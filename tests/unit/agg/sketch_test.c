@@ -1045,6 +1045,43 @@ static void test_c2_canonical(void **state)
         bdb_sketch_free(&w[k]);
 }
 
+/* C2's bit codes past 32 bits: bucket counts of billions (a long window of a device
+ * that reports one value, merged over years) and a gap across zero (negative and
+ * positive readings), back bit for bit in both forms. */
+static void test_compact_wide_codes(void **state)
+{
+    (void)state;
+    bdb_sketch s, d;
+    bdb_sketch_init_default(&s);
+    assert_int_equal(bdb_sketch_add_n(&s, -2.5, UINT64_C(6000000000)), BDB_OK);
+    assert_int_equal(bdb_sketch_add_n(&s, 0.0, UINT64_C(5000000001)), BDB_OK);
+    assert_int_equal(bdb_sketch_add_n(&s, 1e300, 3), BDB_OK);
+    assert_int_equal(bdb_sketch_add(&s, 7.25), BDB_OK);
+    for (int form = BDB_C1; form <= BDB_C2; form++) {
+        bdb_buf b, again;
+        bdb_buf_init(&b);
+        bdb_buf_init(&again);
+        bdb_sketch_write_c(&s, form, &b);
+        assert_int_not_equal(b.data[0], 0); /* the compact form, not the escape */
+        bdb_sketch_init_default(&d);
+        bdb_dec dec;
+        bdb_dec_init(&dec, b.data, b.len);
+        assert_int_equal(bdb_sketch_read_c(&d, &dec, form, s.count, s.min, s.max), BDB_OK);
+        assert_int_equal(bdb_dec_left(&dec), 0);
+        assert_same_sketch(&d, &s);
+        bdb_sketch_write_c(&d, form, &again);
+        assert_int_equal(again.len, b.len);
+        assert_memory_equal(again.data, b.data, b.len);
+        bdb_dec_init(&dec, b.data, b.len);
+        assert_int_equal(bdb_sketch_skip_c(&dec, form, s.count), BDB_OK);
+        assert_int_equal(bdb_dec_left(&dec), 0);
+        bdb_sketch_free(&d);
+        bdb_buf_free(&b);
+        bdb_buf_free(&again);
+    }
+    bdb_sketch_free(&s);
+}
+
 /* What the forms cost on windows like a fleet's (deterministic sizes): six distinct
  * readings, and 30 readings of a random walk in hundredths, as bench/loadgen.c sends. */
 static void test_compact_sizes(void **state)
@@ -1106,6 +1143,7 @@ int main(void)
         cmocka_unit_test(test_skip_rejects),
         cmocka_unit_test(test_compact_roundtrip),
         cmocka_unit_test(test_c2_canonical),
+        cmocka_unit_test(test_compact_wide_codes),
         cmocka_unit_test(test_compact_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
