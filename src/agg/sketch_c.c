@@ -66,6 +66,21 @@ static int read_escape(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, do
     return BDB_OK;
 }
 
+/* The start of a compact read of nb buckets (bounded by the caller): t empty with room
+ * for them, and the keys a finite double can have. BDB_OK, or BDB_ERR_NOMEM (d->err set,
+ * nothing to free). */
+static int begin(bdb_sketch *t, bdb_dec *d, uint64_t nb, int64_t *kmin, int64_t *kmax)
+{
+    bdb_sketch_init_default(t);
+    if (bdb_sk_reserve(t, (uint32_t)nb) != BDB_OK) {
+        d->err = 1;
+        return BDB_ERR_NOMEM;
+    }
+    t->n = (uint32_t)nb;
+    key_bounds(t, kmin, kmax);
+    return BDB_OK;
+}
+
 /* The end of a compact read: t, its buckets decoded (ok 0 when they were not), checked
  * against the statistics and moved into s, or freed. */
 static int finish(bdb_sketch *s, bdb_sketch *t, bdb_dec *d, int ok, uint64_t total, uint64_t count,
@@ -113,14 +128,9 @@ static int read_c1(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double
     if (nb > count || nb > BDB_SKETCH_MAX_BUCKETS || nb - 1 > bdb_dec_left(d) || count == 0)
         goto corrupt;
     bdb_sketch t;
-    bdb_sketch_init_default(&t);
-    if (bdb_sk_reserve(&t, (uint32_t)nb) != BDB_OK) {
-        d->err = 1;
-        return BDB_ERR_NOMEM;
-    }
-    t.n = (uint32_t)nb;
     int64_t kmin, kmax;
-    key_bounds(&t, &kmin, &kmax);
+    if (begin(&t, d, nb, &kmin, &kmax) != BDB_OK)
+        return BDB_ERR_NOMEM;
     int64_t dk = bdb_dec_varint_canon(d); /* bounded before the sum: no overflow */
     int64_t key =
         dk < -2 * kmax || dk > 2 * kmax ? kmax + 1 : (int64_t)bdb_sk_key_of(t.ln_gamma, min) + dk;
@@ -424,14 +434,9 @@ static int read_c2(bdb_sketch *s, bdb_dec *d, uint64_t count, double min, double
         (nb > 2 && nb - 2 > 8 * (uint64_t)bdb_dec_left(d)))
         goto corrupt;
     bdb_sketch t;
-    bdb_sketch_init_default(&t);
-    if (bdb_sk_reserve(&t, (uint32_t)nb) != BDB_OK) {
-        d->err = 1;
-        return BDB_ERR_NOMEM;
-    }
-    t.n = (uint32_t)nb;
     int64_t kmin, kmax;
-    key_bounds(&t, &kmin, &kmax);
+    if (begin(&t, d, nb, &kmin, &kmax) != BDB_OK)
+        return BDB_ERR_NOMEM;
     int64_t first = (int64_t)bdb_sk_key_of(t.ln_gamma, min) + code_off(c0);
     int ok = key_ok(first, kmin, kmax);
     if (ok) {
