@@ -79,7 +79,7 @@ static void check_chunk(const bdb_block_meta *m, const bdb_chunk_ref *c)
 {
     FZ_CHECK(c->min_ts <= c->max_ts || c->count == 0);
     bdb_chunk_iter it;
-    if (bdb_chunk_iter_init(&it, c->data, c->len) != BDB_OK)
+    if (bdb_block_chunk_iter(c, &it) != BDB_OK)
         return; /* the chunk decoder reports its own damage */
     int64_t t;
     double v;
@@ -97,7 +97,7 @@ static void check_chunk(const bdb_block_meta *m, const bdb_chunk_ref *c)
 static void walk(const bdb_block *b, int strict)
 {
     const bdb_block_meta *m = bdb_block_get_meta(b);
-    FZ_CHECK(m && m->version == 2 && m->window_start < m->window_end);
+    FZ_CHECK(m && (m->version == 2 || m->version == 3) && m->window_start < m->window_end);
     static char prev[3 * 4096 + 3];
     size_t plen = 0;
     int have_prev = 0;

@@ -1,6 +1,7 @@
 /* libFuzzer harness for chunks. Two jobs per input:
  *  1. decode the raw bytes as a chunk of any encoding: never crash or overread,
  *     samples strictly increasing, a clean end only after exactly the header's count;
+ *     and again as a bare PACKED chunk of a block file;
  *  2. derive samples from the bytes, encode them with the appender (STREAM),
  *     bdb_chunk_encode and every form of bdb_chunk_encode_as (XOR, old DECIMAL, PACKED
  *     deltas and deltas of deltas), require all to decode to the same bits and the
@@ -42,6 +43,33 @@ static void decode_any(const uint8_t *p, size_t len)
     CHECK(rc != 0 || got == count);
 }
 
+/* The raw bytes as a bare PACKED chunk of a block (version 3), with a first timestamp
+ * and a count taken from the input's first bytes: the same promises as decode_any. */
+static void decode_bare(const uint8_t *p, size_t len)
+{
+    if (len < 4)
+        return;
+    int64_t min_ts =
+        (int64_t)((uint64_t)p[len - 1] << 40 | (uint64_t)p[len - 2] << 16) - (1ll << 46);
+    uint32_t count = (uint32_t)(p[len - 3] | p[len - 4] << 8);
+    bdb_chunk_iter it;
+    int rc = bdb_chunk_iter_init_bare(&it, p, len - 4, min_ts, count);
+    if (rc != BDB_OK) {
+        CHECK(rc == BDB_ERR_CORRUPT);
+        return;
+    }
+    uint32_t got = 0;
+    int64_t t, prev = 0;
+    double v;
+    while ((rc = bdb_chunk_iter_next(&it, &t, &v)) == 1) {
+        CHECK(got == 0 ? t == min_ts : t > prev);
+        prev = t;
+        CHECK(++got <= count);
+    }
+    CHECK(rc == 0 || rc == BDB_ERR_CORRUPT);
+    CHECK(rc != 0 || got == count);
+}
+
 /* Big-endian bytes from the input, zeros once it runs out. */
 typedef struct {
     const uint8_t *p;
@@ -69,6 +97,29 @@ static void check_decodes(const uint8_t *p, size_t len, const int64_t *ts, const
     CHECK(bdb_chunk_count(p, len) == n);
     int64_t t;
     double v;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(bdb_chunk_iter_next(&it, &t, &v) == 1);
+        CHECK(t == ts[i] && memcmp(&v, &vals[i], sizeof(v)) == 0);
+    }
+    CHECK(bdb_chunk_iter_next(&it, &t, &v) == 0);
+    /* A PACKED chunk as a block stores it, bare: the same samples, and the header must
+     * agree with the entry. */
+    size_t rest;
+    int br = bdb_chunk_bare_offset(p, len, ts[0], (uint32_t)n, &rest);
+    if (bdb_chunk_kind(p[0]) != BDB_CHUNK_PACKED) {
+        CHECK(br == BDB_ERR_NOTFOUND);
+        return;
+    }
+    CHECK(br == BDB_OK && rest > 1 && rest <= len);
+    CHECK(bdb_chunk_bare_offset(p, len, ts[0], (uint32_t)n + 1, &rest) == BDB_ERR_INVALID);
+    CHECK(bdb_chunk_bare_offset(p, len, ts[0] ^ 1, (uint32_t)n, &rest) == BDB_ERR_INVALID);
+    CHECK(bdb_chunk_bare_offset(p, len, ts[0], (uint32_t)n, &rest) == BDB_OK);
+    static uint8_t bare[1 << 20];
+    if (len - rest + 1 > sizeof bare)
+        return;
+    bare[0] = p[0];
+    memcpy(bare + 1, p + rest, len - rest);
+    CHECK(bdb_chunk_iter_init_bare(&it, bare, len - rest + 1, ts[0], (uint32_t)n) == BDB_OK);
     for (size_t i = 0; i < n; i++) {
         CHECK(bdb_chunk_iter_next(&it, &t, &v) == 1);
         CHECK(t == ts[i] && memcmp(&v, &vals[i], sizeof(v)) == 0);
@@ -212,6 +263,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     decode_any(data, size);
+    decode_bare(data, size);
     roundtrip_derived(data, size);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* block: reading block files (format version 2, docs/formats/block.md): series key
+/* block: reading block files (format versions 2 and 3, docs/formats/block.md): series key
  * order, lookups, per-series cursors, series and partition iteration over a block that
  * block_open.c has mapped and validated. The writer is block_write.c.
  *
@@ -322,8 +322,16 @@ int bdb_block_cursor_next(bdb_block_cursor *cur, bdb_chunk_ref *c)
         .count = e.count,
         .data = b->map + e.off,
         .len = (size_t)e.len,
+        .bare = b->meta.version >= 3 && e.len && bdb_chunk_kind(b->map[e.off]) == BDB_CHUNK_PACKED,
     };
     return 1;
+}
+
+int bdb_block_chunk_iter(const bdb_chunk_ref *c, bdb_chunk_iter *it)
+{
+    if (c->bare)
+        return bdb_chunk_iter_init_bare(it, c->data, c->len, c->min_ts, c->count);
+    return bdb_chunk_iter_init(it, c->data, c->len);
 }
 
 void bdb_block_iter_init(const bdb_block *b, bdb_block_iter *it)

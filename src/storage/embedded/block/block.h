@@ -12,11 +12,12 @@
  * bytes summed over the device's metrics in this block) are derived from the index
  * for size histograms.
  *
- * The index (format version 2) is compact: tenant and metric names are stored once in
- * a sorted string table, the series of one device form a group that names the tenant
+ * The index (format version 3; version 2 is still read) is compact: tenant and metric names are
+ * stored once in a sorted string table, the series of one device form a group that names the tenant
  * and device once, and chunk entries are delta-coded varints inside their series'
  * record. A sparse table locates every 16th group, so a lookup is a binary search over
- * it followed by a short scan.
+ * it followed by a short scan. Since version 3 a PACKED chunk is stored bare, without
+ * the count and first timestamp its entry already holds.
  *
  * Writing: the file is written as `<name>.tmp`, fsynced, renamed to `<name>`, and the
  * directory fsynced. Reading: the file is mapped read-only; the header, the footer, the
@@ -25,6 +26,7 @@
 #ifndef BDB_BLOCK_H
 #define BDB_BLOCK_H
 
+#include "storage/embedded/chunk/chunk.h"
 #include "storage/vfs/vfs.h"
 
 #include <stddef.h>
@@ -48,7 +50,15 @@ typedef struct bdb_chunk_ref {
     uint32_t count;
     const uint8_t *data; /* points into the mapping (reader) */
     size_t len;
+    /* Reader: 1 when data is a bare PACKED chunk (block version 3), whose count and
+     * first timestamp are the fields above; bdb_block_chunk_iter decodes either form.
+     * The writer takes whole chunks only and ignores it. */
+    int bare;
 } bdb_chunk_ref;
+
+/* Starts decoding a chunk returned by a cursor, bare or whole: BDB_OK or
+ * BDB_ERR_CORRUPT. */
+int bdb_block_chunk_iter(const bdb_chunk_ref *c, bdb_chunk_iter *it);
 
 typedef struct bdb_block_meta {
     uint32_t version;

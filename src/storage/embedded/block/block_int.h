@@ -17,7 +17,10 @@
 #define BLK_MAGIC_LEN 6
 #define BLK_FOOTER_MAGIC "BDBBLKFT"
 #define BLK_FOOTER_MAGIC_LEN 8
-#define BLK_VERSION 2
+/* Written: 3 (PACKED chunks bare). Read: 2 and 3; 2 differs only in keeping every
+ * chunk whole. */
+#define BLK_VERSION 3
+#define BLK_VERSION_OLDEST 2
 #define BLK_HEADER_SIZE 36
 #define BLK_FOOTER_SIZE 128
 #define BLK_SPARSE_ENTRY 16 /* u64 group record offset, u64 data offset */

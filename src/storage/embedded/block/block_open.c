@@ -1,4 +1,4 @@
-/* block_open: opening a block file (format version 2, docs/formats/block.md).
+/* block_open: opening a block file (format versions 2 and 3, docs/formats/block.md).
  *
  * The file is mapped and the block keeps nothing but pointers into the mapping, so a
  * block with a million series costs O(1) heap. Open checks every CRC and walks the
@@ -100,8 +100,9 @@ static const char *check_footer(bdb_block *b, const uint8_t *ft)
         return "bad footer magic";
     if (crc_update(0, ft, F_FOOTER_CRC_AT) != bdb_get_u32le(ft + F_FOOTER_CRC_AT))
         return "footer CRC mismatch";
-    b->meta.version = bdb_get_u32le(ft + F_VERSION_AT);
-    if (b->meta.version != BLK_VERSION)
+    const uint32_t version = bdb_get_u32le(ft + F_VERSION_AT);
+    b->meta.version = version;
+    if (version < BLK_VERSION_OLDEST || version > BLK_VERSION)
         return BLK_BAD_VERSION;
     uint64_t f[F_NFIELDS];
     for (int i = 0; i < F_NFIELDS; i++)
@@ -139,7 +140,7 @@ static const char *check_footer(bdb_block *b, const uint8_t *ft)
     b->strs = b->stroffs + BLK_STROFF_SIZE * f[F_NSTRINGS];
     b->strs_len = left;
     b->meta = (bdb_block_meta){
-        .version = BLK_VERSION,
+        .version = version,
         .window_start = (int64_t)f[F_WINDOW_START],
         .window_end = (int64_t)f[F_WINDOW_END],
         .min_ts = (int64_t)f[F_MIN_TS],
@@ -163,7 +164,7 @@ static const char *check_header(const bdb_block *b)
         return "bad header magic";
     if (crc_update(0, h, 32) != bdb_get_u32le(h + 32))
         return "header CRC mismatch";
-    if ((h[6] | h[7] << 8) != BLK_VERSION ||
+    if ((uint32_t)(h[6] | h[7] << 8) != b->meta.version ||
         (int64_t)bdb_get_u64le(h + 8) != b->meta.window_start ||
         (int64_t)bdb_get_u64le(h + 16) != b->meta.window_end ||
         bdb_get_u64le(h + 24) != b->meta.seq)
@@ -219,8 +220,8 @@ int bdb_block_open(bdb_vfs *vfs, const char *path, bdb_block **out)
     const char *why = validate(b);
     if (why == BLK_BAD_VERSION) {
         BDB_WARN("block %s has format version %u, which this build cannot read (it reads "
-                 "version %d only)",
-                 path, b->meta.version, BLK_VERSION);
+                 "versions %d to %d)",
+                 path, b->meta.version, BLK_VERSION_OLDEST, BLK_VERSION);
         bdb_block_close(b);
         return BDB_ERR_CORRUPT;
     }

@@ -1,4 +1,4 @@
-/* block_write: the block file writer (format version 2, docs/formats/block.md).
+/* block_write: the block file writer (format version 3, docs/formats/block.md).
  *
  * The writer streams chunk bytes (and one CRC per series' run of chunks) to
  * `<name>.tmp` through a ~1 MiB staging buffer. It keeps the index in memory in a
@@ -346,6 +346,19 @@ int bdb_block_writer_add(bdb_block_writer *w, const bdb_series_key *key, const b
         return w->err;
     if (c->min_ts > c->max_ts || c->min_ts < w->window_start || c->max_ts >= w->window_end)
         return BDB_ERR_INVALID;
+    /* A PACKED chunk is stored bare: its flags byte, then what follows its count and
+     * first timestamp, which must be the entry's (the index keeps them). */
+    size_t rest = 0;
+    int brc = bdb_chunk_bare_offset(c->data, c->len, c->min_ts, c->count, &rest);
+    if (brc == BDB_ERR_INVALID)
+        return BDB_ERR_INVALID;
+    const uint8_t *tail = c->data;
+    size_t head_len = 0, stored = c->len;
+    if (brc == BDB_OK) {
+        head_len = 1;
+        tail = c->data + rest;
+        stored = 1 + (c->len - rest);
+    }
 
     /* Validate and reserve everything before changing any state, so a rejected chunk
      * leaves the writer usable. */
@@ -403,17 +416,20 @@ int bdb_block_writer_add(bdb_block_writer *w, const bdb_series_key *key, const b
         w->nbk++;
     }
     w->gc[w->ngc++] =
-        (struct wchunk){c->bucket_start, c->min_ts, c->max_ts, c->count, (uint32_t)c->len};
-    w->run_crc = crc_update(w->run_crc, c->data, c->len);
+        (struct wchunk){c->bucket_start, c->min_ts, c->max_ts, c->count, (uint32_t)stored};
+    w->run_crc = crc_update(w->run_crc, c->data, head_len);
+    w->run_crc = crc_update(w->run_crc, tail, stored - head_len);
     w->run_n++;
-    w->gdata += c->len;
+    w->gdata += stored;
     w->nchunks++;
     w->nsamples += c->count;
     if (c->min_ts < w->min_ts)
         w->min_ts = c->min_ts;
     if (c->max_ts > w->max_ts)
         w->max_ts = c->max_ts;
-    rc = w_write(w, c->data, c->len);
+    rc = w_write(w, c->data, head_len);
+    if (rc == BDB_OK)
+        rc = w_write(w, tail, stored - head_len);
     if (rc == BDB_OK && w_mem(w) != BDB_OK)
         rc = w->err = BDB_ERR_NOMEM;
     return rc;

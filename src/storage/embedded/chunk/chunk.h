@@ -143,6 +143,17 @@ typedef struct bdb_chunk_iter {
 int bdb_chunk_iter_init(bdb_chunk_iter *it, const uint8_t *p, size_t len);
 /* 1 = a sample in *ts and *v, 0 = end, BDB_ERR_CORRUPT = truncated or malformed bytes. */
 int bdb_chunk_iter_next(bdb_chunk_iter *it, int64_t *ts, double *v);
+/* Block files (version 3) keep a PACKED chunk bare: its flags byte and then
+ * everything after its count and first timestamp, which the block's index holds.
+ * bdb_chunk_bare_offset gives where that rest starts in the whole chunk p: BDB_OK with
+ * *rest, BDB_ERR_NOTFOUND (not PACKED: kept whole) or BDB_ERR_INVALID (malformed, or
+ * the count or first timestamp differs from the ones given). */
+int bdb_chunk_bare_offset(const uint8_t *p, size_t len, int64_t min_ts, uint32_t count,
+                          size_t *rest);
+/* Iterates a bare PACKED chunk, with its first timestamp (ms) and count from the
+ * index. BDB_OK or BDB_ERR_CORRUPT. */
+int bdb_chunk_iter_init_bare(bdb_chunk_iter *it, const uint8_t *p, size_t len, int64_t min_ts,
+                             uint32_t count);
 /* Number of samples recorded in the chunk header (0 if malformed). */
 uint16_t bdb_chunk_count(const uint8_t *p, size_t len);
 

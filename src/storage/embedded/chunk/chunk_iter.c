@@ -230,20 +230,21 @@ static inline uint64_t get_code(bdb_chunk_iter *it, unsigned w)
     return u;
 }
 
-static int packed_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
+/* A PACKED chunk from its flags byte on, once its count and first timestamp (in
+ * units) are known; q points at m0. Shared by whole chunks and by the bare ones of
+ * block files, which keep count and t0 in their index. */
+static int packed_rest(bdb_chunk_iter *it, uint8_t flags, uint64_t count, int64_t t0,
+                       const uint8_t *q, const uint8_t *end)
 {
-    const uint8_t *q = p + 1, *end = p + len;
-    uint64_t count, z;
-    if (get_uvarint(&q, end, &count) < 0 || count == 0 || count > BDB_CHUNK_MAX_SAMPLES)
+    uint64_t z;
+    if (count == 0 || count > BDB_CHUNK_MAX_SAMPLES)
         return -1;
     it->count = (uint16_t)count;
-    it->exp = p[0] & 15;
-    it->dod = p[0] >> 4 & 1;
-    it->t_unit = unit_tab[p[0] >> 5 & 3];
+    it->exp = flags & 15;
+    it->dod = flags >> 4 & 1;
+    it->t_unit = unit_tab[flags >> 5 & 3];
     it->t_max = INT64_MAX / it->t_unit;
-    if (get_uvarint(&q, end, &z) < 0)
-        return -1;
-    it->t = (int64_t)unzigzag(z);
+    it->t = t0;
     if (it->t > it->t_max || it->t < INT64_MIN / it->t_unit)
         return -1;
     if (get_uvarint(&q, end, &z) < 0)
@@ -270,6 +271,26 @@ static int packed_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
     it->vw = (uint8_t)(w & ((1u << PK_WIDTH_BITS) - 1));
     it->pos = 2 * PK_WIDTH_BITS;
     return 0;
+}
+
+/* The count and t0 of a whole PACKED chunk; *q is left at m0. */
+static int packed_head(const uint8_t **q, const uint8_t *end, uint64_t *count, int64_t *t0)
+{
+    uint64_t z;
+    if (get_uvarint(q, end, count) < 0 || get_uvarint(q, end, &z) < 0)
+        return -1;
+    *t0 = (int64_t)unzigzag(z);
+    return 0;
+}
+
+static int packed_init(bdb_chunk_iter *it, const uint8_t *p, size_t len)
+{
+    const uint8_t *q = p + 1, *end = p + len;
+    uint64_t count;
+    int64_t t0;
+    if (packed_head(&q, end, &count, &t0) < 0)
+        return -1;
+    return packed_rest(it, p[0], count, t0, q, end);
 }
 
 /* Sample i >= 1 of a PACKED chunk. */
@@ -383,6 +404,44 @@ int bdb_chunk_iter_next(bdb_chunk_iter *it, int64_t *ts, double *v)
     }
     it->i++;
     return 1;
+}
+
+int bdb_chunk_bare_offset(const uint8_t *p, size_t len, int64_t min_ts, uint32_t count,
+                          size_t *rest)
+{
+    if (len == 0 || bdb_chunk_kind(p[0]) != BDB_CHUNK_PACKED)
+        return BDB_ERR_NOTFOUND;
+    const uint8_t *q = p + 1, *end = p + len;
+    uint64_t n;
+    int64_t t0;
+    if (packed_head(&q, end, &n, &t0) < 0 || n != count)
+        return BDB_ERR_INVALID;
+    int64_t unit = unit_tab[p[0] >> 5 & 3];
+    if (t0 > INT64_MAX / unit || t0 < INT64_MIN / unit || t0 * unit != min_ts)
+        return BDB_ERR_INVALID;
+    *rest = (size_t)(q - p);
+    return BDB_OK;
+}
+
+int bdb_chunk_iter_init_bare(bdb_chunk_iter *it, const uint8_t *p, size_t len, int64_t min_ts,
+                             uint32_t count)
+{
+    memset(it, 0, sizeof(*it));
+    it->lead = NO_WINDOW;
+    it->err = BDB_ERR_CORRUPT;
+    if (len == 0 || bdb_chunk_kind(p[0]) != BDB_CHUNK_PACKED)
+        return BDB_ERR_CORRUPT;
+    if (len > MAX_STREAM_BYTES)
+        len = MAX_STREAM_BYTES;
+    int64_t unit = unit_tab[p[0] >> 5 & 3];
+    /* The index's first timestamp must be one the whole chunk could have stored. */
+    if (min_ts % unit != 0)
+        return BDB_ERR_CORRUPT;
+    it->enc = BDB_CHUNK_PACKED;
+    if (packed_rest(it, p[0], count, min_ts / unit, p + 1, p + len) < 0)
+        return BDB_ERR_CORRUPT;
+    it->err = 0;
+    return BDB_OK;
 }
 
 uint16_t bdb_chunk_count(const uint8_t *p, size_t len)

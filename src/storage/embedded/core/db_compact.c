@@ -205,7 +205,7 @@ static int compact_blocks(bdb_db *db, blockent *in, size_t nb, int64_t now)
                     break;
                 }
                 db_merger_source(&m, prio, ref.bucket_start);
-                rc = db_merger_push_chunk(&m, ref.data, ref.len, INT64_MIN, INT64_MAX);
+                rc = db_merger_push_chunk(&m, &ref, INT64_MIN, INT64_MAX);
             }
         }
         if (rc == BDB_OK && !expired) {

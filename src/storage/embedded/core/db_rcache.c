@@ -168,7 +168,7 @@ static struct rawunit *ru_build(bdb_db *db, const bdb_series_key *key, int64_t u
             ch[2 * nc + 1] = c.max_ts;
             nc++;
             db_merger_source(&g, bm->seq, 0);
-            r = db_merger_push_chunk(&g, c.data, c.len, u, u + U);
+            r = db_merger_push_chunk(&g, &c, u, u + U);
         }
         if (r < 0)
             rc = r;

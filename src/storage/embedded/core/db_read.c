@@ -187,7 +187,7 @@ int bdb_db_read(bdb_db *db, const char *tn, const char *dn, const char *const *m
                 if (c.max_ts < lo || c.min_ts >= hi)
                     continue;
                 db_merger_source(&g[m], bm->seq, 0);
-                if ((r = db_merger_push_chunk(&g[m], c.data, c.len, lo, hi)) != BDB_OK)
+                if ((r = db_merger_push_chunk(&g[m], &c, lo, hi)) != BDB_OK)
                     break;
                 nchunks++;
             }

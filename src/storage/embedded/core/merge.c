@@ -75,10 +75,10 @@ void db_merger_push(db_merger *m, int64_t ts, double v)
     m->t[m->n++] = (db_merger_samp){ts, m->prio, m->order++, m->part, v};
 }
 
-int db_merger_push_chunk(db_merger *m, const uint8_t *data, size_t len, int64_t lo, int64_t hi)
+int db_merger_push_chunk(db_merger *m, const bdb_chunk_ref *c, int64_t lo, int64_t hi)
 {
     bdb_chunk_iter it;
-    if (bdb_chunk_iter_init(&it, data, len) != BDB_OK)
+    if (bdb_block_chunk_iter(c, &it) != BDB_OK)
         return BDB_ERR_CORRUPT;
     int64_t t;
     double v;

@@ -65,10 +65,10 @@ void db_merger_free(db_merger *m);
 void db_merger_source(db_merger *m, uint64_t prio, int64_t part);
 /* One sample of the current source. */
 void db_merger_push(db_merger *m, int64_t ts, double v);
-/* The samples in [lo, hi) of one encoded chunk (data, len) as part of the current
+/* The samples in [lo, hi) of one block chunk (bare or whole) as part of the current
  * source: BDB_OK, BDB_ERR_CORRUPT (the chunk does not decode; what decoded before the
  * damage stays pushed) or BDB_ERR_NOMEM (oom is set too). */
-int db_merger_push_chunk(db_merger *m, const uint8_t *data, size_t len, int64_t lo, int64_t hi);
+int db_merger_push_chunk(db_merger *m, const bdb_chunk_ref *c, int64_t lo, int64_t hi);
 /* Head chunk c's samples in [lo, hi) (the newest of each time within the chunk) as a
  * source of its own. Out of memory sets oom. The caller holds the device's lock. */
 void db_merger_add_head(db_merger *m, const struct hchunk *c, int64_t lo, int64_t hi, uint64_t prio,

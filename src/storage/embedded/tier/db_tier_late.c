@@ -337,7 +337,7 @@ static int blocks_push_locked(bdb_db *db, const bdb_series_key *key, int64_t lo,
             x = BDB_OK;
             if (c.max_ts < lo || c.min_ts >= hi)
                 continue;
-            x = db_merger_push_chunk(m, c.data, c.len, lo, hi);
+            x = db_merger_push_chunk(m, &c, lo, hi);
         }
         if (x < 0)
             rc = x;

@@ -1,4 +1,4 @@
-/* Block file tests (format version 2): round trip over 1000+ series, lookups through
+/* Block file tests (format version 3): round trip over 1000+ series, lookups through
  * cursors, iteration, seeks, partition statistics, names and values at the edges of
  * the encoding, writer rule enforcement, failure cleanup, the size of the compact
  * index, and corruption handling (bit flips in every region, structural damage under
@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "storage/embedded/blockfix.h"
 #include "storage/embedded/engutil.h"
 
 /* Format constants from docs/formats/block.md, used to aim damage at regions. */
@@ -165,6 +166,7 @@ static void gen_chunk(size_t s, int j, bdb_chunk_ref *c, uint8_t *buf)
     uint64_t seed = s * 1000003 + (uint64_t)j;
     for (size_t i = 0; i < c->len; i++)
         buf[i] = (uint8_t)rng_next(&seed);
+    buf[0] &= 0x7f; /* opaque bytes, not a PACKED chunk (stored bare) */
     c->data = buf;
 }
 
@@ -258,7 +260,7 @@ static void test_roundtrip(void **state)
     snprintf(path, sizeof path, "%s/b1", dir);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
-    assert_int_equal(wm.version, 2);
+    assert_int_equal(wm.version, 3);
     assert_int_equal(wm.nseries, n);
     assert_int_equal(wm.nchunks, nchunks);
     assert_int_equal(wm.nsamples, nsamples);
@@ -267,7 +269,7 @@ static void test_roundtrip(void **state)
 
     bdb_block *b = open_ok(vfs, dir, "b1");
     const bdb_block_meta *m = bdb_block_get_meta(b);
-    assert_int_equal(m->version, 2);
+    assert_int_equal(m->version, 3);
     assert_int_equal(m->window_start, W0);
     assert_int_equal(m->window_end, W0 + WINDOW);
     assert_int_equal(m->seq, 42);
@@ -782,6 +784,7 @@ static void test_compact_index(void **state)
             size_t len = 38 + rng_next(&seed) % 15; /* ~45 bytes */
             for (size_t i = 0; i < len; i++)
                 buf[i] = (uint8_t)rng_next(&seed);
+            buf[0] &= 0x7f; /* opaque bytes, kept whole */
             bdb_series_key k = {"default", 7, dev, strlen(dev), mnames[m], strlen(mnames[m])};
             bdb_chunk_ref c = {.bucket_start = ws,
                                .min_ts = t0,
@@ -964,7 +967,7 @@ static void test_buffered_writes(void **state)
     /* 4 MiB in 1 KiB chunks, then one 3 MiB chunk that bypasses the staging buffer. */
     static uint8_t data[3 << 20];
     for (size_t i = 0; i < sizeof data; i++)
-        data[i] = (uint8_t)(i * 131 + 7);
+        data[i] = (uint8_t)((i * 131 + 7) & 0x7f); /* opaque, never a PACKED first byte */
     bdb_series_key k = {"t", 1, "d", 1, "m", 1};
     for (int i = 0; i < 4096; i++) {
         bdb_chunk_ref c = {.min_ts = i, .max_ts = i, .count = 1, .data = data + i, .len = 1024};
@@ -1320,6 +1323,150 @@ static void test_structural_damage(void **state)
     corpus_free(&cp);
 }
 
+/* Reads every series of the fixture's content from b and compares it, sample for
+ * sample, with blockfix.h; *bare counts the chunks handed out bare, *stored their
+ * bytes as stored. */
+static void check_fixture(const bdb_block *b, int *bare, uint64_t *stored)
+{
+    *bare = 0;
+    *stored = 0;
+    int64_t ts[BF_MAXN];
+    double v[BF_MAXN];
+    for (int s = 0; s < BF_NSERIES; s++) {
+        char metric[16];
+        snprintf(metric, sizeof metric, "m%d", s);
+        bdb_series_key k = {"t", 1, "d", 1, metric, strlen(metric)};
+        bdb_block_cursor cur;
+        assert_int_equal(bdb_block_find(b, &k, &cur), BDB_OK);
+        size_t n;
+        int form, j = 0;
+        bdb_chunk_ref c;
+        while (bdb_block_cursor_next(&cur, &c) == 1) {
+            assert_true(bf_chunk(s, j++, ts, v, &n, &form));
+            assert_int_equal(c.count, n);
+            assert_int_equal(c.min_ts, ts[0]);
+            *bare += c.bare;
+            *stored += c.len;
+            bdb_chunk_iter it;
+            assert_int_equal(bdb_block_chunk_iter(&c, &it), BDB_OK);
+            int64_t t;
+            double x;
+            size_t i = 0;
+            while (bdb_chunk_iter_next(&it, &t, &x) == 1) {
+                assert_true(i < n);
+                assert_int_equal(t, ts[i]);
+                assert_true(x == v[i]);
+                i++;
+            }
+            assert_int_equal(i, n);
+        }
+        assert_false(bf_chunk(s, j, ts, v, &n, &form));
+    }
+}
+
+/* Version 3 keeps a PACKED chunk bare (without the count and first timestamp its
+ * entry holds) and every other chunk whole; a version 2 file written by commit
+ * 42dff49 (tests/fixtures/blocks) is still read, its chunks whole, to the same
+ * samples. The saving is exactly the two header fields of each PACKED chunk. */
+static void test_bare_chunks_and_version2(void **state)
+{
+    (void)state;
+    char *dir = eu_make_flat_dir("/tmp/bdb-block-test");
+    bdb_vfs *vfs = bdb_vfs_posix();
+    assert_int_equal(bf_write(vfs, dir, "v3"), BDB_OK);
+    bdb_block *b3 = open_ok(vfs, dir, "v3");
+    assert_int_equal(bdb_block_get_meta(b3)->version, 3);
+    int bare3;
+    uint64_t stored3;
+    check_fixture(b3, &bare3, &stored3);
+    assert_int_equal(bare3, 6); /* all but m3's XOR chunk */
+
+    char path[600];
+    snprintf(path, sizeof path, "tests/fixtures/blocks/v2-chunks.blk");
+    bdb_block *b2;
+    assert_int_equal(bdb_block_open(vfs, path, &b2), BDB_OK);
+    assert_int_equal(bdb_block_get_meta(b2)->version, 2);
+    int bare2;
+    uint64_t stored2;
+    check_fixture(b2, &bare2, &stored2);
+    assert_int_equal(bare2, 0);
+
+    /* What bare saves: the count (1 byte each here) and the first timestamp (6 bytes in
+     * milliseconds: m0, m2, m4; 5 in seconds: m1 and m5's two) of the six PACKED chunks. */
+    uint64_t want = 0;
+    int64_t ts[BF_MAXN];
+    double v[BF_MAXN];
+    size_t n;
+    int form;
+    for (int s = 0; s < BF_NSERIES; s++)
+        for (int j = 0; bf_chunk(s, j, ts, v, &n, &form); j++) {
+            bdb_buf c;
+            bdb_buf_init_checked(&c);
+            assert_int_equal(bdb_chunk_encode_as(ts, v, n, form, &c), BDB_OK);
+            size_t rest;
+            int r = bdb_chunk_bare_offset(c.data, c.len, ts[0], (uint32_t)n, &rest);
+            assert_int_equal(r, s == 3 ? BDB_ERR_NOTFOUND : BDB_OK);
+            if (r == BDB_OK)
+                want += rest - 1;
+            bdb_buf_free(&c);
+        }
+    assert_int_equal(stored2 - stored3, want);
+    assert_int_equal(want, 3 * (1 + 6) + 3 * (1 + 5));
+    assert_int_equal(bdb_block_get_meta(b2)->file_bytes - bdb_block_get_meta(b3)->file_bytes, want);
+    bdb_block_close(b2);
+    bdb_block_close(b3);
+
+    /* The writer refuses a PACKED chunk whose header disagrees with its entry, and
+     * stays usable. */
+    bdb_block_writer *w;
+    assert_int_equal(bdb_block_writer_open(vfs, dir, "bad", BF_W0, BF_W0 + BF_WINDOW, 1, &w),
+                     BDB_OK);
+    assert_true(bf_chunk(0, 0, ts, v, &n, &form));
+    bdb_buf c;
+    bdb_buf_init_checked(&c);
+    assert_int_equal(bdb_chunk_encode_as(ts, v, n, form, &c), BDB_OK);
+    bdb_series_key k = {"t", 1, "d", 1, "m0", 2};
+    bdb_chunk_ref r = {.bucket_start = BF_W0,
+                       .min_ts = ts[0] + 1,
+                       .max_ts = ts[n - 1],
+                       .count = (uint32_t)n,
+                       .data = c.data,
+                       .len = c.len};
+    assert_int_equal(bdb_block_writer_add(w, &k, &r), BDB_ERR_INVALID); /* first ts */
+    r.min_ts = ts[0];
+    r.count = (uint32_t)n - 1;
+    assert_int_equal(bdb_block_writer_add(w, &k, &r), BDB_ERR_INVALID); /* count */
+    r.count = (uint32_t)n;
+    r.len = 3; /* cut inside the header */
+    assert_int_equal(bdb_block_writer_add(w, &k, &r), BDB_ERR_INVALID);
+    r.len = c.len;
+    assert_int_equal(bdb_block_writer_add(w, &k, &r), BDB_OK);
+    bdb_block_meta meta;
+    assert_int_equal(bdb_block_writer_finish(w, &meta), BDB_OK);
+    assert_int_equal(meta.nchunks, 1);
+    bdb_buf_free(&c);
+
+    /* A bare chunk read with an entry whose first timestamp its unit cannot hold (m1
+     * counts whole seconds) is damage, not data. */
+    assert_true(bf_chunk(1, 0, ts, v, &n, &form));
+    bdb_buf_init_checked(&c);
+    assert_int_equal(bdb_chunk_encode_as(ts, v, n, form, &c), BDB_OK);
+    size_t rest;
+    assert_int_equal(bdb_chunk_bare_offset(c.data, c.len, ts[0], (uint32_t)n, &rest), BDB_OK);
+    uint8_t bare[128];
+    bare[0] = c.data[0];
+    memcpy(bare + 1, c.data + rest, c.len - rest);
+    bdb_chunk_iter it;
+    size_t blen = 1 + c.len - rest;
+    assert_int_equal(bdb_chunk_iter_init_bare(&it, bare, blen, ts[0], (uint32_t)n), BDB_OK);
+    assert_int_equal(bdb_chunk_iter_init_bare(&it, bare, blen, ts[0] + 500, (uint32_t)n),
+                     BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_iter_init_bare(&it, bare, blen, ts[0], 0), BDB_ERR_CORRUPT);
+    assert_int_equal(bdb_chunk_iter_init_bare(&it, bare, 1, ts[0], (uint32_t)n), BDB_ERR_CORRUPT);
+    bdb_buf_free(&c);
+    eu_remove_flat_dir(dir);
+}
+
 /* A file of another format version is refused with a message that says so. */
 static void test_other_versions_rejected(void **state)
 {
@@ -1330,7 +1477,7 @@ static void test_other_versions_rejected(void **state)
     assert_non_null(img);
     char logpath[600];
     snprintf(logpath, sizeof logpath, "%s/log", cp.dir);
-    uint32_t versions[] = {1, 3, 0xffffffffu};
+    uint32_t versions[] = {1, 4, 0xffffffffu};
     for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
         memcpy(img, cp.file, cp.len);
         eu_put32(img + cp.len - FTR + FT_VERSION, versions[i]);
@@ -1350,7 +1497,7 @@ static void test_other_versions_rejected(void **state)
         char want[64];
         snprintf(want, sizeof want, "format version %u", versions[i]);
         assert_non_null(strstr((char *)log, want));
-        assert_non_null(strstr((char *)log, "reads version 2"));
+        assert_non_null(strstr((char *)log, "reads versions 2 to 3"));
         free(log);
         unlink(logpath);
     }
@@ -1408,6 +1555,7 @@ int main(void)
         cmocka_unit_test(test_bit_flips),
         cmocka_unit_test(test_structural_damage),
         cmocka_unit_test(test_other_versions_rejected),
+        cmocka_unit_test(test_bare_chunks_and_version2),
         cmocka_unit_test(test_truncated_and_extended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -205,10 +205,10 @@ static void test_usage_tracker_edges(void **state)
     assert_int_equal(su.bytes, 0);
     assert_int_equal(bdb_db_partition_summary(db, &ps), BDB_ERR_NOTFOUND);
     bdb_db_usage_note(db, "t", 5);
-    bdb_usage_opts uo = {.partition_warn_bytes = 1, .manual = 1};
+    bdb_usage_opts uo = {.partition_warn_bytes = 2, .manual = 1};
     bdb_db_usage_start(db, &uo);
     bdb_db_usage_start(db, &uo); /* again, same options: no change */
-    uo.partition_warn_bytes = 2;
+    uo.partition_warn_bytes = 1;
     bdb_db_usage_start(db, &uo); /* new options */
     /* ignored arguments */
     bdb_db_usage_note(db, NULL, 5);
@@ -224,7 +224,7 @@ static void test_usage_tracker_edges(void **state)
     assert_int_equal(su.bytes, 0);
     assert_int_equal(bdb_db_partition_summary(db, &ps), BDB_OK);
     assert_int_equal(ps.count, 1);
-    assert_int_equal(ps.large, 1); /* above the 2-byte warning size */
+    assert_int_equal(ps.large, 1); /* above the 1-byte warning size (one sample: 2 bytes) */
     assert_int_equal(bdb_db_close(db), BDB_OK);
 }
 

@@ -227,7 +227,9 @@ static inline uint64_t eu_uvarint(const uint8_t **p)
     }
 }
 
-/* Deterministic chunk bytes of series s, chunk j (hand-built block files). */
+/* Deterministic chunk bytes of series s, chunk j (hand-built block files). The first
+ * byte never has bit 7 set: opaque bytes, not a PACKED chunk (which a block stores
+ * bare, so it must be a real one). */
 static inline void eu_fill(uint8_t *p, size_t n, unsigned s, unsigned j)
 {
     uint32_t x = 2166136261u ^ (s * 131u + j);
@@ -235,6 +237,8 @@ static inline void eu_fill(uint8_t *p, size_t n, unsigned s, unsigned j)
         x = x * 1664525u + 1013904223u;
         p[i] = (uint8_t)(x >> 24);
     }
+    if (n)
+        p[0] &= 0x7f;
 }
 
 /* Sends stderr (where the log writes) to the file path, made afresh, until

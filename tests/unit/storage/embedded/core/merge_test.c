@@ -208,7 +208,8 @@ static void test_empty(void **st)
     const double cv[] = {1, 2};
     assert_int_equal(bdb_chunk_encode(cts, cv, 2, &b), BDB_OK);
     db_merger_source(&m, 1, 0);
-    assert_int_equal(db_merger_push_chunk(&m, b.data, b.len, 300, 400), BDB_OK);
+    assert_int_equal(
+        db_merger_push_chunk(&m, &(bdb_chunk_ref){.data = b.data, .len = b.len}, 300, 400), BDB_OK);
     assert_int_equal(m.n, 0);
     bdb_buf_free(&b);
     free(ts);
@@ -368,18 +369,23 @@ static void test_push_chunk(void **st)
     memset(&m, 0, sizeof m);
     /* [lo, hi): 110 and 120 only; one source across two chunks keeps counting */
     db_merger_source(&m, 3, 77);
-    assert_int_equal(db_merger_push_chunk(&m, b.data, b.len, 110, 130), BDB_OK);
+    assert_int_equal(
+        db_merger_push_chunk(&m, &(bdb_chunk_ref){.data = b.data, .len = b.len}, 110, 130), BDB_OK);
     assert_int_equal(m.n, 2);
-    assert_int_equal(db_merger_push_chunk(&m, b.data, b.len, 140, 141), BDB_OK);
+    assert_int_equal(
+        db_merger_push_chunk(&m, &(bdb_chunk_ref){.data = b.data, .len = b.len}, 140, 141), BDB_OK);
     assert_int_equal(m.n, 3);
     assert_int_equal(m.t[2].order, 2);
     assert_int_equal(m.t[2].part, 77);
     assert_int_equal(m.t[2].prio, 3);
     /* damage: a bad header, and a stream cut short */
     uint8_t bad[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    assert_int_equal(db_merger_push_chunk(&m, bad, sizeof bad, INT64_MIN, INT64_MAX),
+    assert_int_equal(db_merger_push_chunk(&m, &(bdb_chunk_ref){.data = bad, .len = sizeof bad},
+                                          INT64_MIN, INT64_MAX),
                      BDB_ERR_CORRUPT);
-    assert_int_equal(db_merger_push_chunk(&m, b.data, 2, INT64_MIN, INT64_MAX), BDB_ERR_CORRUPT);
+    assert_int_equal(
+        db_merger_push_chunk(&m, &(bdb_chunk_ref){.data = b.data, .len = 2}, INT64_MIN, INT64_MAX),
+        BDB_ERR_CORRUPT);
     bdb_buf_free(&b);
     db_merger_free(&m);
 }
@@ -593,7 +599,7 @@ static void test_emit_block(void **st)
         assert_int_equal(c.count, counts[k]);
         assert_int_equal(c.bucket_start, parts[k]);
         bdb_chunk_iter it;
-        assert_int_equal(bdb_chunk_iter_init(&it, c.data, c.len), BDB_OK);
+        assert_int_equal(bdb_block_chunk_iter(&c, &it), BDB_OK);
         int64_t t;
         double v;
         while (bdb_chunk_iter_next(&it, &t, &v) == 1) {
@@ -649,7 +655,7 @@ static void test_emit_interleaved(void **st)
         assert_true(c.min_ts > prev_min);
         prev_min = c.min_ts;
         bdb_chunk_iter it;
-        assert_int_equal(bdb_chunk_iter_init(&it, c.data, c.len), BDB_OK);
+        assert_int_equal(bdb_block_chunk_iter(&c, &it), BDB_OK);
         int64_t t;
         double v;
         while (bdb_chunk_iter_next(&it, &t, &v) == 1) {
@@ -730,7 +736,8 @@ static void test_out_of_memory(void **st)
     memset(&m, 0, sizeof m);
     db_merger_source(&m, 1, 0);
     bdb_alloc_fail_arm(BDB_ALLOC_FAIL_FROM, 1);
-    int rc = db_merger_push_chunk(&m, b.data, b.len, INT64_MIN, INT64_MAX);
+    int rc = db_merger_push_chunk(&m, &(bdb_chunk_ref){.data = b.data, .len = b.len}, INT64_MIN,
+                                  INT64_MAX);
     bdb_alloc_fail_disarm();
     assert_int_equal(rc, BDB_ERR_NOMEM);
     assert_int_equal(db_merger_sort(&m), BDB_ERR_NOMEM);
