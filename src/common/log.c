@@ -49,3 +49,19 @@ void bdb_log(enum bdb_log_level lvl, const char *fmt, ...)
     fwrite(line, 1, len, stderr);
     errno = saved_errno;
 }
+
+int bdb_log_budget_take(bdb_log_budget *b, int64_t now_ms, uint32_t *held)
+{
+    int64_t st = atomic_load(&b->start_);
+    /* A new window: whoever moves the start resets the count. */
+    if ((st == 0 || now_ms + 1 - st >= b->window_ms) &&
+        atomic_compare_exchange_strong(&b->start_, &st, now_ms + 1))
+        atomic_store(&b->used_, 0);
+    if (atomic_fetch_add(&b->used_, 1) < b->lines) {
+        *held = atomic_exchange(&b->held_, 0);
+        return 1;
+    }
+    atomic_fetch_add(&b->held_, 1);
+    *held = 0;
+    return 0;
+}

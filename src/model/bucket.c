@@ -264,19 +264,23 @@ enum bdb_freq_class bdb_rate_classify(double r, enum bdb_freq_class cur)
 int bdb_rate_observe(bdb_rate_learner *l, int64_t ts)
 {
     if (l->count == 0 && l->win_start == 0) {
-        l->win_start = bdb_align_down(ts, BDB_RATE_WINDOW_MS);
+        /* The device's first window is measured from its first report, not from the
+         * window's start: a fleet that appears at once is first heard anywhere in a
+         * window, and one report of a device heard 5 s before the window's end,
+         * spread over the whole window, made a device of one report per 10 s "low"
+         * (bench/run XL, a million devices). The window still closes at its end. */
+        l->win_start = ts;
         l->count = 1;
         return 0;
     }
-    if (ts < l->win_start + BDB_RATE_WINDOW_MS) {
+    if (ts < bdb_align_down(l->win_start, BDB_RATE_WINDOW_MS) + BDB_RATE_WINDOW_MS) {
         l->count++; /* late events count toward the open window */
         return 0;
     }
     /* The window closed. Spread its count over the time until this event, so a
-     * device that went quiet for hours is not rated by one busy window. */
+     * device that went quiet for hours is not rated by one busy window. Past the
+     * first window win_start is a window's start, so span is at least a window. */
     int64_t span = ts - l->win_start;
-    if (span < BDB_RATE_WINDOW_MS)
-        span = BDB_RATE_WINDOW_MS;
     double rate = (double)l->count * 1000.0 / (double)span;
     enum bdb_freq_class cand = bdb_rate_classify(rate, (enum bdb_freq_class)l->cls);
     int changed = 0;

@@ -236,6 +236,26 @@ def learned_class_survives_a_restart():
 
 
 @suite.test
+def a_fleet_of_new_devices_is_not_a_line_each():
+    """60 new devices learnt at once: at most 20 "reporting class" lines a minute at
+    the default level (XL wrote a million for a million devices), every change still
+    counted in bucketdb_bucket_changes_total and shown by each device."""
+    n = 60
+    with Server() as s:
+        lines = ["m,device=f%02d v=%d %d" % (d, i, T0 + i * 5 * MIN)
+                 for i in range(36) for d in range(n)]
+        s.write(lines, precision="ms")
+        for d in (0, n // 2, n - 1):
+            eq(s.device("f%02d" % d)["class"], "low")
+        said = [ln for ln in s.log().splitlines() if "reporting class" in ln]
+        check(1 <= len(said) <= 20, "%d class lines at INFO: %r" % (len(said), said[:3]))
+        changes = [ln for ln in s.metrics_text().splitlines()
+                   if ln.startswith("bucketdb_bucket_changes_total ")]
+        eq(len(changes), 1, "bucket_changes_total exported")
+        eq(int(float(changes[0].split()[1])), n, "every change counted")
+
+
+@suite.test
 def out_of_order_and_duplicates_latest_write_wins():
     m = Model()
     dev = "ooo"

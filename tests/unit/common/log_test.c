@@ -30,10 +30,39 @@ static void test_log_keeps_errno(void **state)
     assert_int_equal(errno, ENOSPC);
 }
 
+/* The budget of a per-device message: `lines` a window, the rest held back and
+ * counted, the count handed to the first line of a later window. */
+static void test_log_budget(void **state)
+{
+    (void)state;
+    bdb_log_budget b = {.lines = 3, .window_ms = 1000};
+    uint32_t held = 99;
+    int64_t t = 0; /* a monotonic clock may start at 0 */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(bdb_log_budget_take(&b, t + i, &held), 1);
+        assert_int_equal(held, 0);
+    }
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(bdb_log_budget_take(&b, t + 999, &held), 0);
+        assert_int_equal(held, 0);
+    }
+    /* the next window: the first line says what the last one held back */
+    assert_int_equal(bdb_log_budget_take(&b, t + 1000, &held), 1);
+    assert_int_equal(held, 5);
+    assert_int_equal(bdb_log_budget_take(&b, t + 1001, &held), 1);
+    assert_int_equal(held, 0);
+    assert_int_equal(bdb_log_budget_take(&b, t + 1002, &held), 1);
+    assert_int_equal(bdb_log_budget_take(&b, t + 1003, &held), 0);
+    /* a long quiet time is one new window, whatever its length */
+    assert_int_equal(bdb_log_budget_take(&b, t + 50000, &held), 1);
+    assert_int_equal(held, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_keeps_errno),
+        cmocka_unit_test(test_log_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

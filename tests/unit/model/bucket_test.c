@@ -606,6 +606,40 @@ static void test_learner_first_window_sets_class(void **state)
     }
 }
 
+/* A device first heard late in a window is rated from its first report, not from the
+ * window's start: one report per 10 s first heard 5 s before the window's end was
+ * "low" (1 report over 10 minutes) until 9e3dbd2. */
+static void test_learner_first_report_late_in_window(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t first, step;
+        enum bdb_freq_class want;
+    } cases[] = {
+        {BDB_RATE_WINDOW_MS - 5000, 10000, BDB_FREQ_MEDIUM}, /* 1 per 10 s */
+        {BDB_RATE_WINDOW_MS - 300, 500, BDB_FREQ_HIGH},      /* 2/s */
+        {BDB_RATE_WINDOW_MS - 60000, 120000, BDB_FREQ_LOW},  /* 1 per 2 min */
+        {5 * 60000, 30000, BDB_FREQ_MEDIUM},                 /* 1 per 30 s, from mid-window */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bdb_rate_learner l;
+        memset(&l, 0, sizeof l);
+        int changes = 0;
+        int64_t t = T0 + cases[i].first;
+        for (; t < T0 + BDB_RATE_WINDOW_MS; t += cases[i].step)
+            changes += bdb_rate_observe(&l, t);
+        assert_int_equal(changes, 0);
+        assert_int_equal(l.cls, BDB_FREQ_UNKNOWN);
+        assert_int_equal(bdb_rate_observe(&l, t), 1); /* the first of the next window */
+        assert_int_equal(l.cls, cases[i].want);
+        /* and the class holds over the following windows */
+        for (t += cases[i].step; t < T0 + 2 * HOUR; t += cases[i].step)
+            changes += bdb_rate_observe(&l, t);
+        assert_int_equal(changes, 0);
+        assert_int_equal(l.cls, cases[i].want);
+    }
+}
+
 static void test_learner_no_flapping_at_one_per_second(void **state)
 {
     (void)state;
@@ -813,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_property_random_histories),
         cmocka_unit_test(test_classify_margins),
         cmocka_unit_test(test_learner_first_window_sets_class),
+        cmocka_unit_test(test_learner_first_report_late_in_window),
         cmocka_unit_test(test_learner_no_flapping_at_one_per_second),
         cmocka_unit_test(test_learner_two_windows_to_change),
         cmocka_unit_test(test_learner_gaps),

@@ -384,6 +384,28 @@ static int apply_report(bdb_db *db, const char *tn, size_t tl, const char *dn, s
     return rc;
 }
 
+/* A fleet of new devices is learnt all at once: one line each was a million lines at
+ * a million devices (bench XL). So 20 a minute at INFO, the others at DEBUG; every
+ * change is counted in bucketdb_bucket_changes_total and shown by /api/v1/devices. */
+static bdb_log_budget class_log = {.lines = 20, .window_ms = 60000};
+
+static void log_class_change(const device *d, int64_t size)
+{
+    const char *cls = bdb_freq_name((enum bdb_freq_class)d->learner.cls);
+    uint32_t held;
+    if (!bdb_log_budget_take(&class_log, bdb_monotonic_ms(), &held)) {
+        BDB_DEBUG("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name, cls,
+                  bdb_bucket_name(size));
+        return;
+    }
+    if (held)
+        BDB_INFO("%u more devices changed their reporting class in the last minute (logged at "
+                 "debug level; counted in bucketdb_bucket_changes_total)",
+                 held);
+    BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name, cls,
+             bdb_bucket_name(size));
+}
+
 /* After a batch: makes the bucket change of every device whose class changed in it,
  * from its newest event (the batch included), appending each new history to hist_out. */
 static void apply_relearn(bdb_db *db, const struct prep *prep, size_t nrep, bdb_buf *hist_out)
@@ -408,8 +430,7 @@ static void apply_relearn(bdb_db *db, const struct prep *prep, size_t nrep, bdb_
             int64_t size = db_hot_next_size(db, d);
             if (size && !d->pinned && bdb_bucket_change(&d->hist, d->last_ts, size, NULL)) {
                 atomic_fetch_add(&db->bucket_changes, 1);
-                BDB_INFO("device %s/%s: reporting class %s, bucket %s", d->tenant->name, d->name,
-                         bdb_freq_name((enum bdb_freq_class)d->learner.cls), bdb_bucket_name(size));
+                log_class_change(d, size);
                 encode_history(d, hist_out);
             }
             if (promote && d->hs.promo_cap != cap)
